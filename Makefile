@@ -1,0 +1,47 @@
+# oncestream developer entry points. `make demo` and `make test` work on a fresh clone.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+export SPARK_LOCAL_IP := 127.0.0.1
+export PYSPARK_PYTHON := $(abspath $(BIN)/python)
+export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
+
+.PHONY: setup demo test lint format bench soak check-java clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "error: Python >= 3.11 is required, found " + sys.version.split()[0])'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[all]"
+	@touch $(STAMP)
+
+check-java:
+	@scripts/check-java
+
+demo: setup check-java
+	$(BIN)/oncestream demo
+
+lint: setup
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/mypy
+
+format: setup
+	$(BIN)/ruff format src tests bench examples
+	$(BIN)/ruff check --fix src tests bench examples
+
+test: setup check-java lint
+	$(BIN)/pytest
+
+soak: setup check-java
+	$(BIN)/pytest -m soak -p no:cacheprovider
+
+bench: setup check-java
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache src/*.egg-info

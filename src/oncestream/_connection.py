@@ -1,0 +1,265 @@
+"""Connecting to NATS and calling the JetStream API, with errors translated.
+
+This is the one boundary where nats-py exceptions become oncestream ones.
+Everything else (Publisher, Processor, Spark source and sink) goes through
+:func:`connect` and :class:`Connection`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import nats
+import nats.errors
+import nats.js.errors
+import orjson
+from nats.aio.client import Client
+
+from ._errors import (
+    AuthenticationError,
+    ConnectError,
+    JetStreamError,
+    MessageTooLarge,
+    OncestreamError,
+    OperationTimeout,
+    PermissionDenied,
+    StreamNotFound,
+    jetstream_error,
+)
+from ._options import ConnectOptions
+
+__all__ = ["Connection", "connect", "translate_error"]
+
+log = logging.getLogger("oncestream.connection")
+
+Callback = Callable[[], Awaitable[None]]
+
+
+def translate_error(exc: BaseException, *, what: str = "request") -> OncestreamError:
+    """Map a nats-py exception to the oncestream exception tree.
+
+    Args:
+        exc: the exception raised by nats-py.
+        what: a short description of the operation, used in the message.
+    """
+    if isinstance(exc, OncestreamError):
+        return exc
+    if isinstance(exc, nats.js.errors.APIError):
+        return jetstream_error(exc)
+    if isinstance(exc, nats.errors.NoRespondersError):
+        return StreamNotFound(f"{what}: no responders (no stream or JetStream API listens there)")
+    if isinstance(exc, nats.errors.MaxPayloadError):
+        return MessageTooLarge(f"{what}: message exceeds the server's max_payload")
+    if isinstance(exc, nats.errors.TimeoutError | asyncio.TimeoutError | TimeoutError):
+        return OperationTimeout(f"{what}: timed out")
+    if isinstance(exc, nats.errors.AuthorizationError):
+        return AuthenticationError(f"{what}: authorization violation")
+    text = str(exc)
+    if "authorization violation" in text.lower() or "authentication" in text.lower():
+        return AuthenticationError(f"{what}: the server rejected the credentials")
+    if "permissions violation" in text.lower():
+        return PermissionDenied(f"{what}: {text}")
+    if isinstance(exc, nats.errors.Error | OSError):
+        return ConnectError(f"{what}: {type(exc).__name__}: {text or 'connection failed'}")
+    return OncestreamError(f"{what}: {type(exc).__name__}: {text}")
+
+
+def _tls_context(options: ConnectOptions) -> ssl.SSLContext | None:
+    if options.tls_ca_file is None and options.tls_cert_file is None:
+        if not any(url.startswith(("tls://", "wss://")) for url in options.servers):
+            return None
+    context = ssl.create_default_context(cafile=options.tls_ca_file)
+    if options.tls_cert_file and options.tls_key_file:
+        context.load_cert_chain(options.tls_cert_file, options.tls_key_file)
+    return context
+
+
+class Connection:
+    """A NATS connection bound to one JetStream API prefix.
+
+    Create it with :func:`connect`. The raw nats-py client is available as
+    :attr:`nc` for core-NATS work; JetStream API calls go through
+    :meth:`api` so errors arrive typed.
+    """
+
+    def __init__(self, nc: Client, options: ConnectOptions) -> None:
+        self.nc = nc
+        self.options = options
+        self.prefix = options.js_prefix
+        self.permission_errors: list[str] = []
+        self.reconnects = 0
+        self._reconnect_listeners: list[Callback] = []
+        self._disconnect_listeners: list[Callback] = []
+
+    @property
+    def max_payload(self) -> int:
+        """Largest payload (headers + data) the connected server accepts."""
+        return int(self.nc.max_payload)
+
+    def on_reconnect(self, callback: Callback) -> None:
+        """Call ``callback`` after each successful reconnect."""
+        self._reconnect_listeners.append(callback)
+
+    def on_disconnect(self, callback: Callback) -> None:
+        """Call ``callback`` each time the connection drops."""
+        self._disconnect_listeners.append(callback)
+
+    async def api(
+        self, subject: str, payload: dict[str, Any] | None = None, *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Call a JetStream API endpoint and return the decoded response.
+
+        Args:
+            subject: the endpoint after the prefix, e.g. ``"STREAM.INFO.ORDERS"``.
+            payload: JSON request body, or None for an empty one.
+            timeout: seconds (default ``options.request_timeout``).
+
+        Raises:
+            JetStreamError: (or a subclass) when the server answers with an error.
+            OperationTimeout: when nothing answers in time.
+        """
+        body = orjson.dumps(payload) if payload is not None else b""
+        full = f"{self.prefix}.{subject}"
+        try:
+            reply = await self.nc.request(
+                full, body, timeout=timeout or self.options.request_timeout
+            )
+        except nats.errors.NoRespondersError as exc:
+            raise JetStreamError(
+                f"no JetStream API answers on {full!r}: JetStream is not enabled there, "
+                f"or the domain/apiPrefix is wrong",
+                code=503,
+            ) from exc
+        except Exception as exc:
+            if self.permission_errors and any(full in e for e in self.permission_errors):
+                raise PermissionDenied(f"{full}: not permitted for this user") from exc
+            raise translate_error(exc, what=full) from exc
+        response: dict[str, Any] = orjson.loads(reply.data) if reply.data else {}
+        if "error" in response:
+            raise jetstream_error(response["error"])
+        return response
+
+    async def stream_info(self, stream: str) -> dict[str, Any]:
+        """``STREAM.INFO``: the stream's config and state."""
+        return await self.api(f"STREAM.INFO.{stream}")
+
+    async def consumer_info(self, stream: str, consumer: str) -> dict[str, Any]:
+        """``CONSUMER.INFO``: the consumer's config and state."""
+        return await self.api(f"CONSUMER.INFO.{stream}.{consumer}")
+
+    async def add_stream(self, config: dict[str, Any]) -> dict[str, Any]:
+        """``STREAM.CREATE`` with a raw stream config (durations in nanoseconds)."""
+        return await self.api(f"STREAM.CREATE.{config['name']}", config)
+
+    async def update_stream(self, config: dict[str, Any]) -> dict[str, Any]:
+        """``STREAM.UPDATE`` with a raw stream config."""
+        return await self.api(f"STREAM.UPDATE.{config['name']}", config)
+
+    async def delete_stream(self, stream: str) -> None:
+        """``STREAM.DELETE``."""
+        await self.api(f"STREAM.DELETE.{stream}")
+
+    async def close(self) -> None:
+        """Flush and close the connection."""
+        if not self.nc.is_closed:
+            try:
+                await self.nc.flush(timeout=2)
+            except Exception:  # noqa: BLE001 - closing anyway
+                pass
+            await self.nc.close()
+
+    async def __aenter__(self) -> Connection:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def connect(options: ConnectOptions | None = None, **overrides: Any) -> Connection:
+    """Connect to NATS.
+
+    Args:
+        options: where and how to connect (default: ``nats://127.0.0.1:4222``).
+        **overrides: extra keyword arguments for ``nats.connect`` (advanced).
+
+    Raises:
+        AuthenticationError: the server rejected the credentials.
+        ConnectError: no server could be reached.
+
+    Example::
+
+        async with await connect(ConnectOptions(servers=(url,))) as conn:
+            info = await conn.stream_info("ORDERS")
+    """
+    options = options or ConnectOptions()
+    holder: dict[str, Connection] = {}
+    errors: list[BaseException] = []
+
+    async def error_cb(exc: Exception) -> None:
+        errors.append(exc)
+        text = str(exc)
+        conn = holder.get("conn")
+        if conn is not None and "permissions violation" in text.lower():
+            conn.permission_errors.append(text)
+        log.debug("nats error: %s", text)
+
+    async def reconnected_cb() -> None:
+        conn = holder.get("conn")
+        if conn is None:
+            return
+        conn.reconnects += 1
+        for callback in list(conn._reconnect_listeners):
+            await callback()
+
+    async def disconnected_cb() -> None:
+        conn = holder.get("conn")
+        if conn is None:
+            return
+        for callback in list(conn._disconnect_listeners):
+            await callback()
+
+    kwargs: dict[str, Any] = {
+        "servers": list(options.servers),
+        "name": options.name,
+        "connect_timeout": options.connect_timeout,
+        "reconnect_time_wait": options.reconnect_wait,
+        # A server that is down at start-up should fail fast; the configured
+        # attempts apply to reconnects once the first connection succeeded.
+        "max_reconnect_attempts": 1,
+        "error_cb": error_cb,
+        "reconnected_cb": reconnected_cb,
+        "disconnected_cb": disconnected_cb,
+        "tls": _tls_context(options),
+        "user": options.user,
+        "password": options.password,
+        "token": options.token,
+        "user_credentials": options.creds,
+    }
+    if options.nkey_seed is not None:
+        if os.path.isfile(options.nkey_seed):
+            kwargs["nkeys_seed"] = options.nkey_seed
+        else:
+            kwargs["nkeys_seed_str"] = options.nkey_seed
+    kwargs.update(overrides)
+    try:
+        nc = await nats.connect(**kwargs)
+    except Exception as exc:
+        where = ", ".join(options.safe_servers)
+        for err in errors:
+            text = str(err).lower()
+            if "authorization violation" in text or "authentication" in text:
+                raise AuthenticationError(
+                    f"the server at {where} rejected the credentials"
+                ) from exc
+        if isinstance(exc, nats.errors.NoServersError | OSError | asyncio.TimeoutError):
+            raise ConnectError(f"cannot connect to NATS at {where}: {exc or errors}") from exc
+        raise translate_error(exc, what=f"connect to {where}") from exc
+    nc.options["max_reconnect_attempts"] = options.max_reconnect_attempts
+    conn = Connection(nc, options)
+    holder["conn"] = conn
+    return conn

@@ -1,0 +1,215 @@
+"""One exception tree for oncestream.
+
+Every error raised by oncestream derives from :class:`OncestreamError`.
+Errors coming from nats-py or the server are translated at the boundary
+(``raise ... from exc``) so callers never need to import nats-py's
+exception classes. JetStream API errors keep the server's ``err_code``
+(see nats-server ``errors.json``) and HTTP-like ``code``.
+
+Tree::
+
+    OncestreamError
+    ├── ConfigError                 bad option, file or argument (also a ValueError)
+    ├── ConnectError                cannot reach / stay connected to NATS
+    │   └── AuthenticationError     credentials rejected
+    ├── PermissionDenied            subject not allowed for this user/account
+    ├── OperationTimeout            a request or ack did not complete in time
+    ├── JetStreamError              the JetStream API answered with an error
+    │   ├── StreamNotFound          10059, or no responders on the subject
+    │   ├── ConsumerNotFound        10014
+    │   ├── MessageNotFound         10037
+    │   ├── WrongLastSequence       10071 (expected last / last subject seq)
+    │   ├── WrongLastMsgId          10070
+    │   ├── StreamMismatch          10060 (expected stream)
+    │   └── MessageTooLarge         10054, or above the server's max_payload
+    ├── PublishError                a publish could not be confirmed
+    │   ├── TooManyInflight         fail-fast mode and max_inflight reached
+    │   └── PublishFailed           retries exhausted without a PubAck
+    ├── DataLossError               planned messages were removed by retention
+    ├── LedgerError                 the processing ledger failed
+    └── ServerError                 the embedded nats-server failed
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AuthenticationError",
+    "ConfigError",
+    "ConnectError",
+    "ConsumerNotFound",
+    "DataLossError",
+    "JetStreamError",
+    "LedgerError",
+    "MessageNotFound",
+    "MessageTooLarge",
+    "OncestreamError",
+    "OperationTimeout",
+    "PermissionDenied",
+    "PublishError",
+    "PublishFailed",
+    "ServerError",
+    "StreamMismatch",
+    "StreamNotFound",
+    "TooManyInflight",
+    "WrongLastMsgId",
+    "WrongLastSequence",
+    "jetstream_error",
+]
+
+
+class OncestreamError(Exception):
+    """Root of every error raised by oncestream."""
+
+
+class ConfigError(OncestreamError, ValueError):
+    """An option, file or argument is invalid; the message names it and what is allowed."""
+
+
+class ConnectError(OncestreamError):
+    """The NATS connection could not be established or was lost for good."""
+
+
+class AuthenticationError(ConnectError):
+    """The server rejected the credentials (never includes the secret itself)."""
+
+
+class PermissionDenied(OncestreamError):
+    """The server refused a subject for this user or account."""
+
+
+class OperationTimeout(OncestreamError, TimeoutError):
+    """A request, ack or readiness wait did not complete in time."""
+
+
+class JetStreamError(OncestreamError):
+    """The JetStream API returned an error.
+
+    Attributes:
+        code: HTTP-like status code from the server (e.g. 404, 400, 503).
+        err_code: JetStream error identifier from nats-server ``errors.json``
+            (e.g. 10071 for a wrong last sequence), or 0 if the server gave none.
+        description: the server's description text.
+    """
+
+    err_codes: tuple[int, ...] = ()
+
+    def __init__(self, description: str, *, code: int = 0, err_code: int = 0) -> None:
+        self.description = description
+        self.code = code
+        self.err_code = err_code
+        suffix = f" (err_code={err_code})" if err_code else ""
+        super().__init__(f"{description}{suffix}")
+
+
+class StreamNotFound(JetStreamError):
+    """No stream with that name, or no stream listens on the published subject."""
+
+    err_codes = (10059,)
+
+
+class ConsumerNotFound(JetStreamError):
+    """No consumer with that name on the stream."""
+
+    err_codes = (10014,)
+
+
+class MessageNotFound(JetStreamError):
+    """No message at that sequence / for that subject."""
+
+    err_codes = (10037,)
+
+
+class WrongLastSequence(JetStreamError):
+    """An ``expected_last_seq`` / ``expected_last_subject_seq`` check failed."""
+
+    err_codes = (10071,)
+
+
+class WrongLastMsgId(JetStreamError):
+    """An ``expected_last_msg_id`` check failed."""
+
+    err_codes = (10070,)
+
+
+class StreamMismatch(JetStreamError):
+    """The message landed on a different stream than ``expected_stream``."""
+
+    err_codes = (10060,)
+
+
+class MessageTooLarge(JetStreamError):
+    """The message exceeds the stream's max_msg_size or the server's max_payload."""
+
+    err_codes = (10054,)
+
+
+class PublishError(OncestreamError):
+    """A publish could not be confirmed by a PubAck."""
+
+
+class TooManyInflight(PublishError):
+    """Fail-fast mode: ``max_inflight`` unacknowledged publishes are already pending."""
+
+
+class PublishFailed(PublishError):
+    """Every retry of a publish went unacknowledged; the message may or may not be stored.
+
+    Re-publishing it with the same msg id inside the duplicate window is safe.
+    """
+
+    def __init__(self, message: str, *, msg_id: str | None = None, attempts: int = 0) -> None:
+        self.msg_id = msg_id
+        self.attempts = attempts
+        super().__init__(message)
+
+
+class DataLossError(OncestreamError):
+    """Messages that a read planned to return were removed from the stream."""
+
+
+class LedgerError(OncestreamError):
+    """The processing ledger could not record or look up a message."""
+
+
+class ServerError(OncestreamError):
+    """The embedded nats-server could not start, or exited unexpectedly."""
+
+
+_BY_ERR_CODE: dict[int, type[JetStreamError]] = {
+    code: cls
+    for cls in (
+        StreamNotFound,
+        ConsumerNotFound,
+        MessageNotFound,
+        WrongLastSequence,
+        WrongLastMsgId,
+        StreamMismatch,
+        MessageTooLarge,
+    )
+    for code in cls.err_codes
+}
+
+
+def jetstream_error(error: dict[str, Any] | Any) -> JetStreamError:
+    """Build the typed exception for a JetStream API error object.
+
+    Args:
+        error: the ``error`` member of a JetStream API response
+            (``{"code": 400, "err_code": 10071, "description": "..."}``), or a
+            nats-py ``APIError`` carrying the same fields.
+
+    Returns:
+        An instance of the most specific :class:`JetStreamError` subclass.
+    """
+    if isinstance(error, dict):
+        code = int(error.get("code") or 0)
+        err_code = int(error.get("err_code") or 0)
+        description = str(error.get("description") or "JetStream API error")
+    else:
+        code = int(getattr(error, "code", 0) or 0)
+        err_code = int(getattr(error, "err_code", 0) or 0)
+        description = str(getattr(error, "description", None) or error)
+    cls = _BY_ERR_CODE.get(err_code, JetStreamError)
+    return cls(description, code=code, err_code=err_code)

