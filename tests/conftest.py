@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from oncestream import ConnectOptions, Connection, connect
+from oncestream import Connection, ConnectOptions, connect
 from oncestream.server import NatsServer, ServerConfig
 from oncestream.streams import StreamSpec, ensure_stream
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-from tests import server_configs  # noqa: E402
+from tests import server_configs
 
 
 @pytest.fixture

@@ -10,7 +10,9 @@ from pathlib import Path
 from oncestream.server import JetStreamConfig, ServerConfig
 
 
-def jetstream(work_dir: Path, *, domain: str | None = None, max_payload: int | None = None) -> ServerConfig:
+def jetstream(
+    work_dir: Path, *, domain: str | None = None, max_payload: int | None = None
+) -> ServerConfig:
     """A single JetStream server with file storage in ``work_dir/jetstream``."""
     return ServerConfig(
         server_name="js",

@@ -70,9 +70,9 @@ def translate_error(exc: BaseException, *, what: str = "request") -> OncestreamE
 
 
 def _tls_context(options: ConnectOptions) -> ssl.SSLContext | None:
-    if options.tls_ca_file is None and options.tls_cert_file is None:
-        if not any(url.startswith(("tls://", "wss://")) for url in options.servers):
-            return None
+    wants_tls = any(url.startswith(("tls://", "wss://")) for url in options.servers)
+    if options.tls_ca_file is None and options.tls_cert_file is None and not wants_tls:
+        return None
     context = ssl.create_default_context(cafile=options.tls_ca_file)
     if options.tls_cert_file and options.tls_key_file:
         context.load_cert_chain(options.tls_cert_file, options.tls_key_file)
@@ -169,7 +169,7 @@ class Connection:
         if not self.nc.is_closed:
             try:
                 await self.nc.flush(timeout=2)
-            except Exception:  # noqa: BLE001 - closing anyway
+            except Exception:
                 pass
             await self.nc.close()
 

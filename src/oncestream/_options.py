@@ -159,7 +159,8 @@ class ConnectOptions:
             not self.api_prefix or " " in self.api_prefix or self.api_prefix.endswith(".")
         ):
             raise ConfigError(
-                f"api_prefix must be a subject prefix like 'JS.acc@hub.API', got {self.api_prefix!r}"
+                "api_prefix must be a subject prefix like 'JS.acc@hub.API', "
+                f"got {self.api_prefix!r}"
             )
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ConfigError("tls_cert_file and tls_key_file must be given together")
@@ -251,7 +252,10 @@ class ConnectOptions:
         for key, attr in mapping.items():
             if lowered.get(key):
                 kwargs[attr] = lowered[key]
-        for key, attr in (("connectTimeout", "connect_timeout"), ("requestTimeout", "request_timeout")):
+        for key, attr in (
+            ("connectTimeout", "connect_timeout"),
+            ("requestTimeout", "request_timeout"),
+        ):
             if key.lower() in lowered:
                 kwargs[attr] = parse_duration(key, lowered[key.lower()])
         return cls(**kwargs)

@@ -15,7 +15,7 @@ _NS = 1_000_000_000
 
 def seconds_to_ns(seconds: float) -> int:
     """Convert seconds to the nanoseconds the JetStream API uses for durations."""
-    return int(round(seconds * _NS))
+    return round(seconds * _NS)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -54,7 +54,8 @@ def cli_errors(func: Callable[..., T]) -> Callable[..., T]:
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run a command's coroutine, translating oncestream errors to exit codes."""
-    return cli_errors(asyncio.run)(coro)
+    runner: Callable[[Coroutine[Any, Any, T]], T] = cli_errors(asyncio.run)
+    return runner(coro)
 
 
 def setup_logging(verbose: bool) -> None:
