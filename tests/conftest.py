@@ -71,3 +71,15 @@ def make_stream(conn: Connection) -> Callable[..., object]:
         return await ensure_stream(conn, spec)
 
     return create
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    """The one SparkSession of the test session (local[2], 127.0.0.1, jetstream registered)."""
+    from oncestream.spark import local_session
+
+    session = local_session("oncestream-tests")
+    try:
+        yield session
+    finally:
+        session.stop()

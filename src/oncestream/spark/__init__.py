@@ -1,0 +1,32 @@
+"""PySpark integration: the ``jetstream`` data source (source and sink).
+
+Example::
+
+    import oncestream.spark
+
+    oncestream.spark.register(spark)
+    df = (spark.readStream.format("jetstream")
+          .option("servers", "nats://127.0.0.1:4222")
+          .option("stream", "ORDERS")
+          .load())
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from ._session import local_session
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["local_session", "register"]
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``jetstream`` format on ``spark`` (idempotent)."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from ._datasource import JetStreamDataSource
+
+    spark.dataSource.register(JetStreamDataSource)

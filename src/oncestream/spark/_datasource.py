@@ -1,0 +1,58 @@
+"""The ``jetstream`` PySpark data source: one class, read and write sides.
+
+Reader classes live in :mod:`oncestream.spark.source`, writer classes in
+:mod:`oncestream.spark.sink`; both are imported lazily so executors only load
+what the query uses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+__all__ = ["JetStreamDataSource"]
+
+
+class JetStreamDataSource(DataSource):
+    """``spark.read/readStream/write/writeStream.format("jetstream")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "jetstream"
+
+    def schema(self) -> StructType | str:
+        from .source import SCHEMA
+
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from .source import JetStreamBatchReader
+
+        return JetStreamBatchReader(dict(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from .source import JetStreamStreamReader
+
+        return JetStreamStreamReader(dict(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from .sink import JetStreamBatchWriter
+
+        return JetStreamBatchWriter(dict(self.options), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from .sink import JetStreamStreamWriter
+
+        return JetStreamStreamWriter(dict(self.options), schema, overwrite)
+
+    def __repr__(self) -> str:
+        options: dict[str, Any] = dict(self.options)
+        return f"JetStreamDataSource(stream={options.get('stream')!r})"
