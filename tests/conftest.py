@@ -83,3 +83,29 @@ def spark():  # type: ignore[no-untyped-def]
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():  # type: ignore[no-untyped-def]
+    """One throw-away PostgreSQL server for the test session (see tests/_postgres.py)."""
+    from tests._postgres import PostgresServer
+
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server, request) -> str:  # type: ignore[no-untyped-def]
+    """A fresh, empty database on the session's PostgreSQL server; returns its DSN."""
+    import re
+    import uuid
+
+    import psycopg
+
+    name = "t_" + re.sub(r"\W", "_", request.node.name.lower())[:40] + "_" + uuid.uuid4().hex[:6]
+    with psycopg.connect(postgres_server.url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    return postgres_server.url.rsplit("/", 1)[0] + "/" + name

@@ -1,0 +1,133 @@
+"""A throw-away PostgreSQL server for tests, from the Debian binaries.
+
+Started with ``initdb`` + ``postgres`` in a temp dir on 127.0.0.1 and a free
+port; readiness is the server's own "ready to accept connections" log line;
+stopped by PID. When the tests run as root the server runs as the
+``postgres`` user (PostgreSQL refuses to run as root).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+from collections import deque
+from pathlib import Path
+
+_READY = "database system is ready to accept connections"
+
+
+def find_pg_bin() -> Path:
+    """Directory holding ``initdb`` and ``postgres``, or a clear failure."""
+    for candidate in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
+        if os.path.exists(os.path.join(candidate, "initdb")):
+            return Path(candidate)
+    found = shutil.which("initdb")
+    if found:
+        return Path(os.path.realpath(found)).parent
+    raise RuntimeError(
+        "PostgreSQL server binaries not found: install them "
+        "(Debian: apt-get install -y postgresql; .ci/run does this)"
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class PostgresServer:
+    """One PostgreSQL instance; :attr:`url` is a superuser DSN to database ``postgres``."""
+
+    def __init__(self) -> None:
+        self.bin = find_pg_bin()
+        self.dir = Path(tempfile.mkdtemp(prefix="oncestream-pg-"))
+        self.port = _free_port()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._tail: deque[str] = deque(maxlen=30)
+        self._as: list[str] = []
+        if os.geteuid() == 0:
+            user = pwd.getpwnam("postgres")
+            os.chown(self.dir, user.pw_uid, user.pw_gid)
+            self._as = ["runuser", "-u", "postgres", "--"]
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def start(self, timeout: float = 60.0) -> PostgresServer:
+        data = self.dir / "data"
+        subprocess.run(
+            [
+                *self._as,
+                str(self.bin / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        self._proc = subprocess.Popen(
+            [
+                *self._as,
+                str(self.bin / "postgres"),
+                "-D",
+                str(data),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-k",
+                str(self.dir),
+                "-c",
+                "fsync=off",
+                "-c",
+                "max_connections=100",
+            ],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        ready = threading.Event()
+
+        def pump() -> None:
+            assert self._proc is not None and self._proc.stderr is not None
+            for raw in self._proc.stderr:
+                line = raw.decode(errors="replace").rstrip()
+                self._tail.append(line)
+                if _READY in line:
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        if not ready.wait(timeout) or self._proc.poll() is not None:
+            self.stop()
+            raise RuntimeError("PostgreSQL did not start:\n" + "\n".join(self._tail))
+        return self
+
+    def stop(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            # runuser forwards the signal; SIGINT is PostgreSQL's "fast shutdown".
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        self._proc = None
+        shutil.rmtree(self.dir, ignore_errors=True)
