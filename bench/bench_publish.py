@@ -1,0 +1,114 @@
+"""Publish throughput: nats-py one-at-a-time and publish_async versus the oncestream Publisher.
+
+Same run, same fresh file-storage server, 128-byte payloads, a unique msg id
+per message and a fresh stream per case. Prints RESULT lines (group
+"publish") for bench/run.py. ``measure_publisher(url, n)`` is reusable by
+other benchmarks (e.g. the Spark sink's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import nats
+from bench._common import PAYLOAD_128, fresh_server, report
+
+from oncestream import ConnectOptions, connect
+from oncestream.publisher import Publisher, PublisherOptions
+from oncestream.streams import StreamSpec, ensure_stream
+
+N_SYNC = int(os.environ.get("BENCH_PUBLISH_SYNC", "20000"))
+N_ASYNC = int(os.environ.get("BENCH_PUBLISH_ASYNC", "200000"))
+N_PUBLISHER = int(os.environ.get("BENCH_PUBLISH_PUBLISHER", "300000"))
+
+
+async def _fresh_stream(url: str, name: str) -> None:
+    async with await connect(ConnectOptions(servers=(url,))) as conn:
+        try:
+            await conn.delete_stream(name)
+        except Exception:
+            pass
+        await ensure_stream(conn, StreamSpec(name=name, subjects=(f"{name.lower()}.>",)))
+
+
+async def _stored(url: str, name: str) -> int:
+    async with await connect(ConnectOptions(servers=(url,))) as conn:
+        info = await conn.stream_info(name)
+        return int(info["state"]["messages"])
+
+
+async def _nats_py_sync(url: str, n: int) -> float:
+    await _fresh_stream(url, "BSYNC")
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    start = time.perf_counter()
+    for i in range(n):
+        await js.publish("bsync.x", PAYLOAD_128, headers={"Nats-Msg-Id": f"s-{i}"})
+    elapsed = time.perf_counter() - start
+    await nc.close()
+    assert await _stored(url, "BSYNC") == n
+    return n / elapsed
+
+
+async def _nats_py_async(url: str, n: int) -> float:
+    await _fresh_stream(url, "BASYNC")
+    nc = await nats.connect(url)
+    js = nc.jetstream(publish_async_max_pending=5000)
+    start = time.perf_counter()
+    futures = []
+    for i in range(n):
+        fut = await js.publish_async("basync.x", PAYLOAD_128, headers={"Nats-Msg-Id": f"a-{i}"})
+        futures.append(fut)
+    await asyncio.gather(*futures)
+    elapsed = time.perf_counter() - start
+    await nc.close()
+    assert await _stored(url, "BASYNC") == n
+    return n / elapsed
+
+
+async def measure_publisher_async(url: str, n: int, stream: str = "BPUB") -> float:
+    """Publish ``n`` unique 128-byte messages with the Publisher into a fresh stream; msg/s."""
+    await _fresh_stream(url, stream)
+    subject = f"{stream.lower()}.x"
+    async with await connect(ConnectOptions(servers=(url,))) as conn:
+        pub = Publisher(conn, PublisherOptions(stream=stream))
+        await pub.start()
+        start = time.perf_counter()
+        for i in range(n):
+            await pub.publish(subject, PAYLOAD_128, msg_id=f"p-{i}")
+        await pub.flush()
+        elapsed = time.perf_counter() - start
+        await pub.close()
+        stats = pub.stats
+    assert stats.acked == n and stats.failed == 0, stats
+    assert await _stored(url, stream) == n
+    return n / elapsed
+
+
+def measure_publisher(url: str, n: int, stream: str = "BPUB") -> float:
+    """Synchronous wrapper of :func:`measure_publisher_async`."""
+    return asyncio.run(measure_publisher_async(url, n, stream))
+
+
+async def _main() -> None:
+    server = fresh_server()
+    try:
+        url = server.url
+        sync_rate = await _nats_py_sync(url, N_SYNC)
+        report("publish", "nats-py js.publish (one at a time)", sync_rate, baseline=True, n=N_SYNC)
+        async_rate = await _nats_py_async(url, N_ASYNC)
+        report("publish", "nats-py js.publish_async", async_rate, baseline=True, n=N_ASYNC)
+        pub_rate = await measure_publisher_async(url, N_PUBLISHER)
+        report("publish", "oncestream Publisher", pub_rate, n=N_PUBLISHER)
+    finally:
+        server.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(_main())

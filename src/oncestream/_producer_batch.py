@@ -1,0 +1,162 @@
+"""Atomic batches for producer sessions (JetStream atomic batch publish, nats-server >= 2.12).
+
+A batch is up to 1000 messages sent back to back; only the last one
+(``Nats-Batch-Commit: 1``) carries a reply subject, and the server stores
+all of them or none. The first message carries
+``Nats-Expected-Last-Subject-Sequence``, so of several attempts of the same
+batch at most one can ever commit: a re-send after a lost commit ack fails
+the check, and the caller then reads the subject back to learn whether the
+stored batch is its own. Inside the duplicate window the server may instead
+reject such a re-send as a whole because it repeats stored msg ids
+(err_code 10201, seen on nats-server 2.15); the caller treats both the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from ._connection import Connection, translate_error
+from ._errors import JetStreamError, PublishFailed, StreamNotFound, jetstream_error
+from ._pubtypes import PublisherOptions
+from ._pubwire import build_headers, check_subject
+
+__all__ = ["ERR_BATCH_DUPLICATE_MSG_ID", "MAX_BATCH", "AtomicBatchSender", "BatchRecord"]
+
+log = logging.getLogger("oncestream.producer")
+
+MAX_BATCH = 1000
+# "atomic publish batch contains duplicate message id"
+ERR_BATCH_DUPLICATE_MSG_ID = 10201
+
+BatchRecord = tuple[int, bytes, "Mapping[str, str] | None"]
+
+
+class AtomicBatchSender:
+    """Sends one session's batches over the connection and awaits their commit acks."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        subject: str,
+        producer_id: str,
+        options: PublisherOptions,
+        position_header: str,
+        producer_header: str,
+    ) -> None:
+        self.conn = conn
+        self.subject = subject
+        self._subject_bytes = check_subject(subject)
+        self.producer_id = producer_id
+        self.options = options
+        self._pos_header = position_header
+        self._producer_header = producer_header
+        self._inbox = ""
+        self._sub: Any = None
+        self._futures: dict[str, asyncio.Future[bytes]] = {}
+        self._token = 0
+        self.attempts = 0
+
+    async def start(self) -> None:
+        """Subscribe to the commit-ack inbox."""
+        if self._sub is not None:
+            return
+        nc: Any = self.conn.nc
+        self._inbox = nc.new_inbox()
+        self._sub = await nc.subscribe(self._inbox + ".*", cb=self._on_reply)
+
+    async def close(self) -> None:
+        """Unsubscribe; outstanding waits fail."""
+        if self._sub is not None:
+            try:
+                await self._sub.unsubscribe()
+            except Exception:
+                pass
+            self._sub = None
+
+    async def _on_reply(self, msg: Any) -> None:
+        future = self._futures.pop(msg.subject.rsplit(".", 1)[-1], None)
+        if future is not None and not future.done():
+            future.set_result(msg.data)
+
+    def _frames(self, records: list[BatchRecord], expected_seq: int, reply: str) -> bytes:
+        batch_id = secrets.token_hex(16)
+        frames = []
+        last = len(records)
+        for index, (position, data, headers) in enumerate(records, start=1):
+            expect = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(index)}
+            if index == 1:
+                expect["Nats-Expected-Last-Subject-Sequence"] = str(expected_seq)
+            if index == last:
+                expect["Nats-Batch-Commit"] = "1"
+            extra = {self._pos_header: str(position), self._producer_header: self.producer_id}
+            if headers:
+                extra = {**headers, **extra}
+            hdr = build_headers(f"{self.producer_id}:{position}", extra, expect)
+            target = b"%b %b" % (self._subject_bytes, reply.encode()) if index == last else None
+            frames.append(
+                b"HPUB %b %d %d\r\n%b%b\r\n"
+                % (target or self._subject_bytes, len(hdr), len(hdr) + len(data), hdr, data)
+            )
+        return b"".join(frames)
+
+    async def send(self, records: list[BatchRecord], expected_seq: int) -> int:
+        """Store ``records`` atomically after ``expected_seq``; return the last stream sequence.
+
+        Raises:
+            WrongLastSequence: the subject's last message is not ``expected_seq``
+                (another writer, or an earlier attempt of this batch committed).
+            JetStreamError: err_code 10201, the batch repeats stored msg ids (same
+                two causes, inside the duplicate window).
+            JetStreamError: any other rejection.
+            PublishFailed: no commit ack after ``max_attempts`` attempts.
+        """
+        opts = self.options
+        nc: Any = self.conn.nc
+        for attempt in range(1, opts.max_attempts + 1):
+            if attempt > 1:
+                await asyncio.sleep(opts.backoff(attempt))
+            self.attempts += 1
+            self._token += 1
+            token = str(self._token)
+            future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+            self._futures[token] = future
+            payload = self._frames(records, expected_seq, f"{self._inbox}.{token}")
+            try:
+                await nc._send_command(payload)
+                await nc._flush_pending()
+            except Exception as exc:
+                self._futures.pop(token, None)
+                raise translate_error(exc, what=f"batch publish to {self.subject!r}") from exc
+            try:
+                data = await asyncio.wait_for(future, opts.ack_timeout)
+            except TimeoutError:
+                self._futures.pop(token, None)
+                log.debug("no commit ack for a batch on %s (attempt %d)", self.subject, attempt)
+                continue
+            if not data:
+                # Only the 503 no-responders status comes without a JSON body.
+                raise StreamNotFound(f"no stream listens on subject {self.subject!r}", code=503)
+            try:
+                response = orjson.loads(data)
+            except orjson.JSONDecodeError as exc:
+                raise JetStreamError(f"malformed batch commit ack: {data!r}") from exc
+            if "error" in response:
+                raise jetstream_error(response["error"])
+            if int(response.get("count", -1)) != len(records):
+                raise JetStreamError(
+                    f"batch commit stored {response.get('count')} of {len(records)}"
+                )
+            return int(response["seq"])
+        first, last = records[0][0], records[-1][0]
+        raise PublishFailed(
+            f"no commit ack for positions {first}..{last} on {self.subject!r} after "
+            f"{opts.max_attempts} attempts; restart the session (start() reads what is stored)",
+            msg_id=f"{self.producer_id}:{last}",
+            attempts=opts.max_attempts,
+        )

@@ -1,0 +1,572 @@
+"""Pipelined, exactly-once JetStream publishing.
+
+A :class:`Publisher` sends every message with a deterministic ``Nats-Msg-Id``
+and returns a future for its PubAck without waiting for it. Unacknowledged
+messages are re-sent with the same msg id (after an ack timeout or a
+reconnect) until ``max_attempts`` is exhausted, so within the stream's
+``duplicate_window`` a retry can never store a message twice; ``start()``
+checks that the retry horizon fits inside that window.
+
+Example::
+
+    async with Publisher(conn, PublisherOptions(stream="ORDERS")) as pub:
+        for order in orders:
+            await pub.publish(f"orders.{order.region}", order.raw, msg_id=order.id)
+        await pub.flush()
+    print(pub.stats)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from ._connection import Connection, translate_error
+from ._errors import (
+    ConfigError,
+    JetStreamError,
+    MessageTooLarge,
+    OperationTimeout,
+    PublishError,
+    PublishFailed,
+    StreamNotFound,
+    TooManyInflight,
+    jetstream_error,
+)
+from ._pubtypes import KeyFunction, PubAck, PublisherOptions, PublisherStats
+from ._pubwire import (
+    Pending,
+    check_header_value,
+    check_subject,
+    conditional_headers,
+    install_reply_hook,
+    remove_reply_hook,
+)
+
+__all__ = ["KeyFunction", "PubAck", "Publisher", "PublisherOptions", "PublisherStats"]
+
+log = logging.getLogger("oncestream.publisher")
+
+# Write to the socket once this much is queued, even before the loop yields.
+_WRITE_BATCH_BYTES = 64 * 1024
+# One HPUB frame: subject, reply inbox + token, header length, total length, headers, data.
+_HPUB = b"HPUB %b %b%d %d %d\r\n%b%b\r\n"
+# The common case (only a msg id header) formatted in one step.
+_HPUB_ID_ONLY = b"HPUB %b %b%d %d %d\r\nNATS/1.0\r\nNats-Msg-Id: %b\r\n\r\n%b\r\n"
+_ID_ONLY_HEADER_LEN = len(b"NATS/1.0\r\nNats-Msg-Id: \r\n\r\n")
+# Tokens of retried messages remembered to count the acks of their extra copies.
+_LATE_TOKENS = 100_000
+
+
+_new_object = object.__new__
+_Future = asyncio.Future
+# Deadlines use the clock of asyncio's default loop, without the method call.
+_monotonic = time.monotonic
+
+
+async def _ignore_msg(_msg: Any) -> None:
+    """Replies never reach nats-py's queue: the reply hook consumes them."""
+
+
+class Publisher:
+    """Publishes to JetStream with pipelined acks, deterministic msg ids and retries.
+
+    Args:
+        conn: an open :class:`Connection` (not closed by the Publisher).
+        options: pipelining and retry settings.
+        key_fn: ``key_fn(subject, data, headers) -> str`` computes the msg id
+            when ``publish()`` gets none (e.g. a hash of a record key).
+
+    Example::
+
+        pub = Publisher(conn, PublisherOptions(stream="ORDERS"))
+        await pub.start()
+        fut = await pub.publish("orders.eu", b"...", msg_id="order-17")
+        ack = await fut
+        await pub.close()
+    """
+
+    def __init__(
+        self,
+        conn: Connection,
+        options: PublisherOptions | None = None,
+        *,
+        key_fn: KeyFunction | None = None,
+    ) -> None:
+        self.conn = conn
+        self.options = options or PublisherOptions()
+        self._key_fn = key_fn
+        self._nc: Any = conn.nc
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started = False
+        self._closed = False
+        self._sid = 0
+        self._inbox = b""
+        self._inbox_len = 0
+        self._token = 0
+        self._pending: dict[int, Pending] = {}
+        self._waiting: dict[int, Pending] = {}
+        self._late: dict[int, None] = {}
+        self._inflight = 0
+        self._max_inflight = self.options.max_inflight
+        self._wake_at = max(0, self._max_inflight - max(1, self._max_inflight // 8))
+        self._permit_waiters: list[asyncio.Future[None]] = []
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._out: list[bytes] = []
+        self._out_size = 0
+        self._write_scheduled = False
+        self._subjects: dict[str, bytes] = {}
+        self._failures: list[asyncio.Future[PubAck]] = []
+        self._ticker: asyncio.Task[None] | None = None
+        self._sent = self._acked = self._duplicates = self._retried = self._failed = 0
+        self._max_payload = 0
+        self._ack_timeout = self.options.ack_timeout
+        self.duplicate_window: float | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Check the stream (window guard) and subscribe to the reply inbox.
+
+        Raises:
+            StreamNotFound: ``options.stream`` does not exist.
+            ConfigError: the retry horizon exceeds the stream's duplicate window.
+        """
+        if self._started:
+            return
+        if self._closed:
+            raise PublishError("this Publisher is closed")
+        opts = self.options
+        if opts.stream is not None:
+            info = await self.conn.stream_info(opts.stream)
+            window = int(info.get("config", {}).get("duplicate_window") or 0) / 1e9
+            self.duplicate_window = window
+            if opts.check_window:
+                opts.check_window_fits(opts.stream, window)
+        self._loop = asyncio.get_running_loop()
+        nc = self._nc
+        self._max_payload = int(nc.max_payload)
+        inbox = nc.new_inbox() + "."
+        sub = await nc.subscribe(inbox + "*", cb=_ignore_msg)
+        self._sid = sub._id
+        self._sub = sub
+        self._inbox = inbox.encode()
+        self._inbox_len = len(self._inbox)
+        install_reply_hook(nc, self._sid, self._on_reply)
+        try:
+            # The server must know the reply subscription before the first ack.
+            await nc.flush(timeout=self.conn.options.request_timeout)
+        except Exception as exc:
+            raise translate_error(exc, what="publisher start") from exc
+        self.conn.on_reconnect(self._on_reconnect)
+        self._ticker = asyncio.create_task(self._tick(), name="oncestream-publisher-ticker")
+        self._started = True
+
+    async def close(self) -> None:
+        """Flush, then stop the ticker and unsubscribe (the connection stays open).
+
+        Raises:
+            PublishError: (or a JetStreamError) as :meth:`flush` does.
+        """
+        if self._closed:
+            return
+        try:
+            if self._started:
+                await self.flush()
+        finally:
+            self._closed = True
+            self._started = False
+            if self._ticker is not None:
+                self._ticker.cancel()
+                try:
+                    await self._ticker
+                except asyncio.CancelledError:
+                    pass
+                self._ticker = None
+            listeners = getattr(self.conn, "_reconnect_listeners", None)
+            if isinstance(listeners, list) and self._on_reconnect in listeners:
+                # A long-lived connection outlives many Publishers (one per Spark task).
+                listeners.remove(self._on_reconnect)
+            if self._sid:
+                remove_reply_hook(self._nc, self._sid)
+                try:
+                    await self._sub.unsubscribe()
+                except Exception:
+                    pass
+            self._abandon(PublishError("the Publisher was closed before the PubAck arrived"))
+
+    async def __aenter__(self) -> Publisher:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            await self.close()
+            return
+        try:
+            await self.close()
+        except (PublishError, JetStreamError) as close_exc:
+            log.warning("publisher close after an error: %s", close_exc)
+
+    # ------------------------------------------------------------------ publishing
+
+    @property
+    def stats(self) -> PublisherStats:
+        """A snapshot of the counters."""
+        return PublisherStats(
+            sent=self._sent,
+            acked=self._acked,
+            duplicates=self._duplicates,
+            retried=self._retried,
+            failed=self._failed,
+        )
+
+    @property
+    def inflight(self) -> int:
+        """Publishes whose PubAck is still outstanding."""
+        return self._inflight
+
+    async def publish(
+        self,
+        subject: str,
+        data: bytes,
+        *,
+        msg_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        expected_stream: str | None = None,
+        expected_last_seq: int | None = None,
+        expected_last_subject_seq: int | None = None,
+        expected_last_msg_id: str | None = None,
+    ) -> asyncio.Future[PubAck]:
+        """Send one message and return the future of its :class:`PubAck`.
+
+        Returns as soon as the message is queued for the socket; await the
+        future (or :meth:`flush`) for the ack.
+
+        Raises:
+            ConfigError: no ``msg_id`` and no ``key_fn``; an invalid subject or header.
+            MessageTooLarge: headers + data exceed the server's max_payload.
+            TooManyInflight: fail-fast mode and ``max_inflight`` acks outstanding.
+            PublishError: the Publisher is closed.
+
+        The returned future fails with :class:`PublishFailed` after
+        ``max_attempts`` unacknowledged sends, or with the typed
+        :class:`JetStreamError` the server answered (e.g. ``WrongLastSequence``).
+        """
+        if not self._started:
+            await self.start()
+        if msg_id is None:
+            if self._key_fn is None:
+                raise ConfigError(
+                    f"publish to {subject!r} without msg_id: exactly-once needs a deterministic "
+                    "msg id per message (pass msg_id= or configure key_fn)"
+                )
+            msg_id = self._key_fn(subject, data, headers)
+        if type(msg_id) is not str:
+            raise ConfigError(f"msg_id must be a str, got {type(msg_id).__name__} {msg_id!r}")
+        subject_bytes = self._subjects.get(subject)
+        if subject_bytes is None:
+            subject_bytes = self._check_subject(subject)
+        if (
+            headers is None
+            and expected_stream is None
+            and expected_last_seq is None
+            and expected_last_subject_seq is None
+            and expected_last_msg_id is None
+        ):
+            if not msg_id or "\n" in msg_id or "\r" in msg_id:
+                check_header_value("Nats-Msg-Id", msg_id)
+            id_bytes = msg_id.encode()
+            hdr = None
+            hdr_len = _ID_ONLY_HEADER_LEN + len(id_bytes)
+        else:
+            hdr = conditional_headers(
+                msg_id,
+                headers,
+                expected_stream=expected_stream,
+                expected_last_seq=expected_last_seq,
+                expected_last_subject_seq=expected_last_subject_seq,
+                expected_last_msg_id=expected_last_msg_id,
+            )
+            hdr_len = len(hdr)
+        size = hdr_len + len(data)
+        if size > self._max_payload:
+            raise MessageTooLarge(
+                f"message {msg_id!r} to {subject!r} is {size} bytes with headers, above the "
+                f"server's max_payload of {self._max_payload} bytes",
+                code=413,
+            )
+        if self._inflight >= self._max_inflight:
+            if not self.options.backpressure:
+                raise TooManyInflight(
+                    f"{self._inflight} publishes are awaiting a PubAck (max_inflight="
+                    f"{self._max_inflight}); flush() or use backpressure=True"
+                )
+            await self._wait_permit()
+        if self._closed:
+            raise PublishError("this Publisher is closed")
+        if self._inflight == 0:
+            self._idle.clear()
+        self._inflight += 1
+        self._token = token = self._token + 1
+        if hdr is None:
+            cmd = _HPUB_ID_ONLY % (subject_bytes, self._inbox, token, hdr_len, size, id_bytes, data)
+        else:
+            cmd = _HPUB % (subject_bytes, self._inbox, token, hdr_len, size, hdr, data)
+        future: asyncio.Future[PubAck] = _Future(loop=self._loop)
+        self._pending[token] = Pending(
+            cmd, future, msg_id, subject, _monotonic() + self._ack_timeout
+        )
+        self._sent += 1
+        self._out.append(cmd)
+        self._out_size += len(cmd)
+        if self._out_size >= _WRITE_BATCH_BYTES:
+            self._write_out()
+        elif not self._write_scheduled:
+            self._write_scheduled = True
+            self._loop.call_soon(self._write_out)  # type: ignore[union-attr]
+        return future
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until every pending publish is acknowledged or has failed.
+
+        Raises:
+            OperationTimeout: acks still outstanding after ``timeout`` seconds.
+            PublishError: (``PublishFailed``) or the typed :class:`JetStreamError`
+                of the first failure since the previous flush whose future nobody
+                retrieved; a note gives the number of such failures.
+        """
+        self._write_out()
+        if self._inflight:
+            try:
+                await asyncio.wait_for(self._idle.wait(), timeout)
+            except TimeoutError:
+                raise OperationTimeout(
+                    f"flush: {self._inflight} publishes still unacknowledged after {timeout}s"
+                ) from None
+        # Let tasks awaiting the failed futures run first, so they own their errors.
+        await asyncio.sleep(0)
+        failures, self._failures = self._failures, []
+        unclaimed: list[BaseException] = []
+        for future in failures:
+            claimed = not getattr(future, "_log_traceback", True)
+            exc = future.exception() if not future.cancelled() else None
+            if exc is not None and not claimed:
+                unclaimed.append(exc)
+        if unclaimed:
+            first = unclaimed[0]
+            if len(unclaimed) > 1:
+                first.add_note(f"{len(unclaimed)} publishes failed since the previous flush")
+            raise first
+
+    # ------------------------------------------------------------------ internals
+
+    def _check_subject(self, subject: str) -> bytes:
+        encoded = check_subject(subject)
+        if len(self._subjects) < 10_000:
+            self._subjects[subject] = encoded
+        return encoded
+
+    async def _wait_permit(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        while self._inflight >= self._max_inflight and not self._closed:
+            # The queued bytes must reach the server, or no ack will free a permit.
+            self._write_out()
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._permit_waiters.append(waiter)
+            await waiter
+
+    def _write_out(self) -> None:
+        self._write_scheduled = False
+        if not self._out:
+            return
+        out, self._out, self._out_size = self._out, [], 0
+        nc = self._nc
+        if not nc.is_connected or nc._transport is None:
+            # Not sent now: the reconnect handler re-sends everything pending.
+            return
+        try:
+            nc._transport.writelines(out)
+        except Exception as exc:
+            log.debug("publisher write failed (will retry after reconnect): %s", exc)
+
+    def _release(self) -> None:
+        self._inflight -= 1
+        if self._inflight == 0:
+            self._idle.set()
+        if self._permit_waiters and self._inflight <= self._wake_at:
+            waiters, self._permit_waiters = self._permit_waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    def _on_reply(self, subject: bytes, data: bytes, headers: bytes | None) -> None:
+        try:
+            token = int(subject[self._inbox_len :])
+        except ValueError:
+            return
+        entry = self._pending.pop(token, None)
+        if entry is None:
+            entry = self._waiting.pop(token, None)
+            if entry is None:
+                if token in self._late and b"duplicate" in data:
+                    self._count_late_duplicate(data)
+                return
+        if headers is not None and headers[9:12] == b"503":
+            self._fail(
+                entry,
+                StreamNotFound(
+                    f"no stream listens on subject {entry.subject!r} (no responders)", code=503
+                ),
+            )
+            return
+        try:
+            response = orjson.loads(data)
+            error = response.get("error")
+            if error is None:
+                # The same instance the frozen __init__ builds, at a third of the
+                # cost of its four object.__setattr__ calls (one ack per message).
+                ack = _new_object(PubAck)
+                fields = ack.__dict__
+                fields["stream"] = response["stream"]
+                fields["seq"] = response["seq"]
+                fields["duplicate"] = response.get("duplicate", False)
+                fields["domain"] = response.get("domain")
+        except (orjson.JSONDecodeError, KeyError, AttributeError, TypeError):
+            self._fail(entry, JetStreamError(f"malformed PubAck for {entry.msg_id!r}: {data!r}"))
+            return
+        if error is not None:
+            exc = jetstream_error(error)
+            if entry.attempts > 1:
+                # Expectations are checked before msg-id de-duplication: a re-sent
+                # conditional publish whose original was stored fails this way.
+                exc.add_note(
+                    f"msg id {entry.msg_id!r} was sent {entry.attempts} times; an earlier "
+                    "attempt may have been stored (the server checks Nats-Expected-* headers "
+                    "before de-duplicating)"
+                )
+            self._fail(entry, exc)
+            return
+        self._acked += 1
+        if ack.duplicate:
+            self._duplicates += 1
+        if entry.attempts > 1:
+            self._remember_late(token)
+        future = entry.future
+        if not future.done():
+            future.set_result(ack)
+        self._release()
+
+    def _count_late_duplicate(self, data: bytes) -> None:
+        try:
+            if orjson.loads(data).get("duplicate"):
+                self._duplicates += 1
+        except (orjson.JSONDecodeError, AttributeError):
+            pass
+
+    def _remember_late(self, token: int) -> None:
+        late = self._late
+        late[token] = None
+        if len(late) > _LATE_TOKENS:
+            del late[next(iter(late))]
+
+    def _fail(self, entry: Pending, exc: BaseException) -> None:
+        self._failed += 1
+        future = entry.future
+        if not future.done():
+            future.set_exception(exc)
+            self._failures.append(future)
+        self._release()
+
+    def _give_up(self, entry: Pending) -> None:
+        self._fail(
+            entry,
+            PublishFailed(
+                f"no PubAck for msg id {entry.msg_id!r} on {entry.subject!r} after "
+                f"{entry.attempts} attempts (ack_timeout={self.options.ack_timeout:g}s); "
+                "it may or may not be stored: re-publish it with the same msg id inside "
+                "the duplicate window",
+                msg_id=entry.msg_id,
+                attempts=entry.attempts,
+            ),
+        )
+
+    def _resend(self, token: int, entry: Pending, now: float) -> None:
+        entry.attempts += 1
+        entry.deadline = now + self.options.ack_timeout
+        self._pending[token] = entry
+        self._retried += 1
+        self._out.append(entry.cmd)
+        self._out_size += len(entry.cmd)
+
+    def _check_timeouts(self) -> None:
+        now = _monotonic()
+        opts = self.options
+        expired: list[int] = []
+        # _pending is in send order and every send uses the same ack_timeout,
+        # so deadlines are ascending: stop at the first one still running.
+        for token, entry in self._pending.items():
+            if entry.deadline > now:
+                break
+            expired.append(token)
+        for token in expired:
+            entry = self._pending.pop(token)
+            if entry.attempts >= opts.max_attempts:
+                self._give_up(entry)
+            else:
+                entry.deadline = now + opts.backoff(entry.attempts + 1)
+                self._waiting[token] = entry
+        if self._waiting:
+            due = sorted(t for t, e in self._waiting.items() if e.deadline <= now)
+            for token in due:
+                self._resend(token, self._waiting.pop(token), now)
+            if due:
+                log.debug("publisher re-sent %d unacknowledged messages", len(due))
+                self._write_out()
+
+    async def _tick(self) -> None:
+        opts = self.options
+        interval = min(opts.ack_timeout / 4, 0.25)
+        shortest = min(opts.retry_backoff)
+        if shortest > 0:
+            interval = min(interval, shortest / 2)
+        interval = max(interval, 0.005)
+        while True:
+            await asyncio.sleep(interval)
+            if self._pending or self._waiting:
+                self._check_timeouts()
+
+    async def _on_reconnect(self) -> None:
+        if self._closed or not self._started:
+            return
+        now = _monotonic()
+        self._max_payload = int(self._nc.max_payload)
+        entries = sorted({**self._pending, **self._waiting}.items())
+        self._pending.clear()
+        self._waiting.clear()
+        # Acks of the old connection are lost; re-send in the original order.
+        for token, entry in entries:
+            if entry.attempts >= self.options.max_attempts:
+                self._give_up(entry)
+            else:
+                self._resend(token, entry, now)
+        if entries:
+            log.info("publisher re-sent %d messages after a reconnect", len(entries))
+        self._write_out()
+
+    def _abandon(self, exc: PublishError) -> None:
+        for entry in [*self._pending.values(), *self._waiting.values()]:
+            self._fail(entry, exc)
+        self._pending.clear()
+        self._waiting.clear()
+        for waiter in self._permit_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._permit_waiters = []
