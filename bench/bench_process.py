@@ -1,0 +1,130 @@
+"""Exactly-once processing vs naive nats-py consumers (group "process").
+
+Same run, same fresh server, one stream of 128-byte messages, a fresh durable
+pull consumer per case:
+
+- nats-py ``fetch(500)`` + ``ack_sync()`` per message (the naive "double ack"
+  exactly-once recipe; measured over fewer messages to keep it short), baseline;
+- nats-py ``fetch(500)`` + ``ack()`` (at-least-once, for scale), baseline;
+- oncestream ``Processor`` + ``SQLiteLedger`` (default FULL sync) with a handler
+  inserting one row per message into a temp-file database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import PAYLOAD_128, fresh_server, report
+
+from oncestream import (
+    ConnectOptions,
+    Processor,
+    ProcessorOptions,
+    SQLiteLedger,
+    connect,
+)
+from oncestream.streams import StreamSpec, ensure_stream
+
+TOTAL = int(os.environ.get("BENCH_PROCESS_MESSAGES", "100000"))
+ACK_SYNC_MESSAGES = int(os.environ.get("BENCH_PROCESS_ACK_SYNC_MESSAGES", "15000"))
+GROUP = "process"
+
+
+async def publish(conn, count: int) -> None:  # type: ignore[no-untyped-def]
+    js = conn.nc.jetstream()
+    window = []
+    for _ in range(count):
+        window.append(await js.publish_async("bench.p", PAYLOAD_128))
+        if len(window) >= 2000:
+            await asyncio.gather(*window)
+            window.clear()
+    await asyncio.gather(*window)
+
+
+async def naive(conn, durable: str, count: int, sync: bool) -> float:  # type: ignore[no-untyped-def]
+    js = conn.nc.jetstream()
+    sub = await js.pull_subscribe("bench.p", durable=durable, stream="BENCH")
+    done = 0
+    started = time.perf_counter()
+    while done < count:
+        msgs = await sub.fetch(min(500, count - done), timeout=5)
+        for msg in msgs:
+            if sync:
+                await msg.ack_sync()
+            else:
+                await msg.ack()
+        done += len(msgs)
+    await conn.nc.flush()
+    elapsed = time.perf_counter() - started
+    await sub.unsubscribe()
+    return count / elapsed
+
+
+def insert_row(msg, tx) -> None:  # type: ignore[no-untyped-def]
+    tx.execute("INSERT INTO effects (body) VALUES (?)", (msg.data,))
+
+
+async def processor(conn, count: int, work: Path) -> tuple[float, int]:  # type: ignore[no-untyped-def]
+    db = work / "effects.db"
+    ledger = SQLiteLedger(db)
+    ledger.open()
+    ledger.connection.execute("CREATE TABLE effects (id INTEGER PRIMARY KEY, body BLOB)")
+    proc = Processor(
+        conn,
+        "BENCH",
+        "oncestream",
+        insert_row,
+        ledger=ledger,
+        options=ProcessorOptions(batch=500, prune_interval=0),
+    )
+    started = time.perf_counter()
+    task = asyncio.create_task(proc.run())
+    await proc.wait_until(lambda s: s.applied + s.suppressed >= count, timeout=300)
+    elapsed = time.perf_counter() - started
+    await proc.stop()
+    await task
+    rows = sqlite3.connect(db).execute("SELECT count(*) FROM effects").fetchone()[0]
+    return count / elapsed, int(rows)
+
+
+async def main() -> None:
+    server = fresh_server()
+    work = Path(tempfile.mkdtemp(prefix="bench-process-"))
+    try:
+        conn = await connect(ConnectOptions(servers=(server.url,)))
+        await ensure_stream(conn, StreamSpec(name="BENCH", subjects=("bench.>",)))
+        await publish(conn, TOTAL)
+        rate = await naive(conn, "naive_ack_sync", ACK_SYNC_MESSAGES, sync=True)
+        report(
+            GROUP, "nats-py fetch(500)+ack_sync", rate, baseline=True, messages=ACK_SYNC_MESSAGES
+        )
+        rate = await naive(conn, "naive_ack", TOTAL, sync=False)
+        report(GROUP, "nats-py fetch(500)+ack", rate, baseline=True, messages=TOTAL)
+        rate, rows = await processor(conn, TOTAL, work)
+        if rows != TOTAL:
+            raise SystemExit(f"processor applied {rows} rows, expected {TOTAL}")
+        report(
+            GROUP,
+            "oncestream Processor+SQLite ledger",
+            rate,
+            messages=TOTAL,
+            notes="handler inserts one row per message; synchronous=FULL",
+        )
+        await conn.close()
+    finally:
+        server.close()
+        for path in work.glob("*"):
+            path.unlink()
+        work.rmdir()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

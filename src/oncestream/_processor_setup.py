@@ -1,0 +1,233 @@
+"""Options, counters and consumer set-up of the :class:`~oncestream.Processor`."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._connection import Connection
+from ._errors import ConfigError, ConsumerNotFound, JetStreamError
+from ._options import parse_duration, parse_positive_int
+from .pull import PullOptions
+
+__all__ = ["FloorHistory", "ProcessorOptions", "ProcessorStats", "setup_consumer"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcessorOptions:
+    """How a :class:`Processor` pulls, retries and acknowledges.
+
+    Args:
+        batch: messages per pull request and per ledger transaction.
+        max_bytes: byte cap per pull request (0 = none).
+        expires: seconds a pull request lives on the server.
+        idle_heartbeat: pull heartbeat in seconds (default ``min(expires/2, 30)``).
+        ack_wait: the consumer's ack wait when the Processor creates it (or binds).
+        max_deliver: handler attempts before a message is dead-lettered.
+        backoff: nak delays in seconds after the 1st, 2nd, ... failure (the last repeats).
+        dead_letter_stream: stream that receives dead letters (created if absent,
+            unless ``bind``); None keeps retrying failed messages with the last delay.
+        dead_letter_subject: subject for dead letters (default ``<dead_letter_stream>.<stream>``).
+        filter_subject: consumer filter (validated against an existing consumer).
+        bind: use the consumer as it is: no STREAM/CONSUMER API calls at all (for
+            cross-account setups that only import ``CONSUMER.MSG.NEXT`` and acks).
+        create: create the consumer when it does not exist.
+        double_ack: confirm the ack of each batch's last message with the server.
+        double_ack_timeout: seconds per confirmation attempt.
+        double_ack_attempts: confirmation attempts before giving up (logged; the
+            ledger still prevents a second application).
+        prune_interval: seconds between ledger pruning rounds (0 = never).
+        prune_grace: only prune up to the ack floor observed at least this long ago.
+        prune_limit: rows deleted per pruning round at most.
+        max_ack_pending: the consumer's max_ack_pending when created.
+
+    Raises:
+        ConfigError: naming the bad value.
+    """
+
+    batch: int = 500
+    max_bytes: int = 0
+    expires: float = 30.0
+    idle_heartbeat: float | None = None
+    ack_wait: float = 30.0
+    max_deliver: int = 5
+    backoff: tuple[float, ...] = (1.0, 5.0, 30.0)
+    dead_letter_stream: str | None = None
+    dead_letter_subject: str | None = None
+    filter_subject: str | None = None
+    bind: bool = False
+    create: bool = True
+    double_ack: bool = True
+    double_ack_timeout: float = 1.0
+    double_ack_attempts: int = 5
+    prune_interval: float = 30.0
+    prune_grace: float = 120.0
+    prune_limit: int = 10_000
+    max_ack_pending: int = 10_000
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "max_deliver", "double_ack_attempts", "prune_limit"):
+            object.__setattr__(self, name, parse_positive_int(name, getattr(self, name)))
+        object.__setattr__(
+            self, "max_ack_pending", parse_positive_int("max_ack_pending", self.max_ack_pending)
+        )
+        for name in ("ack_wait", "double_ack_timeout", "prune_interval", "prune_grace"):
+            object.__setattr__(self, name, parse_duration(name, getattr(self, name)))
+        if self.ack_wait < 1:
+            raise ConfigError(f"ack_wait must be at least 1s, got {self.ack_wait!r}")
+        backoff = tuple(parse_duration("backoff", b) for b in self.backoff)
+        if not backoff:
+            raise ConfigError("backoff must list at least one delay, got ()")
+        object.__setattr__(self, "backoff", backoff)
+        if self.max_ack_pending < self.batch:
+            raise ConfigError(
+                f"max_ack_pending ({self.max_ack_pending}) must be >= batch ({self.batch})"
+            )
+        if self.dead_letter_subject and not self.dead_letter_stream:
+            raise ConfigError("dead_letter_subject needs dead_letter_stream")
+        # Validates batch/expires/heartbeat together.
+        self.pull_options()
+
+    def pull_options(self) -> PullOptions:
+        """The continuous-pull settings derived from these options."""
+        return PullOptions(
+            batch=self.batch,
+            max_bytes=self.max_bytes,
+            expires=self.expires,
+            idle_heartbeat=self.idle_heartbeat,
+        )
+
+
+@dataclass
+class ProcessorStats:
+    """Counters of a running :class:`Processor`."""
+
+    applied: int = 0
+    suppressed: int = 0
+    failed: int = 0
+    dead_lettered: int = 0
+    batches: int = 0
+    double_acks: int = 0
+    double_ack_failures: int = 0
+    ledger_errors: int = 0
+    heartbeat_errors: int = 0
+    pruned: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The counters plus ``elapsed`` seconds and ``rate`` (applied per second)."""
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        data = {k: v for k, v in self.__dict__.items() if k != "started"}
+        data["elapsed"] = round(elapsed, 3)
+        data["rate"] = round(self.applied / elapsed, 1)
+        return data
+
+
+async def setup_consumer(
+    conn: Connection, stream: str, consumer: str, opts: ProcessorOptions
+) -> float:
+    """Create or validate the durable consumer (and the DLQ stream); return its ack wait."""
+    if opts.bind:
+        return opts.ack_wait
+    try:
+        info = await conn.consumer_info(stream, consumer)
+    except ConsumerNotFound:
+        if not opts.create:
+            raise
+        info = await _create_consumer(conn, stream, consumer, opts)
+    _validate_consumer(info.get("config", {}), stream, consumer, opts)
+    ack_wait = float(info.get("config", {}).get("ack_wait", opts.ack_wait * 1e9)) / 1e9
+    if opts.dead_letter_stream:
+        await _ensure_dlq_stream(conn, opts.dead_letter_stream)
+    return ack_wait
+
+
+async def _create_consumer(
+    conn: Connection, stream: str, consumer: str, opts: ProcessorOptions
+) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "durable_name": consumer,
+        "ack_policy": "explicit",
+        "deliver_policy": "all",
+        "ack_wait": int(opts.ack_wait * 1e9),
+        # Unlimited: the Processor dead-letters at max_deliver itself, so a
+        # crash during the last attempt cannot strand a message.
+        "max_deliver": -1,
+        "max_ack_pending": opts.max_ack_pending,
+        "max_waiting": 512,
+    }
+    if opts.filter_subject:
+        config["filter_subject"] = opts.filter_subject
+    payload = {"stream_name": stream, "config": config, "action": "create"}
+    try:
+        return await conn.api(f"CONSUMER.CREATE.{stream}.{consumer}", payload)
+    except JetStreamError as exc:
+        if exc.err_code == 10148:  # created concurrently by another instance
+            return await conn.consumer_info(stream, consumer)
+        raise
+
+
+def _validate_consumer(
+    config: dict[str, Any], stream: str, consumer: str, opts: ProcessorOptions
+) -> None:
+    where = f"consumer {stream}/{consumer}"
+    if config.get("deliver_subject"):
+        raise ConfigError(f"{where} is a push consumer; the Processor needs a pull consumer")
+    if config.get("ack_policy") != "explicit":
+        raise ConfigError(
+            f"{where} has ack_policy {config.get('ack_policy')!r}; the Processor needs 'explicit'"
+        )
+    max_deliver = int(config.get("max_deliver", -1) or -1)
+    if 0 < max_deliver <= opts.max_deliver and opts.dead_letter_stream:
+        raise ConfigError(
+            f"{where} has max_deliver {max_deliver}; with a dead-letter stream it must be "
+            f"-1 or > the Processor's max_deliver ({opts.max_deliver}), otherwise "
+            f"the server stops redelivering before the message is dead-lettered"
+        )
+    wanted = opts.filter_subject
+    if wanted:
+        filters = [config.get("filter_subject")] if config.get("filter_subject") else []
+        filters += config.get("filter_subjects") or []
+        if filters != [wanted]:
+            raise ConfigError(f"{where} filters {filters or 'nothing'}; expected [{wanted!r}]")
+
+
+async def _ensure_dlq_stream(conn: Connection, name: str) -> None:
+    try:
+        await conn.stream_info(name)
+    except JetStreamError as exc:
+        if exc.err_code != 10059:
+            raise
+        await conn.add_stream(
+            {
+                "name": name,
+                "subjects": [f"{name}.>"],
+                "storage": "file",
+                "duplicate_window": int(120e9),
+            }
+        )
+
+
+class FloorHistory:
+    """Ack floors seen over time; what may be pruned is the floor seen ``grace`` seconds ago.
+
+    A redelivered copy of a message can only exist if it was delivered before
+    the ack floor passed it, and it may still sit in another instance's buffer
+    for a while: pruning up to an older floor leaves that copy its ledger row.
+    """
+
+    def __init__(self, grace: float) -> None:
+        self.grace = grace
+        self._samples: list[tuple[float, int]] = []
+
+    def prunable(self, floor: int, now: float) -> int:
+        """Record ``floor`` observed at ``now``; return the sequence to prune up to (0 = none)."""
+        self._samples.append((now, floor))
+        old = [f for t, f in self._samples if now - t >= self.grace]
+        self._samples = [(t, f) for t, f in self._samples if now - t < self.grace]
+        if not old:
+            return 0
+        # Keep the newest old-enough floor: it stays valid for the next rounds.
+        self._samples.insert(0, (now - self.grace, old[-1]))
+        return old[-1]

@@ -1,0 +1,168 @@
+"""`oncestream process`: run an exactly-once worker (like ``celery -A`` / ``faust worker``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import signal
+import sys
+from typing import Any
+
+import typer
+
+from .._connection import connect
+from .._errors import ConfigError
+from .._options import parse_duration
+from ..ledger import ledger_from_url
+from ..processor import Handler, Processor, ProcessorOptions, ProcessorStats
+from ._app import app, run_async
+from ._connect_flags import (
+    ApiPrefixFlag,
+    CredsFlag,
+    DomainFlag,
+    NkeySeedFlag,
+    PasswordFlag,
+    ServerFlag,
+    TlsCaFlag,
+    TlsCertFlag,
+    TlsKeyFlag,
+    TokenFlag,
+    UserFlag,
+    connect_options,
+)
+
+log = logging.getLogger("oncestream.cli.process")
+
+
+def load_handler(path: str) -> Handler:
+    """Import ``module:function`` (the current directory is importable).
+
+    Raises:
+        ConfigError: the path is malformed, the module cannot be imported, or
+            the attribute is missing or not callable.
+    """
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"--handler must be module:function, got {path!r}")
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ConfigError(f"--handler {path!r}: cannot import {module_name!r}: {exc}") from exc
+    target: Any = module
+    for part in attr.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise ConfigError(f"--handler {path!r}: {module_name!r} has no attribute {attr!r}")
+    if not callable(target):
+        raise ConfigError(f"--handler {path!r} is not callable")
+    handler: Handler = target
+    return handler
+
+
+def summary(stats: ProcessorStats) -> str:
+    """The one-line progress summary."""
+    data = stats.as_dict()
+    return (
+        f"applied={data['applied']} suppressed={data['suppressed']} failed={data['failed']} "
+        f"dead_lettered={data['dead_lettered']} rate={data['rate']:.0f} msg/s "
+        f"elapsed={data['elapsed']:.0f}s"
+    )
+
+
+@app.command("process")
+def process_command(
+    handler: str = typer.Option(..., "--handler", help="module:function called as f(msg, tx)."),
+    stream: str = typer.Option(..., "--stream", help="Stream to process."),
+    consumer: str = typer.Option(
+        ..., "--consumer", help="Durable pull consumer (created if absent)."
+    ),
+    ledger: str = typer.Option(
+        ..., "--ledger", help="sqlite:///path/to/file.db or postgresql://user@host/db"
+    ),
+    batch: int = typer.Option(500, help="Messages per pull and per transaction."),
+    max_deliver: int = typer.Option(5, help="Attempts before dead-lettering."),
+    dead_letter_stream: str | None = typer.Option(
+        None, "--dead-letter-stream", help="Stream for messages that failed max-deliver times."
+    ),
+    ack_wait: str = typer.Option("30s", help="Ack wait of a consumer created here."),
+    backoff: str = typer.Option("1s,5s,30s", help="Nak delays after each failure."),
+    key: str = typer.Option("sequence", help="Ledger key: sequence or msg_id."),
+    filter_subject: str | None = typer.Option(None, "--filter-subject", help="Consumer filter."),
+    bind: bool = typer.Option(False, help="Use the consumer as is: no STREAM/CONSUMER API calls."),
+    progress: float = typer.Option(10.0, help="Seconds between progress lines (0 = none)."),
+    server: ServerFlag = None,
+    user: UserFlag = None,
+    password: PasswordFlag = None,
+    token: TokenFlag = None,
+    creds: CredsFlag = None,
+    nkey_seed: NkeySeedFlag = None,
+    tls_ca: TlsCaFlag = None,
+    tls_cert: TlsCertFlag = None,
+    tls_key: TlsKeyFlag = None,
+    domain: DomainFlag = None,
+    api_prefix: ApiPrefixFlag = None,
+) -> None:
+    """Apply every message of STREAM exactly once through HANDLER and a ledger.
+
+    SIGTERM / Ctrl-C finishes the in-flight batch, commits, acks and exits 0.
+    """
+
+    async def main() -> ProcessorStats:
+        options = connect_options(
+            server=server,
+            user=user,
+            password=password,
+            token=token,
+            creds=creds,
+            nkey_seed=nkey_seed,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            domain=domain,
+            api_prefix=api_prefix,
+            name=f"oncestream-process-{consumer}",
+        )
+        func = load_handler(handler)
+        store = ledger_from_url(ledger, key=key)  # type: ignore[arg-type]
+        proc_options = ProcessorOptions(
+            batch=batch,
+            max_deliver=max_deliver,
+            dead_letter_stream=dead_letter_stream,
+            ack_wait=parse_duration("--ack-wait", ack_wait),
+            backoff=tuple(
+                parse_duration("--backoff", part.strip())
+                for part in backoff.split(",")
+                if part.strip()
+            ),
+            filter_subject=filter_subject,
+            bind=bind,
+        )
+        async with await connect(options) as conn:
+            processor = Processor(conn, stream, consumer, func, ledger=store, options=proc_options)
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, processor.request_stop)
+            reporter = asyncio.create_task(_report(processor, progress))
+            log.info("processing %s/%s with %s into %r", stream, consumer, handler, store)
+            try:
+                stats = await processor.run()
+            finally:
+                reporter.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reporter
+        log.info("stopped: %s", summary(stats))
+        return stats
+
+    run_async(main())
+
+
+async def _report(processor: Processor, interval: float) -> None:
+    if interval <= 0:
+        return
+    while True:
+        await asyncio.sleep(interval)
+        log.info("%s", summary(processor.stats))

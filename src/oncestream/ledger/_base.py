@@ -1,0 +1,135 @@
+"""The ledger contract shared by the SQLite and PostgreSQL ledgers.
+
+A ledger records which messages have been applied, in the same database
+transaction as the handler's effects. The :class:`~oncestream.Processor`
+drives it like this for every batch::
+
+    tx = ledger.begin()                    # one DB transaction
+    fresh = tx.claim(entries)              # record keys; returns the ones not seen before
+    for each fresh message: handler(msg, tx)   # effects through tx.connection / tx.execute
+    tx.commit()                            # effects + ledger rows, atomically
+    ... then ack
+
+``claim`` both checks and records, so two processors racing on the same
+message (PostgreSQL, after an ack-wait expiry) serialise on the ledger's
+primary key: the second one blocks until the first commits and then sees
+the key as taken. Ledger calls are synchronous (sqlite3 / psycopg); the
+Processor runs them on a worker thread when the database can block.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Any, Literal, NamedTuple
+
+__all__ = ["KeyMode", "Ledger", "LedgerEntry", "LedgerTx"]
+
+KeyMode = Literal["sequence", "msg_id"]
+
+
+class LedgerEntry(NamedTuple):
+    """One message as the ledger sees it."""
+
+    stream: str
+    seq: int
+    msg_id: str | None = None
+
+
+class LedgerTx(abc.ABC):
+    """An open ledger transaction; the handler writes its effects through it.
+
+    Attributes:
+        connection: the raw DB-API connection (``sqlite3.Connection`` or
+            ``psycopg.Connection``) inside the transaction.
+    """
+
+    connection: Any
+
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+        """Run one statement in the transaction; returns the cursor."""
+        return self.connection.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> Any:
+        """Run one statement for many parameter rows in the transaction."""
+        cursor = self.connection.cursor()
+        cursor.executemany(sql, rows)
+        return cursor
+
+    @abc.abstractmethod
+    def claim(self, entries: Sequence[LedgerEntry]) -> list[bool]:
+        """Record ``entries``; return, per entry, True if it was not recorded before.
+
+        Entries must be sorted by ``(stream, seq)`` and unique.
+        """
+
+    @abc.abstractmethod
+    def commit(self) -> None:
+        """Commit the effects and the ledger rows atomically."""
+
+    @abc.abstractmethod
+    def rollback(self) -> None:
+        """Abandon the transaction."""
+
+
+class Ledger(abc.ABC):
+    """Where applied messages are recorded (see the module docstring for the contract).
+
+    Args (of the implementations):
+        key: ``"sequence"`` (default) keys by ``(stream, stream sequence)``;
+            ``"msg_id"`` additionally keys by ``(stream, Nats-Msg-Id)`` to catch
+            duplicates published outside the stream's duplicate window.
+    """
+
+    key: KeyMode = "sequence"
+    #: True when calls never block for long (SQLite): the Processor may run
+    #: them on the event loop thread.
+    inline: bool = False
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """True when ``exc`` (raised inside a handler) is the database failing, not the handler.
+
+        Such errors are retried as ledger errors instead of counting as handler
+        failures (which would eventually dead-letter good messages during an outage).
+        """
+        return False
+
+    @abc.abstractmethod
+    def open(self) -> None:
+        """Connect and create the ledger tables if absent (idempotent)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close the connection."""
+
+    @abc.abstractmethod
+    def begin(self) -> LedgerTx:
+        """Start a transaction."""
+
+    @abc.abstractmethod
+    def is_applied(self, entry: LedgerEntry) -> bool:
+        """True when ``entry`` is recorded (outside any transaction)."""
+
+    @abc.abstractmethod
+    def applied_count(self, stream: str | None = None) -> int:
+        """Rows currently recorded (pruned rows are not counted)."""
+
+    @abc.abstractmethod
+    def prune(self, stream: str, up_to_seq: int, limit: int = 10_000) -> int:
+        """Delete at most ``limit`` sequence rows with ``seq <= up_to_seq``; return how many."""
+
+    def __enter__(self) -> Ledger:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_key(key: str) -> KeyMode:
+    """Validate a ledger key mode."""
+    from .._errors import ConfigError
+
+    if key not in ("sequence", "msg_id"):
+        raise ConfigError(f"ledger key must be 'sequence' or 'msg_id', got {key!r}")
+    return key  # type: ignore[return-value]

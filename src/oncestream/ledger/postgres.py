@@ -1,0 +1,223 @@
+"""The PostgreSQL ledger (psycopg 3), safe for several processors sharing one consumer."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .._errors import ConfigError, LedgerError
+from ._base import KeyMode, Ledger, LedgerEntry, LedgerTx, check_key
+
+__all__ = ["PostgresLedger"]
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS oncestream_applied ("
+    " stream TEXT NOT NULL, seq BIGINT NOT NULL,"
+    " applied_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (stream, seq))",
+    "CREATE TABLE IF NOT EXISTS oncestream_msg_ids ("
+    " stream TEXT NOT NULL, msg_id TEXT NOT NULL, seq BIGINT NOT NULL,"
+    " applied_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (stream, msg_id))",
+    "CREATE INDEX IF NOT EXISTS oncestream_msg_ids_age ON oncestream_msg_ids (applied_at)",
+)
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ConfigError(
+            "the PostgreSQL ledger needs psycopg 3: pip install 'oncestream[postgres]'"
+        ) from exc
+    return psycopg
+
+
+class _PostgresTx(LedgerTx):
+    def __init__(self, ledger: PostgresLedger, connection: Any) -> None:
+        self.ledger = ledger
+        self.connection = connection
+        self.open = True
+
+    def claim(self, entries: Sequence[LedgerEntry]) -> list[bool]:
+        if not entries:
+            return []
+        psycopg = _psycopg()
+        con = self.connection
+        try:
+            claimed: set[tuple[str, int]] = set()
+            for stream in sorted({e.stream for e in entries}):
+                seqs = [e.seq for e in entries if e.stream == stream]
+                # Conflicting inserts wait for the other transaction: if it
+                # commits the key is taken, if it rolls back we get it.
+                rows = con.execute(
+                    "INSERT INTO oncestream_applied (stream, seq)"
+                    " SELECT %s, s FROM unnest(%s::bigint[]) AS u(s)"
+                    " ON CONFLICT DO NOTHING RETURNING seq",
+                    (stream, seqs),
+                ).fetchall()
+                claimed.update((stream, row[0]) for row in rows)
+            fresh = [(e.stream, e.seq) in claimed for e in entries]
+            if self.ledger.key == "msg_id":
+                fresh = self._claim_ids(entries, fresh)
+        except psycopg.Error as exc:
+            raise LedgerError(f"PostgreSQL ledger: claim: {exc}") from exc
+        return fresh
+
+    def _claim_ids(self, entries: Sequence[LedgerEntry], fresh: list[bool]) -> list[bool]:
+        claimed: set[tuple[str, int]] = set()
+        for stream in sorted({e.stream for e in entries}):
+            pairs = [(e.msg_id, e.seq) for e in entries if e.stream == stream and e.msg_id]
+            if not pairs:
+                continue
+            rows = self.connection.execute(
+                "INSERT INTO oncestream_msg_ids (stream, msg_id, seq)"
+                " SELECT %s, i, s FROM unnest(%s::text[], %s::bigint[]) AS u(i, s)"
+                " ON CONFLICT DO NOTHING RETURNING seq",
+                (stream, [p[0] for p in pairs], [p[1] for p in pairs]),
+            ).fetchall()
+            claimed.update((stream, row[0]) for row in rows)
+        return [
+            new and (not e.msg_id or (e.stream, e.seq) in claimed)
+            for e, new in zip(entries, fresh, strict=True)
+        ]
+
+    def commit(self) -> None:
+        if self.open:
+            self.open = False
+            psycopg = _psycopg()
+            try:
+                self.connection.commit()
+            except psycopg.Error as exc:
+                self._quiet_rollback()
+                raise LedgerError(f"PostgreSQL ledger: commit: {exc}") from exc
+
+    def rollback(self) -> None:
+        if self.open:
+            self.open = False
+            self._quiet_rollback()
+
+    def _quiet_rollback(self) -> None:
+        try:
+            self.connection.rollback()
+        except Exception:
+            pass
+
+
+class PostgresLedger(Ledger):
+    """A ledger in PostgreSQL; several processors may share it and one consumer.
+
+    Args:
+        url: a libpq connection string / URL (``postgresql://user@host/db``).
+        key: ``"sequence"`` or ``"msg_id"`` (see :class:`Ledger`).
+        msg_id_retention: seconds msg-id rows are kept (``key="msg_id"`` only).
+
+    Example::
+
+        ledger = PostgresLedger("postgresql://app@db/orders")
+    """
+
+    inline = False
+
+    def __init__(
+        self, url: str, *, key: KeyMode = "sequence", msg_id_retention: float = 7 * 86400.0
+    ) -> None:
+        self.url = url
+        self.key = check_key(key)
+        self.msg_id_retention = msg_id_retention
+        self._con: Any = None
+
+    def __repr__(self) -> str:
+        # The URL may hold a password: show only the host part.
+        where = self.url.rsplit("@", 1)[-1]
+        return f"PostgresLedger({where!r}, key={self.key!r})"
+
+    @property
+    def connection(self) -> Any:
+        """The open psycopg connection (opened on first use)."""
+        if self._con is None:
+            self.open()
+        return self._con
+
+    def is_transient(self, exc: BaseException) -> bool:
+        psycopg = _psycopg()
+        # Connection loss, deadlocks, serialization failures, admin shutdown.
+        return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+
+    def open(self) -> None:
+        if self._con is not None:
+            return
+        psycopg = _psycopg()
+        try:
+            con = psycopg.connect(self.url, autocommit=False)
+            # Several processors may start together: serialise the DDL.
+            con.execute("SELECT pg_advisory_xact_lock(74021)")
+            for statement in _SCHEMA:
+                con.execute(statement)
+            con.commit()
+        except psycopg.Error as exc:
+            raise LedgerError(f"cannot open PostgreSQL ledger {self!r}: {exc}") from exc
+        self._con = con
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    def begin(self) -> LedgerTx:
+        con = self.connection
+        if con.closed or con.broken:
+            self._con = None
+            con = self.connection
+        return _PostgresTx(self, con)
+
+    def is_applied(self, entry: LedgerEntry) -> bool:
+        con = self.connection
+        try:
+            row = con.execute(
+                "SELECT 1 FROM oncestream_applied WHERE stream = %s AND seq = %s",
+                (entry.stream, entry.seq),
+            ).fetchone()
+            if row is None and self.key == "msg_id" and entry.msg_id:
+                row = con.execute(
+                    "SELECT 1 FROM oncestream_msg_ids WHERE stream = %s AND msg_id = %s",
+                    (entry.stream, entry.msg_id),
+                ).fetchone()
+        finally:
+            con.rollback()
+        return row is not None
+
+    def applied_count(self, stream: str | None = None) -> int:
+        con = self.connection
+        try:
+            if stream is None:
+                row = con.execute("SELECT count(*) FROM oncestream_applied").fetchone()
+            else:
+                row = con.execute(
+                    "SELECT count(*) FROM oncestream_applied WHERE stream = %s", (stream,)
+                ).fetchone()
+        finally:
+            con.rollback()
+        return int(row[0])
+
+    def prune(self, stream: str, up_to_seq: int, limit: int = 10_000) -> int:
+        psycopg = _psycopg()
+        con = self.connection
+        try:
+            deleted = con.execute(
+                "DELETE FROM oncestream_applied WHERE stream = %s AND seq IN ("
+                " SELECT seq FROM oncestream_applied WHERE stream = %s AND seq <= %s"
+                " ORDER BY seq LIMIT %s)",
+                (stream, stream, up_to_seq, limit),
+            ).rowcount
+            if self.key == "msg_id":
+                con.execute(
+                    "DELETE FROM oncestream_msg_ids WHERE ctid IN ("
+                    " SELECT ctid FROM oncestream_msg_ids"
+                    " WHERE applied_at < to_timestamp(%s) LIMIT %s)",
+                    (time.time() - self.msg_id_retention, limit),
+                )
+            con.commit()
+        except psycopg.Error as exc:
+            con.rollback()
+            raise LedgerError(f"PostgreSQL ledger: prune: {exc}") from exc
+        return int(deleted)

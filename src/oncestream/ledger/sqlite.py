@@ -1,0 +1,254 @@
+"""The SQLite ledger: the embedded default, in WAL mode."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from .._errors import ConfigError, LedgerError
+from ._base import KeyMode, Ledger, LedgerEntry, LedgerTx, check_key
+
+__all__ = ["SQLiteLedger"]
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS oncestream_applied ("
+    " stream TEXT NOT NULL, seq INTEGER NOT NULL, applied_at REAL NOT NULL,"
+    " PRIMARY KEY (stream, seq)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS oncestream_msg_ids ("
+    " stream TEXT NOT NULL, msg_id TEXT NOT NULL, seq INTEGER NOT NULL, applied_at REAL NOT NULL,"
+    " PRIMARY KEY (stream, msg_id))",
+    "CREATE INDEX IF NOT EXISTS oncestream_msg_ids_age ON oncestream_msg_ids (applied_at)",
+)
+
+
+class _SQLiteTx(LedgerTx):
+    def __init__(self, ledger: SQLiteLedger, connection: sqlite3.Connection) -> None:
+        self.ledger = ledger
+        self.connection: sqlite3.Connection = connection
+        self.open = True
+        # Bound C methods: no Python frame per handler statement on the hot path.
+        self.execute = connection.execute  # type: ignore[method-assign,assignment]
+        self.executemany = connection.executemany  # type: ignore[method-assign,assignment]
+
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
+        return self.connection.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> sqlite3.Cursor:
+        return self.connection.executemany(sql, rows)
+
+    def claim(self, entries: Sequence[LedgerEntry]) -> list[bool]:
+        if not entries:
+            return []
+        con = self.connection
+        now = time.time()
+        try:
+            seen: set[tuple[str, int]] = set()
+            streams = {e.stream for e in entries}
+            for stream in streams:
+                seqs = [e.seq for e in entries if e.stream == stream]
+                rows = con.execute(
+                    "SELECT seq FROM oncestream_applied WHERE stream = ? AND seq BETWEEN ? AND ?",
+                    (stream, min(seqs), max(seqs)),
+                ).fetchall()
+                seen.update((stream, row[0]) for row in rows)
+            fresh = [(e.stream, e.seq) not in seen for e in entries]
+            con.executemany(
+                "INSERT INTO oncestream_applied (stream, seq, applied_at) VALUES (?, ?, ?)",
+                [(e.stream, e.seq, now) for e, new in zip(entries, fresh, strict=True) if new],
+            )
+            if self.ledger.key == "msg_id":
+                fresh = self._claim_ids(entries, fresh, now)
+        except sqlite3.Error as exc:
+            raise LedgerError(f"SQLite ledger {self.ledger.path}: {exc}") from exc
+        return fresh
+
+    def _claim_ids(
+        self, entries: Sequence[LedgerEntry], fresh: list[bool], now: float
+    ) -> list[bool]:
+        con = self.connection
+        taken: set[tuple[str, str]] = set()
+        ids = [(e.stream, e.msg_id) for e in entries if e.msg_id]
+        for start in range(0, len(ids), 400):
+            chunk = ids[start : start + 400]
+            for stream in {s for s, _ in chunk}:
+                names = [i for s, i in chunk if s == stream]
+                marks = ",".join("?" * len(names))
+                rows = con.execute(
+                    "SELECT msg_id FROM oncestream_msg_ids"
+                    f" WHERE stream = ? AND msg_id IN ({marks})",
+                    (stream, *names),
+                ).fetchall()
+                taken.update((stream, row[0]) for row in rows)
+        result = []
+        new_ids = []
+        for entry, new in zip(entries, fresh, strict=True):
+            if new and entry.msg_id:
+                key = (entry.stream, entry.msg_id)
+                if key in taken:
+                    new = False
+                else:
+                    taken.add(key)
+                    new_ids.append((entry.stream, entry.msg_id, entry.seq, now))
+            result.append(new)
+        con.executemany(
+            "INSERT INTO oncestream_msg_ids (stream, msg_id, seq, applied_at) VALUES (?, ?, ?, ?)",
+            new_ids,
+        )
+        return result
+
+    def commit(self) -> None:
+        if self.open:
+            self.open = False
+            try:
+                self.connection.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._quiet_rollback()
+                raise LedgerError(f"SQLite ledger {self.ledger.path}: commit: {exc}") from exc
+
+    def rollback(self) -> None:
+        if self.open:
+            self.open = False
+            self._quiet_rollback()
+
+    def _quiet_rollback(self) -> None:
+        if self.connection.in_transaction:
+            try:
+                self.connection.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+
+
+class SQLiteLedger(Ledger):
+    """A ledger in an SQLite file (WAL mode), shared with the handler's own tables.
+
+    Args:
+        path: database file (created if absent); the handler's tables live in it too.
+        key: ``"sequence"`` or ``"msg_id"`` (see :class:`Ledger`).
+        synchronous: SQLite ``synchronous`` pragma. ``"FULL"`` (default) makes
+            each commit durable before the ack is sent, even across power loss;
+            ``"NORMAL"`` is faster and still survives process crashes (WAL),
+            but a power cut may undo acked work.
+        busy_timeout: seconds to wait for another writer's lock.
+        msg_id_retention: seconds msg-id rows are kept (``key="msg_id"`` only).
+
+    Example::
+
+        ledger = SQLiteLedger("orders.db")
+    """
+
+    inline = True
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        key: KeyMode = "sequence",
+        synchronous: Literal["FULL", "NORMAL", "EXTRA"] = "FULL",
+        busy_timeout: float = 30.0,
+        msg_id_retention: float = 7 * 86400.0,
+    ) -> None:
+        self.path = str(path)
+        self.key = check_key(key)
+        if synchronous not in ("FULL", "NORMAL", "EXTRA"):
+            raise ConfigError(f"synchronous must be FULL, NORMAL or EXTRA, got {synchronous!r}")
+        self.synchronous = synchronous
+        self.busy_timeout = busy_timeout
+        self.msg_id_retention = msg_id_retention
+        self._con: sqlite3.Connection | None = None
+
+    def __repr__(self) -> str:
+        return f"SQLiteLedger({self.path!r}, key={self.key!r})"
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The open connection (opened on first use)."""
+        if self._con is None:
+            self.open()
+        assert self._con is not None
+        return self._con
+
+    def is_transient(self, exc: BaseException) -> bool:
+        text = str(exc).lower()
+        return isinstance(exc, sqlite3.OperationalError) and (
+            "locked" in text or "busy" in text or "disk i/o" in text
+        )
+
+    def open(self) -> None:
+        if self._con is not None:
+            return
+        try:
+            con = sqlite3.connect(
+                self.path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=self.busy_timeout,
+            )
+            con.execute("PRAGMA journal_mode=WAL")
+            con.execute(f"PRAGMA synchronous={self.synchronous}")
+            for statement in _SCHEMA:
+                con.execute(statement)
+        except sqlite3.Error as exc:
+            raise LedgerError(f"cannot open SQLite ledger {self.path!r}: {exc}") from exc
+        self._con = con
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    def begin(self) -> LedgerTx:
+        con = self.connection
+        try:
+            con.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise LedgerError(f"SQLite ledger {self.path}: begin: {exc}") from exc
+        return _SQLiteTx(self, con)
+
+    def is_applied(self, entry: LedgerEntry) -> bool:
+        con = self.connection
+        row = con.execute(
+            "SELECT 1 FROM oncestream_applied WHERE stream = ? AND seq = ?",
+            (entry.stream, entry.seq),
+        ).fetchone()
+        if row is None and self.key == "msg_id" and entry.msg_id:
+            row = con.execute(
+                "SELECT 1 FROM oncestream_msg_ids WHERE stream = ? AND msg_id = ?",
+                (entry.stream, entry.msg_id),
+            ).fetchone()
+        return row is not None
+
+    def applied_count(self, stream: str | None = None) -> int:
+        con = self.connection
+        if stream is None:
+            row = con.execute("SELECT count(*) FROM oncestream_applied").fetchone()
+        else:
+            row = con.execute(
+                "SELECT count(*) FROM oncestream_applied WHERE stream = ?", (stream,)
+            ).fetchone()
+        return int(row[0])
+
+    def prune(self, stream: str, up_to_seq: int, limit: int = 10_000) -> int:
+        con = self.connection
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            deleted = con.execute(
+                "DELETE FROM oncestream_applied WHERE stream = ? AND seq IN ("
+                " SELECT seq FROM oncestream_applied WHERE stream = ? AND seq <= ?"
+                " ORDER BY seq LIMIT ?)",
+                (stream, stream, up_to_seq, limit),
+            ).rowcount
+            if self.key == "msg_id":
+                con.execute(
+                    "DELETE FROM oncestream_msg_ids WHERE rowid IN ("
+                    " SELECT rowid FROM oncestream_msg_ids WHERE applied_at < ? LIMIT ?)",
+                    (time.time() - self.msg_id_retention, limit),
+                )
+            con.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if con.in_transaction:
+                con.execute("ROLLBACK")
+            raise LedgerError(f"SQLite ledger {self.path}: prune: {exc}") from exc
+        return int(deleted)

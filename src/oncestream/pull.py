@@ -1,0 +1,516 @@
+"""Continuous pull from a JetStream durable consumer, like nats.go's ``Messages()``.
+
+nats-py only offers ``fetch()``, which leaves the caller to write the loop,
+to notice missed heartbeats and to re-pull after a reconnect. A
+:class:`MessageStream` keeps pull requests outstanding on one inbox
+subscription so the server can deliver while the caller works:
+
+- the first request asks for ``batch`` messages; once fewer than
+  ``threshold`` requested messages are still outstanding, a new request tops
+  the buffer up again (pre-buffering);
+- each request expires after ``expires`` seconds and asks for idle
+  heartbeats; two missed heartbeats surface as :class:`OperationTimeout`
+  from the iterator (which stays usable: it re-pulls);
+- status messages 404/408/409 are handled (outstanding counts corrected,
+  consumer deletion raised as :class:`ConsumerNotFound`);
+- after a reconnect every outstanding request is assumed lost and re-issued.
+
+Example::
+
+    async with pull_messages(conn, "ORDERS", "worker") as messages:
+        async for msg in messages:
+            ...
+            await msg.ack()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import orjson
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from ._connection import Connection, translate_error
+from ._errors import ConfigError, ConsumerNotFound, JetStreamError, OperationTimeout
+from ._options import parse_duration, parse_positive_int
+
+__all__ = ["AckMetadata", "MessageStream", "PullOptions", "parse_ack_subject", "pull_messages"]
+
+log = logging.getLogger("oncestream.pull")
+
+_STATUS = "Status"
+#: Consecutive "503 no responders" answers before the consumer counts as gone.
+_NO_RESPONDERS_LIMIT = 5
+_DESCRIPTION = "Description"
+
+
+class AckMetadata(NamedTuple):
+    """JetStream delivery metadata carried by a message's ``$JS.ACK`` reply subject."""
+
+    stream: str
+    consumer: str
+    num_delivered: int
+    stream_seq: int
+    consumer_seq: int
+    timestamp_ns: int
+    num_pending: int
+    domain: str
+
+
+def parse_ack_subject(reply: str) -> AckMetadata:
+    """Parse the ``$JS.ACK`` reply subject of a JetStream message.
+
+    Both formats are understood: v1 ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.
+    <ts>.<pending>`` and v2 ``$JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.
+    <sseq>.<cseq>.<ts>.<pending>[.<token>]`` (domain ``_`` means none).
+
+    Raises:
+        ValueError: when ``reply`` is not a JetStream ack subject.
+    """
+    tokens = reply.split(".")
+    count = len(tokens)
+    if count < 9 or tokens[0] != "$JS" or tokens[1] != "ACK":
+        raise ValueError(f"not a JetStream ack subject: {reply!r}")
+    if count == 9:
+        return AckMetadata(
+            tokens[2],
+            tokens[3],
+            int(tokens[4]),
+            int(tokens[5]),
+            int(tokens[6]),
+            int(tokens[7]),
+            int(tokens[8]),
+            "",
+        )
+    if count < 11:
+        raise ValueError(f"not a JetStream ack subject: {reply!r}")
+    domain = "" if tokens[2] == "_" else tokens[2]
+    return AckMetadata(
+        tokens[4],
+        tokens[5],
+        int(tokens[6]),
+        int(tokens[7]),
+        int(tokens[8]),
+        int(tokens[9]),
+        int(tokens[10]),
+        domain,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PullOptions:
+    """How a :class:`MessageStream` pulls.
+
+    Args:
+        batch: messages requested per pull request (the buffer size).
+        max_bytes: byte cap per pull request (0 = none).
+        threshold: refill once fewer than this fraction of ``batch`` requested
+            messages are still outstanding (0 < threshold <= 1).
+        expires: seconds each pull request lives on the server.
+        idle_heartbeat: seconds between server heartbeats while a request waits
+            (default ``min(expires / 2, 30)``); two missed ones are an error.
+
+    Raises:
+        ConfigError: naming the bad value.
+    """
+
+    batch: int = 500
+    max_bytes: int = 0
+    threshold: float = 0.5
+    expires: float = 30.0
+    idle_heartbeat: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "batch", parse_positive_int("batch", self.batch))
+        object.__setattr__(
+            self, "max_bytes", parse_positive_int("max_bytes", self.max_bytes, allow_zero=True)
+        )
+        if not 0 < float(self.threshold) <= 1:
+            raise ConfigError(f"threshold must be in (0, 1], got {self.threshold!r}")
+        expires = parse_duration("expires", self.expires)
+        if expires < 1.0:
+            raise ConfigError(f"expires must be at least 1s, got {self.expires!r}")
+        object.__setattr__(self, "expires", expires)
+        heartbeat = (
+            min(expires / 2, 30.0)
+            if self.idle_heartbeat is None
+            else parse_duration("idle_heartbeat", self.idle_heartbeat)
+        )
+        if not 0.1 <= heartbeat <= expires / 2:
+            raise ConfigError(
+                f"idle_heartbeat must be between 100ms and expires/2 ({expires / 2}s), "
+                f"got {self.idle_heartbeat!r}"
+            )
+        object.__setattr__(self, "idle_heartbeat", heartbeat)
+
+    @property
+    def heartbeat(self) -> float:
+        """The effective idle heartbeat in seconds."""
+        assert self.idle_heartbeat is not None
+        return self.idle_heartbeat
+
+
+class MessageStream:
+    """Continuously pulled messages of one durable pull consumer.
+
+    Create with :func:`pull_messages` (or construct and ``await start()``).
+    Iterate it for single messages, or call :meth:`next_batch` for everything
+    already buffered. Messages are nats-py ``Msg`` objects; their
+    ``metadata`` works, and :func:`parse_ack_subject` is a cheaper parser.
+
+    Raises (from iteration):
+        OperationTimeout: two idle heartbeats were missed (the stream re-pulls
+            and stays usable).
+        ConsumerNotFound: the consumer was deleted.
+    """
+
+    def __init__(
+        self, conn: Connection, stream: str, consumer: str, options: PullOptions | None = None
+    ) -> None:
+        self.conn = conn
+        self.stream = stream
+        self.consumer = consumer
+        self.options = options or PullOptions()
+        self._next_subject = f"{conn.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+        self._buffer: deque[Msg] = deque()
+        self._wakeup = asyncio.Event()
+        self._sub: Subscription | None = None
+        self._inbox = ""
+        self._pending_msgs = 0
+        self._pending_bytes = 0
+        self._last_activity = time.monotonic()
+        self._errors: deque[Exception] = deque()
+        self._monitor: asyncio.Task[None] | None = None
+        self._stopped = False
+        self._draining = False
+        self._repull_needed = False
+        self.pulls = 0
+        self.heartbeats_missed = 0
+        self._refill_at = max(1, int(self.options.batch * self.options.threshold))
+        self._track_bytes = bool(self.options.max_bytes)
+        self._no_responders = 0
+        self._hold_until = 0.0
+        self._received = 0
+        self._seen_received = 0
+
+    async def start(self) -> MessageStream:
+        """Subscribe the inbox and send the first pull request."""
+        nc = self.conn.nc
+        self._inbox = nc.new_inbox()
+        try:
+            sub = await nc.subscribe(self._inbox, pending_msgs_limit=0, pending_bytes_limit=0)
+        except Exception as exc:
+            raise translate_error(exc, what=f"subscribe {self._inbox}") from exc
+        if isinstance(getattr(sub, "_pending_queue", None), asyncio.Queue):
+            # nats-py 2.16 (pinned) hands each message to the subscription's
+            # queue with put_nowait(); taking it there directly saves a queue
+            # round trip and a callback await per message on the hot path.
+            sub._pending_queue = _InboxSink(self._on_msg)  # type: ignore[assignment]
+        else:  # pragma: no cover - other nats-py versions
+            await sub.unsubscribe()
+            sub = await nc.subscribe(
+                self._inbox, cb=self._on_msg_async, pending_msgs_limit=0, pending_bytes_limit=0
+            )
+        self._sub = sub
+        self.conn.on_reconnect(self._on_reconnect)
+        await self._pull()
+        self._monitor = asyncio.get_running_loop().create_task(self._watch_heartbeats())
+        return self
+
+    def _on_msg(self, msg: Msg) -> None:
+        # A counter, not a clock read: the heartbeat watcher notices it moving.
+        self._received += 1
+        if msg.reply:
+            self._pending_msgs -= 1
+            if self._track_bytes:
+                self._pending_bytes -= len(msg.data) + len(msg.subject) + len(msg.reply)
+            self._buffer.append(msg)
+            if not self._wakeup.is_set():
+                self._wakeup.set()
+            return
+        self._on_status(msg.headers or {})
+
+    async def _on_msg_async(self, msg: Msg) -> None:
+        self._on_msg(msg)
+
+    def _on_status(self, headers: dict[str, str]) -> None:
+        status = headers.get(_STATUS, "")
+        description = headers.get(_DESCRIPTION, "")
+        if status == "100":
+            self._no_responders = 0
+            return
+        if status in ("404", "408"):
+            # The request ended; the server says how much of it went unused.
+            unused = int(headers.get("Nats-Pending-Messages", "0") or 0)
+            unused_bytes = int(headers.get("Nats-Pending-Bytes", "0") or 0)
+            if unused or unused_bytes:
+                self._pending_msgs = max(0, self._pending_msgs - unused)
+                self._pending_bytes = max(0, self._pending_bytes - unused_bytes)
+            else:
+                self._pending_msgs = self._pending_bytes = 0
+            self._repull_needed = True
+            self._wakeup.set()
+            return
+        if status == "409":
+            lowered = description.lower()
+            if "consumer deleted" in lowered or "consumer is push based" in lowered:
+                self._errors.append(
+                    ConsumerNotFound(
+                        f"consumer {self.stream}/{self.consumer}: {description}", code=409
+                    )
+                )
+            elif "max bytes" in lowered or "exceeds maxbytes" in lowered:
+                self._errors.append(
+                    JetStreamError(
+                        f"a message of {self.stream} is larger than max_bytes "
+                        f"({self.options.max_bytes}): {description}",
+                        code=409,
+                    )
+                )
+            else:
+                log.debug(
+                    "pull request on %s/%s ended: 409 %s", self.stream, self.consumer, description
+                )
+            self._pending_msgs = self._pending_bytes = 0
+            self._repull_needed = True
+            self._wakeup.set()
+            return
+        if status == "503":
+            # No responders on the pull subject: the consumer is gone, or the
+            # server is still loading it after a restart. Retry with a growing
+            # delay; only a run of them is an error.
+            self._pending_msgs = self._pending_bytes = 0
+            self._no_responders += 1
+            if self._no_responders >= _NO_RESPONDERS_LIMIT:
+                self._no_responders = 0
+                self._errors.append(
+                    ConsumerNotFound(
+                        f"consumer {self.stream}/{self.consumer}: no responders on "
+                        f"{self._next_subject} ({_NO_RESPONDERS_LIMIT} times)",
+                        code=503,
+                    )
+                )
+                self._repull_needed = True
+                self._wakeup.set()
+                return
+            delay = min(0.25 * 2 ** (self._no_responders - 1), 2.0)
+            self._hold_until = time.monotonic() + delay
+            asyncio.get_running_loop().call_later(delay, self._release_hold)
+            return
+        log.warning(
+            "unexpected status %s %s on %s/%s", status, description, self.stream, self.consumer
+        )
+        self._errors.append(
+            JetStreamError(f"pull from {self.stream}/{self.consumer}: {status} {description}")
+        )
+        self._wakeup.set()
+
+    async def _on_reconnect(self) -> None:
+        if self._stopped:
+            return
+        # Requests pending on a server we lost are gone: start over.
+        self._pending_msgs = self._pending_bytes = 0
+        self._last_activity = time.monotonic()
+        with contextlib.suppress(Exception):
+            await self._pull()
+
+    def _release_hold(self) -> None:
+        self._hold_until = 0.0
+        self._repull_needed = True
+        self._wakeup.set()
+
+    async def _pull(self) -> None:
+        if self._stopped or self._draining or time.monotonic() < self._hold_until:
+            return
+        want = self.options.batch - self._pending_msgs
+        if want <= 0:
+            return
+        request: dict[str, Any] = {
+            "batch": want,
+            "expires": int(self.options.expires * 1e9),
+            "idle_heartbeat": int(self.options.heartbeat * 1e9),
+        }
+        if self.options.max_bytes:
+            request["max_bytes"] = max(1, self.options.max_bytes - self._pending_bytes)
+        self._repull_needed = False
+        self._pending_msgs += want
+        if self.options.max_bytes:
+            self._pending_bytes = self.options.max_bytes
+        self.pulls += 1
+        try:
+            await self.conn.nc.publish(self._next_subject, orjson.dumps(request), reply=self._inbox)
+        except Exception as exc:
+            # Disconnected: the reconnect hook pulls again.
+            self._pending_msgs -= want
+            log.debug("pull request not sent: %s", exc)
+
+    async def _maybe_refill(self) -> None:
+        if self._repull_needed or self._pending_msgs < self._refill_at:
+            await self._pull()
+
+    async def _watch_heartbeats(self) -> None:
+        heartbeat = self.options.heartbeat
+        while not self._stopped:
+            await asyncio.sleep(heartbeat)
+            if self._stopped or self._draining:
+                return
+            if not self.conn.nc.is_connected:
+                self._last_activity = time.monotonic()
+                continue
+            if self._received != self._seen_received:
+                self._seen_received = self._received
+                self._last_activity = time.monotonic()
+            if time.monotonic() - self._last_activity > 2 * heartbeat:
+                self.heartbeats_missed += 1
+                self._errors.append(
+                    OperationTimeout(
+                        f"pull from {self.stream}/{self.consumer}: no heartbeat for "
+                        f"{2 * heartbeat:.1f}s; pulling again"
+                    )
+                )
+                self._pending_msgs = self._pending_bytes = 0
+                self._last_activity = time.monotonic()
+                await self._pull()
+                self._wakeup.set()
+
+    def buffered(self) -> int:
+        """Messages received and not yet handed out."""
+        return len(self._buffer)
+
+    async def next_batch(self, max_messages: int = 0, timeout: float | None = None) -> list[Msg]:
+        """Return the buffered messages (at least one), waiting up to ``timeout``.
+
+        Args:
+            max_messages: return at most this many (0 = all buffered).
+            timeout: seconds to wait for the first message (None = forever);
+                an empty list means the timeout passed or the stream stopped.
+
+        Raises:
+            OperationTimeout: heartbeats were missed.
+            ConsumerNotFound: the consumer was deleted.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._buffer:
+            if self._errors:
+                raise self._errors.popleft()
+            if self._stopped or self._draining:
+                return []
+            if self._repull_needed:
+                await self._pull()
+            self._wakeup.clear()
+            if self._buffer:
+                break
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return []
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), remaining)
+            except TimeoutError:
+                return []
+        self._no_responders = 0
+        buffer = self._buffer
+        if max_messages <= 0 or max_messages >= len(buffer):
+            batch = list(buffer)
+            buffer.clear()
+        else:
+            batch = [buffer.popleft() for _ in range(max_messages)]
+        await self._maybe_refill()
+        return batch
+
+    def __aiter__(self) -> AsyncIterator[Msg]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Msg]:
+        while True:
+            if not self._buffer:
+                batch = await self.next_batch()
+                if not batch:
+                    return
+                self._buffer.extendleft(reversed(batch))
+            yield self._buffer.popleft()
+            if self._pending_msgs < self._refill_at or self._repull_needed:
+                await self._pull()
+
+    def halt(self) -> None:
+        """Stop pulling and end :meth:`next_batch` waits now (safe from a signal handler)."""
+        self._stopped = self._draining = True
+        self._wakeup.set()
+
+    def take_unprocessed(self) -> list[Msg]:
+        """Remove and return every buffered message (e.g. to nak them on shutdown)."""
+        batch = list(self._buffer)
+        self._buffer.clear()
+        return batch
+
+    async def stop(self, *, drain: bool = False) -> None:
+        """Stop pulling.
+
+        Args:
+            drain: keep handing out already-buffered messages until the buffer
+                is empty; without it iteration ends at once and buffered
+                messages stay unacknowledged (the server redelivers them after
+                ``ack_wait``; use :meth:`take_unprocessed` to nak them sooner).
+        """
+        self._draining = True
+        if not drain:
+            self._stopped = True
+        if self._monitor is not None:
+            self._monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._monitor
+            self._monitor = None
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+            self._sub = None
+        self._wakeup.set()
+
+    async def __aenter__(self) -> MessageStream:
+        if self._sub is None:
+            await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+class _InboxSink:
+    """Stands in for a nats-py subscription queue: delivers each message synchronously."""
+
+    def __init__(self, deliver: Callable[[Msg], None]) -> None:
+        self.put_nowait = deliver
+
+    def qsize(self) -> int:
+        return 0
+
+    def empty(self) -> bool:
+        return True
+
+    async def join(self) -> None:
+        return None
+
+
+def pull_messages(
+    conn: Connection, stream: str, consumer: str, options: PullOptions | None = None
+) -> MessageStream:
+    """A continuous pull on an existing durable pull consumer.
+
+    Use as ``async with pull_messages(conn, "ORDERS", "worker") as msgs:``
+    (``async with`` starts it) and iterate ``msgs``; or ``await
+    pull_messages(...).start()``.
+
+    Args:
+        conn: a connection (its JetStream prefix/domain is used for the pull subject).
+        stream: stream name.
+        consumer: durable pull consumer name.
+        options: batch, max bytes, threshold, expiry and heartbeat.
+    """
+    return MessageStream(conn, stream, consumer, options)

@@ -1,0 +1,90 @@
+"""Subprocess worker for the Processor kill tests.
+
+Usage: python -m tests.chaos._processor_worker URL DB STREAM CONSUMER
+
+The handler inserts the message's id into ``effects`` (no unique constraint,
+so a duplicate application would show). ``CRASH_AT`` (``before_commit``,
+``after_commit``, ``during_ack``) with ``CRASH_AFTER`` (a batch count) makes
+the worker SIGKILL itself at that deterministic point. Prints ``READY`` once
+pulling and ``STATS {json}`` on a clean SIGTERM exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+
+from oncestream import ConnectOptions, Processor, ProcessorOptions, SQLiteLedger, connect
+from oncestream.ledger import LedgerTx
+
+CRASH_AT = os.environ.get("CRASH_AT", "")
+CRASH_AFTER = int(os.environ.get("CRASH_AFTER", "0") or 0)
+HANDLER_SLEEP = float(os.environ.get("HANDLER_SLEEP", "0"))
+_batches = 0
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def handler(msg, tx: LedgerTx) -> None:  # type: ignore[no-untyped-def]
+    tx.execute("INSERT INTO effects (id) VALUES (?)", (int(msg.data),))
+    if HANDLER_SLEEP:
+        time.sleep(HANDLER_SLEEP)
+
+
+class CrashingProcessor(Processor):
+    """Crash hooks at the points the kill test needs to hit deterministically."""
+
+    def _run_batch(self, entries: Sequence, msgs: Sequence, **kw):  # type: ignore[no-untyped-def,type-arg]
+        global _batches
+        _batches += 1
+        if CRASH_AT == "before_commit" and _batches >= CRASH_AFTER:
+            original = self.handler
+
+            def crash_after_effects(msg, tx):  # type: ignore[no-untyped-def]
+                original(msg, tx)
+                if msg is msgs[-1]:
+                    _die()  # effects written, transaction not committed
+
+            self.handler = crash_after_effects
+        return super()._run_batch(entries, msgs, **kw)
+
+    async def _ack(self, replies: list[str]) -> None:
+        if CRASH_AT == "after_commit" and _batches >= CRASH_AFTER:
+            _die()  # committed, nothing acked
+        if CRASH_AT == "during_ack" and _batches >= CRASH_AFTER:
+            half = replies[: len(replies) // 2]
+            await self._send_raw(half, b"+ACK")
+            assert self.conn is not None
+            await self.conn.nc.flush()
+            _die()  # half of the batch acked
+        await super()._ack(replies)
+
+
+async def main(url: str, db: str, stream: str, consumer: str) -> None:
+    ledger = SQLiteLedger(db)
+    ledger.open()
+    ledger.connection.execute("CREATE TABLE IF NOT EXISTS effects (id INTEGER NOT NULL)")
+    conn = await connect(ConnectOptions(servers=(url,), reconnect_wait=0.1))
+    options = ProcessorOptions(
+        batch=int(os.environ.get("BATCH", "100")), ack_wait=2.0, expires=5.0, prune_interval=0
+    )
+    processor = CrashingProcessor(conn, stream, consumer, handler, ledger=ledger, options=options)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, processor.request_stop)
+    task = asyncio.create_task(processor.run())
+    await processor.wait_running(timeout=20)
+    print("READY", flush=True)
+    stats = await task
+    print("STATS " + json.dumps(stats.as_dict()), flush=True)
+    await conn.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:5]))

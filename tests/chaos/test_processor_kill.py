@@ -1,0 +1,185 @@
+"""SIGKILL a Processor at random and deterministic points; every effect lands exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import selectors
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from oncestream import Connection
+from oncestream.server import NatsServer
+
+ROOT = Path(__file__).resolve().parents[2]
+STREAM = "WORK"
+CONSUMER = "worker"
+MODES = ("random", "before_commit", "after_commit", "during_ack")
+
+
+def _start_worker(url: str, db: Path, env_extra: dict[str, str]) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **env_extra)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.chaos._processor_worker", url, str(db), STREAM, CONSUMER],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_line(proc: subprocess.Popen[str], prefix: str, timeout: float) -> str | None:
+    """The first stdout line starting with ``prefix``, or None if the process ended/timed out."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                break
+            line = proc.stdout.readline()
+            if not line:
+                return None
+            if line.startswith(prefix):
+                return line
+    return None
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
+def _effects(db: Path) -> tuple[int, int]:
+    if not db.exists():
+        return 0, 0
+    con = sqlite3.connect(db, timeout=10)
+    try:
+        return con.execute("SELECT count(*), count(DISTINCT id) FROM effects").fetchone()
+    except sqlite3.OperationalError:
+        return 0, 0
+    finally:
+        con.close()
+
+
+def _ledger_rows(db: Path) -> int:
+    if not db.exists():
+        return 0
+    con = sqlite3.connect(db, timeout=10)
+    try:
+        return int(con.execute("SELECT count(*) FROM oncestream_applied").fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        con.close()
+
+
+async def _publish(conn: Connection, total: int) -> None:
+    js = conn.nc.jetstream()
+    pending = []
+    for i in range(total):
+        pending.append(
+            await js.publish_async("work.item", b"%d" % i, headers={"Nats-Msg-Id": f"m{i}"})
+        )
+        if len(pending) >= 1000:
+            await asyncio.gather(*pending)
+            pending.clear()
+    await asyncio.gather(*pending)
+
+
+async def _run_kill_test(
+    nats_server: NatsServer,
+    conn: Connection,
+    make_stream,
+    tmp_path: Path,
+    total: int,
+    kills: int,
+    seed: int,
+) -> None:  # type: ignore[no-untyped-def]
+    rng = random.Random(seed)
+    await make_stream(STREAM, ("work.>",))
+    await _publish(conn, total)
+    db = tmp_path / "effects.db"
+    killed = 0
+    deadline = time.monotonic() + 30 + kills * 6
+    while killed < kills and time.monotonic() < deadline:
+        mode = MODES[killed % len(MODES)]
+        env = {"HANDLER_SLEEP": "0.0002", "BATCH": str(rng.choice((20, 50, 100)))}
+        if mode != "random":
+            env.update(CRASH_AT=mode, CRASH_AFTER=str(rng.randint(1, 40)))
+        proc = _start_worker(nats_server.url, db, env)
+        try:
+            ready = _wait_line(proc, "READY", timeout=30)
+            assert ready is not None or proc.poll() is not None, "worker did not start"
+            if mode == "random":
+                time.sleep(rng.uniform(0.05, 1.5))  # the kill point itself is what is random
+            else:
+                try:
+                    proc.wait(timeout=10)  # the worker kills itself at the hook
+                except subprocess.TimeoutExpired:
+                    pass  # too little work left to reach the hook: killed below instead
+        finally:
+            _kill(proc)
+        assert proc.returncode == -signal.SIGKILL, f"{mode}: worker exited {proc.returncode}"
+        killed += 1
+        effects = _effects(db)
+        print(f"kill {killed} ({mode}, {env}): effects so far {effects}")
+        # Atomicity at the crash point: every ledger row has its effect and vice versa.
+        assert _ledger_rows(db) == effects[0] == effects[1]
+    assert killed == kills
+    count_mid, _ = _effects(db)
+    assert count_mid < total, "the kills all happened after the work was done"
+
+    # Final clean run: everything applied, then SIGTERM -> exit 0.
+    proc = _start_worker(nats_server.url, db, {})
+    try:
+        assert _wait_line(proc, "READY", timeout=30) is not None
+        finish = time.monotonic() + 90
+        while time.monotonic() < finish:
+            info = await conn.consumer_info(STREAM, CONSUMER)
+            if info["num_pending"] == 0 and info["num_ack_pending"] == 0:
+                break
+            await asyncio.sleep(0.2)
+        assert info["num_pending"] == 0 and info["num_ack_pending"] == 0, info
+        proc.send_signal(signal.SIGTERM)
+        stats_line = _wait_line(proc, "STATS", timeout=30)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        _kill(proc)
+    assert stats_line is not None
+    stats = json.loads(stats_line.split(" ", 1)[1])
+    count, distinct = _effects(db)
+    assert distinct == total, f"lost {total - distinct} effects"
+    assert count == total, f"{count - total} duplicated effects"
+    assert stats["applied"] + stats["suppressed"] > 0
+
+
+async def test_kill_at_random_points(nats_server, conn, make_stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    seed = int(os.environ.get("KILL_TEST_SEED", str(random.randrange(1 << 30))))
+    print(f"seed={seed}")
+    await _run_kill_test(
+        nats_server, conn, make_stream, tmp_path, total=20_000, kills=10, seed=seed
+    )
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(1200)
+async def test_kill_at_random_points_soak(nats_server, conn, make_stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    seed = int(os.environ.get("KILL_TEST_SEED", str(random.randrange(1 << 30))))
+    print(f"seed={seed}")
+    await _run_kill_test(
+        nats_server, conn, make_stream, tmp_path, total=100_000, kills=40, seed=seed
+    )

@@ -1,0 +1,21 @@
+"""Handler functions used by the processor tests (importable as ``tests.handlers:name``)."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+
+def _mark(tx: Any) -> str:
+    return "?" if isinstance(tx.connection, sqlite3.Connection) else "%s"
+
+
+def record(msg: Any, tx: Any) -> None:
+    """Insert the message body as an integer into ``effects`` (no unique key: duplicates show)."""
+    tx.execute("CREATE TABLE IF NOT EXISTS effects (id BIGINT NOT NULL)")
+    tx.execute(f"INSERT INTO effects (id) VALUES ({_mark(tx)})", (int(msg.data),))
+
+
+def always_fails(msg: Any, tx: Any) -> None:
+    """A handler that never succeeds."""
+    raise RuntimeError(f"cannot handle {msg.data!r}")
