@@ -19,3 +19,122 @@ def jetstream(
         max_payload=max_payload,
         jetstream=JetStreamConfig(store_dir=work_dir / "jetstream", domain=domain),
     )
+
+
+# -- authentication and TLS (issue 6) ---------------------------------------------------
+
+
+def user_password(work_dir: Path, *, user: str, password: str) -> ServerConfig:
+    """JetStream server requiring one user/password."""
+    from oncestream.server import Authorization
+
+    return ServerConfig(
+        server_name="auth-user",
+        jetstream=JetStreamConfig(store_dir=work_dir / "jetstream"),
+        blocks=(Authorization(user=user, password=password),),
+    )
+
+
+def token(work_dir: Path, *, token: str) -> ServerConfig:
+    """JetStream server requiring a token."""
+    from oncestream.server import Authorization
+
+    return ServerConfig(
+        server_name="auth-token",
+        jetstream=JetStreamConfig(store_dir=work_dir / "jetstream"),
+        blocks=(Authorization(token=token),),
+    )
+
+
+def nkey_users(work_dir: Path, *, public_keys: tuple[str, ...]) -> ServerConfig:
+    """JetStream server accepting the given public user nkeys."""
+    from oncestream.server import Authorization, User
+
+    return ServerConfig(
+        server_name="auth-nkey",
+        jetstream=JetStreamConfig(store_dir=work_dir / "jetstream"),
+        blocks=(Authorization(users=tuple(User(nkey=key) for key in public_keys)),),
+    )
+
+
+def operator_mode(work_dir: Path, setup: object) -> ServerConfig:
+    """JetStream server in operator (JWT) mode with a memory resolver (``OperatorSetup``)."""
+    from oncestream.server import OperatorSetup
+
+    assert isinstance(setup, OperatorSetup)
+    return ServerConfig(
+        server_name="auth-jwt",
+        jetstream=JetStreamConfig(store_dir=work_dir / "jetstream"),
+        blocks=(setup.config(),),
+    )
+
+
+def tls(
+    work_dir: Path, *, cert_file: Path, key_file: Path, ca_file: Path, verify: bool
+) -> ServerConfig:
+    """JetStream server requiring TLS (and client certificates when ``verify``)."""
+    from oncestream.server import ServerTLS, TLSConfig
+
+    return ServerConfig(
+        server_name="auth-tls",
+        jetstream=JetStreamConfig(store_dir=work_dir / "jetstream"),
+        blocks=(
+            ServerTLS(
+                tls=TLSConfig(
+                    cert_file=cert_file, key_file=key_file, ca_file=ca_file, verify=verify
+                )
+            ),
+        ),
+    )
+
+
+# -- processing (issue 3) ---------------------------------------------------------------
+
+
+def cross_account_consumer(work_dir: Path, *, stream: str, consumer: str) -> ServerConfig:
+    """HUB owns ``stream``/``consumer``; APP may only pull it and ack, under ``JS.acc@hub.API``.
+
+    Users: ``hub``/``hub-pw`` (HUB, JetStream) and ``app``/``app-pw`` (APP, no JetStream).
+    """
+    from oncestream.server import Account, AccountsConfig, Export, Import, User
+
+    next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+    acks = f"$JS.ACK.{stream}.{consumer}.>"
+    hub = Account(
+        name="HUB",
+        users=(User(user="hub", password="hub-pw"),),
+        jetstream=True,
+        exports=(Export(subject=next_subject, response_type="stream"), Export(subject=acks)),
+    )
+    app = Account(
+        name="APP",
+        users=(User(user="app", password="app-pw"),),
+        imports=(
+            Import(
+                account="HUB",
+                subject=next_subject,
+                to=f"JS.acc@hub.API.CONSUMER.MSG.NEXT.{stream}.{consumer}",
+            ),
+            Import(account="HUB", subject=acks),
+        ),
+    )
+    return ServerConfig(
+        server_name="xacct",
+        jetstream=JetStreamConfig(store_dir=work_dir / "jetstream"),
+        blocks=(AccountsConfig(accounts=(hub, app)),),
+    )
+
+
+def operator_mode_mtls(
+    work_dir: Path, setup: object, *, cert_file: Path, key_file: Path, ca_file: Path
+) -> ServerConfig:
+    """Operator (JWT) mode and mutual TLS together."""
+    from oncestream.server import OperatorSetup, ServerTLS, TLSConfig
+
+    assert isinstance(setup, OperatorSetup)
+    tls = TLSConfig(cert_file=cert_file, key_file=key_file, ca_file=ca_file, verify=True)
+    return ServerConfig(
+        server_name="auth-jwt-mtls",
+        jetstream=JetStreamConfig(store_dir=work_dir / "jetstream"),
+        blocks=(setup.config(), ServerTLS(tls=tls)),
+    )

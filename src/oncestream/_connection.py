@@ -95,6 +95,17 @@ class Connection:
         self.reconnects = 0
         self._reconnect_listeners: list[Callback] = []
         self._disconnect_listeners: list[Callback] = []
+        # Pending API requests by lower-cased subject: the server reports a denied
+        # publish asynchronously (-ERR, lower-cased by nats-py) and sends no reply,
+        # so the request would otherwise only end with a timeout.
+        self._denied_waiters: dict[str, asyncio.Future[str]] = {}
+
+    def _permission_violation(self, text: str) -> None:
+        self.permission_errors.append(text)
+        lowered = text.lower()
+        for subject, waiter in list(self._denied_waiters.items()):
+            if f'"{subject}"' in lowered and not waiter.done():
+                waiter.set_result(text)
 
     @property
     def max_payload(self) -> int:
@@ -125,20 +136,36 @@ class Connection:
         """
         body = orjson.dumps(payload) if payload is not None else b""
         full = f"{self.prefix}.{subject}"
+        key = full.lower()
+        denied: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._denied_waiters[key] = denied
+        request = asyncio.ensure_future(
+            self.nc.request(full, body, timeout=timeout or self.options.request_timeout)
+        )
         try:
-            reply = await self.nc.request(
-                full, body, timeout=timeout or self.options.request_timeout
-            )
+            waitables: set[asyncio.Future[Any]] = {request, denied}
+            await asyncio.wait(waitables, return_when=asyncio.FIRST_COMPLETED)
+            if not request.done():
+                request.cancel()
+                raise PermissionDenied(f"{full}: not permitted for this user")
+            reply = request.result()
         except nats.errors.NoRespondersError as exc:
             raise JetStreamError(
                 f"no JetStream API answers on {full!r}: JetStream is not enabled there, "
                 f"or the domain/apiPrefix is wrong",
                 code=503,
             ) from exc
+        except PermissionDenied:
+            raise
         except Exception as exc:
-            if self.permission_errors and any(full in e for e in self.permission_errors):
+            if any(f'"{key}"' in e.lower() for e in self.permission_errors):
                 raise PermissionDenied(f"{full}: not permitted for this user") from exc
             raise translate_error(exc, what=full) from exc
+        finally:
+            if self._denied_waiters.get(key) is denied:
+                del self._denied_waiters[key]
+            if not denied.done():
+                denied.cancel()
         response: dict[str, Any] = orjson.loads(reply.data) if reply.data else {}
         if "error" in response:
             raise jetstream_error(response["error"])
@@ -199,13 +226,18 @@ async def connect(options: ConnectOptions | None = None, **overrides: Any) -> Co
     options = options or ConnectOptions()
     holder: dict[str, Connection] = {}
     errors: list[BaseException] = []
+    # nats-py 2.16 hangs in connect() after a failed TLS handshake; a TLS error
+    # while connecting is final anyway, so it aborts the attempt (see below).
+    tls_failed: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
 
     async def error_cb(exc: Exception) -> None:
         errors.append(exc)
+        if isinstance(exc, ssl.SSLError) and "conn" not in holder and not tls_failed.done():
+            tls_failed.set_result(exc)
         text = str(exc)
         conn = holder.get("conn")
         if conn is not None and "permissions violation" in text.lower():
-            conn.permission_errors.append(text)
+            conn._permission_violation(text)
         log.debug("nats error: %s", text)
 
     async def reconnected_cb() -> None:
@@ -247,7 +279,7 @@ async def connect(options: ConnectOptions | None = None, **overrides: Any) -> Co
             kwargs["nkeys_seed_str"] = options.nkey_seed
     kwargs.update(overrides)
     try:
-        nc = await nats.connect(**kwargs)
+        nc = await _connect_or_tls_failure(kwargs, tls_failed, options)
     except Exception as exc:
         where = ", ".join(options.safe_servers)
         for err in errors:
@@ -260,6 +292,34 @@ async def connect(options: ConnectOptions | None = None, **overrides: Any) -> Co
             raise ConnectError(f"cannot connect to NATS at {where}: {exc or errors}") from exc
         raise translate_error(exc, what=f"connect to {where}") from exc
     nc.options["max_reconnect_attempts"] = options.max_reconnect_attempts
+    if not tls_failed.done():
+        tls_failed.cancel()
     conn = Connection(nc, options)
     holder["conn"] = conn
     return conn
+
+
+async def _connect_or_tls_failure(
+    kwargs: dict[str, Any], tls_failed: asyncio.Future[BaseException], options: ConnectOptions
+) -> Client:
+    nc = Client()
+    attempt = asyncio.ensure_future(nc.connect(**kwargs))
+    waitables: set[asyncio.Future[Any]] = {attempt, tls_failed}
+    try:
+        await asyncio.wait(waitables, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        attempt.cancel()
+        raise
+    if attempt.done():
+        attempt.result()
+        return nc
+    attempt.cancel()
+    try:
+        await asyncio.wait_for(nc.close(), 1.0)
+    except Exception:
+        pass
+    reason = tls_failed.result()
+    where = ", ".join(options.safe_servers)
+    raise ConnectError(
+        f"TLS handshake with {where} failed: {getattr(reason, 'reason', None) or reason}"
+    ) from reason

@@ -1,5 +1,10 @@
 """Embedded nats-server: config rendering and process control.
 
+Single servers (:class:`NatsServer`), and topologies beyond one process:
+a 3-node :class:`Cluster` and a :class:`HubLeaf` pair with two JetStream
+domains, built from typed config blocks (accounts, leaf nodes, routes,
+authorization, TLS, operator JWTs).
+
 Example::
 
     from oncestream.server import NatsServer
@@ -8,7 +13,50 @@ Example::
         print(server.url)
 """
 
+from ._cluster import Cluster, Topology, monitor, stop_pid, wait_for
 from ._config import JetStreamConfig, ServerConfig, render
+from ._hubleaf import HubLeaf, hub_leaf_accounts
+from ._jwt import OperatorSetup
 from ._process import NatsServer, find_nats_server
+from ._topology import (
+    Account,
+    AccountsConfig,
+    Authorization,
+    ClusterConfig,
+    Export,
+    Import,
+    LeafNodeConfig,
+    LeafRemote,
+    OperatorConfig,
+    ServerTLS,
+    TLSConfig,
+    User,
+)
 
-__all__ = ["JetStreamConfig", "NatsServer", "ServerConfig", "find_nats_server", "render"]
+__all__ = [
+    "Account",
+    "AccountsConfig",
+    "Authorization",
+    "Cluster",
+    "ClusterConfig",
+    "Export",
+    "HubLeaf",
+    "Import",
+    "JetStreamConfig",
+    "LeafNodeConfig",
+    "LeafRemote",
+    "NatsServer",
+    "OperatorConfig",
+    "OperatorSetup",
+    "ServerConfig",
+    "ServerTLS",
+    "TLSConfig",
+    "Topology",
+    "User",
+    "find_nats_server",
+    "hub_leaf_accounts",
+    "monitor",
+    "render",
+    "stop_pid",
+    "wait_for",
+]

@@ -118,8 +118,11 @@ class ServerConfig:
         jetstream: the JetStream block, or None for a core-NATS-only server.
         max_payload: largest message the server accepts, in bytes.
         http_port: monitoring port, or None for none.
-        extra: further top-level blocks (cluster, leafnodes, accounts,
-            authorization, tls, ...) as plain dicts, rendered verbatim.
+        blocks: typed top-level blocks (anything with ``to_dict()``: the
+            cluster, leafnodes, accounts, authorization, tls and operator
+            objects of ``oncestream.server``), merged in order.
+        extra: further top-level blocks as plain dicts, rendered verbatim
+            (applied last).
 
     Raises:
         ConfigError: if the host is not a loopback address or a value is out of range.
@@ -131,6 +134,7 @@ class ServerConfig:
     jetstream: JetStreamConfig | None = None
     max_payload: int | None = None
     http_port: int | None = None
+    blocks: tuple[Any, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -153,6 +157,8 @@ class ServerConfig:
         }
         if self.jetstream is not None:
             result["jetstream"] = self.jetstream.to_dict()
+        for block in self.blocks:
+            result.update(block.to_dict())
         result.update(self.extra)
         return result
 
