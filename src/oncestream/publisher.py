@@ -124,6 +124,8 @@ class Publisher:
         self._subjects: dict[str, bytes] = {}
         self._failures: list[asyncio.Future[PubAck]] = []
         self._ticker: asyncio.Task[None] | None = None
+        self._probing: set[str] = set()
+        self._probe_tasks: set[asyncio.Task[None]] = set()
         self._sent = self._acked = self._duplicates = self._retried = self._failed = 0
         self._max_payload = 0
         self._ack_timeout = self.options.ack_timeout
@@ -189,6 +191,8 @@ class Publisher:
                 except asyncio.CancelledError:
                     pass
                 self._ticker = None
+            for task in list(self._probe_tasks):
+                task.cancel()
             listeners = getattr(self.conn, "_reconnect_listeners", None)
             if isinstance(listeners, list) and self._on_reconnect in listeners:
                 # A long-lived connection outlives many Publishers (one per Spark task).
@@ -420,12 +424,7 @@ class Publisher:
                     self._count_late_duplicate(data)
                 return
         if headers is not None and headers[9:12] == b"503":
-            self._fail(
-                entry,
-                StreamNotFound(
-                    f"no stream listens on subject {entry.subject!r} (no responders)", code=503
-                ),
-            )
+            self._no_responders(token, entry)
             return
         try:
             response = orjson.loads(data)
@@ -463,6 +462,45 @@ class Publisher:
         if not future.done():
             future.set_result(ack)
         self._release()
+
+    def _no_responders(self, token: int, entry: Pending) -> None:
+        # A 503 means "no stream listens" for a missing stream, but also happens
+        # while a clustered stream elects a new leader: retry, and ask the
+        # server once which case it is so a missing stream still fails at once.
+        if entry.attempts >= self.options.max_attempts:
+            self._fail(entry, self._stream_not_found(entry.subject, entry.attempts))
+            return
+        entry.deadline = _monotonic() + self.options.backoff(entry.attempts + 1)
+        self._waiting[token] = entry
+        if entry.subject not in self._probing:
+            self._probing.add(entry.subject)
+            task = asyncio.create_task(self._probe_subject(entry.subject))
+            self._probe_tasks.add(task)
+            task.add_done_callback(self._probe_tasks.discard)
+
+    async def _probe_subject(self, subject: str) -> None:
+        try:
+            reply = await self.conn.api("STREAM.NAMES", {"subject": subject})
+        except Exception as exc:  # unknown: keep retrying with backoff
+            log.debug("publisher could not look up the stream of %r: %s", subject, exc)
+            return
+        finally:
+            self._probing.discard(subject)
+        if reply.get("streams"):
+            return
+        for table in (self._waiting, self._pending):
+            doomed = [t for t, e in table.items() if e.subject == subject]
+            for token in doomed:
+                entry = table.pop(token)
+                self._fail(entry, self._stream_not_found(subject, entry.attempts))
+
+    @staticmethod
+    def _stream_not_found(subject: str, attempts: int) -> StreamNotFound:
+        return StreamNotFound(
+            f"no stream listens on subject {subject!r} (no responders after "
+            f"{attempts} attempt{'s' if attempts != 1 else ''})",
+            code=503,
+        )
 
     def _count_late_duplicate(self, data: bytes) -> None:
         try:

@@ -98,21 +98,16 @@ async def test_kill_stream_leader_during_publish(cluster: Cluster) -> None:
         victim = await _stream_leader(conn)
         ids = [f"o-{i}" for i in range(N)]
         start = time.monotonic()
+        # The Publisher itself rides through the leader election (503s and
+        # timeouts are retried with the same msg id): no application retry.
         failed = await _publish_round(conn, ids, cluster.servers[victim].kill)
-        first_round_failed = len(failed)
-        # The application's retry: the same msg ids again (the stream de-duplicates).
-        for _ in range(5):
-            if not failed:
-                break
-            await _stream_leader(conn)
-            failed = await _publish_round(conn, failed, None)
         elapsed = time.monotonic() - start
         assert not failed, f"{len(failed)} publishes never acknowledged"
         rejoin = await _assert_rejoined(cluster, conn, victim)
         assert_exactly_once(await stream_ids(conn, STREAM), ids)
         print(
             f"\ncluster: SIGKILLed stream leader {victim} after {N // 3} of {N} publishes; "
-            f"{first_round_failed} needed an application retry (same msg id); all {N} acked "
+            f"all {N} acked "
             f"in {elapsed:.2f}s, 0 lost, 0 duplicated; node rejoined and current in {rejoin:.2f}s"
         )
     finally:
