@@ -1,0 +1,287 @@
+"""Driver-side planning of the ``jetstream`` source: positions, ranges, partitions."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from pyspark.sql.datasource import InputPartition
+
+from .._connection import Connection
+from .._errors import MessageNotFound, OncestreamError, StreamNotFound
+from . import _wire
+from ._reader import check_retention
+from ._source_options import EARLIEST, LATEST, SourceOptions
+
+__all__ = [
+    "MAX_PARTITION_SEQUENCES",
+    "JetStreamPartition",
+    "first_last",
+    "nth_sequence",
+    "plan_partitions",
+    "plan_ranges",
+    "resolve_start",
+    "share",
+    "stream_filters",
+    "stream_infos",
+    "subjects_overlap",
+]
+
+#: Largest sequence range one task reads when minPartitions asks for fewer splits.
+MAX_PARTITION_SEQUENCES = 100_000
+
+
+class JetStreamPartition(InputPartition):
+    """One task's work: sequences ``[first, last]`` of ``stream`` (both inclusive)."""
+
+    def __init__(
+        self, stream: str, first: int, last: int, direct: bool, subjects: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__((stream, first, last))
+        self.stream, self.first, self.last, self.direct = stream, first, last, direct
+        self.subjects = subjects
+
+    def __repr__(self) -> str:
+        return f"JetStreamPartition({self.stream!r}, {self.first}..{self.last})"
+
+
+def plan_ranges(
+    ranges: dict[str, tuple[int, int]],
+    direct: dict[str, bool],
+    min_partitions: int | None,
+    max_size: int = MAX_PARTITION_SEQUENCES,
+    filters: dict[str, tuple[str, ...]] | None = None,
+) -> list[JetStreamPartition]:
+    """Split per-stream inclusive ranges into partitions.
+
+    Each stream gets a share of ``min_partitions`` proportional to its range
+    size (at least one split), and no split is larger than ``max_size``
+    sequences.
+    """
+    sizes = {s: last - first + 1 for s, (first, last) in ranges.items() if last >= first}
+    total = sum(sizes.values())
+    out: list[JetStreamPartition] = []
+    for stream, size in sizes.items():
+        first = ranges[stream][0]
+        wanted = math.ceil((min_partitions or 1) * size / total)
+        pieces = max(1, wanted, math.ceil(size / max_size))
+        pieces = min(pieces, size)
+        step, extra = divmod(size, pieces)
+        start = first
+        for i in range(pieces):
+            length = step + (1 if i < extra else 0)
+            out.append(
+                JetStreamPartition(
+                    stream,
+                    start,
+                    start + length - 1,
+                    direct[stream],
+                    (filters or {}).get(stream, ()),
+                )
+            )
+            start += length
+    return out
+
+
+async def stream_infos(conn: Connection, options: SourceOptions) -> dict[str, dict[str, Any]]:
+    """``STREAM.INFO`` of every configured stream.
+
+    Raises:
+        StreamNotFound: naming the missing stream, the servers and the API prefix.
+    """
+    infos: dict[str, dict[str, Any]] = {}
+    for stream in options.streams:
+        try:
+            infos[stream] = await conn.stream_info(stream)
+        except StreamNotFound as exc:
+            raise StreamNotFound(
+                f"option 'stream': stream {stream!r} does not exist on "
+                f"{', '.join(options.connect.safe_servers)} (JetStream API {conn.prefix})",
+                code=exc.code,
+                err_code=exc.err_code,
+            ) from exc
+    return infos
+
+
+def first_last(info: dict[str, Any]) -> tuple[int, int]:
+    """The stream's first and last sequence from its ``STREAM.INFO``."""
+    state = info["state"]
+    return int(state.get("first_seq", 0)), int(state.get("last_seq", 0))
+
+
+async def resolve_start(
+    conn: Connection, options: SourceOptions, infos: dict[str, dict[str, Any]], *, streaming: bool
+) -> dict[str, int]:
+    """Initial ``{stream: last_sequence_read}`` from startingOffsets/startingTimestamp."""
+    out: dict[str, int] = {}
+    for stream, info in infos.items():
+        first_seq, last_seq = first_last(info)
+        if options.starting_timestamp is not None:
+            when = datetime.fromtimestamp(options.starting_timestamp, UTC)
+            try:
+                reply = await conn.api(
+                    f"STREAM.MSG.GET.{stream}",
+                    {"start_time": when.isoformat().replace("+00:00", "Z")},
+                )
+                out[stream] = int(reply["message"]["seq"]) - 1
+            except MessageNotFound:
+                out[stream] = last_seq
+            continue
+        default = LATEST if streaming else EARLIEST
+        spec = options.starting.get(stream, default)
+        if spec == EARLIEST:
+            out[stream] = max(first_seq, 1) - 1
+        elif spec == LATEST:
+            out[stream] = last_seq
+        else:
+            out[stream] = spec - 1
+    return out
+
+
+async def plan_partitions(
+    conn: Connection,
+    options: SourceOptions,
+    infos: dict[str, dict[str, Any]],
+    start: dict[str, int],
+    end: dict[str, int],
+) -> list[JetStreamPartition]:
+    """Partitions for the per-stream offset ranges ``(start, end]``, checking retention first.
+
+    Raises:
+        DataLossError: when ``failOnDataLoss`` and a range begins before the stream does.
+    """
+    ranges: dict[str, tuple[int, int]] = {}
+    filters: dict[str, tuple[str, ...]] = {}
+    for stream in options.streams:
+        first, last = start[stream] + 1, end[stream]
+        if first > last:
+            continue
+        if options.subjects:
+            filters[stream] = stream_filters(options.subjects, infos[stream])
+            if not filters[stream]:
+                continue  # no filter can match this stream: nothing to read
+        first = await check_retention(
+            conn, stream, first, last, fail_on_data_loss=options.fail_on_data_loss
+        )
+        if first <= last:
+            ranges[stream] = (first, last)
+    # Direct get needs allow_direct; the consumer path works everywhere and measured
+    # faster (no per-message metadata headers to ship and parse), so it is the default.
+    wants_direct = options.read_method == "direct"
+    direct = {s: wants_direct and bool(i["config"].get("allow_direct")) for s, i in infos.items()}
+    return plan_ranges(ranges, direct, options.min_partitions, filters=filters)
+
+
+def subjects_overlap(a: str, b: str) -> bool:
+    """Whether some subject matches both patterns (``*`` one token, ``>`` the rest)."""
+    left, right = a.split("."), b.split(".")
+    for i in range(max(len(left), len(right))):
+        x = left[i] if i < len(left) else None
+        y = right[i] if i < len(right) else None
+        if x == ">" or y == ">":
+            return x is not None and y is not None
+        if x is None or y is None:
+            return False
+        if x != y and x != "*" and y != "*":
+            return False
+    return True
+
+
+def stream_filters(subjects: tuple[str, ...], info: dict[str, Any]) -> tuple[str, ...]:
+    """The filters of ``subjects`` that can match messages of the stream described by ``info``.
+
+    A consumer rejects a filter outside its stream's subjects, and with several
+    streams one ``subjects`` option usually names subjects of only some of them.
+    Streams without subjects of their own (mirrors, sourcing streams) keep them all.
+    """
+    own = info.get("config", {}).get("subjects") or []
+    if not own:
+        return subjects
+    return tuple(f for f in subjects if any(subjects_overlap(f, s) for s in own))
+
+
+def share(avail: dict[str, int], budget: int) -> dict[str, int]:
+    """Split ``budget`` sequences over streams in proportion to what each has available."""
+    total = sum(avail.values())
+    shares = {s: min(a, budget * a // total) for s, a in avail.items()}
+    if not any(shares.values()):
+        biggest = max(avail, key=lambda s: avail[s])
+        shares[biggest] = min(avail[biggest], max(1, budget))
+    return shares
+
+
+async def nth_sequence(
+    conn: Connection, stream: str, after: int, n: int, subjects: tuple[str, ...]
+) -> tuple[int | None, bool]:
+    """The sequence of the ``n``-th message after ``after`` that matches ``subjects``.
+
+    Used to size micro-batches in messages when sequences and messages differ
+    (subject filters, interior deletes). It walks a ``headers_only`` ephemeral
+    consumer: no payloads travel, only one small frame per message.
+
+    Returns:
+        ``(sequence, exhausted)``: the n-th (or, if fewer exist, the last) matching
+        sequence or None when none matches, and whether fewer than ``n`` exist.
+    """
+    name = f"oncestream_plan_{uuid.uuid4().hex[:16]}"
+    config: dict[str, Any] = {
+        "name": name,
+        "deliver_policy": "by_start_sequence",
+        "opt_start_seq": after + 1,
+        "ack_policy": "none",
+        "mem_storage": True,
+        "num_replicas": 1,
+        "inactive_threshold": 30_000_000_000,
+        "headers_only": True,
+    }
+    if len(subjects) == 1:
+        config["filter_subject"] = subjects[0]
+    elif subjects:
+        config["filter_subjects"] = list(subjects)
+    await conn.api(
+        f"CONSUMER.CREATE.{stream}.{name}",
+        {"stream_name": stream, "config": config, "action": "create"},
+    )
+    nc: Any = conn.nc
+    last: int | None = None
+    remaining = n
+    try:
+        while remaining > 0:
+            count = min(remaining, 8192)
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            def done(future: asyncio.Future[None] = future) -> None:
+                if not future.done():
+                    future.set_result(None)
+
+            sink = _wire.FrameSink(count, True, done)
+            inbox = nc.new_inbox()
+            sub = await nc.subscribe(inbox)
+            _wire.register(nc, sub._id, sink)
+            try:
+                await nc.publish(
+                    f"{conn.prefix}.CONSUMER.MSG.NEXT.{stream}.{name}",
+                    orjson.dumps({"batch": count, "no_wait": True}),
+                    reply=inbox,
+                )
+                await asyncio.wait_for(future, conn.options.request_timeout * 6)
+            finally:
+                _wire.unregister(nc, sub._id)
+                await sub.unsubscribe()
+            got = len(sink.datas)
+            if got:
+                tokens = sink.replies[got - 1].split(b".")
+                last = int(tokens[5] if len(tokens) == 9 else tokens[7])
+            remaining -= got
+            if got < count:
+                return last, True
+        return last, False
+    finally:
+        try:
+            await conn.api(f"CONSUMER.DELETE.{stream}.{name}")
+        except OncestreamError:
+            pass  # inactive_threshold removes it anyway

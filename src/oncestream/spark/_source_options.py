@@ -1,0 +1,240 @@
+"""Options of the ``jetstream`` Spark source, parsed and validated in the driver."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from .._errors import ConfigError
+from .._options import ConnectOptions, parse_bool, parse_positive_int
+
+__all__ = ["EARLIEST", "LATEST", "SourceOptions", "StartSpec"]
+
+EARLIEST = -2
+LATEST = -1
+
+_STREAM_RE = re.compile(r"^[^\s.*>/\\]+$")
+_SUBJECT_RE = re.compile(r"^[^\s]+$")
+
+#: A start/end position per stream: a sequence (>= 1), EARLIEST or LATEST.
+StartSpec = dict[str, int]
+
+_KNOWN = {
+    "servers",
+    "user",
+    "password",
+    "token",
+    "creds",
+    "nkeyseed",
+    "tlscafile",
+    "tlscertfile",
+    "tlskeyfile",
+    "domain",
+    "apiprefix",
+    "connecttimeout",
+    "requesttimeout",
+    "stream",
+    "subjects",
+    "startingoffsets",
+    "startingtimestamp",
+    "endingoffsets",
+    "maxmessagespertrigger",
+    "maxbytespertrigger",
+    "minpartitions",
+    "failondataloss",
+    "includeheaders",
+    "fetchbatch",
+    "readmethod",
+    # Spark adds these itself for some code paths.
+    "path",
+    "paths",
+}
+
+
+def _parse_offsets(name: str, value: str, streams: tuple[str, ...], *, ending: bool) -> StartSpec:
+    """Parse ``earliest`` / ``latest`` / JSON ``{"STREAM": seq}`` into a per-stream spec."""
+    text = value.strip()
+    allowed = "'latest' or a JSON object" if ending else "'earliest', 'latest' or a JSON object"
+    example = f'{{"{streams[0]}": 1042}}'
+    if text.lower() == "latest":
+        return dict.fromkeys(streams, LATEST)
+    if text.lower() == "earliest" and not ending:
+        return dict.fromkeys(streams, EARLIEST)
+    try:
+        parsed = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise ConfigError(
+            f"option {name!r} must be {allowed} like {example}, got {value!r}"
+        ) from None
+    if not isinstance(parsed, dict) or not parsed:
+        raise ConfigError(f"option {name!r} must be {allowed} like {example}, got {value!r}")
+    spec: StartSpec = {}
+    for key, seq in parsed.items():
+        if key not in streams:
+            raise ConfigError(
+                f"option {name!r} names stream {key!r}, which is not in option 'stream' "
+                f"({', '.join(streams)})"
+            )
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < -2 or seq == 0:
+            raise ConfigError(
+                f"option {name!r}: the position of stream {key!r} must be a sequence >= 1, "
+                f"-2 (earliest) or -1 (latest), got {seq!r}"
+            )
+        if ending and seq == EARLIEST:
+            raise ConfigError(f"option {name!r}: -2 (earliest) is not allowed as an ending offset")
+        spec[key] = seq
+    for stream in streams:
+        spec.setdefault(stream, LATEST if ending else EARLIEST)
+    return spec
+
+
+def _parse_timestamp(value: str) -> float:
+    """Milliseconds since the epoch (Kafka style) or an ISO-8601 time -> epoch seconds."""
+    text = value.strip()
+    try:
+        millis = int(text)
+    except ValueError:
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise ConfigError(
+                "option 'startingTimestamp' must be milliseconds since the epoch or an "
+                f"ISO-8601 time like '2024-05-01T12:00:00Z', got {value!r}"
+            ) from None
+        if moment.tzinfo is None:
+            raise ConfigError(
+                f"option 'startingTimestamp' needs a time zone (e.g. a trailing 'Z'), got {value!r}"
+            ) from None
+        return moment.timestamp()
+    if millis < 0:
+        raise ConfigError(f"option 'startingTimestamp' must be >= 0 milliseconds, got {value!r}")
+    return millis / 1000.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceOptions:
+    """Validated options of ``spark.read/readStream.format("jetstream")``.
+
+    Positions (see ``docs/spark-source.md``): ``starting`` holds, per stream,
+    the first sequence to read (Kafka's inclusive starting offset), or
+    ``EARLIEST``/``LATEST``; ``ending`` holds the sequence to stop *before*
+    (Kafka's exclusive ending offset), or ``LATEST``. The checkpointed offset
+    is ``{stream: last_sequence_read}``.
+
+    Raises:
+        ConfigError: naming the option, the bad value and what is allowed.
+
+    Example::
+
+        opts = SourceOptions.from_spark_options({"servers": url, "stream": "ORDERS"})
+    """
+
+    connect: ConnectOptions
+    streams: tuple[str, ...]
+    subjects: tuple[str, ...] = ()
+    starting: StartSpec = field(default_factory=dict)
+    starting_timestamp: float | None = None
+    ending: StartSpec = field(default_factory=dict)
+    max_messages_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    min_partitions: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    fetch_batch: int = 8192
+    read_method: str = "consumer"
+
+    def __post_init__(self) -> None:
+        if not self.streams:
+            raise ConfigError("option 'stream' must name at least one stream")
+        if len(set(self.streams)) != len(self.streams):
+            raise ConfigError(f"option 'stream' names a stream twice: {','.join(self.streams)}")
+        for stream in self.streams:
+            if not _STREAM_RE.match(stream):
+                raise ConfigError(
+                    f"option 'stream': {stream!r} is not a valid stream name "
+                    "(no spaces, '.', '*', '>', '/' or '\\')"
+                )
+        for subject in self.subjects:
+            if not _SUBJECT_RE.match(subject) or subject.startswith(".") or subject.endswith("."):
+                raise ConfigError(f"option 'subjects': {subject!r} is not a valid subject filter")
+        if self.read_method not in ("consumer", "direct"):
+            raise ConfigError(
+                f"option 'readMethod' must be 'consumer' or 'direct', got {self.read_method!r}"
+            )
+        if self.starting and self.starting_timestamp is not None:
+            raise ConfigError("give either 'startingOffsets' or 'startingTimestamp', not both")
+        for name, value in (
+            ("maxMessagesPerTrigger", self.max_messages_per_trigger),
+            ("maxBytesPerTrigger", self.max_bytes_per_trigger),
+            ("minPartitions", self.min_partitions),
+            ("fetchBatch", self.fetch_batch),
+        ):
+            if value is not None and value <= 0:
+                raise ConfigError(f"option {name!r} must be an integer > 0, got {value!r}")
+
+    def starting_for(self, stream: str) -> int:
+        """The configured start of ``stream``: a sequence, EARLIEST or LATEST."""
+        return self.starting.get(stream, EARLIEST)
+
+    def ending_for(self, stream: str) -> int:
+        """The configured (exclusive) end of ``stream`` for batch reads: a sequence or LATEST."""
+        return self.ending.get(stream, LATEST)
+
+    @classmethod
+    def from_spark_options(cls, options: Mapping[str, str]) -> SourceOptions:
+        """Parse Spark's string options (keys are case-insensitive).
+
+        Raises:
+            ConfigError: on a missing, unknown or invalid option.
+        """
+        lowered = {k.lower(): v for k, v in options.items()}
+        unknown = sorted(k for k in lowered if k not in _KNOWN)
+        if unknown:
+            raise ConfigError(
+                f"unknown option(s) for format 'jetstream': {', '.join(unknown)}; "
+                "see docs/spark-source.md for the supported options"
+            )
+        connect = ConnectOptions.from_spark_options(options)
+        raw_streams = lowered.get("stream", "")
+        streams = tuple(s.strip() for s in raw_streams.split(",") if s.strip())
+        if not streams:
+            raise ConfigError(
+                "option 'stream' is required: one stream name or a comma list, "
+                "e.g. .option('stream', 'ORDERS')"
+            )
+        subjects = tuple(s.strip() for s in lowered.get("subjects", "").split(",") if s.strip())
+        kwargs: dict[str, Any] = {"connect": connect, "streams": streams, "subjects": subjects}
+        if lowered.get("readmethod"):
+            kwargs["read_method"] = lowered["readmethod"].strip().lower()
+        if lowered.get("startingoffsets"):
+            kwargs["starting"] = _parse_offsets(
+                "startingOffsets", lowered["startingoffsets"], streams, ending=False
+            )
+        if lowered.get("startingtimestamp"):
+            kwargs["starting_timestamp"] = _parse_timestamp(lowered["startingtimestamp"])
+        if lowered.get("endingoffsets"):
+            kwargs["ending"] = _parse_offsets(
+                "endingOffsets", lowered["endingoffsets"], streams, ending=True
+            )
+        for key, attr in (
+            ("maxMessagesPerTrigger", "max_messages_per_trigger"),
+            ("maxBytesPerTrigger", "max_bytes_per_trigger"),
+            ("minPartitions", "min_partitions"),
+            ("fetchBatch", "fetch_batch"),
+        ):
+            raw = lowered.get(key.lower())
+            if raw is not None and raw != "":
+                kwargs[attr] = parse_positive_int(f"option {key!r}", raw)
+        for key, attr in (
+            ("failOnDataLoss", "fail_on_data_loss"),
+            ("includeHeaders", "include_headers"),
+        ):
+            raw = lowered.get(key.lower())
+            if raw is not None and raw != "":
+                kwargs[attr] = parse_bool(f"option {key!r}", raw)
+        return cls(**kwargs)

@@ -1,0 +1,196 @@
+"""A fast path in nats-py's protocol parser for the source's own inboxes.
+
+nats-py turns every MSG frame into a regex match, a ``Msg`` object, a queue
+put and a callback task; at a few hundred thousand messages per second that
+per-message Python work is the whole cost of reading. Frames addressed to a
+subscription registered here are instead sliced out of the read buffer in a
+tight loop and handed to a plain function; everything else (PING, INFO,
++OK/-ERR, other subscriptions' messages) still goes through nats-py's parser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
+
+__all__ = ["FrameSink", "install", "register", "unregister"]
+
+
+class FrameSink:
+    """Collects the frames of one subscription into parallel lists.
+
+    A frame whose headers are a status line (``NATS/1.0 204 EOB``, ``404``,
+    ``408`` ...) ends the collection; so does reaching ``limit`` messages.
+    ``on_done`` is then called once.
+    """
+
+    __slots__ = (
+        "datas",
+        "done",
+        "headers",
+        "keep_meta",
+        "limit",
+        "on_done",
+        "replies",
+        "status",
+        "subjects",
+    )
+
+    def __init__(self, limit: int, keep_meta: bool, on_done: Callable[[], None]) -> None:
+        self.limit = limit
+        self.keep_meta = keep_meta
+        self.on_done = on_done
+        self.subjects: list[bytes] = []
+        self.replies: list[bytes] = []
+        self.datas: list[bytes] = []
+        self.headers: list[bytes | None] = []
+        self.status: bytes | None = None
+        self.done = False
+
+    def add(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        """Take one frame (the slow path; the parser inlines the same steps)."""
+        if headers is not None and headers[8] != 13:
+            self.end(headers, reply)
+            return
+        self.datas.append(data)
+        self.headers.append(headers)
+        if self.keep_meta:
+            self.subjects.append(subject)
+            self.replies.append(reply)
+        if len(self.datas) >= self.limit:
+            self.finish()
+
+    def end(self, status: bytes, reply: bytes) -> None:
+        """A status frame arrived (idle heartbeats / flow control are ignored)."""
+        if status[9:12] == b"100" and reply:
+            return
+        self.status = status
+        self.finish()
+
+    def finish(self) -> None:
+        """Mark the collection complete (idempotent)."""
+        if not self.done:
+            self.done = True
+            self.on_done()
+
+
+class _FastParser(Parser):
+    """nats-py's Parser with a fast path for MSG/HMSG frames of registered sids."""
+
+    fast_handlers: dict[int, FrameSink]
+
+    async def parse(self, data: bytes = b"") -> None:
+        buf = self.buf
+        buf.extend(data)
+        if self.state == AWAITING_CONTROL_LINE and self.fast_handlers and self._fast(buf):
+            return  # the buffer ends inside one of our frames: wait for more bytes
+        if buf:
+            await super().parse(b"")
+
+    def _fast(self, buf: bytearray) -> bool:
+        """Consume leading frames of registered sids; True if stopped at a partial one."""
+        handlers = self.fast_handlers
+        partial = False
+        pos = 0
+        size = len(buf)
+        find = buf.find
+        last_sid = -1
+        sink: FrameSink | None = None
+        while pos < size:
+            end = find(b"\r\n", pos)
+            op = buf[pos]
+            if end < 0:
+                partial = op in (72, 77)  # an "HMSG"/"MSG" line still arriving
+                break
+            if op == 77:  # b"M": MSG <subject> <sid> [reply] <size>
+                parts = bytes(buf[pos + 4 : end]).split(b" ")
+                sid = int(parts[1])
+                if sid != last_sid:
+                    sink, last_sid = handlers.get(sid), sid
+                if sink is None:
+                    break
+                start = end + 2
+                stop = start + int(parts[-1])
+                if stop + 2 > size:
+                    partial = True
+                    break
+                sink.datas.append(bytes(buf[start:stop]))
+                sink.headers.append(None)
+                if sink.keep_meta:
+                    sink.subjects.append(parts[0])
+                    sink.replies.append(parts[2] if len(parts) == 4 else b"")
+                if len(sink.datas) >= sink.limit:
+                    sink.finish()
+                pos = stop + 2
+            elif op == 72:  # b"H": HMSG <subject> <sid> [reply] <header size> <total size>
+                parts = bytes(buf[pos + 5 : end]).split(b" ")
+                sid = int(parts[1])
+                if sid != last_sid:
+                    sink, last_sid = handlers.get(sid), sid
+                if sink is None:
+                    break
+                total = int(parts[-1])
+                header_len = int(parts[-2])
+                start = end + 2
+                if start + total + 2 > size:
+                    partial = True
+                    break
+                next_pos = start + total + 2
+                reply = parts[2] if len(parts) == 5 else b""
+                headers = bytes(buf[start : start + header_len])
+                if headers[8] != 13:  # "NATS/1.0 <code> ...": a status, not a message
+                    sink.end(headers, reply)
+                else:
+                    sink.datas.append(bytes(buf[start + header_len : start + total]))
+                    sink.headers.append(headers)
+                    if sink.keep_meta:
+                        sink.subjects.append(parts[0])
+                        sink.replies.append(reply)
+                    if len(sink.datas) >= sink.limit:
+                        sink.finish()
+                pos = next_pos
+            else:
+                break
+        if pos:
+            del buf[:pos]
+        return partial
+
+
+def install(nc: Any) -> None:
+    """Give ``nc`` (a connected nats-py client) the fast-path parser (idempotent).
+
+    Frames of registered sids that nats-py's own parser ends up handling (those
+    behind a frame the fast path leaves to it) reach the same handlers through
+    a wrapper around ``_process_msg``.
+    """
+    parser = nc._ps
+    if isinstance(parser, _FastParser):
+        return
+    # Swapping the class keeps the parser's buffer and state intact.
+    parser.__class__ = _FastParser
+    handlers: dict[int, FrameSink] = {}
+    parser.fast_handlers = handlers
+    original = nc._process_msg
+
+    async def process_msg(
+        sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
+    ) -> None:
+        sink = handlers.get(sid)
+        if sink is None:
+            await original(sid, subject, reply, data, headers)
+        else:
+            sink.add(subject, reply, data, headers)
+
+    nc._process_msg = process_msg
+
+
+def register(nc: Any, sid: int, sink: FrameSink) -> None:
+    """Route frames of subscription ``sid`` to ``sink`` (replacing any previous one)."""
+    nc._ps.fast_handlers[sid] = sink
+
+
+def unregister(nc: Any, sid: int) -> None:
+    """Stop routing ``sid``; its frames go back to nats-py."""
+    nc._ps.fast_handlers.pop(sid, None)

@@ -1,0 +1,328 @@
+"""The read side of the ``jetstream`` data source: batch and Structured Streaming readers.
+
+Offsets are ``{stream: last_sequence_read}``; they live in Spark's checkpoint,
+nothing is acked and no durable consumer exists. A micro-batch ``(start, end]``
+is split into sequence ranges that executors read with
+:class:`~oncestream.spark._reader.RangeReader`; the stream is an immutable
+log, so reading a range again yields the same rows (see docs/spark-source.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from .._connection import Connection
+from .._errors import DataLossError
+from .._sync import run_sync
+from ._planning import (
+    JetStreamPartition,
+    first_last,
+    nth_sequence,
+    plan_partitions,
+    resolve_start,
+    share,
+    stream_filters,
+    stream_infos,
+)
+from ._reader import RangeReader, check_retention, get_connection
+from ._source_options import LATEST, SourceOptions
+
+__all__ = [
+    "SCHEMA",
+    "JetStreamBatchReader",
+    "JetStreamPartition",
+    "JetStreamStreamReader",
+]
+
+log = logging.getLogger("oncestream.spark.source")
+
+SCHEMA = StructType(
+    [
+        StructField("stream", StringType()),
+        StructField("subject", StringType()),
+        StructField("sequence", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("msg_id", StringType()),
+        StructField("headers", MapType(StringType(), ArrayType(StringType()))),
+        StructField("data", BinaryType()),
+    ]
+)
+
+
+def _read(options: SourceOptions, partition: JetStreamPartition) -> Iterator[pa.RecordBatch]:
+    """Executor side: yield the partition's rows as Arrow record batches."""
+    if partition.first > partition.last:
+        return
+
+    async def open_reader() -> RangeReader:
+        conn = await get_connection(options.connect)
+        first = await check_retention(
+            conn,
+            partition.stream,
+            partition.first,
+            partition.last,
+            fail_on_data_loss=options.fail_on_data_loss,
+        )
+        return RangeReader(
+            conn,
+            partition.stream,
+            first,
+            partition.last,
+            partition.subjects,
+            direct=partition.direct,
+            include_headers=options.include_headers,
+            batch=options.fetch_batch,
+        )
+
+    reader = run_sync(open_reader())
+    try:
+        while (batch := run_sync(reader.next_batch())) is not None:
+            yield batch
+    finally:
+        run_sync(reader.close())
+
+
+class JetStreamBatchReader(DataSourceReader):
+    """``spark.read.format("jetstream")``: one snapshot of the streams' ranges.
+
+    Args:
+        options: Spark's string options (validated here, in the driver).
+        schema: the output schema (always :data:`SCHEMA`).
+
+    Raises:
+        ConfigError: on invalid options.
+    """
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.options = SourceOptions.from_spark_options(options)
+        self.schema = schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """Resolve starting/ending offsets against the streams and split the ranges."""
+
+        async def plan() -> list[JetStreamPartition]:
+            conn = await get_connection(self.options.connect)
+            infos = await stream_infos(conn, self.options)
+            start = await resolve_start(conn, self.options, infos, streaming=False)
+            end: dict[str, int] = {}
+            for stream, info in infos.items():
+                spec = self.options.ending_for(stream)
+                end[stream] = first_last(info)[1] if spec == LATEST else spec - 1
+            return await plan_partitions(conn, self.options, infos, start, end)
+
+        planned = run_sync(plan())
+        # Spark needs at least one partition; an empty range reads nothing.
+        return planned or [JetStreamPartition(self.options.streams[0], 1, 0, True)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Read one partition (on an executor)."""
+        assert isinstance(partition, JetStreamPartition)
+        return _read(self.options, partition)
+
+
+class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("jetstream")`` with admission control.
+
+    Offsets are ``{stream: last_sequence_read}``. ``maxMessagesPerTrigger``
+    bounds each micro-batch in messages (exactly, also under subject filters
+    and interior deletes); ``maxBytesPerTrigger`` is converted to messages with
+    the streams' average message size (see docs/spark-source.md).
+
+    Args:
+        options: Spark's string options (validated here, in the driver).
+        schema: the output schema (always :data:`SCHEMA`).
+
+    Raises:
+        ConfigError: on invalid options.
+    """
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.options = SourceOptions.from_spark_options(options)
+        self.schema = schema
+        self._available_now: dict[str, int] | None = None
+
+    # -- helpers (driver) ----------------------------------------------------------
+
+    def _infos(self) -> tuple[Connection, dict[str, dict[str, Any]]]:
+        async def fetch() -> tuple[Connection, dict[str, dict[str, Any]]]:
+            conn = await get_connection(self.options.connect)
+            return conn, await stream_infos(conn, self.options)
+
+        return run_sync(fetch())
+
+    def _start_of(
+        self, start: dict[str, Any], conn: Connection, infos: dict[str, Any]
+    ) -> dict[str, int]:
+        """``start`` with streams missing from it (added to option 'stream' later) resolved."""
+        out = {s: int(v) for s, v in start.items() if s in infos}
+        missing = {s: i for s, i in infos.items() if s not in out}
+        if missing:
+            out.update(run_sync(resolve_start(conn, self.options, missing, streaming=True)))
+        return out
+
+    # -- DataSourceStreamReader ----------------------------------------------------
+
+    def initialOffset(self) -> dict[str, int]:
+        """Where a new query starts: startingOffsets / startingTimestamp (default latest)."""
+        conn, infos = self._infos()
+        return run_sync(resolve_start(conn, self.options, infos, streaming=True))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``ReadMaxRows`` / ``ReadMaxBytes`` from the options, else everything available."""
+        if self.options.max_messages_per_trigger is not None:
+            return ReadMaxRows(self.options.max_messages_per_trigger)
+        if self.options.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(self.options.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the streams' current heads as the target of a Trigger.AvailableNow run."""
+        _, infos = self._infos()
+        self._available_now = {s: first_last(i)[1] for s, i in infos.items()}
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
+        """The end offset of the next micro-batch, honouring ``limit``."""
+        conn, infos = self._infos()
+        begin = self._start_of(start, conn, infos)
+        reset = self._check_reset(begin, infos)
+        if reset:
+            return {s: reset.get(s, begin[s]) for s in infos}
+        heads: dict[str, int] = {}
+        avail: dict[str, int] = {}
+        for stream, info in infos.items():
+            first_seq, head = first_last(info)
+            if self._available_now is not None:
+                head = min(head, self._available_now.get(stream, head))
+            heads[stream] = head
+            # Sequences lost to retention are not counted against the budget: the
+            # batch skips them (failOnDataLoss=false) or fails on them (true).
+            effective = max(begin[stream], first_seq - 1)
+            avail[stream] = max(0, head - effective)
+        budget = self._budget(limit, infos)
+        if budget is None or sum(avail.values()) <= budget:
+            return {s: max(heads[s], begin[s]) for s in infos}
+        shares = share(avail, budget)
+        out: dict[str, int] = {}
+        for stream, info in infos.items():
+            first_seq = first_last(info)[0]
+            effective = max(begin[stream], first_seq - 1)
+            if not shares[stream]:
+                out[stream] = begin[stream]
+            elif self.options.subjects or int(info["state"].get("num_deleted", 0)):
+                out[stream] = self._end_by_messages(conn, stream, info, effective, shares[stream])
+                out[stream] = min(out[stream], heads[stream])
+            else:
+                out[stream] = effective + shares[stream]
+        return out
+
+    def _end_by_messages(
+        self, conn: Connection, stream: str, info: dict[str, Any], after: int, count: int
+    ) -> int:
+        """The end offset after which exactly ``count`` matching messages are read.
+
+        Sequences and messages differ under subject filters and interior deletes,
+        so the ``count``-th matching message is looked up on the server.
+        """
+        filters = stream_filters(self.options.subjects, info) if self.options.subjects else ()
+        last_seq = first_last(info)[1]
+        if self.options.subjects and not filters:
+            return last_seq  # no filter can match this stream: skip to its head
+        seq, exhausted = run_sync(nth_sequence(conn, stream, after, count, filters))
+        return last_seq if exhausted or seq is None else seq
+
+    def _check_reset(
+        self, begin: dict[str, int], infos: dict[str, dict[str, Any]]
+    ) -> dict[str, int]:
+        """Streams whose checkpointed position is past their last sequence (recreated).
+
+        Returns the positions to restart them from (their new beginning) when
+        ``failOnDataLoss=false``.
+
+        Raises:
+            DataLossError: when ``failOnDataLoss=true``.
+        """
+        reset: dict[str, int] = {}
+        for stream, info in infos.items():
+            first_seq, last_seq = first_last(info)
+            if begin[stream] <= last_seq:
+                continue
+            text = (
+                f"stream {stream!r}: the checkpoint has read up to sequence {begin[stream]} but "
+                f"the stream ends at {last_seq} (was it deleted and recreated?)"
+            )
+            if self.options.fail_on_data_loss:
+                raise DataLossError(
+                    f"{text}; set option failOnDataLoss=false to restart it from its beginning"
+                )
+            log.warning("%s; restarting it from its beginning (failOnDataLoss=false)", text)
+            reset[stream] = max(first_seq, 1) - 1
+        return reset
+
+    def _budget(self, limit: ReadLimit, infos: dict[str, dict[str, Any]]) -> int | None:
+        if isinstance(limit, ReadAllAvailable):
+            return None
+        budgets: list[int] = []
+        max_rows = self.options.max_messages_per_trigger
+        max_bytes = self.options.max_bytes_per_trigger
+        if isinstance(limit, ReadMaxRows):
+            max_rows = limit.max_rows
+        elif isinstance(limit, ReadMaxBytes):
+            max_bytes = limit.max_bytes
+        if max_rows is not None:
+            budgets.append(max_rows)
+        if max_bytes is not None:
+            messages = sum(int(i["state"].get("messages", 0)) for i in infos.values())
+            size = sum(int(i["state"].get("bytes", 0)) for i in infos.values())
+            average = size / messages if messages else 1.0
+            budgets.append(max(1, int(max_bytes // max(average, 1.0))))
+        return min(budgets) if budgets else None
+
+    def reportLatestOffset(self) -> dict[str, int]:
+        """The streams' heads, so query progress shows how far behind the query is."""
+        _, infos = self._infos()
+        return {s: first_last(i)[1] for s, i in infos.items()}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """Split ``(start, end]`` per stream into sequence ranges (checking retention)."""
+
+        async def plan() -> list[JetStreamPartition]:
+            conn = await get_connection(self.options.connect)
+            infos = await stream_infos(conn, self.options)
+            begin = {s: int(start.get(s, end.get(s, 0))) for s in infos}
+            finish = {s: int(end.get(s, begin[s])) for s in infos}
+            return await plan_partitions(conn, self.options, infos, begin, finish)
+
+        return run_sync(plan())
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Read one partition (on an executor)."""
+        assert isinstance(partition, JetStreamPartition)
+        return _read(self.options, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: positions live in Spark's checkpoint, nothing is acked."""
+
+    def stop(self) -> None:
+        """Nothing to release: the per-process connection is reused by later queries."""

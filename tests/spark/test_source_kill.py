@@ -1,0 +1,75 @@
+"""A driver SIGKILLed mid-stream and restarted from its checkpoint writes every message once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oncestream._connection import Connection
+from oncestream.server import NatsServer
+from tests.spark._helpers import publish
+
+pytestmark = pytest.mark.timeout(240)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _driver(*args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(ROOT))
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.spark._driver_job", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL the driver and everything it started (its JVM, Python workers)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+
+
+async def test_driver_killed_mid_stream_restarts_exactly_once(
+    spark: Any, nats_server: NatsServer, conn: Connection, make_stream: Any, tmp_path: Path
+) -> None:
+    await make_stream("KILL", ("kill.>",))
+    await publish(conn, "kill.x", 120)
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    proc = _driver("stream", nats_server.url, "KILL", out, checkpoint, "run")
+    try:
+        assert proc.stdout is not None
+        batches = 0
+        for line in proc.stdout:  # bounded by the test timeout and by the job's own 600 s
+            if line.startswith("PROGRESS") and int(line.split()[2]) > 0:
+                batches += 1
+                if batches >= 2:
+                    break
+        assert batches >= 2, "the driver exited before two batches completed"
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == -signal.SIGKILL
+    first = spark.read.parquet(out).count()
+    assert 0 < first < 120
+    await publish(conn, "kill.x", 30, start=120)
+    proc = _driver("stream", nats_server.url, "KILL", out, checkpoint, "finish")
+    try:
+        assert proc.wait(timeout=180) == 0
+    finally:
+        if proc.returncode is None:
+            _kill_group(proc)
+    seqs = sorted(r.sequence for r in spark.read.parquet(out).select("sequence").collect())
+    assert seqs == list(range(1, 151))

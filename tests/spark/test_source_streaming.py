@@ -1,0 +1,179 @@
+"""Structured Streaming reads: admission control, checkpointed offsets, restarts, data loss."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oncestream._connection import Connection
+from oncestream.server import NatsServer
+from tests.spark._helpers import publish, source_options
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _stream(spark: Any, url: str, stream: str, **extra: Any) -> Any:
+    return (
+        spark.readStream.format("jetstream").options(**source_options(url, stream, **extra)).load()
+    )
+
+
+def _run_available_now(df: Any, out: Path, checkpoint: Path) -> Any:
+    query = (
+        df.select("stream", "sequence", "subject", "data")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(180)
+    assert not query.isActive
+    if query.exception() is not None:
+        raise query.exception()
+    return query
+
+
+def _offset(progress: Any, key: str) -> Any:
+    return json.loads(progress["sources"][0][key])
+
+
+def _sequences(spark: Any, out: Path) -> list[int]:
+    return sorted(r.sequence for r in spark.read.parquet(str(out)).select("sequence").collect())
+
+
+async def test_max_messages_per_trigger_sizes_batches(
+    spark: Any, nats_server: NatsServer, conn: Connection, make_stream: Any, tmp_path: Path
+) -> None:
+    await make_stream("TRIG", ("trig.>",))
+    await publish(conn, "trig.a", 50)
+    df = _stream(
+        spark, nats_server.url, "TRIG", startingOffsets="earliest", maxMessagesPerTrigger=20
+    )
+    query = _run_available_now(df, tmp_path / "out", tmp_path / "ckpt")
+    progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    assert [p["numInputRows"] for p in progress] == [20, 20, 10]
+    assert [_offset(p, "endOffset") for p in progress] == [
+        {"TRIG": 20},
+        {"TRIG": 40},
+        {"TRIG": 50},
+    ]
+    # reportLatestOffset: progress shows the stream head next to the batch end.
+    assert _offset(progress[0], "latestOffset") == {"TRIG": 50}
+    assert _sequences(spark, tmp_path / "out") == list(range(1, 51))
+
+
+async def test_batches_count_messages_under_filters_and_deletes(
+    spark: Any, nats_server: NatsServer, conn: Connection, make_stream: Any, tmp_path: Path
+) -> None:
+    await make_stream("FLT", ("flt.>",))
+    for i in range(40):
+        await publish(conn, f"flt.{'a' if i % 2 == 0 else 'b'}", 1, start=i)
+    await conn.api("STREAM.MSG.DELETE.FLT", {"seq": 5})  # one of the 20 flt.a messages
+    df = _stream(
+        spark,
+        nats_server.url,
+        "FLT",
+        subjects="flt.a",
+        startingOffsets="earliest",
+        maxMessagesPerTrigger=5,
+    )
+    query = _run_available_now(df, tmp_path / "out", tmp_path / "ckpt")
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"] > 0]
+    assert sizes == [5, 5, 5, 4]
+    assert _sequences(spark, tmp_path / "out") == [s for s in range(1, 40, 2) if s != 5]
+
+
+async def test_stop_mid_stream_and_restart_is_exactly_once(
+    spark: Any, nats_server: NatsServer, conn: Connection, make_stream: Any, tmp_path: Path
+) -> None:
+    await make_stream("EO", ("eo.>",))
+    await publish(conn, "eo.x", 60)
+    out, checkpoint = tmp_path / "out", tmp_path / "ckpt"
+    df = _stream(spark, nats_server.url, "EO", startingOffsets="earliest", maxMessagesPerTrigger=10)
+    query = (
+        df.select("stream", "sequence", "subject", "data")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+    deadline = time.monotonic() + 120
+    try:
+        # Stop as soon as two micro-batches committed: mid-stream, 40 messages unread.
+        while time.monotonic() < deadline:
+            progress = query.lastProgress
+            if progress is not None and progress["batchId"] >= 1:
+                break
+            query.awaitTermination(0.2)
+        else:
+            pytest.fail("the query made no progress in 120 s")
+    finally:
+        query.stop()
+    first_run = _sequences(spark, out)
+    assert 0 < len(first_run) < 60
+    await publish(conn, "eo.x", 15, start=60)
+    df = _stream(spark, nats_server.url, "EO", startingOffsets="earliest", maxMessagesPerTrigger=25)
+    _run_available_now(df, out, checkpoint)
+    assert _sequences(spark, out) == list(range(1, 76))
+
+
+async def test_multi_stream_offsets_per_stream(
+    spark: Any, nats_server: NatsServer, conn: Connection, make_stream: Any, tmp_path: Path
+) -> None:
+    await make_stream("MA", ("ma.>",))
+    await make_stream("MB", ("mb.>",))
+    await publish(conn, "ma.x", 30)
+    await publish(conn, "mb.x", 10)
+    df = _stream(
+        spark,
+        nats_server.url,
+        "MA,MB",
+        startingOffsets='{"MA": 11}',
+        maxMessagesPerTrigger=20,
+    )
+    query = _run_available_now(df, tmp_path / "out", tmp_path / "ckpt")
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    got = sorted((r.stream, r.sequence) for r in rows)
+    assert got == [("MA", s) for s in range(11, 31)] + [("MB", s) for s in range(1, 11)]
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"] > 0]
+    assert all(size <= 20 for size in sizes) and sum(sizes) == 30
+    assert _offset(query.lastProgress, "endOffset") == {"MA": 30, "MB": 10}
+
+
+async def _gap(conn: Connection, make_stream: Any, name: str) -> None:
+    await make_stream(name, (f"{name.lower()}.>",))
+    await publish(conn, f"{name.lower()}.x", 30)
+
+
+@pytest.mark.parametrize("fail", [True, False])
+async def test_retention_gap(
+    fail: bool,
+    spark: Any,
+    nats_server: NatsServer,
+    conn: Connection,
+    make_stream: Any,
+    tmp_path: Path,
+) -> None:
+    name = "GAPT" if fail else "GAPF"
+    await _gap(conn, make_stream, name)
+    out, checkpoint = tmp_path / "out", tmp_path / "ckpt"
+    opts = {"startingOffsets": "earliest", "failOnDataLoss": str(fail).lower()}
+    _run_available_now(_stream(spark, nats_server.url, name, **opts), out, checkpoint)
+    assert _sequences(spark, out) == list(range(1, 31))
+    # 31..50 arrive while the query is down; retention then removes 31..40 unread.
+    await publish(conn, f"{name.lower()}.x", 20, start=30)
+    await conn.api(f"STREAM.PURGE.{name}", {"seq": 41})
+    df = _stream(spark, nats_server.url, name, **opts)
+    if fail:
+        with pytest.raises(Exception, match=r"(?s)sequences 31\.\.40.*failOnDataLoss"):
+            _run_available_now(df, out, checkpoint)
+        assert _sequences(spark, out) == list(range(1, 31))
+    else:
+        _run_available_now(df, out, checkpoint)
+        assert _sequences(spark, out) == list(range(1, 31)) + list(range(41, 51))

@@ -1,0 +1,105 @@
+"""The parser fast path: frames split at any byte boundary reach the right place, in order."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from nats.protocol.parser import Parser
+
+from oncestream.spark import _wire
+
+
+class FakeClient:
+    """Just what nats-py's Parser calls back into."""
+
+    def __init__(self) -> None:
+        self._ps = Parser(self)
+        self.slow: list[tuple[int, bytes, bytes, bytes, bytes | None]] = []
+        self.pings = 0
+
+    async def _process_msg(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
+    ) -> None:
+        self.slow.append((sid, subject, reply, data, headers))
+
+    async def _process_ping(self) -> None:
+        self.pings += 1
+
+    async def _process_pong(self) -> None:
+        pass
+
+    async def _process_info(self, info: Any) -> None:
+        pass
+
+    async def _process_err(self, err: Any) -> None:
+        pass
+
+
+def _frames() -> tuple[bytes, list[bytes], int]:
+    out = bytearray()
+    ours: list[bytes] = []
+    foreign = 0
+    for i in range(300):
+        payload = b"p%d" % i * (i % 7)
+        kind = i % 5
+        if kind == 0:
+            out += b"MSG s.%d 7 $JS.ACK.S.C.1.%d.1.1.0 %d\r\n%s\r\n" % (i, i, len(payload), payload)
+            ours.append(payload)
+        elif kind == 1:
+            hdr = b"NATS/1.0\r\nX: %d\r\n\r\n" % i
+            out += b"HMSG s.%d 7 %d %d\r\n%s%s\r\n" % (
+                i,
+                len(hdr),
+                len(hdr) + len(payload),
+                hdr,
+                payload,
+            )
+            ours.append(payload)
+        elif kind == 2:
+            out += b"PING\r\n"
+        elif kind == 3:
+            out += b"MSG other 9 %d\r\n%s\r\n" % (len(payload), payload)
+            foreign += 1
+        else:
+            out += b"MSG s.x 7 %d\r\n%s\r\n" % (len(payload), payload)
+            ours.append(payload)
+    status = b"NATS/1.0 404 No Messages\r\n\r\n"
+    out += b"HMSG inbox 7 %d %d\r\n%s\r\n" % (len(status), len(status), status)
+    return bytes(out), ours, foreign
+
+
+async def test_fast_path_with_random_splits() -> None:
+    stream, ours, foreign = _frames()
+    rng = random.Random(7)
+    for _ in range(30):
+        nc = FakeClient()
+        _wire.install(nc)
+        _wire.install(nc)  # idempotent
+        ended: list[bool] = []
+        sink = _wire.FrameSink(10**9, True, lambda ended=ended: ended.append(True))
+        _wire.register(nc, 7, sink)
+        pos = 0
+        while pos < len(stream):
+            step = rng.randint(1, 200)
+            await nc._ps.parse(stream[pos : pos + step])
+            pos += step
+        assert sink.datas == ours
+        assert len(sink.replies) == len(ours) and sink.replies[0] == b"$JS.ACK.S.C.1.0.1.1.0"
+        assert sink.status is not None and sink.status.startswith(b"NATS/1.0 404")
+        assert ended == [True]
+        assert len(nc.slow) == foreign and all(frame[0] == 9 for frame in nc.slow)
+        assert nc.pings == 60
+
+
+async def test_limit_ends_collection_and_unregister() -> None:
+    nc = FakeClient()
+    _wire.install(nc)
+    ended: list[bool] = []
+    sink = _wire.FrameSink(2, False, lambda: ended.append(True))
+    _wire.register(nc, 3, sink)
+    await nc._ps.parse(b"MSG a 3 1\r\nx\r\nMSG a 3 1\r\ny\r\n")
+    assert sink.datas == [b"x", b"y"] and ended == [True] and sink.subjects == []
+    _wire.unregister(nc, 3)
+    await nc._ps.parse(b"MSG a 3 1\r\nz\r\n")
+    assert nc.slow == [(3, b"a", b"", b"z", None)]
