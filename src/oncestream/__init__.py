@@ -28,10 +28,17 @@ from ._errors import (
     WrongLastSequence,
 )
 from ._options import ConnectOptions
+from .audit import AuditReport, KeySpec, OutputReport, OutputSpec
+from .ledger import Ledger, LedgerTx, PostgresLedger, SQLiteLedger, ledger_from_url
+from .processor import Processor, ProcessorOptions, ProcessorStats
+from .producer import ProducerSession
+from .publisher import PubAck, Publisher, PublisherOptions, PublisherStats
+from .pull import MessageStream, PullOptions, pull_messages
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AuditReport",
     "AuthenticationError",
     "ConfigError",
     "ConnectError",
@@ -40,14 +47,31 @@ __all__ = [
     "ConsumerNotFound",
     "DataLossError",
     "JetStreamError",
+    "KeySpec",
+    "Ledger",
     "LedgerError",
+    "LedgerTx",
     "MessageNotFound",
+    "MessageStream",
     "MessageTooLarge",
     "OncestreamError",
     "OperationTimeout",
+    "OutputReport",
+    "OutputSpec",
     "PermissionDenied",
+    "PostgresLedger",
+    "Processor",
+    "ProcessorOptions",
+    "ProcessorStats",
+    "ProducerSession",
+    "PubAck",
     "PublishError",
     "PublishFailed",
+    "Publisher",
+    "PublisherOptions",
+    "PublisherStats",
+    "PullOptions",
+    "SQLiteLedger",
     "ServerError",
     "StreamMismatch",
     "StreamNotFound",
@@ -56,4 +80,6 @@ __all__ = [
     "WrongLastSequence",
     "__version__",
     "connect",
+    "ledger_from_url",
+    "pull_messages",
 ]

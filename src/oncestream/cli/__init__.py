@@ -6,7 +6,15 @@ Typer app; importing the module is what adds the command.
 
 from __future__ import annotations
 
-from . import _server  # noqa: F401
+from . import (
+    _audit,  # noqa: F401
+    _demo,  # noqa: F401
+    _process,  # noqa: F401
+    _publish,  # noqa: F401
+    _server,  # noqa: F401
+    _status,  # noqa: F401
+    _topology,  # noqa: F401
+)
 from ._app import app
 
 __all__ = ["app", "main"]

@@ -21,7 +21,16 @@ from ._session import local_session
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["local_session", "register"]
+__all__ = ["local_session", "register", "transactional"]
+
+
+def __getattr__(name: str) -> object:
+    # Lazy, so importing oncestream.spark stays cheap (no pyspark / psycopg).
+    if name == "transactional":
+        from .foreach_batch import transactional
+
+        return transactional
+    raise AttributeError(f"module 'oncestream.spark' has no attribute {name!r}")
 
 
 def register(spark: SparkSession) -> None:

@@ -1,0 +1,128 @@
+"""Spark sink throughput versus the Publisher in one process, plus the demo's end-to-end figures.
+
+Group "spark-sink": ``df.write.format("jetstream")`` of 1M 128-byte rows with
+a ``msg_id`` column on local[2] (two tasks, each with its own Publisher),
+against the single-process Publisher rate measured in the same run on the
+same server (baseline). Group "demo": ``oncestream demo --json`` at its
+default size (orders/s end to end; latency percentiles and wall time as
+extra keys). Sizes: BENCH_SINK_ROWS, BENCH_SINK_BASELINE, BENCH_DEMO_MESSAGES
+(0 skips the demo).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import fresh_server, report
+from bench.bench_publish import measure_publisher
+
+from oncestream import ConnectOptions, connect
+from oncestream.streams import StreamSpec, ensure_stream
+
+ROWS = int(os.environ.get("BENCH_SINK_ROWS", "1000000"))
+BASELINE = int(os.environ.get("BENCH_SINK_BASELINE", "300000"))
+DEMO = int(os.environ.get("BENCH_DEMO_MESSAGES", "200000"))
+PARTITIONS = int(os.environ.get("BENCH_SINK_PARTITIONS", "2"))
+
+
+async def _stream(url: str, name: str, delete: bool = True) -> int:
+    async with await connect(ConnectOptions(servers=(url,))) as conn:
+        if delete:
+            try:
+                await conn.delete_stream(name)
+            except Exception:
+                pass
+            await ensure_stream(conn, StreamSpec(name=name, subjects=(f"{name.lower()}.>",)))
+        return int((await conn.stream_info(name))["state"]["messages"])
+
+
+def _sink(url: str) -> float:
+    from pyspark.sql import functions as F
+
+    from oncestream.spark import local_session
+
+    spark = local_session("bench-spark-sink")
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+
+        def frame(n: int, prefix: str) -> object:
+            return spark.range(0, n, numPartitions=PARTITIONS).select(
+                F.lit("bsink.x").alias("subject"),
+                F.expr("cast(lpad(cast(id as string), 128, 'x') as binary)").alias("data"),
+                F.concat(F.lit(prefix), F.col("id").cast("string")).alias("msg_id"),
+            )
+
+        def write(df: object) -> None:
+            df.write.format("jetstream").option("servers", url).option(  # type: ignore[attr-defined]
+                "stream", "BSINK"
+            ).mode("append").save()
+
+        asyncio.run(_stream(url, "BSINK"))
+        write(frame(20_000, "warm-"))  # start and import the Python workers first
+        asyncio.run(_stream(url, "BSINK"))
+        df = frame(ROWS, "r-")
+        start = time.perf_counter()
+        write(df)
+        elapsed = time.perf_counter() - start
+        stored = asyncio.run(_stream(url, "BSINK", delete=False))
+        assert stored == ROWS, f"stored {stored} of {ROWS}"
+        return ROWS / elapsed
+    finally:
+        spark.stop()
+
+
+def _demo() -> dict[str, object]:
+    cli = Path(sys.executable).with_name("oncestream")
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", COLUMNS="100")
+    proc = subprocess.run(
+        [str(cli), "demo", "--messages", str(DEMO), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("DEMO-JSON ")), None)
+    if proc.returncode != 0 or line is None:
+        raise SystemExit(f"demo failed (exit {proc.returncode}): {proc.stdout[-2000:]}")
+    return dict(json.loads(line.removeprefix("DEMO-JSON ")))
+
+
+def main() -> None:
+    server = fresh_server()
+    try:
+        base = measure_publisher(server.url, BASELINE, stream="BPUBSINK")
+        report("spark-sink", "Publisher, one process", base, baseline=True, n=BASELINE)
+        rate = _sink(server.url)
+        report(
+            "spark-sink", f"jetstream sink, local[2], {PARTITIONS} tasks", rate, "rows/s", n=ROWS
+        )
+    finally:
+        server.close()
+    if DEMO:
+        summary = _demo()
+        latency = summary.get("latency_ms") or {}
+        report(
+            "demo",
+            f"oncestream demo ({DEMO:,} orders, end to end)",
+            float(summary["orders_per_second"]),  # type: ignore[arg-type]
+            "orders/s",
+            latency_p50_ms=latency.get("p50"),  # type: ignore[union-attr]
+            latency_p99_ms=latency.get("p99"),  # type: ignore[union-attr]
+            total_seconds=summary["total_seconds"],
+            pipeline_seconds=summary["pipeline_seconds"],
+            missing=summary["enriched"]["missing"],  # type: ignore[index]
+            duplicated=summary["enriched"]["duplicated"],  # type: ignore[index]
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,502 @@
+"""Exactly-once checker: compare an input stream with its outputs, key by key.
+
+An audit reads every message of the input stream, derives a key per message
+(its ``Nats-Msg-Id``, its lineage ``STREAM:SEQ`` or a JSON field), then reads
+each output (a stream, a Parquet path or a SQL table) and counts, per output,
+the input keys it holds once (found), not at all (missing), more than once
+(duplicated), and the keys it holds that the input does not (unexpected).
+
+Example::
+
+    report = await audit(conn, "ORDERS", [OutputSpec.parse("stream:ORDERS_ENRICHED")],
+                         key="field:order_id")
+    assert report.ok, report.to_dict()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sqlite3
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+import orjson
+
+from ._connection import Connection
+from ._errors import ConfigError, JetStreamError, OncestreamError, StreamNotFound
+from ._pubwire import install_reply_hook, remove_reply_hook
+
+__all__ = [
+    "AuditReport",
+    "KeySpec",
+    "OutputReport",
+    "OutputSpec",
+    "StreamRecord",
+    "audit",
+    "compare",
+    "read_stream",
+]
+
+SAMPLES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRecord:
+    """One stored message as the audit sees it."""
+
+    seq: int
+    subject: str
+    msg_id: str | None
+    timestamp: str
+    data: bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeySpec:
+    """How a message or row is identified.
+
+    ``msg_id``: the ``Nats-Msg-Id`` header (a ``msg_id`` column in tables).
+    ``lineage``: ``STREAM:SEQ`` of the input message; outputs carry it as their
+    message id (what the jetstream sink assigns) or in a ``msg_id`` column, or
+    in ``stream`` + ``sequence`` columns.
+    ``field:NAME``: a top-level JSON field of the data (a column ``NAME`` in tables).
+    """
+
+    kind: Literal["msg_id", "lineage", "field"]
+    name: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> KeySpec:
+        """Parse ``msg_id``, ``lineage`` or ``field:NAME`` (``column:NAME`` is an alias)."""
+        value = text.strip()
+        if value in ("msg_id", "msg-id", "msgid"):
+            return cls(kind="msg_id")
+        if value == "lineage":
+            return cls(kind="lineage")
+        prefix, _, name = value.partition(":")
+        if prefix in ("field", "column", "json") and name:
+            return cls(kind="field", name=name)
+        raise ConfigError(f"key must be 'msg_id', 'lineage' or 'field:NAME', got {text!r}")
+
+    def __str__(self) -> str:
+        return f"field:{self.name}" if self.kind == "field" else self.kind
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputSpec:
+    """An output to audit: ``stream:NAME``, ``parquet:PATH`` or ``sql:DSN#TABLE``.
+
+    For ``sql`` the DSN is a ``postgresql://`` URL or a SQLite file path.
+    """
+
+    kind: Literal["stream", "parquet", "sql"]
+    target: str
+    table: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> OutputSpec:
+        """Parse one ``--output`` value.
+
+        Raises:
+            ConfigError: on an unknown kind or a missing table name.
+        """
+        kind, sep, rest = text.partition(":")
+        if not sep or not rest:
+            raise ConfigError(
+                f"output must be 'stream:NAME', 'parquet:PATH' or 'sql:DSN#TABLE', got {text!r}"
+            )
+        if kind == "stream":
+            return cls(kind="stream", target=rest)
+        if kind == "parquet":
+            return cls(kind="parquet", target=rest)
+        if kind == "sql":
+            dsn, _, table = rest.rpartition("#")
+            if not dsn or not table or not table.replace("_", "").replace(".", "").isalnum():
+                raise ConfigError(
+                    f"sql output needs 'sql:DSN#TABLE' with a plain table name: {text!r}"
+                )
+            return cls(kind="sql", target=dsn, table=table)
+        raise ConfigError(f"output kind must be stream, parquet or sql, got {kind!r} in {text!r}")
+
+    def __str__(self) -> str:
+        target = self.target
+        if self.kind == "sql" and "@" in target:
+            target = target.split("://", 1)[0] + "://***@" + target.rsplit("@", 1)[1]
+        return f"{self.kind}:{target}" + (f"#{self.table}" if self.table else "")
+
+
+@dataclass(kw_only=True)
+class OutputReport:
+    """What one output holds compared with the input."""
+
+    output: str
+    rows: int
+    found: int
+    missing: int
+    duplicated: int
+    duplicate_rows: int
+    unexpected: int
+    missing_samples: list[str] = field(default_factory=list)
+    duplicated_samples: list[str] = field(default_factory=list)
+    unexpected_samples: list[str] = field(default_factory=list)
+    latency_ms: dict[str, float] | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when every input key is present exactly once and nothing else is."""
+        return self.missing == 0 and self.duplicated == 0 and self.unexpected == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dict(self.__dict__)
+        data["ok"] = self.ok
+        return data
+
+
+@dataclass(kw_only=True)
+class AuditReport:
+    """The audit's verdict over every output."""
+
+    input: str
+    key: str
+    input_rows: int
+    expected: int
+    input_duplicated: int
+    outputs: list[OutputReport]
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when the input has no duplicate keys and every output is exact."""
+        return self.input_duplicated == 0 and all(o.ok for o in self.outputs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "input": self.input,
+            "key": self.key,
+            "input_rows": self.input_rows,
+            "expected": self.expected,
+            "input_duplicated": self.input_duplicated,
+            "seconds": round(self.seconds, 3),
+            "outputs": [o.to_dict() for o in self.outputs],
+        }
+
+
+def compare(
+    output: str,
+    expected: Iterable[str],
+    found: Iterable[str],
+    *,
+    samples: int = SAMPLES,
+) -> OutputReport:
+    """Compare the input's keys with an output's keys (pure logic).
+
+    Example::
+
+        compare("t", ["a", "b"], ["a", "a", "c"])  # missing b, duplicated a, unexpected c
+    """
+    expected_set = expected if isinstance(expected, set | frozenset) else set(expected)
+    counts = Counter(found)
+    missing = [k for k in expected_set if k not in counts]
+    duplicated = {k: n for k, n in counts.items() if n > 1 and k in expected_set}
+    unexpected = [k for k in counts if k not in expected_set]
+    return OutputReport(
+        output=output,
+        rows=sum(counts.values()),
+        found=len(expected_set) - len(missing),
+        missing=len(missing),
+        duplicated=len(duplicated),
+        duplicate_rows=sum(n - 1 for n in duplicated.values()),
+        unexpected=len(unexpected),
+        missing_samples=sorted(missing)[:samples],
+        duplicated_samples=sorted(duplicated)[:samples],
+        unexpected_samples=sorted(unexpected)[:samples],
+    )
+
+
+async def read_stream(
+    conn: Connection,
+    stream: str,
+    *,
+    start_seq: int = 1,
+    batch: int = 4096,
+    timeout: float = 10.0,
+) -> AsyncIterator[list[StreamRecord]]:
+    """Yield every message of ``stream`` present now (from ``start_seq``), in order, in chunks.
+
+    Uses batched direct gets (the stream needs ``allow_direct``), which need no
+    consumer and skip deleted sequences.
+
+    Raises:
+        StreamNotFound: when the stream does not exist.
+        JetStreamError: when direct get is disabled on the stream.
+    """
+    info = await conn.stream_info(stream)
+    if not info["config"].get("allow_direct"):
+        raise JetStreamError(
+            f"stream {stream!r} does not allow direct get; the audit needs allow_direct=true",
+            code=400,
+        )
+    state = info["state"]
+    seq = max(int(state.get("first_seq", 1)) or 1, start_seq)
+    last = int(state.get("last_seq", 0))
+    if int(state.get("messages", 0)) == 0:
+        return
+    # Raw frames, bypassing nats-py's Msg objects and header dicts (the per-message
+    # cost that limits a Python reader); the few headers needed are cut out below.
+    frames: list[tuple[bytes, bytes | None]] = []
+    ended: asyncio.Event = asyncio.Event()
+
+    def on_frame(_subject: bytes, data: bytes, headers: bytes | None) -> None:
+        frames.append((bytes(data), headers and bytes(headers)))
+        if headers is not None and headers[8:9] == b" ":  # "NATS/1.0 204 EOB": a status
+            ended.set()
+
+    nc = conn.nc
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    sid = sub._id
+    install_reply_hook(nc, sid, on_frame)
+    subject = f"{conn.prefix}.DIRECT.GET.{stream}"
+    try:
+        while seq <= last:
+            frames.clear()
+            ended.clear()
+            request = orjson.dumps({"seq": seq, "batch": min(batch, last - seq + 1)})
+            await nc.publish(subject, request, reply=inbox)
+            await asyncio.wait_for(ended.wait(), timeout)
+            chunk = [_record(data, headers) for data, headers in frames[:-1] if headers]
+            if chunk:
+                yield chunk
+            status = (frames[-1][1] or b"")[9:12]
+            if not chunk or status != b"204":
+                return
+            seq = chunk[-1].seq + 1
+    except TimeoutError as exc:
+        raise OncestreamError(f"reading {stream!r} at sequence {seq}: no reply in time") from exc
+    finally:
+        remove_reply_hook(nc, sid)
+        await sub.unsubscribe()
+
+
+_SEQ_RE = re.compile(rb"\r\nNats-Sequence: (\d+)")
+_TS_RE = re.compile(rb"\r\nNats-Time-Stamp: ([^\r]*)")
+_ID_RE = re.compile(rb"\r\nNats-Msg-Id: ([^\r]*)")
+_SUBJECT_RE = re.compile(rb"\r\nNats-Subject: ([^\r]*)")
+
+
+def _record(data: bytes, headers: bytes) -> StreamRecord:
+    seq = _SEQ_RE.search(headers)
+    ts = _TS_RE.search(headers)
+    msg_id = _ID_RE.search(headers)
+    subject = _SUBJECT_RE.search(headers)
+    return StreamRecord(
+        seq=int(seq.group(1)) if seq else 0,
+        subject=subject.group(1).decode() if subject else "",
+        msg_id=msg_id.group(1).decode() if msg_id else None,
+        timestamp=ts.group(1).decode() if ts else "",
+        data=data,
+    )
+
+
+def _json_field(data: bytes, name: str) -> str | None:
+    try:
+        value = orjson.loads(data).get(name)
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return None if value is None else str(value)
+
+
+def stream_key(key: KeySpec, stream: str, record: StreamRecord, *, is_input: bool) -> str | None:
+    """The key of a stored message (None when it has none)."""
+    if key.kind == "field":
+        return _json_field(record.data, key.name or "")
+    if key.kind == "lineage" and is_input:
+        from .spark._sink_options import lineage_id
+
+        return lineage_id(stream, record.seq)
+    return record.msg_id
+
+
+def parse_timestamp(text: str) -> float:
+    """Seconds since the epoch of a JetStream ``Nats-Time-Stamp`` (RFC 3339, ns precision)."""
+    if not text:
+        return 0.0
+    head, _, frac = text.rstrip("Z").partition(".")
+    base = datetime.fromisoformat(head + "+00:00").timestamp()
+    return base + (float("0." + frac) if frac else 0.0)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+async def _stream_keys(
+    conn: Connection, stream: str, key: KeySpec, *, is_input: bool, with_time: bool
+) -> tuple[list[str], dict[str, float]]:
+    keys: list[str] = []
+    times: dict[str, float] = {}
+    cache: dict[str, float] = {}
+    async for chunk in read_stream(conn, stream):
+        for record in chunk:
+            value = stream_key(key, stream, record, is_input=is_input)
+            if value is None:
+                value = f"<no key at {stream}:{record.seq}>"
+            keys.append(value)
+            if with_time and value not in times:
+                # Timestamps of one chunk share their second; parse each second once.
+                second = record.timestamp[:19]
+                if second not in cache:
+                    cache[second] = parse_timestamp(second)
+                frac = record.timestamp[20:].rstrip("Z")
+                times[value] = cache[second] + (float("0." + frac) if frac else 0.0)
+    return keys, times
+
+
+def _spark_committed_files(path: str) -> list[str] | None:
+    """Files a Spark file sink committed, from its ``_spark_metadata`` log (None if absent)."""
+    meta = os.path.join(path, "_spark_metadata")
+    if not os.path.isdir(meta):
+        return None
+    entries = []
+    for name in os.listdir(meta):
+        stem = name.removesuffix(".compact")
+        if stem.isdigit():
+            entries.append((int(stem), name))
+    entries.sort()
+    start = max((i for i, (_, n) in enumerate(entries) if n.endswith(".compact")), default=0)
+    files: dict[str, bool] = {}
+    for _, name in entries[start:]:
+        with open(os.path.join(meta, name), "rb") as fh:
+            for line in fh.read().splitlines()[1:]:
+                if line.strip():
+                    entry = orjson.loads(line)
+                    files[entry["path"]] = entry.get("action", "add") == "add"
+    return [p.removeprefix("file://") for p, keep in files.items() if keep]
+
+
+def _parquet_keys(path: str, key: KeySpec) -> list[str]:
+    import pyarrow.dataset as ds
+
+    if not os.path.exists(path):
+        raise ConfigError(f"parquet output {path!r} does not exist")
+    committed = _spark_committed_files(path)
+    dataset = ds.dataset(committed if committed is not None else path, format="parquet")
+    columns = _table_columns(key, set(dataset.schema.names), f"parquet:{path}")
+    table = dataset.to_table(columns=columns)
+    return _rows_to_keys(key, [table.column(c).to_pylist() for c in columns])
+
+
+def _table_columns(key: KeySpec, available: set[str], where: str) -> list[str]:
+    if key.kind == "field":
+        wanted = [key.name or ""]
+    elif key.kind == "lineage" and "msg_id" not in available:
+        wanted = ["stream", "sequence"]
+    else:
+        wanted = ["msg_id"]
+    missing = [c for c in wanted if c not in available]
+    if missing:
+        raise ConfigError(
+            f"{where} has no column {', '.join(missing)} for key {key} "
+            f"(columns: {', '.join(sorted(available))})"
+        )
+    return wanted
+
+
+def _rows_to_keys(key: KeySpec, columns: list[list[Any]]) -> list[str]:
+    if len(columns) == 2:
+        from .spark._sink_options import lineage_id
+
+        return [lineage_id(s, int(q)) for s, q in zip(columns[0], columns[1], strict=True)]
+    return [str(v) for v in columns[0]]
+
+
+def _sql_keys(dsn: str, table: str, key: KeySpec) -> list[str]:
+    where = f"sql table {table}"
+    if dsn.startswith(("postgresql://", "postgres://")):
+        import psycopg
+
+        with psycopg.connect(dsn) as pg:
+            cur = pg.execute(f"SELECT * FROM {table} LIMIT 0")
+            available = {d.name for d in cur.description or ()}
+            columns = _table_columns(key, available, where)
+            rows = pg.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
+    else:
+        path = dsn.removeprefix("sqlite:///").removeprefix("sqlite:")
+        if not os.path.exists(path):
+            raise ConfigError(f"SQLite database {path!r} does not exist")
+        with sqlite3.connect(path) as db:
+            probe = db.execute(f"SELECT * FROM {table} LIMIT 0")
+            available = {d[0] for d in probe.description}
+            columns = _table_columns(key, available, where)
+            rows = db.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
+    return _rows_to_keys(key, [list(c) for c in zip(*rows, strict=True)] or [[]] * len(columns))
+
+
+async def audit(
+    conn: Connection,
+    input_stream: str,
+    outputs: Iterable[OutputSpec],
+    *,
+    key: KeySpec | str = "msg_id",
+    samples: int = SAMPLES,
+) -> AuditReport:
+    """Audit ``outputs`` against every message of ``input_stream``.
+
+    Stream outputs also get end-to-end latency percentiles (output stored
+    time minus input stored time, first copy of each key).
+
+    Raises:
+        StreamNotFound: when a stream does not exist.
+        ConfigError: when an output or key cannot be read.
+    """
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    spec = KeySpec.parse(key) if isinstance(key, str) else key
+    specs = list(outputs)
+    if not specs:
+        raise ConfigError("audit needs at least one output")
+    want_time = any(s.kind == "stream" for s in specs)
+    try:
+        keys, in_times = await _stream_keys(
+            conn, input_stream, spec, is_input=True, with_time=want_time
+        )
+    except StreamNotFound as exc:
+        raise StreamNotFound(f"input stream {input_stream!r} not found") from exc
+    expected = set(keys)
+    reports = []
+    for out in specs:
+        out_times: dict[str, float] = {}
+        if out.kind == "stream":
+            found, out_times = await _stream_keys(
+                conn, out.target, spec, is_input=False, with_time=True
+            )
+        elif out.kind == "parquet":
+            found = await asyncio.to_thread(_parquet_keys, out.target, spec)
+        else:
+            found = await asyncio.to_thread(_sql_keys, out.target, out.table or "", spec)
+        report = compare(str(out), expected, found, samples=samples)
+        lags = [(t - in_times[k]) * 1000 for k, t in out_times.items() if k in in_times]
+        if lags:
+            report.latency_ms = {
+                "p50": round(_percentile(lags, 0.50), 1),
+                "p99": round(_percentile(lags, 0.99), 1),
+                "max": round(max(lags), 1),
+            }
+        reports.append(report)
+    return AuditReport(
+        input=f"stream:{input_stream}",
+        key=str(spec),
+        input_rows=len(keys),
+        expected=len(expected),
+        input_duplicated=len(keys) - len(expected),
+        outputs=reports,
+        seconds=loop.time() - started,
+    )

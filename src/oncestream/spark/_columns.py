@@ -1,0 +1,141 @@
+"""Frames collected by the range reader -> Arrow record batches, built with compute kernels."""
+
+from __future__ import annotations
+
+import re
+from typing import cast
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .._errors import OncestreamError
+from . import _wire
+
+__all__ = ["ARROW_SCHEMA", "to_batch"]
+
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("stream", pa.string()),
+        pa.field("subject", pa.string()),
+        pa.field("sequence", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("msg_id", pa.string()),
+        pa.field("headers", pa.map_(pa.string(), pa.list_(pa.string()))),
+        pa.field("data", pa.binary()),
+    ]
+)
+
+# The server appends these after the message's own headers, always in this order.
+_DIRECT_RE = re.compile(
+    rb"\r\nNats-Subject: ([^\r]*)\r\nNats-Sequence: (\d+)\r\nNats-Time-Stamp: ([^\r]*)\r\n"
+)
+_MSG_ID_RE = r"\nNats-Msg-Id: (?P<v>[^\r]*)\r\n"
+
+
+def to_batch(
+    chunk: _wire.FrameSink,
+    stream_name: pa.Scalar,
+    *,
+    last: int,
+    direct: bool,
+    include_headers: bool,
+) -> tuple[pa.RecordBatch | None, int | None]:
+    """The chunk's messages up to sequence ``last`` and the last sequence seen (None: empty).
+
+    Direct-get frames carry subject, sequence and time in headers the server
+    appends; consumer frames carry them in the subject and ``$JS.ACK`` reply.
+    """
+    n = len(chunk.datas)
+    if n == 0:
+        return None, None
+    if direct:
+        joined = b"\n".join(cast("list[bytes]", chunk.headers))
+        found = _DIRECT_RE.findall(joined)
+        has_ids = b"Nats-Msg-Id:" in joined
+        if len(found) != n:
+            raise OncestreamError(
+                f"reading stream {stream_name.as_py()!r}: unexpected direct get headers"
+            )
+        subjects, seqs, stamps = zip(*found, strict=True)
+        subject = pa.array(subjects, pa.binary()).cast(pa.string())
+        seq = pa.array(seqs, pa.binary()).cast(pa.string()).cast(pa.int64())
+        timestamp = _parse_timestamps(pa.array(stamps, pa.binary()).cast(pa.string()))
+    else:
+        has_ids = any(h is not None and b"Nats-Msg-Id:" in h for h in chunk.headers)
+        subject = pa.array(chunk.subjects, pa.binary()).cast(pa.string())
+        tokens = pc.split_pattern(pa.array(chunk.replies, pa.binary()).cast(pa.string()), ".")
+        width = len(chunk.replies[0].split(b"."))
+        seq_i, ts_i = (5, 7) if width == 9 else (7, 9)
+        seq = pc.cast(pc.list_element(tokens, seq_i), pa.int64())
+        nanos = pc.cast(pc.list_element(tokens, ts_i), pa.int64())
+        timestamp = pc.cast(pc.divide(nanos, 1000), pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+    last_seen = int(seq[n - 1].as_py())
+    raw_headers = pa.array(chunk.headers, pa.binary())
+    if has_ids:
+        msg_id = pc.struct_field(pc.extract_regex(raw_headers, _MSG_ID_RE), [0]).cast(pa.string())
+    else:
+        msg_id = pa.nulls(n, pa.string())
+    if include_headers:
+        headers = _headers_column(chunk.headers, direct)
+    else:
+        headers = pa.nulls(n, ARROW_SCHEMA.field("headers").type)
+    columns = [
+        pa.repeat(stream_name, n) if n else pa.array([], pa.string()),
+        subject,
+        seq,
+        timestamp,
+        msg_id,
+        headers,
+        pa.array(chunk.datas, pa.binary()),
+    ]
+    batch = pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+    if last_seen > last:
+        batch = batch.filter(pc.less_equal(seq, last))
+        last_seen = last
+    return (batch if batch.num_rows else None), last_seen
+
+
+def _parse_timestamps(stamps: pa.Array) -> pa.Array:
+    """RFC 3339 UTC times with up to nanosecond fractions -> timestamp[us, UTC]."""
+    secs = pc.strptime(
+        pc.utf8_slice_codeunits(stamps, 0, 19), format="%Y-%m-%dT%H:%M:%S", unit="us"
+    )
+    fraction = pc.replace_substring(pc.utf8_slice_codeunits(stamps, 20, 26), "Z", "")
+    micros = pc.cast(pc.utf8_rpad(fraction, 6, "0"), pa.int64())
+    return pc.add(secs, pc.cast(micros, pa.duration("us"))).cast(pa.timestamp("us", tz="UTC"))
+
+
+_SERVER_HEADERS = (
+    "Nats-Stream",
+    "Nats-Subject",
+    "Nats-Sequence",
+    "Nats-Time-Stamp",
+    "Nats-Num-Pending",
+    "Nats-Last-Sequence",
+)
+
+
+def _parse_user_headers(raw: bytes | None, direct: bool) -> list[tuple[str, list[str]]] | None:
+    if not raw:
+        return None
+    text = raw.decode("utf-8", errors="replace")
+    lines = text.split("\r\n")[1:]
+    if direct:
+        # The server appends its own headers after the message's; drop that tail.
+        for i, line in enumerate(lines):
+            if line.startswith("Nats-Stream: "):
+                lines = lines[:i]
+                break
+    out: dict[str, list[str]] = {}
+    for line in lines:
+        if not line:
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            out.setdefault(key.strip(), []).append(value.strip())
+    return list(out.items()) or None
+
+
+def _headers_column(raw: list[bytes | None], direct: bool) -> pa.Array:
+    values = [_parse_user_headers(h, direct) for h in raw]
+    return pa.array(values, ARROW_SCHEMA.field("headers").type)

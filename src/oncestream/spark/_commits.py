@@ -1,0 +1,147 @@
+"""Committed-batch records of the streaming ``jetstream`` sink, kept in a JetStream stream.
+
+One subject per query scope (``oncestream.sink.commits.<scope>``) in the
+``ONCESTREAM_SINK_COMMITS`` stream; its last message says which micro-batch
+the sink committed last and where the target stream ended at that moment.
+Spark commits micro-batches in order, so "batch N is committed" is
+``last.batch_id >= N``, and everything a later (possibly failed) attempt
+wrote sits after ``last.tail_seq`` in the target stream.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from dataclasses import asdict, dataclass
+
+import orjson
+
+from .._connection import Connection
+from .._errors import JetStreamError, MessageNotFound, StreamNotFound
+from ..publisher import Publisher, PublisherOptions
+from ..streams import StreamSpec, ensure_stream
+
+__all__ = ["COMMITS_STREAM", "CommitRecord", "CommitStore"]
+
+log = logging.getLogger("oncestream.spark.sink")
+
+COMMITS_STREAM = "ONCESTREAM_SINK_COMMITS"
+_SUBJECT = "oncestream.sink.commits"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommitRecord:
+    """What the sink knows about a query's last committed micro-batch.
+
+    Args:
+        batch_id: the micro-batch (-1: the query started, nothing committed yet).
+        tail_seq: the target stream's last sequence when the record was made.
+        written: messages stored by the batch.
+        duplicates: publishes the server dropped as duplicates.
+        skipped: rows not re-sent because a failed attempt had stored them.
+        query_id: Spark's query id (kept in the checkpoint, so stable across
+            restarts); a record of another query id is stale (a new query was
+            started on a reused checkpoint path) and is ignored.
+    """
+
+    batch_id: int
+    tail_seq: int
+    stream: str
+    written: int = 0
+    duplicates: int = 0
+    skipped: int = 0
+    query_id: str | None = None
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, data: bytes) -> CommitRecord:
+        fields = orjson.loads(data)
+        return cls(**{k: v for k, v in fields.items() if k in cls.__dataclass_fields__})
+
+
+class CommitStore:
+    """Reads and appends :class:`CommitRecord` s of one query scope.
+
+    Example::
+
+        store = CommitStore(conn)
+        await store.ensure()
+        last = await store.last(scope)
+    """
+
+    def __init__(self, conn: Connection, stream: str = COMMITS_STREAM) -> None:
+        self.conn = conn
+        self.stream = stream
+
+    def subject(self, scope: str) -> str:
+        return f"{_SUBJECT}.{self.stream.lower()}.{scope}"
+
+    async def ensure(self) -> None:
+        """Create the records stream if it does not exist (kept: the last 16 records per query)."""
+        try:
+            await self.conn.stream_info(self.stream)
+            return
+        except StreamNotFound:
+            pass
+        spec = StreamSpec(
+            name=self.stream,
+            subjects=(f"{_SUBJECT}.{self.stream.lower()}.>",),
+            max_msgs_per_subject=16,
+            duplicate_window=600.0,
+        )
+        await ensure_stream(self.conn, spec)
+        log.info("created stream %s for the sink's committed-batch records", self.stream)
+
+    async def last(self, scope: str) -> CommitRecord | None:
+        """The scope's last record, or None when the query never started."""
+        try:
+            reply = await self.conn.api(
+                f"STREAM.MSG.GET.{self.stream}", {"last_by_subj": self.subject(scope)}
+            )
+        except (MessageNotFound, StreamNotFound):
+            return None
+        return CommitRecord.from_json(base64.b64decode(reply["message"]["data"]))
+
+    async def mark_attempt(self, scope: str, partition: int, batch_id: int) -> bool:
+        """Note that a task of ``batch_id`` starts writing ``partition``; True if one did before.
+
+        The marker is stored before the task publishes anything, so when a
+        replayed or retried task finds it, an earlier attempt may have stored
+        rows of this batch; when it is absent, none did and nothing needs reading.
+        """
+        subject = f"{self.subject(scope)}.p{partition}"
+        try:
+            reply = await self.conn.api(f"STREAM.MSG.GET.{self.stream}", {"last_by_subj": subject})
+            seen = orjson.loads(base64.b64decode(reply["message"]["data"]))
+            if int(seen.get("batch_id", -2)) == batch_id:
+                return True
+        except MessageNotFound:
+            pass
+        await self._publish(
+            subject, orjson.dumps({"batch_id": batch_id}), f"{scope}:{batch_id}:p{partition}"
+        )
+        return False
+
+    async def record(self, scope: str, record: CommitRecord) -> None:
+        """Append ``record`` (idempotent: its msg id is the scope and batch id).
+
+        Raises:
+            JetStreamError: when the record cannot be stored.
+        """
+        await self._publish(self.subject(scope), record.to_json(), f"{scope}:{record.batch_id}")
+
+    async def _publish(self, subject: str, data: bytes, msg_id: str) -> None:
+        options = PublisherOptions(stream=self.stream, max_inflight=1, check_window=False)
+        async with Publisher(self.conn, options) as pub:
+            future = await pub.publish(subject, data, msg_id=msg_id)
+            ack = await future
+        if ack.stream != self.stream:
+            raise JetStreamError(f"commit record stored in {ack.stream!r}, not {self.stream!r}")
+
+
+async def last_seq(conn: Connection, stream: str) -> int:
+    """The stream's current last sequence."""
+    info = await conn.stream_info(stream)
+    return int(info["state"].get("last_seq", 0))

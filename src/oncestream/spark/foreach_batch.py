@@ -1,0 +1,287 @@
+"""Transactional ``foreachBatch`` for SQL databases: rows and batch id in one transaction.
+
+Spark replays a micro-batch after a failure (same batch id, same rows when
+the source is replayable). Writing the rows and a ``(query, batch_id)`` marker
+in the same database transaction makes the write exactly-once: a replay finds
+the marker and writes nothing; a crash before the commit leaves neither.
+
+Example::
+
+    from oncestream.spark.foreach_batch import transactional
+
+    (df.writeStream
+       .foreachBatch(transactional("postgresql://app@db/shop", table="orders",
+                                   key_columns=["order_id"]))
+       .option("checkpointLocation", "/chk/orders")
+       .start())
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from .._errors import ConfigError, LedgerError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+__all__ = ["BatchWriter", "transactional"]
+
+log = logging.getLogger("oncestream.spark.foreach_batch")
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PG_TYPES = {
+    "string": "TEXT",
+    "long": "BIGINT",
+    "integer": "INTEGER",
+    "short": "SMALLINT",
+    "byte": "SMALLINT",
+    "double": "DOUBLE PRECISION",
+    "float": "REAL",
+    "boolean": "BOOLEAN",
+    "binary": "BYTEA",
+    "timestamp": "TIMESTAMPTZ",
+    "timestamp_ntz": "TIMESTAMP",
+    "date": "DATE",
+}
+_SQLITE_TYPES = {
+    "string": "TEXT",
+    "long": "INTEGER",
+    "integer": "INTEGER",
+    "short": "INTEGER",
+    "byte": "INTEGER",
+    "double": "REAL",
+    "float": "REAL",
+    "boolean": "INTEGER",
+    "binary": "BLOB",
+    "timestamp": "TEXT",
+    "timestamp_ntz": "TEXT",
+    "date": "TEXT",
+}
+
+
+def _ident(name: str, what: str) -> str:
+    if not _IDENT.match(name):
+        raise ConfigError(
+            f"{what} must be a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*), got {name!r}"
+        )
+    return name
+
+
+@dataclass(kw_only=True)
+class BatchWriter:
+    """The ``(df, batch_id)`` callable :func:`transactional` returns.
+
+    Attributes:
+        written: rows inserted by the last call (0 when the batch was skipped).
+        skipped: batch ids this writer found already committed.
+    """
+
+    dsn: str
+    table: str
+    key_columns: tuple[str, ...]
+    mode: Literal["append", "upsert"]
+    query_name: str | None
+    batches_table: str
+    create_table: bool
+    written: int = 0
+    skipped: list[int] | None = None
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.dsn.startswith(("postgresql://", "postgres://"))
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        """Write ``df`` and mark ``batch_id`` committed, atomically; skip a committed id."""
+        query = self.query_name or _query_id(df) or self.table
+        arrow = df.toArrow()
+        columns = [_ident(c, "column name") for c in arrow.column_names]
+        rows = list(zip(*(arrow.column(c).to_pylist() for c in columns), strict=True))
+        if self.is_postgres:
+            self.written = self._write_pg(df.schema, columns, rows, query, batch_id)
+        else:
+            self.written = self._write_sqlite(df.schema, columns, rows, query, batch_id)
+        if self.written < 0:
+            self.skipped = [*(self.skipped or []), batch_id]
+            self.written = 0
+            log.info("batch %s of %s already committed in %s; skipped", batch_id, query, self.table)
+        else:
+            log.info(
+                "batch %s of %s: %s rows committed to %s", batch_id, query, self.written, self.table
+            )
+
+    # -- SQL text, shared by both dialects (both accept ON CONFLICT ... DO UPDATE)
+
+    def _insert_sql(self, columns: list[str], placeholder: str) -> str:
+        names = ", ".join(columns)
+        marks = ", ".join([placeholder] * len(columns))
+        sql = f"INSERT INTO {self.table} ({names}) VALUES ({marks})"
+        if self.mode == "upsert":
+            keys = ", ".join(self.key_columns)
+            updates = [f"{c} = excluded.{c}" for c in columns if c not in self.key_columns]
+            action = f"DO UPDATE SET {', '.join(updates)}" if updates else "DO NOTHING"
+            sql += f" ON CONFLICT ({keys}) {action}"
+        return sql
+
+    def _create_sql(self, schema: StructType, types: dict[str, str]) -> str:
+        parts = []
+        for f in schema.fields:
+            type_name = f.dataType.typeName()
+            sql_type = types.get(type_name, "NUMERIC" if type_name == "decimal" else "TEXT")
+            parts.append(f"{_ident(f.name, 'column name')} {sql_type}")
+        if self.key_columns:
+            parts.append(f"PRIMARY KEY ({', '.join(self.key_columns)})")
+        return f"CREATE TABLE IF NOT EXISTS {self.table} ({', '.join(parts)})"
+
+    def _batches_sql(self, bigint: str, now: str) -> str:
+        return (
+            f"CREATE TABLE IF NOT EXISTS {self.batches_table} (query TEXT NOT NULL, "
+            f"batch_id {bigint} NOT NULL, tbl TEXT NOT NULL, rows_written {bigint} NOT NULL, "
+            f"committed_at TEXT NOT NULL DEFAULT ({now}), PRIMARY KEY (query, batch_id, tbl))"
+        )
+
+    def _write_pg(
+        self,
+        schema: StructType,
+        columns: list[str],
+        rows: list[tuple[Any, ...]],
+        query: str,
+        batch_id: int,
+    ) -> int:
+        import psycopg
+
+        try:
+            with psycopg.connect(self.dsn) as pg, pg.transaction():
+                pg.execute(self._batches_sql("BIGINT", "now()::text"))
+                if self.create_table:
+                    pg.execute(self._create_sql(schema, _PG_TYPES))
+                # Claiming the id first serialises concurrent replays on its primary key.
+                claimed = pg.execute(
+                    f"INSERT INTO {self.batches_table} (query, batch_id, tbl, rows_written) "
+                    "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                    (query, batch_id, self.table, len(rows)),
+                ).rowcount
+                if claimed == 0:
+                    return -1
+                if rows:
+                    with pg.cursor() as cur:
+                        cur.executemany(self._insert_sql(columns, "%s"), rows)
+        except psycopg.Error as exc:
+            raise LedgerError(f"writing batch {batch_id} to {self.table}: {exc}") from exc
+        return len(rows)
+
+    def _write_sqlite(
+        self,
+        schema: StructType,
+        columns: list[str],
+        rows: list[tuple[Any, ...]],
+        query: str,
+        batch_id: int,
+    ) -> int:
+        path = self.dsn.removeprefix("sqlite:///").removeprefix("sqlite:")
+        db = sqlite3.connect(path, timeout=30, isolation_level=None)
+        try:
+            # BEGIN IMMEDIATE takes the write lock before the check, so two
+            # replays of one batch cannot both see it uncommitted.
+            db.execute("BEGIN IMMEDIATE")
+            db.execute(self._batches_sql("INTEGER", "CURRENT_TIMESTAMP"))
+            if self.create_table:
+                db.execute(self._create_sql(schema, _SQLITE_TYPES))
+            claimed = db.execute(
+                f"INSERT INTO {self.batches_table} (query, batch_id, tbl, rows_written) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (query, batch_id, self.table, len(rows)),
+            ).rowcount
+            if claimed == 0:
+                db.execute("ROLLBACK")
+                return -1
+            db.executemany(self._insert_sql(columns, "?"), [_sqlite_row(r) for r in rows])
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise LedgerError(f"writing batch {batch_id} to {self.table}: {exc}") from exc
+        finally:
+            db.close()
+        return len(rows)
+
+
+def _sqlite_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    if all(v is None or isinstance(v, int | float | str | bytes) for v in row):
+        return row
+    return tuple(
+        v if v is None or isinstance(v, int | float | str | bytes) else str(v) for v in row
+    )
+
+
+def _query_id(df: DataFrame) -> str | None:
+    """The streaming query id (stable across restarts from one checkpoint), if Spark exposes it."""
+    try:
+        value = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+    except Exception:
+        return None
+    return str(value) if value else None
+
+
+def transactional(
+    target: str,
+    *,
+    table: str,
+    key_columns: Sequence[str] = (),
+    mode: Literal["append", "upsert"] = "append",
+    query_name: str | None = None,
+    batches_table: str = "oncestream_batches",
+    create_table: bool = True,
+) -> Callable[[DataFrame, int], None]:
+    """A ``foreachBatch`` function writing each micro-batch exactly once into ``table``.
+
+    Each call collects the micro-batch to the driver (size it with the
+    source's ``maxMessagesPerTrigger``) and, in one transaction, records
+    ``(query, batch_id, table)`` in ``batches_table`` and inserts the rows. A
+    batch id already recorded is skipped, so Spark's replay of a batch whose
+    previous attempt committed writes nothing.
+
+    Args:
+        target: ``postgresql://...`` DSN (psycopg 3) or a SQLite file path
+            (``sqlite:///path`` also accepted).
+        table: destination table (created from the DataFrame schema if absent).
+        key_columns: primary key of a created table; required for ``upsert``.
+        mode: ``append`` inserts; ``upsert`` inserts or updates by ``key_columns``.
+        query_name: what batch ids are scoped by; default the streaming query
+            id, which Spark keeps in the checkpoint (a new checkpoint is a new
+            query, whose batch ids restart at 0).
+        batches_table: where committed batch ids are recorded.
+        create_table: create ``table`` and ``batches_table`` if missing.
+
+    Raises:
+        ConfigError: on a bad identifier, mode or missing key columns.
+        LedgerError: (at write time) when the database rejects the transaction.
+
+    Example::
+
+        query = df.writeStream.foreachBatch(transactional("/data/out.db", table="t")).start()
+    """
+    _ident(table, "table")
+    _ident(batches_table, "batches_table")
+    keys = tuple(_ident(k, "key column") for k in key_columns)
+    if mode not in ("append", "upsert"):
+        raise ConfigError(f"mode must be 'append' or 'upsert', got {mode!r}")
+    if mode == "upsert" and not keys:
+        raise ConfigError("mode='upsert' needs key_columns naming the table's unique key")
+    if not target:
+        raise ConfigError("target must be a postgresql:// DSN or a SQLite file path")
+    return BatchWriter(
+        dsn=target,
+        table=table,
+        key_columns=keys,
+        mode=mode,
+        query_name=query_name,
+        batches_table=batches_table,
+        create_table=create_table,
+    )

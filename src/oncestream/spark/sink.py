@@ -1,0 +1,517 @@
+"""The ``jetstream`` sink: ``df.write`` / ``df.writeStream.format("jetstream")``.
+
+Each Spark task publishes its rows through one :class:`~oncestream.Publisher`
+(pipelined, every PubAck verified, re-sends with the same msg id) on a
+connection cached per Python worker. Message ids are deterministic, so a
+re-run task or a replayed micro-batch re-sends the same ids:
+
+1. the ``msg_id`` column when present;
+2. else the input lineage ``STREAM:SEQUENCE`` when the rows carry the
+   jetstream source's ``stream`` and ``sequence`` columns (one output row per
+   input row; fan-out needs a ``msg_id`` column and is refused otherwise);
+3. else the row's position: ``scope:batch:partition:row`` (streaming) or
+   ``prefix:p<partition>:r<row>:<hash of subject+data>`` (batch writes).
+
+Beyond the stream's duplicate window, the streaming sink records every
+committed micro-batch (:mod:`oncestream.spark._commits`): a task of a batch
+already committed writes nothing, and a task of a batch whose earlier attempt
+died before the commit first reads what that attempt stored (everything after
+the previous commit's tail) and does not send those ids again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructType,
+)
+
+from .._connection import Connection, connect
+from .._errors import ConfigError, JetStreamError, OncestreamError, StreamMismatch
+from .._sync import run_sync
+from ..publisher import PubAck, Publisher
+from ._commits import CommitRecord, CommitStore, last_seq
+from ._sink_options import SinkOptions, lineage_id, position_id, writer_scope
+from ._sink_options import id_scope as make_id_scope
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["JetStreamBatchWriter", "JetStreamStreamWriter", "SinkCommit"]
+
+log = logging.getLogger("oncestream.spark.sink")
+
+# --------------------------------------------------------------------------- connections
+
+_lock = threading.Lock()
+_connections: dict[tuple[int, Any], Connection] = {}
+_checked: set[tuple[int, Any]] = set()
+
+
+async def _connection(options: SinkOptions) -> Connection:
+    """One connection per Python worker process and connect options."""
+    key = (os.getpid(), options.connect)
+    conn = _connections.get(key)
+    if conn is None or conn.nc.is_closed:
+        conn = await connect(options.connect)
+        with _lock:
+            _connections[key] = conn
+    return conn
+
+
+def _ensure_log_handler() -> None:
+    # Python workers have no logging set up; commit summaries should reach the driver log.
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        log.addHandler(handler)
+        level = os.environ.get("ONCESTREAM_SINK_LOG", "INFO").upper()
+        log.setLevel(level if level in ("DEBUG", "INFO", "WARNING", "ERROR") else "INFO")
+
+
+# --------------------------------------------------------------------------- layout
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Which input columns the sink uses, checked on the driver."""
+
+    subject: bool
+    data_binary: bool
+    headers: str | None  # "array" | "string" | None
+    msg_id: bool
+    lineage: bool
+
+
+def _layout(schema: StructType, options: SinkOptions) -> _Layout:
+    types = {f.name: f.dataType for f in schema.fields}
+    problems = []
+    if "data" not in types:
+        problems.append("missing column 'data' (binary or string)")
+    elif not isinstance(types["data"], BinaryType | StringType):
+        problems.append(
+            f"column 'data' must be binary or string, got {types['data'].simpleString()}"
+        )
+    if "subject" in types and not isinstance(types["subject"], StringType):
+        problems.append(f"column 'subject' must be string, got {types['subject'].simpleString()}")
+    if "subject" not in types and options.subject is None:
+        problems.append("missing column 'subject' (or give option 'subject')")
+    if "msg_id" in types and not isinstance(types["msg_id"], StringType):
+        problems.append(f"column 'msg_id' must be string, got {types['msg_id'].simpleString()}")
+    headers = None
+    if "headers" in types:
+        kind = types["headers"]
+        if isinstance(kind, MapType) and isinstance(kind.keyType, StringType):
+            if isinstance(kind.valueType, StringType):
+                headers = "string"
+            elif isinstance(kind.valueType, ArrayType) and isinstance(
+                kind.valueType.elementType, StringType
+            ):
+                headers = "array"
+        if headers is None:
+            problems.append(
+                "column 'headers' must be map<string,array<string>> or map<string,string>, "
+                f"got {kind.simpleString()}"
+            )
+    if problems:
+        raise ConfigError(
+            "the jetstream sink cannot write this DataFrame: "
+            + "; ".join(problems)
+            + f" (schema: {schema.simpleString()})"
+        )
+    lineage = isinstance(types.get("stream"), StringType) and isinstance(
+        types.get("sequence"), LongType | IntegerType
+    )
+    return _Layout(
+        subject="subject" in types,
+        data_binary=isinstance(types["data"], BinaryType),
+        headers=headers,
+        msg_id="msg_id" in types,
+        lineage=lineage and "msg_id" not in types,
+    )
+
+
+# --------------------------------------------------------------------------- messages
+
+
+@dataclass
+class SinkCommit(WriterCommitMessage):
+    """What one task did; the driver sums these in ``commit``."""
+
+    partition: int
+    batch_id: int
+    scope: str
+    query_id: str | None = None
+    id_scope: str = ""
+    written: int = 0
+    duplicates: int = 0
+    skipped_existing: int = 0
+    skipped_batch: bool = False
+    max_seq: int = 0
+    streams: list[str] = field(default_factory=list)
+
+
+_Rows = tuple[list[str], list[bytes], list[Any], list[str]]
+
+
+@dataclass
+class _TaskState:
+    pub: Publisher
+    futures: list[asyncio.Future[PubAck]]
+    existing: set[str]
+    seen: set[str] | None
+    rows: int = 0
+    skipped: int = 0
+
+
+# --------------------------------------------------------------------------- writers
+
+
+class _JetStreamWriter:
+    """Shared driver-side validation and executor-side publishing."""
+
+    streaming = False
+
+    def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
+        if overwrite:
+            raise ConfigError(
+                "the jetstream sink only appends: overwrite / complete output mode is not "
+                "supported (use outputMode('append') or 'update')"
+            )
+        self.options = SinkOptions.from_spark_options(options)
+        self.layout = _layout(schema, self.options)
+        if self.options.stream is not None:
+            run_sync(self._check_target())
+
+    # -- driver side
+
+    async def _check_target(self) -> None:
+        """Check the target's duplicate window against the retry horizons, once per process."""
+        key = (os.getpid(), self.options)
+        if key in _checked:
+            return
+        opts = self.options
+        stream = opts.stream or ""
+        conn = await _connection(opts)
+        info = await conn.stream_info(stream)
+        window = int(info["config"].get("duplicate_window") or 0) / 1e9
+        horizon = opts.publisher.retry_horizon
+        spark_horizon = horizon * opts.task_max_failures
+        if opts.publisher.check_window and window < horizon:
+            raise ConfigError(
+                f"stream {stream!r} has duplicate_window {window:g}s, shorter than the "
+                f"Publisher's retry horizon {horizon:g}s (maxAttempts x ackTimeout + backoff): "
+                "a re-sent message could be stored twice. Raise the window or lower "
+                "ackTimeout / maxAttempts (or set checkWindow=false to accept the risk)"
+            )
+        if window < spark_horizon:
+            _ensure_log_handler()
+            log.warning(
+                "stream %r: duplicate_window %gs < Spark task retry horizon %gs "
+                "(taskMaxFailures=%d x retry horizon %gs). Task retries after the window "
+                "rely on the sink's stored-id check of the uncommitted tail, not on the window",
+                stream,
+                window,
+                spark_horizon,
+                opts.task_max_failures,
+                horizon,
+            )
+        if self.streaming and opts.checkpoint:
+            store = CommitStore(conn, opts.commits_stream)
+            await store.ensure()
+            scope = writer_scope(None, opts.checkpoint)
+            if await store.last(scope) is None:
+                tail = int(info["state"].get("last_seq", 0))
+                await store.record(scope, CommitRecord(batch_id=-1, tail_seq=tail, stream=stream))
+        _checked.add(key)
+
+    # -- executor side
+
+    def _write(self, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        partition = ctx.partitionId() if ctx is not None else 0
+        batch_id, query_id = -1, None
+        if self.streaming and ctx is not None:
+            batch_id = int(ctx.getLocalProperty("streaming.sql.batchId") or -1)
+            query_id = ctx.getLocalProperty("sql.streaming.queryId")
+        scope = writer_scope(query_id, self.options.checkpoint)
+        commit = SinkCommit(
+            partition=partition,
+            batch_id=batch_id,
+            scope=scope,
+            query_id=query_id,
+            id_scope=make_id_scope(query_id, self.options.checkpoint),
+        )
+        try:
+            state = run_sync(self._start(commit))
+            if state is None:
+                for _ in batches:  # already committed: read the input, write nothing
+                    pass
+                return commit
+            for batch in batches:
+                if batch.num_rows:
+                    rows = self._rows(batch, commit, state.rows)
+                    state.rows += batch.num_rows
+                    run_sync(self._send(state, rows))
+            run_sync(self._finish(state, commit))
+        except OncestreamError:
+            raise
+        except Exception as exc:
+            raise OncestreamError(f"jetstream sink task {partition}: {exc}") from exc
+        return commit
+
+    async def _start(self, commit: SinkCommit) -> _TaskState | None:
+        opts = self.options
+        conn = await _connection(opts)
+        existing: set[str] = set()
+        if self.streaming and commit.batch_id >= 0:
+            store = CommitStore(conn, opts.commits_stream)
+            last = await store.last(commit.scope)
+            if last is not None and last.query_id not in (None, commit.query_id):
+                log.warning(
+                    "ignoring the sink's commit records of query %s: this is query %s on the "
+                    "same checkpoint location (a new checkpoint starts at batch 0)",
+                    last.query_id,
+                    commit.query_id,
+                )
+                last = None
+            if last is not None and last.batch_id >= commit.batch_id:
+                commit.skipped_batch = True
+                return None
+            if last is None:
+                await store.ensure()
+            retry = await store.mark_attempt(commit.scope, commit.partition, commit.batch_id)
+            if retry and last is not None and opts.stream is not None:
+                existing = await _stored_ids(conn, opts.stream, last.tail_seq)
+        pub = Publisher(conn, opts.publisher)
+        await pub.start()
+        seen: set[str] | None = set() if self.layout.lineage else None
+        return _TaskState(pub=pub, futures=[], existing=existing, seen=seen)
+
+    def _rows(self, batch: pa.RecordBatch, commit: SinkCommit, offset: int) -> _Rows:
+        """Column lists of one Arrow batch; nulls and types are checked column-wise."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        layout, opts = self.layout, self.options
+        n = batch.num_rows
+        col = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
+        where = f"partition {commit.partition}, rows {offset}..{offset + n - 1}"
+        if layout.subject:
+            subject_col = col["subject"]
+            if subject_col.null_count and opts.subject is not None:
+                subject_col = pc.fill_null(subject_col, opts.subject)
+            if subject_col.null_count:
+                raise ConfigError(f"{where}: a row has a null subject and no 'subject' option")
+            subjects = subject_col.to_pylist()
+        else:
+            subjects = [opts.subject] * n
+        data_col = col["data"]
+        if not layout.data_binary:
+            data_col = data_col.cast(pa.binary())
+        if data_col.null_count:
+            data_col = pc.fill_null(data_col, pa.scalar(b"", pa.binary()))
+        datas = data_col.to_pylist()
+        headers: list[Any] = [None] * n
+        if layout.headers and col["headers"].null_count < n:
+            headers = [
+                {k: (v if isinstance(v, str) else ",".join(v)) for k, v in h if v is not None}
+                or None
+                if h
+                else None
+                for h in col["headers"].to_pylist()
+            ]
+        prefix = opts.id_prefix
+        if layout.msg_id:
+            if col["msg_id"].null_count:
+                raise ConfigError(f"{where}: a row has a null msg_id")
+            ids = col["msg_id"].to_pylist()
+        elif layout.lineage:
+            if col["stream"].null_count or col["sequence"].null_count:
+                raise ConfigError(f"{where}: a row has a null stream or sequence (lineage id)")
+            streams, seqs = col["stream"].to_pylist(), col["sequence"].to_pylist()
+            ids = [prefix + lineage_id(s, q) for s, q in zip(streams, seqs, strict=True)]
+        elif self.streaming:
+            ids = [
+                prefix + position_id(commit.id_scope, commit.batch_id, commit.partition, offset + i)
+                for i in range(n)
+            ]
+        else:
+            base = f"{prefix or 'batch'}:p{commit.partition}:r"
+            ids = [f"{base}{offset + i}:{_digest(subjects[i], datas[i])}" for i in range(n)]
+        return subjects, datas, headers, ids
+
+    async def _send(self, state: _TaskState, rows: _Rows) -> None:
+        publish, futures, existing, seen = (
+            state.pub.publish,
+            state.futures,
+            state.existing,
+            state.seen,
+        )
+        expected = self.options.stream
+        if seen is not None:
+            for msg_id in rows[3]:
+                if msg_id in seen:
+                    raise ConfigError(
+                        f"two output rows derive the lineage id {msg_id!r}: one input row fans "
+                        "out to several outputs. Give the sink a 'msg_id' column that is unique "
+                        "per output row"
+                    )
+                seen.add(msg_id)
+        for subject, data, headers, msg_id in zip(*rows, strict=True):
+            if existing and msg_id in existing:
+                state.skipped += 1
+                continue
+            futures.append(
+                await publish(
+                    subject, data, msg_id=msg_id, headers=headers, expected_stream=expected
+                )
+            )
+
+    async def _finish(self, state: _TaskState, commit: SinkCommit) -> None:
+        pub = state.pub
+        try:
+            await pub.flush()
+            streams: set[str] = set()
+            written = duplicates = max_seq = 0
+            expected = self.options.stream
+            for future in state.futures:
+                ack = future.result()  # raises the publish's typed error
+                if expected is not None and ack.stream != expected:
+                    raise StreamMismatch(
+                        f"PubAck from stream {ack.stream!r}, expected {expected!r}", code=400
+                    )
+                streams.add(ack.stream)
+                if ack.duplicate:
+                    duplicates += 1
+                else:
+                    written += 1
+                max_seq = max(max_seq, ack.seq)
+        finally:
+            await pub.close()
+        commit.written, commit.duplicates, commit.max_seq = written, duplicates, max_seq
+        commit.skipped_existing = state.skipped
+        commit.streams = sorted(streams)
+
+    # -- driver side, after all tasks
+
+    @staticmethod
+    def _totals(messages: list[WriterCommitMessage | None]) -> dict[str, int]:
+        done = [m for m in messages if isinstance(m, SinkCommit)]
+        return {
+            "tasks": len(done),
+            "written": sum(m.written for m in done),
+            "duplicates": sum(m.duplicates for m in done),
+            "skipped_existing": sum(m.skipped_existing for m in done),
+            "skipped_tasks": sum(1 for m in done if m.skipped_batch),
+        }
+
+
+async def _stored_ids(conn: Connection, stream: str, after: int) -> set[str]:
+    """Msg ids stored in ``stream`` after sequence ``after`` (what a failed attempt wrote)."""
+    from ..audit import read_stream
+
+    tail = await last_seq(conn, stream)
+    if tail <= after:
+        return set()
+    ids: set[str] = set()
+    async for chunk in read_stream(conn, stream, start_seq=after + 1):
+        ids.update(r.msg_id for r in chunk if r.msg_id)
+    log.info("stream %s: %d ids after sequence %d will not be re-sent", stream, len(ids), after)
+    return ids
+
+
+def _digest(subject: str | None, data: Any) -> str:
+    raw = data if isinstance(data, bytes) else str(data).encode()
+    return hashlib.blake2b((subject or "").encode() + b"\0" + raw, digest_size=8).hexdigest()
+
+
+class JetStreamBatchWriter(_JetStreamWriter, DataSourceArrowWriter):
+    """``df.write.format("jetstream")``: one Publisher per task, counts logged on commit."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        return self._write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _ensure_log_handler()
+        log.info("jetstream sink committed a batch write: %s", self._totals(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        _ensure_log_handler()
+        log.warning("jetstream sink: batch write aborted after %s", self._totals(messages))
+
+
+class JetStreamStreamWriter(_JetStreamWriter, DataSourceStreamArrowWriter):
+    """``df.writeStream.format("jetstream")``: records each committed micro-batch."""
+
+    streaming = True
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        return self._write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _ensure_log_handler()
+        totals = self._totals(messages)
+        done = [m for m in messages if isinstance(m, SinkCommit)]
+        scope = done[0].scope if done else None
+        query_id = done[0].query_id if done else None
+        if scope is None and self.options.checkpoint:
+            scope = writer_scope(None, self.options.checkpoint)
+        if scope is not None:
+            run_sync(self._record(scope, batchId, totals, query_id))
+        log.info("jetstream sink committed micro-batch %d: %s", batchId, totals)
+
+    async def _record(
+        self, scope: str, batch_id: int, totals: dict[str, int], query_id: str | None
+    ) -> None:
+        opts = self.options
+        conn = await _connection(opts)
+        store = CommitStore(conn, opts.commits_stream)
+        await store.ensure()
+        tail = await last_seq(conn, opts.stream) if opts.stream else 0
+        record = CommitRecord(
+            batch_id=batch_id,
+            tail_seq=tail,
+            stream=opts.stream or "",
+            written=totals["written"],
+            duplicates=totals["duplicates"],
+            skipped=totals["skipped_existing"],
+            query_id=query_id,
+        )
+        try:
+            await store.record(scope, record)
+        except JetStreamError:
+            raise
+        except OncestreamError as exc:
+            raise OncestreamError(f"recording committed micro-batch {batch_id}: {exc}") from exc
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _ensure_log_handler()
+        log.warning(
+            "jetstream sink: micro-batch %d aborted after %s; Spark will replay it, and "
+            "the replay will not re-send what was stored",
+            batchId,
+            self._totals(messages),
+        )

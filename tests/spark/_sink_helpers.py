@@ -1,0 +1,52 @@
+"""Shared helpers of the sink tests: sync stream setup, publishing inputs, auditing outputs."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+
+from oncestream import ConnectOptions, connect
+from oncestream.audit import AuditReport, OutputSpec, audit
+from oncestream.publisher import Publisher, PublisherOptions
+from oncestream.streams import StreamSpec, ensure_stream
+
+
+def make_streams(url: str, *specs: StreamSpec) -> None:
+    async def run() -> None:
+        async with await connect(ConnectOptions(servers=(url,))) as conn:
+            for spec in specs:
+                await ensure_stream(conn, spec)
+
+    asyncio.run(run())
+
+
+def publish_orders(url: str, stream: str, subject: str, count: int, start: int = 0) -> None:
+    async def run() -> None:
+        conn = await connect(ConnectOptions(servers=(url,)))
+        try:
+            async with Publisher(conn, PublisherOptions(stream=stream)) as pub:
+                for i in range(start, start + count):
+                    body = orjson.dumps({"order_id": f"o{i:06d}", "amount": i % 97})
+                    await pub.publish(subject, body, msg_id=f"o{i:06d}")
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+def run_audit(url: str, source: str, output: str, key: str = "lineage") -> AuditReport:
+    async def run() -> AuditReport:
+        async with await connect(ConnectOptions(servers=(url,))) as conn:
+            return await audit(conn, source, [OutputSpec.parse(output)], key=key)
+
+    return asyncio.run(run())
+
+
+def stream_state(url: str, stream: str) -> dict[str, Any]:
+    async def run() -> dict[str, Any]:
+        async with await connect(ConnectOptions(servers=(url,))) as conn:
+            return dict((await conn.stream_info(stream))["state"])
+
+    return asyncio.run(run())

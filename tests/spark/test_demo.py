@@ -1,0 +1,50 @@
+"""`oncestream demo --messages 20000` in a subprocess: exit 0, nothing lost or doubled."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_demo_small_run_is_exactly_once(tmp_path: Path) -> None:
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", COLUMNS="100")
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("oncestream")),
+            "demo",
+            "--messages",
+            "20000",
+            "--json",
+            "--data-dir",
+            str(tmp_path / "demo"),
+        ],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=280)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.communicate()
+        raise
+    text = out.decode(errors="replace")
+    assert proc.returncode == 0, text[-4000:]
+    line = next(x for x in text.splitlines() if x.startswith("DEMO-JSON "))
+    summary = json.loads(line.removeprefix("DEMO-JSON "))
+    assert summary["ok"] is True
+    assert summary["stored_in_orders"] == 20000
+    assert summary["duplicates_dropped_by_server"] > 0  # the planted re-sends happened
+    enriched = summary["enriched"]
+    assert (enriched["found"], enriched["missing"], enriched["duplicated"]) == (20000, 0, 0)
+    assert enriched["unexpected"] == 0
+    assert summary["revenue_ok"] is True
+    assert summary["faults"], "the demo must inject its query kill"
+    assert not (tmp_path / "demo").exists(), "without --keep the data directory is removed"

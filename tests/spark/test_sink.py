@@ -1,0 +1,152 @@
+"""The jetstream sink in batch and streaming queries, against a real server and local Spark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from oncestream.server import NatsServer
+from oncestream.streams import StreamSpec
+from tests.spark._sink_helpers import make_streams, publish_orders, run_audit, stream_state
+
+
+def test_batch_write_with_msg_id_column(spark, nats_server: NatsServer) -> None:  # type: ignore[no-untyped-def]
+    url = nats_server.url
+    make_streams(url, StreamSpec(name="OUT", subjects=("out.>",)))
+    df = spark.range(0, 5000, numPartitions=3).select(
+        F.concat(F.lit("out."), (F.col("id") % 4).cast("string")).alias("subject"),
+        F.col("id").cast("string").alias("data"),
+        F.concat(F.lit("k-"), F.col("id").cast("string")).alias("msg_id"),
+        F.create_map(F.lit("X-Row"), F.col("id").cast("string")).alias("headers"),
+    )
+    writer = df.write.format("jetstream").option("servers", url).option("stream", "OUT")
+    writer.mode("append").save()
+    assert stream_state(url, "OUT")["messages"] == 5000
+    writer.mode("append").save()  # a re-run: same ids, all dropped by the server
+    assert stream_state(url, "OUT")["messages"] == 5000
+
+
+def test_batch_write_without_ids_is_deterministic(spark, nats_server: NatsServer) -> None:  # type: ignore[no-untyped-def]
+    url = nats_server.url
+    make_streams(url, StreamSpec(name="OUT", subjects=("out.>",)))
+    df = spark.range(0, 1000, numPartitions=2).select(
+        F.col("id").cast("string").cast("binary").alias("data")
+    )
+    for _ in range(2):
+        df.write.format("jetstream").option("servers", url).option("subject", "out.x").option(
+            "stream", "OUT"
+        ).mode("append").save()
+    assert stream_state(url, "OUT")["messages"] == 1000
+
+
+def test_schema_and_options_are_checked_on_the_driver(spark, nats_server: NatsServer) -> None:  # type: ignore[no-untyped-def]
+    url = nats_server.url
+    make_streams(
+        url,
+        StreamSpec(name="OUT", subjects=("out.>",), duplicate_window=1.0),
+        StreamSpec(name="OTHER", subjects=("other.>",)),
+    )
+    bad = spark.range(3).select(F.col("id").alias("data"))
+    with pytest.raises(Exception, match="column 'data' must be binary or string") as err:
+        bad.write.format("jetstream").option("servers", url).mode("append").save()
+    assert "missing column 'subject'" in str(err.value)
+    ok = spark.range(3).select(F.col("id").cast("string").alias("data"))
+    with pytest.raises(Exception, match="duplicate_window 1s, shorter than"):
+        ok.write.format("jetstream").option("servers", url).option("stream", "OUT").option(
+            "subject", "out.x"
+        ).mode("append").save()
+    with pytest.raises(Exception, match="StreamNotFound"):
+        ok.write.format("jetstream").option("servers", url).option("stream", "MISSING").option(
+            "subject", "out.x"
+        ).mode("append").save()
+    with pytest.raises(Exception, match="10060"):  # out.x is captured by OUT, not OTHER
+        ok.write.format("jetstream").option("servers", url).option("stream", "OTHER").option(
+            "subject", "out.x"
+        ).mode("append").save()
+    assert stream_state(url, "OTHER")["messages"] == 0
+
+
+def test_streaming_from_jetstream_lineage_ids(
+    spark, nats_server: NatsServer, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    url = nats_server.url
+    make_streams(
+        url,
+        StreamSpec(name="IN", subjects=("in.>",)),
+        StreamSpec(name="OUT", subjects=("out.>",)),
+    )
+    publish_orders(url, "IN", "in.orders", 3000)
+
+    def run() -> None:
+        source = (
+            spark.readStream.format("jetstream")
+            .option("servers", url)
+            .option("stream", "IN")
+            .option("startingOffsets", "earliest")
+            .option("maxMessagesPerTrigger", 1000)
+            .load()
+        )
+        out = source.select(
+            F.lit("out.orders").alias("subject"), "data", "headers", "stream", "sequence"
+        )
+        query = (
+            out.writeStream.format("jetstream")
+            .option("servers", url)
+            .option("stream", "OUT")
+            .option("checkpointLocation", str(tmp_path / "chk"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(120) is not False
+        assert query.exception() is None
+
+    run()
+    publish_orders(url, "IN", "in.orders", 500, start=3000)
+    run()
+    report = run_audit(url, "IN", "stream:OUT", key="lineage")
+    assert report.ok, report.to_dict()
+    assert report.outputs[0].found == 3500
+
+
+def test_new_query_on_a_reused_checkpoint_path_writes(  # type: ignore[no-untyped-def]
+    spark, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """Old commit records and position ids must not silence a new query on the same path."""
+    import shutil
+
+    url = nats_server.url
+    make_streams(
+        url,
+        StreamSpec(name="IN", subjects=("in.>",)),
+        StreamSpec(name="OUT", subjects=("out.>",)),
+    )
+    publish_orders(url, "IN", "in.orders", 600)
+    checkpoint = tmp_path / "chk"
+
+    def run() -> None:
+        source = (
+            spark.readStream.format("jetstream")
+            .option("servers", url)
+            .option("stream", "IN")
+            .option("startingOffsets", "earliest")
+            .load()
+        )
+        query = (
+            source.select(F.lit("out.orders").alias("subject"), "data")  # position ids
+            .writeStream.format("jetstream")
+            .option("servers", url)
+            .option("stream", "OUT")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(120) is not False
+        assert query.exception() is None
+
+    run()
+    assert stream_state(url, "OUT")["messages"] == 600
+    shutil.rmtree(checkpoint)  # the user starts over: a new query id, batch ids from 0
+    run()
+    assert stream_state(url, "OUT")["messages"] == 1200
