@@ -35,7 +35,7 @@ async def _repair(url: str) -> None:
 def test_cli_audit_ok_and_failure(nats_server: NatsServer) -> None:
     asyncio.run(_setup(nats_server.url))
     runner = CliRunner()
-    args = ["audit", "--servers", nats_server.url, "--input", "IN", "--output", "stream:OUT"]
+    args = ["audit", "--server", nats_server.url, "--input", "IN", "--output", "stream:OUT"]
     failed = runner.invoke(app, [*args, "--json"])
     assert failed.exit_code == 1, failed.output
     data = json.loads(failed.stdout)

@@ -10,6 +10,7 @@ from .._connection import connect
 from .._options import ConnectOptions
 from ..audit import AuditReport, KeySpec, OutputSpec, audit
 from ._app import EXIT_FAILURE, app, cli_errors, console, run_async
+from ._connect_flags import with_connect_options
 
 
 def render_report(report: AuditReport) -> Table:
@@ -55,6 +56,7 @@ def print_report(report: AuditReport) -> None:
 
 @app.command("audit")
 @cli_errors
+@with_connect_options
 def audit_command(
     input_stream: str = typer.Option(..., "--input", "-i", help="Input stream name."),
     outputs: list[str] = typer.Option(
@@ -64,16 +66,14 @@ def audit_command(
         help="Output to check: stream:NAME, parquet:PATH or sql:DSN#TABLE (repeatable).",
     ),
     key: str = typer.Option("msg_id", help="msg_id, lineage or field:NAME."),
-    servers: str = typer.Option("nats://127.0.0.1:4222", help="NATS URL(s), comma-separated."),
-    domain: str | None = typer.Option(None, help="JetStream domain."),
-    creds: str | None = typer.Option(None, help="Credentials file."),
     samples: int = typer.Option(5, help="How many keys of each problem to list."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    *,
+    options: ConnectOptions,
 ) -> None:
     """Count expected, found, missing, duplicated and unexpected keys; exit 1 if any is off."""
     specs = [OutputSpec.parse(text) for text in outputs]
     key_spec = KeySpec.parse(key)
-    options = ConnectOptions(servers=tuple(servers.split(",")), domain=domain, creds=creds)
 
     async def run() -> AuditReport:
         async with await connect(options) as conn:

@@ -1,16 +1,20 @@
 """Connection flags shared by every CLI command that talks to NATS.
 
-Declare them as parameters with these annotated types and turn them into
-:class:`ConnectOptions` with :func:`connect_options`::
+Decorate a command with :func:`with_connect_options`: it gains every flag
+below and receives them already validated as ``options: ConnectOptions``::
 
     @app.command("x")
-    def x(server: ServerFlag = None, user: UserFlag = None, ...) -> None:
-        options = connect_options(server=server, user=user, ...)
+    @cli_errors
+    @with_connect_options
+    def x(stream: str, options: ConnectOptions) -> None: ...
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -29,7 +33,10 @@ __all__ = [
     "TokenFlag",
     "UserFlag",
     "connect_options",
+    "with_connect_options",
 ]
+
+T = TypeVar("T")
 
 _PANEL = "Connection"
 
@@ -121,3 +128,47 @@ def connect_options(
         api_prefix=api_prefix,
         name=name,
     )
+
+
+_FLAGS: dict[str, Any] = {
+    "server": ServerFlag,
+    "user": UserFlag,
+    "password": PasswordFlag,
+    "token": TokenFlag,
+    "creds": CredsFlag,
+    "nkey_seed": NkeySeedFlag,
+    "tls_ca": TlsCaFlag,
+    "tls_cert": TlsCertFlag,
+    "tls_key": TlsKeyFlag,
+    "domain": DomainFlag,
+    "api_prefix": ApiPrefixFlag,
+}
+
+
+def with_connect_options(func: Callable[..., T]) -> Callable[..., T]:
+    """Give a command every connection flag; it receives ``options: ConnectOptions``.
+
+    The flags are appended to the command's own parameters (Typer reads the
+    rewritten signature) and validated before the command body runs, so a bad
+    value raises ConfigError (exit 2 under :func:`cli_errors`).
+    """
+    signature = inspect.signature(func, eval_str=True)
+    own = [p for p in signature.parameters.values() if p.name != "options"]
+    flags = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
+        for name, kind in _FLAGS.items()
+    ]
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        values = {name: kwargs.pop(name, None) for name in _FLAGS}
+        return func(*args, options=connect_options(**values), **kwargs)
+
+    wrapper.__signature__ = signature.replace(parameters=[*own, *flags])  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {
+        **{p.name: p.annotation for p in own},
+        **_FLAGS,
+        "return": signature.return_annotation,
+    }
+    del wrapper.__wrapped__
+    return wrapper

@@ -14,24 +14,11 @@ import typer
 
 from .._connection import connect
 from .._errors import ConfigError
-from .._options import parse_duration
+from .._options import ConnectOptions, parse_duration
 from ..ledger import ledger_from_url
 from ..processor import Handler, Processor, ProcessorOptions, ProcessorStats
-from ._app import app, run_async
-from ._connect_flags import (
-    ApiPrefixFlag,
-    CredsFlag,
-    DomainFlag,
-    NkeySeedFlag,
-    PasswordFlag,
-    ServerFlag,
-    TlsCaFlag,
-    TlsCertFlag,
-    TlsKeyFlag,
-    TokenFlag,
-    UserFlag,
-    connect_options,
-)
+from ._app import app, cli_errors, run_async
+from ._connect_flags import with_connect_options
 
 log = logging.getLogger("oncestream.cli.process")
 
@@ -74,6 +61,8 @@ def summary(stats: ProcessorStats) -> str:
 
 
 @app.command("process")
+@cli_errors
+@with_connect_options
 def process_command(
     handler: str = typer.Option(..., "--handler", help="module:function called as f(msg, tx)."),
     stream: str = typer.Option(..., "--stream", help="Stream to process."),
@@ -94,17 +83,8 @@ def process_command(
     filter_subject: str | None = typer.Option(None, "--filter-subject", help="Consumer filter."),
     bind: bool = typer.Option(False, help="Use the consumer as is: no STREAM/CONSUMER API calls."),
     progress: float = typer.Option(10.0, help="Seconds between progress lines (0 = none)."),
-    server: ServerFlag = None,
-    user: UserFlag = None,
-    password: PasswordFlag = None,
-    token: TokenFlag = None,
-    creds: CredsFlag = None,
-    nkey_seed: NkeySeedFlag = None,
-    tls_ca: TlsCaFlag = None,
-    tls_cert: TlsCertFlag = None,
-    tls_key: TlsKeyFlag = None,
-    domain: DomainFlag = None,
-    api_prefix: ApiPrefixFlag = None,
+    *,
+    options: ConnectOptions,
 ) -> None:
     """Apply every message of STREAM exactly once through HANDLER and a ledger.
 
@@ -112,20 +92,7 @@ def process_command(
     """
 
     async def main() -> ProcessorStats:
-        options = connect_options(
-            server=server,
-            user=user,
-            password=password,
-            token=token,
-            creds=creds,
-            nkey_seed=nkey_seed,
-            tls_ca=tls_ca,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-            domain=domain,
-            api_prefix=api_prefix,
-            name=f"oncestream-process-{consumer}",
-        )
+        conn_options = options.replace(name=f"oncestream-process-{consumer}")
         func = load_handler(handler)
         store = ledger_from_url(ledger, key=key)  # type: ignore[arg-type]
         proc_options = ProcessorOptions(
@@ -141,7 +108,7 @@ def process_command(
             filter_subject=filter_subject,
             bind=bind,
         )
-        async with await connect(options) as conn:
+        async with await connect(conn_options) as conn:
             processor = Processor(conn, stream, consumer, func, ledger=store, options=proc_options)
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):

@@ -31,20 +31,7 @@ from .._errors import ConfigError, JetStreamError, MessageTooLarge, PublishError
 from .._options import ConnectOptions, parse_duration
 from ..publisher import PubAck, Publisher, PublisherOptions
 from ._app import EXIT_FAILURE, app, cli_errors, console, err_console, run_async
-from ._connect_flags import (
-    ApiPrefixFlag,
-    CredsFlag,
-    DomainFlag,
-    NkeySeedFlag,
-    PasswordFlag,
-    ServerFlag,
-    TlsCaFlag,
-    TlsCertFlag,
-    TlsKeyFlag,
-    TokenFlag,
-    UserFlag,
-    connect_options,
-)
+from ._connect_flags import with_connect_options
 
 __all__ = ["RecordError", "SubjectTemplate", "publish_command", "read_records"]
 
@@ -317,6 +304,7 @@ async def _publish(
 
 @app.command("publish")
 @cli_errors
+@with_connect_options
 def publish_command(
     file: str = typer.Argument(..., help="JSONL or CSV file, or '-' for stdin."),
     stream: str = typer.Option(..., "--stream", help="Target stream (must exist)."),
@@ -337,17 +325,8 @@ def publish_command(
     ack_timeout: str = typer.Option("5s", "--ack-timeout", help="Re-send after this long."),
     max_attempts: int = typer.Option(5, "--max-attempts", help="Sends per message."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
-    server: ServerFlag = None,
-    user: UserFlag = None,
-    password: PasswordFlag = None,
-    token: TokenFlag = None,
-    creds: CredsFlag = None,
-    nkey_seed: NkeySeedFlag = None,
-    tls_ca: TlsCaFlag = None,
-    tls_cert: TlsCertFlag = None,
-    tls_key: TlsKeyFlag = None,
-    domain: DomainFlag = None,
-    api_prefix: ApiPrefixFlag = None,
+    *,
+    options: ConnectOptions,
 ) -> None:
     """Publish every record of FILE exactly once (deterministic msg ids, acked, retried).
 
@@ -357,19 +336,6 @@ def publish_command(
     """
     if (id_field is None) == (not id_from_content):
         raise ConfigError("give exactly one of --id-field FIELD or --id-from-content")
-    options = connect_options(
-        server=server,
-        user=user,
-        password=password,
-        token=token,
-        creds=creds,
-        nkey_seed=nkey_seed,
-        tls_ca=tls_ca,
-        tls_cert=tls_cert,
-        tls_key=tls_key,
-        domain=domain,
-        api_prefix=api_prefix,
-    )
     pub_options = PublisherOptions(
         stream=stream,
         max_inflight=max_inflight,

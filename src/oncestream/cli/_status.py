@@ -9,22 +9,10 @@ import typer
 from rich.table import Table
 
 from .._connection import Connection, connect
+from .._options import ConnectOptions
 from ..ledger import ledger_from_url
-from ._app import app, console, run_async
-from ._connect_flags import (
-    ApiPrefixFlag,
-    CredsFlag,
-    DomainFlag,
-    NkeySeedFlag,
-    PasswordFlag,
-    ServerFlag,
-    TlsCaFlag,
-    TlsCertFlag,
-    TlsKeyFlag,
-    TokenFlag,
-    UserFlag,
-    connect_options,
-)
+from ._app import app, cli_errors, console, run_async
+from ._connect_flags import with_connect_options
 
 
 async def _paged(conn: Connection, subject: str, field: str, body: dict[str, Any]) -> list[Any]:
@@ -106,6 +94,8 @@ def _table(title: str, rows: list[dict[str, Any]]) -> Table:
 
 
 @app.command("status")
+@cli_errors
+@with_connect_options
 def status_command(
     stream: str | None = typer.Argument(None, help="Stream to report on (default: all)."),
     consumer: str | None = typer.Argument(None, help="Consumer of STREAM to report on."),
@@ -113,34 +103,12 @@ def status_command(
         None, "--ledger", help="Ledger URL: adds the applied count for CONSUMER."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
-    server: ServerFlag = None,
-    user: UserFlag = None,
-    password: PasswordFlag = None,
-    token: TokenFlag = None,
-    creds: CredsFlag = None,
-    nkey_seed: NkeySeedFlag = None,
-    tls_ca: TlsCaFlag = None,
-    tls_cert: TlsCertFlag = None,
-    tls_key: TlsKeyFlag = None,
-    domain: DomainFlag = None,
-    api_prefix: ApiPrefixFlag = None,
+    *,
+    options: ConnectOptions,
 ) -> None:
     """Streams (messages, bytes, first/last seq, consumers) and consumers (pending, acks)."""
 
     async def main() -> dict[str, Any]:
-        options = connect_options(
-            server=server,
-            user=user,
-            password=password,
-            token=token,
-            creds=creds,
-            nkey_seed=nkey_seed,
-            tls_ca=tls_ca,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-            domain=domain,
-            api_prefix=api_prefix,
-        )
         async with await connect(options) as conn:
             return await collect(conn, stream, consumer, ledger)
 
