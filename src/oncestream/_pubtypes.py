@@ -6,7 +6,7 @@ module only keeps ``publisher.py`` short.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +15,7 @@ from ._options import parse_bool, parse_duration, parse_positive_int
 
 __all__ = ["KeyFunction", "PubAck", "PublisherOptions", "PublisherStats"]
 
-KeyFunction = Callable[[str, bytes, "Mapping[str, str] | None"], str]
+KeyFunction = Callable[[str, bytes, "Mapping[str, str | Sequence[str]] | None"], str]
 
 
 @dataclass(frozen=True, kw_only=True)

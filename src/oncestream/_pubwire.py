@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ._errors import ConfigError
 
 __all__ = [
+    "HeaderValues",
     "Pending",
     "ReplyHandler",
     "build_headers",
@@ -130,8 +131,15 @@ def check_header_value(name: str, value: str) -> str:
     return value
 
 
-def build_headers(msg_id: str, extra: dict[str, str] | None, expect: dict[str, str]) -> bytes:
-    """The ``NATS/1.0`` header block carrying the msg id, user headers and expectations."""
+HeaderValues = Mapping[str, str | Sequence[str]]
+
+
+def build_headers(msg_id: str, extra: HeaderValues | None, expect: dict[str, str]) -> bytes:
+    """The ``NATS/1.0`` header block carrying the msg id, user headers and expectations.
+
+    A header value may be a list of strings: each becomes its own line, which
+    is how NATS carries multi-valued headers.
+    """
     parts = ["NATS/1.0\r\n", HDR_MSG_ID, ": ", msg_id, "\r\n"]
     if extra:
         for key, value in extra.items():
@@ -140,7 +148,8 @@ def build_headers(msg_id: str, extra: dict[str, str] | None, expect: dict[str, s
                     f"header name {key!r} is invalid (printable ASCII without ':' or spaces; "
                     f"set the msg id with msg_id=, not a header)"
                 )
-            parts += [key, ": ", check_header_value(key, str(value)), "\r\n"]
+            for item in (value,) if isinstance(value, str) else value:
+                parts += [key, ": ", check_header_value(key, str(item)), "\r\n"]
     for key, value in expect.items():
         parts += [key, ": ", value, "\r\n"]
     parts.append("\r\n")
@@ -159,7 +168,7 @@ def check_subject(subject: str) -> bytes:
 
 def conditional_headers(
     msg_id: str,
-    headers: Mapping[str, str] | None,
+    headers: HeaderValues | None,
     *,
     expected_stream: str | None = None,
     expected_last_seq: int | None = None,

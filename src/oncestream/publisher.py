@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -40,6 +39,7 @@ from ._errors import (
 )
 from ._pubtypes import KeyFunction, PubAck, PublisherOptions, PublisherStats
 from ._pubwire import (
+    HeaderValues,
     Pending,
     check_header_value,
     check_subject,
@@ -242,7 +242,7 @@ class Publisher:
         data: bytes,
         *,
         msg_id: str | None = None,
-        headers: Mapping[str, str] | None = None,
+        headers: HeaderValues | None = None,
         expected_stream: str | None = None,
         expected_last_seq: int | None = None,
         expected_last_subject_seq: int | None = None,

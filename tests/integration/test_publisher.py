@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -233,3 +234,12 @@ async def test_closed_server_fails_with_publish_failed(nats_server, conn, make_s
         assert info.value.msg_id == "lost" and info.value.attempts == 2
         await pub.flush()
     assert pub.stats.retried == 1 and pub.stats.failed == 1
+
+
+async def test_multi_valued_header_is_sent_as_one_line_per_value(conn, make_stream) -> None:
+    await make_stream("HDR", ("hdr.>",))
+    async with Publisher(conn, PublisherOptions(stream="HDR")) as pub:
+        ack = await (await pub.publish("hdr.a", b"x", msg_id="h-1", headers={"X-Tag": ["a", "b"]}))
+    raw = await conn.api("STREAM.MSG.GET.HDR", {"seq": ack.seq})
+    block = base64.b64decode(raw["message"]["hdrs"])
+    assert b"X-Tag: a\r\nX-Tag: b\r\n" in block

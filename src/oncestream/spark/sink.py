@@ -337,10 +337,7 @@ class _JetStreamWriter:
         headers: list[Any] = [None] * n
         if layout.headers and col["headers"].null_count < n:
             headers = [
-                {k: (v if isinstance(v, str) else ",".join(v)) for k, v in h if v is not None}
-                or None
-                if h
-                else None
+                {k: v for k, v in h if v is not None} or None if h else None
                 for h in col["headers"].to_pylist()
             ]
         prefix = opts.id_prefix
