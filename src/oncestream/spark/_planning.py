@@ -12,9 +12,10 @@ import orjson
 from pyspark.sql.datasource import InputPartition
 
 from .._connection import Connection
-from .._errors import MessageNotFound, OncestreamError, StreamNotFound
+from .._errors import MessageNotFound, OncestreamError, ServerError, StreamNotFound
+from .._retry import Unavailable, leader_stream_info, retrying
 from . import _wire
-from ._reader import check_retention
+from ._reader import check_retention, delete_consumer_later
 from ._source_options import EARLIEST, LATEST, SourceOptions
 
 __all__ = [
@@ -36,14 +37,27 @@ MAX_PARTITION_SEQUENCES = 100_000
 
 
 class JetStreamPartition(InputPartition):
-    """One task's work: sequences ``[first, last]`` of ``stream`` (both inclusive)."""
+    """One task's work: sequences ``[first, last]`` of ``stream`` (both inclusive).
+
+    ``replicated`` marks a stream with replicas: a consumer or direct get may be
+    served by a follower that has not applied the newest messages yet, so the
+    reader confirms with the leader before it ends a range early.
+    """
 
     def __init__(
-        self, stream: str, first: int, last: int, direct: bool, subjects: tuple[str, ...] = ()
+        self,
+        stream: str,
+        first: int,
+        last: int,
+        direct: bool,
+        subjects: tuple[str, ...] = (),
+        *,
+        replicated: bool = False,
     ) -> None:
         super().__init__((stream, first, last))
         self.stream, self.first, self.last, self.direct = stream, first, last, direct
         self.subjects = subjects
+        self.replicated = replicated
 
     def __repr__(self) -> str:
         return f"JetStreamPartition({self.stream!r}, {self.first}..{self.last})"
@@ -55,6 +69,7 @@ def plan_ranges(
     min_partitions: int | None,
     max_size: int = MAX_PARTITION_SEQUENCES,
     filters: dict[str, tuple[str, ...]] | None = None,
+    replicated: dict[str, bool] | None = None,
 ) -> list[JetStreamPartition]:
     """Split per-stream inclusive ranges into partitions.
 
@@ -81,6 +96,7 @@ def plan_ranges(
                     start + length - 1,
                     direct[stream],
                     (filters or {}).get(stream, ()),
+                    replicated=(replicated or {}).get(stream, False),
                 )
             )
             start += length
@@ -88,7 +104,9 @@ def plan_ranges(
 
 
 async def stream_infos(conn: Connection, options: SourceOptions) -> dict[str, dict[str, Any]]:
-    """``STREAM.INFO`` of every configured stream.
+    """``STREAM.INFO`` of every configured stream, from its leader.
+
+    Transient errors (a leader election) are retried for ``options.retry_timeout``.
 
     Raises:
         StreamNotFound: naming the missing stream, the servers and the API prefix.
@@ -96,7 +114,11 @@ async def stream_infos(conn: Connection, options: SourceOptions) -> dict[str, di
     infos: dict[str, dict[str, Any]] = {}
     for stream in options.streams:
         try:
-            infos[stream] = await conn.stream_info(stream)
+            infos[stream] = await retrying(
+                lambda stream=stream: leader_stream_info(conn, stream),  # type: ignore[misc]
+                budget=options.retry_timeout,
+                what=f"STREAM.INFO {stream!r}",
+            )
         except StreamNotFound as exc:
             raise StreamNotFound(
                 f"option 'stream': stream {stream!r} does not exist on "
@@ -122,10 +144,14 @@ async def resolve_start(
         first_seq, last_seq = first_last(info)
         if options.starting_timestamp is not None:
             when = datetime.fromtimestamp(options.starting_timestamp, UTC)
+            body = {"start_time": when.isoformat().replace("+00:00", "Z")}
             try:
-                reply = await conn.api(
-                    f"STREAM.MSG.GET.{stream}",
-                    {"start_time": when.isoformat().replace("+00:00", "Z")},
+                reply = await retrying(
+                    lambda stream=stream, body=body: conn.api(  # type: ignore[misc]
+                        f"STREAM.MSG.GET.{stream}", body
+                    ),
+                    budget=options.retry_timeout,
+                    what=f"STREAM.MSG.GET {stream!r}",
                 )
                 out[stream] = int(reply["message"]["seq"]) - 1
             except MessageNotFound:
@@ -165,7 +191,12 @@ async def plan_partitions(
             if not filters[stream]:
                 continue  # no filter can match this stream: nothing to read
         first = await check_retention(
-            conn, stream, first, last, fail_on_data_loss=options.fail_on_data_loss
+            conn,
+            stream,
+            first,
+            last,
+            fail_on_data_loss=options.fail_on_data_loss,
+            retry_timeout=options.retry_timeout,
         )
         if first <= last:
             ranges[stream] = (first, last)
@@ -173,7 +204,10 @@ async def plan_partitions(
     # faster (no per-message metadata headers to ship and parse), so it is the default.
     wants_direct = options.read_method == "direct"
     direct = {s: wants_direct and bool(i["config"].get("allow_direct")) for s, i in infos.items()}
-    return plan_ranges(ranges, direct, options.min_partitions, filters=filters)
+    replicated = {s: int(i["config"].get("num_replicas") or 1) > 1 for s, i in infos.items()}
+    return plan_ranges(
+        ranges, direct, options.min_partitions, filters=filters, replicated=replicated
+    )
 
 
 def subjects_overlap(a: str, b: str) -> bool:
@@ -215,18 +249,35 @@ def share(avail: dict[str, int], budget: int) -> dict[str, int]:
 
 
 async def nth_sequence(
-    conn: Connection, stream: str, after: int, n: int, subjects: tuple[str, ...]
+    conn: Connection,
+    stream: str,
+    after: int,
+    n: int,
+    subjects: tuple[str, ...],
+    *,
+    retry_timeout: float = 0.0,
 ) -> tuple[int | None, bool]:
     """The sequence of the ``n``-th message after ``after`` that matches ``subjects``.
 
     Used to size micro-batches in messages when sequences and messages differ
     (subject filters, interior deletes). It walks a ``headers_only`` ephemeral
-    consumer: no payloads travel, only one small frame per message.
+    consumer: no payloads travel, only one small frame per message. Transient
+    errors restart the walk with a new consumer, for ``retry_timeout`` seconds.
 
     Returns:
         ``(sequence, exhausted)``: the n-th (or, if fewer exist, the last) matching
         sequence or None when none matches, and whether fewer than ``n`` exist.
     """
+    return await retrying(
+        lambda: _nth_sequence(conn, stream, after, n, subjects),
+        budget=retry_timeout,
+        what=f"counting messages of stream {stream!r}",
+    )
+
+
+async def _nth_sequence(
+    conn: Connection, stream: str, after: int, n: int, subjects: tuple[str, ...]
+) -> tuple[int | None, bool]:
     name = f"oncestream_plan_{uuid.uuid4().hex[:16]}"
     config: dict[str, Any] = {
         "name": name,
@@ -242,14 +293,14 @@ async def nth_sequence(
         config["filter_subject"] = subjects[0]
     elif subjects:
         config["filter_subjects"] = list(subjects)
-    await conn.api(
-        f"CONSUMER.CREATE.{stream}.{name}",
-        {"stream_name": stream, "config": config, "action": "create"},
-    )
     nc: Any = conn.nc
     last: int | None = None
     remaining = n
     try:
+        await conn.api(
+            f"CONSUMER.CREATE.{stream}.{name}",
+            {"stream_name": stream, "config": config, "action": "create"},
+        )
         while remaining > 0:
             count = min(remaining, 8192)
             future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -268,20 +319,32 @@ async def nth_sequence(
                     orjson.dumps({"batch": count, "no_wait": True}),
                     reply=inbox,
                 )
-                await asyncio.wait_for(future, conn.options.request_timeout * 6)
+                try:
+                    await asyncio.wait_for(future, conn.options.request_timeout * 2)
+                except TimeoutError:
+                    raise Unavailable(
+                        f"counting messages of stream {stream!r}: no answer"
+                    ) from None
             finally:
                 _wire.unregister(nc, sub._id)
                 await sub.unsubscribe()
             got = len(sink.datas)
+            status = sink.status[9:12] if sink.status is not None and not got else b"404"
+            if status == b"503":
+                raise Unavailable(f"counting messages of stream {stream!r}: no responders")
+            if status not in (b"404", b"408"):
+                raise ServerError(f"counting messages of stream {stream!r}: status {status!r}")
             if got:
                 tokens = sink.replies[got - 1].split(b".")
                 last = int(tokens[5] if len(tokens) == 9 else tokens[7])
             remaining -= got
             if got < count:
-                return last, True
-        return last, False
-    finally:
-        try:
-            await conn.api(f"CONSUMER.DELETE.{stream}.{name}")
-        except OncestreamError:
-            pass  # inactive_threshold removes it anyway
+                break
+    except BaseException:
+        delete_consumer_later(conn, stream, name)
+        raise
+    try:
+        await conn.api(f"CONSUMER.DELETE.{stream}.{name}")
+    except OncestreamError:
+        pass  # inactive_threshold removes it anyway
+    return last, remaining > 0

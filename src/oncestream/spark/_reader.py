@@ -22,49 +22,37 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import threading
 import uuid
 from collections.abc import Awaitable
-from typing import Any, cast
+from typing import Any
 
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from .._connection import Connection, connect, translate_error
-from .._errors import DataLossError, OncestreamError, ServerError
+from .._connection import Connection, connect
+from .._errors import (
+    DataLossError,
+    MessageNotFound,
+    OncestreamError,
+    OperationTimeout,
+    ServerError,
+)
 from .._options import ConnectOptions
+from .._retry import Unavailable, leader_stream_info, retrying, stream_missing
 from . import _wire
+from ._columns import ARROW_SCHEMA, to_batch
 
 __all__ = [
     "ARROW_SCHEMA",
     "RangeReader",
     "check_retention",
     "close_connections",
+    "delete_consumer_later",
     "get_connection",
 ]
 
 log = logging.getLogger("oncestream.spark.source")
-
-ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("stream", pa.string()),
-        pa.field("subject", pa.string()),
-        pa.field("sequence", pa.int64()),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("msg_id", pa.string()),
-        pa.field("headers", pa.map_(pa.string(), pa.list_(pa.string()))),
-        pa.field("data", pa.binary()),
-    ]
-)
-
-# The server appends these after the message's own headers, always in this order.
-_DIRECT_RE = re.compile(
-    rb"\r\nNats-Subject: ([^\r]*)\r\nNats-Sequence: (\d+)\r\nNats-Time-Stamp: ([^\r]*)\r\n"
-)
-_MSG_ID_RE = r"\nNats-Msg-Id: (?P<v>[^\r]*)\r\n"
-_REQUEST_WAIT = 30.0
 
 # --------------------------------------------------------------------------- connections
 
@@ -98,9 +86,18 @@ async def close_connections() -> None:
 
 
 async def check_retention(
-    conn: Connection, stream: str, first: int, last: int, *, fail_on_data_loss: bool
+    conn: Connection,
+    stream: str,
+    first: int,
+    last: int,
+    *,
+    fail_on_data_loss: bool,
+    retry_timeout: float = 0.0,
 ) -> int:
     """Return where reading ``[first, last]`` can start, given the stream's retention.
+
+    The stream's state comes from its leader; transient errors (a leader
+    election) are retried for ``retry_timeout`` seconds.
 
     Raises:
         DataLossError: when ``fail_on_data_loss`` and sequences in the range
@@ -108,7 +105,11 @@ async def check_retention(
     """
     if first > last:
         return first
-    info = await conn.stream_info(stream)
+    info = await retrying(
+        lambda: leader_stream_info(conn, stream),
+        budget=retry_timeout,
+        what=f"STREAM.INFO {stream!r}",
+    )
     first_seq = int(info["state"].get("first_seq", 0))
     if first_seq <= first:
         return first
@@ -128,8 +129,30 @@ async def check_retention(
 # --------------------------------------------------------------------------- reader
 
 
+class _Request:
+    """One pull / direct-get request: its own inbox subscription and collected frames."""
+
+    __slots__ = ("future", "sink", "sub")
+
+    def __init__(self, future: asyncio.Future[None], sink: _wire.FrameSink, sub: Any) -> None:
+        self.future, self.sink, self.sub = future, sink, sub
+
+
 class RangeReader:
     """Read sequences ``[first, last]`` of one stream, chunk by chunk, one request ahead.
+
+    Transient failures (a request unanswered for ``requestTimeout``, ``503`` no
+    responders because the consumer's node died, a leader election) are
+    retried for ``retry_timeout`` seconds: the reader drops its requests and
+    its consumer and continues with a new consumer (or direct get) at the
+    first sequence not yet returned, so the rows returned are exactly those of
+    an undisturbed read, without duplicates or gaps.
+
+    On a replicated stream the consumer (or direct get) may be served by a
+    follower that has not applied the newest messages yet and would end the
+    range early; so when a replicated range runs dry before ``last``, the
+    stream leader is asked (``STREAM.MSG.GET`` with ``next_by_subj``) whether a
+    matching message is left, and if so the read continues after a retry.
 
     Args:
         conn: a connection from :func:`get_connection`.
@@ -139,6 +162,9 @@ class RangeReader:
         direct: use batched direct get (the stream has ``allow_direct``).
         include_headers: fill the ``headers`` column.
         batch: messages per request.
+        retry_timeout: seconds to keep retrying one transient failure (0: none).
+        replicated: the stream has replicas; before a range ends early the
+            leader confirms that no message is left in it (see below).
 
     Example::
 
@@ -158,6 +184,8 @@ class RangeReader:
         direct: bool,
         include_headers: bool = False,
         batch: int = 8192,
+        retry_timeout: float = 30.0,
+        replicated: bool = False,
     ) -> None:
         self.conn = conn
         self.stream = stream
@@ -168,15 +196,18 @@ class RangeReader:
         self.direct = direct and len(subjects) <= 1
         self.include_headers = include_headers
         self.batch = batch
+        self.retry_timeout = retry_timeout
+        self.replicated = replicated
+        #: How many times the reader recovered from a transient failure.
+        self.retries = 0
         self._next_seq = first
         self._done = first > last
-        self._pending: asyncio.Future[_wire.FrameSink] | None = None
+        self._pending: _Request | None = None
         self._consumer: str | None = None
         self._started = False
-        # One subscription per request, so a late frame of an earlier request can
-        # never be mistaken for part of the next one.
-        self._subs: list[Any] = []
-        self._publishing: asyncio.Future[None] | None = None
+        # One subscription per request, so a late frame of an earlier (or abandoned)
+        # request can never be mistaken for part of the next one.
+        self._requests: list[_Request] = []
         self._stream_name = pa.scalar(stream, pa.string())
 
     async def _start(self) -> None:
@@ -186,7 +217,7 @@ class RangeReader:
             config: dict[str, Any] = {
                 "name": name,
                 "deliver_policy": "by_start_sequence",
-                "opt_start_seq": self.first,
+                "opt_start_seq": self._next_seq,
                 "ack_policy": "none",
                 "mem_storage": True,
                 "num_replicas": 1,
@@ -197,29 +228,30 @@ class RangeReader:
                 config["filter_subject"] = self.subjects[0]
             elif self.subjects:
                 config["filter_subjects"] = list(self.subjects)
+            # Recorded first: a create that timed out may still have succeeded.
+            self._consumer = name
             await self.conn.api(
                 f"CONSUMER.CREATE.{self.stream}.{name}",
                 {"stream_name": self.stream, "config": config, "action": "create"},
             )
-            self._consumer = name
 
-    async def _request(self) -> asyncio.Future[_wire.FrameSink]:
-        """Send the next request; the future resolves with its messages."""
-        loop = asyncio.get_running_loop()
+    async def _request(self) -> _Request:
+        """Send the next request; its future resolves when its frames are complete."""
         nc: Any = self.conn.nc
         inbox = nc.new_inbox()
         sub = await nc.subscribe(inbox)
-        self._subs.append(sub)
-        future: asyncio.Future[_wire.FrameSink] = loop.create_future()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         count = min(self.batch, self.last - self._next_seq + 1)
 
         def done() -> None:
             if not future.done():
-                future.set_result(sink)
+                future.set_result(None)
 
         # Direct get answers end with a 204 EOB status; a no_wait pull ends with a
         # 404/408 status, or with nothing once exactly `count` messages came.
         sink = _wire.FrameSink(1 << 62 if self.direct else count, not self.direct, done)
+        request = _Request(future, sink, sub)
+        self._requests.append(request)
         _wire.register(nc, sub._id, sink)
         if self.direct:
             body: dict[str, Any] = {"seq": self._next_seq, "batch": count}
@@ -230,16 +262,61 @@ class RangeReader:
             body = {"batch": count, "no_wait": True}
             subject = f"{self.conn.prefix}.CONSUMER.MSG.NEXT.{self.stream}.{self._consumer}"
         publish: Awaitable[None] = nc.publish(subject, orjson.dumps(body), reply=inbox)
-        self._publishing = asyncio.ensure_future(publish)
-        return future
+        # Not awaited, so the server sends while Spark converts; a failed publish
+        # shows as an unanswered request.
+        asyncio.ensure_future(publish).add_done_callback(_ignore_result)
+        return request
+
+    async def _wait(self, request: _Request) -> _wire.FrameSink:
+        """The request's frames; OperationTimeout once ``requestTimeout`` passes without any."""
+        idle = self.conn.options.request_timeout
+        seen = 0
+        while True:
+            try:
+                await asyncio.wait_for(asyncio.shield(request.future), idle)
+                return request.sink
+            except TimeoutError:
+                if len(request.sink.datas) == seen:
+                    raise OperationTimeout(
+                        f"reading stream {self.stream!r}: no answer from the server for "
+                        f"{idle:g}s (option requestTimeout)"
+                    ) from None
+                seen = len(request.sink.datas)
+
+    def _check_status(self, chunk: _wire.FrameSink) -> None:
+        if chunk.status is None or chunk.datas:
+            return
+        code = chunk.status[9:12]
+        if code in (b"204", b"404", b"408"):
+            return
+        text = chunk.status.split(b"\r\n", 1)[0].decode(errors="replace")
+        where = f"reading stream {self.stream!r}: server answered {text!r}"
+        if code == b"503":
+            raise Unavailable(where, no_responders=True)
+        if code == b"409" and ("Leadership Change" in text or "Consumer Deleted" in text):
+            raise Unavailable(where)
+        raise ServerError(where)
 
     async def next_batch(self) -> pa.RecordBatch | None:
         """The next chunk as a RecordBatch, or None when the range is exhausted.
 
         Raises:
-            OperationTimeout: the server did not answer a request in time.
+            OperationTimeout: the server did not answer within the retry budget.
+            StreamNotFound: the stream does not exist (any more).
             ServerError: the server answered with an unexpected status.
         """
+        try:
+            return await retrying(
+                self._next_batch,
+                budget=self.retry_timeout,
+                what=f"reading stream {self.stream!r} at sequence {self._next_seq}",
+                on_retry=self._recover,
+            )
+        except BaseException:
+            await self._close()
+            raise
+
+    async def _next_batch(self) -> pa.RecordBatch | None:
         while True:
             if self._pending is None:
                 if self._done:
@@ -248,150 +325,111 @@ class RangeReader:
                 if not self._started:
                     await self._start()
                 self._pending = await self._request()
-            try:
-                chunk = await asyncio.wait_for(self._pending, _REQUEST_WAIT)
-            except TimeoutError as exc:
-                await self._close()
-                raise translate_error(exc, what=f"reading stream {self.stream!r}") from exc
+            request = self._pending
+            chunk = await self._wait(request)
             self._pending = None
-            if chunk.status is not None and not chunk.datas:
-                code = chunk.status[9:12]
-                if code not in (b"204", b"404", b"408"):
-                    await self._close()
-                    text = chunk.status.split(b"\r\n", 1)[0].decode(errors="replace")
-                    raise ServerError(f"reading stream {self.stream!r}: server answered {text!r}")
+            self._check_status(chunk)
             batch, last_seen = self._to_batch(chunk)
+            if last_seen is None and self.replicated:
+                await self._confirm_end()
             if last_seen is None or last_seen >= self.last:
                 self._done = True
             else:
                 self._next_seq = last_seen + 1
                 # Ask for the next chunk now, so the server sends it while Spark converts.
-                self._pending = await self._request()
-            await self._unsubscribe(self._subs.pop(0))
+                # The rows of this chunk are returned whatever happens to that request.
+                try:
+                    self._pending = await self._request()
+                except Exception as exc:  # asked again (and retried) on the next call
+                    log.debug("reading stream %r: prefetch failed: %s", self.stream, exc)
+            await self._release(request)
             if batch is not None:
                 return batch
 
-    def _to_batch(self, chunk: _wire.FrameSink) -> tuple[pa.RecordBatch | None, int | None]:
-        n = len(chunk.datas)
-        if n == 0:
-            return None, None
-        if self.direct:
-            joined = b"\n".join(cast("list[bytes]", chunk.headers))
-            found = _DIRECT_RE.findall(joined)
-            has_ids = b"Nats-Msg-Id:" in joined
-            if len(found) != n:
-                raise OncestreamError(
-                    f"reading stream {self.stream!r}: unexpected direct get headers"
+    async def _confirm_end(self) -> None:
+        """Raise Unavailable if the leader holds a matching message in ``[_next_seq, last]``."""
+        for subject in self.subjects or (">",):
+            try:
+                reply = await self.conn.api(
+                    f"STREAM.MSG.GET.{self.stream}",
+                    {"seq": self._next_seq, "next_by_subj": subject},
                 )
-            subjects, seqs, stamps = zip(*found, strict=True)
-            subject = pa.array(subjects, pa.binary()).cast(pa.string())
-            seq = pa.array(seqs, pa.binary()).cast(pa.string()).cast(pa.int64())
-            timestamp = _parse_timestamps(pa.array(stamps, pa.binary()).cast(pa.string()))
-        else:
-            has_ids = any(h is not None and b"Nats-Msg-Id:" in h for h in chunk.headers)
-            subject = pa.array(chunk.subjects, pa.binary()).cast(pa.string())
-            tokens = pc.split_pattern(pa.array(chunk.replies, pa.binary()).cast(pa.string()), ".")
-            width = len(chunk.replies[0].split(b"."))
-            seq_i, ts_i = (5, 7) if width == 9 else (7, 9)
-            seq = pc.cast(pc.list_element(tokens, seq_i), pa.int64())
-            nanos = pc.cast(pc.list_element(tokens, ts_i), pa.int64())
-            timestamp = pc.cast(pc.divide(nanos, 1000), pa.int64()).cast(
-                pa.timestamp("us", tz="UTC")
-            )
-        last_seen = int(seq[n - 1].as_py())
-        raw_headers = pa.array(chunk.headers, pa.binary())
-        if has_ids:
-            msg_id = pc.struct_field(pc.extract_regex(raw_headers, _MSG_ID_RE), [0]).cast(
-                pa.string()
-            )
-        else:
-            msg_id = pa.nulls(n, pa.string())
-        if self.include_headers:
-            headers = _headers_column(chunk.headers, self.direct)
-        else:
-            headers = pa.nulls(n, ARROW_SCHEMA.field("headers").type)
-        columns = [
-            pa.repeat(self._stream_name, n) if n else pa.array([], pa.string()),
-            subject,
-            seq,
-            timestamp,
-            msg_id,
-            headers,
-            pa.array(chunk.datas, pa.binary()),
-        ]
-        batch = pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
-        if last_seen > self.last:
-            batch = batch.filter(pc.less_equal(seq, self.last))
-            last_seen = self.last
-        return (batch if batch.num_rows else None), last_seen
+            except MessageNotFound:
+                continue
+            seq = int(reply["message"]["seq"])
+            if seq <= self.last:
+                raise Unavailable(
+                    f"reading stream {self.stream!r}: the replica serving the read has not "
+                    f"applied sequence {seq} yet"
+                )
 
-    async def _unsubscribe(self, sub: Any) -> None:
-        _wire.unregister(self.conn.nc, sub._id)
+    async def _recover(self, exc: BaseException) -> None:
+        """Forget every request and the consumer; the next attempt starts at ``_next_seq``."""
+        self.retries += 1
+        if isinstance(exc, Unavailable) and exc.no_responders:
+            missing = await stream_missing(self.conn, self.stream)
+            if missing is not None:
+                raise missing from exc
+        self._pending = None
+        while self._requests:
+            await self._release(self._requests[-1])
+        self._started = False
+        if self._consumer is not None:
+            name, self._consumer = self._consumer, None
+            delete_consumer_later(self.conn, self.stream, name)
+
+    def _to_batch(self, chunk: _wire.FrameSink) -> tuple[pa.RecordBatch | None, int | None]:
+        return to_batch(
+            chunk,
+            self._stream_name,
+            last=self.last,
+            direct=self.direct,
+            include_headers=self.include_headers,
+        )
+
+    async def _release(self, request: _Request) -> None:
+        self._requests.remove(request)
+        _wire.unregister(self.conn.nc, request.sub._id)
         try:
-            await sub.unsubscribe()
+            await request.sub.unsubscribe()
         except Exception:  # the connection may be gone; nothing to release then
             pass
 
     async def _close(self) -> None:
         self._done = True
-        while self._subs:
-            await self._unsubscribe(self._subs.pop())
+        self._pending = None
+        while self._requests:
+            await self._release(self._requests[-1])
         if self._consumer is not None:
             name, self._consumer = self._consumer, None
-            try:
-                await self.conn.api(f"CONSUMER.DELETE.{self.stream}.{name}")
-            except OncestreamError:
-                pass  # inactive_threshold removes it anyway
+            await _delete_consumer(self.conn, self.stream, name)
 
     async def close(self) -> None:
-        """Release the inbox and any consumer (idempotent)."""
-        if self._pending is not None and not self._pending.done():
-            self._pending.cancel()
-        self._pending = None
+        """Release the inboxes and any consumer (idempotent)."""
         await self._close()
 
 
-def _parse_timestamps(stamps: pa.Array) -> pa.Array:
-    """RFC 3339 UTC times with up to nanosecond fractions -> timestamp[us, UTC]."""
-    secs = pc.strptime(
-        pc.utf8_slice_codeunits(stamps, 0, 19), format="%Y-%m-%dT%H:%M:%S", unit="us"
-    )
-    fraction = pc.replace_substring(pc.utf8_slice_codeunits(stamps, 20, 26), "Z", "")
-    micros = pc.cast(pc.utf8_rpad(fraction, 6, "0"), pa.int64())
-    return pc.add(secs, pc.cast(micros, pa.duration("us"))).cast(pa.timestamp("us", tz="UTC"))
+_background: set[asyncio.Future[None]] = set()
 
 
-_SERVER_HEADERS = (
-    "Nats-Stream",
-    "Nats-Subject",
-    "Nats-Sequence",
-    "Nats-Time-Stamp",
-    "Nats-Num-Pending",
-    "Nats-Last-Sequence",
-)
+async def _delete_consumer(conn: Connection, stream: str, name: str) -> None:
+    try:
+        await conn.api(f"CONSUMER.DELETE.{stream}.{name}")
+    except OncestreamError:
+        pass  # inactive_threshold removes it anyway
 
 
-def _parse_user_headers(raw: bytes | None, direct: bool) -> list[tuple[str, list[str]]] | None:
-    if not raw:
-        return None
-    text = raw.decode("utf-8", errors="replace")
-    lines = text.split("\r\n")[1:]
-    if direct:
-        # The server appends its own headers after the message's; drop that tail.
-        for i, line in enumerate(lines):
-            if line.startswith("Nats-Stream: "):
-                lines = lines[:i]
-                break
-    out: dict[str, list[str]] = {}
-    for line in lines:
-        if not line:
-            continue
-        key, sep, value = line.partition(":")
-        if sep:
-            out.setdefault(key.strip(), []).append(value.strip())
-    return list(out.items()) or None
+def delete_consumer_later(conn: Connection, stream: str, name: str) -> None:
+    """Delete an abandoned ephemeral consumer in the background (best effort).
+
+    During a leader election the delete would only time out and hold up the
+    retry; the consumer's ``inactive_threshold`` removes it anyway.
+    """
+    task = asyncio.ensure_future(_delete_consumer(conn, stream, name))
+    _background.add(task)
+    task.add_done_callback(_background.discard)
 
 
-def _headers_column(raw: list[bytes | None], direct: bool) -> pa.Array:
-    values = [_parse_user_headers(h, direct) for h in raw]
-    return pa.array(values, ARROW_SCHEMA.field("headers").type)
+def _ignore_result(future: asyncio.Future[None]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.debug("publishing a read request failed: %s", future.exception())

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from .._errors import ConfigError
-from .._options import ConnectOptions, parse_bool, parse_positive_int
+from .._options import ConnectOptions, parse_bool, parse_duration, parse_positive_int
 
 __all__ = ["EARLIEST", "LATEST", "SourceOptions", "StartSpec"]
 
@@ -50,6 +50,7 @@ _KNOWN = {
     "includeheaders",
     "fetchbatch",
     "readmethod",
+    "retrytimeout",
     # Spark adds these itself for some code paths.
     "path",
     "paths",
@@ -147,6 +148,7 @@ class SourceOptions:
     include_headers: bool = False
     fetch_batch: int = 8192
     read_method: str = "consumer"
+    retry_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         if not self.streams:
@@ -176,6 +178,11 @@ class SourceOptions:
         ):
             if value is not None and value <= 0:
                 raise ConfigError(f"option {name!r} must be an integer > 0, got {value!r}")
+        if isinstance(self.retry_timeout, bool) or not 0 <= self.retry_timeout <= 3600:
+            raise ConfigError(
+                "option 'retryTimeout' must be a duration from 0s (no retries) to 1h, "
+                f"got {self.retry_timeout!r}"
+            )
 
     def starting_for(self, stream: str) -> int:
         """The configured start of ``stream``: a sequence, EARLIEST or LATEST."""
@@ -230,6 +237,9 @@ class SourceOptions:
             raw = lowered.get(key.lower())
             if raw is not None and raw != "":
                 kwargs[attr] = parse_positive_int(f"option {key!r}", raw)
+        raw = lowered.get("retrytimeout")
+        if raw is not None and raw != "":
+            kwargs["retry_timeout"] = parse_duration("option 'retryTimeout'", raw)
         for key, attr in (
             ("failOnDataLoss", "fail_on_data_loss"),
             ("includeHeaders", "include_headers"),

@@ -84,6 +84,7 @@ def _read(options: SourceOptions, partition: JetStreamPartition) -> Iterator[pa.
             partition.first,
             partition.last,
             fail_on_data_loss=options.fail_on_data_loss,
+            retry_timeout=options.retry_timeout,
         )
         return RangeReader(
             conn,
@@ -94,6 +95,8 @@ def _read(options: SourceOptions, partition: JetStreamPartition) -> Iterator[pa.
             direct=partition.direct,
             include_headers=options.include_headers,
             batch=options.fetch_batch,
+            retry_timeout=options.retry_timeout,
+            replicated=partition.replicated,
         )
 
     reader = run_sync(open_reader())
@@ -249,7 +252,11 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         last_seq = first_last(info)[1]
         if self.options.subjects and not filters:
             return last_seq  # no filter can match this stream: skip to its head
-        seq, exhausted = run_sync(nth_sequence(conn, stream, after, count, filters))
+        seq, exhausted = run_sync(
+            nth_sequence(
+                conn, stream, after, count, filters, retry_timeout=self.options.retry_timeout
+            )
+        )
         return last_seq if exhausted or seq is None else seq
 
     def _check_reset(

@@ -1,0 +1,160 @@
+"""Riding out transient JetStream conditions: leader elections, a paused or restarting node.
+
+While a clustered stream elects a new leader (typically 2-9 s after its leader
+dies) API requests time out, replicas answer ``STREAM.INFO`` without a leader,
+requests to a consumer that lived on the dead node get ``503`` (no
+responders), and a leaderless meta group answers ``10008``. All of these go
+away by themselves; a missing stream, a denied subject or a bad request do
+not. :func:`retrying` is the one retry loop the Spark source uses for both its
+driver-side planning and its executor-side range reads: it repeats an
+idempotent operation with bounded exponential backoff while the error is
+transient, within a total time budget, and lets every other error through at
+once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from ._connection import Connection
+from ._errors import JetStreamError, OperationTimeout, StreamNotFound
+
+__all__ = [
+    "TRANSIENT_ERR_CODES",
+    "Unavailable",
+    "backoff",
+    "is_transient",
+    "leader_stream_info",
+    "retrying",
+    "stream_missing",
+]
+
+log = logging.getLogger("oncestream.retry")
+
+T = TypeVar("T")
+
+#: JetStream ``err_code`` values that mean "not now" rather than "never":
+#: 10008 JSClusterNotAvailErr (no meta leader), 10009 JSClusterNotLeaderErr,
+#: 10118 JSStreamOfflineErr (every replica down), 10119 JSConsumerOfflineErr.
+TRANSIENT_ERR_CODES = frozenset({10008, 10009, 10118, 10119})
+
+_FIRST_DELAY = 0.1
+_MAX_DELAY = 2.0
+
+
+class Unavailable(OperationTimeout):
+    """A transient condition seen on the wire (no stream leader, no responders).
+
+    Attributes:
+        no_responders: the server answered ``503``: nothing listens on the
+            subject, which is transient for a stream that exists (its consumer
+            or leader is being replaced) and permanent for one that does not.
+    """
+
+    def __init__(self, message: str, *, no_responders: bool = False) -> None:
+        super().__init__(message)
+        self.no_responders = no_responders
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc`` is worth retrying: a timeout or a "temporarily unavailable" answer."""
+    if isinstance(exc, TimeoutError):  # OperationTimeout and Unavailable too
+        return True
+    return isinstance(exc, JetStreamError) and exc.err_code in TRANSIENT_ERR_CODES
+
+
+def backoff(attempt: int) -> float:
+    """Seconds to wait before retry number ``attempt`` (0-based): 0.1, 0.2, 0.4 ... 2.0."""
+    return min(_MAX_DELAY, _FIRST_DELAY * float(2 ** min(attempt, 16)))
+
+
+async def retrying(
+    operation: Callable[[], Awaitable[T]],
+    *,
+    budget: float,
+    what: str,
+    on_retry: Callable[[BaseException], Awaitable[None]] | None = None,
+) -> T:
+    """Run ``operation`` until it succeeds, retrying transient errors for ``budget`` seconds.
+
+    ``operation`` must be safe to repeat (it is called again from scratch).
+    Errors for which :func:`is_transient` is false propagate at once. After
+    ``budget`` seconds (counted from the first attempt; an attempt already
+    running is not interrupted) the last transient error propagates with a
+    note saying how long it was retried.
+
+    Args:
+        operation: a coroutine function without arguments.
+        budget: total seconds to keep retrying (0: no retries).
+        what: the operation, for logs and the note.
+        on_retry: awaited with the error before each retry; it may reset
+            state or raise a permanent error instead (e.g. after learning
+            that a stream does not exist).
+
+    Raises:
+        OncestreamError: the operation's own error (permanent, or transient
+            once the budget is spent).
+
+    Example::
+
+        info = await retrying(lambda: conn.stream_info("ORDERS"), budget=30, what="STREAM.INFO")
+    """
+    deadline = time.monotonic() + budget
+    attempt = 0
+    while True:
+        try:
+            return await operation()
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            left = deadline - time.monotonic()
+            if left <= 0:
+                exc.add_note(
+                    f"{what}: still failing after {budget:g}s of retries ({attempt + 1} attempts; "
+                    "option retryTimeout sets this budget)"
+                )
+                raise
+            log.info("%s: %s; retrying (%.1fs of the retry budget left)", what, exc, left)
+            if on_retry is not None:
+                await on_retry(exc)
+            await asyncio.sleep(min(backoff(attempt), max(0.0, deadline - time.monotonic())))
+            attempt += 1
+
+
+async def leader_stream_info(conn: Connection, stream: str) -> dict[str, Any]:
+    """``STREAM.INFO`` as the stream's leader sees it.
+
+    While a clustered stream has no leader its replicas answer with their own,
+    possibly stale, state and an empty ``cluster.leader``; such an answer is
+    reported as :class:`Unavailable` so that callers wrapped in
+    :func:`retrying` wait for the new leader instead of planning on it.
+
+    Raises:
+        Unavailable: a replica answered without a leader.
+        StreamNotFound: the stream does not exist.
+    """
+    info = await conn.stream_info(stream)
+    cluster = info.get("cluster")
+    if isinstance(cluster, dict) and not cluster.get("leader"):
+        raise Unavailable(f"stream {stream!r} has no leader (an election is in progress)")
+    return info
+
+
+async def stream_missing(conn: Connection, stream: str) -> StreamNotFound | None:
+    """Ask whether ``stream`` exists; the ``StreamNotFound`` if the server says it does not.
+
+    Only the meta leader (or a single server) answers ``10059`` for a stream it
+    has no record of, so that answer is authoritative; a timeout, a
+    leaderless answer or any other error leaves the question open (None).
+    """
+    try:
+        await conn.stream_info(stream)
+    except StreamNotFound as exc:
+        return exc
+    except Exception as exc:  # unknown: the caller keeps retrying
+        log.debug("could not tell whether stream %r exists: %s", stream, exc)
+    return None
