@@ -16,12 +16,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from ._session import local_session
+from ._session import check_java, local_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["local_session", "register", "transactional"]
+__all__ = ["check_java", "local_session", "register", "transactional"]
 
 
 def __getattr__(name: str) -> object:

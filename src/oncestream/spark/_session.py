@@ -3,13 +3,44 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import subprocess
 import sys
 from typing import TYPE_CHECKING
+
+from .._errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["local_session"]
+__all__ = ["check_java", "local_session"]
+
+_JAVA_HINT = (
+    "install Java 17 or newer (Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless) "
+    "or point JAVA_HOME at one"
+)
+
+
+def check_java() -> str:
+    """Return the ``java`` Spark will use, after checking it is Java 17 or newer.
+
+    Raises:
+        ConfigError: no java found, or an older one, with what to install.
+    """
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.access(java, os.X_OK):
+        raise ConfigError(f"Spark needs Java 17+, but no java was found: {_JAVA_HINT}")
+    probe = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', probe.stderr + probe.stdout)
+    major = int(match.group(1)) if match else 0
+    if major == 1 and match and match.group(2):
+        major = int(match.group(2))
+    if major < 17:
+        found = f"Java {major}" if match else "a java whose version is unknown"
+        raise ConfigError(f"Spark needs Java 17+, found {found} at {java}: {_JAVA_HINT}")
+    return java
 
 
 def local_session(
@@ -27,11 +58,15 @@ def local_session(
         register: register the ``jetstream`` data source on the session.
         conf: extra Spark config.
 
+    Raises:
+        ConfigError: Java 17+ is missing.
+
     Example::
 
         spark = local_session("demo")
         df = spark.read.format("jetstream").option("servers", url).option("stream", "ORDERS").load()
     """
+    check_java()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
