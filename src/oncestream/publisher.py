@@ -470,7 +470,10 @@ class Publisher:
         if entry.attempts >= self.options.max_attempts:
             self._fail(entry, self._stream_not_found(entry.subject, entry.attempts))
             return
-        entry.deadline = _monotonic() + self.options.backoff(entry.attempts + 1)
+        # An election takes seconds: spend an ack timeout per attempt, as a lost
+        # ack would, so 503s get the retry horizon the window guard checked.
+        opts = self.options
+        entry.deadline = _monotonic() + opts.ack_timeout + opts.backoff(entry.attempts + 1)
         self._waiting[token] = entry
         if entry.subject not in self._probing:
             self._probing.add(entry.subject)
