@@ -106,13 +106,37 @@ class Ledger(abc.ABC):
     def begin(self) -> LedgerTx:
         """Start a transaction."""
 
-    @abc.abstractmethod
-    def is_applied(self, entry: LedgerEntry) -> bool:
-        """True when ``entry`` is recorded (outside any transaction)."""
+    #: The driver's parameter placeholder (``?`` for sqlite3, ``%s`` for psycopg).
+    placeholder: str = "?"
 
     @abc.abstractmethod
+    def _fetchone(self, sql: str, params: Sequence[Any]) -> Any:
+        """Run one read-only query outside any transaction; its first row or None."""
+
+    def is_applied(self, entry: LedgerEntry) -> bool:
+        """True when ``entry`` is recorded (outside any transaction)."""
+        p = self.placeholder
+        row = self._fetchone(
+            f"SELECT 1 FROM oncestream_applied WHERE stream = {p} AND seq = {p}",
+            (entry.stream, entry.seq),
+        )
+        if row is None and self.key == "msg_id" and entry.msg_id:
+            row = self._fetchone(
+                f"SELECT 1 FROM oncestream_msg_ids WHERE stream = {p} AND msg_id = {p}",
+                (entry.stream, entry.msg_id),
+            )
+        return row is not None
+
     def applied_count(self, stream: str | None = None) -> int:
         """Rows currently recorded (pruned rows are not counted)."""
+        if stream is None:
+            row = self._fetchone("SELECT count(*) FROM oncestream_applied", ())
+        else:
+            row = self._fetchone(
+                f"SELECT count(*) FROM oncestream_applied WHERE stream = {self.placeholder}",
+                (stream,),
+            )
+        return int(row[0])
 
     @abc.abstractmethod
     def prune(self, stream: str, up_to_seq: int, limit: int = 10_000) -> int:

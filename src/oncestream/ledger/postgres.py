@@ -117,6 +117,7 @@ class PostgresLedger(Ledger):
     """
 
     inline = False
+    placeholder = "%s"
 
     def __init__(
         self, url: str, *, key: KeyMode = "sequence", msg_id_retention: float = 7 * 86400.0
@@ -170,34 +171,12 @@ class PostgresLedger(Ledger):
             con = self.connection
         return _PostgresTx(self, con)
 
-    def is_applied(self, entry: LedgerEntry) -> bool:
+    def _fetchone(self, sql: str, params: Sequence[Any]) -> Any:
         con = self.connection
         try:
-            row = con.execute(
-                "SELECT 1 FROM oncestream_applied WHERE stream = %s AND seq = %s",
-                (entry.stream, entry.seq),
-            ).fetchone()
-            if row is None and self.key == "msg_id" and entry.msg_id:
-                row = con.execute(
-                    "SELECT 1 FROM oncestream_msg_ids WHERE stream = %s AND msg_id = %s",
-                    (entry.stream, entry.msg_id),
-                ).fetchone()
+            return con.execute(sql, params).fetchone()
         finally:
             con.rollback()
-        return row is not None
-
-    def applied_count(self, stream: str | None = None) -> int:
-        con = self.connection
-        try:
-            if stream is None:
-                row = con.execute("SELECT count(*) FROM oncestream_applied").fetchone()
-            else:
-                row = con.execute(
-                    "SELECT count(*) FROM oncestream_applied WHERE stream = %s", (stream,)
-                ).fetchone()
-        finally:
-            con.rollback()
-        return int(row[0])
 
     def prune(self, stream: str, up_to_seq: int, limit: int = 10_000) -> int:
         psycopg = _psycopg()

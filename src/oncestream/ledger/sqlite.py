@@ -207,28 +207,8 @@ class SQLiteLedger(Ledger):
             raise LedgerError(f"SQLite ledger {self.path}: begin: {exc}") from exc
         return _SQLiteTx(self, con)
 
-    def is_applied(self, entry: LedgerEntry) -> bool:
-        con = self.connection
-        row = con.execute(
-            "SELECT 1 FROM oncestream_applied WHERE stream = ? AND seq = ?",
-            (entry.stream, entry.seq),
-        ).fetchone()
-        if row is None and self.key == "msg_id" and entry.msg_id:
-            row = con.execute(
-                "SELECT 1 FROM oncestream_msg_ids WHERE stream = ? AND msg_id = ?",
-                (entry.stream, entry.msg_id),
-            ).fetchone()
-        return row is not None
-
-    def applied_count(self, stream: str | None = None) -> int:
-        con = self.connection
-        if stream is None:
-            row = con.execute("SELECT count(*) FROM oncestream_applied").fetchone()
-        else:
-            row = con.execute(
-                "SELECT count(*) FROM oncestream_applied WHERE stream = ?", (stream,)
-            ).fetchone()
-        return int(row[0])
+    def _fetchone(self, sql: str, params: Sequence[Any]) -> Any:
+        return self.connection.execute(sql, params).fetchone()
 
     def prune(self, stream: str, up_to_seq: int, limit: int = 10_000) -> int:
         con = self.connection
