@@ -98,9 +98,14 @@ class Ledger(abc.ABC):
     def open(self) -> None:
         """Connect and create the ledger tables if absent (idempotent)."""
 
-    @abc.abstractmethod
+    #: The open DB-API connection, or None before :meth:`open` / after :meth:`close`.
+    _con: Any = None
+
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connection (idempotent)."""
+        if self._con is not None:
+            self._con.close()
+            self._con = None
 
     @abc.abstractmethod
     def begin(self) -> LedgerTx:

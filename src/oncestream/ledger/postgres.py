@@ -159,11 +159,6 @@ class PostgresLedger(Ledger):
             raise LedgerError(f"cannot open PostgreSQL ledger {self!r}: {exc}") from exc
         self._con = con
 
-    def close(self) -> None:
-        if self._con is not None:
-            self._con.close()
-            self._con = None
-
     def begin(self) -> LedgerTx:
         con = self.connection
         if con.closed or con.broken:

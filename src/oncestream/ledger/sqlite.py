@@ -194,11 +194,6 @@ class SQLiteLedger(Ledger):
             raise LedgerError(f"cannot open SQLite ledger {self.path!r}: {exc}") from exc
         self._con = con
 
-    def close(self) -> None:
-        if self._con is not None:
-            self._con.close()
-            self._con = None
-
     def begin(self) -> LedgerTx:
         con = self.connection
         try:
