@@ -40,6 +40,7 @@ from ._errors import (
     OncestreamError,
     OperationTimeout,
 )
+from ._names import check_consumer_name, check_stream_name
 from ._options import ConnectOptions
 from ._processor_setup import FloorHistory, ProcessorOptions, ProcessorStats, setup_consumer
 from .ledger import Ledger, LedgerEntry, LedgerTx
@@ -103,8 +104,8 @@ class Processor:
             raise ConfigError(f"handler must be callable, got {handler!r}")
         self._conn_arg = conn
         self.conn: Connection | None = conn if isinstance(conn, Connection) else None
-        self.stream = stream
-        self.consumer = consumer
+        self.stream = check_stream_name(stream)
+        self.consumer = check_consumer_name(consumer)
         self.handler = handler
         self.ledger = ledger
         self.options = options or ProcessorOptions()
@@ -536,7 +537,7 @@ class Processor:
                     self._progress.set()
             except asyncio.CancelledError:
                 raise
-            except (OncestreamError, Exception) as exc:
+            except Exception as exc:  # pruning is best effort; the next round retries
                 log.debug("ledger pruning skipped: %s", exc)
 
 

@@ -6,6 +6,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .._dsn import redact_dsn
 from .._errors import ConfigError, LedgerError
 from ._base import KeyMode, Ledger, LedgerEntry, LedgerTx, check_key
 
@@ -128,9 +129,8 @@ class PostgresLedger(Ledger):
         self._con: Any = None
 
     def __repr__(self) -> str:
-        # The URL may hold a password: show only the host part.
-        where = self.url.rsplit("@", 1)[-1]
-        return f"PostgresLedger({where!r}, key={self.key!r})"
+        # The URL may hold a password: never shown.
+        return f"PostgresLedger({redact_dsn(self.url)!r}, key={self.key!r})"
 
     @property
     def connection(self) -> Any:
