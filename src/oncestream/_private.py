@@ -12,11 +12,13 @@ Every ``repr``/``str``/error message that could show a URL or DSN goes through
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from pathlib import Path
+from typing import Any
 
-__all__ = ["private_dir", "redact", "write_private"]
+__all__ = ["private_dir", "redact", "redacted_repr", "write_private"]
 
 _USERINFO_RE = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^@/?#\s]*)@")
 _KEYVALUE_RE = re.compile(
@@ -26,13 +28,16 @@ _KEYVALUE_RE = re.compile(
 )
 
 
+_TOKEN_SCHEMES = ("nats://", "tls://", "ws://", "wss://")
+
+
 def _userinfo(match: re.Match[str]) -> str:
-    info = match.group("info")
+    scheme, info = match.group("scheme"), match.group("info")
     if ":" in info:
         user = info.split(":", 1)[0]
-        return f"{match.group('scheme')}{user}:***@"
-    # A bare user-info is a user name, or a token (nats://TOKEN@host): hide it.
-    return f"{match.group('scheme')}***@"
+        return f"{scheme}{user}:***@"
+    # A bare user-info is a token in a NATS URL (nats://TOKEN@host), else a user name.
+    return f"{scheme}***@" if scheme.lower() in _TOKEN_SCHEMES else match.group(0)
 
 
 def redact(text: str) -> str:
@@ -47,6 +52,16 @@ def redact(text: str) -> str:
     """
     text = _USERINFO_RE.sub(_userinfo, text)
     return _KEYVALUE_RE.sub(lambda m: f"{m.group('key')}***", text)
+
+
+def redacted_repr(obj: Any) -> str:
+    """A dataclass repr (fields with ``repr=True``) with every secret in it redacted.
+
+    Use as ``def __repr__(self) -> str: return redacted_repr(self)`` on any
+    dataclass holding URLs or DSNs that may carry a password.
+    """
+    parts = [f"{f.name}={getattr(obj, f.name)!r}" for f in dataclasses.fields(obj) if f.repr]
+    return redact(f"{type(obj).__qualname__}({', '.join(parts)})")
 
 
 def private_dir(path: str | os.PathLike[str]) -> Path:

@@ -29,6 +29,7 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 from .._errors import ConfigError
+from .._private import redacted_repr
 
 __all__ = [
     "Account",
@@ -335,6 +336,9 @@ class ClusterConfig:
         _check_name("ClusterConfig.name", self.name)
         _check_port("ClusterConfig.port", self.port)
 
+    def __repr__(self) -> str:
+        return redacted_repr(self)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "cluster": {
@@ -378,6 +382,9 @@ class LeafRemote:
             raise ConfigError("LeafRemote: give one of user/password, nkey_seed or credentials")
         if self.nkey_seed is not None and not self.nkey_seed.startswith("SU"):
             raise ConfigError("LeafRemote: nkey_seed must be a user seed (SU...)")
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)
 
     def to_dict(self) -> dict[str, Any]:
         url = self.url
