@@ -25,14 +25,13 @@ from typing import Literal
 from urllib.parse import unquote
 
 from ._errors import ConfigError
+from ._private import redact
 
 __all__ = ["Dsn", "parse_dsn", "redact_dsn"]
 
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 _SQLITE_SCHEMES = ("sqlite", "sqlite+pysqlite")
 _PG_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2")
-_USERINFO_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^@/?#]*)@")
-_PASSWORD_PARAM_RE = re.compile(r"(?i)\b(password|sslpassword)=[^&\s]*")
 _ALLOWED = (
     "it must be sqlite:// or postgresql://: sqlite:///relative/path.db, "
     "sqlite:////absolute/path.db, postgresql://user@host/db, or a plain SQLite file path"
@@ -46,12 +45,7 @@ def redact_dsn(text: str) -> str:
 
         redact_dsn("postgresql://app:s3cret@db/shop")  # -> "postgresql://app:***@db/shop"
     """
-
-    def userinfo(match: re.Match[str]) -> str:
-        user, sep, _ = match.group(2).partition(":")
-        return f"{match.group(1)}{user}{':***' if sep else ''}@"
-
-    return _PASSWORD_PARAM_RE.sub(r"\1=***", _USERINFO_RE.sub(userinfo, text))
+    return redact(text)
 
 
 @dataclass(frozen=True)

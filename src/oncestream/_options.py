@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ._errors import ConfigError
+from ._private import redact, redacted_repr
 
 __all__ = [
     "DEFAULT_SERVER",
@@ -107,8 +108,8 @@ def _check_readable(name: str, path: str | None) -> None:
 class ConnectOptions:
     """How to reach NATS and which JetStream API to talk to.
 
-    Secrets (``password``, ``token``, ``nkey_seed``) are excluded from
-    ``repr()`` and never appear in error messages.
+    Secrets (``password``, ``token``, ``nkey_seed``, passwords and tokens in
+    server URLs) are kept out of ``repr()``/``str()`` and error messages.
 
     Args:
         servers: one or more ``nats://host:port`` URLs (a bare ``host:port`` is accepted).
@@ -204,12 +205,7 @@ class ConnectOptions:
             )
 
     def __repr__(self) -> str:
-        shown = ", ".join(
-            f"{f.name}={self.safe_servers if f.name == 'servers' else getattr(self, f.name)!r}"
-            for f in fields(self)
-            if f.repr
-        )
-        return f"ConnectOptions({shown})"
+        return redacted_repr(self)
 
     @staticmethod
     def _normalise_url(url: str) -> str:
@@ -232,8 +228,8 @@ class ConnectOptions:
 
     @staticmethod
     def _redact(url: str) -> str:
-        """Return ``url`` with any user-info replaced, for messages and logs."""
-        return re.sub(r"//[^@/]*@", "//***@", url)
+        """Return ``url`` with any password or token replaced, for messages and logs."""
+        return redact(url)
 
     @property
     def safe_servers(self) -> tuple[str, ...]:

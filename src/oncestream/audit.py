@@ -28,9 +28,10 @@ from typing import Any, Literal
 import orjson
 
 from ._connection import Connection
-from ._dsn import Dsn, parse_dsn, redact_dsn
+from ._dsn import Dsn, parse_dsn
 from ._errors import ConfigError, JetStreamError, OncestreamError, StreamNotFound
 from ._names import check_stream_name
+from ._private import redact, redacted_repr
 from ._pubwire import install_reply_hook, remove_reply_hook
 
 __all__ = [
@@ -103,13 +104,6 @@ class OutputSpec:
     target: str = field(repr=False)
     table: str | None = None
 
-    def __repr__(self) -> str:
-        shown = self._shown_target()
-        return f"OutputSpec(kind={self.kind!r}, target={shown!r}, table={self.table!r})"
-
-    def _shown_target(self) -> str:
-        return redact_dsn(self.target) if self.kind == "sql" else self.target
-
     @property
     def database(self) -> Dsn:
         """The parsed database URL of a ``sql`` output.
@@ -131,7 +125,8 @@ class OutputSpec:
         kind, sep, rest = text.partition(":")
         if not sep or not rest:
             raise ConfigError(
-                f"output must be 'stream:NAME', 'parquet:PATH' or 'sql:DSN#TABLE', got {text!r}"
+                "output must be 'stream:NAME', 'parquet:PATH' or 'sql:DSN#TABLE', "
+                f"got {redact(text)!r}"
             )
         if kind == "stream":
             return cls(kind="stream", target=check_stream_name(rest, "output stream"))
@@ -141,14 +136,19 @@ class OutputSpec:
             dsn, _, table = rest.rpartition("#")
             if not dsn or not table or not table.replace("_", "").replace(".", "").isalnum():
                 raise ConfigError(
-                    f"sql output needs 'sql:DSN#TABLE' with a plain table name: {text!r}"
+                    f"sql output needs 'sql:DSN#TABLE' with a plain table name: {redact(text)!r}"
                 )
             parse_dsn(dsn, "sql output")  # fail on a bad URL when parsing
             return cls(kind="sql", target=dsn, table=table)
-        raise ConfigError(f"output kind must be stream, parquet or sql, got {kind!r} in {text!r}")
+        raise ConfigError(
+            f"output kind must be stream, parquet or sql, got {kind!r} in {redact(text)!r}"
+        )
 
     def __str__(self) -> str:
-        return f"{self.kind}:{self._shown_target()}" + (f"#{self.table}" if self.table else "")
+        return redact(f"{self.kind}:{self.target}" + (f"#{self.table}" if self.table else ""))
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)
 
 
 @dataclass(kw_only=True)

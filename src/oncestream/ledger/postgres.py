@@ -6,8 +6,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .._dsn import redact_dsn
 from .._errors import ConfigError, LedgerError
+from .._private import redact
 from ._base import KeyMode, Ledger, LedgerEntry, LedgerTx, check_key
 
 __all__ = ["PostgresLedger"]
@@ -129,8 +129,7 @@ class PostgresLedger(Ledger):
         self._con: Any = None
 
     def __repr__(self) -> str:
-        # The URL may hold a password: never shown.
-        return f"PostgresLedger({redact_dsn(self.url)!r}, key={self.key!r})"
+        return f"PostgresLedger({redact(self.url)!r}, key={self.key!r})"
 
     @property
     def connection(self) -> Any:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._dsn import Dsn, parse_dsn
 from .._errors import ConfigError, LedgerError
+from .._private import redacted_repr
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -93,6 +94,9 @@ class BatchWriter:
     create_table: bool
     written: int = 0
     skipped: list[int] | None = None
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)
 
     @property
     def is_postgres(self) -> bool:
