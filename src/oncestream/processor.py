@@ -29,13 +29,12 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from nats.aio.msg import Msg
-
 from ._acks import publish_to_all
 from ._connection import Connection, connect
 from ._deadletter import dead_letter_headers, publish_dead_letter
 from ._errors import (
     ConfigError,
+    JetStreamError,
     LedgerError,
     OncestreamError,
     OperationTimeout,
@@ -44,14 +43,16 @@ from ._names import check_consumer_name, check_stream_name
 from ._options import ConnectOptions
 from ._processor_setup import FloorHistory, ProcessorOptions, ProcessorStats, setup_consumer
 from .ledger import Ledger, LedgerEntry, LedgerTx
+from .message import Message
 from .pull import MessageStream
 
 __all__ = ["Handler", "Processor", "ProcessorOptions", "ProcessorStats"]
 
 log = logging.getLogger("oncestream.processor")
 
-#: ``handler(msg, tx)``; may be a coroutine function. Effects go through ``tx``.
-Handler = Callable[[Msg, LedgerTx], Awaitable[None] | None]
+#: ``handler(msg, tx)``; may be a coroutine function. ``msg`` is a :class:`Message`
+#: (subject, data, headers, parsed JetStream ``metadata``); effects go through ``tx``.
+Handler = Callable[[Message, LedgerTx], Awaitable[None] | None]
 
 _ACK = b"+ACK"
 _WPI = b"+WPI"
@@ -250,29 +251,24 @@ class Processor:
                 return func(*args)
             return await asyncio.to_thread(func, *args)
 
-    async def _process(self, msgs: list[Msg]) -> None:
-        by_seq: dict[int, Msg] = {}
+    async def _process(self, msgs: list[Message]) -> None:
+        by_seq: dict[int, Message] = {}
         extra_replies: list[str] = []
         for msg in msgs:
-            reply = msg.reply
-            tokens = reply.split(".", 10)
             try:
-                seq = int(tokens[5] if len(tokens) == 9 else tokens[7])
-            except (IndexError, ValueError):
-                log.error("dropping a message with a non-JetStream reply subject %r", reply)
+                seq = msg.seq
+            except JetStreamError:
+                log.error("dropping a message with a non-JetStream reply subject %r", msg.reply)
                 continue
             if seq in by_seq:
-                extra_replies.append(reply)  # the same message delivered twice in one batch
+                extra_replies.append(msg.reply)  # the same message delivered twice in one batch
             else:
                 by_seq[seq] = msg
         seqs = sorted(by_seq)
         ordered = [by_seq[s] for s in seqs]
         stream = self.stream
         if self._msg_ids:
-            entries = [
-                LedgerEntry(stream, s, (m.headers or {}).get("Nats-Msg-Id"))
-                for s, m in zip(seqs, ordered, strict=True)
-            ]
+            entries = [LedgerEntry(stream, s, m.msg_id) for s, m in zip(seqs, ordered, strict=True)]
         else:
             entries = [LedgerEntry(stream, s) for s in seqs]
         self._inflight = [m.reply for m in ordered]
@@ -293,8 +289,8 @@ class Processor:
         self._progress.set()
 
     async def _apply_with_retry(
-        self, entries: list[LedgerEntry], msgs: list[Msg]
-    ) -> tuple[list[Msg], list[tuple[Msg, BaseException]]] | None:
+        self, entries: list[LedgerEntry], msgs: list[Message]
+    ) -> tuple[list[Message], list[tuple[Message, BaseException]]] | None:
         for attempt in range(3):
             try:
                 async with self._db_lock:
@@ -308,8 +304,8 @@ class Processor:
         return None
 
     async def _apply(
-        self, entries: list[LedgerEntry], msgs: list[Msg]
-    ) -> tuple[list[Msg], list[tuple[Msg, BaseException]]]:
+        self, entries: list[LedgerEntry], msgs: list[Message]
+    ) -> tuple[list[Message], list[tuple[Message, BaseException]]]:
         """One transaction for the batch; on a handler failure, one per message."""
         try:
             if self._async_handler:
@@ -323,8 +319,8 @@ class Processor:
             log.debug(
                 "handler failed in a batch (%s); retrying one message per transaction", failed.error
             )
-        done: list[Msg] = []
-        failures: list[tuple[Msg, BaseException]] = []
+        done: list[Message] = []
+        failures: list[tuple[Message, BaseException]] = []
         for entry, msg in zip(entries, msgs, strict=True):
             try:
                 if self._async_handler:
@@ -339,7 +335,7 @@ class Processor:
         return done, failures
 
     def _run_batch(
-        self, entries: Sequence[LedgerEntry], msgs: Sequence[Msg], *, commit: bool = True
+        self, entries: Sequence[LedgerEntry], msgs: Sequence[Message], *, commit: bool = True
     ) -> tuple[LedgerTx, list[bool]]:
         tx = self.ledger.begin()
         try:
@@ -362,7 +358,9 @@ class Processor:
             raise
         return tx, fresh
 
-    async def _run_batch_inline(self, entries: Sequence[LedgerEntry], msgs: Sequence[Msg]) -> None:
+    async def _run_batch_inline(
+        self, entries: Sequence[LedgerEntry], msgs: Sequence[Message]
+    ) -> None:
         if len(msgs) < 32:
             self._run_batch(entries, msgs)
             return
@@ -383,7 +381,9 @@ class Processor:
         self.stats.applied += applied
         self.stats.suppressed += len(fresh) - applied
 
-    async def _run_batch_async(self, entries: Sequence[LedgerEntry], msgs: Sequence[Msg]) -> None:
+    async def _run_batch_async(
+        self, entries: Sequence[LedgerEntry], msgs: Sequence[Message]
+    ) -> None:
         tx = await self._call_db(self.ledger.begin)
         try:
             fresh = await self._call_db(tx.claim, entries)
@@ -410,7 +410,7 @@ class Processor:
             return func(*args)
         return await asyncio.to_thread(func, *args)
 
-    def _call_async_handler(self, msg: Msg, tx: LedgerTx) -> None:
+    def _call_async_handler(self, msg: Message, tx: LedgerTx) -> None:
         # On the DB worker thread: the handler's coroutine runs on the event loop
         # while its DB calls (sync psycopg) block only this thread.
         assert self._loop is not None
@@ -459,11 +459,10 @@ class Processor:
         self.stats.double_ack_failures += 1
         log.warning("ack of %s not confirmed; a redelivery will be suppressed", reply)
 
-    async def _failed(self, msg: Msg, error: BaseException) -> None:
+    async def _failed(self, msg: Message, error: BaseException) -> None:
         self.stats.failed += 1
-        tokens = msg.reply.split(".")
-        attempts = int(tokens[4] if len(tokens) == 9 else tokens[6])
-        seq = int(tokens[5] if len(tokens) == 9 else tokens[7])
+        metadata = msg.metadata
+        attempts, seq = metadata.num_delivered, metadata.stream_seq
         text = f"{type(error).__name__}: {error}"
         opts = self.options
         if attempts >= opts.max_deliver:
@@ -484,7 +483,7 @@ class Processor:
         delay = opts.backoff[min(attempts, len(opts.backoff)) - 1]
         await self._send_raw([msg.reply], b'-NAK {"delay": %d}' % int(delay * 1e9))
 
-    async def _dead_letter(self, msg: Msg, seq: int, attempts: int, text: str) -> bool:
+    async def _dead_letter(self, msg: Message, seq: int, attempts: int, text: str) -> bool:
         assert self.conn is not None
         headers = dead_letter_headers(
             msg, stream=self.stream, consumer=self.consumer, seq=seq, attempts=attempts, error=text
