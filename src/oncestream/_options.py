@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ._errors import ConfigError
+from ._private import redact, redacted_repr
 
 __all__ = ["ConnectOptions", "parse_bool", "parse_duration", "parse_positive_int"]
 
@@ -82,8 +83,8 @@ def _check_readable(name: str, path: str | None) -> None:
 class ConnectOptions:
     """How to reach NATS and which JetStream API to talk to.
 
-    Secrets (``password``, ``token``, ``nkey_seed``) are excluded from
-    ``repr()`` and never appear in error messages.
+    Secrets (``password``, ``token``, ``nkey_seed``, passwords and tokens in
+    server URLs) are kept out of ``repr()``/``str()`` and error messages.
 
     Args:
         servers: one or more ``nats://host:port`` URLs (a bare ``host:port`` is accepted).
@@ -176,6 +177,9 @@ class ConnectOptions:
                 f"got {self.max_reconnect_attempts!r}"
             )
 
+    def __repr__(self) -> str:
+        return redacted_repr(self)
+
     @staticmethod
     def _normalise_url(url: str) -> str:
         candidate = url.strip()
@@ -197,8 +201,8 @@ class ConnectOptions:
 
     @staticmethod
     def _redact(url: str) -> str:
-        """Return ``url`` with any user-info replaced, for messages and logs."""
-        return re.sub(r"//[^@/]*@", "//***@", url)
+        """Return ``url`` with any password or token replaced, for messages and logs."""
+        return redact(url)
 
     @property
     def safe_servers(self) -> tuple[str, ...]:

@@ -29,6 +29,7 @@ import orjson
 
 from ._connection import Connection
 from ._errors import ConfigError, JetStreamError, OncestreamError, StreamNotFound
+from ._private import redact, redacted_repr
 from ._pubwire import install_reply_hook, remove_reply_hook
 
 __all__ = [
@@ -108,7 +109,8 @@ class OutputSpec:
         kind, sep, rest = text.partition(":")
         if not sep or not rest:
             raise ConfigError(
-                f"output must be 'stream:NAME', 'parquet:PATH' or 'sql:DSN#TABLE', got {text!r}"
+                "output must be 'stream:NAME', 'parquet:PATH' or 'sql:DSN#TABLE', "
+                f"got {redact(text)!r}"
             )
         if kind == "stream":
             return cls(kind="stream", target=rest)
@@ -118,16 +120,18 @@ class OutputSpec:
             dsn, _, table = rest.rpartition("#")
             if not dsn or not table or not table.replace("_", "").replace(".", "").isalnum():
                 raise ConfigError(
-                    f"sql output needs 'sql:DSN#TABLE' with a plain table name: {text!r}"
+                    f"sql output needs 'sql:DSN#TABLE' with a plain table name: {redact(text)!r}"
                 )
             return cls(kind="sql", target=dsn, table=table)
-        raise ConfigError(f"output kind must be stream, parquet or sql, got {kind!r} in {text!r}")
+        raise ConfigError(
+            f"output kind must be stream, parquet or sql, got {kind!r} in {redact(text)!r}"
+        )
 
     def __str__(self) -> str:
-        target = self.target
-        if self.kind == "sql" and "@" in target:
-            target = target.split("://", 1)[0] + "://***@" + target.rsplit("@", 1)[1]
-        return f"{self.kind}:{target}" + (f"#{self.table}" if self.table else "")
+        return redact(f"{self.kind}:{self.target}" + (f"#{self.table}" if self.table else ""))
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)
 
 
 @dataclass(kw_only=True)

@@ -8,6 +8,7 @@ from ``sqlite:///path/to/file.db`` or ``postgresql://...``.
 from __future__ import annotations
 
 from .._errors import ConfigError
+from .._private import redact
 from ._base import KeyMode, Ledger, LedgerEntry, LedgerTx
 from .postgres import PostgresLedger
 from .sqlite import SQLiteLedger
@@ -39,5 +40,7 @@ def ledger_from_url(url: str, *, key: KeyMode = "sequence") -> Ledger:
         return SQLiteLedger(path, key=key)
     if url.startswith(("postgresql://", "postgres://")):
         return PostgresLedger(url, key=key)
-    shown = url.split("@")[-1] if "@" in url else url
-    raise ConfigError(f"ledger URL must start with sqlite:// or postgresql://, got {shown!r}")
+    raise ConfigError(
+        f"ledger URL {redact(url)!r} has an unsupported scheme; it must start with "
+        "sqlite:// or postgresql:// (sqlite:///path/to/file.db, postgresql://user@host/db)"
+    )

@@ -23,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 
 from .._errors import ConfigError, ServerError
+from .._private import private_dir, write_private
 from ._config import JetStreamConfig, ServerConfig
 
 __all__ = ["NatsServer", "find_nats_server"]
@@ -97,8 +98,7 @@ class NatsServer:
         ready_timeout: float = 20.0,
     ) -> None:
         self._owns_dir = work_dir is None
-        self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="oncestream-nats-"))
-        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.work_dir = private_dir(work_dir or tempfile.mkdtemp(prefix="oncestream-nats-"))
         if config is None:
             config = ServerConfig(jetstream=JetStreamConfig(store_dir=self.work_dir / "jetstream"))
         self.config = config
@@ -143,9 +143,8 @@ class NatsServer:
     # -- lifecycle ----------------------------------------------------------------
 
     def write_config(self) -> Path:
-        """Render the config to :attr:`config_file` and return its path."""
-        self.config_file.write_text(self.config.render())
-        return self.config_file
+        """Render the config to :attr:`config_file` (mode 0600: it may hold secrets)."""
+        return write_private(self.config_file, self.config.render())
 
     def check_config(self) -> None:
         """Validate the rendered config with ``nats-server -t``.

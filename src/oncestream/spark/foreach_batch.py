@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import ConfigError, LedgerError
+from .._private import redacted_repr
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -92,6 +93,9 @@ class BatchWriter:
     create_table: bool
     written: int = 0
     skipped: list[int] | None = None
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)
 
     @property
     def is_postgres(self) -> bool:
