@@ -8,6 +8,7 @@ de-duplication inside the stream's duplicate window only.
 
 from __future__ import annotations
 
+import io
 import sys
 import time
 from enum import StrEnum
@@ -45,7 +46,7 @@ from ._publish_input import (
     read_items,
     read_records,
 )
-from ._publish_plan import ResumePlan, check_target, plan_resume
+from ._publish_plan import ResumePlan, check_target, plan_resume, refused_subject
 from ._publish_run import (
     EXIT_INTERRUPTED,
     Confirmed,
@@ -237,6 +238,9 @@ async def _run(
             if plan.store is not None:
                 await plan.store.close()
         seconds = time.monotonic() - state.started
+        refused = (
+            await refused_subject(conn, stream, tally) if is_config_failure(tally.fatal) else ""
+        )
     console.print(_summary(tally, pub, seconds))
     _report(
         name=name,
@@ -248,8 +252,8 @@ async def _run(
         progress_error=progress_error,
         window=pub.duplicate_window,
     )
-    if is_config_failure(tally.fatal):
-        _say(f"[bold red]error:[/] {tally.fatal}")
+    if refused:
+        _say(f"[bold red]error:[/] {refused}")
         return EXIT_CONFIG
     if state.interrupted:
         return EXIT_INTERRUPTED
@@ -340,6 +344,8 @@ def publish_command(
         if sys.stdin.isatty():
             raise ConfigError("FILE is '-' but stdin is a terminal: pipe the records in")
         source: IO[bytes] = sys.stdin.buffer
+        if not hasattr(source, "peek"):
+            source = io.BufferedReader(source)  # type: ignore[type-var]
         name = "stdin"
     else:
         source = open_input(file)
@@ -369,7 +375,7 @@ def publish_command(
             )
         )
     finally:
-        if source is not sys.stdin.buffer:
+        if file != "-":
             source.close()
     if code:
         raise typer.Exit(code)

@@ -19,8 +19,9 @@ from .._connection import Connection
 from .._errors import ConfigError, OncestreamError, PermissionDenied, StreamNotFound
 from .._progress import ProgressStore, PublishProgress, progress_key, stored_ids
 from ._publish_input import FileFacts, SubjectTemplate
+from ._publish_run import Tally
 
-__all__ = ["ResumePlan", "check_target", "plan_resume"]
+__all__ = ["ResumePlan", "check_target", "plan_resume", "refused_subject"]
 
 log = logging.getLogger("oncestream.cli.publish")
 
@@ -55,6 +56,22 @@ async def check_target(conn: Connection, stream: str, template: SubjectTemplate)
         )
     raise ConfigError(
         f"no stream captures --subject {template.template!r}; --stream {stream!r} {captures}"
+    )
+
+
+async def refused_subject(conn: Connection, stream: str, tally: Tally) -> str:
+    """Why the server refused a record's subject, naming the stream that captures it."""
+    subject = tally.fatal_subject
+    try:
+        reply = await conn.api("STREAM.NAMES", {"subject": subject})
+        names: list[str] = reply.get("streams") or []
+    except OncestreamError:
+        names = []
+    where = f"stream {names[0]!r}" if names else "no stream"
+    return (
+        f"subject {subject!r} of a record is captured by {where}, not by --stream {stream!r}: "
+        f"the server refused it ({type(tally.fatal).__name__}: {tally.fatal}) and the run "
+        "stopped; fix --subject or the record"
     )
 
 

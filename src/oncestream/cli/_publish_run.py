@@ -66,8 +66,9 @@ class Tally:
     max_seq: int = 0
     errors: list[str] = field(default_factory=list)
     fatal: BaseException | None = None
+    fatal_subject: str = ""
 
-    def on_done(self, line: int, future: asyncio.Future[PubAck]) -> None:
+    def on_done(self, line: int, subject: str, future: asyncio.Future[PubAck]) -> None:
         if future.cancelled():
             self.failed += 1
             return
@@ -75,7 +76,7 @@ class Tally:
         if exc is not None:
             self.failed += 1
             if self.fatal is None:
-                self.fatal = exc
+                self.fatal, self.fatal_subject = exc, subject
             if len(self.errors) < 20:
                 self.errors.append(f"line {line}: {type(exc).__name__}: {exc}")
             return
@@ -326,7 +327,7 @@ async def publish_records(
                     break
                 confirmed.skip(item.line)
                 continue
-            future.add_done_callback(functools.partial(tally.on_done, item.line))
+            future.add_done_callback(functools.partial(tally.on_done, item.line, subj))
             confirmed.add(item.line, future, floor)
             count += 1
             if count % 512 == 0:
