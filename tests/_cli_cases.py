@@ -130,7 +130,8 @@ class Case:
         id: short unique name (the pytest id).
         args: CLI arguments, ``str.format`` templates over ``url`` and ``tmp``.
         exit_code: the expected exit code (0 ok, 1 work failed, 2 bad usage/config).
-        message: a fragment the output must contain (case-insensitive); "" for none.
+        message: a fragment the output must contain (case-insensitive, whitespace
+            folded, same templates as ``args``); "" for none.
         setup: prepares files/streams before the run (may store values in ``env.values``).
         check: post-condition after the run (assert inside; gets the env and the outcome).
         stdin: text fed to the command's standard input.
@@ -183,6 +184,7 @@ def run_case(case: Case, env: CliEnv) -> Outcome:
     if case.setup is not None:
         case.setup(env)
     args = [arg.format(url=env.url, tmp=env.tmp, **env.values) for arg in case.args]
+    message = case.message.format(url=env.url, tmp=env.tmp, **env.values)
     outcome = _invoke(case, args)
     shown = f"oncestream {' '.join(args)}\n--- exit {outcome.exit_code} ---\n{outcome.output}"
     if outcome.exception is not None:
@@ -194,8 +196,8 @@ def run_case(case: Case, env: CliEnv) -> Outcome:
         assert marker not in outcome.output, f"traceback in the output:\n{shown}"
     assert outcome.exit_code == case.exit_code, f"expected exit {case.exit_code}:\n{shown}"
     flat = " ".join(outcome.output.split()).lower()
-    assert " ".join(case.message.split()).lower() in flat, (
-        f"expected {case.message!r} in the output:\n{shown}"
+    assert " ".join(message.split()).lower() in flat, (
+        f"expected {message!r} in the output:\n{shown}"
     )
     for fragment in case.absent:
         assert fragment not in outcome.output, f"{fragment!r} must not be printed:\n{shown}"

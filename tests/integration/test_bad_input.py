@@ -8,6 +8,7 @@ hold afterwards. One nats-server serves every row; rows use their own stream nam
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -32,14 +33,25 @@ def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServ
 
 @pytest.fixture
 def cli_env(shared_server: NatsServer, tmp_path: Path) -> CliEnv:
-    return CliEnv(url=shared_server.url, tmp=tmp_path / "case")
+    return CliEnv(url=shared_server.url, tmp=tmp_path / "case", values={"port": shared_server.port})
 
 
-def _unchanged(name: str, content: str) -> object:
+def _unchanged(name: str, content: str) -> Any:
     def check(env: CliEnv, _: Outcome) -> None:
         assert (env.tmp / name).read_text() == content, f"{name} was changed or deleted"
 
     return check
+
+
+def _user_dir(env: CliEnv) -> None:
+    env.file("work/thesis.tex", "years of work")
+    env.file("work/jetstream/keep.txt", "mine")
+
+
+def _user_dir_intact(env: CliEnv, _: Outcome) -> None:
+    assert (env.tmp / "work/thesis.tex").read_text() == "years of work"
+    assert (env.tmp / "work/jetstream/keep.txt").read_text() == "mine"
+    assert sorted(p.name for p in (env.tmp / "work").iterdir()) == ["jetstream", "thesis.tex"]
 
 
 CONNECT = ["-s", "{url}"]
@@ -55,6 +67,45 @@ CASES = [
         CONFIG,
         "mutually exclusive",
     ),
+    # -- demo: never delete what it did not create -----------------------------------------
+    Case(
+        "demo-data-dir-not-ours",
+        ["demo", "--data-dir", "{tmp}/work", "-n", "1000"],
+        CONFIG,
+        "is not empty and is not a previous demo's directory",
+        setup=_user_dir,
+        check=_user_dir_intact,
+    ),
+    Case(
+        "demo-data-dir-is-a-file",
+        ["demo", "--data-dir", "{tmp}/f.txt"],
+        CONFIG,
+        "is not a directory",
+        setup=lambda env: env.file("f.txt", "keep me"),
+        check=_unchanged("f.txt", "keep me"),
+    ),
+    Case("demo-too-few-messages", ["demo", "-n", "10"], CONFIG, "messages must be >= 1000"),
+    Case("demo-negative-rate", ["demo", "--rate", "-5"], CONFIG, "rate must be > 0"),
+    Case("demo-zero-timeout", ["demo", "--timeout", "0"], CONFIG, "timeout must be > 0"),
+    # -- server ----------------------------------------------------------------------------
+    Case(
+        "server-port-taken",
+        ["server", "--port", "{port}", "--store-dir", "{tmp}/store"],
+        FAILED,
+        "port {port} on 127.0.0.1 is already in use",
+        subprocess=True,
+    ),
+    Case(
+        "server-store-dir-is-a-file",
+        ["server", "--port", "-1", "--store-dir", "{tmp}/f.txt"],
+        CONFIG,
+        "is not a directory",
+        setup=lambda env: env.file("f.txt", "keep me"),
+        check=_unchanged("f.txt", "keep me"),
+    ),
+    Case("server-port-out-of-range", ["server", "--port", "70000"], CONFIG, "1..65535"),
+    Case("server-bad-domain", ["server", "--port", "-1", "--domain", "a b"], CONFIG, "domain"),
+    Case("server-bad-max-payload", ["server", "--max-payload", "-1"], CONFIG, "max_payload"),
 ]
 
 
