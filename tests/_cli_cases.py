@@ -138,6 +138,7 @@ class Case:
         subprocess: run the installed ``oncestream`` in a child process instead of in-process.
         timeout: seconds a subprocess row may take.
         absent: fragments the output must NOT contain (e.g. a secret).
+        in_tmp: run with the row's temp directory as the current directory.
     """
 
     id: str
@@ -150,9 +151,17 @@ class Case:
     subprocess: bool = False
     timeout: float = 60.0
     absent: tuple[str, ...] = ()
+    in_tmp: bool = False
 
 
-def _invoke(case: Case, args: list[str]) -> Outcome:
+def _invoke(case: Case, args: list[str], cwd: Path | None) -> Outcome:
+    if cwd is not None:
+        before = os.getcwd()
+        os.chdir(cwd)
+        try:
+            return _invoke(case, args, None)
+        finally:
+            os.chdir(before)
     if case.subprocess:
         script = Path(sys.executable).parent / "oncestream"
         proc = subprocess.run(
@@ -185,7 +194,7 @@ def run_case(case: Case, env: CliEnv) -> Outcome:
         case.setup(env)
     args = [arg.format(url=env.url, tmp=env.tmp, **env.values) for arg in case.args]
     message = case.message.format(url=env.url, tmp=env.tmp, **env.values)
-    outcome = _invoke(case, args)
+    outcome = _invoke(case, args, env.tmp if case.in_tmp else None)
     shown = f"oncestream {' '.join(args)}\n--- exit {outcome.exit_code} ---\n{outcome.output}"
     if outcome.exception is not None:
         import traceback

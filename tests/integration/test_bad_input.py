@@ -55,6 +55,7 @@ def _user_dir_intact(env: CliEnv, _: Outcome) -> None:
 
 
 CONNECT = ["-s", "{url}"]
+PROCESS = ["process", *CONNECT, "--ledger", "sqlite:///{tmp}/ledger.db"]
 
 CASES = [
     # -- connection flags (every command) --------------------------------------------------
@@ -106,6 +107,97 @@ CASES = [
     Case("server-port-out-of-range", ["server", "--port", "70000"], CONFIG, "1..65535"),
     Case("server-bad-domain", ["server", "--port", "-1", "--domain", "a b"], CONFIG, "domain"),
     Case("server-bad-max-payload", ["server", "--max-payload", "-1"], CONFIG, "max_payload"),
+    # -- missing streams and consumers are named -------------------------------------------
+    Case(
+        "status-missing-stream", ["status", "NOPE1", *CONNECT], CONFIG, "stream 'NOPE1' not found"
+    ),
+    Case(
+        "status-missing-consumer",
+        ["status", "BI_STATUS", "nope", *CONNECT],
+        CONFIG,
+        "consumer 'nope' not found on stream 'BI_STATUS'",
+        setup=lambda env: env.stream("BI_STATUS"),
+    ),
+    Case(
+        "audit-missing-input",
+        ["audit", "-i", "NOPE2", "-o", "stream:X", *CONNECT],
+        CONFIG,
+        "'NOPE2' not found",
+    ),
+    Case(
+        "audit-missing-output-stream",
+        ["audit", "-i", "BI_AUDIT", "-o", "stream:NOPE3", *CONNECT],
+        CONFIG,
+        "'NOPE3' not found",
+        setup=lambda env: env.stream("BI_AUDIT"),
+    ),
+    Case(
+        "process-missing-stream",
+        [*PROCESS, "--stream", "NOPE4", "--consumer", "c", "--handler", "bi_ok:handle"],
+        CONFIG,
+        "stream 'NOPE4' not found",
+        setup=lambda env: env.file("bi_ok.py", "def handle(msg, tx):\n    pass\n"),
+        in_tmp=True,
+    ),
+    # -- process: caught at start, before any message -------------------------------------
+    Case(
+        "process-dead-letter-stream-not-capturing",
+        [
+            *PROCESS,
+            "--stream",
+            "BI_DLQ_IN",
+            "--consumer",
+            "c",
+            "--handler",
+            "bi_ok2:handle",
+            "--dead-letter-stream",
+            "BI_WORK",
+        ],
+        CONFIG,
+        "dead-letter stream 'BI_WORK' does not capture the dead-letter subject 'BI_WORK.BI_DLQ_IN'",
+        setup=lambda env: (
+            env.file("bi_ok2.py", "def handle(msg, tx):\n    pass\n"),
+            env.stream("BI_DLQ_IN", "bi.dlq.in"),
+            env.stream("BI_WORK", "bi.work.>"),
+        ),
+        in_tmp=True,
+    ),  # fmt: skip
+    Case(
+        "process-handler-wrong-signature",
+        [*PROCESS, "--stream", "BI_P", "--consumer", "c", "--handler", "bi_sig:handle"],
+        CONFIG,
+        "must accept (msg, tx); handle(msg) does not",
+        setup=lambda env: env.file("bi_sig.py", "def handle(msg):\n    pass\n"),
+        in_tmp=True,
+    ),
+    Case(
+        "process-handler-raises-on-import",
+        [*PROCESS, "--stream", "BI_P", "--consumer", "c", "--handler", "bi_boom:handle"],
+        CONFIG,
+        "cannot import 'bi_boom'",
+        setup=lambda env: env.file("bi_boom.py", "raise RuntimeError('boom at import')\n"),
+        in_tmp=True,
+    ),
+    Case(
+        "process-handler-unknown-module",
+        [*PROCESS, "--stream", "BI_P", "--consumer", "c", "--handler", "bi_nonexistent:f"],
+        CONFIG,
+        "cannot import 'bi_nonexistent'",
+    ),
+    Case(
+        "process-handler-unknown-attribute",
+        [*PROCESS, "--stream", "BI_P", "--consumer", "c", "--handler", "bi_attr:nope"],
+        CONFIG,
+        "has no attribute 'nope'",
+        setup=lambda env: env.file("bi_attr.py", "x = 1\n"),
+        in_tmp=True,
+    ),
+    Case(
+        "process-handler-not-module-colon-function",
+        [*PROCESS, "--stream", "BI_P", "--consumer", "c", "--handler", "justaname"],
+        CONFIG,
+        "module:function",
+    ),
 ]
 
 

@@ -15,6 +15,7 @@ import typer
 from .._connection import connect
 from .._errors import ConfigError
 from .._options import ConnectOptions, parse_duration
+from .._processor_setup import check_handler
 from ..ledger import ledger_from_url
 from ..processor import Handler, Processor, ProcessorOptions, ProcessorStats
 from ._app import app, cli_errors, run_async
@@ -44,8 +45,7 @@ def load_handler(path: str) -> Handler:
         target = getattr(target, part, None)
         if target is None:
             raise ConfigError(f"--handler {path!r}: {module_name!r} has no attribute {attr!r}")
-    if not callable(target):
-        raise ConfigError(f"--handler {path!r} is not callable")
+    check_handler(target, f"--handler {path!r}")
     handler: Handler = target
     return handler
 
