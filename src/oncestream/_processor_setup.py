@@ -9,6 +9,7 @@ from typing import Any
 
 from ._connection import Connection
 from ._errors import ConfigError, ConsumerNotFound, JetStreamError
+from ._names import check_publish_subject, check_stream_name, check_subject_filter
 from ._options import parse_duration, parse_positive_int
 from .pull import PullOptions
 
@@ -87,6 +88,15 @@ class ProcessorOptions:
             )
         if self.dead_letter_subject and not self.dead_letter_stream:
             raise ConfigError("dead_letter_subject needs dead_letter_stream")
+        if self.dead_letter_stream is not None:
+            check_stream_name(self.dead_letter_stream, "dead_letter_stream")
+        if self.dead_letter_subject is not None:
+            check_publish_subject(self.dead_letter_subject, "dead_letter_subject")
+        if self.filter_subject is not None:
+            check_subject_filter(self.filter_subject, "filter_subject")
+        for name in ("expires", "idle_heartbeat"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, parse_duration(name, getattr(self, name)))
         # Validates batch/expires/heartbeat together.
         self.pull_options()
 

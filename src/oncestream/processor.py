@@ -41,6 +41,7 @@ from ._errors import (
     OperationTimeout,
 )
 from ._logthrottle import LogThrottle
+from ._names import check_consumer_name, check_stream_name
 from ._options import ConnectOptions
 from ._processor_setup import (
     FloorHistory,
@@ -109,8 +110,8 @@ class Processor:
         check_handler(handler, "handler")
         self._conn_arg = conn
         self.conn: Connection | None = conn if isinstance(conn, Connection) else None
-        self.stream = stream
-        self.consumer = consumer
+        self.stream = check_stream_name(stream)
+        self.consumer = check_consumer_name(consumer)
         self.handler = handler
         self.ledger = ledger
         self.options = options or ProcessorOptions()
@@ -553,7 +554,7 @@ class Processor:
                     self._progress.set()
             except asyncio.CancelledError:
                 raise
-            except (OncestreamError, Exception) as exc:
+            except Exception as exc:  # pruning is best effort; the next round retries
                 log.debug("ledger pruning skipped: %s", exc)
 
 

@@ -83,9 +83,8 @@ def cli_errors(func: Callable[..., T]) -> Callable[..., T]:
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a command's coroutine, translating oncestream errors to exit codes."""
-    runner: Callable[[Coroutine[Any, Any, T]], T] = cli_errors(asyncio.run)
-    return runner(coro)
+    """Run a command's coroutine; the command's :func:`cli_errors` translates its errors."""
+    return asyncio.run(coro)
 
 
 def setup_logging(verbose: bool) -> None:
