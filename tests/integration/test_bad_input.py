@@ -8,8 +8,8 @@ hold afterwards. One nats-server serves every row; rows use their own stream nam
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,7 +161,7 @@ CASES = [
             env.stream("BI_WORK", "bi.work.>"),
         ),
         in_tmp=True,
-    ),  # fmt: skip
+    ),
     Case(
         "process-handler-wrong-signature",
         [*PROCESS, "--stream", "BI_P", "--consumer", "c", "--handler", "bi_sig:handle"],
