@@ -21,7 +21,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from .._errors import ConfigError
-from .._options import ConnectOptions
+from .._options import DEFAULT_SERVER, ConnectOptions
 
 __all__ = [
     "ApiPrefixFlag",
@@ -51,7 +51,7 @@ ServerFlag = Annotated[
         "--server",
         "-s",
         envvar="NATS_URL",
-        help="NATS URL; repeat or comma-separate for several (default nats://127.0.0.1:4222).",
+        help=f"NATS URL; repeat or comma-separate for several (default {DEFAULT_SERVER}).",
         rich_help_panel=_PANEL,
     ),
 ]
@@ -126,7 +126,7 @@ def connect_options(
             f"--nkey-seed{shown} is neither a readable seed file nor an nkey seed (SU...)"
         )
     return ConnectOptions(
-        servers=servers or ("nats://127.0.0.1:4222",),
+        servers=servers or (DEFAULT_SERVER,),
         user=user,
         password=password,
         token=token,

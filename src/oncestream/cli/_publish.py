@@ -27,6 +27,7 @@ from rich.table import Table
 
 from .._connection import connect
 from .._errors import ConfigError
+from .._names import check_stream_name
 from .._options import ConnectOptions, parse_duration
 from .._progress import PROGRESS_STREAM
 from ..publisher import Publisher, PublisherOptions
@@ -267,6 +268,10 @@ async def _run(
     return 0
 
 
+#: The CLI's defaults are the Publisher's.
+_DEFAULTS = PublisherOptions()
+
+
 @app.command("publish")
 @cli_errors
 @with_connect_options
@@ -286,9 +291,15 @@ def publish_command(
     on_error: OnError = typer.Option(
         OnError.stop, "--on-error", help="Malformed line: stop (exit 1) or skip it."
     ),
-    max_inflight: int = typer.Option(5000, "--max-inflight", help="Unacknowledged publishes."),
-    ack_timeout: str = typer.Option("5s", "--ack-timeout", help="Re-send after this long."),
-    max_attempts: int = typer.Option(5, "--max-attempts", help="Sends per message."),
+    max_inflight: int = typer.Option(
+        _DEFAULTS.max_inflight, "--max-inflight", help="Unacknowledged publishes."
+    ),
+    ack_timeout: str = typer.Option(
+        f"{_DEFAULTS.ack_timeout:g}s", "--ack-timeout", help="Re-send after this long."
+    ),
+    max_attempts: int = typer.Option(
+        _DEFAULTS.max_attempts, "--max-attempts", help="Sends per message."
+    ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
     resume: bool = typer.Option(
         True,
@@ -330,6 +341,7 @@ def publish_command(
         raise ConfigError("give exactly one of --id-field FIELD or --id-from-content")
     if id_field is not None and not id_field.strip():
         raise ConfigError("--id-field must name a record field, got ''")
+    check_stream_name(stream, "--stream")
     if fresh and not resume:
         raise ConfigError("--fresh and --no-resume contradict each other; give one")
     pub_options = PublisherOptions(

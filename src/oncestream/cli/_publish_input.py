@@ -23,7 +23,7 @@ from typing import IO, Any
 import orjson
 
 from .._errors import ConfigError
-from .._pubwire import check_subject
+from .._names import check_publish_subject
 
 __all__ = [
     "FileFacts",
@@ -85,9 +85,7 @@ class SubjectTemplate:
                 f"{where}: unbalanced braces ({exc}); placeholders look like "
                 "'orders.{region}', a literal brace is written '{{' or '}}'"
             ) from None
-        for literal, name, spec, conversion in parsed:
-            if any(c in literal for c in " \t\r\n*>"):
-                raise ConfigError(f"{where}: no spaces or wildcards ('*', '>') allowed")
+        for _literal, name, spec, conversion in parsed:
             if name is not None:
                 if not name or spec or conversion or not name.strip() or "." in name:
                     raise ConfigError(
@@ -95,15 +93,10 @@ class SubjectTemplate:
                         "'{region}' (no format spec, conversion or dots)"
                     )
                 self.fields.append(name)
-        # A placeholder value is one non-empty token part: '*' stands for it.
-        self.filter = self._render({name: "*" for name in self.fields}, allow_wild=True)
-        try:
-            check_subject(self._render({name: "x" for name in self.fields}))
-        except ConfigError:
-            raise ConfigError(
-                f"{where} is not a valid subject: it must be non-empty, dot-separated "
-                "tokens (no empty token, no leading or trailing '.')"
-            ) from None
+        # Every placeholder fills (part of) one token: check with a stand-in value.
+        check_publish_subject(self._render(dict.fromkeys(self.fields, "x")), where)
+        # For asking the server which streams capture it, a placeholder is '*'.
+        self.filter = self._render(dict.fromkeys(self.fields, "*"), allow_wild=True)
 
     def _render(self, values: dict[str, str], *, allow_wild: bool = False) -> str:
         text = self.template.format_map(values)
