@@ -11,8 +11,9 @@ from __future__ import annotations
 import io
 import sys
 import time
+from collections.abc import Coroutine
 from enum import StrEnum
-from typing import IO
+from typing import IO, Any
 
 import typer
 from rich.progress import (
@@ -55,9 +56,11 @@ from ._publish_run import (
     RunState,
     Tally,
     drain,
+    install_sigint,
     is_config_failure,
     new_run_id,
     publish_records,
+    remove_sigint,
 )
 
 __all__ = [
@@ -209,6 +212,7 @@ async def _run(
             disable=not show_progress,
         )
         total = facts.lines if facts is not None else None
+        install_sigint(state)
         try:
             with progress:
                 task = progress.add_task("publish", total=total, of=f"{total:,}" if total else "?")
@@ -236,6 +240,7 @@ async def _run(
                 done=done, budget=options.connect_timeout
             )
         finally:
+            remove_sigint()
             if plan.store is not None:
                 await plan.store.close()
         seconds = time.monotonic() - state.started
@@ -370,7 +375,7 @@ def publish_command(
             facts = file_facts(file, source)
         first = next((line for line in peek.splitlines() if line.strip()), b"")
         chosen = detect_format(file, first) if fmt is InputFormat.auto else fmt
-        code = run_async(
+        code = _interruptible(
             _run(
                 source,
                 chosen,
@@ -391,3 +396,15 @@ def publish_command(
             source.close()
     if code:
         raise typer.Exit(code)
+
+
+def _interruptible(coro: Coroutine[Any, Any, int]) -> int:
+    """Run the publish; a Ctrl-C outside the publishing phase (connect, resume scan) exits 130."""
+    try:
+        return run_async(coro)
+    except KeyboardInterrupt:
+        _say(
+            "[bold]interrupted[/] before or after the publishing phase; "
+            "re-run the same command to finish"
+        )
+        return EXIT_INTERRUPTED
