@@ -69,6 +69,10 @@ def _ledger(path: Path, stream: str, rows: int) -> None:
         tx.commit()
 
 
+def _mode_is(path: Path, mode: int) -> None:
+    assert path.stat().st_mode & 0o777 == mode, f"{path} mode changed"
+
+
 def _absent(path: Path) -> None:
     assert not path.exists(), f"{path} was created"
 
@@ -285,6 +289,101 @@ CASES = [
         0,
         '"ledger_applied": 2',
         setup=lambda env: (env.stream("BI_ST4"), _ledger(env.tmp / "ledger.db", "BI_ST4", 2)),
+    ),
+    Case(
+        "process-ledger-directory-missing",
+        [
+            "process",
+            *CONNECT,
+            "--ledger",
+            "sqlite:///{tmp}/no/such/dir/l.db",
+            "--stream",
+            "BI_P",
+            "--consumer",
+            "c",
+            "--handler",
+            "bi_ok3:handle",
+        ],
+        CONFIG,
+        "does not exist",
+        setup=lambda env: env.file("bi_ok3.py", "def handle(msg, tx):\n    pass\n"),
+        in_tmp=True,
+    ),
+    Case(
+        "process-ledger-not-sqlite",
+        [
+            "process",
+            *CONNECT,
+            "--ledger",
+            "sqlite:///{tmp}/notes.txt",
+            "--stream",
+            "BI_P",
+            "--consumer",
+            "c",
+            "--handler",
+            "bi_ok4:handle",
+        ],
+        CONFIG,
+        "is not an SQLite database",
+        setup=lambda env: (
+            env.file("bi_ok4.py", "def handle(msg, tx):\n    pass\n"),
+            env.file("notes.txt", "my notes\n"),
+        ),
+        check=_unchanged("notes.txt", "my notes\n"),
+        in_tmp=True,
+    ),
+    Case(
+        "process-filter-matches-nothing",
+        [
+            *PROCESS,
+            "--stream",
+            "BI_FILT",
+            "--consumer",
+            "c",
+            "--handler",
+            "bi_ok5:handle",
+            "--filter-subject",
+            "other.>",
+        ],
+        CONFIG,
+        "filter subject 'other.>' matches nothing stream 'BI_FILT' stores",
+        setup=lambda env: (
+            env.file("bi_ok5.py", "def handle(msg, tx):\n    pass\n"),
+            env.stream("BI_FILT", "bi.filt.>"),
+        ),
+        in_tmp=True,
+    ),
+    Case(
+        "audit-negative-samples",
+        ["audit", "-i", "BI_AUD6", "-o", "stream:BI_AUD6", "--samples", "-1", *CONNECT],
+        CONFIG,
+        "--samples must be >= 0",
+    ),
+    # -- topology ----------------------------------------------------------------------------
+    Case(
+        "topology-dir-is-a-file",
+        ["topology", "up", "hub-leaf", "--dir", "{tmp}/afile"],
+        CONFIG,
+        "not a directory",
+        setup=lambda env: env.file("afile", "keep me", mode=0o644),
+        check=lambda env, _: _mode_is(env.tmp / "afile", 0o644),
+    ),
+    Case(
+        "topology-negative-timeout",
+        ["topology", "up", "cluster3", "--dir", "{tmp}/t", "--timeout", "-1"],
+        CONFIG,
+        "--timeout must be > 0",
+        check=lambda env, _: _absent(env.tmp / "t"),
+    ),
+    Case("topology-unknown-kind", ["topology", "up", "bogus"], CONFIG, "bogus"),
+    Case("topology-down-nothing", ["topology", "down", "--dir", "{tmp}"], CONFIG, "no topology"),
+    Case(
+        "topology-state-file-corrupt",
+        ["topology", "status", "--dir", "{tmp}"],
+        CONFIG,
+        "is not a topology state file",
+        setup=lambda env: env.file("topology.json", "{not json"),
+        check=_unchanged("topology.json", "{not json"),
     ),
     Case(
         "process-handler-not-module-colon-function",

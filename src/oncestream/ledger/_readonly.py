@@ -10,7 +10,7 @@ from .._dsn import parse_dsn
 from .._errors import ConfigError, LedgerError
 from .._private import redact
 
-__all__ = ["read_applied_count"]
+__all__ = ["check_ledger_target", "read_applied_count"]
 
 _COUNT = "SELECT count(*) FROM oncestream_applied WHERE stream = "
 
@@ -62,3 +62,27 @@ def read_applied_count(url: str, stream: str) -> int:
         raise LedgerError(f"cannot read the ledger {shown}: {redact(reason)}") from None
     assert row is not None
     return int(row[0])
+
+
+def check_ledger_target(url: str) -> None:
+    """Before processing: an SQLite ledger path must be creatable, or an SQLite file.
+
+    Raises:
+        ConfigError: the directory is missing or not a directory, the path is a
+            directory, or an existing file is not an SQLite database.
+    """
+    dsn = parse_dsn(url, "--ledger")
+    if dsn.kind != "sqlite":
+        return
+    assert dsn.path is not None
+    path = os.path.abspath(dsn.path)
+    parent = os.path.dirname(path)
+    shown = redact(url)
+    if not os.path.isdir(parent):
+        raise ConfigError(f"--ledger {shown}: directory {parent} does not exist")
+    if os.path.isdir(path):
+        raise ConfigError(f"--ledger {shown}: {path} is a directory, not an SQLite file")
+    if os.path.isfile(path) and os.path.getsize(path) > 0:
+        with open(path, "rb") as handle:
+            if handle.read(16) != b"SQLite format 3\x00":
+                raise ConfigError(f"--ledger {shown}: {path} is not an SQLite database")
