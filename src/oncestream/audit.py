@@ -28,7 +28,9 @@ from typing import Any, Literal
 import orjson
 
 from ._connection import Connection
+from ._dsn import Dsn, parse_dsn
 from ._errors import ConfigError, JetStreamError, OncestreamError, StreamNotFound
+from ._names import check_stream_name
 from ._private import redact, redacted_repr
 from ._pubwire import install_reply_hook, remove_reply_hook
 
@@ -92,12 +94,26 @@ class KeySpec:
 class OutputSpec:
     """An output to audit: ``stream:NAME``, ``parquet:PATH`` or ``sql:DSN#TABLE``.
 
-    For ``sql`` the DSN is a ``postgresql://`` URL or a SQLite file path.
+    For ``sql`` the DSN is a database URL with SQLAlchemy's meaning, as for
+    ledgers (``sqlite:///relative.db``, ``sqlite:////abs/path.db``, a plain
+    file path, or ``postgresql://...``); it is parsed when the spec is, and
+    its password never appears in ``str()`` or ``repr()``.
     """
 
     kind: Literal["stream", "parquet", "sql"]
-    target: str
+    target: str = field(repr=False)
     table: str | None = None
+
+    @property
+    def database(self) -> Dsn:
+        """The parsed database URL of a ``sql`` output.
+
+        Raises:
+            ConfigError: the output is not ``sql`` or the URL is invalid.
+        """
+        if self.kind != "sql":
+            raise ConfigError(f"output {self} is not a sql output")
+        return parse_dsn(self.target, "sql output")
 
     @classmethod
     def parse(cls, text: str) -> OutputSpec:
@@ -113,7 +129,7 @@ class OutputSpec:
                 f"got {redact(text)!r}"
             )
         if kind == "stream":
-            return cls(kind="stream", target=rest)
+            return cls(kind="stream", target=check_stream_name(rest, "output stream"))
         if kind == "parquet":
             return cls(kind="parquet", target=rest)
         if kind == "sql":
@@ -122,6 +138,7 @@ class OutputSpec:
                 raise ConfigError(
                     f"sql output needs 'sql:DSN#TABLE' with a plain table name: {redact(text)!r}"
                 )
+            parse_dsn(dsn, "sql output")  # fail on a bad URL when parsing
             return cls(kind="sql", target=dsn, table=table)
         raise ConfigError(
             f"output kind must be stream, parquet or sql, got {kind!r} in {redact(text)!r}"
@@ -422,18 +439,18 @@ def _rows_to_keys(key: KeySpec, columns: list[list[Any]]) -> list[str]:
     return [str(v) for v in columns[0]]
 
 
-def _sql_keys(dsn: str, table: str, key: KeySpec) -> list[str]:
+def _sql_keys(dsn: Dsn, table: str, key: KeySpec) -> list[str]:
     where = f"sql table {table}"
-    if dsn.startswith(("postgresql://", "postgres://")):
+    if dsn.kind == "postgresql":
         import psycopg
 
-        with psycopg.connect(dsn) as pg:
+        with psycopg.connect(dsn.url) as pg:
             cur = pg.execute(f"SELECT * FROM {table} LIMIT 0")
             available = {d.name for d in cur.description or ()}
             columns = _table_columns(key, available, where)
             rows = pg.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
     else:
-        path = dsn.removeprefix("sqlite:///").removeprefix("sqlite:")
+        path = dsn.path or ""
         if not os.path.exists(path):
             raise ConfigError(f"SQLite database {path!r} does not exist")
         with sqlite3.connect(path) as db:
@@ -461,6 +478,7 @@ async def audit(
         StreamNotFound: when a stream does not exist.
         ConfigError: when an output or key cannot be read.
     """
+    check_stream_name(input_stream, "input stream")
     loop = asyncio.get_running_loop()
     started = loop.time()
     spec = KeySpec.parse(key) if isinstance(key, str) else key
@@ -485,7 +503,7 @@ async def audit(
         elif out.kind == "parquet":
             found = await asyncio.to_thread(_parquet_keys, out.target, spec)
         else:
-            found = await asyncio.to_thread(_sql_keys, out.target, out.table or "", spec)
+            found = await asyncio.to_thread(_sql_keys, out.database, out.table or "", spec)
         report = compare(str(out), expected, found, samples=samples)
         lags = [(t - in_times[k]) * 1000 for k, t in out_times.items() if k in in_times]
         if lags:

@@ -40,8 +40,16 @@ from ._errors import (
     OncestreamError,
     OperationTimeout,
 )
+from ._logthrottle import LogThrottle
+from ._names import check_consumer_name, check_stream_name
 from ._options import ConnectOptions
-from ._processor_setup import FloorHistory, ProcessorOptions, ProcessorStats, setup_consumer
+from ._processor_setup import (
+    FloorHistory,
+    ProcessorOptions,
+    ProcessorStats,
+    check_handler,
+    setup_consumer,
+)
 from .ledger import Ledger, LedgerEntry, LedgerTx
 from .pull import MessageStream
 
@@ -99,12 +107,11 @@ class Processor:
     ) -> None:
         if not stream or not consumer:
             raise ConfigError(f"stream and consumer are required, got {stream!r}/{consumer!r}")
-        if not callable(handler):
-            raise ConfigError(f"handler must be callable, got {handler!r}")
+        check_handler(handler, "handler")
         self._conn_arg = conn
         self.conn: Connection | None = conn if isinstance(conn, Connection) else None
-        self.stream = stream
-        self.consumer = consumer
+        self.stream = check_stream_name(stream)
+        self.consumer = check_consumer_name(consumer)
         self.handler = handler
         self.ledger = ledger
         self.options = options or ProcessorOptions()
@@ -126,6 +133,7 @@ class Processor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._progress = asyncio.Event()
         self._confirming: deque[asyncio.Task[None]] = deque()
+        self._failure_log = LogThrottle(log)  # identical failures: first 5, then a summary
 
     # -- lifecycle -----------------------------------------------------
 
@@ -470,7 +478,9 @@ class Processor:
                 if await self._dead_letter(msg, seq, attempts, text):
                     return
             else:
-                log.error(
+                self._failure_log.log(
+                    logging.ERROR,
+                    text,
                     "%s seq %d failed %d times and no dead-letter stream is configured; "
                     "it keeps being retried: %s",
                     self.stream,
@@ -479,7 +489,15 @@ class Processor:
                     text,
                 )
         else:
-            log.info("%s seq %d failed (attempt %d): %s", self.stream, seq, attempts, text)
+            self._failure_log.log(
+                logging.INFO,
+                text,
+                "%s seq %d failed (attempt %d): %s",
+                self.stream,
+                seq,
+                attempts,
+                text,
+            )
         delay = opts.backoff[min(attempts, len(opts.backoff)) - 1]
         await self._send_raw([msg.reply], b'-NAK {"delay": %d}' % int(delay * 1e9))
 
@@ -536,7 +554,7 @@ class Processor:
                     self._progress.set()
             except asyncio.CancelledError:
                 raise
-            except (OncestreamError, Exception) as exc:
+            except Exception as exc:  # pruning is best effort; the next round retries
                 log.debug("ledger pruning skipped: %s", exc)
 
 

@@ -40,6 +40,7 @@ from nats.aio.subscription import Subscription
 
 from ._connection import Connection, translate_error
 from ._errors import ConfigError, ConsumerNotFound, JetStreamError, OperationTimeout
+from ._names import check_consumer_name, check_stream_name
 from ._options import parse_duration, parse_positive_int
 
 __all__ = ["AckMetadata", "MessageStream", "PullOptions", "parse_ack_subject", "pull_messages"]
@@ -176,8 +177,8 @@ class MessageStream:
         self, conn: Connection, stream: str, consumer: str, options: PullOptions | None = None
     ) -> None:
         self.conn = conn
-        self.stream = stream
-        self.consumer = consumer
+        self.stream = check_stream_name(stream)
+        self.consumer = check_consumer_name(consumer)
         self.options = options or PullOptions()
         self._next_subject = f"{conn.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self._buffer: deque[Msg] = deque()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,17 +33,29 @@ def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServ
 
 @pytest.fixture
 def cli_env(shared_server: NatsServer, tmp_path: Path) -> CliEnv:
-    return CliEnv(url=shared_server.url, tmp=tmp_path / "case")
+    return CliEnv(url=shared_server.url, tmp=tmp_path / "case", values={"port": shared_server.port})
 
 
-def _unchanged(name: str, content: str) -> object:
+def _unchanged(name: str, content: str) -> Any:
     def check(env: CliEnv, _: Outcome) -> None:
         assert (env.tmp / name).read_text() == content, f"{name} was changed or deleted"
 
     return check
 
 
+def _user_dir(env: CliEnv) -> None:
+    env.file("work/thesis.tex", "years of work")
+    env.file("work/jetstream/keep.txt", "mine")
+
+
+def _user_dir_intact(env: CliEnv, _: Outcome) -> None:
+    assert (env.tmp / "work/thesis.tex").read_text() == "years of work"
+    assert (env.tmp / "work/jetstream/keep.txt").read_text() == "mine"
+    assert sorted(p.name for p in (env.tmp / "work").iterdir()) == ["jetstream", "thesis.tex"]
+
+
 CONNECT = ["-s", "{url}"]
+PROCESS = ["process", *CONNECT, "--ledger", "sqlite:///{tmp}/ledger.db"]
 
 CASES = [
     # -- connection flags (every command) --------------------------------------------------
@@ -54,6 +67,136 @@ CASES = [
         ["status", *CONNECT, "--domain", "a", "--api-prefix", "B.API"],
         CONFIG,
         "mutually exclusive",
+    ),
+    # -- demo: never delete what it did not create -----------------------------------------
+    Case(
+        "demo-data-dir-not-ours",
+        ["demo", "--data-dir", "{tmp}/work", "-n", "1000"],
+        CONFIG,
+        "is not empty and is not a previous demo's directory",
+        setup=_user_dir,
+        check=_user_dir_intact,
+    ),
+    Case(
+        "demo-data-dir-is-a-file",
+        ["demo", "--data-dir", "{tmp}/f.txt"],
+        CONFIG,
+        "is not a directory",
+        setup=lambda env: env.file("f.txt", "keep me"),
+        check=_unchanged("f.txt", "keep me"),
+    ),
+    Case("demo-too-few-messages", ["demo", "-n", "10"], CONFIG, "messages must be >= 1000"),
+    Case("demo-negative-rate", ["demo", "--rate", "-5"], CONFIG, "rate must be > 0"),
+    Case("demo-zero-timeout", ["demo", "--timeout", "0"], CONFIG, "timeout must be > 0"),
+    # -- server ----------------------------------------------------------------------------
+    Case(
+        "server-port-taken",
+        ["server", "--port", "{port}", "--store-dir", "{tmp}/store"],
+        FAILED,
+        "port {port} on 127.0.0.1 is already in use",
+        subprocess=True,
+    ),
+    Case(
+        "server-store-dir-is-a-file",
+        ["server", "--port", "-1", "--store-dir", "{tmp}/f.txt"],
+        CONFIG,
+        "is not a directory",
+        setup=lambda env: env.file("f.txt", "keep me"),
+        check=_unchanged("f.txt", "keep me"),
+    ),
+    Case("server-port-out-of-range", ["server", "--port", "70000"], CONFIG, "1..65535"),
+    Case("server-bad-domain", ["server", "--port", "-1", "--domain", "a b"], CONFIG, "domain"),
+    Case("server-bad-max-payload", ["server", "--max-payload", "-1"], CONFIG, "max_payload"),
+    # -- missing streams and consumers are named -------------------------------------------
+    Case(
+        "status-missing-stream", ["status", "NOPE1", *CONNECT], CONFIG, "stream 'NOPE1' not found"
+    ),
+    Case(
+        "status-missing-consumer",
+        ["status", "BI_STATUS", "nope", *CONNECT],
+        CONFIG,
+        "consumer 'nope' not found on stream 'BI_STATUS'",
+        setup=lambda env: env.stream("BI_STATUS"),
+    ),
+    Case(
+        "audit-missing-input",
+        ["audit", "-i", "NOPE2", "-o", "stream:X", *CONNECT],
+        CONFIG,
+        "'NOPE2' not found",
+    ),
+    Case(
+        "audit-missing-output-stream",
+        ["audit", "-i", "BI_AUDIT", "-o", "stream:NOPE3", *CONNECT],
+        CONFIG,
+        "'NOPE3' not found",
+        setup=lambda env: env.stream("BI_AUDIT"),
+    ),
+    Case(
+        "process-missing-stream",
+        [*PROCESS, "--stream", "NOPE4", "--consumer", "c", "--handler", "bi_ok:handle"],
+        CONFIG,
+        "stream 'NOPE4' not found",
+        setup=lambda env: env.file("bi_ok.py", "def handle(msg, tx):\n    pass\n"),
+        in_tmp=True,
+    ),
+    # -- process: caught at start, before any message -------------------------------------
+    Case(
+        "process-dead-letter-stream-not-capturing",
+        [
+            *PROCESS,
+            "--stream",
+            "BI_DLQ_IN",
+            "--consumer",
+            "c",
+            "--handler",
+            "bi_ok2:handle",
+            "--dead-letter-stream",
+            "BI_WORK",
+        ],
+        CONFIG,
+        "dead-letter stream 'BI_WORK' does not capture the dead-letter subject 'BI_WORK.BI_DLQ_IN'",
+        setup=lambda env: (
+            env.file("bi_ok2.py", "def handle(msg, tx):\n    pass\n"),
+            env.stream("BI_DLQ_IN", "bi.dlq.in"),
+            env.stream("BI_WORK", "bi.work.>"),
+        ),
+        in_tmp=True,
+    ),
+    Case(
+        "process-handler-wrong-signature",
+        [*PROCESS, "--stream", "BI_P", "--consumer", "c", "--handler", "bi_sig:handle"],
+        CONFIG,
+        "must accept (msg, tx); handle(msg) does not",
+        setup=lambda env: env.file("bi_sig.py", "def handle(msg):\n    pass\n"),
+        in_tmp=True,
+    ),
+    Case(
+        "process-handler-raises-on-import",
+        [*PROCESS, "--stream", "BI_P", "--consumer", "c", "--handler", "bi_boom:handle"],
+        CONFIG,
+        "cannot import 'bi_boom'",
+        setup=lambda env: env.file("bi_boom.py", "raise RuntimeError('boom at import')\n"),
+        in_tmp=True,
+    ),
+    Case(
+        "process-handler-unknown-module",
+        [*PROCESS, "--stream", "BI_P", "--consumer", "c", "--handler", "bi_nonexistent:f"],
+        CONFIG,
+        "cannot import 'bi_nonexistent'",
+    ),
+    Case(
+        "process-handler-unknown-attribute",
+        [*PROCESS, "--stream", "BI_P", "--consumer", "c", "--handler", "bi_attr:nope"],
+        CONFIG,
+        "has no attribute 'nope'",
+        setup=lambda env: env.file("bi_attr.py", "x = 1\n"),
+        in_tmp=True,
+    ),
+    Case(
+        "process-handler-not-module-colon-function",
+        [*PROCESS, "--stream", "BI_P", "--consumer", "c", "--handler", "justaname"],
+        CONFIG,
+        "module:function",
     ),
 ]
 

@@ -131,7 +131,7 @@ async def test_option_and_stream_errors_exit_non_zero(
     missing = await invoke(
         base_args(nats_server, file, "--subject", "orders.x", "--id-field", "id")
     )
-    assert missing.exit_code == 1 and "StreamNotFound" in missing.stderr
+    assert missing.exit_code == 2 and "StreamNotFound" in missing.stderr
 
     await make_stream("ORDERS", ("orders.>",), duplicate_window=1.0)
     guard = await invoke(base_args(nats_server, file, "--subject", "orders.x", "--id-field", "id"))

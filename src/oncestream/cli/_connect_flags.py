@@ -18,7 +18,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from .._options import ConnectOptions
+from .._options import DEFAULT_SERVER, ConnectOptions
 
 __all__ = [
     "ApiPrefixFlag",
@@ -46,7 +46,7 @@ ServerFlag = Annotated[
         "--server",
         "-s",
         envvar="NATS_URL",
-        help="NATS URL; repeat or comma-separate for several (default nats://127.0.0.1:4222).",
+        help=f"NATS URL; repeat or comma-separate for several (default {DEFAULT_SERVER}).",
         rich_help_panel=_PANEL,
     ),
 ]
@@ -115,7 +115,7 @@ def connect_options(
         part.strip() for value in (server or []) for part in value.split(",") if part.strip()
     )
     return ConnectOptions(
-        servers=servers or ("nats://127.0.0.1:4222",),
+        servers=servers or (DEFAULT_SERVER,),
         user=user,
         password=password,
         token=token,

@@ -28,6 +28,7 @@ from rich.table import Table
 
 from .._connection import connect
 from .._errors import ConfigError, JetStreamError, MessageTooLarge, PublishError
+from .._names import check_publish_subject, check_stream_name
 from .._options import ConnectOptions, parse_duration
 from ..publisher import PubAck, Publisher, PublisherOptions
 from ._app import EXIT_FAILURE, app, cli_errors, console, err_console, run_async
@@ -75,9 +76,13 @@ class SubjectTemplate:
     def __init__(self, template: str) -> None:
         self.template = template
         self.fields: list[str] = []
-        for literal, name, spec, conversion in string.Formatter().parse(template):
-            if any(c in literal for c in " \t*>"):
-                raise ConfigError(f"--subject {template!r}: no spaces or wildcards allowed")
+        try:
+            parts = list(string.Formatter().parse(template))
+        except ValueError as exc:  # an unmatched '{' or '}'
+            raise ConfigError(
+                f"--subject {template!r}: {exc}; placeholders look like {{region}}"
+            ) from None
+        for _literal, name, spec, conversion in parts:
             if name is not None:
                 if not name or spec or conversion:
                     raise ConfigError(
@@ -85,6 +90,8 @@ class SubjectTemplate:
                         "{region}"
                     )
                 self.fields.append(name)
+        # Every placeholder fills one token: check the template with a stand-in value.
+        check_publish_subject(template.format_map(dict.fromkeys(self.fields, "x")), "--subject")
 
     def render(self, record: Record) -> str:
         """The subject for ``record``.
@@ -302,6 +309,10 @@ async def _publish(
     return 0
 
 
+#: The CLI's defaults are the Publisher's.
+_DEFAULTS = PublisherOptions()
+
+
 @app.command("publish")
 @cli_errors
 @with_connect_options
@@ -321,9 +332,15 @@ def publish_command(
     on_error: OnError = typer.Option(
         OnError.stop, "--on-error", help="Malformed line: stop (exit 1) or skip it."
     ),
-    max_inflight: int = typer.Option(5000, "--max-inflight", help="Unacknowledged publishes."),
-    ack_timeout: str = typer.Option("5s", "--ack-timeout", help="Re-send after this long."),
-    max_attempts: int = typer.Option(5, "--max-attempts", help="Sends per message."),
+    max_inflight: int = typer.Option(
+        _DEFAULTS.max_inflight, "--max-inflight", help="Unacknowledged publishes."
+    ),
+    ack_timeout: str = typer.Option(
+        f"{_DEFAULTS.ack_timeout:g}s", "--ack-timeout", help="Re-send after this long."
+    ),
+    max_attempts: int = typer.Option(
+        _DEFAULTS.max_attempts, "--max-attempts", help="Sends per message."
+    ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
     *,
     options: ConnectOptions,
@@ -336,6 +353,7 @@ def publish_command(
     """
     if (id_field is None) == (not id_from_content):
         raise ConfigError("give exactly one of --id-field FIELD or --id-from-content")
+    check_stream_name(stream, "--stream")
     pub_options = PublisherOptions(
         stream=stream,
         max_inflight=max_inflight,

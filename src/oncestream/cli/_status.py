@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from .._connection import Connection, connect
+from .._names import check_consumer_name, check_stream_name
 from .._options import ConnectOptions
 from ..ledger import ledger_from_url
 from ._app import app, cli_errors, console, run_async
@@ -107,6 +108,11 @@ def status_command(
     options: ConnectOptions,
 ) -> None:
     """Streams (messages, bytes, first/last seq, consumers) and consumers (pending, acks)."""
+
+    if stream is not None:
+        check_stream_name(stream, "STREAM")
+    if consumer is not None:
+        check_consumer_name(consumer, "CONSUMER")
 
     async def main() -> dict[str, Any]:
         async with await connect(options) as conn:

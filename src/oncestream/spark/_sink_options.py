@@ -12,17 +12,43 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import ConfigError
+from .._names import check_publish_subject, check_stream_name
 from .._options import ConnectOptions, parse_bool, parse_duration, parse_positive_int
 from ..publisher import PublisherOptions
 from ..streams import StreamSpec
+from ._commits import COMMITS_STREAM
+from ._options import (
+    CONNECT_OPTIONS,
+    PUBLISHER_OPTIONS,
+    check_known,
+    connect_options,
+    publisher_options,
+)
 
 __all__ = [
+    "SINK_OPTIONS",
     "SinkOptions",
     "id_scope",
     "lineage_id",
     "position_id",
     "writer_scope",
 ]
+
+
+#: Every option of the sink (canonical spelling; keys are case-insensitive).
+SINK_OPTIONS = (
+    *CONNECT_OPTIONS,
+    *PUBLISHER_OPTIONS,
+    "subject",
+    "idPrefix",
+    "taskMaxFailures",
+    "commitsStream",
+    "createStream",
+    "createStreamSubjects",
+    "createStreamStorage",
+    "createStreamReplicas",
+    "createStreamDuplicateWindow",
+)
 
 
 def lineage_id(stream: str, sequence: int) -> str:
@@ -95,7 +121,7 @@ class SinkOptions:
     subject: str | None = None
     id_prefix: str = ""
     task_max_failures: int = 4
-    commits_stream: str = "ONCESTREAM_SINK_COMMITS"
+    commits_stream: str = COMMITS_STREAM
     checkpoint: str | None = None
     create_stream: StreamSpec | None = field(default=None, hash=False)  # StreamSpec: unhashable
 
@@ -105,14 +131,11 @@ class SinkOptions:
                 f"createStream creates the target stream: option 'stream' must be "
                 f"{self.create_stream.name!r}, got {self.stream!r}"
             )
-        if self.subject is not None and (not self.subject or " " in self.subject):
-            raise ConfigError(f"option 'subject' is not a valid subject: {self.subject!r}")
+        if self.subject is not None:
+            check_publish_subject(self.subject, "option 'subject'")
         if any(c in self.id_prefix for c in " \r\n"):
             raise ConfigError(f"option 'idPrefix' must not contain whitespace: {self.id_prefix!r}")
-        if not self.commits_stream or any(c in self.commits_stream for c in " .*>"):
-            raise ConfigError(
-                f"option 'commitsStream' is not a stream name: {self.commits_stream!r}"
-            )
+        check_stream_name(self.commits_stream, "option 'commitsStream'")
 
     @property
     def stream(self) -> str | None:
@@ -121,18 +144,20 @@ class SinkOptions:
 
     @classmethod
     def from_spark_options(cls, options: Mapping[str, str]) -> SinkOptions:
-        """Parse Spark's string options (keys case-insensitive).
+        """Parse Spark's string options (keys case-insensitive; unknown keys are refused).
+
+        Raises:
+            ConfigError: an unknown option (with what to use instead) or a bad value.
 
         Example::
 
             SinkOptions.from_spark_options({"servers": url, "stream": "OUT", "maxInflight": "2000"})
         """
+        check_known(options, SINK_OPTIONS, "sink")
         lowered = {k.lower(): v for k, v in options.items()}
         kwargs: dict[str, Any] = {
-            "connect": ConnectOptions.from_spark_options(options).replace(
-                name="oncestream-spark-sink"
-            ),
-            "publisher": PublisherOptions.from_spark_options(options),
+            "connect": connect_options(options, name="oncestream-spark-sink"),
+            "publisher": publisher_options(options),
         }
         if lowered.get("subject"):
             kwargs["subject"] = lowered["subject"]
