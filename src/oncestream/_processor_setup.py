@@ -174,6 +174,21 @@ def check_handler(handler: Any, what: str) -> None:
         raise ConfigError(f"{what} must accept (msg, tx); {name}{signature} does not") from None
 
 
+def subjects_overlap(a: str, b: str) -> bool:
+    """True when some subject matches both patterns ``a`` and ``b``."""
+    left, right = a.split("."), b.split(".")
+    for i in range(max(len(left), len(right))):
+        x = left[i] if i < len(left) else None
+        y = right[i] if i < len(right) else None
+        if x == ">" or y == ">":
+            return x is not None and y is not None
+        if x is None or y is None:
+            return False
+        if x != y and "*" not in (x, y):
+            return False
+    return True
+
+
 def subject_matches(pattern: str, subject: str) -> bool:
     """True when ``subject`` is captured by ``pattern`` (``*`` one token, ``>`` the rest)."""
     want, have = pattern.split("."), subject.split(".")
@@ -201,6 +216,12 @@ async def _create_consumer(
     }
     if opts.filter_subject:
         config["filter_subject"] = opts.filter_subject
+        subjects = (await conn.stream_info(stream)).get("config", {}).get("subjects") or []
+        if subjects and not any(subjects_overlap(s, opts.filter_subject) for s in subjects):
+            raise ConfigError(
+                f"filter subject {opts.filter_subject!r} matches nothing stream {stream!r} "
+                f"stores (its subjects: {subjects})"
+            )
     payload = {"stream_name": stream, "config": config, "action": "create"}
     try:
         return await conn.api(f"CONSUMER.CREATE.{stream}.{consumer}", payload)

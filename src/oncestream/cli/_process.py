@@ -18,6 +18,7 @@ from .._names import check_consumer_name, check_stream_name, check_subject_filte
 from .._options import ConnectOptions, parse_duration
 from .._processor_setup import check_handler
 from ..ledger import ledger_from_url
+from ..ledger._readonly import check_ledger_target
 from ..processor import Handler, Processor, ProcessorOptions, ProcessorStats
 from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
@@ -112,6 +113,7 @@ def process_command(
     async def main() -> ProcessorStats:
         conn_options = options.replace(name=f"oncestream-process-{consumer}")
         func = load_handler(handler)
+        check_ledger_target(ledger)
         store = ledger_from_url(ledger, key=key)  # type: ignore[arg-type]
         proc_options = ProcessorOptions(
             batch=batch,
