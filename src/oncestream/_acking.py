@@ -21,6 +21,7 @@ from ._acks import publish_to_all
 from ._connection import Connection
 from ._deadletter import dead_letter_headers, publish_dead_letter
 from ._errors import OncestreamError
+from ._logthrottle import LogThrottle
 from ._processor_setup import ProcessorOptions, ProcessorStats
 from .message import Message
 
@@ -71,6 +72,7 @@ class Acknowledger:
         self._confirming: deque[asyncio.Task[None]] = deque()
         self._inflight: list[str] = []
         self._inflight_since = 0.0
+        self._failure_log = LogThrottle(log)  # identical failures: first 5, then a summary
 
     # -- the batch being applied (for in-progress acks)
 
@@ -161,7 +163,9 @@ class Acknowledger:
                 if await self._dead_letter(msg, seq, attempts, text):
                     return
             else:
-                log.error(
+                self._failure_log.log(
+                    logging.ERROR,
+                    text,
                     "%s seq %d failed %d times and no dead-letter stream is configured; "
                     "it keeps being retried: %s",
                     self.stream,
@@ -170,7 +174,15 @@ class Acknowledger:
                     text,
                 )
         else:
-            log.info("%s seq %d failed (attempt %d): %s", self.stream, seq, attempts, text)
+            self._failure_log.log(
+                logging.INFO,
+                text,
+                "%s seq %d failed (attempt %d): %s",
+                self.stream,
+                seq,
+                attempts,
+                text,
+            )
         await self.nak([msg], opts.backoff[min(attempts, len(opts.backoff)) - 1])
 
     async def _dead_letter(self, msg: Message, seq: int, attempts: int, text: str) -> bool:

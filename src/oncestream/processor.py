@@ -37,7 +37,13 @@ from ._connection import Connection, connect
 from ._errors import ConfigError, JetStreamError, OperationTimeout
 from ._names import check_consumer_name, check_stream_name
 from ._options import ConnectOptions
-from ._processor_setup import FloorHistory, ProcessorOptions, ProcessorStats, setup_consumer
+from ._processor_setup import (
+    FloorHistory,
+    ProcessorOptions,
+    ProcessorStats,
+    check_handler,
+    setup_consumer,
+)
 from .ledger import Ledger, LedgerEntry
 from .message import Message
 from .pull import MessageStream
@@ -82,8 +88,7 @@ class Processor:
     ) -> None:
         if not stream or not consumer:
             raise ConfigError(f"stream and consumer are required, got {stream!r}/{consumer!r}")
-        if not callable(handler):
-            raise ConfigError(f"handler must be callable, got {handler!r}")
+        check_handler(handler, "handler")
         self._conn_arg = conn
         self.conn: Connection | None = conn if isinstance(conn, Connection) else None
         self.stream = check_stream_name(stream)

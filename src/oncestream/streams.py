@@ -6,11 +6,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ._connection import Connection
-from ._errors import ConfigError, StreamNotFound
+from ._errors import ConfigError, JetStreamError, StreamNotFound
 from ._names import check_stream_name, check_subject_filter
 from ._options import parse_duration
 
-__all__ = ["StreamSource", "StreamSpec", "ensure_stream", "seconds_to_ns"]
+__all__ = [
+    "StreamSource",
+    "StreamSpec",
+    "create_stream_if_missing",
+    "ensure_stream",
+    "seconds_to_ns",
+]
 
 _NS = 1_000_000_000
 
@@ -133,6 +139,24 @@ class StreamSpec:
             config["sources"] = [source.to_api() for source in self.sources]
         config.update(self.extra)
         return config
+
+
+async def create_stream_if_missing(conn: Connection, spec: StreamSpec) -> dict[str, Any]:
+    """Create the stream when it does not exist; an existing one is returned unchanged.
+
+    Returns:
+        The server's stream info.
+    """
+    try:
+        return await conn.stream_info(spec.name)
+    except StreamNotFound:
+        pass
+    try:
+        return await conn.add_stream(spec.to_api())
+    except JetStreamError as exc:  # 10058: created concurrently with another config
+        if exc.err_code != 10058:
+            raise
+        return await conn.stream_info(spec.name)
 
 
 async def ensure_stream(conn: Connection, spec: StreamSpec) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import typer
 from rich.table import Table
 
 from .._connection import connect
+from .._errors import ConfigError
 from .._names import check_stream_name
 from .._options import ConnectOptions
 from ..audit import AuditReport, KeySpec, OutputSpec, audit
@@ -74,6 +75,8 @@ def audit_command(
 ) -> None:
     """Count expected, found, missing, duplicated and unexpected keys; exit 1 if any is off."""
     check_stream_name(input_stream, "--input")
+    if samples < 0:
+        raise ConfigError(f"--samples must be >= 0, got {samples}")
     specs = [OutputSpec.parse(text) for text in outputs]
     key_spec = KeySpec.parse(key)
 

@@ -16,7 +16,9 @@ from .._connection import connect
 from .._errors import ConfigError
 from .._names import check_consumer_name, check_stream_name, check_subject_filter
 from .._options import ConnectOptions, parse_duration
+from .._processor_setup import check_handler
 from ..ledger import ledger_from_url
+from ..ledger._readonly import check_ledger_target
 from ..processor import Handler, Processor, ProcessorOptions, ProcessorStats
 from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
@@ -45,8 +47,7 @@ def load_handler(path: str) -> Handler:
         target = getattr(target, part, None)
         if target is None:
             raise ConfigError(f"--handler {path!r}: {module_name!r} has no attribute {attr!r}")
-    if not callable(target):
-        raise ConfigError(f"--handler {path!r} is not callable")
+    check_handler(target, f"--handler {path!r}")
     handler: Handler = target
     return handler
 
@@ -112,6 +113,7 @@ def process_command(
     async def main() -> ProcessorStats:
         conn_options = options.replace(name=f"oncestream-process-{consumer}")
         func = load_handler(handler)
+        check_ledger_target(ledger)
         store = ledger_from_url(ledger, key=key)  # type: ignore[arg-type]
         proc_options = ProcessorOptions(
             batch=batch,

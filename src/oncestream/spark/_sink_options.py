@@ -13,8 +13,9 @@ from typing import Any
 
 from .._errors import ConfigError
 from .._names import check_publish_subject, check_stream_name
-from .._options import ConnectOptions, parse_positive_int
+from .._options import ConnectOptions, parse_bool, parse_duration, parse_positive_int
 from ..publisher import PublisherOptions
+from ..streams import StreamSpec
 from ._commits import COMMITS_STREAM
 from ._options import (
     CONNECT_OPTIONS,
@@ -42,6 +43,11 @@ SINK_OPTIONS = (
     "idPrefix",
     "taskMaxFailures",
     "commitsStream",
+    "createStream",
+    "createStreamSubjects",
+    "createStreamStorage",
+    "createStreamReplicas",
+    "createStreamDuplicateWindow",
 )
 
 
@@ -101,6 +107,10 @@ class SinkOptions:
             assume it (the window check multiplies the Publisher's retry horizon by it).
         commits_stream: stream holding the committed-batch records.
         checkpoint: the query's ``checkpointLocation`` (Spark passes it along).
+        create_stream: the target stream to create when it is missing
+            (``createStream=true`` with ``createStreamSubjects``, ``createStreamStorage``,
+            ``createStreamReplicas``, ``createStreamDuplicateWindow``); an existing
+            stream is never changed.
 
     Raises:
         ConfigError: naming the bad option.
@@ -113,8 +123,14 @@ class SinkOptions:
     task_max_failures: int = 4
     commits_stream: str = COMMITS_STREAM
     checkpoint: str | None = None
+    create_stream: StreamSpec | None = field(default=None, hash=False)  # StreamSpec: unhashable
 
     def __post_init__(self) -> None:
+        if self.create_stream is not None and self.create_stream.name != self.stream:
+            raise ConfigError(
+                f"createStream creates the target stream: option 'stream' must be "
+                f"{self.create_stream.name!r}, got {self.stream!r}"
+            )
         if self.subject is not None:
             check_publish_subject(self.subject, "option 'subject'")
         if any(c in self.id_prefix for c in " \r\n"):
@@ -155,4 +171,52 @@ class SinkOptions:
             kwargs["commits_stream"] = lowered["commitsstream"]
         if lowered.get("checkpointlocation"):
             kwargs["checkpoint"] = lowered["checkpointlocation"]
+        kwargs["create_stream"] = _create_stream_spec(lowered, kwargs["publisher"].stream)
         return cls(**kwargs)
+
+
+_CREATE_KEYS = {
+    "createstreamsubjects": "createStreamSubjects",
+    "createstreamstorage": "createStreamStorage",
+    "createstreamreplicas": "createStreamReplicas",
+    "createstreamduplicatewindow": "createStreamDuplicateWindow",
+}
+
+
+def _create_stream_spec(lowered: Mapping[str, str], stream: str | None) -> StreamSpec | None:
+    """The ``createStream*`` options as a :class:`StreamSpec`, validated up front."""
+    create = parse_bool("createStream", lowered.get("createstream", "false"))
+    given = [name for key, name in _CREATE_KEYS.items() if key in lowered]
+    if not create:
+        if given:
+            raise ConfigError(
+                f"option {given[0]!r} only applies with createStream=true "
+                "(the sink creates its target stream only when asked)"
+            )
+        return None
+    if not stream:
+        raise ConfigError("createStream=true needs option 'stream' (the stream to create)")
+    subjects = tuple(
+        part.strip() for part in lowered.get("createstreamsubjects", "").split(",") if part.strip()
+    )
+    if not subjects:
+        raise ConfigError(
+            f"createStream=true needs createStreamSubjects: the subjects stream {stream!r} "
+            "captures, comma-separated (e.g. 'enriched.>'), covering every subject written"
+        )
+    storage = lowered.get("createstreamstorage", "file").strip().lower()
+    if storage not in ("file", "memory"):
+        raise ConfigError(f"createStreamStorage must be 'file' or 'memory', got {storage!r}")
+    replicas = parse_positive_int("createStreamReplicas", lowered.get("createstreamreplicas", "1"))
+    if replicas not in (1, 3, 5):
+        raise ConfigError(f"createStreamReplicas must be 1, 3 or 5, got {replicas}")
+    window = parse_duration(
+        "createStreamDuplicateWindow", lowered.get("createstreamduplicatewindow", "2m")
+    )
+    return StreamSpec(
+        name=stream,
+        subjects=subjects,
+        storage="memory" if storage == "memory" else "file",
+        replicas=replicas,
+        duplicate_window=window,
+    )
