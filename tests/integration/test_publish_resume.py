@@ -205,3 +205,24 @@ async def test_ctrl_c_prints_summary_exits_130_and_rerun_completes(
     assert again == 0, again_err
     ids = await _ids(url)
     assert len(ids) == total and set(ids.values()) == {1}
+
+
+async def test_progress_stream_that_cannot_be_created_is_a_clear_error(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    url = nats_server.url
+    async with await connect(ConnectOptions(servers=(url,))) as conn:
+        # A stream that captures the progress subjects: the progress stream would overlap it.
+        await ensure_stream(conn, StreamSpec(name="ALL", subjects=("t.>", "oncestream.>")))
+    file = _write(tmp_path / "few.jsonl", 20)
+    args = [*_args(url, file)]
+    args[args.index("T")] = "ALL"
+    refused, err = await _run(args)
+    assert refused == 2, err
+    assert "cannot create the progress stream 'ONCESTREAM_PUBLISH_PROGRESS'" in err
+    assert "--progress-stream" in err and "--no-resume" in err and "Traceback" not in err
+    # The stream that captures the progress subjects can hold the records itself.
+    ok, err = await _run([*args, "--progress-stream", "ALL"])
+    assert ok == 0, err
+    again, err = await _run([*args, "--progress-stream", "ALL"])
+    assert again == 0 and "nothing to publish" in err, err

@@ -9,6 +9,7 @@ de-duplication inside the stream's duplicate window only.
 from __future__ import annotations
 
 import io
+import os
 import sys
 import time
 from collections.abc import Coroutine
@@ -347,6 +348,7 @@ def publish_command(
     if id_field is not None and not id_field.strip():
         raise ConfigError("--id-field must name a record field, got ''")
     check_stream_name(stream, "--stream")
+    check_stream_name(progress_stream, "--progress-stream")
     if fresh and not resume:
         raise ConfigError("--fresh and --no-resume contradict each other; give one")
     pub_options = PublisherOptions(
@@ -371,8 +373,11 @@ def publish_command(
         peek = source.peek(4096) if hasattr(source, "peek") else b""
         if file == "-":
             check_text("-", peek[:4096])
-        else:
+        elif os.path.isfile(file):
             facts = file_facts(file, source)
+        elif resume:
+            # A pipe (e.g. <(zcat f.gz)) can be read once and has no identity.
+            _say(f"[yellow]note:[/] {name} is not a regular file: no progress is recorded")
         first = next((line for line in peek.splitlines() if line.strip()), b"")
         chosen = detect_format(file, first) if fmt is InputFormat.auto else fmt
         code = _interruptible(

@@ -39,6 +39,12 @@ async def check_target(conn: Connection, stream: str, template: SubjectTemplate)
             f"stream {stream!r} (--stream) not found; create it first, capturing the "
             f"subject {template.filter!r}"
         ) from None
+    mirror = info.get("config", {}).get("mirror")
+    if isinstance(mirror, dict):
+        raise ConfigError(
+            f"stream {stream!r} (--stream) is a mirror of {mirror.get('name')!r} and takes no "
+            "publishes; publish to the stream it mirrors"
+        )
     own = info.get("config", {}).get("subjects") or []
     captures = f"captures {', '.join(repr(s) for s in own)}" if own else "captures no subjects"
     try:
