@@ -31,7 +31,6 @@ from typing import Any
 
 from nats.aio.msg import Msg
 
-from ._acks import publish_to_all
 from ._connection import Connection, connect
 from ._deadletter import dead_letter_headers, publish_dead_letter
 from ._errors import (
@@ -422,7 +421,7 @@ class Processor:
     async def _send_raw(self, replies: Sequence[str], payload: bytes) -> None:
         """Publish ``payload`` to every reply subject with one buffered write."""
         if replies and self.conn is not None:
-            await publish_to_all(self.conn.nc, replies, payload)
+            await self.conn.publish_many(replies, payload)
 
     async def _ack(self, replies: list[str]) -> None:
         if not self.options.double_ack:

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._errors import OncestreamError
-from . import _wire
+from .._nats import FrameSink
 
 __all__ = ["ARROW_SCHEMA", "to_batch"]
 
@@ -33,7 +33,7 @@ _MSG_ID_RE = r"\nNats-Msg-Id: (?P<v>[^\r]*)\r\n"
 
 
 def to_batch(
-    chunk: _wire.FrameSink,
+    chunk: FrameSink,
     stream_name: pa.Scalar,
     *,
     last: int,

@@ -14,6 +14,7 @@ from typing import Any
 from .._errors import ConfigError
 from .._options import ConnectOptions, parse_positive_int
 from ..publisher import PublisherOptions
+from ..reader import lineage_id
 
 __all__ = [
     "SinkOptions",
@@ -22,16 +23,6 @@ __all__ = [
     "position_id",
     "writer_scope",
 ]
-
-
-def lineage_id(stream: str, sequence: int) -> str:
-    """The message id of the output row derived from input ``stream`` / ``sequence``.
-
-    Example::
-
-        lineage_id("ORDERS", 17)  # -> "ORDERS:17"
-    """
-    return f"{stream}:{sequence}"
 
 
 def writer_scope(query_id: str | None, checkpoint: str | None) -> str:
