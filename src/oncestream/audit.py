@@ -16,8 +16,6 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import os
-import sqlite3
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,8 +24,12 @@ from typing import Any, Literal
 
 import orjson
 
+from ._audit_outputs import parquet_keys, sql_keys
 from ._connection import Connection
+from ._dsn import Dsn, parse_dsn
 from ._errors import ConfigError, StreamNotFound
+from ._names import check_stream_name
+from ._private import redact, redacted_repr
 from .reader import StreamRecord, lineage_id, read_stream
 
 __all__ = [
@@ -79,12 +81,26 @@ class KeySpec:
 class OutputSpec:
     """An output to audit: ``stream:NAME``, ``parquet:PATH`` or ``sql:DSN#TABLE``.
 
-    For ``sql`` the DSN is a ``postgresql://`` URL or a SQLite file path.
+    For ``sql`` the DSN is a database URL with SQLAlchemy's meaning, as for
+    ledgers (``sqlite:///relative.db``, ``sqlite:////abs/path.db``, a plain
+    file path, or ``postgresql://...``); it is parsed when the spec is, and
+    its password never appears in ``str()`` or ``repr()``.
     """
 
     kind: Literal["stream", "parquet", "sql"]
-    target: str
+    target: str = field(repr=False)
     table: str | None = None
+
+    @property
+    def database(self) -> Dsn:
+        """The parsed database URL of a ``sql`` output.
+
+        Raises:
+            ConfigError: the output is not ``sql`` or the URL is invalid.
+        """
+        if self.kind != "sql":
+            raise ConfigError(f"output {self} is not a sql output")
+        return parse_dsn(self.target, "sql output")
 
     @classmethod
     def parse(cls, text: str) -> OutputSpec:
@@ -96,26 +112,30 @@ class OutputSpec:
         kind, sep, rest = text.partition(":")
         if not sep or not rest:
             raise ConfigError(
-                f"output must be 'stream:NAME', 'parquet:PATH' or 'sql:DSN#TABLE', got {text!r}"
+                "output must be 'stream:NAME', 'parquet:PATH' or 'sql:DSN#TABLE', "
+                f"got {redact(text)!r}"
             )
         if kind == "stream":
-            return cls(kind="stream", target=rest)
+            return cls(kind="stream", target=check_stream_name(rest, "output stream"))
         if kind == "parquet":
             return cls(kind="parquet", target=rest)
         if kind == "sql":
             dsn, _, table = rest.rpartition("#")
             if not dsn or not table or not table.replace("_", "").replace(".", "").isalnum():
                 raise ConfigError(
-                    f"sql output needs 'sql:DSN#TABLE' with a plain table name: {text!r}"
+                    f"sql output needs 'sql:DSN#TABLE' with a plain table name: {redact(text)!r}"
                 )
+            parse_dsn(dsn, "sql output")  # fail on a bad URL when parsing
             return cls(kind="sql", target=dsn, table=table)
-        raise ConfigError(f"output kind must be stream, parquet or sql, got {kind!r} in {text!r}")
+        raise ConfigError(
+            f"output kind must be stream, parquet or sql, got {kind!r} in {redact(text)!r}"
+        )
 
     def __str__(self) -> str:
-        target = self.target
-        if self.kind == "sql" and "@" in target:
-            target = target.split("://", 1)[0] + "://***@" + target.rsplit("@", 1)[1]
-        return f"{self.kind}:{target}" + (f"#{self.table}" if self.table else "")
+        return redact(f"{self.kind}:{self.target}" + (f"#{self.table}" if self.table else ""))
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)
 
 
 @dataclass(kw_only=True)
@@ -261,84 +281,6 @@ async def _stream_keys(
     return keys, times
 
 
-def _spark_committed_files(path: str) -> list[str] | None:
-    """Files a Spark file sink committed, from its ``_spark_metadata`` log (None if absent)."""
-    meta = os.path.join(path, "_spark_metadata")
-    if not os.path.isdir(meta):
-        return None
-    entries = []
-    for name in os.listdir(meta):
-        stem = name.removesuffix(".compact")
-        if stem.isdigit():
-            entries.append((int(stem), name))
-    entries.sort()
-    start = max((i for i, (_, n) in enumerate(entries) if n.endswith(".compact")), default=0)
-    files: dict[str, bool] = {}
-    for _, name in entries[start:]:
-        with open(os.path.join(meta, name), "rb") as fh:
-            for line in fh.read().splitlines()[1:]:
-                if line.strip():
-                    entry = orjson.loads(line)
-                    files[entry["path"]] = entry.get("action", "add") == "add"
-    return [p.removeprefix("file://") for p, keep in files.items() if keep]
-
-
-def _parquet_keys(path: str, key: KeySpec) -> list[str]:
-    import pyarrow.dataset as ds
-
-    if not os.path.exists(path):
-        raise ConfigError(f"parquet output {path!r} does not exist")
-    committed = _spark_committed_files(path)
-    dataset = ds.dataset(committed if committed is not None else path, format="parquet")
-    columns = _table_columns(key, set(dataset.schema.names), f"parquet:{path}")
-    table = dataset.to_table(columns=columns)
-    return _rows_to_keys(key, [table.column(c).to_pylist() for c in columns])
-
-
-def _table_columns(key: KeySpec, available: set[str], where: str) -> list[str]:
-    if key.kind == "field":
-        wanted = [key.name or ""]
-    elif key.kind == "lineage" and "msg_id" not in available:
-        wanted = ["stream", "sequence"]
-    else:
-        wanted = ["msg_id"]
-    missing = [c for c in wanted if c not in available]
-    if missing:
-        raise ConfigError(
-            f"{where} has no column {', '.join(missing)} for key {key} "
-            f"(columns: {', '.join(sorted(available))})"
-        )
-    return wanted
-
-
-def _rows_to_keys(key: KeySpec, columns: list[list[Any]]) -> list[str]:
-    if len(columns) == 2:
-        return [lineage_id(s, int(q)) for s, q in zip(columns[0], columns[1], strict=True)]
-    return [str(v) for v in columns[0]]
-
-
-def _sql_keys(dsn: str, table: str, key: KeySpec) -> list[str]:
-    where = f"sql table {table}"
-    if dsn.startswith(("postgresql://", "postgres://")):
-        import psycopg
-
-        with psycopg.connect(dsn) as pg:
-            cur = pg.execute(f"SELECT * FROM {table} LIMIT 0")
-            available = {d.name for d in cur.description or ()}
-            columns = _table_columns(key, available, where)
-            rows = pg.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
-    else:
-        path = dsn.removeprefix("sqlite:///").removeprefix("sqlite:")
-        if not os.path.exists(path):
-            raise ConfigError(f"SQLite database {path!r} does not exist")
-        with sqlite3.connect(path) as db:
-            probe = db.execute(f"SELECT * FROM {table} LIMIT 0")
-            available = {d[0] for d in probe.description}
-            columns = _table_columns(key, available, where)
-            rows = db.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
-    return _rows_to_keys(key, [list(c) for c in zip(*rows, strict=True)] or [[]] * len(columns))
-
-
 async def audit(
     conn: Connection,
     input_stream: str,
@@ -356,6 +298,7 @@ async def audit(
         StreamNotFound: when a stream does not exist.
         ConfigError: when an output or key cannot be read.
     """
+    check_stream_name(input_stream, "input stream")
     loop = asyncio.get_running_loop()
     started = loop.time()
     spec = KeySpec.parse(key) if isinstance(key, str) else key
@@ -378,9 +321,9 @@ async def audit(
                 conn, out.target, spec, is_input=False, with_time=True
             )
         elif out.kind == "parquet":
-            found = await asyncio.to_thread(_parquet_keys, out.target, spec)
+            found = await asyncio.to_thread(parquet_keys, out.target, spec)
         else:
-            found = await asyncio.to_thread(_sql_keys, out.target, out.table or "", spec)
+            found = await asyncio.to_thread(sql_keys, out.database, out.table or "", spec)
         report = compare(str(out), expected, found, samples=samples)
         lags = [(t - in_times[k]) * 1000 for k, t in out_times.items() if k in in_times]
         if lags:

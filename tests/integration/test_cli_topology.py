@@ -23,6 +23,25 @@ def _cli(
     )
 
 
+def assert_secrets_private(directory: Path, passwords: list[str]) -> None:
+    """Every directory 0700, every file that can hold a secret 0600; no plaintext password
+    in any config; no server warned about plaintext passwords."""
+    assert directory.stat().st_mode & 0o777 == 0o700
+    for path in directory.rglob("*"):
+        mode = path.stat().st_mode & 0o777
+        if path.is_dir():
+            assert mode == 0o700, f"{path} is {mode:o}"
+        elif path.suffix in (".conf", ".json", ".creds", ".nk", ".key"):
+            assert mode == 0o600, f"{path} is {mode:o}"
+        if path.suffix == ".conf":
+            text = path.read_text()
+            leaked = [pw for pw in passwords if pw in text]
+            assert not leaked, f"{path} holds a plaintext password"
+            assert "$2a$" in text, f"{path} holds no bcrypt hash"
+        if path.suffix == ".log":
+            assert "Plaintext passwords detected" not in path.read_text(), path
+
+
 def _alive(pid: int) -> bool:
     try:
         return bool(Path(f"/proc/{pid}/cmdline").read_bytes())
@@ -40,7 +59,10 @@ async def test_hub_leaf_up_walkthrough_down(tmp_path: Path) -> None:
         hub, leaf = state["servers"]["hub"], state["servers"]["leaf"]
         assert (hub["domain"], leaf["domain"]) == ("hub", "leaf")
         acc = state["users"]["ACC"]
-        assert hub["url"] in up.stdout and acc["password"] in up.stdout
+        assert hub["url"] in up.stdout and acc["user"] in up.stdout
+        passwords = [user["password"] for user in state["users"].values()]
+        assert not any(pw in up.stdout + up.stderr for pw in passwords)
+        assert_secrets_private(tmp_path, passwords)
 
         again = _cli("topology", "up", "hub-leaf", "--dir", str(tmp_path))
         assert again.returncode == 2 and "already running" in again.stderr

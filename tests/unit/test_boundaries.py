@@ -10,9 +10,9 @@
 2. No module reads a private attribute of another module's object (e.g.
    ``conn._reconnect_listeners`` outside ``_connection.py``).
 3. The import graph of the package has no cycle, counting imports inside
-   functions and ``TYPE_CHECKING`` blocks: neither between modules nor
-   between components (top-level modules and subpackages such as
-   ``spark``).
+   functions (``TYPE_CHECKING`` blocks are never executed and do not count):
+   neither between modules nor between components (top-level modules and
+   subpackages such as ``spark``).
 """
 
 from __future__ import annotations
@@ -224,6 +224,23 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> list[str]:
     return [f"{base}.{alias.name}" for alias in node.names] + [base]
 
 
+def _runtime_nodes(tree: ast.Module) -> Iterator[ast.AST]:
+    """Every node except those under ``if TYPE_CHECKING:`` (never executed)."""
+    pending: list[ast.AST] = [tree]
+    while pending:
+        node = pending.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if (
+                isinstance(child, ast.If)
+                and isinstance(child.test, ast.Name | ast.Attribute)
+                and ast.unparse(child.test).endswith("TYPE_CHECKING")
+            ):
+                pending.extend(child.orelse)
+                continue
+            pending.append(child)
+
+
 def import_graph() -> dict[str, set[str]]:
     """``module -> modules it imports`` inside the package, every import statement counted."""
     sources = list(_sources())
@@ -231,7 +248,7 @@ def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path, tree in sources:
         is_package = path.name == "__init__.py"
-        for node in ast.walk(tree):
+        for node in _runtime_nodes(tree):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]

@@ -44,7 +44,9 @@ def test_hub_leaf_configs_are_valid(tmp_path: Path) -> None:
     leaf = _check(topo.leaf.config, tmp_path / "leaf")
     assert 'domain: "hub"' in hub and 'domain: "leaf"' in leaf
     assert f'listen: "127.0.0.1:{topo.leaf_port}"' in hub
-    assert 'account: "ACC"' in leaf and "nats-leaf://acc:" in leaf
+    assert 'account: "ACC"' in leaf and 'nkey: "SU' in leaf and "nats-leaf://acc:" not in leaf
+    _, password = topo.credentials("ACC")
+    assert password not in hub + leaf and '"$2a$10$' in hub
     assert 'to: "JS.acc@hub.API.CONSUMER.MSG.NEXT.aggregate.dur"' in hub
     assert 'response_type: "stream"' in hub
 
@@ -116,7 +118,8 @@ def test_blocks_render_expected_keys() -> None:
         )
     ).render()
     assert 'listen: "127.0.0.1:6222"' in text and "nats-route://127.0.0.1:6223" in text
-    assert 'listen: "127.0.0.1:7422"' in text and 'token: "t0k"' in text
+    assert 'listen: "127.0.0.1:7422"' in text and 'token: "$2a$10$' in text
+    assert "t0k" not in text
     export = Export(subject="$JS.hub.API.CONSUMER.MSG.NEXT.s.d", response_type="stream")
     assert export.to_dict() == {
         "service": "$JS.hub.API.CONSUMER.MSG.NEXT.s.d",

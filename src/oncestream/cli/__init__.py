@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from . import (
     _audit,  # noqa: F401
+    _consumer,  # noqa: F401
     _demo,  # noqa: F401
+    _dlq,  # noqa: F401
     _process,  # noqa: F401
     _publish,  # noqa: F401
     _server,  # noqa: F401
     _status,  # noqa: F401
+    _stream,  # noqa: F401
+    _tail,  # noqa: F401
     _topology,  # noqa: F401
 )
 from ._app import app

@@ -8,7 +8,6 @@ formed, and writes ``topology.json`` (PIDs, URLs, domains, credentials; mode
 from __future__ import annotations
 
 import json
-import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import typer
 
 from .._errors import ConfigError, ServerError
+from .._private import private_dir, write_private
 from .._sync import run_sync
 from ..server import Cluster, HubLeaf, Topology, monitor, stop_pid
 from ._app import app, cli_errors, console
@@ -75,15 +75,16 @@ def _print_state(state: dict[str, Any], directory: Path) -> None:
         )
     users = state.get("users") or {}
     if users:
-        console.print("credentials (account: user / password):")
+        state_file = directory / STATE_FILE
+        console.print(f"users (passwords in {state_file}, mode 0600):")
         for account, cred in users.items():
-            console.print(f"  {account:<14} {cred['user']} / {cred['password']}", highlight=False)
+            console.print(f"  {account:<14} {cred['user']}", highlight=False)
     if state["kind"] == Kind.hub_leaf.value:
         leaf, hub = state["servers"]["leaf"], state["servers"]["hub"]
         acc = users.get("ACC", {})
         console.print(
             "streams: test (leaf) -> test-mirror, aggregate (hub); consumer aggregate/dur\n"
-            "try (export NATS_PASSWORD=<the ACC password>):\n"
+            f"try (export NATS_PASSWORD=$(jq -r .users.ACC.password {directory / STATE_FILE})):\n"
             f"  oncestream publish FILE --stream test --subject test --id-field id "
             f"--server {leaf['url']} --user {acc.get('user')} --domain leaf\n"
             f"  oncestream status aggregate --server {hub['url']} --user {acc.get('user')} "
@@ -107,6 +108,8 @@ def up_command(
     ),
 ) -> None:
     """Start the servers detached, wait until formed, print URLs, domains and credentials."""
+    if not timeout > 0:
+        raise ConfigError(f"--timeout must be > 0 seconds, got {timeout}")
     directory = directory.resolve()
     state = _read_state(directory)
     if state is not None and _running(state):
@@ -115,7 +118,7 @@ def up_command(
             f"(servers {', '.join(_running(state))}); run `oncestream topology down "
             f"--dir {directory}` first"
         )
-    directory.mkdir(parents=True, exist_ok=True)
+    private_dir(directory)
     topology: Topology
     if kind is Kind.hub_leaf:
         topology = HubLeaf(directory, ready_timeout=timeout)
@@ -129,10 +132,7 @@ def up_command(
             topology.down()
             raise
     state = topology.state()
-    path = directory / STATE_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(state, handle, indent=2)
+    write_private(directory / STATE_FILE, json.dumps(state, indent=2))
     _print_state(state, directory)
 
 

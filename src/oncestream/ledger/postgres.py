@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._errors import ConfigError, LedgerError
+from .._private import redact
 from ._base import KeyMode, Ledger, LedgerEntry, LedgerTx, check_key
 
 __all__ = ["PostgresLedger"]
@@ -128,9 +129,7 @@ class PostgresLedger(Ledger):
         self._con: Any = None
 
     def __repr__(self) -> str:
-        # The URL may hold a password: show only the host part.
-        where = self.url.rsplit("@", 1)[-1]
-        return f"PostgresLedger({where!r}, key={self.key!r})"
+        return f"PostgresLedger({redact(self.url)!r}, key={self.key!r})"
 
     @property
     def connection(self) -> Any:

@@ -30,6 +30,7 @@ import orjson
 
 from .._errors import ServerError
 from .._options import ConnectOptions
+from .._private import private_dir
 from ._config import JetStreamConfig, ServerConfig
 from ._process import NatsServer, find_nats_server
 from ._topology import AccountsConfig, ClusterConfig
@@ -151,8 +152,7 @@ class Topology:
     kind = "topology"
 
     def __init__(self, work_dir: Path, *, ready_timeout: float = 30.0) -> None:
-        self.work_dir = Path(work_dir)
-        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.work_dir = private_dir(work_dir)
         self.ready_timeout = ready_timeout
         self.servers: dict[str, NatsServer] = {}
         self.http_ports: dict[str, int] = {}
@@ -327,15 +327,6 @@ class Cluster(Topology):
             if reason:
                 return reason
         return None
-
-    def meta_leader(self) -> str:
-        """Name of the current JetStream meta leader."""
-        for node in self.node_names:
-            jsz = monitor(self.http_ports[node], "/jsz") or {}
-            leader = (jsz.get("meta_cluster") or {}).get("leader")
-            if leader:
-                return str(leader)
-        raise ServerError("no JetStream meta leader")
 
     def wait_node_current(self, node: str, timeout: float = 60.0) -> None:
         """Wait until ``node`` rejoined: routes up, healthy, meta and its streams caught up."""

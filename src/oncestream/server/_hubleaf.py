@@ -10,12 +10,14 @@ Example::
 from __future__ import annotations
 
 import secrets
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .._options import ConnectOptions
 from ._cluster import Topology, _healthy, free_ports, monitor, wait_for
 from ._config import JetStreamConfig, ServerConfig
+from ._jwt import new_keypair
 from ._process import NatsServer
 from ._topology import (
     Account,
@@ -90,7 +92,9 @@ class HubLeaf(Topology):
     """A hub server (domain ``hub``) and a leaf server (domain ``leaf``).
 
     The leaf connects to the hub with one leaf remote per account in
-    ``remote_accounts`` (``ACC`` carries the data; ``SYS`` joins monitoring).
+    ``remote_accounts`` (``ACC`` carries the data; ``SYS`` joins monitoring),
+    each authenticated by a fresh nkey user added to that account (the seed is
+    only in the leaf's 0600 config; passwords are stored as bcrypt hashes).
     Both servers load the same accounts (see :func:`hub_leaf_accounts`).
 
     Args:
@@ -118,22 +122,30 @@ class HubLeaf(Topology):
         if accounts is None:
             passwords = {u: secrets.token_urlsafe(12) for u in ("admin", "acc", "import_client")}
             accounts = hub_leaf_accounts(passwords=passwords, hub_domain=hub_domain)
-        self.accounts = accounts
-        self.domains = {"hub": hub_domain, "leaf": leaf_domain}
-        self.remote_accounts = remote_accounts
         hub_client, hub_leaf, hub_http, leaf_client, leaf_http = free_ports(5)
         self.leaf_port = hub_leaf
         remotes = []
+        link_keys = {name: new_keypair("user") for name in remote_accounts}
+        accounts = replace(
+            accounts,
+            accounts=tuple(
+                replace(acc, users=(*acc.users, User(nkey=link_keys[acc.name].public)))
+                if acc.name in link_keys
+                else acc
+                for acc in accounts.accounts
+            ),
+        )
         for name in remote_accounts:
-            user = accounts[name].users[0]
             remotes.append(
                 LeafRemote(
                     url=f"nats-leaf://127.0.0.1:{hub_leaf}",
                     account=name,
-                    user=user.user,
-                    password=user.password,
+                    nkey_seed=link_keys[name].seed,
                 )
             )
+        self.accounts = accounts
+        self.domains = {"hub": hub_domain, "leaf": leaf_domain}
+        self.remote_accounts = remote_accounts
         for role, client, http, leafnodes in (
             ("hub", hub_client, hub_http, LeafNodeConfig(port=hub_leaf)),
             ("leaf", leaf_client, leaf_http, LeafNodeConfig(remotes=tuple(remotes))),
@@ -225,5 +237,6 @@ class HubLeaf(Topology):
             account.name: {"user": user.user, "password": user.password}
             for account in self.accounts.accounts
             for user in account.users[:1]
+            if user.user is not None
         }
         return state

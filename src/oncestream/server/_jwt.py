@@ -26,6 +26,7 @@ import nkeys
 import orjson
 
 from .._errors import ConfigError
+from .._private import write_private
 from ._topology import OperatorConfig
 
 __all__ = ["KeyPair", "OperatorSetup", "encode_jwt", "format_creds", "new_keypair"]
@@ -190,6 +191,4 @@ class OperatorSetup:
 
     def write_creds(self, path: Path, *, account: str, user: str) -> Path:
         """Write a new user's ``.creds`` file (mode 0600) and return its path."""
-        path.write_text(self.user_creds(account=account, user=user))
-        path.chmod(0o600)
-        return path
+        return write_private(path, self.user_creds(account=account, user=user))

@@ -2,8 +2,12 @@
 
 Each block renders to plain dicts through ``to_dict()`` and is attached to a
 :class:`~oncestream.server.ServerConfig` through its ``blocks`` field, so the
-one renderer in ``_config.py`` writes them. Secrets (passwords, tokens) are
-kept out of ``repr()``.
+one renderer in ``_config.py`` writes them. Secrets (passwords, tokens, seeds)
+are kept out of ``repr()``, and rendered configs hold bcrypt hashes of passwords
+and tokens, never the plaintext (nats-server accepts ``$2a$`` bcrypt hashes; it
+warns "Plaintext passwords detected" otherwise). Leaf remotes authenticate
+with an nkey seed; the config files holding them are written 0600 (see
+``oncestream._private``).
 
 Example::
 
@@ -16,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +29,7 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 from .._errors import ConfigError
+from .._private import redacted_repr
 
 __all__ = [
     "Account",
@@ -46,6 +52,29 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 def _check_name(what: str, value: str) -> None:
     if not _NAME_RE.match(value):
         raise ConfigError(f"{what} must contain only letters, digits, '-' and '_', got {value!r}")
+
+
+#: bcrypt cost of the hashes written into server configs (the server pays it per login).
+BCRYPT_COST = 10
+
+
+def is_bcrypt(secret: str) -> bool:
+    """True when ``secret`` already is a bcrypt hash (``$2a$``, ``$2b$``...)."""
+    return re.match(r"^\$2[abxy]?\$\d\d\$", secret) is not None
+
+
+@functools.lru_cache(maxsize=256)
+def bcrypt_hash(secret: str) -> str:
+    """The ``$2a$`` bcrypt hash nats-server accepts for ``secret`` (unchanged if hashed already).
+
+    Cached per process, so rendering a config again does not change the file.
+    """
+    if is_bcrypt(secret):
+        return secret
+    import bcrypt
+
+    salt = bcrypt.gensalt(rounds=BCRYPT_COST, prefix=b"2a")
+    return bcrypt.hashpw(secret.encode(), salt).decode()
 
 
 def _check_port(what: str, port: int) -> None:
@@ -126,7 +155,7 @@ class User:
         result: dict[str, Any] = (
             {"nkey": self.nkey}
             if self.nkey is not None
-            else {"user": self.user, "password": self.password}
+            else {"user": self.user, "password": bcrypt_hash(str(self.password))}
         )
         if self.permissions is not None:
             result["permissions"] = dict(self.permissions)
@@ -163,8 +192,8 @@ class Authorization:
     def to_dict(self) -> dict[str, Any]:
         block: dict[str, Any] = {
             "user": self.user,
-            "password": self.password,
-            "token": self.token,
+            "password": None if self.password is None else bcrypt_hash(self.password),
+            "token": None if self.token is None else bcrypt_hash(self.token),
             "timeout": self.timeout,
         }
         if self.users:
@@ -307,6 +336,9 @@ class ClusterConfig:
         _check_name("ClusterConfig.name", self.name)
         _check_port("ClusterConfig.port", self.port)
 
+    def __repr__(self) -> str:
+        return redacted_repr(self)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "cluster": {
@@ -327,7 +359,9 @@ class LeafRemote:
     Args:
         url: the hub's leaf listener, e.g. ``nats-leaf://127.0.0.1:7422``.
         account: local account whose traffic goes over this connection.
-        user, password: credentials of a hub user in the matching hub account.
+        user, password: credentials of a hub user in the matching hub account
+            (rendered into the URL: prefer ``nkey_seed``).
+        nkey_seed: seed (``SU...``) of an nkey user of the matching hub account.
         credentials: path to a ``.creds`` file (operator mode), instead of user/password.
         tls: TLS settings for this connection.
     """
@@ -336,14 +370,21 @@ class LeafRemote:
     account: str
     user: str | None = None
     password: str | None = field(default=None, repr=False)
+    nkey_seed: str | None = field(default=None, repr=False)
     credentials: Path | str | None = None
     tls: TLSConfig | None = None
 
     def __post_init__(self) -> None:
         if (self.user is None) != (self.password is None):
             raise ConfigError("LeafRemote: user and password must be given together")
-        if self.user is not None and self.credentials is not None:
-            raise ConfigError("LeafRemote: give user/password or credentials, not both")
+        given = [self.user is not None, self.nkey_seed is not None, self.credentials is not None]
+        if sum(given) > 1:
+            raise ConfigError("LeafRemote: give one of user/password, nkey_seed or credentials")
+        if self.nkey_seed is not None and not self.nkey_seed.startswith("SU"):
+            raise ConfigError("LeafRemote: nkey_seed must be a user seed (SU...)")
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)
 
     def to_dict(self) -> dict[str, Any]:
         url = self.url
@@ -354,6 +395,7 @@ class LeafRemote:
         return {
             "urls": [url],
             "account": self.account,
+            "nkey": self.nkey_seed,
             "credentials": None if self.credentials is None else str(self.credentials),
             "tls": None if self.tls is None else self.tls.to_dict(),
         }

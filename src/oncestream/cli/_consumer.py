@@ -1,0 +1,202 @@
+"""`oncestream consumer add|ls|info|rm`: durable pull consumers, like ``nats consumer``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from .._admin import consumer_info, delete_consumer, list_consumers, stream_info
+from .._connection import connect
+from .._errors import ConfigError
+from .._options import ConnectOptions, parse_duration
+from .._start import StartPosition, parse_time
+from ._app import app, cli_errors, console, run_async
+from ._connect_flags import with_connect_options
+from ._output import confirm, kv_table, print_json, print_table, rows_table
+
+consumer_app = typer.Typer(
+    name="consumer",
+    help="Create, list, inspect and remove durable pull consumers.",
+    no_args_is_help=True,
+)
+app.add_typer(consumer_app)
+
+Stream = Annotated[str, typer.Argument(help="Stream name.")]
+Name = Annotated[str, typer.Argument(help="Consumer (durable) name.")]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+def consumer_row(info: dict[str, Any]) -> dict[str, Any]:
+    """The ``consumer ls`` / ``status`` row of a consumer info."""
+    config = info.get("config", {})
+    return {
+        "consumer": info.get("name"),
+        "filter": config.get("filter_subject") or config.get("filter_subjects") or "",
+        "ack_policy": config.get("ack_policy"),
+        "num_pending": info.get("num_pending", 0),
+        "ack_pending": info.get("num_ack_pending", 0),
+        "redelivered": info.get("num_redelivered", 0),
+        "ack_floor": info.get("ack_floor", {}).get("stream_seq", 0),
+        "delivered": info.get("delivered", {}).get("stream_seq", 0),
+        "waiting_pulls": info.get("num_waiting", 0),
+    }
+
+
+def _details(info: dict[str, Any]) -> dict[str, Any]:
+    config = info.get("config", {})
+    return {
+        "stream": info.get("stream_name"),
+        "consumer": info.get("name"),
+        "filter": config.get("filter_subject") or config.get("filter_subjects") or "",
+        "deliver policy": config.get("deliver_policy"),
+        "start seq": config.get("opt_start_seq"),
+        "start time": config.get("opt_start_time"),
+        "ack policy": config.get("ack_policy"),
+        "ack wait": f"{int(config.get('ack_wait', 0)) / 1e9:g}s",
+        "max deliver": config.get("max_deliver", -1),
+        "max ack pending": config.get("max_ack_pending", -1),
+        "pending": info.get("num_pending", 0),
+        "ack pending": info.get("num_ack_pending", 0),
+        "redelivered": info.get("num_redelivered", 0),
+        "waiting pulls": info.get("num_waiting", 0),
+        "delivered seq": info.get("delivered", {}).get("stream_seq", 0),
+        "ack floor seq": info.get("ack_floor", {}).get("stream_seq", 0),
+        "created": info.get("created"),
+    }
+
+
+def start_from_flag(flag: str, value: str) -> StartPosition:
+    """``all``, ``new``, a sequence or a time (ISO 8601 or a duration ago) as a StartPosition."""
+    text = value.strip().lower()
+    if text == "all":
+        return StartPosition()
+    if text == "new":
+        return StartPosition(new_only=True)
+    if text.isdigit():
+        return StartPosition(seq=int(text))
+    return StartPosition(time=parse_time(flag, value))
+
+
+def _show(info: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print_json(info)
+    else:
+        title = f"consumer {info.get('stream_name')}/{info.get('name')}"
+        print_table(kv_table(title, _details(info)))
+
+
+@consumer_app.command("add")
+@cli_errors
+@with_connect_options
+def add_command(
+    stream: Stream,
+    name: Name,
+    filter_subject: Annotated[
+        str | None, typer.Option("--filter", help="Only deliver this subject.")
+    ] = None,
+    deliver: Annotated[
+        str, typer.Option("--deliver", help="all, new, a sequence, or a time (ISO or '10m' ago).")
+    ] = "all",
+    ack: Annotated[str, typer.Option("--ack", help="explicit, all or none.")] = "explicit",
+    ack_wait: Annotated[str, typer.Option("--ack-wait", help="Redelivery delay.")] = "30s",
+    max_deliver: Annotated[
+        int, typer.Option("--max-deliver", help="Delivery attempts (-1 = unlimited).")
+    ] = -1,
+    max_ack_pending: Annotated[
+        int, typer.Option("--max-pending", help="Unacked messages at most.")
+    ] = 10_000,
+    as_json: Json = False,
+    *,
+    options: ConnectOptions,
+) -> None:
+    """Create durable pull consumer NAME on STREAM."""
+    if ack not in ("explicit", "all", "none"):
+        raise ConfigError(f"--ack must be explicit, all or none, got {ack!r}")
+    if max_deliver == 0 or max_deliver < -1:
+        raise ConfigError(f"--max-deliver must be -1 or >= 1, got {max_deliver}")
+    if max_ack_pending < 1:
+        raise ConfigError(f"--max-pending must be >= 1, got {max_ack_pending}")
+    if not name or any(c in name for c in " .*>\t\r\n/\\"):
+        raise ConfigError(f"consumer name {name!r} is invalid: no spaces, '.', '*', '>', '/'")
+    start = start_from_flag("--deliver", deliver)
+    config: dict[str, Any] = {
+        "durable_name": name,
+        "ack_policy": ack,
+        "ack_wait": int(parse_duration("--ack-wait", ack_wait) * 1e9),
+        "max_deliver": max_deliver,
+        "max_ack_pending": max_ack_pending,
+        **start.to_config(),
+    }
+    if filter_subject:
+        config["filter_subject"] = filter_subject
+
+    async def main() -> dict[str, Any]:
+        async with await connect(options) as conn:
+            await stream_info(conn, stream)
+            payload = {"stream_name": stream, "config": config, "action": "create"}
+            return await conn.api(f"CONSUMER.CREATE.{stream}.{name}", payload)
+
+    info = run_async(main())
+    if not as_json:
+        console.print(f"created consumer {stream}/{name}", highlight=False)
+    _show(info, as_json)
+
+
+@consumer_app.command("ls")
+@cli_errors
+@with_connect_options
+def ls_command(stream: Stream, as_json: Json = False, *, options: ConnectOptions) -> None:
+    """List the consumers of STREAM with their pending and ack-pending counts."""
+
+    async def main() -> list[dict[str, Any]]:
+        async with await connect(options) as conn:
+            return [consumer_row(i) for i in await list_consumers(conn, stream)]
+
+    rows = run_async(main())
+    if as_json:
+        print_json(rows)
+    else:
+        print_table(rows_table(f"consumers of {stream}", rows))
+
+
+@consumer_app.command("info")
+@cli_errors
+@with_connect_options
+def info_command(
+    stream: Stream, name: Name, as_json: Json = False, *, options: ConnectOptions
+) -> None:
+    """Configuration and state of consumer NAME on STREAM."""
+
+    async def main() -> dict[str, Any]:
+        async with await connect(options) as conn:
+            return await consumer_info(conn, stream, name)
+
+    _show(run_async(main()), as_json)
+
+
+@consumer_app.command("rm")
+@cli_errors
+@with_connect_options
+def rm_command(
+    stream: Stream,
+    name: Name,
+    force: Annotated[bool, typer.Option("--force", "-f", help="Do not ask.")] = False,
+    *,
+    options: ConnectOptions,
+) -> None:
+    """Delete consumer NAME of STREAM (its messages stay in the stream)."""
+
+    async def check() -> None:
+        async with await connect(options) as conn:
+            await consumer_info(conn, stream, name)
+
+    run_async(check())
+    confirm(f"Delete consumer {stream}/{name}?", force=force, what=f"delete {stream}/{name}")
+
+    async def main() -> None:
+        async with await connect(options) as conn:
+            await delete_consumer(conn, stream, name)
+
+    run_async(main())
+    console.print(f"deleted consumer {stream}/{name}", highlight=False)

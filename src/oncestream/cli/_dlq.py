@@ -1,0 +1,211 @@
+"""`oncestream dlq ls|show|replay`: inspect dead letters and replay them exactly once."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+import typer
+
+from .._admin import get_message, stream_info
+from .._connection import connect
+from .._errors import ConfigError, MessageNotFound
+from .._options import ConnectOptions
+from .._start import rfc3339
+from ..deadletters import DeadLetter, list_dead_letters, replay_dead_letters
+from ._app import app, cli_errors, console, run_async
+from ._connect_flags import with_connect_options
+from ._output import confirm, kv_table, print_json, print_table, rows_table
+from ._tail import message_json, preview
+
+dlq_app = typer.Typer(
+    name="dlq",
+    help="List, show and replay the dead letters of a Processor.",
+    no_args_is_help=True,
+)
+app.add_typer(dlq_app)
+
+Dlq = Annotated[str, typer.Argument(help="Dead-letter stream (process --dead-letter-stream).")]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+Seqs = Annotated[str | None, typer.Option("--seq", help="Dead-letter sequences: N or FIRST-LAST.")]
+Subject = Annotated[
+    str | None, typer.Option("--subject", help="Only dead letters of this original subject.")
+]
+Error = Annotated[str | None, typer.Option("--error", help="Only errors containing this text.")]
+
+
+def parse_range(value: str | None) -> tuple[int | None, int | None]:
+    """``N`` or ``FIRST-LAST`` (either side may be empty) as (first, last).
+
+    Raises:
+        ConfigError: naming the value.
+    """
+    if value is None:
+        return None, None
+    text = value.strip()
+    left, sep, right = text.partition("-")
+    try:
+        first = int(left) if left else None
+        last = (int(right) if right else None) if sep else first
+    except ValueError:
+        raise ConfigError(f"--seq must be N or FIRST-LAST, got {value!r}") from None
+    if (first is not None and first < 1) or (
+        first is not None and last is not None and last < first
+    ):
+        raise ConfigError(f"--seq must be N or FIRST-LAST with 1 <= FIRST <= LAST, got {value!r}")
+    return first, last
+
+
+def letter_row(letter: DeadLetter) -> dict[str, Any]:
+    """The ``dlq ls`` row of a dead letter."""
+    return {
+        "seq": letter.seq,
+        "time": rfc3339(letter.time),
+        "stream": letter.stream,
+        "orig_seq": letter.sequence,
+        "subject": letter.subject,
+        "attempts": letter.attempts,
+        "error": letter.error if len(letter.error) <= 80 else letter.error[:79] + "…",
+    }
+
+
+@dlq_app.command("ls")
+@cli_errors
+@with_connect_options
+def ls_command(
+    dlq: Dlq,
+    seq: Seqs = None,
+    subject: Subject = None,
+    error: Error = None,
+    as_json: Json = False,
+    *,
+    options: ConnectOptions,
+) -> None:
+    """List dead letters: where they came from, attempts and the last error."""
+    first, last = parse_range(seq)
+
+    async def main() -> list[DeadLetter]:
+        async with await connect(options) as conn:
+            return await list_dead_letters(
+                conn, dlq, first=first, last=last, subject=subject, error=error
+            )
+
+    letters = run_async(main())
+    if as_json:
+        print_json([{**letter_row(x), "error": x.error, "msg_id": x.msg_id} for x in letters])
+    else:
+        print_table(rows_table(f"dead letters in {dlq}", [letter_row(x) for x in letters]))
+
+
+@dlq_app.command("show")
+@cli_errors
+@with_connect_options
+def show_command(
+    dlq: Dlq,
+    seq: Annotated[int, typer.Argument(help="Dead-letter sequence.")],
+    as_json: Json = False,
+    *,
+    options: ConnectOptions,
+) -> None:
+    """One dead letter: origin, attempts, full error, headers and payload."""
+
+    async def main() -> DeadLetter:
+        async with await connect(options) as conn:
+            await stream_info(conn, dlq)
+            try:
+                msg = await get_message(conn, dlq, seq=seq)
+            except MessageNotFound:
+                raise MessageNotFound(f"no message {seq} in stream {dlq!r}") from None
+            return DeadLetter.from_message(msg)
+
+    letter = run_async(main())
+    if as_json:
+        typer.echo(
+            orjson.dumps(
+                {**letter_row(letter), "error": letter.error, "msg_id": letter.msg_id,
+                 "message": message_json(_stored(letter))},
+                option=orjson.OPT_INDENT_2,
+            ).decode()
+        )  # fmt: skip
+        return
+    details = {**letter_row(letter), "error": letter.error, "msg_id": letter.msg_id}
+    details["data"] = preview(letter.data, 2000)
+    print_table(kv_table(f"dead letter {dlq} #{seq}", details))
+    for name, values in letter.headers.items():
+        for value in values:
+            console.print(f"  {name}: {value}", markup=False, highlight=False)
+
+
+def _stored(letter: DeadLetter) -> Any:
+    from .._admin import StoredMessage
+
+    return StoredMessage(
+        stream=letter.dlq_stream,
+        seq=letter.seq,
+        subject=letter.dlq_subject,
+        time=letter.time,
+        headers=letter.headers,
+        data=letter.data,
+    )
+
+
+@dlq_app.command("replay")
+@cli_errors
+@with_connect_options
+def replay_command(
+    dlq: Dlq,
+    seq: Seqs = None,
+    all_letters: Annotated[bool, typer.Option("--all", help="Every dead letter.")] = False,
+    subject: Subject = None,
+    error: Error = None,
+    force: Annotated[bool, typer.Option("--force", "-f", help="Do not ask.")] = False,
+    as_json: Json = False,
+    *,
+    options: ConnectOptions,
+) -> None:
+    """Republish dead letters to their original subject exactly once, then delete them.
+
+    Select with --seq, --subject, --error, or --all. A re-run replays nothing twice.
+    """
+    if not (all_letters or seq or subject or error):
+        raise ConfigError("dlq replay: select dead letters with --seq, --subject, --error or --all")
+    if all_letters and (seq or subject or error):
+        raise ConfigError("dlq replay: --all cannot be combined with --seq/--subject/--error")
+    first, last = parse_range(seq)
+
+    async def count() -> int:
+        async with await connect(options) as conn:
+            letters = await list_dead_letters(
+                conn, dlq, first=first, last=last, subject=subject, error=error
+            )
+            return len(letters)
+
+    selected = run_async(count())
+    if selected:
+        confirm(f"Replay {selected:,} dead letters from {dlq}?", force=force, what=f"replay {dlq}")
+
+    async def main() -> dict[str, Any]:
+        async with await connect(options) as conn:
+            report = await replay_dead_letters(
+                conn, dlq, first=first, last=last, subject=subject, error=error
+            )
+            return {
+                "selected": report.selected,
+                "replayed": report.replayed,
+                "already_replayed": report.already_replayed,
+            }
+
+    empty: dict[str, Any] = {"selected": 0, "replayed": [], "already_replayed": []}
+    result = run_async(main()) if selected else empty
+    if as_json:
+        print_json(result)
+        return
+    console.print(
+        f"replayed {len(result['replayed']):,} dead letters from {dlq}"
+        + (
+            f" ({len(result['already_replayed'])} had been republished before and were removed)"
+            if result["already_replayed"]
+            else ""
+        ),
+        highlight=False,
+    )

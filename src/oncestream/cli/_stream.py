@@ -1,0 +1,368 @@
+"""`oncestream stream add|ls|info|edit|rm|purge`: stream administration, like ``nats stream``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from .._admin import list_streams, stream_info
+from .._connection import connect
+from .._errors import ConfigError
+from .._options import ConnectOptions, parse_duration
+from ..streams import StreamSpec, seconds_to_ns
+from ._app import app, cli_errors, console, run_async
+from ._connect_flags import with_connect_options
+from ._output import confirm, kv_table, print_json, print_table, rows_table
+
+stream_app = typer.Typer(
+    name="stream",
+    help="Create, list, inspect, edit, purge and remove streams.",
+    no_args_is_help=True,
+)
+app.add_typer(stream_app)
+
+Name = Annotated[str, typer.Argument(help="Stream name.")]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+Force = Annotated[bool, typer.Option("--force", "-f", help="Do not ask for confirmation.")]
+Subjects = Annotated[
+    list[str] | None,
+    typer.Option("--subjects", help="Subjects captured; repeat or comma-separate."),
+]
+Storage = Annotated[str | None, typer.Option("--storage", help="file or memory.")]
+Replicas = Annotated[int | None, typer.Option("--replicas", help="Replicas (1..5).")]
+DupeWindow = Annotated[
+    str | None, typer.Option("--dupe-window", help="Msg-id de-duplication window (2m).")
+]
+Retention = Annotated[
+    str | None, typer.Option("--retention", help="limits, interest or workqueue.")
+]
+Discard = Annotated[str | None, typer.Option("--discard", help="old or new (when full).")]
+MaxAge = Annotated[str | None, typer.Option("--max-age", help="Keep messages this long (0=ever).")]
+MaxMsgs = Annotated[int | None, typer.Option("--max-msgs", help="Message limit (-1 = none).")]
+MaxBytes = Annotated[int | None, typer.Option("--max-bytes", help="Byte limit (-1 = none).")]
+MaxPerSubject = Annotated[
+    int | None, typer.Option("--max-msgs-per-subject", help="Per-subject limit (-1 = none).")
+]
+MaxMsgSize = Annotated[
+    int | None, typer.Option("--max-msg-size", help="Largest message in bytes (-1 = none).")
+]
+AllowDirect = Annotated[
+    bool | None,
+    typer.Option("--allow-direct/--no-allow-direct", help="Direct get (fast reads)."),
+]
+
+_CHOICES = {
+    "storage": ("file", "memory"),
+    "retention": ("limits", "interest", "workqueue"),
+    "discard": ("old", "new"),
+}
+
+
+def _choice(flag: str, value: str | None) -> str | None:
+    if value is not None and value not in _CHOICES[flag]:
+        allowed = ", ".join(_CHOICES[flag])
+        raise ConfigError(f"--{flag} must be one of {allowed}, got {value!r}")
+    return value
+
+
+def _split(values: list[str] | None) -> tuple[str, ...]:
+    return tuple(p.strip() for v in values or [] for p in v.split(",") if p.strip())
+
+
+def stream_row(info: dict[str, Any]) -> dict[str, Any]:
+    """The ``stream ls`` row of a stream info."""
+    state, config = info.get("state", {}), info.get("config", {})
+    return {
+        "stream": config.get("name"),
+        "subjects": config.get("subjects") or [],
+        "storage": config.get("storage"),
+        "replicas": config.get("num_replicas", 1),
+        "messages": state.get("messages", 0),
+        "bytes": state.get("bytes", 0),
+        "first_seq": state.get("first_seq", 0),
+        "last_seq": state.get("last_seq", 0),
+        "consumers": state.get("consumer_count", 0),
+    }
+
+
+def _seconds(ns: Any) -> str:
+    seconds = int(ns or 0) / 1e9
+    return "forever" if seconds == 0 else f"{seconds:g}s"
+
+
+def stream_details(info: dict[str, Any]) -> dict[str, Any]:
+    """The ``stream info`` key/value view."""
+    config, state = info.get("config", {}), info.get("state", {})
+    return {
+        "name": config.get("name"),
+        "subjects": config.get("subjects") or [],
+        "storage": config.get("storage"),
+        "replicas": config.get("num_replicas", 1),
+        "retention": config.get("retention"),
+        "discard": config.get("discard"),
+        "duplicate window": _seconds(config.get("duplicate_window")),
+        "max age": _seconds(config.get("max_age")),
+        "max msgs": config.get("max_msgs", -1),
+        "max bytes": config.get("max_bytes", -1),
+        "max msgs per subject": config.get("max_msgs_per_subject", -1),
+        "max msg size": config.get("max_msg_size", -1),
+        "allow direct": bool(config.get("allow_direct", False)),
+        "messages": state.get("messages", 0),
+        "bytes": state.get("bytes", 0),
+        "first seq": state.get("first_seq", 0),
+        "last seq": state.get("last_seq", 0),
+        "deleted": state.get("num_deleted", 0),
+        "subjects stored": state.get("num_subjects", 0),
+        "consumers": state.get("consumer_count", 0),
+        "created": info.get("created"),
+    }
+
+
+def _show(info: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print_json(info)
+    else:
+        print_table(kv_table(f"stream {info.get('config', {}).get('name')}", stream_details(info)))
+
+
+def _changes(
+    *,
+    storage: str | None,
+    replicas: int | None,
+    dupe_window: str | None,
+    retention: str | None,
+    discard: str | None,
+    max_age: str | None,
+    max_msgs: int | None,
+    max_bytes: int | None,
+    max_msgs_per_subject: int | None,
+    max_msg_size: int | None,
+    allow_direct: bool | None,
+) -> dict[str, Any]:
+    """The raw config keys given on the command line (validated)."""
+    changes: dict[str, Any] = {
+        "storage": _choice("storage", storage),
+        "num_replicas": replicas,
+        "retention": _choice("retention", retention),
+        "discard": _choice("discard", discard),
+        "max_msgs": max_msgs,
+        "max_bytes": max_bytes,
+        "max_msgs_per_subject": max_msgs_per_subject,
+        "max_msg_size": max_msg_size,
+        "allow_direct": allow_direct,
+    }
+    if dupe_window is not None:
+        changes["duplicate_window"] = seconds_to_ns(parse_duration("--dupe-window", dupe_window))
+    if max_age is not None:
+        changes["max_age"] = seconds_to_ns(parse_duration("--max-age", max_age))
+    if replicas is not None and replicas not in (1, 2, 3, 4, 5):
+        raise ConfigError(f"--replicas must be 1..5, got {replicas}")
+    return {k: v for k, v in changes.items() if v is not None}
+
+
+@stream_app.command("add")
+@cli_errors
+@with_connect_options
+def add_command(
+    name: Name,
+    subjects: Subjects = None,
+    storage: Storage = None,
+    replicas: Replicas = None,
+    dupe_window: DupeWindow = None,
+    retention: Retention = None,
+    discard: Discard = None,
+    max_age: MaxAge = None,
+    max_msgs: MaxMsgs = None,
+    max_bytes: MaxBytes = None,
+    max_msgs_per_subject: MaxPerSubject = None,
+    max_msg_size: MaxMsgSize = None,
+    allow_direct: AllowDirect = None,
+    as_json: Json = False,
+    *,
+    options: ConnectOptions,
+) -> None:
+    """Create stream NAME (file storage, 1 replica, 2m duplicate window by default)."""
+    subject_list = _split(subjects)
+    if not subject_list:
+        raise ConfigError(f"stream add {name}: give the subjects it captures with --subjects")
+    changes = _changes(
+        storage=storage,
+        replicas=replicas,
+        dupe_window=dupe_window,
+        retention=retention,
+        discard=discard,
+        max_age=max_age,
+        max_msgs=max_msgs,
+        max_bytes=max_bytes,
+        max_msgs_per_subject=max_msgs_per_subject,
+        max_msg_size=max_msg_size,
+        allow_direct=allow_direct,
+    )
+    config = StreamSpec(name=name, subjects=subject_list).to_api()
+    config.update(changes)
+
+    async def main() -> dict[str, Any]:
+        async with await connect(options) as conn:
+            return await conn.add_stream(config)
+
+    info = run_async(main())
+    if not as_json:
+        console.print(f"created stream {name}", highlight=False)
+    _show(info, as_json)
+
+
+@stream_app.command("edit")
+@cli_errors
+@with_connect_options
+def edit_command(
+    name: Name,
+    subjects: Subjects = None,
+    storage: Storage = None,
+    replicas: Replicas = None,
+    dupe_window: DupeWindow = None,
+    retention: Retention = None,
+    discard: Discard = None,
+    max_age: MaxAge = None,
+    max_msgs: MaxMsgs = None,
+    max_bytes: MaxBytes = None,
+    max_msgs_per_subject: MaxPerSubject = None,
+    max_msg_size: MaxMsgSize = None,
+    allow_direct: AllowDirect = None,
+    as_json: Json = False,
+    *,
+    options: ConnectOptions,
+) -> None:
+    """Change the given settings of stream NAME; the others stay as they are."""
+    changes = _changes(
+        storage=storage,
+        replicas=replicas,
+        dupe_window=dupe_window,
+        retention=retention,
+        discard=discard,
+        max_age=max_age,
+        max_msgs=max_msgs,
+        max_bytes=max_bytes,
+        max_msgs_per_subject=max_msgs_per_subject,
+        max_msg_size=max_msg_size,
+        allow_direct=allow_direct,
+    )
+    if subjects:
+        changes["subjects"] = list(_split(subjects))
+    if not changes:
+        raise ConfigError(f"stream edit {name}: nothing to change; give at least one setting")
+
+    async def main() -> dict[str, Any]:
+        async with await connect(options) as conn:
+            config = dict((await stream_info(conn, name)).get("config", {}))
+            config.update(changes)
+            return await conn.update_stream(config)
+
+    info = run_async(main())
+    if not as_json:
+        console.print(f"updated stream {name}: {', '.join(sorted(changes))}", highlight=False)
+    _show(info, as_json)
+
+
+@stream_app.command("ls")
+@cli_errors
+@with_connect_options
+def ls_command(as_json: Json = False, *, options: ConnectOptions) -> None:
+    """List every stream with its subjects, messages, bytes and consumers."""
+
+    async def main() -> list[dict[str, Any]]:
+        async with await connect(options) as conn:
+            return [stream_row(i) for i in await list_streams(conn)]
+
+    rows = run_async(main())
+    if as_json:
+        print_json(rows)
+    else:
+        print_table(rows_table("streams", rows, empty="none defined"))
+
+
+@stream_app.command("info")
+@cli_errors
+@with_connect_options
+def info_command(name: Name, as_json: Json = False, *, options: ConnectOptions) -> None:
+    """Configuration and state of stream NAME."""
+
+    async def main() -> dict[str, Any]:
+        async with await connect(options) as conn:
+            return await stream_info(conn, name)
+
+    _show(run_async(main()), as_json)
+
+
+@stream_app.command("rm")
+@cli_errors
+@with_connect_options
+def rm_command(name: Name, force: Force = False, *, options: ConnectOptions) -> None:
+    """Delete stream NAME with all its messages and consumers."""
+
+    async def check() -> int:
+        async with await connect(options) as conn:
+            return int((await stream_info(conn, name)).get("state", {}).get("messages", 0))
+
+    messages = run_async(check())
+    confirm(
+        f"Delete stream {name} and its {messages:,} messages?", force=force, what=f"delete {name}"
+    )
+
+    async def main() -> None:
+        async with await connect(options) as conn:
+            await conn.delete_stream(name)
+
+    run_async(main())
+    console.print(f"deleted stream {name}", highlight=False)
+
+
+@stream_app.command("purge")
+@cli_errors
+@with_connect_options
+def purge_command(
+    name: Name,
+    subject: Annotated[
+        str | None, typer.Option("--subject", help="Only purge this subject (wildcards ok).")
+    ] = None,
+    keep: Annotated[int | None, typer.Option("--keep", help="Keep the newest N.")] = None,
+    seq: Annotated[
+        int | None, typer.Option("--seq", help="Purge up to, not including, this sequence.")
+    ] = None,
+    force: Force = False,
+    as_json: Json = False,
+    *,
+    options: ConnectOptions,
+) -> None:
+    """Remove messages from stream NAME (all, or by --subject / --keep / --seq)."""
+    if keep is not None and seq is not None:
+        raise ConfigError("stream purge: give --keep or --seq, not both")
+    if keep is not None and keep < 0:
+        raise ConfigError(f"--keep must be >= 0, got {keep}")
+    if seq is not None and seq < 1:
+        raise ConfigError(f"--seq must be >= 1, got {seq}")
+    body: dict[str, Any] = {}
+    if subject:
+        body["filter"] = subject
+    if keep is not None:
+        body["keep"] = keep
+    if seq is not None:
+        body["seq"] = seq
+
+    async def check() -> None:
+        async with await connect(options) as conn:
+            await stream_info(conn, name)
+
+    run_async(check())
+    scope = f" on {subject}" if subject else ""
+    confirm(f"Purge messages of stream {name}{scope}?", force=force, what=f"purge {name}")
+
+    async def main() -> dict[str, Any]:
+        async with await connect(options) as conn:
+            return await conn.api(f"STREAM.PURGE.{name}", body or None)
+
+    result = run_async(main())
+    if as_json:
+        print_json(result)
+    else:
+        console.print(f"purged {int(result.get('purged', 0)):,} messages from {name}")

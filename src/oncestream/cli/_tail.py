@@ -1,0 +1,189 @@
+"""`oncestream tail STREAM`: print stored messages; never acks, creates no consumer."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import signal
+from datetime import datetime
+from typing import Annotated, Any
+
+import orjson
+import typer
+
+from .._admin import StoredMessage, get_message, iter_messages, stream_info
+from .._connection import Connection, connect
+from .._errors import ConfigError, MessageNotFound
+from .._options import ConnectOptions
+from .._start import parse_time, rfc3339
+from ._app import app, cli_errors, run_async
+from ._connect_flags import with_connect_options
+
+PREVIEW = 200
+
+
+def preview(data: bytes, limit: int = PREVIEW) -> str:
+    """A one-line, terminal-safe view of a payload.
+
+    Text is shown with control characters escaped and cut at ``limit``
+    characters with a ``…(+N bytes)`` marker; anything else is shown as binary.
+    """
+    if not data:
+        return "<empty>"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return (
+            f"<binary, {len(data):,} bytes: {data[:16].hex(' ')}{' …' if len(data) > 16 else ''}>"
+        )
+    if sum(1 for c in text if not c.isprintable() and c not in "\t\n\r") > len(text) // 10:
+        return (
+            f"<binary, {len(data):,} bytes: {data[:16].hex(' ')}{' …' if len(data) > 16 else ''}>"
+        )
+    safe = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    if len(safe) <= limit:
+        return safe
+    rest = len(text[limit:].encode("utf-8")) if len(text) > limit else 0
+    return f"{safe[:limit]}…(+{rest:,} bytes)" if rest else f"{safe[:limit]}…"
+
+
+def message_json(msg: StoredMessage) -> dict[str, Any]:
+    """One message as JSON: ``data`` when it is UTF-8 text, else ``data_base64``."""
+    row: dict[str, Any] = {
+        "stream": msg.stream,
+        "seq": msg.seq,
+        "time": rfc3339(msg.time),
+        "subject": msg.subject,
+        "headers": msg.headers,
+        "size": len(msg.data),
+    }
+    try:
+        row["data"] = msg.data.decode("utf-8")
+    except UnicodeDecodeError:
+        row["data_base64"] = base64.b64encode(msg.data).decode()
+    return row
+
+
+def message_lines(msg: StoredMessage, *, headers: bool) -> list[str]:
+    """The text lines of one message."""
+    safe_subject = "".join(c if c.isprintable() else "?" for c in msg.subject)
+    lines = [f"#{msg.seq}  {rfc3339(msg.time)}  {safe_subject}  {preview(msg.data)}"]
+    if headers:
+        for name, values in msg.headers.items():
+            for value in values:
+                lines.append(f"    {name}: {preview(value.encode(), 300)}")
+    return lines
+
+
+async def resolve_start(conn: Connection, stream: str, start: str, subject: str | None) -> int:
+    """The first sequence to print for ``--from`` (a sequence, ``last:N`` or a time).
+
+    Raises:
+        ConfigError: the value is none of these.
+        StreamNotFound: naming the stream.
+    """
+    info = await stream_info(conn, stream)
+    state = info.get("state", {})
+    first, last = int(state.get("first_seq", 1) or 1), int(state.get("last_seq", 0))
+    text = start.strip()
+    if text.isdigit():
+        return max(int(text), 1)
+    if text.lower().startswith("last:"):
+        count = text[5:]
+        if not count.isdigit() or int(count) < 1:
+            raise ConfigError(f"--from last:N needs N >= 1, got {start!r}")
+        return await _last_n(conn, stream, int(count), subject, first, last)
+    return await seq_at_time(conn, stream, parse_time("--from", text), first, last)
+
+
+async def seq_at_time(
+    conn: Connection, stream: str, moment: datetime, first: int, last: int
+) -> int:
+    """The first sequence stored at or after ``moment`` (``last + 1`` if none): a binary
+    search over message times (stored times only grow with the sequence)."""
+    lo, hi = first, last + 1
+    for _ in range(200):
+        if lo >= hi:
+            break
+        mid = (lo + hi) // 2
+        try:
+            msg = await get_message(conn, stream, seq=mid, next_by_subject=">")
+        except MessageNotFound:
+            hi = mid
+            continue
+        if msg.seq >= hi:
+            hi = mid
+        elif msg.time >= moment:
+            hi = msg.seq
+        else:
+            lo = msg.seq + 1
+    return lo
+
+
+async def _last_n(
+    conn: Connection, stream: str, count: int, subject: str | None, first: int, last: int
+) -> int:
+    window = count
+    for _ in range(64):
+        begin = max(first, last - window + 1)
+        seqs = [
+            m.seq
+            async for m in iter_messages(
+                conn, stream, start_seq=begin, subject=subject, end_seq=last
+            )
+        ]
+        if len(seqs) >= count or begin <= first:
+            return seqs[-count] if len(seqs) >= count else (seqs[0] if seqs else last + 1)
+        window *= 4
+    return first
+
+
+@app.command("tail")
+@cli_errors
+@with_connect_options
+def tail_command(
+    stream: Annotated[str, typer.Argument(help="Stream to read.")],
+    subject: Annotated[
+        str | None, typer.Option("--subject", help="Only this subject (wildcards ok).")
+    ] = None,
+    start: Annotated[
+        str,
+        typer.Option("--from", help="SEQ, TIME (ISO 8601 or '10m' ago) or last:N."),
+    ] = "last:10",
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new messages (Ctrl-C ends).")
+    ] = False,
+    headers: Annotated[bool, typer.Option("--headers", help="Print headers too.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+    *,
+    options: ConnectOptions,
+) -> None:
+    """Print STREAM's messages: sequence, time, subject, a safe payload preview.
+
+    Reads with direct message gets: it never acks and creates no consumer.
+    """
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        if follow:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+        try:
+            async with await connect(options) as conn:
+                first = await resolve_start(conn, stream, start, subject)
+                async for msg in iter_messages(
+                    conn, stream, start_seq=first, subject=subject, follow=follow, stop=stop
+                ):
+                    if as_json:
+                        typer.echo(orjson.dumps(message_json(msg)).decode())
+                    else:
+                        typer.echo("\n".join(message_lines(msg, headers=headers)))
+        finally:
+            if follow:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    with contextlib.suppress(Exception):
+                        loop.remove_signal_handler(sig)
+
+    run_async(main())

@@ -1,0 +1,215 @@
+"""Table-driven CLI cases: one row per bad input, run against one shared server.
+
+A row says which command runs, what exists before (files, streams), the exit
+code and a fragment of the message it must print, and what must still be true
+afterwards (nothing lost, nothing stored twice, nothing deleted). Every row
+also checks that no Python traceback reached the output.
+
+Example::
+
+    CASES = [
+        Case(
+            "publish-missing-stream",
+            ["publish", "{tmp}/f.jsonl", "--stream", "NOPE", "-s", "{url}", "--no-progress"],
+            exit_code=2,
+            message="NOPE",
+            setup=lambda env: env.file("f.jsonl", '{"id": 1}\\n'),
+        ),
+    ]
+
+    @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+    def test_bad_input(case: Case, cli_env: CliEnv) -> None:
+        run_case(case, cli_env)
+
+Args are ``str.format`` templates: ``{url}`` is the shared server's URL and
+``{tmp}`` the row's own temporary directory. Rows that must run in a real
+process (signals, port binding, the console script itself) set ``subprocess=True``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from oncestream import ConnectOptions, connect
+from oncestream.streams import StreamSpec, ensure_stream
+
+__all__ = ["Case", "CliEnv", "Outcome", "run_case"]
+
+_TRACEBACK_MARKERS = ("Traceback (most recent call last)", 'File "/')
+
+
+@dataclass
+class Outcome:
+    """What one run printed and returned."""
+
+    exit_code: int
+    output: str
+    exception: BaseException | None = None
+
+
+@dataclass
+class CliEnv:
+    """What a row can use: the shared server's URL and a temp directory of its own."""
+
+    url: str
+    tmp: Path
+    values: dict[str, Any] = field(default_factory=dict)
+
+    # -- setup helpers -----------------------------------------------------------
+
+    def file(self, name: str, content: str | bytes, mode: int | None = None) -> Path:
+        """Create ``tmp/name`` with ``content`` (and chmod ``mode`` if given)."""
+        path = self.tmp / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+        if mode is not None:
+            path.chmod(mode)
+        return path
+
+    def run(self, coro_factory: Callable[..., Any]) -> Any:
+        """Run ``await coro_factory(conn)`` with a fresh connection to the shared server."""
+
+        async def main() -> Any:
+            async with await connect(ConnectOptions(servers=(self.url,))) as conn:
+                return await coro_factory(conn)
+
+        return asyncio.run(main())
+
+    def stream(self, name: str, *subjects: str, **kwargs: Any) -> None:
+        """Create (or keep) stream ``name`` listening on ``subjects``."""
+        spec = StreamSpec(name=name, subjects=subjects or (f"{name.lower()}.>",), **kwargs)
+        self.run(lambda conn: ensure_stream(conn, spec))
+
+    def consumer(self, stream: str, durable: str) -> None:
+        """Create durable pull consumer ``durable`` on ``stream``."""
+        config = {"durable_name": durable, "ack_policy": "explicit", "deliver_policy": "all"}
+        body = {"stream_name": stream, "config": config}
+        self.run(lambda conn: conn.api(f"CONSUMER.CREATE.{stream}.{durable}", body))
+
+    # -- post-condition helpers --------------------------------------------------
+
+    def messages(self, stream: str) -> int:
+        """How many messages ``stream`` holds (-1 when it does not exist)."""
+
+        async def count(conn: Any) -> int:
+            try:
+                info = await conn.stream_info(stream)
+            except Exception:
+                return -1
+            return int(info["state"]["messages"])
+
+        return int(self.run(count))
+
+    def snapshot(self, path: Path | None = None) -> dict[str, bytes]:
+        """Relative path -> content of every file under ``path`` (default: tmp)."""
+        root = path or self.tmp
+        return {
+            str(p.relative_to(root)): p.read_bytes()
+            for p in sorted(root.rglob("*"))
+            if p.is_file() and os.access(p, os.R_OK)
+        }
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row: ``oncestream *args`` must exit with ``exit_code`` and print ``message``.
+
+    Args:
+        id: short unique name (the pytest id).
+        args: CLI arguments, ``str.format`` templates over ``url`` and ``tmp``.
+        exit_code: the expected exit code (0 ok, 1 work failed, 2 bad usage/config).
+        message: a fragment the output must contain (case-insensitive, whitespace
+            folded, same templates as ``args``); "" for none.
+        setup: prepares files/streams before the run (may store values in ``env.values``).
+        check: post-condition after the run (assert inside; gets the env and the outcome).
+        stdin: text fed to the command's standard input.
+        subprocess: run the installed ``oncestream`` in a child process instead of in-process.
+        timeout: seconds a subprocess row may take.
+        absent: fragments the output must NOT contain (e.g. a secret).
+        in_tmp: run with the row's temp directory as the current directory.
+    """
+
+    id: str
+    args: Sequence[str]
+    exit_code: int
+    message: str = ""
+    setup: Callable[[CliEnv], Any] | None = None
+    check: Callable[[CliEnv, Outcome], Any] | None = None
+    stdin: str | None = None
+    subprocess: bool = False
+    timeout: float = 60.0
+    absent: tuple[str, ...] = ()
+    in_tmp: bool = False
+
+
+def _invoke(case: Case, args: list[str], cwd: Path | None) -> Outcome:
+    if cwd is not None:
+        before = os.getcwd()
+        os.chdir(cwd)
+        try:
+            return _invoke(case, args, None)
+        finally:
+            os.chdir(before)
+    if case.subprocess:
+        script = Path(sys.executable).parent / "oncestream"
+        proc = subprocess.run(
+            [str(script), *args],
+            input=case.stdin,
+            capture_output=True,
+            text=True,
+            timeout=case.timeout,
+            check=False,
+        )
+        return Outcome(proc.returncode, proc.stdout + proc.stderr)
+    from oncestream.cli import app
+
+    result = CliRunner().invoke(app, args, input=case.stdin)
+    output = result.stdout + (result.stderr if result.stderr_bytes is not None else "")
+    exc = result.exception
+    if isinstance(exc, SystemExit):
+        exc = None
+    return Outcome(result.exit_code, output, exc)
+
+
+def run_case(case: Case, env: CliEnv) -> Outcome:
+    """Run one row: setup, the command, then every check; returns the outcome.
+
+    Fails when the exit code differs, the message fragment is missing, an
+    ``absent`` fragment or a traceback shows up, or the row's ``check`` fails.
+    """
+    env.tmp.mkdir(parents=True, exist_ok=True)
+    if case.setup is not None:
+        case.setup(env)
+    args = [arg.format(url=env.url, tmp=env.tmp, **env.values) for arg in case.args]
+    message = case.message.format(url=env.url, tmp=env.tmp, **env.values)
+    outcome = _invoke(case, args, env.tmp if case.in_tmp else None)
+    shown = f"oncestream {' '.join(args)}\n--- exit {outcome.exit_code} ---\n{outcome.output}"
+    if outcome.exception is not None:
+        import traceback
+
+        trace = "".join(traceback.format_exception(outcome.exception))
+        raise AssertionError(f"uncaught exception (a traceback for the user):\n{shown}\n{trace}")
+    for marker in _TRACEBACK_MARKERS:
+        assert marker not in outcome.output, f"traceback in the output:\n{shown}"
+    assert outcome.exit_code == case.exit_code, f"expected exit {case.exit_code}:\n{shown}"
+    flat = " ".join(outcome.output.split()).lower()
+    assert " ".join(message.split()).lower() in flat, (
+        f"expected {message!r} in the output:\n{shown}"
+    )
+    for fragment in case.absent:
+        assert fragment not in outcome.output, f"{fragment!r} must not be printed:\n{shown}"
+    if case.check is not None:
+        case.check(env, outcome)
+    return outcome
