@@ -230,7 +230,7 @@ class ProgressKeeper:
         """Write the final record; the reason when it could not be written."""
         if self.store is None:
             return None
-        if not self.store.conn.nc.is_connected:
+        if not self.store.conn.is_connected:
             return "the server is unreachable"
         if self._task is not None:
             try:
