@@ -13,8 +13,8 @@ from pyspark.sql.datasource import InputPartition
 
 from .._connection import Connection
 from .._errors import MessageNotFound, OncestreamError, ServerError, StreamNotFound
+from .._nats import FrameSink, status_code
 from .._retry import Unavailable, leader_stream_info, retrying
-from . import _wire
 from ._reader import check_retention, delete_consumer_later
 from ._source_options import EARLIEST, LATEST, RETRY_BUDGET, SourceOptions
 
@@ -296,7 +296,6 @@ async def _nth_sequence(
         config["filter_subject"] = subjects[0]
     elif subjects:
         config["filter_subjects"] = list(subjects)
-    nc: Any = conn.nc
     last: int | None = None
     remaining = n
     try:
@@ -312,12 +311,11 @@ async def _nth_sequence(
                 if not future.done():
                     future.set_result(None)
 
-            sink = _wire.FrameSink(count, True, done)
-            inbox = nc.new_inbox()
-            sub = await nc.subscribe(inbox)
-            _wire.register(nc, sub._id, sink)
+            sink = FrameSink(count, True, done)
+            inbox = conn.new_inbox()
+            sub = await conn.subscribe_frames(inbox, sink)
             try:
-                await nc.publish(
+                await conn.publish(
                     f"{conn.prefix}.CONSUMER.MSG.NEXT.{stream}.{name}",
                     orjson.dumps({"batch": count, "no_wait": True}),
                     reply=inbox,
@@ -329,10 +327,9 @@ async def _nth_sequence(
                         f"counting messages of stream {stream!r}: no answer"
                     ) from None
             finally:
-                _wire.unregister(nc, sub._id)
                 await sub.unsubscribe()
             got = len(sink.datas)
-            status = sink.status[9:12] if sink.status is not None and not got else b"404"
+            status = status_code(sink.status) if sink.status is not None and not got else b"404"
             if status == b"503":
                 raise Unavailable(f"counting messages of stream {stream!r}: no responders")
             if status not in (b"404", b"408"):
