@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if pg is not None:
             pg.stop()
+        cleanup_stale()  # also this run's own state, if a signal hit between setup steps
     summary = report.write(out, results, args.seed, run_id)
     print(f"report: {out / 'report.md'}")
     print(json.dumps({k: summary[k] for k in ("trials", "acked", *report.KEYS, "faults")}))

@@ -122,6 +122,13 @@ class Net:
         self.nodes: dict[str, str] = {}  # node -> address
         self.bridge_ns = self._ns_name("br")
         self._save()
+        try:
+            self._setup_bridge(run_id)
+        except BaseException:
+            self.teardown()
+            raise
+
+    def _setup_bridge(self, run_id: str) -> None:
         self._add_ns(self.bridge_ns)
         _ip("ip", "link", "add", "br0", "type", "bridge", ns=self.bridge_ns)
         _ip("ip", "link", "set", "br0", "up", ns=self.bridge_ns)
