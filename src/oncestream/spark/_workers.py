@@ -7,10 +7,11 @@ leaves that at the system ``python3``, and the first ``load()`` then fails
 deep inside Spark with ``ModuleNotFoundError``. :func:`check_workers` asks the
 workers' python up front:
 
-- local master (``local[N]``), classic session: run that python with
+- local master (``local[N]``, also ``remote("local[N]")``): run that python with
   ``-c "import oncestream; print(oncestream.__version__)"`` (about 0.2 s);
-- a cluster master or Spark Connect: one one-row, one-partition job whose
-  task reports the version it imported (about 1 s on a warm session).
+- a cluster master or a Spark Connect server elsewhere: one one-row,
+  one-partition task that reports the version it imported (0.2 s on a warm
+  session; the first job of a fresh one pays Spark's start-up, a few seconds).
 
 The answer is cached on the session object.
 """
@@ -49,12 +50,21 @@ def _is_connect(spark: Any) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+def _local_connect_context() -> Any:
+    """The in-process SparkContext serving ``remote("local[N]")``, else None."""
+    if "SPARK_LOCAL_REMOTE" not in os.environ:
+        return None
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context
+
+
 def worker_python(spark: SparkSession) -> str:
     """The python Spark starts its workers with, as the driver sees it."""
-    if not _is_connect(spark):
-        exec_ = getattr(spark.sparkContext, "pythonExec", None)
-        if exec_:
-            return str(exec_)
+    context = _local_connect_context() if _is_connect(spark) else spark.sparkContext
+    exec_ = getattr(context, "pythonExec", None)
+    if exec_:
+        return str(exec_)
     conf = spark.conf.get("spark.pyspark.python", None)
     return conf or os.environ.get("PYSPARK_PYTHON") or "python3"
 
@@ -126,7 +136,8 @@ def check_workers(spark: SparkSession, *, timeout: float = 60.0) -> str:
     if isinstance(cached, str):
         return cached
     python = worker_python(spark)
-    master = "" if _is_connect(spark) else str(spark.sparkContext.master)
+    context = _local_connect_context() if _is_connect(spark) else spark.sparkContext
+    master = str(getattr(context, "master", ""))
     if master.startswith("local"):
         found, where = _probe_local(python, timeout)
     else:
