@@ -9,7 +9,9 @@ workers' python up front:
 
 - local master (``local[N]``, also ``remote("local[N]")``): run that python with
   ``-c "import oncestream; print(oncestream.__version__)"`` (about 0.2 s);
-- a cluster master or a Spark Connect server elsewhere: one one-row,
+- a cluster master: that same local run first (Spark plans Python data
+  sources in Python workers on the driver, started with the same python),
+  then, like for a Spark Connect server elsewhere, one one-row,
   one-partition task that reports the version it imported (0.2 s on a warm
   session; the first job of a fresh one pays Spark's start-up, a few seconds).
 
@@ -138,11 +140,23 @@ def check_workers(spark: SparkSession, *, timeout: float = 60.0) -> str:
     python = worker_python(spark)
     context = _local_connect_context() if _is_connect(spark) else spark.sparkContext
     master = str(getattr(context, "master", ""))
+    expected = _driver_version()
     if master.startswith("local"):
         found, where = _probe_local(python, timeout)
     else:
+        if master:  # classic, cluster: Python data sources plan in workers on the driver too
+            found, where = _probe_local(python, timeout)
+            if found.startswith("!") or found != expected:
+                raise ConfigError(
+                    f"Spark plans Python data sources in Python workers on the driver, started "
+                    f"with the same spark.pyspark.python / PYSPARK_PYTHON ({python!r}), and "
+                    f"that python cannot import oncestream {expected} here "
+                    f"({found.lstrip('!')}). With --archives env.tar.gz#environment and "
+                    f"spark.pyspark.python=./environment/bin/python, unpack the same "
+                    f"environment as ./environment in the directory you submit from "
+                    f"(docs/deploy.md)"
+                )
         found, where = _probe_task(spark)
-    expected = _driver_version()
     shown = where if where and where != python else python
     if found.startswith("!"):
         raise ConfigError(
