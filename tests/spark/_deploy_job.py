@@ -62,7 +62,10 @@ def main(url: str, source: str, target: str, partitions: str) -> None:
         .option("minPartitions", partitions)
         .load()
     )
-    schema = "subject string, data binary, stream string, sequence long, headers map<string,array<string>>"
+    schema = (
+        "subject string, data binary, stream string, sequence long, "
+        "headers map<string,array<string>>"
+    )
     (
         rows.selectExpr("concat('deployed.', subject) AS subject", "data", "stream", "sequence")
         .mapInArrow(tag, schema)

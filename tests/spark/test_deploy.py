@@ -104,7 +104,7 @@ def bare_cluster(tmp_path: Path) -> Iterator[tuple[str, list[Path]]]:
                     ],
                     tmp_path / f"worker{i}.log",
                     env,
-                )  # fmt: skip
+                )
             )
         for i, worker in enumerate(procs[1:]):
             _wait_for(tmp_path / f"worker{i}.log", "Successfully registered", worker, 90)
