@@ -250,6 +250,7 @@ class Processor:
             return await asyncio.to_thread(func, *args)
 
     async def _process(self, msgs: list[Msg]) -> None:
+        began = time.perf_counter()
         by_seq: dict[int, Msg] = {}
         extra_replies: list[str] = []
         for msg in msgs:
@@ -289,6 +290,8 @@ class Processor:
             await self._ack(replies)
         for msg, error in failures:
             await self._failed(msg, error)
+        if self.stats.observers:
+            self.stats.observe("batch", time.perf_counter() - began)
         self._progress.set()
 
     async def _apply_with_retry(
@@ -343,7 +346,7 @@ class Processor:
         tx = self.ledger.begin()
         try:
             fresh = tx.claim(entries)
-            handler = self.handler
+            handler = self.handler if not self.stats.observers else self._timed_handler
             index = 0
             try:
                 for index, msg in enumerate(msgs):
@@ -354,7 +357,7 @@ class Processor:
                     raise LedgerError(f"database failed inside the handler: {exc}") from exc
                 raise _HandlerFailed(index, exc) from exc
             if commit:
-                tx.commit()
+                self._commit(tx)
                 self._count(fresh)
         except BaseException:
             tx.rollback()
@@ -367,7 +370,7 @@ class Processor:
             return
         tx, fresh = self._run_batch(entries, msgs, commit=False)
         # The commit's fsync runs off the loop, which keeps receiving meanwhile.
-        commit = asyncio.ensure_future(asyncio.to_thread(tx.commit))
+        commit = asyncio.ensure_future(asyncio.to_thread(self._commit, tx))
         try:
             await asyncio.shield(commit)
         except asyncio.CancelledError:
@@ -390,19 +393,39 @@ class Processor:
                 if not fresh[index]:
                     continue
                 try:
-                    if self._inline:
-                        await self.handler(msg, tx)  # type: ignore[misc]
-                    else:
-                        await self._call_db(self._call_async_handler, msg, tx)
+                    began = time.perf_counter()
+                    try:
+                        if self._inline:
+                            await self.handler(msg, tx)  # type: ignore[misc]
+                        else:
+                            await self._call_db(self._call_async_handler, msg, tx)
+                    finally:
+                        if self.stats.observers:
+                            self.stats.observe("handler", time.perf_counter() - began)
                 except Exception as exc:
                     if self.ledger.is_transient(exc):
                         raise LedgerError(f"database failed inside the handler: {exc}") from exc
                     raise _HandlerFailed(index, exc) from exc
-            await self._call_db(tx.commit)
+            await self._call_db(self._commit, tx)
         except BaseException:
             await self._call_db(tx.rollback)
             raise
         self._count(fresh)
+
+    def _timed_handler(self, msg: Msg, tx: LedgerTx) -> None:
+        began = time.perf_counter()
+        try:
+            self.handler(msg, tx)
+        finally:
+            self.stats.observe("handler", time.perf_counter() - began)
+
+    def _commit(self, tx: LedgerTx) -> None:
+        if not self.stats.observers:
+            tx.commit()
+            return
+        began = time.perf_counter()
+        tx.commit()
+        self.stats.observe("commit", time.perf_counter() - began)
 
     async def _call_db(self, func: Callable[..., Any], *args: Any) -> Any:
         if self._inline:
@@ -517,6 +540,7 @@ class Processor:
             inflight = self._inflight
             if inflight and time.monotonic() - self._inflight_since >= interval:
                 await self._send_raw(inflight, _WPI)
+                self.stats.in_progress_acks += len(inflight)
                 self._inflight_since = time.monotonic()
 
     async def _prune_loop(self) -> None:

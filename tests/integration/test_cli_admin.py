@@ -113,3 +113,23 @@ def test_consumer_lifecycle_and_errors(nats_server) -> None:  # type: ignore[no-
     ):
         result = cli(url, "consumer", *args)
         assert result.exit_code == 2, (args, result.stderr)
+
+
+def test_status_watch_and_tables(nats_server) -> None:  # type: ignore[no-untyped-def]
+    url = nats_server.url
+    cli_json(url, "stream", "add", "W", "--subjects", "w.>")
+    lonely = cli(url, "status", "W")
+    assert lonely.exit_code == 0 and "consumers of W: none" in lonely.stdout
+    publish(url, "w.x", [b"1", b"2"])
+    cli_json(url, "consumer", "add", "W", "a-consumer-with-a-long-name")
+    watched = cli(url, "status", "W", "--watch", "--interval", "0.1", "--count", "3")
+    assert watched.exit_code == 0, watched.stderr
+    assert watched.stdout.count("oncestream status W") == 3
+    assert "in/s" in watched.stdout and "acked/s" in watched.stdout
+    assert "a-consumer-with-a-long-name" in watched.stdout and "…" not in watched.stdout
+    everything = cli(url, "status", "--watch", "--interval", "0.1", "--count", "1")
+    assert everything.exit_code == 0 and "(all streams)" in everything.stdout
+    for bad in (["--interval", "0"], ["--count", "0"], ["--json"]):
+        assert cli(url, "status", "W", "--watch", *bad).exit_code == 2, bad
+    missing = cli(url, "status", "NOPE", "--watch", "--count", "1")
+    assert missing.exit_code == 1 and "NOPE" in missing.stderr
