@@ -27,7 +27,10 @@ app.add_typer(dlq_app)
 
 Dlq = Annotated[str, typer.Argument(help="Dead-letter stream (process --dead-letter-stream).")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-Seqs = Annotated[str | None, typer.Option("--seq", help="Dead-letter sequences: N or FIRST-LAST.")]
+Seqs = Annotated[
+    str | None,
+    typer.Option("--seq", metavar="N|FIRST-LAST", help="Dead-letter sequences: N or FIRST-LAST."),
+]
 Subject = Annotated[
     str | None, typer.Option("--subject", help="Only dead letters of this original subject.")
 ]
