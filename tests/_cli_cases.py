@@ -130,13 +130,15 @@ class Case:
         id: short unique name (the pytest id).
         args: CLI arguments, ``str.format`` templates over ``url`` and ``tmp``.
         exit_code: the expected exit code (0 ok, 1 work failed, 2 bad usage/config).
-        message: a fragment the output must contain (case-insensitive); "" for none.
+        message: a fragment the output must contain (case-insensitive, whitespace
+            folded, same templates as ``args``); "" for none.
         setup: prepares files/streams before the run (may store values in ``env.values``).
         check: post-condition after the run (assert inside; gets the env and the outcome).
         stdin: text fed to the command's standard input.
         subprocess: run the installed ``oncestream`` in a child process instead of in-process.
         timeout: seconds a subprocess row may take.
         absent: fragments the output must NOT contain (e.g. a secret).
+        in_tmp: run with the row's temp directory as the current directory.
     """
 
     id: str
@@ -149,9 +151,17 @@ class Case:
     subprocess: bool = False
     timeout: float = 60.0
     absent: tuple[str, ...] = ()
+    in_tmp: bool = False
 
 
-def _invoke(case: Case, args: list[str]) -> Outcome:
+def _invoke(case: Case, args: list[str], cwd: Path | None) -> Outcome:
+    if cwd is not None:
+        before = os.getcwd()
+        os.chdir(cwd)
+        try:
+            return _invoke(case, args, None)
+        finally:
+            os.chdir(before)
     if case.subprocess:
         script = Path(sys.executable).parent / "oncestream"
         proc = subprocess.run(
@@ -183,7 +193,8 @@ def run_case(case: Case, env: CliEnv) -> Outcome:
     if case.setup is not None:
         case.setup(env)
     args = [arg.format(url=env.url, tmp=env.tmp, **env.values) for arg in case.args]
-    outcome = _invoke(case, args)
+    message = case.message.format(url=env.url, tmp=env.tmp, **env.values)
+    outcome = _invoke(case, args, env.tmp if case.in_tmp else None)
     shown = f"oncestream {' '.join(args)}\n--- exit {outcome.exit_code} ---\n{outcome.output}"
     if outcome.exception is not None:
         import traceback
@@ -194,8 +205,8 @@ def run_case(case: Case, env: CliEnv) -> Outcome:
         assert marker not in outcome.output, f"traceback in the output:\n{shown}"
     assert outcome.exit_code == case.exit_code, f"expected exit {case.exit_code}:\n{shown}"
     flat = " ".join(outcome.output.split()).lower()
-    assert " ".join(case.message.split()).lower() in flat, (
-        f"expected {case.message!r} in the output:\n{shown}"
+    assert " ".join(message.split()).lower() in flat, (
+        f"expected {message!r} in the output:\n{shown}"
     )
     for fragment in case.absent:
         assert fragment not in outcome.output, f"{fragment!r} must not be printed:\n{shown}"

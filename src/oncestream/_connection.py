@@ -23,6 +23,7 @@ from nats.aio.client import Client
 from ._errors import (
     AuthenticationError,
     ConnectError,
+    ConsumerNotFound,
     JetStreamError,
     MessageTooLarge,
     OncestreamError,
@@ -67,6 +68,31 @@ def translate_error(exc: BaseException, *, what: str = "request") -> OncestreamE
     if isinstance(exc, nats.errors.Error | OSError):
         return ConnectError(f"{what}: {type(exc).__name__}: {text or 'connection failed'}")
     return OncestreamError(f"{what}: {type(exc).__name__}: {text}")
+
+
+_TWO_WORD_OPS = {"MSG", "PEER", "LEADER", "DURABLE"}
+
+
+def _name_missing(error: JetStreamError, subject: str) -> JetStreamError:
+    """Name the stream (and consumer) of ``subject`` in a not-found error.
+
+    ``STREAM.INFO.S``, ``STREAM.MSG.GET.S``, ``CONSUMER.INFO.S.C``,
+    ``CONSUMER.DURABLE.CREATE.S.C``, ``CONSUMER.MSG.NEXT.S.C``, ``DIRECT.GET.S``...
+    """
+    if not isinstance(error, StreamNotFound | ConsumerNotFound):
+        return error
+    parts = subject.split(".")
+    names = parts[3:] if len(parts) > 3 and parts[1] in _TWO_WORD_OPS else parts[2:]
+    if not names or parts[0] not in ("STREAM", "CONSUMER", "DIRECT"):
+        return error
+    stream = names[0]
+    if isinstance(error, ConsumerNotFound) and len(names) > 1:
+        text = f"consumer {names[1]!r} not found on stream {stream!r}"
+    else:
+        text = f"stream {stream!r} not found"
+    named = type(error)(text, code=error.code, err_code=error.err_code)
+    named.__cause__ = error.__cause__
+    return named
 
 
 def _tls_context(options: ConnectOptions) -> ssl.SSLContext | None:
@@ -136,9 +162,12 @@ class Connection:
         """
         body = orjson.dumps(payload) if payload is not None else b""
         full = f"{self.prefix}.{subject}"
-        key = full.lower()
+        # In the server's own domain it maps $JS.<domain>.API.x to $JS.API.x and
+        # reports a denial for the mapped subject: wait for either.
+        keys = {full.lower(), f"$js.api.{subject}".lower() if self.options.domain else ""} - {""}
         denied: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._denied_waiters[key] = denied
+        for key in keys:
+            self._denied_waiters[key] = denied
         request = asyncio.ensure_future(
             self.nc.request(full, body, timeout=timeout or self.options.request_timeout)
         )
@@ -158,17 +187,18 @@ class Connection:
         except PermissionDenied:
             raise
         except Exception as exc:
-            if any(f'"{key}"' in e.lower() for e in self.permission_errors):
+            if any(f'"{k}"' in e.lower() for e in self.permission_errors for k in keys):
                 raise PermissionDenied(f"{full}: not permitted for this user") from exc
             raise translate_error(exc, what=full) from exc
         finally:
-            if self._denied_waiters.get(key) is denied:
-                del self._denied_waiters[key]
+            for key in keys:
+                if self._denied_waiters.get(key) is denied:
+                    del self._denied_waiters[key]
             if not denied.done():
                 denied.cancel()
         response: dict[str, Any] = orjson.loads(reply.data) if reply.data else {}
         if "error" in response:
-            raise jetstream_error(response["error"])
+            raise _name_missing(jetstream_error(response["error"]), subject)
         return response
 
     async def stream_info(self, stream: str) -> dict[str, Any]:

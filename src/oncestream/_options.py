@@ -1,10 +1,17 @@
-"""Connection options shared by every oncestream component."""
+"""The options layer: connection options and the value parsers every component shares.
+
+One parser per kind of value, used by the Python API, the CLI and the Spark
+options alike: :func:`parse_duration`, :func:`parse_positive_int`,
+:func:`parse_bool` here; stream, consumer and subject names in
+:mod:`oncestream._names`; database URLs in :mod:`oncestream._dsn`. Spark
+option *names* live only under :mod:`oncestream.spark`.
+"""
 
 from __future__ import annotations
 
+import math
 import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit
@@ -12,31 +19,49 @@ from urllib.parse import urlsplit
 from ._errors import ConfigError
 from ._private import redact, redacted_repr
 
-__all__ = ["ConnectOptions", "parse_bool", "parse_duration", "parse_positive_int"]
+__all__ = [
+    "DEFAULT_SERVER",
+    "ConnectOptions",
+    "parse_bool",
+    "parse_duration",
+    "parse_positive_int",
+]
+
+#: Where every component connects when no server is given.
+DEFAULT_SERVER = "nats://127.0.0.1:4222"
 
 _DOMAIN_RE = re.compile(r"^[A-Za-z0-9_-]+$")
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _URL_SCHEMES = ("nats", "tls", "ws", "wss")
 
 
 def parse_duration(name: str, value: str | float | int) -> float:
-    """Parse ``"250ms"``, ``"2s"``, ``"1.5m"``, ``"1h"`` or a number of seconds.
+    """The one duration parser: a number of seconds, or ``"500ms"``, ``"2s"``, ``"1.5m"``, ``"1h"``.
+
+    Every option that takes a time (timeouts, waits, windows, backoffs, in
+    Python, on the CLI and as Spark options) goes through this function, so
+    all of them accept the same forms. A string without a unit is seconds.
 
     Raises:
-        ConfigError: naming ``name`` when the value is not a non-negative duration.
+        ConfigError: naming ``name`` when the value is not a finite, non-negative duration.
+
+    Example::
+
+        parse_duration("ack_timeout", "250ms")  # -> 0.25
     """
+    allowed = "a number of seconds or a string like '500ms', '2s', '1.5m' or '1h'"
     if isinstance(value, bool):
-        raise ConfigError(f"{name} must be a duration like '2s' or '250ms', got {value!r}")
+        raise ConfigError(f"{name} must be a duration ({allowed}), got {value!r}")
     if isinstance(value, int | float):
         seconds = float(value)
-    else:
-        match = _DURATION_RE.match(value)
-        if not match:
-            raise ConfigError(
-                f"{name} must be a duration like '2s', '250ms', '1.5m' or '1h', got {value!r}"
-            )
+    elif isinstance(value, str) and (match := _DURATION_RE.match(value)):
         number, unit = float(match.group(1)), match.group(2) or "s"
-        seconds = number * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[unit]
+        seconds = number * _UNITS[unit]
+    else:
+        raise ConfigError(f"{name} must be a duration ({allowed}), got {value!r}")
+    if not math.isfinite(seconds):
+        raise ConfigError(f"{name} must be a finite duration ({allowed}), got {value!r}")
     if seconds < 0:
         raise ConfigError(f"{name} must not be negative, got {value!r}")
     return seconds
@@ -97,10 +122,11 @@ class ConnectOptions:
         domain: JetStream domain; the API becomes ``$JS.<domain>.API``.
         api_prefix: explicit JetStream API prefix (e.g. ``JS.acc@hub.API``);
             mutually exclusive with ``domain``.
-        connect_timeout: seconds allowed to establish the connection.
-        request_timeout: seconds allowed for a JetStream API request.
+        connect_timeout: time allowed to establish the connection (seconds or
+            a duration string like ``"2s"``, see :func:`parse_duration`).
+        request_timeout: time allowed for a JetStream API request.
         max_reconnect_attempts: reconnect attempts before giving up (-1 = forever).
-        reconnect_wait: seconds between reconnect attempts.
+        reconnect_wait: time between reconnect attempts.
         name: client name shown in server monitoring.
 
     Raises:
@@ -111,7 +137,7 @@ class ConnectOptions:
         opts = ConnectOptions(servers=("nats://127.0.0.1:4222",), domain="hub")
     """
 
-    servers: tuple[str, ...] = ("nats://127.0.0.1:4222",)
+    servers: tuple[str, ...] = (DEFAULT_SERVER,)
     user: str | None = None
     password: str | None = field(default=None, repr=False)
     token: str | None = field(default=None, repr=False)
@@ -168,9 +194,10 @@ class ConnectOptions:
         for name in ("creds", "tls_ca_file", "tls_cert_file", "tls_key_file"):
             _check_readable(name, getattr(self, name))
         for name in ("connect_timeout", "request_timeout", "reconnect_wait"):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+            value = parse_duration(name, getattr(self, name))
+            if value <= 0:
+                raise ConfigError(f"{name} must be a duration > 0, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, value)
         if self.max_reconnect_attempts < -1:
             raise ConfigError(
                 f"max_reconnect_attempts must be -1 (forever) or >= 0, "
@@ -189,7 +216,7 @@ class ConnectOptions:
         if parts.scheme not in _URL_SCHEMES or not parts.hostname:
             raise ConfigError(
                 f"servers entry {ConnectOptions._redact(url)!r} is not a NATS URL; "
-                f"expected e.g. 'nats://127.0.0.1:4222' (schemes: {', '.join(_URL_SCHEMES)})"
+                f"expected e.g. {DEFAULT_SERVER!r} (schemes: {', '.join(_URL_SCHEMES)})"
             )
         try:
             parts.port  # noqa: B018 - validates the port
@@ -223,43 +250,3 @@ class ConnectOptions:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
         return ConnectOptions(**values)
-
-    @classmethod
-    def from_spark_options(cls, options: Mapping[str, str]) -> ConnectOptions:
-        """Build options from Spark-style string options (case-insensitive keys).
-
-        Recognised keys: ``servers``, ``user``, ``password``, ``token``,
-        ``nkeySeed``, ``creds``, ``tlsCaFile``, ``tlsCertFile``, ``tlsKeyFile``,
-        ``domain``, ``apiPrefix``, ``connectTimeout``, ``requestTimeout``.
-
-        Raises:
-            ConfigError: if ``servers`` is missing or a value is invalid.
-        """
-        lowered = {k.lower(): v for k, v in options.items()}
-        if not lowered.get("servers"):
-            raise ConfigError(
-                "option 'servers' is required, e.g. .option('servers', 'nats://127.0.0.1:4222')"
-            )
-        mapping = {
-            "user": "user",
-            "password": "password",
-            "token": "token",
-            "nkeyseed": "nkey_seed",
-            "creds": "creds",
-            "tlscafile": "tls_ca_file",
-            "tlscertfile": "tls_cert_file",
-            "tlskeyfile": "tls_key_file",
-            "domain": "domain",
-            "apiprefix": "api_prefix",
-        }
-        kwargs: dict[str, Any] = {"servers": lowered["servers"]}
-        for key, attr in mapping.items():
-            if lowered.get(key):
-                kwargs[attr] = lowered[key]
-        for key, attr in (
-            ("connectTimeout", "connect_timeout"),
-            ("requestTimeout", "request_timeout"),
-        ):
-            if key.lower() in lowered:
-                kwargs[attr] = parse_duration(key, lowered[key.lower()])
-        return cls(**kwargs)

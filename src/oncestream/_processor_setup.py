@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -9,6 +10,7 @@ from typing import Any
 
 from ._connection import Connection
 from ._errors import ConfigError, ConsumerNotFound, JetStreamError
+from ._names import check_publish_subject, check_stream_name, check_subject_filter
 from ._options import parse_duration, parse_positive_int
 from ._start import StartPosition, describe_config
 from .pull import PullOptions
@@ -93,6 +95,15 @@ class ProcessorOptions:
             )
         if self.dead_letter_subject and not self.dead_letter_stream:
             raise ConfigError("dead_letter_subject needs dead_letter_stream")
+        if self.dead_letter_stream is not None:
+            check_stream_name(self.dead_letter_stream, "dead_letter_stream")
+        if self.dead_letter_subject is not None:
+            check_publish_subject(self.dead_letter_subject, "dead_letter_subject")
+        if self.filter_subject is not None:
+            check_subject_filter(self.filter_subject, "filter_subject")
+        for name in ("expires", "idle_heartbeat"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, parse_duration(name, getattr(self, name)))
         # Validates batch/expires/heartbeat together.
         self.pull_options()
 
@@ -155,8 +166,54 @@ async def setup_consumer(
     _validate_consumer(info.get("config", {}), stream, consumer, opts)
     ack_wait = float(info.get("config", {}).get("ack_wait", opts.ack_wait * 1e9)) / 1e9
     if opts.dead_letter_stream:
-        await _ensure_dlq_stream(conn, opts.dead_letter_stream)
+        subject = opts.dead_letter_subject or f"{opts.dead_letter_stream}.{stream}"
+        await _ensure_dlq_stream(conn, opts.dead_letter_stream, subject)
     return ack_wait
+
+
+def check_handler(handler: Any, what: str) -> None:
+    """A handler must be callable as ``handler(msg, tx)``.
+
+    Raises:
+        ConfigError: naming ``what``, with the signature found.
+    """
+    if not callable(handler):
+        raise ConfigError(f"{what} must be callable as f(msg, tx), got {handler!r}")
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):
+        return  # no introspection (some builtins): trust it
+    try:
+        signature.bind(object(), object())
+    except TypeError:
+        name = getattr(handler, "__qualname__", type(handler).__name__)
+        raise ConfigError(f"{what} must accept (msg, tx); {name}{signature} does not") from None
+
+
+def subjects_overlap(a: str, b: str) -> bool:
+    """True when some subject matches both patterns ``a`` and ``b``."""
+    left, right = a.split("."), b.split(".")
+    for i in range(max(len(left), len(right))):
+        x = left[i] if i < len(left) else None
+        y = right[i] if i < len(right) else None
+        if x == ">" or y == ">":
+            return x is not None and y is not None
+        if x is None or y is None:
+            return False
+        if x != y and "*" not in (x, y):
+            return False
+    return True
+
+
+def subject_matches(pattern: str, subject: str) -> bool:
+    """True when ``subject`` is captured by ``pattern`` (``*`` one token, ``>`` the rest)."""
+    want, have = pattern.split("."), subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(have) > i
+        if i >= len(have) or (token != "*" and token != have[i]):
+            return False
+    return len(want) == len(have)
 
 
 async def _create_consumer(
@@ -175,6 +232,12 @@ async def _create_consumer(
     }
     if opts.filter_subject:
         config["filter_subject"] = opts.filter_subject
+        subjects = (await conn.stream_info(stream)).get("config", {}).get("subjects") or []
+        if subjects and not any(subjects_overlap(s, opts.filter_subject) for s in subjects):
+            raise ConfigError(
+                f"filter subject {opts.filter_subject!r} matches nothing stream {stream!r} "
+                f"stores (its subjects: {subjects})"
+            )
     if opts.start is not None:
         config.update(opts.start.to_config())
     payload = {"stream_name": stream, "config": config, "action": "create"}
@@ -217,19 +280,24 @@ def _validate_consumer(
             raise ConfigError(f"{where} filters {filters or 'nothing'}; expected [{wanted!r}]")
 
 
-async def _ensure_dlq_stream(conn: Connection, name: str) -> None:
+async def _ensure_dlq_stream(conn: Connection, name: str, subject: str) -> None:
+    """Create the dead-letter stream, or check that it captures ``subject``."""
     try:
-        await conn.stream_info(name)
+        info = await conn.stream_info(name)
     except JetStreamError as exc:
         if exc.err_code != 10059:
             raise
+        subjects = [f"{name}.>"] if subject.startswith(f"{name}.") else [subject]
         await conn.add_stream(
-            {
-                "name": name,
-                "subjects": [f"{name}.>"],
-                "storage": "file",
-                "duplicate_window": int(120e9),
-            }
+            {"name": name, "subjects": subjects, "storage": "file", "duplicate_window": int(120e9)}
+        )
+        return
+    subjects = info.get("config", {}).get("subjects") or []
+    if not any(subject_matches(pattern, subject) for pattern in subjects):
+        raise ConfigError(
+            f"dead-letter stream {name!r} does not capture the dead-letter subject "
+            f"{subject!r} (its subjects: {subjects or 'none'}); name a stream listening on "
+            f"{subject!r}, or a new stream name (created with subjects ['{name}.>'])"
         )
 
 

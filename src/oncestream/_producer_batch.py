@@ -90,6 +90,8 @@ class AtomicBatchSender:
         last = len(records)
         for index, (position, data, headers) in enumerate(records, start=1):
             expect = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(index)}
+            if self.options.stream is not None:
+                expect["Nats-Expected-Stream"] = self.options.stream
             if index == 1:
                 expect["Nats-Expected-Last-Subject-Sequence"] = str(expected_seq)
             if index == last:

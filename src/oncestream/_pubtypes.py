@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ._errors import ConfigError
-from ._options import parse_bool, parse_duration, parse_positive_int
+from ._names import check_stream_name
+from ._options import parse_duration
 
 __all__ = ["KeyFunction", "PubAck", "PublisherOptions", "PublisherStats"]
 
@@ -26,12 +26,12 @@ class PublisherOptions:
         max_inflight: unacknowledged publishes allowed at once.
         backpressure: when ``max_inflight`` is reached, ``publish()`` waits for
             a permit (True) or raises :class:`TooManyInflight` (False).
-        ack_timeout: seconds without a PubAck before the message is re-sent
-            with the same msg id.
+        ack_timeout: time without a PubAck before the message is re-sent
+            with the same msg id (seconds, or a duration string like ``"5s"``).
         max_attempts: sends per message before its future fails with
             :class:`PublishFailed`.
-        retry_backoff: delay in seconds before attempt 2, 3, ...; the last
-            value repeats.
+        retry_backoff: delays (seconds or duration strings) before attempt 2,
+            3, ...; the last value repeats.
         stream: the target stream; enables the window guard in ``start()``.
         check_window: raise :class:`ConfigError` in ``start()`` when
             :attr:`retry_horizon` exceeds the stream's ``duplicate_window``.
@@ -57,23 +57,25 @@ class PublisherOptions:
             raise ConfigError(f"max_attempts must be an integer >= 1, got {self.max_attempts!r}")
         if self.max_attempts < 1:
             raise ConfigError(f"max_attempts must be an integer >= 1, got {self.max_attempts!r}")
-        if not isinstance(self.ack_timeout, int | float) or not self.ack_timeout > 0:
+        ack_timeout = parse_duration("ack_timeout", self.ack_timeout)
+        if ack_timeout <= 0:
+            raise ConfigError(f"ack_timeout must be a duration > 0, got {self.ack_timeout!r}")
+        object.__setattr__(self, "ack_timeout", ack_timeout)
+        backoff = self.retry_backoff
+        if isinstance(backoff, str):  # "50ms,250ms,1s"
+            backoff = tuple(part for part in backoff.split(",") if part.strip())
+        try:
+            delays = tuple(parse_duration("retry_backoff", b) for b in backoff)
+        except ConfigError:
+            delays = ()
+        if not delays:
             raise ConfigError(
-                f"ack_timeout must be a number of seconds > 0, got {self.ack_timeout!r}"
+                "retry_backoff must list one or more delays >= 0 (seconds, or strings like "
+                f"'250ms'), got {self.retry_backoff!r}"
             )
-        backoff = tuple(self.retry_backoff)
-        if not backoff or any(
-            isinstance(b, bool) or not isinstance(b, int | float) or b < 0 for b in backoff
-        ):
-            raise ConfigError(
-                "retry_backoff must be a non-empty sequence of seconds >= 0, "
-                f"got {self.retry_backoff!r}"
-            )
-        object.__setattr__(self, "retry_backoff", tuple(float(b) for b in backoff))
-        if self.stream is not None and (
-            not self.stream or any(c in self.stream for c in " .*>\t\r\n")
-        ):
-            raise ConfigError(f"stream must be a valid stream name, got {self.stream!r}")
+        object.__setattr__(self, "retry_backoff", delays)
+        if self.stream is not None:
+            check_stream_name(self.stream, "stream")
 
     def backoff(self, attempt: int) -> float:
         """Delay before sending attempt number ``attempt`` (2, 3, ...)."""
@@ -103,36 +105,6 @@ class PublisherOptions:
                 f"duplicate_window {duplicate_window:g}s: a late retry could be stored twice. "
                 "Raise the stream's duplicate_window or lower ack_timeout / max_attempts"
             )
-
-    @classmethod
-    def from_spark_options(cls, options: Mapping[str, str]) -> PublisherOptions:
-        """Build options from Spark-style string options (case-insensitive, unknown keys ignored).
-
-        Keys: ``maxInflight``, ``backpressure``, ``ackTimeout`` (e.g. ``"5s"``),
-        ``maxAttempts``, ``retryBackoff`` (comma list, e.g. ``"50ms,250ms,1s"``),
-        ``stream``, ``checkWindow``.
-        """
-        lowered = {str(k).lower(): v for k, v in options.items()}
-        kwargs: dict[str, Any] = {}
-        if "maxinflight" in lowered:
-            kwargs["max_inflight"] = parse_positive_int("maxInflight", lowered["maxinflight"])
-        if "backpressure" in lowered:
-            kwargs["backpressure"] = parse_bool("backpressure", lowered["backpressure"])
-        if "acktimeout" in lowered:
-            kwargs["ack_timeout"] = parse_duration("ackTimeout", lowered["acktimeout"])
-        if "maxattempts" in lowered:
-            kwargs["max_attempts"] = parse_positive_int("maxAttempts", lowered["maxattempts"])
-        if "retrybackoff" in lowered:
-            kwargs["retry_backoff"] = tuple(
-                parse_duration("retryBackoff", part)
-                for part in str(lowered["retrybackoff"]).split(",")
-                if part.strip()
-            )
-        if lowered.get("stream"):
-            kwargs["stream"] = lowered["stream"]
-        if "checkwindow" in lowered:
-            kwargs["check_window"] = parse_bool("checkWindow", lowered["checkwindow"])
-        return cls(**kwargs)
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
@@ -27,8 +25,11 @@ from typing import Any, Literal
 
 import orjson
 
+from ._audit_outputs import parquet_keys, sql_keys
 from ._connection import Connection
+from ._dsn import Dsn, parse_dsn
 from ._errors import ConfigError, JetStreamError, OncestreamError, StreamNotFound
+from ._names import check_stream_name
 from ._private import redact, redacted_repr
 from ._pubwire import install_reply_hook, remove_reply_hook
 
@@ -92,12 +93,26 @@ class KeySpec:
 class OutputSpec:
     """An output to audit: ``stream:NAME``, ``parquet:PATH`` or ``sql:DSN#TABLE``.
 
-    For ``sql`` the DSN is a ``postgresql://`` URL or a SQLite file path.
+    For ``sql`` the DSN is a database URL with SQLAlchemy's meaning, as for
+    ledgers (``sqlite:///relative.db``, ``sqlite:////abs/path.db``, a plain
+    file path, or ``postgresql://...``); it is parsed when the spec is, and
+    its password never appears in ``str()`` or ``repr()``.
     """
 
     kind: Literal["stream", "parquet", "sql"]
-    target: str
+    target: str = field(repr=False)
     table: str | None = None
+
+    @property
+    def database(self) -> Dsn:
+        """The parsed database URL of a ``sql`` output.
+
+        Raises:
+            ConfigError: the output is not ``sql`` or the URL is invalid.
+        """
+        if self.kind != "sql":
+            raise ConfigError(f"output {self} is not a sql output")
+        return parse_dsn(self.target, "sql output")
 
     @classmethod
     def parse(cls, text: str) -> OutputSpec:
@@ -113,7 +128,7 @@ class OutputSpec:
                 f"got {redact(text)!r}"
             )
         if kind == "stream":
-            return cls(kind="stream", target=rest)
+            return cls(kind="stream", target=check_stream_name(rest, "output stream"))
         if kind == "parquet":
             return cls(kind="parquet", target=rest)
         if kind == "sql":
@@ -122,6 +137,7 @@ class OutputSpec:
                 raise ConfigError(
                     f"sql output needs 'sql:DSN#TABLE' with a plain table name: {redact(text)!r}"
                 )
+            parse_dsn(dsn, "sql output")  # fail on a bad URL when parsing
             return cls(kind="sql", target=dsn, table=table)
         raise ConfigError(
             f"output kind must be stream, parquet or sql, got {kind!r} in {redact(text)!r}"
@@ -364,86 +380,6 @@ async def _stream_keys(
     return keys, times
 
 
-def _spark_committed_files(path: str) -> list[str] | None:
-    """Files a Spark file sink committed, from its ``_spark_metadata`` log (None if absent)."""
-    meta = os.path.join(path, "_spark_metadata")
-    if not os.path.isdir(meta):
-        return None
-    entries = []
-    for name in os.listdir(meta):
-        stem = name.removesuffix(".compact")
-        if stem.isdigit():
-            entries.append((int(stem), name))
-    entries.sort()
-    start = max((i for i, (_, n) in enumerate(entries) if n.endswith(".compact")), default=0)
-    files: dict[str, bool] = {}
-    for _, name in entries[start:]:
-        with open(os.path.join(meta, name), "rb") as fh:
-            for line in fh.read().splitlines()[1:]:
-                if line.strip():
-                    entry = orjson.loads(line)
-                    files[entry["path"]] = entry.get("action", "add") == "add"
-    return [p.removeprefix("file://") for p, keep in files.items() if keep]
-
-
-def _parquet_keys(path: str, key: KeySpec) -> list[str]:
-    import pyarrow.dataset as ds
-
-    if not os.path.exists(path):
-        raise ConfigError(f"parquet output {path!r} does not exist")
-    committed = _spark_committed_files(path)
-    dataset = ds.dataset(committed if committed is not None else path, format="parquet")
-    columns = _table_columns(key, set(dataset.schema.names), f"parquet:{path}")
-    table = dataset.to_table(columns=columns)
-    return _rows_to_keys(key, [table.column(c).to_pylist() for c in columns])
-
-
-def _table_columns(key: KeySpec, available: set[str], where: str) -> list[str]:
-    if key.kind == "field":
-        wanted = [key.name or ""]
-    elif key.kind == "lineage" and "msg_id" not in available:
-        wanted = ["stream", "sequence"]
-    else:
-        wanted = ["msg_id"]
-    missing = [c for c in wanted if c not in available]
-    if missing:
-        raise ConfigError(
-            f"{where} has no column {', '.join(missing)} for key {key} "
-            f"(columns: {', '.join(sorted(available))})"
-        )
-    return wanted
-
-
-def _rows_to_keys(key: KeySpec, columns: list[list[Any]]) -> list[str]:
-    if len(columns) == 2:
-        from .spark._sink_options import lineage_id
-
-        return [lineage_id(s, int(q)) for s, q in zip(columns[0], columns[1], strict=True)]
-    return [str(v) for v in columns[0]]
-
-
-def _sql_keys(dsn: str, table: str, key: KeySpec) -> list[str]:
-    where = f"sql table {table}"
-    if dsn.startswith(("postgresql://", "postgres://")):
-        import psycopg
-
-        with psycopg.connect(dsn) as pg:
-            cur = pg.execute(f"SELECT * FROM {table} LIMIT 0")
-            available = {d.name for d in cur.description or ()}
-            columns = _table_columns(key, available, where)
-            rows = pg.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
-    else:
-        path = dsn.removeprefix("sqlite:///").removeprefix("sqlite:")
-        if not os.path.exists(path):
-            raise ConfigError(f"SQLite database {path!r} does not exist")
-        with sqlite3.connect(path) as db:
-            probe = db.execute(f"SELECT * FROM {table} LIMIT 0")
-            available = {d[0] for d in probe.description}
-            columns = _table_columns(key, available, where)
-            rows = db.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
-    return _rows_to_keys(key, [list(c) for c in zip(*rows, strict=True)] or [[]] * len(columns))
-
-
 async def audit(
     conn: Connection,
     input_stream: str,
@@ -461,6 +397,7 @@ async def audit(
         StreamNotFound: when a stream does not exist.
         ConfigError: when an output or key cannot be read.
     """
+    check_stream_name(input_stream, "input stream")
     loop = asyncio.get_running_loop()
     started = loop.time()
     spec = KeySpec.parse(key) if isinstance(key, str) else key
@@ -483,9 +420,9 @@ async def audit(
                 conn, out.target, spec, is_input=False, with_time=True
             )
         elif out.kind == "parquet":
-            found = await asyncio.to_thread(_parquet_keys, out.target, spec)
+            found = await asyncio.to_thread(parquet_keys, out.target, spec)
         else:
-            found = await asyncio.to_thread(_sql_keys, out.target, out.table or "", spec)
+            found = await asyncio.to_thread(sql_keys, out.database, out.table or "", spec)
         report = compare(str(out), expected, found, samples=samples)
         lags = [(t - in_times[k]) * 1000 for k, t in out_times.items() if k in in_times]
         if lags:

@@ -130,6 +130,17 @@ class Publisher:
         self._max_payload = 0
         self._ack_timeout = self.options.ack_timeout
         self.duplicate_window: float | None = None
+        # With a target stream, every publish carries Nats-Expected-Stream: the
+        # server refuses (StreamMismatch) one whose subject another stream captures.
+        self._expect = self.options.stream
+        self._fast_hpub = _HPUB_ID_ONLY
+        self._fast_len = _ID_ONLY_HEADER_LEN
+        if self._expect is not None:
+            line = b"Nats-Expected-Stream: " + self._expect.encode() + b"\r\n"
+            self._fast_hpub = _HPUB_ID_ONLY.replace(
+                b"\r\n\r\n%b", b"\r\n" + line.replace(b"%", b"%%") + b"\r\n%b"
+            )
+            self._fast_len += len(line)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -262,6 +273,8 @@ class Publisher:
         The returned future fails with :class:`PublishFailed` after
         ``max_attempts`` unacknowledged sends, or with the typed
         :class:`JetStreamError` the server answered (e.g. ``WrongLastSequence``).
+        With ``options.stream`` set, ``expected_stream`` defaults to it, so a
+        subject captured by another stream fails with :class:`StreamMismatch`.
         """
         if not self._started:
             await self.start()
@@ -277,9 +290,11 @@ class Publisher:
         subject_bytes = self._subjects.get(subject)
         if subject_bytes is None:
             subject_bytes = self._check_subject(subject)
+        if expected_stream is None:
+            expected_stream = self._expect
         if (
             headers is None
-            and expected_stream is None
+            and expected_stream == self._expect
             and expected_last_seq is None
             and expected_last_subject_seq is None
             and expected_last_msg_id is None
@@ -288,7 +303,7 @@ class Publisher:
                 check_header_value("Nats-Msg-Id", msg_id)
             id_bytes = msg_id.encode()
             hdr = None
-            hdr_len = _ID_ONLY_HEADER_LEN + len(id_bytes)
+            hdr_len = self._fast_len + len(id_bytes)
         else:
             hdr = conditional_headers(
                 msg_id,
@@ -320,7 +335,15 @@ class Publisher:
         self._inflight += 1
         self._token = token = self._token + 1
         if hdr is None:
-            cmd = _HPUB_ID_ONLY % (subject_bytes, self._inbox, token, hdr_len, size, id_bytes, data)
+            cmd = self._fast_hpub % (
+                subject_bytes,
+                self._inbox,
+                token,
+                hdr_len,
+                size,
+                id_bytes,
+                data,
+            )
         else:
             cmd = _HPUB % (subject_bytes, self._inbox, token, hdr_len, size, hdr, data)
         future: asyncio.Future[PubAck] = _Future(loop=self._loop)

@@ -32,7 +32,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 from nats.aio.msg import Msg
@@ -40,9 +40,11 @@ from nats.aio.subscription import Subscription
 
 from ._connection import Connection, translate_error
 from ._errors import ConfigError, ConsumerNotFound, JetStreamError, OperationTimeout
+from ._names import check_consumer_name, check_stream_name
 from ._options import parse_duration, parse_positive_int
+from .message import Message
 
-__all__ = ["AckMetadata", "MessageStream", "PullOptions", "parse_ack_subject", "pull_messages"]
+__all__ = ["MessageStream", "PullOptions", "pull_messages"]
 
 log = logging.getLogger("oncestream.pull")
 
@@ -50,59 +52,6 @@ _STATUS = "Status"
 #: Consecutive "503 no responders" answers before the consumer counts as gone.
 _NO_RESPONDERS_LIMIT = 5
 _DESCRIPTION = "Description"
-
-
-class AckMetadata(NamedTuple):
-    """JetStream delivery metadata carried by a message's ``$JS.ACK`` reply subject."""
-
-    stream: str
-    consumer: str
-    num_delivered: int
-    stream_seq: int
-    consumer_seq: int
-    timestamp_ns: int
-    num_pending: int
-    domain: str
-
-
-def parse_ack_subject(reply: str) -> AckMetadata:
-    """Parse the ``$JS.ACK`` reply subject of a JetStream message.
-
-    Both formats are understood: v1 ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.
-    <ts>.<pending>`` and v2 ``$JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.
-    <sseq>.<cseq>.<ts>.<pending>[.<token>]`` (domain ``_`` means none).
-
-    Raises:
-        ValueError: when ``reply`` is not a JetStream ack subject.
-    """
-    tokens = reply.split(".")
-    count = len(tokens)
-    if count < 9 or tokens[0] != "$JS" or tokens[1] != "ACK":
-        raise ValueError(f"not a JetStream ack subject: {reply!r}")
-    if count == 9:
-        return AckMetadata(
-            tokens[2],
-            tokens[3],
-            int(tokens[4]),
-            int(tokens[5]),
-            int(tokens[6]),
-            int(tokens[7]),
-            int(tokens[8]),
-            "",
-        )
-    if count < 11:
-        raise ValueError(f"not a JetStream ack subject: {reply!r}")
-    domain = "" if tokens[2] == "_" else tokens[2]
-    return AckMetadata(
-        tokens[4],
-        tokens[5],
-        int(tokens[6]),
-        int(tokens[7]),
-        int(tokens[8]),
-        int(tokens[9]),
-        int(tokens[10]),
-        domain,
-    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,8 +112,9 @@ class MessageStream:
 
     Create with :func:`pull_messages` (or construct and ``await start()``).
     Iterate it for single messages, or call :meth:`next_batch` for everything
-    already buffered. Messages are nats-py ``Msg`` objects; their
-    ``metadata`` works, and :func:`parse_ack_subject` is a cheaper parser.
+    already buffered. Messages are :class:`~oncestream.Message` objects:
+    subject, data, headers, JetStream ``metadata`` (parsed once, on first
+    use) and ``ack()`` / ``ack_sync()`` / ``nak()`` / ``term()`` / ``in_progress()``.
 
     Raises (from iteration):
         OperationTimeout: two idle heartbeats were missed (the stream re-pulls
@@ -176,11 +126,12 @@ class MessageStream:
         self, conn: Connection, stream: str, consumer: str, options: PullOptions | None = None
     ) -> None:
         self.conn = conn
-        self.stream = stream
-        self.consumer = consumer
+        self._nc = conn.nc  # what handed-out messages ack through
+        self.stream = check_stream_name(stream)
+        self.consumer = check_consumer_name(consumer)
         self.options = options or PullOptions()
         self._next_subject = f"{conn.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
-        self._buffer: deque[Msg] = deque()
+        self._buffer: deque[Message] = deque()
         self._wakeup = asyncio.Event()
         self._sub: Subscription | None = None
         self._inbox = ""
@@ -232,7 +183,7 @@ class MessageStream:
             self._pending_msgs -= 1
             if self._track_bytes:
                 self._pending_bytes -= len(msg.data) + len(msg.subject) + len(msg.reply)
-            self._buffer.append(msg)
+            self._buffer.append(Message(msg.subject, msg.reply, msg.data, msg.headers, self._nc))
             if not self._wakeup.is_set():
                 self._wakeup.set()
             return
@@ -385,7 +336,9 @@ class MessageStream:
         """Messages received and not yet handed out."""
         return len(self._buffer)
 
-    async def next_batch(self, max_messages: int = 0, timeout: float | None = None) -> list[Msg]:
+    async def next_batch(
+        self, max_messages: int = 0, timeout: float | None = None
+    ) -> list[Message]:
         """Return the buffered messages (at least one), waiting up to ``timeout``.
 
         Args:
@@ -425,10 +378,10 @@ class MessageStream:
         await self._maybe_refill()
         return batch
 
-    def __aiter__(self) -> AsyncIterator[Msg]:
+    def __aiter__(self) -> AsyncIterator[Message]:
         return self._iterate()
 
-    async def _iterate(self) -> AsyncIterator[Msg]:
+    async def _iterate(self) -> AsyncIterator[Message]:
         while True:
             if not self._buffer:
                 batch = await self.next_batch()
@@ -444,7 +397,7 @@ class MessageStream:
         self._stopped = self._draining = True
         self._wakeup.set()
 
-    def take_unprocessed(self) -> list[Msg]:
+    def take_unprocessed(self) -> list[Message]:
         """Remove and return every buffered message (e.g. to nak them on shutdown)."""
         batch = list(self._buffer)
         self._buffer.clear()

@@ -6,9 +6,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ._connection import Connection
-from ._errors import ConfigError, StreamNotFound
+from ._errors import ConfigError, JetStreamError, StreamNotFound
+from ._names import check_stream_name, check_subject_filter
+from ._options import parse_duration
 
-__all__ = ["StreamSource", "StreamSpec", "ensure_stream", "seconds_to_ns"]
+__all__ = [
+    "StreamSource",
+    "StreamSpec",
+    "create_stream_if_missing",
+    "ensure_stream",
+    "seconds_to_ns",
+]
 
 _NS = 1_000_000_000
 
@@ -37,6 +45,9 @@ class StreamSource:
     filter_subject: str | None = None
 
     def __post_init__(self) -> None:
+        check_stream_name(self.name, "StreamSource name")
+        if self.filter_subject is not None:
+            check_subject_filter(self.filter_subject, "StreamSource filter_subject")
         if self.domain and self.api_prefix:
             raise ConfigError("StreamSource: give domain or api_prefix, not both")
 
@@ -57,11 +68,12 @@ class StreamSpec:
     """What a stream should look like.
 
     Args:
-        name: stream name (no spaces, dots, ``*`` or ``>``).
+        name: stream name (nats-server's rules, see :mod:`oncestream._names`).
         subjects: subjects it captures (empty for a mirror).
         storage: ``"file"`` (survives restarts) or ``"memory"``.
-        duplicate_window: seconds within which equal ``Nats-Msg-Id`` s are dropped.
-        max_age: seconds to keep messages (0 = forever).
+        duplicate_window: time within which equal ``Nats-Msg-Id`` s are dropped
+            (seconds, or a duration string like ``"2m"``).
+        max_age: time to keep messages (0 = forever).
         max_msgs, max_bytes, max_msgs_per_subject: limits (-1 = none).
         replicas: 1, 3 or 5 in a cluster.
         allow_direct: enable direct get (fast reads, last-by-subject lookups).
@@ -89,19 +101,17 @@ class StreamSpec:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not self.name or any(c in self.name for c in " .*>\t\r\n/\\"):
-            raise ConfigError(
-                f"stream name {self.name!r} is invalid: it must be non-empty and contain "
-                "no spaces, '.', '*', '>', '/' or '\\'"
-            )
+        check_stream_name(self.name, "stream name")
+        for subject in self.subjects:
+            check_subject_filter(subject, f"stream {self.name!r} subject")
+        for name in ("duplicate_window", "max_age"):
+            object.__setattr__(self, name, parse_duration(name, getattr(self, name)))
         if self.storage not in ("file", "memory"):
             raise ConfigError(f"storage must be 'file' or 'memory', got {self.storage!r}")
         if self.mirror is not None and (self.subjects or self.sources):
             raise ConfigError("a mirror stream cannot also have subjects or sources")
         if self.mirror is None and not self.sources and not self.subjects:
             raise ConfigError(f"stream {self.name!r} needs subjects, a mirror or sources")
-        if self.duplicate_window < 0 or self.max_age < 0:
-            raise ConfigError("duplicate_window and max_age must not be negative")
         if self.replicas not in (1, 2, 3, 4, 5):
             raise ConfigError(f"replicas must be 1..5, got {self.replicas!r}")
 
@@ -129,6 +139,24 @@ class StreamSpec:
             config["sources"] = [source.to_api() for source in self.sources]
         config.update(self.extra)
         return config
+
+
+async def create_stream_if_missing(conn: Connection, spec: StreamSpec) -> dict[str, Any]:
+    """Create the stream when it does not exist; an existing one is returned unchanged.
+
+    Returns:
+        The server's stream info.
+    """
+    try:
+        return await conn.stream_info(spec.name)
+    except StreamNotFound:
+        pass
+    try:
+        return await conn.add_stream(spec.to_api())
+    except JetStreamError as exc:  # 10058: created concurrently with another config
+        if exc.err_code != 10058:
+            raise
+        return await conn.stream_info(spec.name)
 
 
 async def ensure_stream(conn: Connection, spec: StreamSpec) -> dict[str, Any]:

@@ -93,6 +93,35 @@ async def test_everything_not_exported_is_denied_promptly(topo: HubLeaf) -> None
             await own.close()
 
 
+@pytest.mark.parametrize(("server", "domain"), [("leaf", "leaf"), ("hub", "hub"), ("leaf", "hub")])
+async def test_denial_in_any_domain_is_immediate(topo: HubLeaf, server: str, domain: str) -> None:
+    """In the server's own domain the violation names the mapped $JS.API subject (issue 10)."""
+    options = topo.options(server, account="IMPORT_CLIENT", domain=domain, request_timeout=5)
+    async with await connect(options) as conn:
+        for call in (lambda: conn.stream_info("test"), lambda: conn.api("STREAM.LIST", {})):
+            start = time.monotonic()
+            with pytest.raises(PermissionDenied, match="not permitted"):
+                await call()
+            assert time.monotonic() - start < 2.0, "denial must not wait for the request timeout"
+
+
+def test_cli_denial_in_own_domain_exits_2_at_once(topo: HubLeaf) -> None:
+    import subprocess
+    import sys
+
+    user, password = topo.credentials("IMPORT_CLIENT")
+    cli = str(Path(sys.executable).parent / "oncestream")
+    start = time.monotonic()
+    out = subprocess.run(
+        [cli, "status", "aggregate", "-s", topo.url("leaf"), "--user", user, "--domain", "leaf"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={"NATS_PASSWORD": password, "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert out.returncode == 2 and "PermissionDenied" in out.stderr, out.stderr
+    assert time.monotonic() - start < 4.5, "must not wait for the 5 s request timeout"
+    assert password not in out.stdout + out.stderr
+
+
 async def test_processor_binds_through_imported_prefix(topo: HubLeaf, tmp_path: Path) -> None:
     processor_module = pytest.importorskip("oncestream.processor")
     from oncestream.ledger import SQLiteLedger

@@ -23,6 +23,7 @@ from oncestream import (
 )
 from oncestream.server import NatsServer, OperatorSetup
 from oncestream.server._jwt import new_keypair
+from oncestream.spark._options import connect_options as spark_connect_options
 from oncestream.streams import StreamSpec, ensure_stream
 from tests import server_configs
 
@@ -92,9 +93,7 @@ async def test_nkey_seed_string_and_file(
     seed_file = tmp_path / "user.nk"
     seed_file.write_text(key.seed + "\n")
     await _roundtrip(ConnectOptions(servers=(server.url,), nkey_seed=str(seed_file)))
-    await _roundtrip(
-        ConnectOptions.from_spark_options({"servers": server.url, "nkeySeed": key.seed})
-    )
+    await _roundtrip(spark_connect_options({"servers": server.url, "nkeySeed": key.seed}))
     assert key.seed not in repr(ConnectOptions(servers=(server.url,), nkey_seed=key.seed))
     stranger = new_keypair("user")
     await _rejected(
@@ -112,9 +111,7 @@ async def test_jwt_creds_operator_mode(
     creds = setup.write_creds(tmp_path / "app.creds", account="APP", user="alice")
     await _roundtrip(ConnectOptions(servers=(server.url,), creds=str(creds)))
     # Spark-style options reach the same code.
-    await _roundtrip(
-        ConnectOptions.from_spark_options({"servers": server.url, "creds": str(creds)})
-    )
+    await _roundtrip(spark_connect_options({"servers": server.url, "creds": str(creds)}))
     # A user signed by an account this server does not know is rejected.
     foreign = OperatorSetup.create(accounts=("APP",), jetstream=("APP",))
     bad = foreign.write_creds(tmp_path / "foreign.creds", account="APP", user="mallory")
@@ -187,7 +184,7 @@ async def test_tls_client_certificates(
         "tlsCertFile": str(tls_files["client_cert"]),
         "tlsKeyFile": str(tls_files["client_key"]),
     }
-    await _roundtrip(ConnectOptions.from_spark_options(spark_options))
+    await _roundtrip(spark_connect_options(spark_options))
     # Without a client certificate the handshake is refused: a clear error, quickly.
     start = time.monotonic()
     with pytest.raises(OncestreamError):

@@ -48,7 +48,7 @@ def test_stream_errors(nats_server) -> None:  # type: ignore[no-untyped-def]
     for verb in (["info", "NOPE"], ["rm", "NOPE", "--force"], ["purge", "NOPE", "--force"],
                  ["edit", "NOPE", "--max-msgs", "3"]):  # fmt: skip
         result = cli(url, "stream", *verb)
-        assert result.exit_code == 1, (verb, result.stderr)
+        assert result.exit_code == 2, (verb, result.stderr)
         assert "stream 'NOPE' not found" in result.stderr, (verb, result.stderr)
     usage = [
         ["add", "X"],  # no subjects
@@ -98,12 +98,12 @@ def test_consumer_lifecycle_and_errors(nats_server) -> None:  # type: ignore[no-
     ]
 
     missing = cli(url, "consumer", "info", "ORDERS", "nobody")
-    assert missing.exit_code == 1 and "consumer 'nobody' not found on stream 'ORDERS'" in (
+    assert missing.exit_code == 2 and "consumer 'nobody' not found on stream 'ORDERS'" in (
         missing.stderr
     )
     for args in (["info", "NOPE", "x"], ["ls", "NOPE"], ["add", "NOPE", "x"], ["rm", "NOPE", "x"]):
         result = cli(url, "consumer", *args)
-        assert result.exit_code == 1 and "stream 'NOPE' not found" in result.stderr, args
+        assert result.exit_code == 2 and "stream 'NOPE' not found" in result.stderr, args
     for args in (
         ["add", "ORDERS", "c", "--ack", "maybe"],
         ["add", "ORDERS", "c", "--deliver", "yesterday"],
@@ -132,4 +132,4 @@ def test_status_watch_and_tables(nats_server) -> None:  # type: ignore[no-untype
     for bad in (["--interval", "0"], ["--count", "0"], ["--json"]):
         assert cli(url, "status", "W", "--watch", *bad).exit_code == 2, bad
     missing = cli(url, "status", "NOPE", "--watch", "--count", "1")
-    assert missing.exit_code == 1 and "NOPE" in missing.stderr
+    assert missing.exit_code == 2 and "NOPE" in missing.stderr

@@ -27,7 +27,7 @@ async def test_process_then_status(nats_server, conn, make_stream, tmp_path) -> 
     js = conn.nc.jetstream()
     await asyncio.gather(*[await js.publish_async("cli.x", b"%d" % i) for i in range(2000)])
     db = tmp_path / "work.db"
-    ledger = f"sqlite://{db}"
+    ledger = f"sqlite:///{db}"  # four slashes: an absolute path
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = await asyncio.create_subprocess_exec(
         *CLI, "process", "--handler", "tests.handlers:record", "--stream", "CLI",
@@ -80,7 +80,7 @@ async def test_process_then_status(nats_server, conn, make_stream, tmp_path) -> 
 def test_process_bad_arguments_exit_2(nats_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
     base = ["process", "--stream", "S", "--consumer", "c", "--server", nats_server.url]
     bad_handler = _cli(
-        *base, "--handler", "no_such_module:f", "--ledger", f"sqlite://{tmp_path}/x.db"
+        *base, "--handler", "no_such_module:f", "--ledger", f"sqlite:///{tmp_path}/x.db"
     )
     assert bad_handler.returncode == 2 and "cannot import" in bad_handler.stderr
     bad_ledger = _cli(*base, "--handler", "tests.handlers:record", "--ledger", "mysql://h/db")

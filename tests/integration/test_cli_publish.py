@@ -70,7 +70,11 @@ async def test_publish_jsonl_then_rerun_is_all_duplicates(
 
     again = await invoke(args)
     assert again.exit_code == 0, again.output
-    assert summary(again)["stored"] == 0 and summary(again)["duplicates"] == 5
+    assert "nothing to publish" in again.stderr and "already in stream 'ORDERS'" in again.stderr
+    # --fresh ignores the progress record: inside the window every record is a duplicate.
+    fresh = await invoke([*args, "--fresh"])
+    assert fresh.exit_code == 0, fresh.output
+    assert summary(fresh)["stored"] == 0 and summary(fresh)["duplicates"] == 5
     assert len(await read_back(conn, "ORDERS")) == 5
 
 
@@ -131,7 +135,7 @@ async def test_option_and_stream_errors_exit_non_zero(
     missing = await invoke(
         base_args(nats_server, file, "--subject", "orders.x", "--id-field", "id")
     )
-    assert missing.exit_code == 1 and "StreamNotFound" in missing.stderr
+    assert missing.exit_code == 2 and "stream 'ORDERS' (--stream) not found" in missing.stderr
 
     await make_stream("ORDERS", ("orders.>",), duplicate_window=1.0)
     guard = await invoke(base_args(nats_server, file, "--subject", "orders.x", "--id-field", "id"))
@@ -140,15 +144,16 @@ async def test_option_and_stream_errors_exit_non_zero(
     assert info["state"]["messages"] == 0
 
 
-async def test_failed_publishes_exit_one_with_counts(
+async def test_subject_no_stream_captures_is_refused_up_front(
     nats_server: NatsServer, conn: Connection, make_stream, tmp_path: Path
 ) -> None:
     await make_stream("ORDERS", ("orders.>",))
     file = jsonl(tmp_path / "o.jsonl", [orjson.dumps(o).decode() for o in ORDERS[:3]])
-    # The stream exists, but nothing captures this subject: every publish fails.
+    # The stream exists, but nothing captures this subject: refused before publishing.
     result = await invoke(
         base_args(nats_server, file, "--subject", "elsewhere.x", "--id-field", "id")
     )
-    assert result.exit_code == 1
-    assert summary(result)["failed"] == 3 and summary(result)["stored"] == 0
-    assert "line 1: StreamNotFound" in result.stderr
+    assert result.exit_code == 2, result.output
+    assert "no stream captures --subject 'elsewhere.x'" in result.stderr
+    assert "'orders.>'" in result.stderr
+    assert (await conn.stream_info("ORDERS"))["state"]["messages"] == 0

@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MARKER = "<!-- not-run: covered by tests/integration/test_walkthrough.py::test_readme_walkthrough -->"
+MARKER = (
+    "<!-- not-run: covered by tests/integration/test_walkthrough.py::test_readme_walkthrough -->"
+)
 
 
 def _block() -> str:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import trustme
 
-from oncestream import ConnectOptions, connect
+from oncestream import connect
 from oncestream._sync import run_sync
 from oncestream.server import NatsServer, OperatorSetup
+from oncestream.spark._options import connect_options as spark_connect_options
 from oncestream.streams import StreamSpec, ensure_stream
 from tests import server_configs
 from tests._scenario import publish_ids
@@ -44,7 +45,7 @@ def test_spark_read_with_creds_and_client_certificate(  # type: ignore[no-untype
     ids = [f"a-{i}" for i in range(200)]
 
     async def prepare() -> None:
-        async with await connect(ConnectOptions.from_spark_options(options)) as conn:
+        async with await connect(spark_connect_options(options)) as conn:
             await ensure_stream(conn, StreamSpec(name="AUTHED", subjects=("authed.>",)))
             await publish_ids(conn, "authed.x", ids, stream="AUTHED")
 

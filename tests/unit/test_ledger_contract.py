@@ -96,7 +96,7 @@ def test_prune_is_bounded_and_below_floor(make_ledger) -> None:  # type: ignore[
 
 
 def test_ledger_from_url(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    ledger = ledger_from_url(f"sqlite://{tmp_path}/x.db")
+    ledger = ledger_from_url(f"sqlite:///{tmp_path}/x.db")  # sqlite:////abs
     assert isinstance(ledger, SQLiteLedger)
     assert ledger.path == f"{tmp_path}/x.db"
     assert isinstance(ledger_from_url("postgresql://u:secret@h/db"), PostgresLedger)

@@ -6,6 +6,7 @@ import pytest
 
 from oncestream import ConfigError, ConnectOptions
 from oncestream._options import parse_bool, parse_duration, parse_positive_int
+from oncestream.spark._options import connect_options
 
 
 def test_defaults_and_prefixes() -> None:
@@ -50,14 +51,14 @@ def test_secrets_stay_out_of_repr_and_errors() -> None:
     assert "hunter2" not in str(info.value)
 
 
-def test_from_spark_options_is_case_insensitive_and_requires_servers() -> None:
-    opts = ConnectOptions.from_spark_options(
+def test_spark_connect_options_are_case_insensitive_and_requires_servers() -> None:
+    opts = connect_options(
         {"servers": "nats://127.0.0.1:1", "apiPrefix": "JS.x.API", "requestTimeout": "250ms"}
     )
     assert opts.js_prefix == "JS.x.API"
     assert opts.request_timeout == 0.25
     with pytest.raises(ConfigError, match="'servers' is required"):
-        ConnectOptions.from_spark_options({"stream": "X"})
+        connect_options({"stream": "X"})
 
 
 def test_parsers() -> None:

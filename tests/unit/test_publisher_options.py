@@ -6,6 +6,7 @@ import pytest
 
 from oncestream import ConfigError
 from oncestream.publisher import PubAck, PublisherOptions, PublisherStats
+from oncestream.spark._options import publisher_options
 
 
 def test_defaults_and_horizon() -> None:
@@ -52,8 +53,8 @@ def test_options_are_frozen_and_keyword_only() -> None:
     assert PublisherOptions(retry_backoff=[0, 1]).retry_backoff == (0.0, 1.0)  # type: ignore[arg-type]
 
 
-def test_from_spark_options_case_insensitive_ignores_unknown() -> None:
-    opts = PublisherOptions.from_spark_options(
+def test_spark_publisher_options_case_insensitive_ignores_unknown() -> None:
+    opts = publisher_options(
         {
             "MAXINFLIGHT": "100",
             "ackTimeout": "250ms",
@@ -75,16 +76,16 @@ def test_from_spark_options_case_insensitive_ignores_unknown() -> None:
         backpressure=False,
         check_window=False,
     )
-    assert PublisherOptions.from_spark_options({}) == PublisherOptions()
+    assert publisher_options({}) == PublisherOptions()
 
 
 @pytest.mark.parametrize(
     ("key", "value"),
     [("maxInflight", "0"), ("ackTimeout", "soon"), ("maxAttempts", "x"), ("backpressure", "maybe")],
 )
-def test_from_spark_options_rejects_bad_values(key: str, value: str) -> None:
+def test_spark_publisher_options_reject_bad_values(key: str, value: str) -> None:
     with pytest.raises(ConfigError, match=key):
-        PublisherOptions.from_spark_options({key: value})
+        publisher_options({key: value})
 
 
 def test_puback_and_stats_are_frozen_values() -> None:

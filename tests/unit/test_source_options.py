@@ -82,7 +82,10 @@ def test_starting_timestamp() -> None:
         ),
         ({"stream": "A", "readMethod": "fast"}, r"readMethod.*'consumer' or 'direct'.*'fast'"),
         ({"stream": "A", "subjects": "a b"}, r"'a b' is not a valid subject"),
-        ({"stream": "A", "maxOffsetsPerTrigger": "5"}, r"unknown option.*maxoffsetspertrigger"),
+        (
+            {"stream": "A", "maxOffsetsPerTrigger": "5"},
+            r"OffsetsPerTrigger.*'maxMessagesPerTrigger'",
+        ),
     ],
 )
 def test_invalid_options(options: dict[str, str], pattern: str) -> None:

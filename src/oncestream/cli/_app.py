@@ -11,7 +11,14 @@ from typing import Any, TypeVar
 import typer
 from rich.console import Console
 
-from .._errors import ConfigError, OncestreamError
+from .._errors import (
+    AuthenticationError,
+    ConfigError,
+    ConsumerNotFound,
+    OncestreamError,
+    PermissionDenied,
+    StreamNotFound,
+)
 
 __all__ = ["EXIT_CONFIG", "EXIT_FAILURE", "app", "console", "err_console", "fail", "run_async"]
 
@@ -37,8 +44,28 @@ def fail(message: str, code: int = EXIT_FAILURE) -> typer.Exit:
     return typer.Exit(code)
 
 
+#: Errors the user fixes by changing the command or its configuration: exit 2.
+#: Every other oncestream error means the work failed: exit 1.
+USAGE_ERRORS: tuple[type[OncestreamError], ...] = (
+    ConfigError,
+    StreamNotFound,
+    ConsumerNotFound,
+    AuthenticationError,
+    PermissionDenied,
+)
+
+
+def exit_code_for(exc: OncestreamError) -> int:
+    """The exit code rule: 2 for bad usage or configuration, 1 for failed work."""
+    return EXIT_CONFIG if isinstance(exc, USAGE_ERRORS) else EXIT_FAILURE
+
+
 def cli_errors(func: Callable[..., T]) -> Callable[..., T]:
-    """Turn oncestream errors into a one-line message and a non-zero exit code."""
+    """Turn oncestream errors into a one-line message and the exit code of the rule.
+
+    0 ok, 1 the work failed, 2 bad usage or configuration (see :data:`USAGE_ERRORS`).
+    A file the command cannot open is bad usage too (exit 2), never a traceback.
+    """
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> T:
@@ -47,15 +74,18 @@ def cli_errors(func: Callable[..., T]) -> Callable[..., T]:
         except ConfigError as exc:
             raise fail(str(exc), EXIT_CONFIG) from None
         except OncestreamError as exc:
-            raise fail(f"{type(exc).__name__}: {exc}") from None
+            kind = "" if type(exc) is OncestreamError else f"{type(exc).__name__}: "
+            raise fail(f"{kind}{exc}", exit_code_for(exc)) from None
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise fail(f"{where}{exc.strerror or exc}", EXIT_CONFIG) from None
 
     return wrapper
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a command's coroutine, translating oncestream errors to exit codes."""
-    runner: Callable[[Coroutine[Any, Any, T]], T] = cli_errors(asyncio.run)
-    return runner(coro)
+    """Run a command's coroutine; the command's :func:`cli_errors` translates its errors."""
+    return asyncio.run(coro)
 
 
 def setup_logging(verbose: bool) -> None:

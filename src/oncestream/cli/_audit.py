@@ -7,6 +7,8 @@ import typer
 from rich.table import Table
 
 from .._connection import connect
+from .._errors import ConfigError
+from .._names import check_stream_name
 from .._options import ConnectOptions
 from ..audit import AuditReport, KeySpec, OutputSpec, audit
 from ._app import EXIT_FAILURE, app, cli_errors, console, run_async
@@ -72,6 +74,9 @@ def audit_command(
     options: ConnectOptions,
 ) -> None:
     """Count expected, found, missing, duplicated and unexpected keys; exit 1 if any is off."""
+    check_stream_name(input_stream, "--input")
+    if samples < 0:
+        raise ConfigError(f"--samples must be >= 0, got {samples}")
     specs = [OutputSpec.parse(text) for text in outputs]
     key_spec = KeySpec.parse(key)
 

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
+import re
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import typer
 
-from .._options import ConnectOptions
+from .._errors import ConfigError
+from .._options import DEFAULT_SERVER, ConnectOptions
 
 __all__ = [
     "ApiPrefixFlag",
@@ -38,6 +41,8 @@ __all__ = [
 
 T = TypeVar("T")
 
+_SEED = re.compile(r"^S[A-Z][A-Z2-7]{50,}$")
+
 _PANEL = "Connection"
 
 ServerFlag = Annotated[
@@ -46,7 +51,7 @@ ServerFlag = Annotated[
         "--server",
         "-s",
         envvar="NATS_URL",
-        help="NATS URL; repeat or comma-separate for several (default nats://127.0.0.1:4222).",
+        help=f"NATS URL; repeat or comma-separate for several (default {DEFAULT_SERVER}).",
         rich_help_panel=_PANEL,
     ),
 ]
@@ -114,8 +119,14 @@ def connect_options(
     servers = tuple(
         part.strip() for value in (server or []) for part in value.split(",") if part.strip()
     )
+    if nkey_seed is not None and not os.path.isfile(nkey_seed) and not _SEED.match(nkey_seed):
+        # A path that is not there; a mistyped seed is a secret and is not echoed.
+        shown = f" {nkey_seed!r}" if any(c in nkey_seed for c in "/\\.~") else ""
+        raise ConfigError(
+            f"--nkey-seed{shown} is neither a readable seed file nor an nkey seed (SU...)"
+        )
     return ConnectOptions(
-        servers=servers or ("nats://127.0.0.1:4222",),
+        servers=servers or (DEFAULT_SERVER,),
         user=user,
         password=password,
         token=token,

@@ -14,8 +14,11 @@ import typer
 
 from .._connection import connect
 from .._errors import ConfigError
+from .._names import check_consumer_name, check_stream_name, check_subject_filter
 from .._options import ConnectOptions, parse_duration
+from .._processor_setup import check_handler
 from ..ledger import ledger_from_url
+from ..ledger._readonly import check_ledger_target
 from ..processor import Handler, Processor, ProcessorOptions, ProcessorStats
 from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
@@ -45,8 +48,7 @@ def load_handler(path: str) -> Handler:
         target = getattr(target, part, None)
         if target is None:
             raise ConfigError(f"--handler {path!r}: {module_name!r} has no attribute {attr!r}")
-    if not callable(target):
-        raise ConfigError(f"--handler {path!r} is not callable")
+    check_handler(target, f"--handler {path!r}")
     handler: Handler = target
     return handler
 
@@ -62,6 +64,10 @@ def summary(stats: ProcessorStats, rate: float | None = None) -> str:
     )
 
 
+#: The CLI's defaults are the Processor's.
+_DEFAULTS = ProcessorOptions()
+
+
 @app.command("process")
 @cli_errors
 @with_connect_options
@@ -72,15 +78,21 @@ def process_command(
         ..., "--consumer", help="Durable pull consumer (created if absent)."
     ),
     ledger: str = typer.Option(
-        ..., "--ledger", help="sqlite:///path/to/file.db or postgresql://user@host/db"
+        ...,
+        "--ledger",
+        help="sqlite:///relative.db, sqlite:////abs/path.db or postgresql://user@host/db",
     ),
-    batch: int = typer.Option(500, help="Messages per pull and per transaction."),
-    max_deliver: int = typer.Option(5, help="Attempts before dead-lettering."),
+    batch: int = typer.Option(_DEFAULTS.batch, help="Messages per pull and per transaction."),
+    max_deliver: int = typer.Option(_DEFAULTS.max_deliver, help="Attempts before dead-lettering."),
     dead_letter_stream: str | None = typer.Option(
         None, "--dead-letter-stream", help="Stream for messages that failed max-deliver times."
     ),
-    ack_wait: str = typer.Option("30s", help="Ack wait of a consumer created here."),
-    backoff: str = typer.Option("1s,5s,30s", help="Nak delays after each failure."),
+    ack_wait: str = typer.Option(
+        f"{_DEFAULTS.ack_wait:g}s", help="Ack wait of a consumer created here."
+    ),
+    backoff: str = typer.Option(
+        ",".join(f"{b:g}s" for b in _DEFAULTS.backoff), help="Nak delays after each failure."
+    ),
     key: str = typer.Option("sequence", help="Ledger key: sequence or msg_id."),
     filter_subject: str | None = typer.Option(None, "--filter-subject", help="Consumer filter."),
     bind: bool = typer.Option(False, help="Use the consumer as is: no STREAM/CONSUMER API calls."),
@@ -108,9 +120,17 @@ def process_command(
     SIGTERM / Ctrl-C finishes the in-flight batch, commits, acks and exits 0.
     """
 
+    check_stream_name(stream, "--stream")
+    check_consumer_name(consumer, "--consumer")
+    if dead_letter_stream is not None:
+        check_stream_name(dead_letter_stream, "--dead-letter-stream")
+    if filter_subject is not None:
+        check_subject_filter(filter_subject, "--filter-subject")
+
     async def main() -> ProcessorStats:
         conn_options = options.replace(name=f"oncestream-process-{consumer}")
         func = load_handler(handler)
+        check_ledger_target(ledger)
         store = ledger_from_url(ledger, key=key)  # type: ignore[arg-type]
         proc_options = ProcessorOptions(
             batch=batch,

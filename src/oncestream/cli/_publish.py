@@ -1,47 +1,78 @@
 """`oncestream publish FILE|-`: load JSONL or CSV records into a stream, exactly once.
 
-Each record gets a deterministic msg id (a field, or a hash of its content),
-so re-running the same file inside the stream's duplicate window stores
-nothing new: every record is reported as a duplicate.
+Each record gets a deterministic msg id (a field, or a hash of its content).
+For a regular file, progress records in the server (``_progress``) make a
+re-run add nothing, however long after the first run; stdin relies on msg-id
+de-duplication inside the stream's duplicate window only.
 """
 
 from __future__ import annotations
 
-import asyncio
-import csv
-import functools
-import hashlib
 import io
-import os
-import string
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Coroutine
 from enum import StrEnum
 from typing import IO, Any
 
-import orjson
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from .._connection import connect
-from .._errors import ConfigError, JetStreamError, MessageTooLarge, PublishError
+from .._errors import ConfigError
+from .._names import check_stream_name
 from .._options import ConnectOptions, parse_duration
-from ..publisher import PubAck, Publisher, PublisherOptions
-from ._app import EXIT_FAILURE, app, cli_errors, console, err_console, run_async
+from .._progress import PROGRESS_STREAM
+from ..publisher import Publisher, PublisherOptions
+from ._app import EXIT_CONFIG, EXIT_FAILURE, app, cli_errors, console, err_console, run_async
 from ._connect_flags import with_connect_options
+from ._publish_input import (
+    FileFacts,
+    InputFormat,
+    Record,
+    RecordError,
+    SubjectTemplate,
+    check_text,
+    content_id,
+    detect_format,
+    file_facts,
+    open_input,
+    read_items,
+    read_records,
+)
+from ._publish_plan import ResumePlan, check_target, plan_resume, refused_subject
+from ._publish_run import (
+    EXIT_INTERRUPTED,
+    Confirmed,
+    ProgressKeeper,
+    RunState,
+    Tally,
+    drain,
+    install_sigint,
+    is_config_failure,
+    new_run_id,
+    publish_records,
+    remove_sigint,
+)
 
-__all__ = ["RecordError", "SubjectTemplate", "publish_command", "read_records"]
-
-_BAD_SUBJECT_VALUE = set(" \t\r\n.*>")
-
-
-class InputFormat(StrEnum):
-    auto = "auto"
-    jsonl = "jsonl"
-    csv = "csv"
+__all__ = [
+    "InputFormat",
+    "Record",
+    "RecordError",
+    "SubjectTemplate",
+    "content_id",
+    "detect_format",
+    "publish_command",
+    "read_records",
+]
 
 
 class OnError(StrEnum):
@@ -49,162 +80,11 @@ class OnError(StrEnum):
     skip = "skip"
 
 
-class RecordError(ValueError):
-    """A malformed input line; never published."""
-
-    def __init__(self, line: int, reason: str) -> None:
-        self.line = line
-        self.reason = reason
-        super().__init__(f"line {line}: {reason}")
-
-
-@dataclass(frozen=True)
-class Record:
-    line: int
-    fields: dict[str, Any]
-    data: bytes
-
-
-class SubjectTemplate:
-    """``orders.{region}``: a subject with placeholders filled from record fields.
-
-    Raises:
-        ConfigError: the template is not a valid subject pattern.
-    """
-
-    def __init__(self, template: str) -> None:
-        self.template = template
-        self.fields: list[str] = []
-        for literal, name, spec, conversion in string.Formatter().parse(template):
-            if any(c in literal for c in " \t*>"):
-                raise ConfigError(f"--subject {template!r}: no spaces or wildcards allowed")
-            if name is not None:
-                if not name or spec or conversion:
-                    raise ConfigError(
-                        f"--subject {template!r}: placeholders are plain field names like "
-                        "{region}"
-                    )
-                self.fields.append(name)
-
-    def render(self, record: Record) -> str:
-        """The subject for ``record``.
-
-        Raises:
-            RecordError: a referenced field is missing or unusable as a subject token.
-        """
-        if not self.fields:
-            return self.template
-        values: dict[str, str] = {}
-        for name in self.fields:
-            if name not in record.fields or record.fields[name] is None:
-                raise RecordError(record.line, f"field {name!r} (used by --subject) is missing")
-            value = str(record.fields[name])
-            if not value or _BAD_SUBJECT_VALUE.intersection(value):
-                raise RecordError(
-                    record.line,
-                    f"field {name!r} = {value!r} cannot be a subject token "
-                    "(empty, or contains '.', spaces or wildcards)",
-                )
-            values[name] = value
-        return self.template.format_map(values)
-
-
-def detect_format(path: str, first_line: bytes) -> InputFormat:
-    """``csv`` for ``*.csv``, ``jsonl`` for ``*.jsonl``/``*.ndjson``/``*.json``, else sniffed."""
-    lowered = path.lower()
-    if lowered.endswith(".csv"):
-        return InputFormat.csv
-    if lowered.endswith((".jsonl", ".ndjson", ".json")):
-        return InputFormat.jsonl
-    return InputFormat.jsonl if first_line.lstrip().startswith(b"{") else InputFormat.csv
-
-
-def _jsonl_records(stream: IO[bytes]) -> Iterator[Record | RecordError]:
-    for number, raw in enumerate(stream, start=1):
-        line = raw.strip()
-        if not line:
-            continue
-        try:
-            value = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            yield RecordError(number, f"invalid JSON ({exc})")
-            continue
-        if not isinstance(value, dict):
-            yield RecordError(number, f"expected a JSON object, got {type(value).__name__}")
-            continue
-        yield Record(number, value, line)
-
-
-def _csv_records(stream: IO[bytes]) -> Iterator[Record | RecordError]:
-    text = io.TextIOWrapper(stream, encoding="utf-8", newline="")
-    reader = csv.reader(text)
-    try:
-        header = next(reader)
-    except StopIteration:
-        return
-    except (csv.Error, UnicodeDecodeError) as exc:
-        yield RecordError(1, f"unreadable CSV header ({exc})")
-        return
-    if not header or len(set(header)) != len(header) or any(not h for h in header):
-        yield RecordError(1, f"the CSV header needs unique, non-empty column names: {header}")
-        return
-    while True:
-        try:
-            row = next(reader)
-        except StopIteration:
-            return
-        except (csv.Error, UnicodeDecodeError) as exc:
-            yield RecordError(reader.line_num, f"unreadable CSV row ({exc})")
-            continue
-        if not row or row == [""]:
-            continue
-        if len(row) != len(header):
-            yield RecordError(reader.line_num, f"expected {len(header)} fields, got {len(row)}")
-            continue
-        fields = dict(zip(header, row, strict=True))
-        yield Record(reader.line_num, fields, orjson.dumps(fields))
-
-
-def read_records(stream: IO[bytes], fmt: InputFormat) -> Iterator[Record | RecordError]:
-    """Records (or the error of each malformed line) of a JSONL or CSV byte stream."""
-    return _csv_records(stream) if fmt is InputFormat.csv else _jsonl_records(stream)
-
-
-def content_id(record: Record) -> str:
-    """A stable id from the record's canonical JSON (sorted keys): sha256, hex."""
-    canonical = orjson.dumps(record.fields, option=orjson.OPT_SORT_KEYS)
-    return hashlib.sha256(canonical).hexdigest()
-
-
-@dataclass
-class Tally:
-    """What happened to the input."""
-
-    stored: int = 0
-    duplicates: int = 0
-    failed: int = 0
-    malformed: int = 0
-    errors: list[str] = field(default_factory=list)
-
-    def on_done(self, line: int, future: asyncio.Future[PubAck]) -> None:
-        if future.cancelled():
-            self.failed += 1
-            return
-        exc = future.exception()
-        if exc is not None:
-            self.failed += 1
-            if len(self.errors) < 20:
-                self.errors.append(f"line {line}: {type(exc).__name__}: {exc}")
-        elif future.result().duplicate:
-            self.duplicates += 1
-        else:
-            self.stored += 1
-
-
 def _summary(tally: Tally, pub: Publisher, seconds: float) -> Table:
     stats = pub.stats
     table = Table(title="publish summary", title_justify="left")
-    for column in ("sent", "stored", "duplicates", "failed", "retried", "malformed", "msg/s"):
+    columns = ("sent", "stored", "duplicates", "failed", "retried", "malformed", "skipped")
+    for column in (*columns, "msg/s"):
         table.add_column(column, justify="right")
     rate = stats.sent / seconds if seconds > 0 else 0.0
     table.add_row(
@@ -214,92 +94,187 @@ def _summary(tally: Tally, pub: Publisher, seconds: float) -> Table:
         f"[{'bold red' if tally.failed else 'green'}]{tally.failed:,}[/]",
         f"{stats.retried:,}",
         f"[{'yellow' if tally.malformed else 'green'}]{tally.malformed:,}[/]",
+        f"{tally.already:,}",
         f"{rate:,.0f}",
     )
     return table
 
 
-async def _publish(
+def _say(text: str) -> None:
+    err_console.print(text, highlight=False, soft_wrap=True)
+
+
+def _report(
+    *,
+    name: str,
+    facts: FileFacts | None,
+    tally: Tally,
+    state: RunState,
+    confirmed: Confirmed,
+    plan: ResumePlan,
+    progress_error: str | None,
+    window: float | None,
+) -> None:
+    for error in tally.errors:
+        _say(f"[bold red]failed[/] {error}")
+    total = f" of {facts.lines:,}" if facts is not None else ""
+    _say(
+        f"publish {name}: stored {tally.stored:,}, duplicates {tally.duplicates:,}, "
+        f"skipped (stored by an earlier run) {tally.already:,}, failed {tally.failed:,}, "
+        f"malformed {tally.malformed:,}; lines 1..{confirmed.line:,}{total} confirmed"
+    )
+    finished = state.eof and confirmed.first_unconfirmed is None and not tally.failed
+    if finished:
+        return
+    first = confirmed.first_unconfirmed or confirmed.line + 1
+    reason = "interrupted" if state.interrupted else "stopped"
+    remaining = f"; {facts.lines - state.read_to:,} lines not read" if facts is not None else ""
+    _say(f"[bold]{reason}[/]: first unconfirmed line {first:,}{remaining}")
+    if plan.store is None:
+        covered = f"{window:g}s" if window is not None else "its"
+        _say(
+            "resume: stdin (or --no-resume) keeps no progress; re-running sends every record "
+            f"again and only the stream's duplicate window ({covered}) drops the stored ones"
+        )
+    elif progress_error is None:
+        _say(
+            "resume: re-run the same command; it continues after line "
+            f"{confirmed.line:,} and does not store again what this run stored"
+        )
+    else:
+        _say(
+            f"resume: re-run the same command (progress not recorded now: {progress_error}; "
+            "the re-run scans from the last recorded point and stores nothing twice)"
+        )
+
+
+async def _run(
     source: IO[bytes],
     fmt: InputFormat,
     *,
+    name: str,
+    facts: FileFacts | None,
     options: ConnectOptions,
     pub_options: PublisherOptions,
     subject: SubjectTemplate,
     id_field: str | None,
-    on_error: OnError,
+    skip_on_error: bool,
     show_progress: bool,
+    progress_stream: str | None,
+    fresh: bool,
 ) -> int:
-    tally = Tally()
-    stopped = False
-    progress = Progress(
-        TextColumn("[bold]publishing"),
-        BarColumn(),
-        TextColumn("{task.completed:,} records"),
-        TimeElapsedColumn(),
-        console=err_console,
-        disable=not show_progress,
-    )
+    stream = pub_options.stream
+    assert stream is not None
+    ids = f"field:{id_field}" if id_field is not None else "content"
+    needed = {n: "--subject" for n in subject.fields}
+    if id_field is not None:
+        needed[id_field] = "--id-field"
     async with await connect(options) as conn:
+        info = await check_target(conn, stream, subject)
+        plan = ResumePlan()
+        if facts is not None and progress_stream is not None:
+            plan = await plan_resume(
+                conn,
+                info=info,
+                facts=facts,
+                template=subject,
+                ids=ids,
+                progress_stream=progress_stream,
+                fresh=fresh,
+                run=new_run_id(),
+            )
+        if plan.done:
+            _say(
+                f"nothing to publish: every record of {name} is already in stream {stream!r} "
+                f"(an earlier run confirmed all {plan.skip_to:,} lines; --fresh publishes it again)"
+            )
+            return 0
+        if plan.resumed:
+            _say(
+                f"resuming {name} after line {plan.skip_to:,}: {len(plan.found):,} msg ids "
+                "stored after the recorded point will not be sent again"
+            )
         pub = Publisher(conn, pub_options)
         await pub.start()
-        started = time.monotonic()
-        with progress:
-            task = progress.add_task("publish", total=None)
-            pending_progress = 0
-            for item in read_records(source, fmt):
-                if isinstance(item, RecordError):
-                    tally.malformed += 1
-                    err_console.print(f"[yellow]malformed[/] {item}", highlight=False)
-                    if on_error is OnError.stop:
-                        err_console.print("[bold red]stopping[/] (--on-error stop)")
-                        stopped = True
-                        break
-                    continue
-                try:
-                    subj = subject.render(item)
-                    if id_field is not None:
-                        value = item.fields.get(id_field)
-                        if value is None or str(value) == "":
-                            raise RecordError(item.line, f"id field {id_field!r} is missing")
-                        msg_id = str(value)
-                    else:
-                        msg_id = content_id(item)
-                    future = await pub.publish(subj, item.data, msg_id=msg_id)
-                except MessageTooLarge as exc:
-                    tally.failed += 1
-                    tally.errors.append(f"line {item.line}: {exc}")
-                    continue
-                except (RecordError, ConfigError) as exc:
-                    tally.malformed += 1
-                    text = exc if isinstance(exc, RecordError) else f"line {item.line}: {exc}"
-                    err_console.print(f"[yellow]malformed[/] {text}", highlight=False)
-                    if on_error is OnError.stop:
-                        err_console.print("[bold red]stopping[/] (--on-error stop)")
-                        stopped = True
-                        break
-                    continue
-                future.add_done_callback(functools.partial(tally.on_done, item.line))
-                pending_progress += 1
-                if pending_progress >= 500:
-                    progress.advance(task, pending_progress)
-                    pending_progress = 0
-            progress.advance(task, pending_progress)
-            try:
-                await pub.flush()
-            except (PublishError, JetStreamError):
-                pass  # every failure is already counted by Tally.on_done
-        seconds = time.monotonic() - started
+        tally = Tally(max_seq=int(info.get("state", {}).get("last_seq", 0)))
+        confirmed = Confirmed(plan.skip_to, tally.max_seq, plan.inherited_to, plan.inherited_floor)
+        keeper = ProgressKeeper(plan.store, plan.base, confirmed)
+        keeper.chunk = max(2 * pub_options.max_inflight, 1000)
+        state = RunState()
+        progress = Progress(
+            TextColumn("[bold]publishing"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TextColumn("{task.completed:,}/{task.fields[of]} lines"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=err_console,
+            disable=not show_progress,
+        )
+        total = facts.lines if facts is not None else None
+        install_sigint(state)
         try:
-            await pub.close()
-        except (PublishError, JetStreamError):
-            pass
+            with progress:
+                task = progress.add_task("publish", total=total, of=f"{total:,}" if total else "?")
+                progress.update(task, completed=plan.skip_to)
+                await publish_records(
+                    conn,
+                    pub,
+                    read_items(source, fmt, skip_to=plan.skip_to, needed=needed),
+                    subject=subject,
+                    id_field=id_field,
+                    skip_on_error=skip_on_error,
+                    found=plan.found,
+                    confirmed=confirmed,
+                    keeper=keeper,
+                    tally=tally,
+                    state=state,
+                    on_line=lambda line: progress.update(task, completed=line),
+                    say=_say,
+                )
+                await drain(pub, tally, state, options.connect_timeout)
+                progress.update(task, completed=state.read_to)
+            confirmed.advance(tally.max_seq)
+            done = state.eof and confirmed.first_unconfirmed is None and not tally.failed
+            progress_error = state.progress_error or await keeper.final(
+                done=done, budget=options.connect_timeout
+            )
+        finally:
+            remove_sigint()
+            if plan.store is not None:
+                await plan.store.close()
+        seconds = time.monotonic() - state.started
+        refused = (
+            await refused_subject(conn, stream, tally) if is_config_failure(tally.fatal) else ""
+        )
     console.print(_summary(tally, pub, seconds))
-    for error in tally.errors:
-        err_console.print(f"[bold red]failed[/] {error}", highlight=False)
-    if tally.failed or stopped:
+    _report(
+        name=name,
+        facts=facts,
+        tally=tally,
+        state=state,
+        confirmed=confirmed,
+        plan=plan,
+        progress_error=progress_error,
+        window=pub.duplicate_window,
+    )
+    if refused:
+        _say(f"[bold red]error:[/] {refused}")
+        return EXIT_CONFIG
+    if state.interrupted:
+        return EXIT_INTERRUPTED
+    if tally.failed or state.stopped:
         return EXIT_FAILURE
+    if tally.malformed and not (tally.stored or tally.duplicates or tally.already):
+        _say("[bold red]error:[/] every record was malformed: nothing was stored")
+        return EXIT_FAILURE
+    if not (tally.stored or tally.duplicates or tally.already or tally.malformed):
+        _say(f"[yellow]warning:[/] {name} holds no records: nothing was published")
     return 0
+
+
+#: The CLI's defaults are the Publisher's.
+_DEFAULTS = PublisherOptions()
 
 
 @app.command("publish")
@@ -312,7 +287,7 @@ def publish_command(
         ..., "--subject", help="Subject, may use record fields: 'orders.{region}'."
     ),
     id_field: str | None = typer.Option(
-        None, "--id-field", help="Record field holding the msg id."
+        None, "--id-field", help="Record field holding the msg id (a string or integer)."
     ),
     id_from_content: bool = typer.Option(
         False, "--id-from-content", help="Msg id = sha256 of the record's canonical JSON."
@@ -321,21 +296,59 @@ def publish_command(
     on_error: OnError = typer.Option(
         OnError.stop, "--on-error", help="Malformed line: stop (exit 1) or skip it."
     ),
-    max_inflight: int = typer.Option(5000, "--max-inflight", help="Unacknowledged publishes."),
-    ack_timeout: str = typer.Option("5s", "--ack-timeout", help="Re-send after this long."),
-    max_attempts: int = typer.Option(5, "--max-attempts", help="Sends per message."),
+    max_inflight: int = typer.Option(
+        _DEFAULTS.max_inflight, "--max-inflight", help="Unacknowledged publishes."
+    ),
+    ack_timeout: str = typer.Option(
+        f"{_DEFAULTS.ack_timeout:g}s", "--ack-timeout", help="Re-send after this long."
+    ),
+    max_attempts: int = typer.Option(
+        _DEFAULTS.max_attempts, "--max-attempts", help="Sends per message."
+    ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
+    resume: bool = typer.Option(
+        True,
+        "--resume/--no-resume",
+        help="Record progress in the server and resume a re-run after it (files only).",
+    ),
+    fresh: bool = typer.Option(
+        False,
+        "--fresh",
+        help="Ignore the file's recorded progress and publish it from line 1 (records "
+        "stored before, outside the duplicate window, are stored again).",
+    ),
+    progress_stream: str = typer.Option(
+        PROGRESS_STREAM,
+        "--progress-stream",
+        help="Stream for progress records (created when missing).",
+    ),
     *,
     options: ConnectOptions,
 ) -> None:
     """Publish every record of FILE exactly once (deterministic msg ids, acked, retried).
 
-    Exit codes: 0 all stored or duplicates; 1 a publish failed or a malformed
-    line stopped the run; 2 invalid options (or the stream's duplicate window
-    is shorter than the retry horizon).
+    A re-run of the same FILE to the same stream stores nothing twice, however
+    late: progress is recorded in the server and the re-run resumes after it
+    (a changed FILE is refused; --fresh starts over). With the server gone,
+    the run gives up once a record has had no PubAck for the retry horizon
+    (--max-attempts x --ack-timeout + backoff: 27.3s by default) plus the
+    connect timeout (5s), prints the summary and how to resume. Ctrl-C does
+    the same and exits 130.
+
+    Exit codes: 0 all stored or already there; 1 a publish failed, a malformed
+    line stopped the run, or every record was malformed; 2 invalid options or
+    configuration (missing stream, subject of another stream, changed file,
+    retry horizon longer than the stream's duplicate window); 130 interrupted.
     """
-    if (id_field is None) == (not id_from_content):
+    if id_field is not None and id_from_content:
+        raise ConfigError("give one of --id-field FIELD or --id-from-content, not both")
+    if id_field is None and not id_from_content:
         raise ConfigError("give exactly one of --id-field FIELD or --id-from-content")
+    if id_field is not None and not id_field.strip():
+        raise ConfigError("--id-field must name a record field, got ''")
+    check_stream_name(stream, "--stream")
+    if fresh and not resume:
+        raise ConfigError("--fresh and --no-resume contradict each other; give one")
     pub_options = PublisherOptions(
         stream=stream,
         max_inflight=max_inflight,
@@ -343,30 +356,55 @@ def publish_command(
         max_attempts=max_attempts,
     )
     template = SubjectTemplate(subject)
+    facts: FileFacts | None = None
     if file == "-":
+        if sys.stdin.isatty():
+            raise ConfigError("FILE is '-' but stdin is a terminal: pipe the records in")
         source: IO[bytes] = sys.stdin.buffer
+        if not hasattr(source, "peek"):
+            source = io.BufferedReader(source)  # type: ignore[type-var]
+        name = "stdin"
     else:
-        if not os.path.isfile(file):
-            raise ConfigError(f"input file {file!r} not found")
-        source = open(file, "rb")  # noqa: SIM115 - closed below
+        source = open_input(file)
+        name = repr(file)
     try:
         peek = source.peek(4096) if hasattr(source, "peek") else b""
+        if file == "-":
+            check_text("-", peek[:4096])
+        else:
+            facts = file_facts(file, source)
         first = next((line for line in peek.splitlines() if line.strip()), b"")
         chosen = detect_format(file, first) if fmt is InputFormat.auto else fmt
-        code = run_async(
-            _publish(
+        code = _interruptible(
+            _run(
                 source,
                 chosen,
+                name=name,
+                facts=facts,
                 options=options,
                 pub_options=pub_options,
                 subject=template,
                 id_field=id_field,
-                on_error=on_error,
+                skip_on_error=on_error is OnError.skip,
                 show_progress=progress and err_console.is_terminal,
+                progress_stream=progress_stream if resume else None,
+                fresh=fresh,
             )
         )
     finally:
-        if source is not sys.stdin.buffer:
+        if file != "-":
             source.close()
     if code:
         raise typer.Exit(code)
+
+
+def _interruptible(coro: Coroutine[Any, Any, int]) -> int:
+    """Run the publish; a Ctrl-C outside the publishing phase (connect, resume scan) exits 130."""
+    try:
+        return run_async(coro)
+    except KeyboardInterrupt:
+        _say(
+            "[bold]interrupted[/] before or after the publishing phase; "
+            "re-run the same command to finish"
+        )
+        return EXIT_INTERRUPTED

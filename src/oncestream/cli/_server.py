@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import tempfile
@@ -10,8 +11,23 @@ from pathlib import Path
 
 import typer
 
+from .._errors import ConfigError, ServerError
 from ..server import JetStreamConfig, NatsServer, ServerConfig
 from ._app import app, cli_errors, console
+
+
+def _check_store_dir(store_dir: Path) -> None:
+    """A store directory must be a writable directory, or creatable."""
+    probe = store_dir
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if store_dir.exists() and not store_dir.is_dir():
+        raise ConfigError(f"--store-dir {store_dir} is not a directory")
+    if probe.exists() and not (probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)):
+        what = "is not writable" if probe.is_dir() else "is not a directory"
+        raise ConfigError(f"--store-dir {store_dir}: {probe} {what}")
 
 
 @app.command("server")
@@ -24,24 +40,36 @@ def server_command(
     domain: str | None = typer.Option(None, help="JetStream domain."),
     max_payload: int | None = typer.Option(None, help="Largest message in bytes."),
 ) -> None:
-    """Run a JetStream-enabled nats-server on 127.0.0.1 until Ctrl-C / SIGTERM."""
+    """Run a JetStream-enabled nats-server on 127.0.0.1 until Ctrl-C / SIGTERM.
+
+    Exits 1 with the reason when the server cannot start (e.g. the port is taken)
+    or stops on its own; the temporary directory it made is always removed.
+    """
+    if store_dir is not None:
+        store_dir = store_dir.expanduser().absolute()
+        _check_store_dir(store_dir)
     work_dir = Path(tempfile.mkdtemp(prefix="oncestream-server-"))
-    config = ServerConfig(
-        port=port,
-        max_payload=max_payload,
-        jetstream=JetStreamConfig(store_dir=store_dir or work_dir / "jetstream", domain=domain),
-    )
-    server = NatsServer(config, work_dir=work_dir)
+    try:
+        config = ServerConfig(
+            port=port,
+            max_payload=max_payload,
+            jetstream=JetStreamConfig(store_dir=store_dir or work_dir / "jetstream", domain=domain),
+        )
+        _serve(NatsServer(config, work_dir=work_dir), store_dir is None)
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def _serve(server: NatsServer, temporary_store: bool) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     with server:
         console.print(f"nats-server ready at [bold]{server.url}[/] (pid {server.pid})")
-        console.print(f"store: {server.store_dir}   config: {server.config_file}")
+        store = f"{server.store_dir} (temporary)" if temporary_store else str(server.store_dir)
+        console.print(f"store: {store}", highlight=False)
         console.print("Ctrl-C to stop")
         while not stop.wait(0.5):
             if not server.running():
-                raise typer.Exit(1)
+                raise ServerError(server.exit_reason() or "nats-server stopped unexpectedly")
     console.print("stopped")
-    if store_dir is None:
-        shutil.rmtree(work_dir, ignore_errors=True)

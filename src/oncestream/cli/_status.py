@@ -10,8 +10,9 @@ import typer
 from .._admin import consumer_info, stream_info
 from .._connection import Connection, connect
 from .._errors import ConfigError
+from .._names import check_consumer_name, check_stream_name
 from .._options import ConnectOptions
-from ..ledger import ledger_from_url
+from ..ledger._readonly import read_applied_count
 from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
 from ._output import print_table, rows_table
@@ -66,15 +67,12 @@ async def collect(
     if consumer is None:
         infos = await _paged(conn, f"CONSUMER.LIST.{stream}", "consumers", {})
         report["consumers"] = [_consumer_row(i) for i in infos]
+        if ledger_url:  # the ledger counts per stream: report it with the stream
+            report["stream"]["ledger_applied"] = read_applied_count(ledger_url, stream)
     else:
         row = _consumer_row(await consumer_info(conn, stream, consumer))
         if ledger_url:
-            ledger = ledger_from_url(ledger_url)
-            ledger.open()
-            try:
-                row["ledger_applied"] = ledger.applied_count(stream)
-            finally:
-                ledger.close()
+            row["ledger_applied"] = read_applied_count(ledger_url, stream)
         report["consumers"] = [row]
     return report
 
@@ -86,7 +84,10 @@ def status_command(
     stream: str | None = typer.Argument(None, help="Stream to report on (default: all)."),
     consumer: str | None = typer.Argument(None, help="Consumer of STREAM to report on."),
     ledger: str | None = typer.Option(
-        None, "--ledger", help="Ledger URL: adds the applied count for CONSUMER."
+        None,
+        "--ledger",
+        help="Ledger URL (read-only, never created): adds what it recorded as applied "
+        "for STREAM (sqlite:///path.db or postgresql://user@host/db).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
     watch: bool = typer.Option(
@@ -99,6 +100,12 @@ def status_command(
 ) -> None:
     """Streams (messages, bytes, first/last seq, consumers) and consumers (pending, acks)."""
 
+    if ledger is not None and stream is None:
+        raise ConfigError("--ledger needs STREAM: the ledger counts what was applied per stream")
+    if stream is not None:
+        check_stream_name(stream, "STREAM")
+    if consumer is not None:
+        check_consumer_name(consumer, "CONSUMER")
     if watch:
         _watch_command(stream, consumer, ledger, interval, count, as_json, options)
         return

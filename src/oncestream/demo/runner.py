@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
-import tempfile
 import threading
 import time
 import warnings
@@ -25,6 +23,7 @@ from .._sync import run_sync
 from ..audit import AuditReport, OutputSpec, audit
 from ..server import JetStreamConfig, NatsServer, ServerConfig
 from ..streams import StreamSpec, ensure_stream
+from .datadir import DemoDir
 from .pipeline import Pipeline
 from .producer import ProducerReport, produce
 from .workload import Expected
@@ -47,7 +46,9 @@ class DemoConfig:
         messages: orders to generate.
         hard_faults: also SIGKILL and restart the nats-server mid-run.
         keep: keep the data directory (streams, checkpoints, Parquet) afterwards.
-        data_dir: where to put it (default: a new temporary directory).
+        data_dir: where to put it (default: a new temporary directory). A new or
+            empty directory, or a previous demo's (see :mod:`oncestream.demo.datadir`);
+            only what the demo creates is ever deleted.
         rate: orders per second the producer publishes (None: as fast as it can).
         timeout: seconds before the demo gives up waiting for the pipeline.
     """
@@ -162,8 +163,8 @@ class _Demo:
     def run(self) -> DemoResult:
         config = self.config
         started = time.monotonic()
-        data_dir = config.data_dir or Path(tempfile.mkdtemp(prefix="oncestream-demo-"))
-        data_dir.mkdir(parents=True, exist_ok=True)
+        demo_dir = DemoDir.prepare(config.data_dir)
+        data_dir = demo_dir.path
         server = NatsServer(
             ServerConfig(
                 server_name="demo", jetstream=JetStreamConfig(store_dir=data_dir / "jetstream")
@@ -214,7 +215,7 @@ class _Demo:
                 spark.stop()
             server.close()
             if not config.keep:
-                shutil.rmtree(data_dir, ignore_errors=True)
+                demo_dir.cleanup()
 
     def _run_pipeline(
         self, server: NatsServer, options: ConnectOptions, conn: Connection, pipeline: Pipeline

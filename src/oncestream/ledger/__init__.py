@@ -2,13 +2,12 @@
 
 ``SQLiteLedger`` (embedded default) and ``PostgresLedger`` (psycopg 3, imported
 lazily) share the :class:`Ledger` contract. :func:`ledger_from_url` builds one
-from ``sqlite:///path/to/file.db`` or ``postgresql://...``.
+from ``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or ``postgresql://...``.
 """
 
 from __future__ import annotations
 
-from .._errors import ConfigError
-from .._private import redact
+from .._dsn import parse_dsn
 from ._base import KeyMode, Ledger, LedgerEntry, LedgerTx
 from .postgres import PostgresLedger
 from .sqlite import SQLiteLedger
@@ -25,22 +24,23 @@ __all__ = [
 
 
 def ledger_from_url(url: str, *, key: KeyMode = "sequence") -> Ledger:
-    """Build a ledger from a URL.
+    """Build a ledger from a database URL, with SQLAlchemy's meaning.
 
-    ``sqlite:///abs/path.db`` or ``sqlite://relative.db`` (``sqlite:////abs`` works
-    too); ``postgresql://user@host:port/db`` (or ``postgres://``).
+    ``sqlite:///relative/path.db`` (three slashes: relative to the working
+    directory), ``sqlite:////absolute/path.db`` (four slashes), a plain file
+    path, or ``postgresql://user@host:port/db`` (``postgres://`` too). The
+    same forms mean the same files for ``oncestream audit`` and
+    ``foreachBatch`` (see :mod:`oncestream._dsn`).
 
     Raises:
-        ConfigError: for any other scheme or an empty path.
+        ConfigError: for any other form, naming the (redacted) URL and the allowed forms.
+
+    Example::
+
+        ledger = ledger_from_url("sqlite:///orders.db")  # ./orders.db
     """
-    if url.startswith("sqlite://"):
-        path = url[len("sqlite://") :]
-        if not path or path == "/":
-            raise ConfigError(f"ledger URL {url!r} names no file; use sqlite:///path/to/file.db")
-        return SQLiteLedger(path, key=key)
-    if url.startswith(("postgresql://", "postgres://")):
-        return PostgresLedger(url, key=key)
-    raise ConfigError(
-        f"ledger URL {redact(url)!r} has an unsupported scheme; it must start with "
-        "sqlite:// or postgresql:// (sqlite:///path/to/file.db, postgresql://user@host/db)"
-    )
+    dsn = parse_dsn(url, "ledger URL")
+    if dsn.kind == "postgresql":
+        return PostgresLedger(dsn.url, key=key)
+    assert dsn.path is not None
+    return SQLiteLedger(dsn.path, key=key)

@@ -328,15 +328,6 @@ class Cluster(Topology):
                 return reason
         return None
 
-    def meta_leader(self) -> str:
-        """Name of the current JetStream meta leader."""
-        for node in self.node_names:
-            jsz = monitor(self.http_ports[node], "/jsz") or {}
-            leader = (jsz.get("meta_cluster") or {}).get("leader")
-            if leader:
-                return str(leader)
-        raise ServerError("no JetStream meta leader")
-
     def wait_node_current(self, node: str, timeout: float = 60.0) -> None:
         """Wait until ``node`` rejoined: routes up, healthy, meta and its streams caught up."""
         wait_for(lambda: self._node_not_ready(node), timeout=timeout, what=f"{node} to rejoin")

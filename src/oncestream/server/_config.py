@@ -97,6 +97,12 @@ class JetStreamConfig:
     max_file_store: int | None = None
     sync_interval: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.domain is not None and not re.match(r"^[A-Za-z0-9_-]+$", self.domain):
+            raise ConfigError(
+                f"domain must contain only letters, digits, '-' and '_', got {self.domain!r}"
+            )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "store_dir": str(self.store_dir),

@@ -111,6 +111,7 @@ class NatsServer:
         self._port = config.port
         self._log_tail: deque[str] = deque(maxlen=40)
         self._reader: threading.Thread | None = None
+        self._ready_seen = False
 
     # -- properties ---------------------------------------------------------------
 
@@ -176,6 +177,7 @@ class NatsServer:
             return self
         self.write_config()
         ready = threading.Event()
+        self._ready_seen = False
         self._log_tail.clear()
         proc = subprocess.Popen(
             [self.binary, "-c", str(self.config_file)],
@@ -191,18 +193,51 @@ class NatsServer:
         )
         reader.start()
         self._reader = reader
-        if not ready.wait(self.ready_timeout) or proc.poll() is not None:
+        ready.wait(self.ready_timeout)
+        # ``ready`` is also set when the log ends (the process exited): only the
+        # "Server is ready" line counts, never a port that merely answers (it may
+        # be another server's).
+        if not self._ready_seen or proc.poll() is not None:
+            try:
+                proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+            exited = proc.poll() is not None
             self._terminate(kill=True)
-            tail = "\n".join(self._log_tail)
-            raise ServerError(
-                f"nats-server (config {self.config_file}) did not become ready "
-                f"within {self.ready_timeout}s; last log lines:\n{tail}"
-            )
+            raise ServerError(self._start_failure(exited))
         if self.config.port == -1 and self._port != -1:
             # Pin the port the server chose so restarts come back on the same URL.
             self.config = replace(self.config, port=self._port)
             self.write_config()
         return self
+
+    def _start_failure(self, exited: bool) -> str:
+        tail = "\n".join(self._log_tail)
+        in_use = next((line for line in self._log_tail if "address already in use" in line), None)
+        if in_use is not None:
+            port = self.config.port
+            return (
+                f"nats-server could not listen: port {port} on {self._host} is already in use "
+                f"(another server?); choose another port or -1 for a free one. Log: {in_use}"
+            )
+        what = "exited before it was ready" if exited else f"was not ready in {self.ready_timeout}s"
+        return f"nats-server (config {self.config_file}) {what}; last log lines:\n{tail}"
+
+    def exit_reason(self) -> str | None:
+        """Why the server process ended (exit code or signal, and its last log lines);
+        None while it runs or when it was never started."""
+        proc = self._proc
+        if proc is None or proc.poll() is None:
+            return None
+        code = proc.returncode
+        how = (
+            f"was killed by {signal.Signals(-code).name}"
+            if code < 0 and -code in signal.Signals._value2member_map_
+            else f"exited with code {code}"
+        )
+        tail = "\n".join(list(self._log_tail)[-10:])
+        suffix = f"; last log lines:\n{tail}" if tail else ""
+        return f"nats-server (pid {proc.pid}) {how}{suffix}"
 
     def _pump_log(self, proc: subprocess.Popen[bytes], ready: threading.Event) -> None:
         assert proc.stderr is not None
@@ -217,6 +252,7 @@ class NatsServer:
                     if match:
                         self._port = int(match.group(2))
                     if _READY in line:
+                        self._ready_seen = True
                         ready.set()
         ready.set()  # process ended: unblock the waiter, which checks poll()
 

@@ -33,9 +33,24 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module 'oncestream.spark' has no attribute {name!r}")
 
 
-def register(spark: SparkSession) -> None:
-    """Register the ``jetstream`` format on ``spark`` (idempotent)."""
+def register(spark: SparkSession, *, check_workers: bool = True) -> None:
+    """Register the ``jetstream`` format on ``spark`` (idempotent).
+
+    Args:
+        spark: a classic or Spark Connect session.
+        check_workers: first check, before any task, that Spark's Python workers
+            (``spark.pyspark.python`` / ``PYSPARK_PYTHON``) import this oncestream
+            version; cached per session.
+
+    Raises:
+        ConfigError: the workers cannot import oncestream, or import another version;
+            the message names ``PYSPARK_PYTHON`` and the fix.
+    """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if check_workers:
+        from ._workers import check_workers as check
+
+        check(spark)
     from ._datasource import JetStreamDataSource
 
     spark.dataSource.register(JetStreamDataSource)

@@ -52,6 +52,11 @@ def local_session(
 ) -> SparkSession:
     """Create (or get) a SparkSession bound to 127.0.0.1 with the jetstream format registered.
 
+    Sets ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` to this interpreter when they
+    are unset, so Spark's Python workers import the same oncestream as the driver (a
+    script run with a venv's python without activating the venv otherwise starts the
+    workers with the system ``python3``); :func:`oncestream.spark.register` checks it.
+
     Args:
         app_name: Spark application name.
         master: ``local[N]`` or a ``spark://127.0.0.1:PORT`` standalone master.
@@ -59,7 +64,7 @@ def local_session(
         conf: extra Spark config.
 
     Raises:
-        ConfigError: Java 17+ is missing.
+        ConfigError: Java 17+ is missing, or the workers' python cannot import oncestream.
 
     Example::
 

@@ -12,16 +12,43 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import ConfigError
-from .._options import ConnectOptions, parse_positive_int
+from .._names import check_publish_subject, check_stream_name
+from .._options import ConnectOptions, parse_bool, parse_duration, parse_positive_int
 from ..publisher import PublisherOptions
+from ..streams import StreamSpec
+from ._commits import COMMITS_STREAM
+from ._options import (
+    CONNECT_OPTIONS,
+    PUBLISHER_OPTIONS,
+    check_known,
+    connect_options,
+    publisher_options,
+)
 
 __all__ = [
+    "SINK_OPTIONS",
     "SinkOptions",
     "id_scope",
     "lineage_id",
     "position_id",
     "writer_scope",
 ]
+
+
+#: Every option of the sink (canonical spelling; keys are case-insensitive).
+SINK_OPTIONS = (
+    *CONNECT_OPTIONS,
+    *PUBLISHER_OPTIONS,
+    "subject",
+    "idPrefix",
+    "taskMaxFailures",
+    "commitsStream",
+    "createStream",
+    "createStreamSubjects",
+    "createStreamStorage",
+    "createStreamReplicas",
+    "createStreamDuplicateWindow",
+)
 
 
 def lineage_id(stream: str, sequence: int) -> str:
@@ -80,6 +107,10 @@ class SinkOptions:
             assume it (the window check multiplies the Publisher's retry horizon by it).
         commits_stream: stream holding the committed-batch records.
         checkpoint: the query's ``checkpointLocation`` (Spark passes it along).
+        create_stream: the target stream to create when it is missing
+            (``createStream=true`` with ``createStreamSubjects``, ``createStreamStorage``,
+            ``createStreamReplicas``, ``createStreamDuplicateWindow``); an existing
+            stream is never changed.
 
     Raises:
         ConfigError: naming the bad option.
@@ -90,18 +121,21 @@ class SinkOptions:
     subject: str | None = None
     id_prefix: str = ""
     task_max_failures: int = 4
-    commits_stream: str = "ONCESTREAM_SINK_COMMITS"
+    commits_stream: str = COMMITS_STREAM
     checkpoint: str | None = None
+    create_stream: StreamSpec | None = field(default=None, hash=False)  # StreamSpec: unhashable
 
     def __post_init__(self) -> None:
-        if self.subject is not None and (not self.subject or " " in self.subject):
-            raise ConfigError(f"option 'subject' is not a valid subject: {self.subject!r}")
+        if self.create_stream is not None and self.create_stream.name != self.stream:
+            raise ConfigError(
+                f"createStream creates the target stream: option 'stream' must be "
+                f"{self.create_stream.name!r}, got {self.stream!r}"
+            )
+        if self.subject is not None:
+            check_publish_subject(self.subject, "option 'subject'")
         if any(c in self.id_prefix for c in " \r\n"):
             raise ConfigError(f"option 'idPrefix' must not contain whitespace: {self.id_prefix!r}")
-        if not self.commits_stream or any(c in self.commits_stream for c in " .*>"):
-            raise ConfigError(
-                f"option 'commitsStream' is not a stream name: {self.commits_stream!r}"
-            )
+        check_stream_name(self.commits_stream, "option 'commitsStream'")
 
     @property
     def stream(self) -> str | None:
@@ -110,18 +144,20 @@ class SinkOptions:
 
     @classmethod
     def from_spark_options(cls, options: Mapping[str, str]) -> SinkOptions:
-        """Parse Spark's string options (keys case-insensitive).
+        """Parse Spark's string options (keys case-insensitive; unknown keys are refused).
+
+        Raises:
+            ConfigError: an unknown option (with what to use instead) or a bad value.
 
         Example::
 
             SinkOptions.from_spark_options({"servers": url, "stream": "OUT", "maxInflight": "2000"})
         """
+        check_known(options, SINK_OPTIONS, "sink")
         lowered = {k.lower(): v for k, v in options.items()}
         kwargs: dict[str, Any] = {
-            "connect": ConnectOptions.from_spark_options(options).replace(
-                name="oncestream-spark-sink"
-            ),
-            "publisher": PublisherOptions.from_spark_options(options),
+            "connect": connect_options(options, name="oncestream-spark-sink"),
+            "publisher": publisher_options(options),
         }
         if lowered.get("subject"):
             kwargs["subject"] = lowered["subject"]
@@ -135,4 +171,52 @@ class SinkOptions:
             kwargs["commits_stream"] = lowered["commitsstream"]
         if lowered.get("checkpointlocation"):
             kwargs["checkpoint"] = lowered["checkpointlocation"]
+        kwargs["create_stream"] = _create_stream_spec(lowered, kwargs["publisher"].stream)
         return cls(**kwargs)
+
+
+_CREATE_KEYS = {
+    "createstreamsubjects": "createStreamSubjects",
+    "createstreamstorage": "createStreamStorage",
+    "createstreamreplicas": "createStreamReplicas",
+    "createstreamduplicatewindow": "createStreamDuplicateWindow",
+}
+
+
+def _create_stream_spec(lowered: Mapping[str, str], stream: str | None) -> StreamSpec | None:
+    """The ``createStream*`` options as a :class:`StreamSpec`, validated up front."""
+    create = parse_bool("createStream", lowered.get("createstream", "false"))
+    given = [name for key, name in _CREATE_KEYS.items() if key in lowered]
+    if not create:
+        if given:
+            raise ConfigError(
+                f"option {given[0]!r} only applies with createStream=true "
+                "(the sink creates its target stream only when asked)"
+            )
+        return None
+    if not stream:
+        raise ConfigError("createStream=true needs option 'stream' (the stream to create)")
+    subjects = tuple(
+        part.strip() for part in lowered.get("createstreamsubjects", "").split(",") if part.strip()
+    )
+    if not subjects:
+        raise ConfigError(
+            f"createStream=true needs createStreamSubjects: the subjects stream {stream!r} "
+            "captures, comma-separated (e.g. 'enriched.>'), covering every subject written"
+        )
+    storage = lowered.get("createstreamstorage", "file").strip().lower()
+    if storage not in ("file", "memory"):
+        raise ConfigError(f"createStreamStorage must be 'file' or 'memory', got {storage!r}")
+    replicas = parse_positive_int("createStreamReplicas", lowered.get("createstreamreplicas", "1"))
+    if replicas not in (1, 3, 5):
+        raise ConfigError(f"createStreamReplicas must be 1, 3 or 5, got {replicas}")
+    window = parse_duration(
+        "createStreamDuplicateWindow", lowered.get("createstreamduplicatewindow", "2m")
+    )
+    return StreamSpec(
+        name=stream,
+        subjects=subjects,
+        storage="memory" if storage == "memory" else "file",
+        replicas=replicas,
+        duplicate_window=window,
+    )

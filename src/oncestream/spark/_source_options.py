@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -11,50 +10,36 @@ from typing import Any
 import orjson
 
 from .._errors import ConfigError
+from .._names import check_stream_name, check_subject_filter
 from .._options import ConnectOptions, parse_bool, parse_duration, parse_positive_int
+from ._options import CONNECT_OPTIONS, check_known, connect_options
+from ._options import lowered as _lowered
 
-__all__ = ["EARLIEST", "LATEST", "SourceOptions", "StartSpec"]
+__all__ = ["EARLIEST", "LATEST", "SOURCE_OPTIONS", "SourceOptions", "StartSpec"]
 
 EARLIEST = -2
 LATEST = -1
 
-_STREAM_RE = re.compile(r"^[^\s.*>/\\]+$")
-_SUBJECT_RE = re.compile(r"^[^\s]+$")
-
 #: A start/end position per stream: a sequence (>= 1), EARLIEST or LATEST.
 StartSpec = dict[str, int]
 
-_KNOWN = {
-    "servers",
-    "user",
-    "password",
-    "token",
-    "creds",
-    "nkeyseed",
-    "tlscafile",
-    "tlscertfile",
-    "tlskeyfile",
-    "domain",
-    "apiprefix",
-    "connecttimeout",
-    "requesttimeout",
+#: Every option of the source (canonical spelling; keys are case-insensitive).
+SOURCE_OPTIONS = (
+    *CONNECT_OPTIONS,
     "stream",
     "subjects",
-    "startingoffsets",
-    "startingtimestamp",
-    "endingoffsets",
-    "maxmessagespertrigger",
-    "maxbytespertrigger",
-    "minpartitions",
-    "failondataloss",
-    "includeheaders",
-    "fetchbatch",
-    "readmethod",
-    "retrytimeout",
-    # Spark adds these itself for some code paths.
-    "path",
-    "paths",
-}
+    "startingOffsets",
+    "startingTimestamp",
+    "endingOffsets",
+    "maxMessagesPerTrigger",
+    "maxBytesPerTrigger",
+    "minPartitions",
+    "failOnDataLoss",
+    "includeHeaders",
+    "fetchBatch",
+    "readMethod",
+    "retryTimeout",
+)
 
 
 def _parse_offsets(name: str, value: str, streams: tuple[str, ...], *, ending: bool) -> StartSpec:
@@ -156,20 +141,23 @@ class SourceOptions:
         if len(set(self.streams)) != len(self.streams):
             raise ConfigError(f"option 'stream' names a stream twice: {','.join(self.streams)}")
         for stream in self.streams:
-            if not _STREAM_RE.match(stream):
-                raise ConfigError(
-                    f"option 'stream': {stream!r} is not a valid stream name "
-                    "(no spaces, '.', '*', '>', '/' or '\\')"
-                )
+            check_stream_name(stream, "option 'stream'")
         for subject in self.subjects:
-            if not _SUBJECT_RE.match(subject) or subject.startswith(".") or subject.endswith("."):
-                raise ConfigError(f"option 'subjects': {subject!r} is not a valid subject filter")
+            check_subject_filter(subject, "option 'subjects'")
         if self.read_method not in ("consumer", "direct"):
             raise ConfigError(
                 f"option 'readMethod' must be 'consumer' or 'direct', got {self.read_method!r}"
             )
         if self.starting and self.starting_timestamp is not None:
             raise ConfigError("give either 'startingOffsets' or 'startingTimestamp', not both")
+        for stream, end in self.ending.items():
+            start = self.starting.get(stream, EARLIEST)
+            if start > 0 and end > 0 and end < start:
+                raise ConfigError(
+                    f"option 'endingOffsets' ends stream {stream!r} at sequence {end}, before "
+                    f"its start {start} in 'startingOffsets': the ending offset is exclusive "
+                    f'and must be >= the starting offset (e.g. {{"{stream}": {start + 100}}})'
+                )
         for name, value in (
             ("maxMessagesPerTrigger", self.max_messages_per_trigger),
             ("maxBytesPerTrigger", self.max_bytes_per_trigger),
@@ -199,14 +187,9 @@ class SourceOptions:
         Raises:
             ConfigError: on a missing, unknown or invalid option.
         """
-        lowered = {k.lower(): v for k, v in options.items()}
-        unknown = sorted(k for k in lowered if k not in _KNOWN)
-        if unknown:
-            raise ConfigError(
-                f"unknown option(s) for format 'jetstream': {', '.join(unknown)}; "
-                "see docs/spark-source.md for the supported options"
-            )
-        connect = ConnectOptions.from_spark_options(options)
+        check_known(options, SOURCE_OPTIONS, "source")
+        connect = connect_options(options)
+        lowered = _lowered(options)
         raw_streams = lowered.get("stream", "")
         streams = tuple(s.strip() for s in raw_streams.split(",") if s.strip())
         if not streams:

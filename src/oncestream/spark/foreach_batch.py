@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._dsn import Dsn, parse_dsn
 from .._errors import ConfigError, LedgerError
 from .._private import redacted_repr
 
@@ -84,7 +85,7 @@ class BatchWriter:
         skipped: batch ids this writer found already committed.
     """
 
-    dsn: str
+    dsn: Dsn
     table: str
     key_columns: tuple[str, ...]
     mode: Literal["append", "upsert"]
@@ -99,7 +100,7 @@ class BatchWriter:
 
     @property
     def is_postgres(self) -> bool:
-        return self.dsn.startswith(("postgresql://", "postgres://"))
+        return self.dsn.kind == "postgresql"
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         """Write ``df`` and mark ``batch_id`` committed, atomically; skip a committed id."""
@@ -161,7 +162,7 @@ class BatchWriter:
         import psycopg
 
         try:
-            with psycopg.connect(self.dsn) as pg, pg.transaction():
+            with psycopg.connect(self.dsn.url) as pg, pg.transaction():
                 pg.execute(self._batches_sql("BIGINT", "now()::text"))
                 if self.create_table:
                     pg.execute(self._create_sql(schema, _PG_TYPES))
@@ -188,8 +189,7 @@ class BatchWriter:
         query: str,
         batch_id: int,
     ) -> int:
-        path = self.dsn.removeprefix("sqlite:///").removeprefix("sqlite:")
-        db = sqlite3.connect(path, timeout=30, isolation_level=None)
+        db = sqlite3.connect(self.dsn.path or "", timeout=30, isolation_level=None)
         try:
             # BEGIN IMMEDIATE takes the write lock before the check, so two
             # replays of one batch cannot both see it uncommitted.
@@ -252,8 +252,9 @@ def transactional(
     previous attempt committed writes nothing.
 
     Args:
-        target: ``postgresql://...`` DSN (psycopg 3) or a SQLite file path
-            (``sqlite:///path`` also accepted).
+        target: a database URL with SQLAlchemy's meaning, as for ledgers:
+            ``sqlite:///relative.db``, ``sqlite:////abs/path.db``, a plain
+            SQLite file path, or ``postgresql://...`` (psycopg 3).
         table: destination table (created from the DataFrame schema if absent).
         key_columns: primary key of a created table; required for ``upsert``.
         mode: ``append`` inserts; ``upsert`` inserts or updates by ``key_columns``.
@@ -264,7 +265,7 @@ def transactional(
         create_table: create ``table`` and ``batches_table`` if missing.
 
     Raises:
-        ConfigError: on a bad identifier, mode or missing key columns.
+        ConfigError: on a bad target URL, identifier, mode or missing key columns.
         LedgerError: (at write time) when the database rejects the transaction.
 
     Example::
@@ -278,10 +279,8 @@ def transactional(
         raise ConfigError(f"mode must be 'append' or 'upsert', got {mode!r}")
     if mode == "upsert" and not keys:
         raise ConfigError("mode='upsert' needs key_columns naming the table's unique key")
-    if not target:
-        raise ConfigError("target must be a postgresql:// DSN or a SQLite file path")
     return BatchWriter(
-        dsn=target,
+        dsn=parse_dsn(target, "target"),
         table=table,
         key_columns=keys,
         mode=mode,

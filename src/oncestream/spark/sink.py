@@ -50,6 +50,7 @@ from .._connection import Connection, connect
 from .._errors import ConfigError, JetStreamError, OncestreamError, StreamMismatch
 from .._sync import run_sync
 from ..publisher import PubAck, Publisher
+from ..streams import create_stream_if_missing
 from ._commits import CommitRecord, CommitStore, last_seq
 from ._sink_options import SinkOptions, lineage_id, position_id, writer_scope
 from ._sink_options import id_scope as make_id_scope
@@ -213,7 +214,8 @@ class _JetStreamWriter:
         opts = self.options
         stream = opts.stream or ""
         conn = await _connection(opts)
-        info = await conn.stream_info(stream)
+        spec = opts.create_stream  # createStream=true: created when missing, never changed
+        info = await (create_stream_if_missing(conn, spec) if spec else conn.stream_info(stream))
         window = int(info["config"].get("duplicate_window") or 0) / 1e9
         horizon = opts.publisher.retry_horizon
         spark_horizon = horizon * opts.task_max_failures

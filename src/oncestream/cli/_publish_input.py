@@ -1,0 +1,344 @@
+"""Input side of ``oncestream publish``: the file, its records, their subjects and msg ids.
+
+Everything here is checked before anything is published: a bad ``--subject``
+template, a file that is a directory, unreadable, binary or lacks the
+``--id-field`` column is a configuration error (exit 2) naming the thing at
+fault; a bad line is a :class:`RecordError` that the run reports with its
+line number.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import os
+import stat
+import string
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import IO, Any
+
+import orjson
+
+from .._errors import ConfigError
+from .._names import check_publish_subject
+
+__all__ = [
+    "FileFacts",
+    "InputFormat",
+    "Record",
+    "RecordError",
+    "SubjectTemplate",
+    "content_id",
+    "detect_format",
+    "file_facts",
+    "open_input",
+    "read_items",
+    "read_records",
+    "record_id",
+]
+
+_BAD_SUBJECT_VALUE = set(" \t\r\n.*>")
+_BOM = b"\xef\xbb\xbf"
+_HASH_CHUNK = 1 << 20
+
+
+class InputFormat(StrEnum):
+    auto = "auto"
+    jsonl = "jsonl"
+    csv = "csv"
+
+
+class RecordError(ValueError):
+    """A malformed input line; never published."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        self.line = line
+        self.reason = reason
+        super().__init__(f"line {line}: {reason}")
+
+
+@dataclass(frozen=True)
+class Record:
+    line: int
+    fields: dict[str, Any]
+    data: bytes
+
+
+class SubjectTemplate:
+    """``orders.{region}``: a subject with placeholders filled from record fields.
+
+    Raises:
+        ConfigError: naming ``--subject`` when the template is not a valid subject pattern.
+    """
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+        self.fields: list[str] = []
+        where = f"--subject {template!r}"
+        try:
+            parsed = list(string.Formatter().parse(template))
+        except ValueError as exc:
+            raise ConfigError(
+                f"{where}: unbalanced braces ({exc}); placeholders look like "
+                "'orders.{region}', a literal brace is written '{{' or '}}'"
+            ) from None
+        for _literal, name, spec, conversion in parsed:
+            if name is not None:
+                if not name or spec or conversion or not name.strip() or "." in name:
+                    raise ConfigError(
+                        f"{where}: placeholders are plain field names like "
+                        "'{region}' (no format spec, conversion or dots)"
+                    )
+                self.fields.append(name)
+        # Every placeholder fills (part of) one token: check with a stand-in value.
+        check_publish_subject(self._render(dict.fromkeys(self.fields, "x")), where)
+        # For asking the server which streams capture it, a placeholder is '*'.
+        self.filter = self._render(dict.fromkeys(self.fields, "*"), allow_wild=True)
+
+    def _render(self, values: dict[str, str], *, allow_wild: bool = False) -> str:
+        text = self.template.format_map(values)
+        if allow_wild:
+            # A token mixing text and a placeholder ('eu{n}') is matched by '*' as a whole.
+            text = ".".join("*" if "*" in token else token for token in text.split("."))
+        return text
+
+    def render(self, record: Record) -> str:
+        """The subject for ``record``.
+
+        Raises:
+            RecordError: a referenced field is missing or unusable as a subject token.
+        """
+        if not self.fields:
+            return self.template.format_map({}) if "{" in self.template else self.template
+        values: dict[str, str] = {}
+        for name in self.fields:
+            if name not in record.fields or record.fields[name] is None:
+                raise RecordError(record.line, f"field {name!r} (used by --subject) is missing")
+            raw = record.fields[name]
+            if isinstance(raw, dict | list | bool):
+                raise RecordError(
+                    record.line,
+                    f"field {name!r} (used by --subject) is a {type(raw).__name__}, "
+                    "not a string or number",
+                )
+            value = str(raw)
+            if not value or _BAD_SUBJECT_VALUE.intersection(value):
+                raise RecordError(
+                    record.line,
+                    f"field {name!r} = {value!r} cannot be a subject token "
+                    "(empty, or contains '.', spaces or wildcards)",
+                )
+            values[name] = value
+        return self.template.format_map(values)
+
+
+def record_id(record: Record, id_field: str | None) -> str:
+    """The msg id of ``record``: its ``id_field`` (a string or integer), else a content hash.
+
+    Raises:
+        RecordError: the id field is missing, null, empty, or not a string/integer.
+    """
+    if id_field is None:
+        return content_id(record)
+    if id_field not in record.fields or record.fields[id_field] is None:
+        raise RecordError(record.line, f"id field {id_field!r} is missing or null")
+    value = record.fields[id_field]
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise RecordError(
+            record.line,
+            f"id field {id_field!r} must be a string or an integer, got "
+            f"{type(value).__name__} {value!r}"[:200],
+        )
+    text = str(value)
+    if not text.strip():
+        raise RecordError(record.line, f"id field {id_field!r} is empty")
+    if "\r" in text or "\n" in text:
+        raise RecordError(record.line, f"id field {id_field!r} contains a line break")
+    return text
+
+
+def content_id(record: Record) -> str:
+    """A stable id from the record's canonical JSON (sorted keys): sha256, hex."""
+    canonical = orjson.dumps(record.fields, option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def detect_format(path: str, first_line: bytes) -> InputFormat:
+    """``csv`` for ``*.csv``, ``jsonl`` for ``*.jsonl``/``*.ndjson``/``*.json``, else sniffed."""
+    lowered = path.lower()
+    if lowered.endswith(".csv"):
+        return InputFormat.csv
+    if lowered.endswith((".jsonl", ".ndjson", ".json")):
+        return InputFormat.jsonl
+    return (
+        InputFormat.jsonl if first_line.lstrip(_BOM).lstrip().startswith(b"{") else InputFormat.csv
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileFacts:
+    """What the up-front pass over a regular file learned: identity, size, lines."""
+
+    path: str
+    size: int
+    sha256: str
+    lines: int
+
+
+def open_input(file: str) -> IO[bytes]:
+    """Open FILE for reading, refusing what cannot be a record file.
+
+    Raises:
+        ConfigError: FILE is missing, a directory, not a regular file, unreadable, or binary.
+    """
+    try:
+        info = os.stat(file)
+    except FileNotFoundError:
+        raise ConfigError(f"input file {file!r} not found") from None
+    except OSError as exc:
+        raise ConfigError(f"input file {file!r}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ConfigError(
+            f"input {file!r} is a directory; give one JSONL or CSV file (or '-' for stdin)"
+        )
+    try:
+        source = open(file, "rb")  # noqa: SIM115 - the caller closes it
+    except PermissionError:
+        raise ConfigError(f"input file {file!r} is not readable (permission denied)") from None
+    except OSError as exc:
+        raise ConfigError(f"input file {file!r}: {exc.strerror or exc}") from None
+    try:
+        head = source.peek(4096)[:4096]
+    except OSError as exc:
+        source.close()
+        raise ConfigError(f"input file {file!r} cannot be read: {exc.strerror or exc}") from None
+    check_text(file, head)
+    return source
+
+
+def check_text(name: str, head: bytes) -> None:
+    """Refuse input whose first bytes show a binary or compressed file.
+
+    Raises:
+        ConfigError: naming the input and what it seems to be.
+    """
+    if head.startswith(b"\x1f\x8b"):
+        raise ConfigError(
+            f"input {name!r} is gzip-compressed; decompress it first, e.g. "
+            f"'zcat {name} | oncestream publish - ...'"
+        )
+    if b"\x00" in head:
+        raise ConfigError(f"input {name!r} is a binary file (NUL bytes); give JSONL or CSV text")
+
+
+def file_facts(path: str, source: IO[bytes]) -> FileFacts:
+    """Hash and count the lines of an open regular file, then rewind it."""
+    digest = hashlib.sha256()
+    size = lines = 0
+    last = b"\n"
+    while chunk := source.read(_HASH_CHUNK):
+        digest.update(chunk)
+        size += len(chunk)
+        lines += chunk.count(b"\n")
+        last = chunk[-1:]
+    if last != b"\n":
+        lines += 1
+    source.seek(0)
+    return FileFacts(path=os.path.realpath(path), size=size, sha256=digest.hexdigest(), lines=lines)
+
+
+def _jsonl_records(stream: IO[bytes], skip_to: int) -> Iterator[Record | RecordError | int]:
+    for number, raw in enumerate(stream, start=1):
+        yield number
+        if number <= skip_to:
+            continue
+        line = raw.strip()
+        if number == 1 and line.startswith(_BOM):
+            line = line[len(_BOM) :].strip()
+        if not line:
+            continue
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            reason = "not UTF-8 text" if "utf-8" in str(exc).lower() else f"invalid JSON ({exc})"
+            yield RecordError(number, reason)
+            continue
+        if not isinstance(value, dict):
+            yield RecordError(number, f"expected a JSON object, got {type(value).__name__}")
+            continue
+        yield Record(number, value, line)
+
+
+def _csv_records(
+    stream: IO[bytes], skip_to: int, needed: dict[str, str]
+) -> Iterator[Record | RecordError | int]:
+    text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
+    reader = csv.reader(text)
+    try:
+        header = next(reader)
+    except StopIteration:
+        return
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise ConfigError(f"the CSV header (line 1) is unreadable: {exc}") from None
+    if not header or len(set(header)) != len(header) or any(not h for h in header):
+        raise ConfigError(f"the CSV header needs unique, non-empty column names, found {header}")
+    for column, flag in needed.items():
+        if column not in header:
+            raise ConfigError(
+                f"the CSV header has no column {column!r} ({flag}); it has: {', '.join(header)}"
+            )
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except UnicodeDecodeError:
+            yield RecordError(reader.line_num + 1, "not UTF-8 text")
+            return
+        except csv.Error as exc:
+            yield RecordError(reader.line_num, f"unreadable CSV row ({exc})")
+            continue
+        yield reader.line_num
+        if reader.line_num <= skip_to or not row or row == [""]:
+            continue
+        if len(row) != len(header):
+            yield RecordError(reader.line_num, f"expected {len(header)} fields, got {len(row)}")
+            continue
+        fields = dict(zip(header, row, strict=True))
+        yield Record(reader.line_num, fields, orjson.dumps(fields))
+
+
+def read_items(
+    stream: IO[bytes],
+    fmt: InputFormat,
+    *,
+    skip_to: int = 0,
+    needed: dict[str, str] | None = None,
+) -> Iterator[Record | RecordError | int]:
+    """Records (or the error of each malformed line) of a JSONL or CSV byte stream.
+
+    Integers in the output are progress ticks: the physical line number reached.
+    Lines up to ``skip_to`` are read but not yielded (a resumed run).
+    ``needed`` maps CSV columns that must exist to the flag that needs them.
+
+    Raises:
+        ConfigError: the CSV header is unreadable, has empty or repeated names, or
+            lacks a needed column.
+    """
+    if fmt is InputFormat.csv:
+        return _csv_records(stream, skip_to, needed or {})
+    return _jsonl_records(stream, skip_to)
+
+
+def read_records(stream: IO[bytes], fmt: InputFormat) -> Iterator[Record | RecordError]:
+    """Records (or the error of each malformed line) of a JSONL or CSV byte stream.
+
+    Raises:
+        ConfigError: the CSV header is unreadable or has empty or repeated names.
+    """
+    for item in read_items(stream, fmt):
+        if not isinstance(item, int):
+            yield item

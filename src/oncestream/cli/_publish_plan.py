@@ -1,0 +1,190 @@
+"""Checks made before ``oncestream publish`` sends anything: target stream and resume point.
+
+- The target stream exists and captures ``--subject`` (asked of the server
+  with ``STREAM.NAMES`` filtered by the subject pattern), so a subject that
+  lands in another stream is a configuration error naming both streams.
+- For a regular file, the last progress record decides where the run
+  starts, and whether it may: a changed file, another subject or id mode, a
+  re-created stream or a tail that retention removed are refused (exit 2)
+  with the way out (``--fresh``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._connection import Connection
+from .._errors import ConfigError, OncestreamError, PermissionDenied, StreamNotFound
+from .._progress import ProgressStore, PublishProgress, progress_key, stored_ids
+from ._publish_input import FileFacts, SubjectTemplate
+from ._publish_run import Tally
+
+__all__ = ["ResumePlan", "check_target", "plan_resume", "refused_subject"]
+
+log = logging.getLogger("oncestream.cli.publish")
+
+
+async def check_target(conn: Connection, stream: str, template: SubjectTemplate) -> dict[str, Any]:
+    """The target stream's info, once it is known to capture the subject.
+
+    Raises:
+        ConfigError: the stream is missing, or the subject belongs to another or no stream.
+    """
+    try:
+        info = await conn.stream_info(stream)
+    except StreamNotFound:
+        raise ConfigError(
+            f"stream {stream!r} (--stream) not found; create it first, capturing the "
+            f"subject {template.filter!r}"
+        ) from None
+    own = info.get("config", {}).get("subjects") or []
+    captures = f"captures {', '.join(repr(s) for s in own)}" if own else "captures no subjects"
+    try:
+        reply = await conn.api("STREAM.NAMES", {"subject": template.filter})
+    except PermissionDenied:
+        log.info("cannot list streams (permission denied); the server checks each publish")
+        return info
+    names: list[str] = reply.get("streams") or []
+    if stream in names:
+        return info
+    if names:
+        raise ConfigError(
+            f"--subject {template.template!r} is captured by stream {names[0]!r}, not by "
+            f"--stream {stream!r} (which {captures}); nothing was published"
+        )
+    raise ConfigError(
+        f"no stream captures --subject {template.template!r}; --stream {stream!r} {captures}"
+    )
+
+
+async def refused_subject(conn: Connection, stream: str, tally: Tally) -> str:
+    """Why the server refused a record's subject, naming the stream that captures it."""
+    subject = tally.fatal_subject
+    try:
+        reply = await conn.api("STREAM.NAMES", {"subject": subject})
+        names: list[str] = reply.get("streams") or []
+    except OncestreamError:
+        names = []
+    where = f"stream {names[0]!r}" if names else "no stream"
+    return (
+        f"subject {subject!r} of a record is captured by {where}, not by --stream {stream!r}: "
+        f"the server refused it ({type(tally.fatal).__name__}: {tally.fatal}) and the run "
+        "stopped; fix --subject or the record"
+    )
+
+
+@dataclass
+class ResumePlan:
+    """Where a run starts and what it must not send again."""
+
+    base: PublishProgress | None = None
+    store: ProgressStore | None = None
+    skip_to: int = 0
+    inherited_to: int = 0
+    inherited_floor: int = 0
+    found: set[str] = field(default_factory=set)
+    done: bool = False
+    resumed: bool = False
+
+
+async def plan_resume(
+    conn: Connection,
+    *,
+    info: dict[str, Any],
+    facts: FileFacts,
+    template: SubjectTemplate,
+    ids: str,
+    progress_stream: str,
+    fresh: bool,
+    run: str,
+) -> ResumePlan:
+    """Read the file's last progress record and decide where this run starts.
+
+    Raises:
+        ConfigError: resuming is unsafe; the message says why and how to start over.
+    """
+    stream = info["config"]["name"]
+    state = info.get("state", {})
+    last_seq = int(state.get("last_seq", 0))
+    created = str(info.get("created", ""))
+    store = ProgressStore(conn, progress_stream, progress_key(stream, facts.path))
+    replicas = int(info.get("config", {}).get("num_replicas") or 1)
+    await store.ensure(replicas)
+    previous = await store.last()
+    base = PublishProgress(
+        stream=stream,
+        stream_created=created,
+        file=facts.path,
+        sha256=facts.sha256,
+        size=facts.size,
+        subject=template.template,
+        ids=ids,
+        line=0,
+        scan_from=last_seq,
+        reserved=0,
+        done=False,
+        run=run,
+    )
+    plan = ResumePlan(base=base, store=store)
+    if previous is None or fresh:
+        return plan
+    _check_same(previous, base, facts)
+    if previous.done:
+        plan.done = True
+        plan.skip_to = previous.line
+        return plan
+    first_seq = int(state.get("first_seq", 0))
+    if int(state.get("messages", 0)) and first_seq > previous.scan_from + 1:
+        raise ConfigError(
+            f"stream {stream!r} no longer holds sequences {previous.scan_from + 1}.."
+            f"{first_seq - 1} (retention or a purge removed them), so which records of "
+            f"{facts.path!r} after line {previous.line} were stored cannot be checked. "
+            "Re-run with --fresh to publish from line 1 (records stored before, outside "
+            "the duplicate window, are stored again)"
+        )
+    if last_seq < previous.scan_from:
+        raise ConfigError(
+            f"stream {stream!r} ends at sequence {last_seq}, before the recorded "
+            f"{previous.scan_from}: it is not the stream the earlier run wrote to. "
+            "Re-run with --fresh to start over"
+        )
+    try:
+        plan.found = await stored_ids(conn, stream, previous.scan_from, last_seq)
+    except OncestreamError as exc:
+        raise OncestreamError(
+            f"scanning stream {stream!r} for records of an earlier run: {exc}"
+        ) from exc
+    plan.skip_to = previous.line
+    plan.inherited_to = previous.reserved
+    plan.inherited_floor = previous.scan_from
+    plan.resumed = True
+    plan.base = base.advanced(
+        line=previous.line, scan_from=previous.scan_from, reserved=previous.reserved
+    )
+    return plan
+
+
+def _check_same(previous: PublishProgress, base: PublishProgress, facts: FileFacts) -> None:
+    fresh = (
+        "; re-run with --fresh to publish it from line 1 anyway (records stored before, "
+        "outside the stream's duplicate window, are stored again)"
+    )
+    if previous.sha256 != base.sha256:
+        raise ConfigError(
+            f"{facts.path!r} changed since an earlier publish to stream {base.stream!r} "
+            f"(sha256 {previous.sha256[:12]}… then, {base.sha256[:12]}… now; that run "
+            f"confirmed lines 1..{previous.line}), so it cannot be resumed{fresh}"
+        )
+    if previous.stream_created != base.stream_created:
+        raise ConfigError(
+            f"stream {base.stream!r} was re-created since an earlier publish of "
+            f"{facts.path!r}, so its progress does not apply{fresh}"
+        )
+    if (previous.subject, previous.ids) != (base.subject, base.ids):
+        raise ConfigError(
+            f"an earlier publish of {facts.path!r} to stream {base.stream!r} used "
+            f"--subject {previous.subject!r} and ids '{previous.ids}'; this one uses "
+            f"{base.subject!r} and '{base.ids}'. Resume with the same options{fresh}"
+        )

@@ -1,0 +1,387 @@
+"""Bad input for `oncestream publish`: one row per case (issue 10), run by tests/_cli_cases.py.
+
+Each row gives the arguments, the input file, the exit code (0 ok, 1 the work
+failed, 2 bad usage or configuration), a fragment of the message, and what
+must hold for the streams afterwards (nothing stored, or each record once).
+One nats-server serves every row; each row uses its own streams.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from oncestream.server import NatsServer
+from tests import server_configs
+from tests._cli_cases import Case, CliEnv, Outcome, run_case
+
+OK, FAILED, CONFIG = 0, 1, 2
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    work = tmp_path_factory.mktemp("bad-publish-nats")
+    server = NatsServer(server_configs.jetstream(work), work_dir=work)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def cli_env(shared_server: NatsServer, tmp_path: Path) -> CliEnv:
+    return CliEnv(url=shared_server.url, tmp=tmp_path / "case")
+
+
+def publish(stream: str, subject: str, *extra: str, file: str = "{tmp}/in.jsonl") -> list[str]:
+    """The row's args; ``subject`` is literal (its braces are escaped for the row runner)."""
+    subject = subject.replace("{", "{{").replace("}", "}}")
+    return [
+        "publish",
+        file,
+        "--stream",
+        stream,
+        "--subject",
+        subject,
+        "-s",
+        "{url}",
+        "--no-progress",
+        *extra,
+    ]
+
+
+def lines(*records: object) -> str:
+    return "".join((r if isinstance(r, str) else orjson.dumps(r).decode()) + "\n" for r in records)
+
+
+def given(
+    stream: str, content: str | bytes, name: str = "in.jsonl", **streams: str
+) -> Callable[[CliEnv], None]:
+    """Setup: stream ``stream`` (subjects ``<stream lower>.>``), extra streams, the input file."""
+
+    def setup(env: CliEnv) -> None:
+        env.stream(stream)
+        for other, subject in streams.items():
+            env.stream(other, subject)
+        env.file(name, content)
+
+    return setup
+
+
+def stored(stream: str, count: int, *also_empty: str) -> Callable[[CliEnv, Outcome], None]:
+    """Check: ``stream`` holds exactly ``count`` messages and ``also_empty`` none."""
+
+    def check(env: CliEnv, _: Outcome) -> None:
+        assert env.messages(stream) == count, f"{stream} should hold {count} messages"
+        for other in also_empty:
+            assert env.messages(other) == 0, f"nothing may be stored in {other}"
+
+    return check
+
+
+GOOD = lines({"id": "a", "r": "eu"}, {"id": "b", "r": "us"})
+ID = ("--id-field", "id")
+ROOT = os.geteuid() == 0
+
+CASES = [
+    # -- wrong stream (issue 10 item 1) ----------------------------------------------------
+    Case(
+        "subject-of-another-stream",
+        publish("WSB", "wsa.x", *ID),
+        CONFIG,
+        "captured by stream 'WSA', not by --stream 'WSB' (which captures 'wsb.>')",
+        setup=given("WSB", GOOD, WSA="wsa.>"),
+        check=stored("WSB", 0, "WSA"),
+    ),
+    Case(
+        "record-subject-of-another-stream",
+        publish("WRB", "wrb.{r}", *ID, "--on-error", "skip"),
+        CONFIG,
+        "StreamMismatch",
+        setup=lambda env: (
+            env.stream("WRB", "wrb.eu"),
+            env.stream("WRC", "wrb.us"),
+            env.file("in.jsonl", GOOD),
+        ),
+        check=stored("WRB", 1, "WRC"),
+    ),
+    Case(
+        "subject-no-stream-captures",
+        publish("NSC", "nowhere.x", *ID),
+        CONFIG,
+        "no stream captures --subject 'nowhere.x'; --stream 'NSC' captures 'nsc.>'",
+        setup=given("NSC", GOOD),
+        check=stored("NSC", 0),
+    ),
+    Case(
+        "stream-missing",
+        publish("NOPE", "nope.x", *ID),
+        CONFIG,
+        "'NOPE' (--stream) not found",
+        setup=lambda env: env.file("in.jsonl", GOOD),
+    ),
+    # -- --subject templates ----------------------------------------------------------------
+    *(
+        Case(
+            f"subject-{name}",
+            publish("SUBJ", subject, *ID),
+            CONFIG,
+            fragment.replace("{", "{{").replace("}", "}}"),  # the runner formats messages
+            setup=given("SUBJ", GOOD),
+            check=stored("SUBJ", 0),
+        )
+        for name, subject, fragment in (
+            ("unclosed-brace", "subj.{r", "--subject 'subj.{r': unbalanced braces"),
+            ("stray-close-brace", "subj.}", "--subject 'subj.}': unbalanced braces"),
+            ("empty", "", "is not a valid subject to publish to"),
+            ("empty-token", "subj..x", "is not a valid subject to publish to"),
+            ("trailing-dot", "subj.", "is not a valid subject to publish to"),
+            ("wildcard", "subj.*", "not a valid subject to publish to"),
+            ("dotted-placeholder", "subj.{a.b}", "placeholders are plain field names"),
+            ("empty-placeholder", "subj.{}", "placeholders are plain field names"),
+        )
+    ),
+    # -- the input file ---------------------------------------------------------------------
+    Case("file-missing", publish("FM", "fm.x", *ID), CONFIG, "not found"),
+    Case(
+        "file-is-directory",
+        publish("FD", "fd.x", *ID, file="{tmp}/dir"),
+        CONFIG,
+        "is a directory",
+        setup=lambda env: (env.tmp / "dir").mkdir(parents=True),
+    ),
+    pytest.param(
+        Case(
+            "file-unreadable",
+            publish("FU", "fu.x", *ID),
+            CONFIG,
+            "not readable",
+            setup=lambda env: env.file("in.jsonl", GOOD, mode=0),
+        ),
+        marks=pytest.mark.skipif(ROOT, reason="root reads any file"),
+    ),
+    Case(
+        "file-empty",
+        publish("FE", "fe.x", *ID),
+        OK,
+        "holds no records",
+        setup=given("FE", ""),
+        check=stored("FE", 0),
+    ),
+    Case(
+        "file-blank-lines",
+        publish("FB", "fb.x", *ID),
+        OK,
+        "holds no records",
+        setup=given("FB", "\n \n\n"),
+        check=stored("FB", 0),
+    ),
+    Case(
+        "file-binary",
+        publish("FBIN", "fbin.x", *ID),
+        CONFIG,
+        "binary file",
+        setup=given("FBIN", b"\x00\x01\x02 not text"),
+        check=stored("FBIN", 0),
+    ),
+    Case(
+        "file-gzip",
+        publish("FGZ", "fgz.x", *ID, file="{tmp}/in.jsonl.gz"),
+        CONFIG,
+        "gzip-compressed",
+        setup=given("FGZ", gzip.compress(GOOD.encode()), name="in.jsonl.gz"),
+        check=stored("FGZ", 0),
+    ),
+    Case(
+        "stdin-binary",
+        publish("SB", "sb.x", *ID, file="-"),
+        CONFIG,
+        "binary file",
+        setup=given("SB", ""),
+        stdin="\x00\x00",
+        check=stored("SB", 0),
+    ),
+    # -- CSV ----------------------------------------------------------------------------
+    Case(
+        "csv-utf8-bom",
+        publish("CBOM", "cbom.{region}", *ID, file="{tmp}/in.csv"),
+        OK,
+        "stored 2",
+        setup=given("CBOM", b"\xef\xbb\xbfid,region\n1,eu\n2,us\n", name="in.csv"),
+        check=stored("CBOM", 2),
+    ),
+    Case(
+        "csv-without-id-column",
+        publish("CNOID", "cnoid.x", *ID, "--on-error", "skip", file="{tmp}/in.csv"),
+        CONFIG,
+        "the CSV header has no column 'id' (--id-field); it has: region, amount",
+        setup=given("CNOID", "region,amount\neu,1\n", name="in.csv"),
+        check=stored("CNOID", 0),
+    ),
+    Case(
+        "csv-without-subject-column",
+        publish("CNOS", "cnos.{region}", *ID, file="{tmp}/in.csv"),
+        CONFIG,
+        "no column 'region' (--subject)",
+        setup=given("CNOS", "id,amount\n1,1\n", name="in.csv"),
+        check=stored("CNOS", 0),
+    ),
+    Case(
+        "csv-format-forced-on-jsonl",
+        publish("CFJ", "cfj.x", *ID, "--format", "csv"),
+        CONFIG,
+        "no column 'id'",
+        setup=given("CFJ", GOOD),
+        check=stored("CFJ", 0),
+    ),
+    Case(
+        "csv-duplicate-header",
+        publish("CDH", "cdh.x", *ID, file="{tmp}/in.csv"),
+        CONFIG,
+        "unique, non-empty column names",
+        setup=given("CDH", "id,id\n1,2\n", name="in.csv"),
+        check=stored("CDH", 0),
+    ),
+    # -- records ------------------------------------------------------------------------
+    Case(
+        "skip-stored-nothing",
+        publish("SKN", "skn.x", *ID, "--on-error", "skip"),
+        FAILED,
+        "every record was malformed",
+        setup=given("SKN", lines("{bad", "[1]", {"no": "id"})),
+        check=stored("SKN", 0),
+    ),
+    Case(
+        "jsonl-not-utf8",
+        publish("NU", "nu.x", *ID),
+        FAILED,
+        "line 1: not UTF-8",
+        setup=given("NU", b'{"id": "\xff\xfe"}\n'),
+        check=stored("NU", 0),
+    ),
+    Case(
+        "jsonl-not-object",
+        publish("NO", "no.x", *ID),
+        FAILED,
+        "expected a JSON object",
+        setup=given("NO", lines("[1, 2]")),
+        check=stored("NO", 0),
+    ),
+    *(
+        Case(
+            f"id-{name}",
+            publish("IDS", "ids.x", *ID),
+            FAILED,
+            fragment,
+            setup=given("IDS", lines(record)),
+            check=stored("IDS", 0),
+        )
+        for name, record, fragment in (
+            ("null", {"id": None}, "id field 'id' is missing or null"),
+            ("absent", {"x": 1}, "id field 'id' is missing or null"),
+            ("empty", {"id": " "}, "id field 'id' is empty"),
+            ("object", {"id": {"a": 1}}, "must be a string or an integer, got dict"),
+            ("bool", {"id": True}, "must be a string or an integer, got bool"),
+            ("line-break", {"id": "a\nb"}, "contains a line break"),
+        )
+    ),
+    Case(
+        "template-field-missing",
+        publish("TFM", "tfm.{region}", *ID),
+        FAILED,
+        "line 2: field 'region' (used by --subject) is missing",
+        setup=given("TFM", lines({"id": "a", "region": "eu"}, {"id": "b"})),
+        check=stored("TFM", 1),
+    ),
+    Case(
+        "template-field-object",
+        publish("TFO", "tfo.{region}", *ID),
+        FAILED,
+        "is a dict, not a string or number",
+        setup=given("TFO", lines({"id": "a", "region": {"x": 1}})),
+        check=stored("TFO", 0),
+    ),
+    Case(
+        "line-over-max-payload",
+        publish("BIG", "big.x", *ID, "--on-error", "skip"),
+        OK,
+        "above the server's max_payload",
+        setup=given("BIG", lines({"id": "huge", "pad": "x" * 1_100_000}, {"id": "small"})),
+        check=stored("BIG", 1),
+    ),
+    # -- flags --------------------------------------------------------------------------
+    Case(
+        "id-field-and-content",
+        publish("IFC", "ifc.x", *ID, "--id-from-content"),
+        CONFIG,
+        "not both",
+        setup=given("IFC", GOOD),
+        check=stored("IFC", 0),
+    ),
+    Case(
+        "no-id-option",
+        publish("NID", "nid.x"),
+        CONFIG,
+        "exactly one of --id-field",
+        setup=given("NID", GOOD),
+    ),
+    Case(
+        "id-field-empty",
+        publish("IFE", "ife.x", "--id-field", ""),
+        CONFIG,
+        "--id-field must name a record field",
+        setup=given("IFE", GOOD),
+    ),
+    Case(
+        "fresh-and-no-resume",
+        publish("FNR", "fnr.x", *ID, "--fresh", "--no-resume"),
+        CONFIG,
+        "contradict",
+        setup=given("FNR", GOOD),
+    ),
+    Case(
+        "max-inflight-zero",
+        publish("MIZ", "miz.x", *ID, "--max-inflight", "0"),
+        CONFIG,
+        "max_inflight",
+        setup=given("MIZ", GOOD),
+    ),
+    Case(
+        "ack-timeout-bad",
+        publish("ATB", "atb.x", *ID, "--ack-timeout", "soon"),
+        CONFIG,
+        "--ack-timeout must be a duration",
+        setup=given("ATB", GOOD),
+    ),
+    Case(
+        "nkey-seed-missing-file",
+        [*publish("NKS", "nks.x", *ID), "--nkey-seed", "/missing"],
+        CONFIG,
+        "--nkey-seed '/missing' is neither",
+        setup=given("NKS", GOOD),
+    ),
+    Case(
+        "nkey-seed-garbage-not-echoed",
+        [*publish("NKG", "nkg.x", *ID), "--nkey-seed", "SUnotaseed"],
+        CONFIG,
+        "--nkey-seed is neither",
+        absent=("SUnotaseed",),
+        setup=given("NKG", GOOD),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: getattr(c, "id", None))
+def test_bad_publish_input(case: Case, cli_env: CliEnv) -> None:
+    run_case(case, cli_env)
+
+
+def test_rows_have_unique_ids() -> None:
+    ids = [c.values[0].id if hasattr(c, "values") else c.id for c in CASES]
+    assert len(ids) == len(set(ids))

@@ -1,0 +1,74 @@
+"""The sink's createStream* options are validated before any query starts (issue 12)."""
+
+from __future__ import annotations
+
+import pytest
+
+from oncestream import ConfigError
+from oncestream.spark._sink_options import SinkOptions
+
+BASE = {"servers": "nats://127.0.0.1:4222", "stream": "OUT"}
+
+
+def test_off_by_default() -> None:
+    assert SinkOptions.from_spark_options(BASE).create_stream is None
+
+
+def test_full_spec() -> None:
+    opts = SinkOptions.from_spark_options(
+        {
+            **BASE,
+            "createStream": "true",
+            "createStreamSubjects": "out.a, out.b.>",
+            "createStreamStorage": "memory",
+            "createStreamReplicas": "3",
+            "createStreamDuplicateWindow": "10m",
+        }
+    )
+    spec = opts.create_stream
+    assert spec is not None
+    assert (spec.name, spec.subjects, spec.storage, spec.replicas, spec.duplicate_window) == (
+        "OUT",
+        ("out.a", "out.b.>"),
+        "memory",
+        3,
+        600.0,
+    )
+    hash(opts)  # options stay usable as a cache key
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"createStreamSubjects": "out.>"}, "only applies with createStream=true"),
+        ({"createStream": "yes please"}, "createStream must be 'true' or 'false'"),
+        ({"createStream": "true"}, "needs createStreamSubjects"),
+        ({"createStream": "true", "createStreamSubjects": " , "}, "needs createStreamSubjects"),
+        (
+            {"createStream": "true", "createStreamSubjects": "o.>", "createStreamStorage": "ssd"},
+            "createStreamStorage must be 'file' or 'memory'",
+        ),
+        (
+            {"createStream": "true", "createStreamSubjects": "o.>", "createStreamReplicas": "2"},
+            "createStreamReplicas must be 1, 3 or 5",
+        ),
+        (
+            {
+                "createStream": "true",
+                "createStreamSubjects": "o.>",
+                "createStreamDuplicateWindow": "soon",
+            },
+            "createStreamDuplicateWindow must be a duration",
+        ),
+    ],
+)
+def test_bad_values_name_the_option(extra: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        SinkOptions.from_spark_options({**BASE, **extra})
+
+
+def test_needs_a_stream() -> None:
+    with pytest.raises(ConfigError, match="needs option 'stream'"):
+        SinkOptions.from_spark_options(
+            {"servers": "nats://127.0.0.1:4222", "createStream": "true", "subject": "x"}
+        )
