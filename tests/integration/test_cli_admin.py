@@ -133,3 +133,16 @@ def test_status_watch_and_tables(nats_server) -> None:  # type: ignore[no-untype
         assert cli(url, "status", "W", "--watch", *bad).exit_code == 2, bad
     missing = cli(url, "status", "NOPE", "--watch", "--count", "1")
     assert missing.exit_code == 2 and "NOPE" in missing.stderr
+
+
+def test_invalid_names_exit_2(nats_server) -> None:  # type: ignore[no-untyped-def]
+    url = nats_server.url
+    for args in (
+        ["stream", "info", "a.b"],
+        ["consumer", "info", "S", "c*"],
+        ["consumer", "ls", "a b"],
+        ["tail", "x>"],
+        ["dlq", "ls", "a.b"],
+    ):
+        result = cli(url, *args)
+        assert result.exit_code == 2 and "not a valid" in result.stderr, (args, result.stderr)

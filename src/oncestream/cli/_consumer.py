@@ -10,6 +10,7 @@ import typer
 from .._admin import consumer_info, delete_consumer, list_consumers, stream_info
 from .._connection import connect
 from .._errors import ConfigError, OperationTimeout
+from .._names import check_consumer_name, check_stream_name
 from .._options import ConnectOptions, parse_duration
 from .._start import StartPosition, parse_time
 from ._app import app, cli_errors, console, run_async
@@ -127,8 +128,8 @@ def add_command(
         raise ConfigError(f"--max-deliver must be -1 or >= 1, got {max_deliver}")
     if max_ack_pending < 1:
         raise ConfigError(f"--max-pending must be >= 1, got {max_ack_pending}")
-    if not name or any(c in name for c in " .*>\t\r\n/\\"):
-        raise ConfigError(f"consumer name {name!r} is invalid: no spaces, '.', '*', '>', '/'")
+    check_consumer_name(name, "consumer NAME")
+    check_stream_name(stream, "STREAM")
     start = start_from_flag("--deliver", deliver)
     config: dict[str, Any] = {
         "durable_name": name,
