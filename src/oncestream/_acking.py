@@ -17,7 +17,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from ._acks import publish_to_all
 from ._connection import Connection
 from ._deadletter import dead_letter_headers, publish_dead_letter
 from ._errors import OncestreamError
@@ -101,7 +100,7 @@ class Acknowledger:
     async def send(self, replies: Sequence[str], payload: bytes) -> None:
         """Publish ``payload`` to every reply subject with one buffered write."""
         if replies and self.conn is not None:
-            await publish_to_all(self.conn.nc, replies, payload)
+            await self.conn.publish_many(replies, payload)
 
     async def nak(self, msgs: Sequence[Message], delay: float | None = None) -> None:
         """Hand ``msgs`` back for redelivery (after ``delay`` seconds when given)."""
@@ -133,11 +132,10 @@ class Acknowledger:
 
     async def _double_ack(self, reply: str) -> None:
         assert self.conn is not None
-        nc = self.conn.nc
         delay = 0.05
         for attempt in range(self.options.double_ack_attempts):
             try:
-                await nc.request(reply, _ACK, timeout=self.options.double_ack_timeout)
+                await self.conn.request(reply, _ACK, timeout=self.options.double_ack_timeout)
                 self.stats.double_acks += 1
                 return
             except Exception as exc:

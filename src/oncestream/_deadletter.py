@@ -71,7 +71,7 @@ async def publish_dead_letter(
     last: BaseException | None = None
     for attempt in range(1, attempts + 1):
         try:
-            reply = await conn.nc.request(subject, msg.data, timeout=timeout, headers=headers)
+            reply = await conn.request(subject, msg.data, timeout=timeout, headers=headers)
             ack = orjson.loads(reply.data) if reply.data else {}
             if "error" in ack:
                 raise jetstream_error(ack["error"])

@@ -197,11 +197,11 @@ class Processor:
             pull.halt()
             await pull.stop()
             leftover = pull.take_unprocessed()
-            if leftover and self.conn is not None and self.conn.nc.is_connected:
+            if leftover and self.conn is not None and self.conn.is_connected:
                 # Hand unprocessed messages back now instead of after ack_wait.
                 await self._acks.nak(leftover)
                 with contextlib.suppress(Exception):
-                    await self.conn.nc.flush(timeout=2)
+                    await self.conn.flush(timeout=2)
         with contextlib.suppress(Exception):
             await self._applier.db(self.ledger.close)
 

@@ -30,7 +30,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,7 @@ import orjson
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from ._connection import Connection, translate_error
+from ._connection import Connection
 from ._errors import ConfigError, ConsumerNotFound, JetStreamError, OperationTimeout
 from ._names import check_consumer_name, check_stream_name
 from ._options import parse_duration, parse_positive_int
@@ -126,7 +126,6 @@ class MessageStream:
         self, conn: Connection, stream: str, consumer: str, options: PullOptions | None = None
     ) -> None:
         self.conn = conn
-        self._nc = conn.nc  # what handed-out messages ack through
         self.stream = check_stream_name(stream)
         self.consumer = check_consumer_name(consumer)
         self.options = options or PullOptions()
@@ -154,23 +153,10 @@ class MessageStream:
 
     async def start(self) -> MessageStream:
         """Subscribe the inbox and send the first pull request."""
-        nc = self.conn.nc
-        self._inbox = nc.new_inbox()
-        try:
-            sub = await nc.subscribe(self._inbox, pending_msgs_limit=0, pending_bytes_limit=0)
-        except Exception as exc:
-            raise translate_error(exc, what=f"subscribe {self._inbox}") from exc
-        if isinstance(getattr(sub, "_pending_queue", None), asyncio.Queue):
-            # nats-py 2.16 (pinned) hands each message to the subscription's
-            # queue with put_nowait(); taking it there directly saves a queue
-            # round trip and a callback await per message on the hot path.
-            sub._pending_queue = _InboxSink(self._on_msg)  # type: ignore[assignment]
-        else:  # pragma: no cover - other nats-py versions
-            await sub.unsubscribe()
-            sub = await nc.subscribe(
-                self._inbox, cb=self._on_msg_async, pending_msgs_limit=0, pending_bytes_limit=0
-            )
-        self._sub = sub
+        self._inbox = self.conn.new_inbox()
+        # Each message reaches _on_msg synchronously (no queue or callback task
+        # where the adapter can bypass them; see oncestream._nats).
+        self._sub = await self.conn.subscribe_messages(self._inbox, self._on_msg)
         self.conn.on_reconnect(self._on_reconnect)
         await self._pull()
         self._monitor = asyncio.get_running_loop().create_task(self._watch_heartbeats())
@@ -183,14 +169,11 @@ class MessageStream:
             self._pending_msgs -= 1
             if self._track_bytes:
                 self._pending_bytes -= len(msg.data) + len(msg.subject) + len(msg.reply)
-            self._buffer.append(Message(msg.subject, msg.reply, msg.data, msg.headers, self._nc))
+            self._buffer.append(Message(msg.subject, msg.reply, msg.data, msg.headers, self.conn))
             if not self._wakeup.is_set():
                 self._wakeup.set()
             return
         self._on_status(msg.headers or {})
-
-    async def _on_msg_async(self, msg: Msg) -> None:
-        self._on_msg(msg)
 
     def _on_status(self, headers: dict[str, str]) -> None:
         status = headers.get(_STATUS, "")
@@ -297,7 +280,7 @@ class MessageStream:
             self._pending_bytes = self.options.max_bytes
         self.pulls += 1
         try:
-            await self.conn.nc.publish(self._next_subject, orjson.dumps(request), reply=self._inbox)
+            await self.conn.publish(self._next_subject, orjson.dumps(request), reply=self._inbox)
         except Exception as exc:
             # Disconnected: the reconnect hook pulls again.
             self._pending_msgs -= want
@@ -313,7 +296,7 @@ class MessageStream:
             await asyncio.sleep(heartbeat)
             if self._stopped or self._draining:
                 return
-            if not self.conn.nc.is_connected:
+            if not self.conn.is_connected:
                 self._last_activity = time.monotonic()
                 continue
             if self._received != self._seen_received:
@@ -433,22 +416,6 @@ class MessageStream:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
-
-
-class _InboxSink:
-    """Stands in for a nats-py subscription queue: delivers each message synchronously."""
-
-    def __init__(self, deliver: Callable[[Msg], None]) -> None:
-        self.put_nowait = deliver
-
-    def qsize(self) -> int:
-        return 0
-
-    def empty(self) -> bool:
-        return True
-
-    async def join(self) -> None:
-        return None
 
 
 def pull_messages(

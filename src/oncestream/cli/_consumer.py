@@ -15,6 +15,7 @@ from .._options import ConnectOptions, parse_duration
 from .._start import StartPosition, parse_time
 from ._app import app, cli_errors, console, run_async
 from ._connect_flags import with_connect_options
+from ._name_args import consumer_name, stream_name, subject_filter
 from ._output import confirm, kv_table, print_json, print_table, rows_table
 
 consumer_app = typer.Typer(
@@ -24,8 +25,8 @@ consumer_app = typer.Typer(
 )
 app.add_typer(consumer_app)
 
-Stream = Annotated[str, typer.Argument(help="Stream name.")]
-Name = Annotated[str, typer.Argument(help="Consumer (durable) name.")]
+Stream = Annotated[str, typer.Argument(help="Stream name.", callback=stream_name)]
+Name = Annotated[str, typer.Argument(help="Consumer (durable) name.", callback=consumer_name)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
@@ -95,7 +96,8 @@ def add_command(
     stream: Stream,
     name: Name,
     filter_subject: Annotated[
-        str | None, typer.Option("--filter", help="Only deliver this subject.")
+        str | None,
+        typer.Option("--filter", help="Only deliver this subject.", callback=subject_filter),
     ] = None,
     deliver: Annotated[
         str,

@@ -13,6 +13,7 @@ from .._options import ConnectOptions, parse_duration
 from ..streams import StreamSpec, seconds_to_ns
 from ._app import app, cli_errors, console, run_async
 from ._connect_flags import with_connect_options
+from ._name_args import stream_name, subject_filter
 from ._output import confirm, kv_table, print_json, print_table, rows_table
 
 stream_app = typer.Typer(
@@ -22,7 +23,7 @@ stream_app = typer.Typer(
 )
 app.add_typer(stream_app)
 
-Name = Annotated[str, typer.Argument(help="Stream name.")]
+Name = Annotated[str, typer.Argument(help="Stream name.", callback=stream_name)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 Force = Annotated[bool, typer.Option("--force", "-f", help="Do not ask for confirmation.")]
 Subjects = Annotated[
@@ -330,7 +331,10 @@ def rm_command(name: Name, force: Force = False, *, options: ConnectOptions) -> 
 def purge_command(
     name: Name,
     subject: Annotated[
-        str | None, typer.Option("--subject", help="Only purge this subject (wildcards ok).")
+        str | None,
+        typer.Option(
+            "--subject", help="Only purge this subject (wildcards ok).", callback=subject_filter
+        ),
     ] = None,
     keep: Annotated[int | None, typer.Option("--keep", help="Keep the newest N.")] = None,
     seq: Annotated[

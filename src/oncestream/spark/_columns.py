@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._errors import OncestreamError
+from .._nats import FrameSink
 from ..message import ack_layout
-from . import _wire
 
 __all__ = ["ARROW_SCHEMA", "to_batch"]
 
@@ -34,7 +34,7 @@ _MSG_ID_RE = r"\nNats-Msg-Id: (?P<v>[^\r]*)\r\n"
 
 
 def to_batch(
-    chunk: _wire.FrameSink,
+    chunk: FrameSink,
     stream_name: pa.Scalar,
     *,
     last: int,
