@@ -69,8 +69,14 @@ def private_dir(path: str | os.PathLike[str]) -> Path:
 
     Returns:
         The directory as a Path.
+
+    Raises:
+        NotADirectoryError: ``path`` (or a parent) exists and is not a directory;
+            nothing is changed then.
     """
     directory = Path(path)
+    if directory.exists() and not directory.is_dir():
+        raise NotADirectoryError(20, "Not a directory", str(directory))
     missing = []
     probe = directory
     while not probe.exists():

@@ -16,23 +16,21 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import os
-import re
-import sqlite3
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
 import orjson
 
+from ._audit_outputs import parquet_keys, sql_keys
 from ._connection import Connection
 from ._dsn import Dsn, parse_dsn
-from ._errors import ConfigError, JetStreamError, OncestreamError, StreamNotFound
+from ._errors import ConfigError, StreamNotFound
 from ._names import check_stream_name
 from ._private import redact, redacted_repr
-from ._pubwire import install_reply_hook, remove_reply_hook
+from .reader import StreamRecord, lineage_id, read_stream
 
 __all__ = [
     "AuditReport",
@@ -46,17 +44,6 @@ __all__ = [
 ]
 
 SAMPLES = 5
-
-
-@dataclass(frozen=True, slots=True)
-class StreamRecord:
-    """One stored message as the audit sees it."""
-
-    seq: int
-    subject: str
-    msg_id: str | None
-    timestamp: str
-    data: bytes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -240,91 +227,6 @@ def compare(
     )
 
 
-async def read_stream(
-    conn: Connection,
-    stream: str,
-    *,
-    start_seq: int = 1,
-    batch: int = 4096,
-    timeout: float = 10.0,
-) -> AsyncIterator[list[StreamRecord]]:
-    """Yield every message of ``stream`` present now (from ``start_seq``), in order, in chunks.
-
-    Uses batched direct gets (the stream needs ``allow_direct``), which need no
-    consumer and skip deleted sequences.
-
-    Raises:
-        StreamNotFound: when the stream does not exist.
-        JetStreamError: when direct get is disabled on the stream.
-    """
-    info = await conn.stream_info(stream)
-    if not info["config"].get("allow_direct"):
-        raise JetStreamError(
-            f"stream {stream!r} does not allow direct get; the audit needs allow_direct=true",
-            code=400,
-        )
-    state = info["state"]
-    seq = max(int(state.get("first_seq", 1)) or 1, start_seq)
-    last = int(state.get("last_seq", 0))
-    if int(state.get("messages", 0)) == 0:
-        return
-    # Raw frames, bypassing nats-py's Msg objects and header dicts (the per-message
-    # cost that limits a Python reader); the few headers needed are cut out below.
-    frames: list[tuple[bytes, bytes | None]] = []
-    ended: asyncio.Event = asyncio.Event()
-
-    def on_frame(_subject: bytes, data: bytes, headers: bytes | None) -> None:
-        frames.append((bytes(data), headers and bytes(headers)))
-        if headers is not None and headers[8:9] == b" ":  # "NATS/1.0 204 EOB": a status
-            ended.set()
-
-    nc = conn.nc
-    inbox = nc.new_inbox()
-    sub = await nc.subscribe(inbox)
-    sid = sub._id
-    install_reply_hook(nc, sid, on_frame)
-    subject = f"{conn.prefix}.DIRECT.GET.{stream}"
-    try:
-        while seq <= last:
-            frames.clear()
-            ended.clear()
-            request = orjson.dumps({"seq": seq, "batch": min(batch, last - seq + 1)})
-            await nc.publish(subject, request, reply=inbox)
-            await asyncio.wait_for(ended.wait(), timeout)
-            chunk = [_record(data, headers) for data, headers in frames[:-1] if headers]
-            if chunk:
-                yield chunk
-            status = (frames[-1][1] or b"")[9:12]
-            if not chunk or status != b"204":
-                return
-            seq = chunk[-1].seq + 1
-    except TimeoutError as exc:
-        raise OncestreamError(f"reading {stream!r} at sequence {seq}: no reply in time") from exc
-    finally:
-        remove_reply_hook(nc, sid)
-        await sub.unsubscribe()
-
-
-_SEQ_RE = re.compile(rb"\r\nNats-Sequence: (\d+)")
-_TS_RE = re.compile(rb"\r\nNats-Time-Stamp: ([^\r]*)")
-_ID_RE = re.compile(rb"\r\nNats-Msg-Id: ([^\r]*)")
-_SUBJECT_RE = re.compile(rb"\r\nNats-Subject: ([^\r]*)")
-
-
-def _record(data: bytes, headers: bytes) -> StreamRecord:
-    seq = _SEQ_RE.search(headers)
-    ts = _TS_RE.search(headers)
-    msg_id = _ID_RE.search(headers)
-    subject = _SUBJECT_RE.search(headers)
-    return StreamRecord(
-        seq=int(seq.group(1)) if seq else 0,
-        subject=subject.group(1).decode() if subject else "",
-        msg_id=msg_id.group(1).decode() if msg_id else None,
-        timestamp=ts.group(1).decode() if ts else "",
-        data=data,
-    )
-
-
 def _json_field(data: bytes, name: str) -> str | None:
     try:
         value = orjson.loads(data).get(name)
@@ -338,8 +240,6 @@ def stream_key(key: KeySpec, stream: str, record: StreamRecord, *, is_input: boo
     if key.kind == "field":
         return _json_field(record.data, key.name or "")
     if key.kind == "lineage" and is_input:
-        from .spark._sink_options import lineage_id
-
         return lineage_id(stream, record.seq)
     return record.msg_id
 
@@ -379,86 +279,6 @@ async def _stream_keys(
                 frac = record.timestamp[20:].rstrip("Z")
                 times[value] = cache[second] + (float("0." + frac) if frac else 0.0)
     return keys, times
-
-
-def _spark_committed_files(path: str) -> list[str] | None:
-    """Files a Spark file sink committed, from its ``_spark_metadata`` log (None if absent)."""
-    meta = os.path.join(path, "_spark_metadata")
-    if not os.path.isdir(meta):
-        return None
-    entries = []
-    for name in os.listdir(meta):
-        stem = name.removesuffix(".compact")
-        if stem.isdigit():
-            entries.append((int(stem), name))
-    entries.sort()
-    start = max((i for i, (_, n) in enumerate(entries) if n.endswith(".compact")), default=0)
-    files: dict[str, bool] = {}
-    for _, name in entries[start:]:
-        with open(os.path.join(meta, name), "rb") as fh:
-            for line in fh.read().splitlines()[1:]:
-                if line.strip():
-                    entry = orjson.loads(line)
-                    files[entry["path"]] = entry.get("action", "add") == "add"
-    return [p.removeprefix("file://") for p, keep in files.items() if keep]
-
-
-def _parquet_keys(path: str, key: KeySpec) -> list[str]:
-    import pyarrow.dataset as ds
-
-    if not os.path.exists(path):
-        raise ConfigError(f"parquet output {path!r} does not exist")
-    committed = _spark_committed_files(path)
-    dataset = ds.dataset(committed if committed is not None else path, format="parquet")
-    columns = _table_columns(key, set(dataset.schema.names), f"parquet:{path}")
-    table = dataset.to_table(columns=columns)
-    return _rows_to_keys(key, [table.column(c).to_pylist() for c in columns])
-
-
-def _table_columns(key: KeySpec, available: set[str], where: str) -> list[str]:
-    if key.kind == "field":
-        wanted = [key.name or ""]
-    elif key.kind == "lineage" and "msg_id" not in available:
-        wanted = ["stream", "sequence"]
-    else:
-        wanted = ["msg_id"]
-    missing = [c for c in wanted if c not in available]
-    if missing:
-        raise ConfigError(
-            f"{where} has no column {', '.join(missing)} for key {key} "
-            f"(columns: {', '.join(sorted(available))})"
-        )
-    return wanted
-
-
-def _rows_to_keys(key: KeySpec, columns: list[list[Any]]) -> list[str]:
-    if len(columns) == 2:
-        from .spark._sink_options import lineage_id
-
-        return [lineage_id(s, int(q)) for s, q in zip(columns[0], columns[1], strict=True)]
-    return [str(v) for v in columns[0]]
-
-
-def _sql_keys(dsn: Dsn, table: str, key: KeySpec) -> list[str]:
-    where = f"sql table {table}"
-    if dsn.kind == "postgresql":
-        import psycopg
-
-        with psycopg.connect(dsn.url) as pg:
-            cur = pg.execute(f"SELECT * FROM {table} LIMIT 0")
-            available = {d.name for d in cur.description or ()}
-            columns = _table_columns(key, available, where)
-            rows = pg.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
-    else:
-        path = dsn.path or ""
-        if not os.path.exists(path):
-            raise ConfigError(f"SQLite database {path!r} does not exist")
-        with sqlite3.connect(path) as db:
-            probe = db.execute(f"SELECT * FROM {table} LIMIT 0")
-            available = {d[0] for d in probe.description}
-            columns = _table_columns(key, available, where)
-            rows = db.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
-    return _rows_to_keys(key, [list(c) for c in zip(*rows, strict=True)] or [[]] * len(columns))
 
 
 async def audit(
@@ -501,9 +321,9 @@ async def audit(
                 conn, out.target, spec, is_input=False, with_time=True
             )
         elif out.kind == "parquet":
-            found = await asyncio.to_thread(_parquet_keys, out.target, spec)
+            found = await asyncio.to_thread(parquet_keys, out.target, spec)
         else:
-            found = await asyncio.to_thread(_sql_keys, out.database, out.table or "", spec)
+            found = await asyncio.to_thread(sql_keys, out.database, out.table or "", spec)
         report = compare(str(out), expected, found, samples=samples)
         lags = [(t - in_times[k]) * 1000 for k, t in out_times.items() if k in in_times]
         if lags:

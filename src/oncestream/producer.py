@@ -45,7 +45,7 @@ from typing import Any
 
 import orjson
 
-from ._connection import Connection, translate_error
+from ._connection import Connection
 from ._errors import ConfigError, JetStreamError, MessageNotFound, WrongLastSequence
 from ._producer_batch import (
     ERR_BATCH_DUPLICATE_MSG_ID,
@@ -185,12 +185,7 @@ class ProducerSession:
     async def _last_direct(self) -> tuple[int, bytes] | None:
         subject = f"{self.conn.prefix}.DIRECT.GET.{self.stream}"
         body = orjson.dumps({"last_by_subj": self.subject})
-        try:
-            reply = await self.conn.nc.request(
-                subject, body, timeout=self.conn.options.request_timeout
-            )
-        except Exception as exc:
-            raise translate_error(exc, what=f"direct get last of {self.subject!r}") from exc
+        reply = await self.conn.request(subject, body)
         headers = reply.headers or {}
         status = headers.get("Status")
         if status == "404":

@@ -7,6 +7,7 @@ hold afterwards. One nats-server serves every row; rows use their own stream nam
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,28 @@ def _user_dir_intact(env: CliEnv, _: Outcome) -> None:
     assert (env.tmp / "work/thesis.tex").read_text() == "years of work"
     assert (env.tmp / "work/jetstream/keep.txt").read_text() == "mine"
     assert sorted(p.name for p in (env.tmp / "work").iterdir()) == ["jetstream", "thesis.tex"]
+
+
+def _sqlite(path: Path) -> None:
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE other (x INTEGER)")
+
+
+def _ledger(path: Path, stream: str, rows: int) -> None:
+    from oncestream.ledger import LedgerEntry, SQLiteLedger
+
+    with SQLiteLedger(path) as ledger:
+        tx = ledger.begin()
+        tx.claim([LedgerEntry(stream=stream, seq=seq) for seq in range(1, rows + 1)])
+        tx.commit()
+
+
+def _mode_is(path: Path, mode: int) -> None:
+    assert path.stat().st_mode & 0o777 == mode, f"{path} mode changed"
+
+
+def _absent(path: Path) -> None:
+    assert not path.exists(), f"{path} was created"
 
 
 CONNECT = ["-s", "{url}"]
@@ -191,6 +214,176 @@ CASES = [
         "has no attribute 'nope'",
         setup=lambda env: env.file("bi_attr.py", "x = 1\n"),
         in_tmp=True,
+    ),
+    # -- audit: one-line errors, never a traceback -----------------------------------------
+    Case(
+        "audit-parquet-not-parquet",
+        ["audit", "-i", "BI_AUD2", "-o", "parquet:{tmp}/notes.txt", *CONNECT],
+        CONFIG,
+        "cannot be read as Parquet",
+        setup=lambda env: (env.stream("BI_AUD2"), env.file("notes.txt", "not parquet\n")),
+        check=_unchanged("notes.txt", "not parquet\n"),
+    ),
+    Case(
+        "audit-sqlite-missing-table",
+        ["audit", "-i", "BI_AUD3", "-o", "sql:sqlite:///{tmp}/out.db#orders", *CONNECT],
+        CONFIG,
+        "no table 'orders'",
+        setup=lambda env: (env.stream("BI_AUD3"), _sqlite(env.tmp / "out.db")),
+    ),
+    Case(
+        "audit-sqlite-missing-file",
+        ["audit", "-i", "BI_AUD4", "-o", "sql:sqlite:///{tmp}/nope.db#orders", *CONNECT],
+        CONFIG,
+        "does not exist",
+        setup=lambda env: env.stream("BI_AUD4"),
+        check=lambda env, _: _absent(env.tmp / "nope.db"),
+    ),
+    Case(
+        "audit-postgres-unreachable",
+        [
+            "audit",
+            "-i",
+            "BI_AUD5",
+            "-o",
+            "sql:postgresql://app:pw-SECRET@127.0.0.1:1/db#t",
+            *CONNECT,
+        ],
+        FAILED,
+        "cannot read sql output postgresql://app:***@127.0.0.1:1/db",
+        setup=lambda env: env.stream("BI_AUD5"),
+        absent=("pw-SECRET",),
+    ),
+    # -- status --ledger: read-only, named, echoed as given --------------------------------
+    Case(
+        "status-ledger-typo-is-not-created",
+        ["status", "BI_ST", "c", *CONNECT, "--ledger", "sqlite:///{tmp}/typo.db"],
+        CONFIG,
+        "no ledger at",
+        setup=lambda env: (env.stream("BI_ST"), env.consumer("BI_ST", "c")),
+        check=lambda env, _: _absent(env.tmp / "typo.db"),
+    ),
+    Case(
+        "status-ledger-without-stream",
+        ["status", *CONNECT, "--ledger", "sqlite:///{tmp}/l.db"],
+        CONFIG,
+        "--ledger needs STREAM",
+    ),
+    Case(
+        "status-ledger-not-a-ledger",
+        ["status", "BI_ST2", *CONNECT, "--ledger", "sqlite:///{tmp}/other.db"],
+        CONFIG,
+        "is not an oncestream ledger",
+        setup=lambda env: (env.stream("BI_ST2"), _sqlite(env.tmp / "other.db")),
+    ),
+    Case(
+        "status-ledger-unsupported-scheme-echoed",
+        ["status", "BI_ST3", *CONNECT, "--ledger", "mysql://x@y/z"],
+        CONFIG,
+        "'mysql://x@y/z' has unsupported scheme 'mysql'",
+        setup=lambda env: env.stream("BI_ST3"),
+    ),
+    Case(
+        "status-ledger-with-stream-only-is-used",
+        ["status", "BI_ST4", *CONNECT, "--ledger", "sqlite:///{tmp}/ledger.db", "--json"],
+        0,
+        '"ledger_applied": 2',
+        setup=lambda env: (env.stream("BI_ST4"), _ledger(env.tmp / "ledger.db", "BI_ST4", 2)),
+    ),
+    Case(
+        "process-ledger-directory-missing",
+        [
+            "process",
+            *CONNECT,
+            "--ledger",
+            "sqlite:///{tmp}/no/such/dir/l.db",
+            "--stream",
+            "BI_P",
+            "--consumer",
+            "c",
+            "--handler",
+            "bi_ok3:handle",
+        ],
+        CONFIG,
+        "does not exist",
+        setup=lambda env: env.file("bi_ok3.py", "def handle(msg, tx):\n    pass\n"),
+        in_tmp=True,
+    ),
+    Case(
+        "process-ledger-not-sqlite",
+        [
+            "process",
+            *CONNECT,
+            "--ledger",
+            "sqlite:///{tmp}/notes.txt",
+            "--stream",
+            "BI_P",
+            "--consumer",
+            "c",
+            "--handler",
+            "bi_ok4:handle",
+        ],
+        CONFIG,
+        "is not an SQLite database",
+        setup=lambda env: (
+            env.file("bi_ok4.py", "def handle(msg, tx):\n    pass\n"),
+            env.file("notes.txt", "my notes\n"),
+        ),
+        check=_unchanged("notes.txt", "my notes\n"),
+        in_tmp=True,
+    ),
+    Case(
+        "process-filter-matches-nothing",
+        [
+            *PROCESS,
+            "--stream",
+            "BI_FILT",
+            "--consumer",
+            "c",
+            "--handler",
+            "bi_ok5:handle",
+            "--filter-subject",
+            "other.>",
+        ],
+        CONFIG,
+        "filter subject 'other.>' matches nothing stream 'BI_FILT' stores",
+        setup=lambda env: (
+            env.file("bi_ok5.py", "def handle(msg, tx):\n    pass\n"),
+            env.stream("BI_FILT", "bi.filt.>"),
+        ),
+        in_tmp=True,
+    ),
+    Case(
+        "audit-negative-samples",
+        ["audit", "-i", "BI_AUD6", "-o", "stream:BI_AUD6", "--samples", "-1", *CONNECT],
+        CONFIG,
+        "--samples must be >= 0",
+    ),
+    # -- topology ----------------------------------------------------------------------------
+    Case(
+        "topology-dir-is-a-file",
+        ["topology", "up", "hub-leaf", "--dir", "{tmp}/afile"],
+        CONFIG,
+        "not a directory",
+        setup=lambda env: env.file("afile", "keep me", mode=0o644),
+        check=lambda env, _: _mode_is(env.tmp / "afile", 0o644),
+    ),
+    Case(
+        "topology-negative-timeout",
+        ["topology", "up", "cluster3", "--dir", "{tmp}/t", "--timeout", "-1"],
+        CONFIG,
+        "--timeout must be > 0",
+        check=lambda env, _: _absent(env.tmp / "t"),
+    ),
+    Case("topology-unknown-kind", ["topology", "up", "bogus"], CONFIG, "bogus"),
+    Case("topology-down-nothing", ["topology", "down", "--dir", "{tmp}"], CONFIG, "no topology"),
+    Case(
+        "topology-state-file-corrupt",
+        ["topology", "status", "--dir", "{tmp}"],
+        CONFIG,
+        "is not a topology state file",
+        setup=lambda env: env.file("topology.json", "{not json"),
+        check=_unchanged("topology.json", "{not json"),
     ),
     Case(
         "process-handler-not-module-colon-function",

@@ -130,7 +130,8 @@ def test_the_audited_file_is_the_ledger_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``sqlite:///var/x.db`` is ``./var/x.db`` for both; ``sqlite:////...`` is absolute."""
-    from oncestream.audit import KeySpec, _sql_keys
+    from oncestream._audit_outputs import sql_keys
+    from oncestream.audit import KeySpec
     from oncestream.ledger import LedgerEntry
 
     monkeypatch.chdir(tmp_path)
@@ -141,7 +142,7 @@ def test_the_audited_file_is_the_ledger_file(
             tx.claim([LedgerEntry("S", 1), LedgerEntry("S", 2)])
             tx.commit()
         spec = OutputSpec.parse(f"sql:{url}#oncestream_applied")
-        keys = _sql_keys(spec.database, "oncestream_applied", KeySpec.parse("field:stream"))
+        keys = sql_keys(spec.database, "oncestream_applied", KeySpec.parse("field:stream"))
         assert keys == ["S", "S"]
     assert (tmp_path / "var" / "x.db").exists() and (tmp_path / "abs.db").exists()
 

@@ -9,7 +9,7 @@ import pytest
 
 from oncestream import ConfigError
 from oncestream._logthrottle import LogThrottle
-from oncestream._processor_setup import check_handler, subject_matches
+from oncestream._processor_setup import check_handler, subject_matches, subjects_overlap
 
 
 @pytest.mark.parametrize(
@@ -63,3 +63,20 @@ def test_identical_failures_are_summarised(caplog: pytest.LogCaptureFixture) -> 
         # A different failure is logged at once.
         assert throttle.log(logging.INFO, "E: y", "seq %d: E: y", 1)
     assert len(caplog.records) == 5
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        ("s.>", "s.x", True),
+        ("s.>", "other.>", False),
+        ("s.*", "s.x.y", False),
+        ("s.*.y", "s.x.*", True),
+        (">", "a", True),
+        ("a.>", "a", False),
+        ("a.b", "a.b", True),
+    ],
+)
+def test_subjects_overlap(a: str, b: str, expected: bool) -> None:
+    assert subjects_overlap(a, b) is expected
+    assert subjects_overlap(b, a) is expected

@@ -74,7 +74,8 @@ def cli_errors(func: Callable[..., T]) -> Callable[..., T]:
         except ConfigError as exc:
             raise fail(str(exc), EXIT_CONFIG) from None
         except OncestreamError as exc:
-            raise fail(f"{type(exc).__name__}: {exc}", exit_code_for(exc)) from None
+            kind = "" if type(exc) is OncestreamError else f"{type(exc).__name__}: "
+            raise fail(f"{kind}{exc}", exit_code_for(exc)) from None
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
             where = f"{exc.filename}: " if exc.filename else ""
             raise fail(f"{where}{exc.strerror or exc}", EXIT_CONFIG) from None

@@ -108,6 +108,8 @@ def up_command(
     ),
 ) -> None:
     """Start the servers detached, wait until formed, print URLs, domains and credentials."""
+    if not timeout > 0:
+        raise ConfigError(f"--timeout must be > 0 seconds, got {timeout}")
     directory = directory.resolve()
     state = _read_state(directory)
     if state is not None and _running(state):

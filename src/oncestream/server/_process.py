@@ -232,7 +232,7 @@ class NatsServer:
         code = proc.returncode
         how = (
             f"was killed by {signal.Signals(-code).name}"
-            if code < 0 and -code in signal.Signals._value2member_map_
+            if code < 0 and -code in {s.value for s in signal.Signals}
             else f"exited with code {code}"
         )
         tail = "\n".join(list(self._log_tail)[-10:])

@@ -13,10 +13,10 @@ from pyspark.sql.datasource import InputPartition
 
 from .._connection import Connection
 from .._errors import MessageNotFound, OncestreamError, ServerError, StreamNotFound
+from .._nats import FrameSink, status_code
 from .._retry import Unavailable, leader_stream_info, retrying
-from . import _wire
 from ._reader import check_retention, delete_consumer_later
-from ._source_options import EARLIEST, LATEST, SourceOptions
+from ._source_options import EARLIEST, LATEST, RETRY_BUDGET, SourceOptions
 
 __all__ = [
     "MAX_PARTITION_SEQUENCES",
@@ -117,6 +117,7 @@ async def stream_infos(conn: Connection, options: SourceOptions) -> dict[str, di
             infos[stream] = await retrying(
                 lambda stream=stream: leader_stream_info(conn, stream),  # type: ignore[misc]
                 budget=options.retry_timeout,
+                budget_source=RETRY_BUDGET,
                 what=f"STREAM.INFO {stream!r}",
             )
         except StreamNotFound as exc:
@@ -151,6 +152,7 @@ async def resolve_start(
                         f"STREAM.MSG.GET.{stream}", body
                     ),
                     budget=options.retry_timeout,
+                    budget_source=RETRY_BUDGET,
                     what=f"STREAM.MSG.GET {stream!r}",
                 )
                 out[stream] = int(reply["message"]["seq"]) - 1
@@ -271,6 +273,7 @@ async def nth_sequence(
     return await retrying(
         lambda: _nth_sequence(conn, stream, after, n, subjects),
         budget=retry_timeout,
+        budget_source=RETRY_BUDGET,
         what=f"counting messages of stream {stream!r}",
     )
 
@@ -293,7 +296,6 @@ async def _nth_sequence(
         config["filter_subject"] = subjects[0]
     elif subjects:
         config["filter_subjects"] = list(subjects)
-    nc: Any = conn.nc
     last: int | None = None
     remaining = n
     try:
@@ -309,12 +311,11 @@ async def _nth_sequence(
                 if not future.done():
                     future.set_result(None)
 
-            sink = _wire.FrameSink(count, True, done)
-            inbox = nc.new_inbox()
-            sub = await nc.subscribe(inbox)
-            _wire.register(nc, sub._id, sink)
+            sink = FrameSink(count, True, done)
+            inbox = conn.new_inbox()
+            sub = await conn.subscribe_frames(inbox, sink)
             try:
-                await nc.publish(
+                await conn.publish(
                     f"{conn.prefix}.CONSUMER.MSG.NEXT.{stream}.{name}",
                     orjson.dumps({"batch": count, "no_wait": True}),
                     reply=inbox,
@@ -326,10 +327,9 @@ async def _nth_sequence(
                         f"counting messages of stream {stream!r}: no answer"
                     ) from None
             finally:
-                _wire.unregister(nc, sub._id)
                 await sub.unsubscribe()
             got = len(sink.datas)
-            status = sink.status[9:12] if sink.status is not None and not got else b"404"
+            status = status_code(sink.status) if sink.status is not None and not got else b"404"
             if status == b"503":
                 raise Unavailable(f"counting messages of stream {stream!r}: no responders")
             if status not in (b"404", b"408"):

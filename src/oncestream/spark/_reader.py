@@ -38,10 +38,11 @@ from .._errors import (
     OperationTimeout,
     ServerError,
 )
+from .._nats import FrameSink, FrameSubscription, status_code
 from .._options import ConnectOptions
 from .._retry import Unavailable, leader_stream_info, retrying, stream_missing
-from . import _wire
 from ._columns import ARROW_SCHEMA, to_batch
+from ._source_options import RETRY_BUDGET
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -64,10 +65,9 @@ async def get_connection(options: ConnectOptions) -> Connection:
     """One connection per process and options, reused by every partition a worker reads."""
     key = (os.getpid(), options)
     conn = _connections.get(key)
-    if conn is not None and not conn.nc.is_closed:
+    if conn is not None and not conn.is_closed:
         return conn
     conn = await connect(options.replace(name="oncestream-spark-source"))
-    _wire.install(conn.nc)
     with _conn_lock:
         _connections[key] = conn
     return conn
@@ -108,6 +108,7 @@ async def check_retention(
     info = await retrying(
         lambda: leader_stream_info(conn, stream),
         budget=retry_timeout,
+        budget_source=RETRY_BUDGET,
         what=f"STREAM.INFO {stream!r}",
     )
     first_seq = int(info["state"].get("first_seq", 0))
@@ -134,7 +135,9 @@ class _Request:
 
     __slots__ = ("future", "sink", "sub")
 
-    def __init__(self, future: asyncio.Future[None], sink: _wire.FrameSink, sub: Any) -> None:
+    def __init__(
+        self, future: asyncio.Future[None], sink: FrameSink, sub: FrameSubscription
+    ) -> None:
         self.future, self.sink, self.sub = future, sink, sub
 
 
@@ -237,9 +240,8 @@ class RangeReader:
 
     async def _request(self) -> _Request:
         """Send the next request; its future resolves when its frames are complete."""
-        nc: Any = self.conn.nc
-        inbox = nc.new_inbox()
-        sub = await nc.subscribe(inbox)
+        conn = self.conn
+        inbox = conn.new_inbox()
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         count = min(self.batch, self.last - self._next_seq + 1)
 
@@ -249,10 +251,9 @@ class RangeReader:
 
         # Direct get answers end with a 204 EOB status; a no_wait pull ends with a
         # 404/408 status, or with nothing once exactly `count` messages came.
-        sink = _wire.FrameSink(1 << 62 if self.direct else count, not self.direct, done)
-        request = _Request(future, sink, sub)
+        sink = FrameSink(1 << 62 if self.direct else count, not self.direct, done)
+        request = _Request(future, sink, await conn.subscribe_frames(inbox, sink))
         self._requests.append(request)
-        _wire.register(nc, sub._id, sink)
         if self.direct:
             body: dict[str, Any] = {"seq": self._next_seq, "batch": count}
             if self.subjects:
@@ -261,13 +262,13 @@ class RangeReader:
         else:
             body = {"batch": count, "no_wait": True}
             subject = f"{self.conn.prefix}.CONSUMER.MSG.NEXT.{self.stream}.{self._consumer}"
-        publish: Awaitable[None] = nc.publish(subject, orjson.dumps(body), reply=inbox)
+        publish: Awaitable[None] = conn.publish(subject, orjson.dumps(body), reply=inbox)
         # Not awaited, so the server sends while Spark converts; a failed publish
         # shows as an unanswered request.
         asyncio.ensure_future(publish).add_done_callback(_ignore_result)
         return request
 
-    async def _wait(self, request: _Request) -> _wire.FrameSink:
+    async def _wait(self, request: _Request) -> FrameSink:
         """The request's frames; OperationTimeout once ``requestTimeout`` passes without any."""
         idle = self.conn.options.request_timeout
         seen = 0
@@ -283,10 +284,10 @@ class RangeReader:
                     ) from None
                 seen = len(request.sink.datas)
 
-    def _check_status(self, chunk: _wire.FrameSink) -> None:
+    def _check_status(self, chunk: FrameSink) -> None:
         if chunk.status is None or chunk.datas:
             return
-        code = chunk.status[9:12]
+        code = status_code(chunk.status)
         if code in (b"204", b"404", b"408"):
             return
         text = chunk.status.split(b"\r\n", 1)[0].decode(errors="replace")
@@ -309,6 +310,7 @@ class RangeReader:
             return await retrying(
                 self._next_batch,
                 budget=self.retry_timeout,
+                budget_source=RETRY_BUDGET,
                 what=f"reading stream {self.stream!r} at sequence {self._next_seq}",
                 on_retry=self._recover,
             )
@@ -378,7 +380,7 @@ class RangeReader:
             name, self._consumer = self._consumer, None
             delete_consumer_later(self.conn, self.stream, name)
 
-    def _to_batch(self, chunk: _wire.FrameSink) -> tuple[pa.RecordBatch | None, int | None]:
+    def _to_batch(self, chunk: FrameSink) -> tuple[pa.RecordBatch | None, int | None]:
         return to_batch(
             chunk,
             self._stream_name,
@@ -389,11 +391,7 @@ class RangeReader:
 
     async def _release(self, request: _Request) -> None:
         self._requests.remove(request)
-        _wire.unregister(self.conn.nc, request.sub._id)
-        try:
-            await request.sub.unsubscribe()
-        except Exception:  # the connection may be gone; nothing to release then
-            pass
+        await request.sub.unsubscribe()  # best effort: the connection may be gone
 
     async def _close(self) -> None:
         self._done = True

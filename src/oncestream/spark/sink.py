@@ -50,6 +50,7 @@ from .._connection import Connection, connect
 from .._errors import ConfigError, JetStreamError, OncestreamError, StreamMismatch
 from .._sync import run_sync
 from ..publisher import PubAck, Publisher
+from ..reader import read_stream
 from ..streams import create_stream_if_missing
 from ._commits import CommitRecord, CommitStore, last_seq
 from ._sink_options import SinkOptions, lineage_id, position_id, writer_scope
@@ -73,7 +74,7 @@ async def _connection(options: SinkOptions) -> Connection:
     """One connection per Python worker process and connect options."""
     key = (os.getpid(), options.connect)
     conn = _connections.get(key)
-    if conn is None or conn.nc.is_closed:
+    if conn is None or conn.is_closed:
         conn = await connect(options.connect)
         with _lock:
             _connections[key] = conn
@@ -430,8 +431,6 @@ class _JetStreamWriter:
 
 async def _stored_ids(conn: Connection, stream: str, after: int) -> set[str]:
     """Msg ids stored in ``stream`` after sequence ``after`` (what a failed attempt wrote)."""
-    from ..audit import read_stream
-
     tail = await last_seq(conn, stream)
     if tail <= after:
         return set()

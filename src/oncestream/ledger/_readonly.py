@@ -1,0 +1,88 @@
+"""Read a ledger without creating or changing anything (for ``oncestream status``)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from urllib.parse import quote
+
+from .._dsn import parse_dsn
+from .._errors import ConfigError, LedgerError
+from .._private import redact
+
+__all__ = ["check_ledger_target", "read_applied_count"]
+
+_COUNT = "SELECT count(*) FROM oncestream_applied WHERE stream = "
+
+
+def read_applied_count(url: str, stream: str) -> int:
+    """Rows the ledger at ``url`` records for ``stream``; the ledger is opened read-only.
+
+    Raises:
+        ConfigError: no ledger there (no such file, or no ledger table), or a bad URL.
+        LedgerError: the database could not be reached or read.
+    """
+    dsn = parse_dsn(url, "--ledger")
+    shown = redact(url)
+    if dsn.kind == "sqlite":
+        assert dsn.path is not None
+        if not os.path.isfile(dsn.path):
+            what = "a directory" if os.path.isdir(dsn.path) else "no such file"
+            raise ConfigError(
+                f"no ledger at {dsn.path} (--ledger {shown}: {what}); give the URL "
+                "`oncestream process --ledger` used, e.g. sqlite:///billing.db"
+            )
+        try:
+            con = sqlite3.connect(f"file:{quote(os.path.abspath(dsn.path))}?mode=ro", uri=True)
+            try:
+                row = con.execute(_COUNT + "?", (stream,)).fetchone()
+            finally:
+                con.close()
+        except sqlite3.DatabaseError as exc:
+            if "no such table" in str(exc) or "not a database" in str(exc):
+                raise ConfigError(
+                    f"{dsn.path} (--ledger {shown}) is not an oncestream ledger: {exc}"
+                ) from None
+            raise LedgerError(f"cannot read the ledger {dsn.path}: {exc}") from exc
+        return int(row[0])
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - postgres extra not installed
+        raise ConfigError(
+            "--ledger postgresql:// needs `pip install oncestream[postgres]`"
+        ) from None
+    try:
+        with psycopg.connect(dsn.url, autocommit=True, connect_timeout=5) as pg:
+            pg.execute("SET default_transaction_read_only = on")
+            row = pg.execute(_COUNT + "%s", (stream,)).fetchone()
+    except psycopg.errors.UndefinedTable:
+        raise ConfigError(f"no ledger in {shown} (no oncestream_applied table)") from None
+    except psycopg.Error as exc:
+        reason = " ".join(str(exc).split())
+        raise LedgerError(f"cannot read the ledger {shown}: {redact(reason)}") from None
+    assert row is not None
+    return int(row[0])
+
+
+def check_ledger_target(url: str) -> None:
+    """Before processing: an SQLite ledger path must be creatable, or an SQLite file.
+
+    Raises:
+        ConfigError: the directory is missing or not a directory, the path is a
+            directory, or an existing file is not an SQLite database.
+    """
+    dsn = parse_dsn(url, "--ledger")
+    if dsn.kind != "sqlite":
+        return
+    assert dsn.path is not None
+    path = os.path.abspath(dsn.path)
+    parent = os.path.dirname(path)
+    shown = redact(url)
+    if not os.path.isdir(parent):
+        raise ConfigError(f"--ledger {shown}: directory {parent} does not exist")
+    if os.path.isdir(path):
+        raise ConfigError(f"--ledger {shown}: {path} is a directory, not an SQLite file")
+    if os.path.isfile(path) and os.path.getsize(path) > 0:
+        with open(path, "rb") as handle:
+            if handle.read(16) != b"SQLite format 3\x00":
+                raise ConfigError(f"--ledger {shown}: {path} is not an SQLite database")
