@@ -16,7 +16,7 @@ from .._errors import MessageNotFound, OncestreamError, ServerError, StreamNotFo
 from .._nats import FrameSink, status_code
 from .._retry import Unavailable, leader_stream_info, retrying
 from ._reader import check_retention, delete_consumer_later
-from ._source_options import EARLIEST, LATEST, SourceOptions
+from ._source_options import EARLIEST, LATEST, RETRY_BUDGET, SourceOptions
 
 __all__ = [
     "MAX_PARTITION_SEQUENCES",
@@ -117,6 +117,7 @@ async def stream_infos(conn: Connection, options: SourceOptions) -> dict[str, di
             infos[stream] = await retrying(
                 lambda stream=stream: leader_stream_info(conn, stream),  # type: ignore[misc]
                 budget=options.retry_timeout,
+                budget_source=RETRY_BUDGET,
                 what=f"STREAM.INFO {stream!r}",
             )
         except StreamNotFound as exc:
@@ -151,6 +152,7 @@ async def resolve_start(
                         f"STREAM.MSG.GET.{stream}", body
                     ),
                     budget=options.retry_timeout,
+                    budget_source=RETRY_BUDGET,
                     what=f"STREAM.MSG.GET {stream!r}",
                 )
                 out[stream] = int(reply["message"]["seq"]) - 1
@@ -271,6 +273,7 @@ async def nth_sequence(
     return await retrying(
         lambda: _nth_sequence(conn, stream, after, n, subjects),
         budget=retry_timeout,
+        budget_source=RETRY_BUDGET,
         what=f"counting messages of stream {stream!r}",
     )
 

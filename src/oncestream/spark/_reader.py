@@ -42,6 +42,7 @@ from .._nats import FrameSink, FrameSubscription, status_code
 from .._options import ConnectOptions
 from .._retry import Unavailable, leader_stream_info, retrying, stream_missing
 from ._columns import ARROW_SCHEMA, to_batch
+from ._source_options import RETRY_BUDGET
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -107,6 +108,7 @@ async def check_retention(
     info = await retrying(
         lambda: leader_stream_info(conn, stream),
         budget=retry_timeout,
+        budget_source=RETRY_BUDGET,
         what=f"STREAM.INFO {stream!r}",
     )
     first_seq = int(info["state"].get("first_seq", 0))
@@ -308,6 +310,7 @@ class RangeReader:
             return await retrying(
                 self._next_batch,
                 budget=self.retry_timeout,
+                budget_source=RETRY_BUDGET,
                 what=f"reading stream {self.stream!r} at sequence {self._next_seq}",
                 on_retry=self._recover,
             )
