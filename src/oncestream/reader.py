@@ -90,6 +90,7 @@ class RangeReader:
         headers_only: consumer path only: the server sends no payloads.
         idle_timeout: seconds without any frame before a request counts as
             lost (default: the connection's request timeout).
+        budget_source: what sets ``retry_timeout``, named when the budget runs out.
 
     Example::
 
@@ -113,8 +114,10 @@ class RangeReader:
         limit: int | None = None,
         headers_only: bool = False,
         idle_timeout: float | None = None,
+        budget_source: str = "the caller's retry budget",
     ) -> None:
         self.conn = conn
+        self.budget_source = budget_source
         self.stream = stream
         self.first = first
         self.last = last
@@ -208,7 +211,7 @@ class RangeReader:
                 if len(request.sink.datas) == seen:
                     raise OperationTimeout(
                         f"reading stream {self.stream!r}: no answer from the server for "
-                        f"{idle:g}s (option requestTimeout)"
+                        f"{idle:g}s (the request timeout)"
                     ) from None
                 seen = len(request.sink.datas)
 
@@ -261,6 +264,7 @@ class RangeReader:
             return await retrying(
                 self._next_chunk,
                 budget=self.retry_timeout,
+                budget_source=self.budget_source,
                 what=f"reading stream {self.stream!r} at sequence {self._next_seq}",
                 on_retry=self._recover,
             )
@@ -385,6 +389,7 @@ async def nth_sequence(
     subjects: tuple[str, ...],
     *,
     retry_timeout: float = 0.0,
+    budget_source: str = "the caller's retry budget",
 ) -> tuple[int | None, bool]:
     """The sequence of the ``n``-th message after ``after`` that matches ``subjects``.
 
@@ -407,6 +412,7 @@ async def nth_sequence(
         headers_only=True,
         retry_timeout=retry_timeout,
         idle_timeout=conn.options.request_timeout * 2,
+        budget_source=budget_source,
     )
     got = 0
     try:

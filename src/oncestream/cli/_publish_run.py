@@ -35,7 +35,7 @@ from .._errors import (
 )
 from .._progress import ConcurrentRun, ProgressStore, PublishProgress
 from ..publisher import PubAck, Publisher
-from ._publish_input import Record, RecordError, SubjectTemplate, record_id
+from ._publish_input import PrefixHasher, Record, RecordError, SubjectTemplate, record_id
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -161,9 +161,14 @@ class ProgressKeeper:
     """Writes progress records: reservations ahead of sending, and periodic snapshots."""
 
     def __init__(
-        self, store: ProgressStore | None, base: PublishProgress | None, confirmed: Confirmed
+        self,
+        store: ProgressStore | None,
+        base: PublishProgress | None,
+        confirmed: Confirmed,
+        hasher: PrefixHasher | None = None,
     ) -> None:
         self.store = store
+        self.hasher = hasher
         self.base = base
         self.confirmed = confirmed
         self.reserved = base.reserved if base is not None else 0
@@ -175,7 +180,12 @@ class ProgressKeeper:
     def _record(self, *, done: bool = False) -> PublishProgress | None:
         if self.base is None:
             return None
+        prefix = {}
+        if self.hasher is not None:
+            self.hasher.advance_to(self.confirmed.line)
+            prefix = {"prefix_sha256": self.hasher.hexdigest(), "offset": self.hasher.offset}
         return self.base.advanced(
+            **prefix,
             line=self.confirmed.line,
             scan_from=self.confirmed.scan_from,
             reserved=self.reserved,

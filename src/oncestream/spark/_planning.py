@@ -11,9 +11,9 @@ from pyspark.sql.datasource import InputPartition
 from .._connection import Connection
 from .._errors import MessageNotFound, StreamNotFound
 from .._retry import leader_stream_info, retrying
-from ..reader import nth_sequence
+from ..reader import nth_sequence as _nth_sequence
 from ._reader import check_retention
-from ._source_options import EARLIEST, LATEST, SourceOptions
+from ._source_options import EARLIEST, LATEST, RETRY_BUDGET, SourceOptions
 
 __all__ = [
     "MAX_PARTITION_SEQUENCES",
@@ -114,6 +114,7 @@ async def stream_infos(conn: Connection, options: SourceOptions) -> dict[str, di
             infos[stream] = await retrying(
                 lambda stream=stream: leader_stream_info(conn, stream),  # type: ignore[misc]
                 budget=options.retry_timeout,
+                budget_source=RETRY_BUDGET,
                 what=f"STREAM.INFO {stream!r}",
             )
         except StreamNotFound as exc:
@@ -148,6 +149,7 @@ async def resolve_start(
                         f"STREAM.MSG.GET.{stream}", body
                     ),
                     budget=options.retry_timeout,
+                    budget_source=RETRY_BUDGET,
                     what=f"STREAM.MSG.GET {stream!r}",
                 )
                 out[stream] = int(reply["message"]["seq"]) - 1
@@ -243,3 +245,18 @@ def share(avail: dict[str, int], budget: int) -> dict[str, int]:
         biggest = max(avail, key=lambda s: avail[s])
         shares[biggest] = min(avail[biggest], max(1, budget))
     return shares
+
+
+async def nth_sequence(
+    conn: Connection,
+    stream: str,
+    after: int,
+    n: int,
+    subjects: tuple[str, ...],
+    *,
+    retry_timeout: float = 0.0,
+) -> tuple[int | None, bool]:
+    """:func:`oncestream.reader.nth_sequence` with the source's retry budget named in errors."""
+    return await _nth_sequence(
+        conn, stream, after, n, subjects, retry_timeout=retry_timeout, budget_source=RETRY_BUDGET
+    )

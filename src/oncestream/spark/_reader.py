@@ -20,6 +20,7 @@ from ..reader import delete_consumer_later
 from ._columns import ARROW_SCHEMA, to_batch
 from ._connections import close_connections
 from ._connections import get_connection as _get_connection
+from ._source_options import RETRY_BUDGET
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -64,6 +65,7 @@ async def check_retention(
     info = await retrying(
         lambda: leader_stream_info(conn, stream),
         budget=retry_timeout,
+        budget_source=RETRY_BUDGET,
         what=f"STREAM.INFO {stream!r}",
     )
     first_seq = int(info["state"].get("first_seq", 0))
@@ -123,6 +125,7 @@ class RangeReader(CoreRangeReader):
             batch=batch,
             retry_timeout=retry_timeout,
             replicated=replicated,
+            budget_source=RETRY_BUDGET,
         )
         self.include_headers = include_headers
         self._stream_name = pa.scalar(stream, pa.string())
