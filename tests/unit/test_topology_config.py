@@ -206,7 +206,7 @@ def test_server_config_non_loopback_host_needs_explicit_opt_out() -> None:
     with pytest.raises(ConfigError, match="loopback_only=False"):
         ServerConfig(host="10.77.1.2")
     config = ServerConfig(host="10.77.1.2", loopback_only=False, port=4222)
-    assert "host: \"10.77.1.2\"" in config.render()
+    assert 'host: "10.77.1.2"' in config.render()
     assert "loopback_only" not in config.render()
 
 
