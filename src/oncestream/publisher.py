@@ -67,6 +67,11 @@ _Future = asyncio.Future
 _monotonic = time.monotonic
 
 
+#: "duplicate message id is in process": a clustered stream still replicating an
+#: earlier send of this msg id (found by the fault campaign, torture/, issue 11).
+_ID_IN_PROCESS = 10158
+
+
 class Publisher:
     """Publishes to JetStream with pipelined acks, deterministic msg ids and retries.
 
@@ -440,6 +445,7 @@ class Publisher:
         except ValueError:
             return
         entry = self._pending.pop(token, None)
+        was_pending = entry is not None
         if entry is None:
             entry = self._waiting.pop(token, None)
             if entry is None:
@@ -466,6 +472,17 @@ class Publisher:
             return
         if error is not None:
             exc = jetstream_error(error)
+            if exc.err_code == _ID_IN_PROCESS:
+                # A re-send reached the stream leader while an earlier send was still
+                # being replicated: the outcome is unknown, as with no answer. Re-send
+                # when this attempt's ack timeout (plus backoff) is over.
+                if entry.attempts >= self.options.max_attempts:
+                    self._give_up(entry)
+                    return
+                if was_pending:
+                    entry.deadline += self.options.backoff(entry.attempts + 1)
+                self._waiting[token] = entry
+                return
             if entry.attempts > 1:
                 # Expectations are checked before msg-id de-duplication: a re-sent
                 # conditional publish whose original was stored fails this way.
