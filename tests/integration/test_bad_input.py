@@ -83,6 +83,7 @@ PROCESS = ["process", *CONNECT, "--ledger", "sqlite:///{tmp}/ledger.db"]
 CASES = [
     # -- connection flags (every command) --------------------------------------------------
     Case("creds-missing", ["status", *CONNECT, "--creds", "/missing"], CONFIG, "/missing"),
+    Case("server-url-empty", ["status", "-s", ""], CONFIG, "--server (or $NATS_URL) is empty"),
     Case("server-url-bad-scheme", ["status", "-s", "http://x:1"], CONFIG, "not a NATS URL"),
     Case("server-url-bad-port", ["status", "-s", "nats://127.0.0.1:99999"], CONFIG, "port"),
     Case(
@@ -384,6 +385,12 @@ CASES = [
         "is not a topology state file",
         setup=lambda env: env.file("topology.json", "{not json"),
         check=_unchanged("topology.json", "{not json"),
+    ),
+    Case(
+        "process-negative-progress",
+        [*PROCESS, "--stream", "BI_P", "--consumer", "c", "--handler", "x:y", "--progress", "-5"],
+        CONFIG,
+        "--progress must be >= 0",
     ),
     Case(
         "process-handler-not-module-colon-function",
