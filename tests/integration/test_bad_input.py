@@ -376,6 +376,17 @@ CASES = [
         "--timeout must be > 0",
         check=lambda env, _: _absent(env.tmp / "t"),
     ),
+    Case(
+        "topology-dir-not-ours",
+        ["topology", "up", "hub-leaf", "--dir", "{tmp}"],
+        CONFIG,
+        "holds files topology did not create (thesis.tex)",
+        setup=lambda env: env.file("thesis.tex", "years of work", mode=0o644),
+        check=lambda env, _: (
+            _unchanged("thesis.tex", "years of work")(env, _),
+            _mode_is(env.tmp, 0o755),
+        ),
+    ),
     Case("topology-unknown-kind", ["topology", "up", "bogus"], CONFIG, "bogus"),
     Case("topology-down-nothing", ["topology", "down", "--dir", "{tmp}"], CONFIG, "no topology"),
     Case(
