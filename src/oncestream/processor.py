@@ -245,7 +245,7 @@ class Processor:
                 msgs = await pull.next_batch(batch, timeout=1.0)
             except OperationTimeout as exc:
                 self.stats.heartbeat_errors += 1
-                log.warning("%s", exc)
+                self._failure_log.log(logging.WARNING, str(exc), "%s", exc)
                 continue
             if msgs:
                 await self._process(msgs)
