@@ -30,6 +30,7 @@ from ._errors import (
 from ._options import ConnectOptions
 from .audit import AuditReport, KeySpec, OutputReport, OutputSpec
 from .ledger import Ledger, LedgerTx, PostgresLedger, SQLiteLedger, ledger_from_url
+from .message import Message, MessageMetadata
 from .processor import Processor, ProcessorOptions, ProcessorStats
 from .producer import ProducerSession
 from .publisher import PubAck, Publisher, PublisherOptions, PublisherStats
@@ -51,6 +52,8 @@ __all__ = [
     "Ledger",
     "LedgerError",
     "LedgerTx",
+    "Message",
+    "MessageMetadata",
     "MessageNotFound",
     "MessageStream",
     "MessageTooLarge",

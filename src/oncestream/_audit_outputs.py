@@ -17,6 +17,7 @@ import orjson
 from ._dsn import Dsn
 from ._errors import ConfigError, OncestreamError
 from ._private import redact
+from .streams import lineage_id
 
 if TYPE_CHECKING:
     from .audit import KeySpec
@@ -86,8 +87,6 @@ def _table_columns(key: KeySpec, available: set[str], where: str) -> list[str]:
 
 def _rows_to_keys(key: KeySpec, columns: list[list[Any]]) -> list[str]:
     if len(columns) == 2:
-        from .spark._sink_options import lineage_id
-
         return [lineage_id(s, int(q)) for s, q in zip(columns[0], columns[1], strict=True)]
     return [str(v) for v in columns[0]]
 

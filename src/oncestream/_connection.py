@@ -1,8 +1,11 @@
-"""Connecting to NATS and calling the JetStream API, with errors translated.
+"""Connecting to NATS: requests, publishes, subscriptions and the JetStream API.
 
-This is the one boundary where nats-py exceptions become oncestream ones.
-Everything else (Publisher, Processor, Spark source and sink) goes through
-:func:`connect` and :class:`Connection`.
+:class:`Connection` is what components (Publisher, pull loop, Processor,
+readers, Spark source and sink, audit) use instead of the raw nats-py client:
+it translates nats-py exceptions into oncestream ones (:func:`translate_error`)
+for the operations it offers, keeps the reconnect listeners and the JetStream
+API prefix, and hands frame-level work to its :class:`~oncestream._nats.Wire`
+(the one module that touches nats-py internals, with a public-API fallback).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import asyncio
 import logging
 import os
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import nats
@@ -32,6 +35,7 @@ from ._errors import (
     StreamNotFound,
     jetstream_error,
 )
+from ._nats import FrameSubscription, FrameTarget, Wire, attach
 from ._options import ConnectOptions
 
 __all__ = ["Connection", "connect", "translate_error"]
@@ -108,19 +112,21 @@ def _tls_context(options: ConnectOptions) -> ssl.SSLContext | None:
 class Connection:
     """A NATS connection bound to one JetStream API prefix.
 
-    Create it with :func:`connect`. The raw nats-py client is available as
-    :attr:`nc` for core-NATS work; JetStream API calls go through
-    :meth:`api` so errors arrive typed.
+    Create it with :func:`connect`. JetStream API calls go through :meth:`api`,
+    core-NATS work through :meth:`request`, :meth:`publish` and the frame
+    methods, so errors arrive typed. The raw nats-py client stays available as
+    :attr:`nc` for what oncestream does not wrap (e.g. nats-py's own JetStream
+    context in tests).
     """
 
-    def __init__(self, nc: Client, options: ConnectOptions) -> None:
+    def __init__(self, nc: Client, options: ConnectOptions, wire: Wire | None = None) -> None:
         self.nc = nc
         self.options = options
         self.prefix = options.js_prefix
+        self.wire = wire if wire is not None else Wire(nc, fast=False, reason="no probe")
         self.permission_errors: list[str] = []
         self.reconnects = 0
         self._reconnect_listeners: list[Callback] = []
-        self._disconnect_listeners: list[Callback] = []
         # Pending API requests by lower-cased subject: the server reports a denied
         # publish asynchronously (-ERR, lower-cased by nats-py) and sends no reply,
         # so the request would otherwise only end with a timeout.
@@ -138,13 +144,105 @@ class Connection:
         """Largest payload (headers + data) the connected server accepts."""
         return int(self.nc.max_payload)
 
+    @property
+    def is_connected(self) -> bool:
+        """Whether the client is connected right now (False while reconnecting)."""
+        return bool(self.nc.is_connected)
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether the connection was closed for good."""
+        return bool(self.nc.is_closed)
+
+    def new_inbox(self) -> str:
+        """A unique inbox subject of this connection."""
+        return str(self.nc.new_inbox())
+
     def on_reconnect(self, callback: Callback) -> None:
         """Call ``callback`` after each successful reconnect."""
         self._reconnect_listeners.append(callback)
 
-    def on_disconnect(self, callback: Callback) -> None:
-        """Call ``callback`` each time the connection drops."""
-        self._disconnect_listeners.append(callback)
+    def remove_reconnect_listener(self, callback: Callback) -> None:
+        """Stop calling ``callback`` after reconnects (no error if it was not added)."""
+        if callback in self._reconnect_listeners:
+            self._reconnect_listeners.remove(callback)
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Round trip to the server: everything written before has reached it.
+
+        Raises:
+            OperationTimeout: no answer within ``timeout`` (default ``request_timeout``).
+        """
+        try:
+            await self.nc.flush(timeout=timeout or self.options.request_timeout)  # type: ignore[arg-type]
+        except Exception as exc:
+            raise translate_error(exc, what="flush") from exc
+
+    async def publish(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        *,
+        reply: str = "",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Core-NATS publish (no PubAck: use a :class:`~oncestream.Publisher` for JetStream)."""
+        try:
+            await self.nc.publish(subject, payload, reply=reply, headers=headers)
+        except Exception as exc:
+            raise translate_error(exc, what=f"publish to {subject}") from exc
+
+    async def request(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        timeout: float | None = None,
+        *,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        """Core-NATS request; the reply is nats-py's ``Msg``.
+
+        Raises:
+            OperationTimeout: no reply in ``timeout`` (default ``request_timeout``).
+            NoResponders: nothing listens on ``subject``.
+        """
+        try:
+            return await self.nc.request(
+                subject, payload, timeout=timeout or self.options.request_timeout, headers=headers
+            )
+        except Exception as exc:
+            raise translate_error(exc, what=f"request to {subject}") from exc
+
+    async def subscribe_frames(self, subject: str, target: FrameTarget) -> FrameSubscription:
+        """Subscribe ``subject``; raw frames go to ``target`` (see :mod:`oncestream._nats`)."""
+        try:
+            return await self.wire.subscribe_frames(subject, target)
+        except Exception as exc:
+            raise translate_error(exc, what=f"subscribe {subject}") from exc
+
+    async def subscribe_messages(self, subject: str, deliver: Callable[[Any], None]) -> Any:
+        """Subscribe ``subject``; each nats-py ``Msg`` goes to ``deliver`` synchronously."""
+        try:
+            return await self.wire.subscribe_messages(subject, deliver)
+        except Exception as exc:
+            raise translate_error(exc, what=f"subscribe {subject}") from exc
+
+    async def send_frames(self, frames: bytes, *, what: str = "publish") -> None:
+        """Send complete PUB/HPUB frames through the client's outgoing buffer."""
+        try:
+            await self.wire.send(frames)
+        except Exception as exc:
+            raise translate_error(exc, what=what) from exc
+
+    async def publish_many(self, subjects: Sequence[str], payload: bytes) -> None:
+        """Publish ``payload`` (e.g. ``+ACK``) to every subject; failures are ignored.
+
+        An ack that does not arrive only causes a redelivery.
+        """
+        try:
+            await self.wire.publish_many(subjects, payload)
+        except Exception as exc:
+            log.debug("bulk publish to %d subjects failed: %s", len(subjects), exc)
 
     async def api(
         self, subject: str, payload: dict[str, Any] | None = None, *, timeout: float | None = None
@@ -278,13 +376,6 @@ async def connect(options: ConnectOptions | None = None, **overrides: Any) -> Co
         for callback in list(conn._reconnect_listeners):
             await callback()
 
-    async def disconnected_cb() -> None:
-        conn = holder.get("conn")
-        if conn is None:
-            return
-        for callback in list(conn._disconnect_listeners):
-            await callback()
-
     kwargs: dict[str, Any] = {
         "servers": list(options.servers),
         "name": options.name,
@@ -295,7 +386,6 @@ async def connect(options: ConnectOptions | None = None, **overrides: Any) -> Co
         "max_reconnect_attempts": 1,
         "error_cb": error_cb,
         "reconnected_cb": reconnected_cb,
-        "disconnected_cb": disconnected_cb,
         "tls": _tls_context(options),
         "user": options.user,
         "password": options.password,
@@ -324,7 +414,7 @@ async def connect(options: ConnectOptions | None = None, **overrides: Any) -> Co
     nc.options["max_reconnect_attempts"] = options.max_reconnect_attempts
     if not tls_failed.done():
         tls_failed.cancel()
-    conn = Connection(nc, options)
+    conn = Connection(nc, options, await attach(nc))
     holder["conn"] = conn
     return conn
 

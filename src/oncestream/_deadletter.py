@@ -6,10 +6,10 @@ import asyncio
 import logging
 
 import orjson
-from nats.aio.msg import Msg
 
 from ._connection import Connection, translate_error
 from ._errors import JetStreamError, OncestreamError, PublishFailed, jetstream_error
+from .message import Message
 
 __all__ = ["dead_letter_headers", "publish_dead_letter"]
 
@@ -28,7 +28,7 @@ _DROP = (
 
 
 def dead_letter_headers(
-    msg: Msg, *, stream: str, consumer: str, seq: int, attempts: int, error: str
+    msg: Message, *, stream: str, consumer: str, seq: int, attempts: int, error: str
 ) -> dict[str, str]:
     """The headers of a dead letter: the original ones plus where and why it failed."""
     headers = {k: v for k, v in (msg.headers or {}).items() if k not in _DROP}
@@ -54,7 +54,7 @@ def dead_letter_headers(
 async def publish_dead_letter(
     conn: Connection,
     subject: str,
-    msg: Msg,
+    msg: Message,
     headers: dict[str, str],
     *,
     timeout: float = 2.0,
@@ -71,7 +71,7 @@ async def publish_dead_letter(
     last: BaseException | None = None
     for attempt in range(1, attempts + 1):
         try:
-            reply = await conn.nc.request(subject, msg.data, timeout=timeout, headers=headers)
+            reply = await conn.request(subject, msg.data, timeout=timeout, headers=headers)
             ack = orjson.loads(reply.data) if reply.data else {}
             if "error" in ack:
                 raise jetstream_error(ack["error"])

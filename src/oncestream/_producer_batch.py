@@ -17,12 +17,12 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Mapping
-from typing import Any
 
 import orjson
 
-from ._connection import Connection, translate_error
+from ._connection import Connection
 from ._errors import JetStreamError, PublishFailed, StreamNotFound, jetstream_error
+from ._nats import FrameSubscription
 from ._pubtypes import PublisherOptions
 from ._pubwire import build_headers, check_subject
 
@@ -57,7 +57,7 @@ class AtomicBatchSender:
         self._pos_header = position_header
         self._producer_header = producer_header
         self._inbox = ""
-        self._sub: Any = None
+        self._sub: FrameSubscription | None = None
         self._futures: dict[str, asyncio.Future[bytes]] = {}
         self._token = 0
         self.attempts = 0
@@ -66,23 +66,21 @@ class AtomicBatchSender:
         """Subscribe to the commit-ack inbox."""
         if self._sub is not None:
             return
-        nc: Any = self.conn.nc
-        self._inbox = nc.new_inbox()
-        self._sub = await nc.subscribe(self._inbox + ".*", cb=self._on_reply)
+        self._inbox = self.conn.new_inbox()
+        self._sub = await self.conn.subscribe_frames(self._inbox + ".*", self._on_reply)
 
     async def close(self) -> None:
         """Unsubscribe; outstanding waits fail."""
         if self._sub is not None:
-            try:
-                await self._sub.unsubscribe()
-            except Exception:
-                pass
+            await self._sub.unsubscribe()
             self._sub = None
 
-    async def _on_reply(self, msg: Any) -> None:
-        future = self._futures.pop(msg.subject.rsplit(".", 1)[-1], None)
+    def _on_reply(
+        self, subject: bytes, _reply: bytes, data: bytes | bytearray, _headers: bytes | None
+    ) -> None:
+        future = self._futures.pop(bytes(subject).rsplit(b".", 1)[-1].decode(), None)
         if future is not None and not future.done():
-            future.set_result(msg.data)
+            future.set_result(bytes(data))
 
     def _frames(self, records: list[BatchRecord], expected_seq: int, reply: str) -> bytes:
         batch_id = secrets.token_hex(16)
@@ -119,7 +117,6 @@ class AtomicBatchSender:
             PublishFailed: no commit ack after ``max_attempts`` attempts.
         """
         opts = self.options
-        nc: Any = self.conn.nc
         for attempt in range(1, opts.max_attempts + 1):
             if attempt > 1:
                 await asyncio.sleep(opts.backoff(attempt))
@@ -130,11 +127,10 @@ class AtomicBatchSender:
             self._futures[token] = future
             payload = self._frames(records, expected_seq, f"{self._inbox}.{token}")
             try:
-                await nc._send_command(payload)
-                await nc._flush_pending()
-            except Exception as exc:
+                await self.conn.send_frames(payload, what=f"batch publish to {self.subject!r}")
+            except Exception:
                 self._futures.pop(token, None)
-                raise translate_error(exc, what=f"batch publish to {self.subject!r}") from exc
+                raise
             try:
                 data = await asyncio.wait_for(future, opts.ack_timeout)
             except TimeoutError:

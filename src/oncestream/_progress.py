@@ -13,8 +13,11 @@ progress stream (``ONCESTREAM_PUBLISH_PROGRESS``) and appends a
   before the first unconfirmed record was first sent);
 - ``reserved``: no line above it was ever sent, by this run or an earlier one
   (written *before* such a line is sent);
-- the file's sha256, the subject template and id mode, and the target
-  stream's creation time, so a changed file or a re-created stream is refused.
+- ``prefix_sha256``/``offset``: the hash of the file's bytes up to the end
+  of ``line``, so a change to what was already published is refused while a
+  file that grew or changed after ``line`` resumes;
+- the whole file's sha256, the subject template and id mode, and the target
+  stream's creation time (a re-created stream is refused).
 
 A re-run reads the last record, scans the target stream after ``scan_from``
 for msg ids (:func:`stored_ids`; the scan is bounded by the stream's last
@@ -88,6 +91,8 @@ class PublishProgress:
     reserved: int
     done: bool
     run: str
+    prefix_sha256: str = ""
+    offset: int = 0
     version: int = _VERSION
 
     def to_json(self) -> bytes:

@@ -1,18 +1,14 @@
-"""Wire-level helpers for the Publisher: header blocks and the fast reply hook.
+"""Wire-level helpers for the Publisher: header blocks, subject checks, pending entries.
 
-nats-py turns every inbound message into a ``Msg`` object, queues it and
-runs a callback task for it; at 100k acks per second that machinery costs
-more than the acks themselves. The Publisher therefore registers its reply
-subscription normally (so nats-py re-subscribes it after a reconnect) but
-intercepts the parser's ``_process_msg`` for that one subscription id and
-handles the raw bytes directly.
+The reply fast path (raw PubAck frames without nats-py ``Msg`` objects)
+lives in :mod:`oncestream._nats`, with every other use of nats-py internals.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._errors import ConfigError
@@ -20,18 +16,12 @@ from ._errors import ConfigError
 __all__ = [
     "HeaderValues",
     "Pending",
-    "ReplyHandler",
     "build_headers",
     "check_header_value",
     "check_subject",
     "conditional_headers",
-    "install_reply_hook",
-    "remove_reply_hook",
 ]
 
-ReplyHandler = Callable[[bytes, bytes, "bytes | None"], None]
-
-_HOOK_ATTR = "_oncestream_reply_handlers"
 _HEADER_KEY = re.compile(r"^[!-9;-~]+$")
 _SUBJECT_RE = re.compile(r"^[^\s.*>]+(\.[^\s.*>]+)*$")
 
@@ -40,88 +30,6 @@ HDR_EXPECTED_STREAM = "Nats-Expected-Stream"
 HDR_EXPECTED_LAST_SEQ = "Nats-Expected-Last-Sequence"
 HDR_EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 HDR_EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
-
-
-def install_reply_hook(nc: Any, sid: int, handler: ReplyHandler) -> None:
-    """Route raw messages for subscription ``sid`` to ``handler(subject, data, headers)``.
-
-    Other subscriptions keep nats-py's normal processing. Installing twice on
-    one client chains nothing: a single table per client dispatches by sid.
-    """
-    table: dict[int, ReplyHandler] | None = getattr(nc, _HOOK_ATTR, None)
-    if table is None:
-        table = {}
-        original = nc._process_msg
-        handlers = table
-
-        async def process_msg(
-            sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
-        ) -> None:
-            fast = handlers.get(sid)
-            if fast is None:
-                await original(sid, subject, reply, data, headers)
-            else:
-                fast(subject, data, headers)
-
-        nc._process_msg = process_msg
-        _install_fast_parse(nc._ps, handlers)
-        setattr(nc, _HOOK_ATTR, table)
-    table[sid] = handler
-
-
-def _install_fast_parse(parser: Any, handlers: dict[int, ReplyHandler]) -> None:
-    """Consume complete header-less ``MSG`` frames for hooked sids before nats-py's parser.
-
-    PubAcks arrive back to back as ``MSG <subject> <sid> <size>``; splitting
-    them here costs a fraction of the generic regex parser. Anything else
-    (other sids, HMSG, PING, partial frames) stops the fast loop and goes to
-    the original parser with the rest of the buffer, so ordering is kept.
-    """
-    original = parser.parse
-
-    async def parse(data: bytes = b"") -> None:
-        buf = parser.buf
-        buf.extend(data)
-        if parser.state == 1 and handlers:  # AWAITING_CONTROL_LINE
-            pos = 0
-            size_all = len(buf)
-            get = handlers.get
-            partial = False
-            while buf.startswith(b"MSG ", pos):
-                end = buf.find(b"\r\n", pos)
-                if end < 0:
-                    partial = True
-                    break
-                parts = buf[pos + 4 : end].split()
-                if len(parts) != 3:
-                    break
-                handler = get(int(parts[1]))
-                if handler is None:
-                    break
-                start = end + 2
-                stop = start + int(parts[2])
-                if stop + 2 > size_all:
-                    partial = True
-                    break
-                handler(parts[0], buf[start:stop], None)
-                pos = stop + 2
-            if pos:
-                del buf[:pos]
-            if partial:
-                # Wait for the rest of this frame rather than let the generic
-                # parser take it (and then everything after it).
-                return
-        if buf:
-            await original()
-
-    parser.parse = parse
-
-
-def remove_reply_hook(nc: Any, sid: int) -> None:
-    """Stop routing ``sid`` to its fast handler."""
-    table: dict[int, ReplyHandler] | None = getattr(nc, _HOOK_ATTR, None)
-    if table is not None:
-        table.pop(sid, None)
 
 
 def check_header_value(name: str, value: str) -> str:

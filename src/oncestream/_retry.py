@@ -5,11 +5,11 @@ dies) API requests time out, replicas answer ``STREAM.INFO`` without a leader,
 requests to a consumer that lived on the dead node get ``503`` (no
 responders), and a leaderless meta group answers ``10008``. All of these go
 away by themselves; a missing stream, a denied subject or a bad request do
-not. :func:`retrying` is the one retry loop the Spark source uses for both its
-driver-side planning and its executor-side range reads: it repeats an
+not. :func:`retrying` is the one retry loop (the Spark source uses it for its
+driver-side planning and its executor-side range reads): it repeats an
 idempotent operation with bounded exponential backoff while the error is
 transient, within a total time budget, and lets every other error through at
-once.
+once. Callers name what sets the budget; this module knows no option names.
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ async def retrying(
     budget: float,
     what: str,
     on_retry: Callable[[BaseException], Awaitable[None]] | None = None,
+    budget_source: str = "the caller's retry budget",
 ) -> T:
     """Run ``operation`` until it succeeds, retrying transient errors for ``budget`` seconds.
 
@@ -94,6 +95,8 @@ async def retrying(
         on_retry: awaited with the error before each retry; it may reset
             state or raise a permanent error instead (e.g. after learning
             that a stream does not exist).
+        budget_source: what sets ``budget``, named in the note (e.g. the
+            option a user changes to wait longer).
 
     Raises:
         OncestreamError: the operation's own error (permanent, or transient
@@ -115,7 +118,7 @@ async def retrying(
             if left <= 0:
                 exc.add_note(
                     f"{what}: still failing after {budget:g}s of retries ({attempt + 1} attempts; "
-                    "option retryTimeout sets this budget)"
+                    f"{budget_source} sets this budget)"
                 )
                 raise
             log.info("%s: %s; retrying (%.1fs of the retry budget left)", what, exc, left)

@@ -16,9 +16,8 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import re
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -28,10 +27,11 @@ import orjson
 from ._audit_outputs import parquet_keys, sql_keys
 from ._connection import Connection
 from ._dsn import Dsn, parse_dsn
-from ._errors import ConfigError, JetStreamError, OncestreamError, StreamNotFound
+from ._errors import ConfigError, StreamNotFound
 from ._names import check_stream_name
 from ._private import redact, redacted_repr
-from ._pubwire import install_reply_hook, remove_reply_hook
+from .reader import StreamRecord, read_stream
+from .streams import lineage_id
 
 __all__ = [
     "AuditReport",
@@ -45,17 +45,6 @@ __all__ = [
 ]
 
 SAMPLES = 5
-
-
-@dataclass(frozen=True, slots=True)
-class StreamRecord:
-    """One stored message as the audit sees it."""
-
-    seq: int
-    subject: str
-    msg_id: str | None
-    timestamp: str
-    data: bytes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -239,91 +228,6 @@ def compare(
     )
 
 
-async def read_stream(
-    conn: Connection,
-    stream: str,
-    *,
-    start_seq: int = 1,
-    batch: int = 4096,
-    timeout: float = 10.0,
-) -> AsyncIterator[list[StreamRecord]]:
-    """Yield every message of ``stream`` present now (from ``start_seq``), in order, in chunks.
-
-    Uses batched direct gets (the stream needs ``allow_direct``), which need no
-    consumer and skip deleted sequences.
-
-    Raises:
-        StreamNotFound: when the stream does not exist.
-        JetStreamError: when direct get is disabled on the stream.
-    """
-    info = await conn.stream_info(stream)
-    if not info["config"].get("allow_direct"):
-        raise JetStreamError(
-            f"stream {stream!r} does not allow direct get; the audit needs allow_direct=true",
-            code=400,
-        )
-    state = info["state"]
-    seq = max(int(state.get("first_seq", 1)) or 1, start_seq)
-    last = int(state.get("last_seq", 0))
-    if int(state.get("messages", 0)) == 0:
-        return
-    # Raw frames, bypassing nats-py's Msg objects and header dicts (the per-message
-    # cost that limits a Python reader); the few headers needed are cut out below.
-    frames: list[tuple[bytes, bytes | None]] = []
-    ended: asyncio.Event = asyncio.Event()
-
-    def on_frame(_subject: bytes, data: bytes, headers: bytes | None) -> None:
-        frames.append((bytes(data), headers and bytes(headers)))
-        if headers is not None and headers[8:9] == b" ":  # "NATS/1.0 204 EOB": a status
-            ended.set()
-
-    nc = conn.nc
-    inbox = nc.new_inbox()
-    sub = await nc.subscribe(inbox)
-    sid = sub._id
-    install_reply_hook(nc, sid, on_frame)
-    subject = f"{conn.prefix}.DIRECT.GET.{stream}"
-    try:
-        while seq <= last:
-            frames.clear()
-            ended.clear()
-            request = orjson.dumps({"seq": seq, "batch": min(batch, last - seq + 1)})
-            await nc.publish(subject, request, reply=inbox)
-            await asyncio.wait_for(ended.wait(), timeout)
-            chunk = [_record(data, headers) for data, headers in frames[:-1] if headers]
-            if chunk:
-                yield chunk
-            status = (frames[-1][1] or b"")[9:12]
-            if not chunk or status != b"204":
-                return
-            seq = chunk[-1].seq + 1
-    except TimeoutError as exc:
-        raise OncestreamError(f"reading {stream!r} at sequence {seq}: no reply in time") from exc
-    finally:
-        remove_reply_hook(nc, sid)
-        await sub.unsubscribe()
-
-
-_SEQ_RE = re.compile(rb"\r\nNats-Sequence: (\d+)")
-_TS_RE = re.compile(rb"\r\nNats-Time-Stamp: ([^\r]*)")
-_ID_RE = re.compile(rb"\r\nNats-Msg-Id: ([^\r]*)")
-_SUBJECT_RE = re.compile(rb"\r\nNats-Subject: ([^\r]*)")
-
-
-def _record(data: bytes, headers: bytes) -> StreamRecord:
-    seq = _SEQ_RE.search(headers)
-    ts = _TS_RE.search(headers)
-    msg_id = _ID_RE.search(headers)
-    subject = _SUBJECT_RE.search(headers)
-    return StreamRecord(
-        seq=int(seq.group(1)) if seq else 0,
-        subject=subject.group(1).decode() if subject else "",
-        msg_id=msg_id.group(1).decode() if msg_id else None,
-        timestamp=ts.group(1).decode() if ts else "",
-        data=data,
-    )
-
-
 def _json_field(data: bytes, name: str) -> str | None:
     try:
         value = orjson.loads(data).get(name)
@@ -337,8 +241,6 @@ def stream_key(key: KeySpec, stream: str, record: StreamRecord, *, is_input: boo
     if key.kind == "field":
         return _json_field(record.data, key.name or "")
     if key.kind == "lineage" and is_input:
-        from .spark._sink_options import lineage_id
-
         return lineage_id(stream, record.seq)
     return record.msg_id
 

@@ -21,11 +21,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
 
 import orjson
 
-from ._connection import Connection, translate_error
+from ._connection import Connection
 from ._errors import (
     ConfigError,
     JetStreamError,
@@ -37,6 +36,7 @@ from ._errors import (
     TooManyInflight,
     jetstream_error,
 )
+from ._nats import FrameSubscription, exception_retrieved, status_code
 from ._pubtypes import KeyFunction, PubAck, PublisherOptions, PublisherStats
 from ._pubwire import (
     HeaderValues,
@@ -44,8 +44,6 @@ from ._pubwire import (
     check_header_value,
     check_subject,
     conditional_headers,
-    install_reply_hook,
-    remove_reply_hook,
 )
 
 __all__ = ["KeyFunction", "PubAck", "Publisher", "PublisherOptions", "PublisherStats"]
@@ -67,10 +65,6 @@ _new_object = object.__new__
 _Future = asyncio.Future
 # Deadlines use the clock of asyncio's default loop, without the method call.
 _monotonic = time.monotonic
-
-
-async def _ignore_msg(_msg: Any) -> None:
-    """Replies never reach nats-py's queue: the reply hook consumes them."""
 
 
 class Publisher:
@@ -101,11 +95,10 @@ class Publisher:
         self.conn = conn
         self.options = options or PublisherOptions()
         self._key_fn = key_fn
-        self._nc: Any = conn.nc
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
         self._closed = False
-        self._sid = 0
+        self._sub: FrameSubscription | None = None
         self._inbox = b""
         self._inbox_len = 0
         self._token = 0
@@ -127,6 +120,7 @@ class Publisher:
         self._probing: set[str] = set()
         self._probe_tasks: set[asyncio.Task[None]] = set()
         self._sent = self._acked = self._duplicates = self._retried = self._failed = 0
+        self._multi_values = True
         self._max_payload = 0
         self._ack_timeout = self.options.ack_timeout
         self.duplicate_window: float | None = None
@@ -163,21 +157,17 @@ class Publisher:
             if opts.check_window:
                 opts.check_window_fits(opts.stream, window)
         self._loop = asyncio.get_running_loop()
-        nc = self._nc
-        self._max_payload = int(nc.max_payload)
-        inbox = nc.new_inbox() + "."
-        sub = await nc.subscribe(inbox + "*", cb=_ignore_msg)
-        self._sid = sub._id
-        self._sub = sub
+        conn = self.conn
+        self._max_payload = conn.max_payload
+        inbox = conn.new_inbox() + "."
         self._inbox = inbox.encode()
         self._inbox_len = len(self._inbox)
-        install_reply_hook(nc, self._sid, self._on_reply)
-        try:
-            # The server must know the reply subscription before the first ack.
-            await nc.flush(timeout=self.conn.options.request_timeout)
-        except Exception as exc:
-            raise translate_error(exc, what="publisher start") from exc
-        self.conn.on_reconnect(self._on_reconnect)
+        # Replies bypass nats-py's Msg objects where the adapter can (see _nats).
+        self._sub = await conn.subscribe_frames(inbox + "*", self._on_reply)
+        # The server must know the reply subscription before the first ack.
+        await conn.flush()
+        self._multi_values = conn.wire.multi_value_headers
+        conn.on_reconnect(self._on_reconnect)
         self._ticker = asyncio.create_task(self._tick(), name="oncestream-publisher-ticker")
         self._started = True
 
@@ -204,16 +194,11 @@ class Publisher:
                 self._ticker = None
             for task in list(self._probe_tasks):
                 task.cancel()
-            listeners = getattr(self.conn, "_reconnect_listeners", None)
-            if isinstance(listeners, list) and self._on_reconnect in listeners:
-                # A long-lived connection outlives many Publishers (one per Spark task).
-                listeners.remove(self._on_reconnect)
-            if self._sid:
-                remove_reply_hook(self._nc, self._sid)
-                try:
-                    await self._sub.unsubscribe()
-                except Exception:
-                    pass
+            # A long-lived connection outlives many Publishers (one per Spark task).
+            self.conn.remove_reconnect_listener(self._on_reconnect)
+            if self._sub is not None:
+                await self._sub.unsubscribe()
+                self._sub = None
             self._abandon(PublishError("the Publisher was closed before the PubAck arrived"))
 
     async def __aenter__(self) -> Publisher:
@@ -241,6 +226,11 @@ class Publisher:
             retried=self._retried,
             failed=self._failed,
         )
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
 
     @property
     def inflight(self) -> int:
@@ -305,6 +295,8 @@ class Publisher:
             hdr = None
             hdr_len = self._fast_len + len(id_bytes)
         else:
+            if headers and not self._multi_values:
+                self._check_single_values(headers)
             hdr = conditional_headers(
                 msg_id,
                 headers,
@@ -382,7 +374,7 @@ class Publisher:
         failures, self._failures = self._failures, []
         unclaimed: list[BaseException] = []
         for future in failures:
-            claimed = not getattr(future, "_log_traceback", True)
+            claimed = exception_retrieved(future)
             exc = future.exception() if not future.cancelled() else None
             if exc is not None and not claimed:
                 unclaimed.append(exc)
@@ -393,6 +385,15 @@ class Publisher:
             raise first
 
     # ------------------------------------------------------------------ internals
+
+    @staticmethod
+    def _check_single_values(headers: HeaderValues) -> None:
+        for key, value in headers.items():
+            if not isinstance(value, str) and len(value) > 1:
+                raise ConfigError(
+                    f"header {key!r} has {len(value)} values, but nats-py's public API (in use: "
+                    "see the oncestream.nats log) carries one value per header name"
+                )
 
     def _check_subject(self, subject: str) -> bytes:
         encoded = check_subject(subject)
@@ -415,12 +416,9 @@ class Publisher:
         if not self._out:
             return
         out, self._out, self._out_size = self._out, [], 0
-        nc = self._nc
-        if not nc.is_connected or nc._transport is None:
-            # Not sent now: the reconnect handler re-sends everything pending.
-            return
         try:
-            nc._transport.writelines(out)
+            # Dropped while disconnected: the reconnect handler re-sends everything pending.
+            self.conn.wire.write_now(out)
         except Exception as exc:
             log.debug("publisher write failed (will retry after reconnect): %s", exc)
 
@@ -434,7 +432,9 @@ class Publisher:
                 if not waiter.done():
                     waiter.set_result(None)
 
-    def _on_reply(self, subject: bytes, data: bytes, headers: bytes | None) -> None:
+    def _on_reply(
+        self, subject: bytes, _reply: bytes, data: bytes | bytearray, headers: bytes | None
+    ) -> None:
         try:
             token = int(subject[self._inbox_len :])
         except ValueError:
@@ -446,7 +446,7 @@ class Publisher:
                 if token in self._late and b"duplicate" in data:
                     self._count_late_duplicate(data)
                 return
-        if headers is not None and headers[9:12] == b"503":
+        if headers is not None and status_code(headers) == b"503":
             self._no_responders(token, entry)
             return
         try:
@@ -528,7 +528,7 @@ class Publisher:
             code=503,
         )
 
-    def _count_late_duplicate(self, data: bytes) -> None:
+    def _count_late_duplicate(self, data: bytes | bytearray) -> None:
         try:
             if orjson.loads(data).get("duplicate"):
                 self._duplicates += 1
@@ -611,7 +611,7 @@ class Publisher:
         if self._closed or not self._started:
             return
         now = _monotonic()
-        self._max_payload = int(self._nc.max_payload)
+        self._max_payload = self.conn.max_payload
         entries = sorted({**self._pending, **self._waiting}.items())
         self._pending.clear()
         self._waiting.clear()

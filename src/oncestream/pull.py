@@ -30,20 +30,21 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from ._connection import Connection, translate_error
+from ._connection import Connection
 from ._errors import ConfigError, ConsumerNotFound, JetStreamError, OperationTimeout
 from ._names import check_consumer_name, check_stream_name
 from ._options import parse_duration, parse_positive_int
+from .message import Message
 
-__all__ = ["AckMetadata", "MessageStream", "PullOptions", "parse_ack_subject", "pull_messages"]
+__all__ = ["MessageStream", "PullOptions", "pull_messages"]
 
 log = logging.getLogger("oncestream.pull")
 
@@ -51,59 +52,6 @@ _STATUS = "Status"
 #: Consecutive "503 no responders" answers before the consumer counts as gone.
 _NO_RESPONDERS_LIMIT = 5
 _DESCRIPTION = "Description"
-
-
-class AckMetadata(NamedTuple):
-    """JetStream delivery metadata carried by a message's ``$JS.ACK`` reply subject."""
-
-    stream: str
-    consumer: str
-    num_delivered: int
-    stream_seq: int
-    consumer_seq: int
-    timestamp_ns: int
-    num_pending: int
-    domain: str
-
-
-def parse_ack_subject(reply: str) -> AckMetadata:
-    """Parse the ``$JS.ACK`` reply subject of a JetStream message.
-
-    Both formats are understood: v1 ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.
-    <ts>.<pending>`` and v2 ``$JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.
-    <sseq>.<cseq>.<ts>.<pending>[.<token>]`` (domain ``_`` means none).
-
-    Raises:
-        ValueError: when ``reply`` is not a JetStream ack subject.
-    """
-    tokens = reply.split(".")
-    count = len(tokens)
-    if count < 9 or tokens[0] != "$JS" or tokens[1] != "ACK":
-        raise ValueError(f"not a JetStream ack subject: {reply!r}")
-    if count == 9:
-        return AckMetadata(
-            tokens[2],
-            tokens[3],
-            int(tokens[4]),
-            int(tokens[5]),
-            int(tokens[6]),
-            int(tokens[7]),
-            int(tokens[8]),
-            "",
-        )
-    if count < 11:
-        raise ValueError(f"not a JetStream ack subject: {reply!r}")
-    domain = "" if tokens[2] == "_" else tokens[2]
-    return AckMetadata(
-        tokens[4],
-        tokens[5],
-        int(tokens[6]),
-        int(tokens[7]),
-        int(tokens[8]),
-        int(tokens[9]),
-        int(tokens[10]),
-        domain,
-    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,8 +112,9 @@ class MessageStream:
 
     Create with :func:`pull_messages` (or construct and ``await start()``).
     Iterate it for single messages, or call :meth:`next_batch` for everything
-    already buffered. Messages are nats-py ``Msg`` objects; their
-    ``metadata`` works, and :func:`parse_ack_subject` is a cheaper parser.
+    already buffered. Messages are :class:`~oncestream.Message` objects:
+    subject, data, headers, JetStream ``metadata`` (parsed once, on first
+    use) and ``ack()`` / ``ack_sync()`` / ``nak()`` / ``term()`` / ``in_progress()``.
 
     Raises (from iteration):
         OperationTimeout: two idle heartbeats were missed (the stream re-pulls
@@ -181,7 +130,7 @@ class MessageStream:
         self.consumer = check_consumer_name(consumer)
         self.options = options or PullOptions()
         self._next_subject = f"{conn.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
-        self._buffer: deque[Msg] = deque()
+        self._buffer: deque[Message] = deque()
         self._wakeup = asyncio.Event()
         self._sub: Subscription | None = None
         self._inbox = ""
@@ -204,23 +153,10 @@ class MessageStream:
 
     async def start(self) -> MessageStream:
         """Subscribe the inbox and send the first pull request."""
-        nc = self.conn.nc
-        self._inbox = nc.new_inbox()
-        try:
-            sub = await nc.subscribe(self._inbox, pending_msgs_limit=0, pending_bytes_limit=0)
-        except Exception as exc:
-            raise translate_error(exc, what=f"subscribe {self._inbox}") from exc
-        if isinstance(getattr(sub, "_pending_queue", None), asyncio.Queue):
-            # nats-py 2.16 (pinned) hands each message to the subscription's
-            # queue with put_nowait(); taking it there directly saves a queue
-            # round trip and a callback await per message on the hot path.
-            sub._pending_queue = _InboxSink(self._on_msg)  # type: ignore[assignment]
-        else:  # pragma: no cover - other nats-py versions
-            await sub.unsubscribe()
-            sub = await nc.subscribe(
-                self._inbox, cb=self._on_msg_async, pending_msgs_limit=0, pending_bytes_limit=0
-            )
-        self._sub = sub
+        self._inbox = self.conn.new_inbox()
+        # Each message reaches _on_msg synchronously (no queue or callback task
+        # where the adapter can bypass them; see oncestream._nats).
+        self._sub = await self.conn.subscribe_messages(self._inbox, self._on_msg)
         self.conn.on_reconnect(self._on_reconnect)
         await self._pull()
         self._monitor = asyncio.get_running_loop().create_task(self._watch_heartbeats())
@@ -233,14 +169,11 @@ class MessageStream:
             self._pending_msgs -= 1
             if self._track_bytes:
                 self._pending_bytes -= len(msg.data) + len(msg.subject) + len(msg.reply)
-            self._buffer.append(msg)
+            self._buffer.append(Message(msg.subject, msg.reply, msg.data, msg.headers, self.conn))
             if not self._wakeup.is_set():
                 self._wakeup.set()
             return
         self._on_status(msg.headers or {})
-
-    async def _on_msg_async(self, msg: Msg) -> None:
-        self._on_msg(msg)
 
     def _on_status(self, headers: dict[str, str]) -> None:
         status = headers.get(_STATUS, "")
@@ -347,7 +280,7 @@ class MessageStream:
             self._pending_bytes = self.options.max_bytes
         self.pulls += 1
         try:
-            await self.conn.nc.publish(self._next_subject, orjson.dumps(request), reply=self._inbox)
+            await self.conn.publish(self._next_subject, orjson.dumps(request), reply=self._inbox)
         except Exception as exc:
             # Disconnected: the reconnect hook pulls again.
             self._pending_msgs -= want
@@ -363,7 +296,7 @@ class MessageStream:
             await asyncio.sleep(heartbeat)
             if self._stopped or self._draining:
                 return
-            if not self.conn.nc.is_connected:
+            if not self.conn.is_connected:
                 self._last_activity = time.monotonic()
                 continue
             if self._received != self._seen_received:
@@ -386,7 +319,9 @@ class MessageStream:
         """Messages received and not yet handed out."""
         return len(self._buffer)
 
-    async def next_batch(self, max_messages: int = 0, timeout: float | None = None) -> list[Msg]:
+    async def next_batch(
+        self, max_messages: int = 0, timeout: float | None = None
+    ) -> list[Message]:
         """Return the buffered messages (at least one), waiting up to ``timeout``.
 
         Args:
@@ -426,10 +361,10 @@ class MessageStream:
         await self._maybe_refill()
         return batch
 
-    def __aiter__(self) -> AsyncIterator[Msg]:
+    def __aiter__(self) -> AsyncIterator[Message]:
         return self._iterate()
 
-    async def _iterate(self) -> AsyncIterator[Msg]:
+    async def _iterate(self) -> AsyncIterator[Message]:
         while True:
             if not self._buffer:
                 batch = await self.next_batch()
@@ -445,7 +380,7 @@ class MessageStream:
         self._stopped = self._draining = True
         self._wakeup.set()
 
-    def take_unprocessed(self) -> list[Msg]:
+    def take_unprocessed(self) -> list[Message]:
         """Remove and return every buffered message (e.g. to nak them on shutdown)."""
         batch = list(self._buffer)
         self._buffer.clear()
@@ -481,22 +416,6 @@ class MessageStream:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
-
-
-class _InboxSink:
-    """Stands in for a nats-py subscription queue: delivers each message synchronously."""
-
-    def __init__(self, deliver: Callable[[Msg], None]) -> None:
-        self.put_nowait = deliver
-
-    def qsize(self) -> int:
-        return 0
-
-    def empty(self) -> bool:
-        return True
-
-    async def join(self) -> None:
-        return None
 
 
 def pull_messages(

@@ -20,6 +20,8 @@ import time
 from collections.abc import Sequence
 
 from oncestream import ConnectOptions, Processor, ProcessorOptions, SQLiteLedger, connect
+from oncestream._acking import Acknowledger
+from oncestream._applying import Applier
 from oncestream.ledger import LedgerTx
 
 CRASH_AT = os.environ.get("CRASH_AT", "")
@@ -38,8 +40,8 @@ def handler(msg, tx: LedgerTx) -> None:  # type: ignore[no-untyped-def]
         time.sleep(HANDLER_SLEEP)
 
 
-class CrashingProcessor(Processor):
-    """Crash hooks at the points the kill test needs to hit deterministically."""
+class CrashingApplier(Applier):
+    """Crash hook inside the ledger transaction (applying side)."""
 
     def _run_batch(self, entries: Sequence, msgs: Sequence, **kw):  # type: ignore[no-untyped-def,type-arg]
         global _batches
@@ -55,16 +57,31 @@ class CrashingProcessor(Processor):
             self.handler = crash_after_effects
         return super()._run_batch(entries, msgs, **kw)
 
-    async def _ack(self, replies: list[str]) -> None:
+
+class CrashingAcknowledger(Acknowledger):
+    """Crash hooks between the commit and the acks (acknowledging side)."""
+
+    async def ack(self, replies: list[str]) -> None:
         if CRASH_AT == "after_commit" and _batches >= CRASH_AFTER:
             _die()  # committed, nothing acked
         if CRASH_AT == "during_ack" and _batches >= CRASH_AFTER:
             half = replies[: len(replies) // 2]
-            await self._send_raw(half, b"+ACK")
+            await self.send(half, b"+ACK")
             assert self.conn is not None
             await self.conn.nc.flush()
             _die()  # half of the batch acked
-        await super()._ack(replies)
+        await super().ack(replies)
+
+
+class CrashingProcessor(Processor):
+    """A Processor whose applying and acknowledging parts have the crash hooks."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self._applier = CrashingApplier(self.ledger, self.handler, self.stats)
+        self._acks = CrashingAcknowledger(
+            self.stream, self.consumer, self.options, self.stats, lambda: self._stop_requested
+        )
 
 
 async def main(url: str, db: str, stream: str, consumer: str) -> None:

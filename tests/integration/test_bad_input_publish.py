@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -85,6 +86,17 @@ def stored(stream: str, count: int, *also_empty: str) -> Callable[[CliEnv, Outco
     return check
 
 
+def _fifo(path: Path, content: str) -> None:
+    """A named pipe that a thread fills once the command opens it."""
+    os.mkfifo(path)
+
+    def feed() -> None:
+        with path.open("w") as pipe:
+            pipe.write(content)
+
+    threading.Thread(target=feed, daemon=True).start()
+
+
 GOOD = lines({"id": "a", "r": "eu"}, {"id": "b", "r": "us"})
 ID = ("--id-field", "id")
 ROOT = os.geteuid() == 0
@@ -125,6 +137,33 @@ CASES = [
         CONFIG,
         "'NOPE' (--stream) not found",
         setup=lambda env: env.file("in.jsonl", GOOD),
+    ),
+    Case(
+        "stream-is-a-mirror",
+        publish("MIR", "mirsrc.x", *ID),
+        CONFIG,
+        "stream 'MIR' (--stream) is a mirror of 'MIRSRC'",
+        setup=lambda env: (
+            env.stream("MIRSRC"),
+            env.run(lambda conn: conn.add_stream({"name": "MIR", "mirror": {"name": "MIRSRC"}})),
+            env.file("in.jsonl", GOOD),
+        ),
+        check=stored("MIRSRC", 0),
+    ),
+    Case(
+        "stream-name-invalid",
+        publish("a.b", "ab.x", *ID),
+        CONFIG,
+        "--stream",
+        setup=lambda env: env.file("in.jsonl", GOOD),
+    ),
+    Case(
+        "progress-stream-name-invalid",
+        publish("PSN", "psn.x", *ID, "--progress-stream", "a b"),
+        CONFIG,
+        "--progress-stream",
+        setup=given("PSN", GOOD),
+        check=stored("PSN", 0),
     ),
     # -- --subject templates ----------------------------------------------------------------
     *(
@@ -206,6 +245,14 @@ CASES = [
         setup=given("SB", ""),
         stdin="\x00\x00",
         check=stored("SB", 0),
+    ),
+    Case(
+        "file-is-a-pipe",
+        publish("FP", "fp.x", *ID, file="{tmp}/pipe"),
+        OK,
+        "is not a regular file: no progress is recorded",
+        setup=lambda env: (env.stream("FP"), _fifo(env.tmp / "pipe", GOOD)),
+        check=stored("FP", 2),
     ),
     # -- CSV ----------------------------------------------------------------------------
     Case(

@@ -152,14 +152,40 @@ async def test_plain_rerun_after_window_adds_nothing_and_changed_file_is_refused
     again, again_err = await _run(_args(url, file))
     assert again == 0, again_err
     assert "nothing to publish" in again_err
+    # Lines appended after the published part: only they are published.
     with path.open("a") as out:
         out.write(orjson.dumps({"id": "extra", "n": -1}).decode() + "\n")
+    grown, err = await _run(_args(url, file))
+    assert grown == 0 and "changed after line 50" in err, err
+    # A change to what was already published is refused.
+    text = path.read_text().replace('"id":"r3"', '"id":"r3-edited"')
+    path.write_text(text)
     changed, err = await _run(_args(url, file))
     assert changed == 2, err
-    assert "changed since an earlier publish" in err and "--fresh" in err
-    assert "Traceback" not in err
+    assert "changed since an earlier publish" in err and "lines 1..51" in err
+    assert "--fresh" in err and "Traceback" not in err
     ids = await _ids(url)
-    assert len(ids) == 50 and set(ids.values()) == {1}
+    assert len(ids) == 51 and set(ids.values()) == {1}
+
+
+async def test_fixed_malformed_line_resumes_without_republishing(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    url = nats_server.url
+    await _stream(url)
+    path = tmp_path / "fix.jsonl"
+    good = [orjson.dumps({"id": f"r{i}"}).decode() for i in range(10)]
+    path.write_text("\n".join([*good[:5], "{broken", *good[5:]]) + "\n")
+    stopped, err = await _run(_args(url, str(path)))
+    assert stopped == 1 and "line 6: invalid JSON" in err, err
+    await asyncio.sleep(WINDOW + 0.5)  # past the window: msg ids no longer protect lines 1-5
+    path.write_text(
+        "\n".join([*good[:5], orjson.dumps({"id": "r-fixed"}).decode(), *good[5:]]) + "\n"
+    )
+    fixed, err = await _run(_args(url, str(path)))
+    assert fixed == 0 and "changed after line 5" in err, err
+    ids = await _ids(url)
+    assert len(ids) == 11 and set(ids.values()) == {1}
 
 
 async def test_server_gone_for_good_gives_up_with_summary(
@@ -205,3 +231,24 @@ async def test_ctrl_c_prints_summary_exits_130_and_rerun_completes(
     assert again == 0, again_err
     ids = await _ids(url)
     assert len(ids) == total and set(ids.values()) == {1}
+
+
+async def test_progress_stream_that_cannot_be_created_is_a_clear_error(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    url = nats_server.url
+    async with await connect(ConnectOptions(servers=(url,))) as conn:
+        # A stream that captures the progress subjects: the progress stream would overlap it.
+        await ensure_stream(conn, StreamSpec(name="ALL", subjects=("t.>", "oncestream.>")))
+    file = _write(tmp_path / "few.jsonl", 20)
+    args = [*_args(url, file)]
+    args[args.index("T")] = "ALL"
+    refused, err = await _run(args)
+    assert refused == 2, err
+    assert "cannot create the progress stream 'ONCESTREAM_PUBLISH_PROGRESS'" in err
+    assert "--progress-stream" in err and "--no-resume" in err and "Traceback" not in err
+    # The stream that captures the progress subjects can hold the records itself.
+    ok, err = await _run([*args, "--progress-stream", "ALL"])
+    assert ok == 0, err
+    again, err = await _run([*args, "--progress-stream", "ALL"])
+    assert again == 0 and "nothing to publish" in err, err

@@ -14,7 +14,6 @@ from oncestream import (
     connect,
     pull_messages,
 )
-from oncestream.pull import parse_ack_subject
 from tests import server_configs
 
 
@@ -46,7 +45,7 @@ async def test_iterates_everything_with_refills(conn, make_stream) -> None:  # t
     seen: list[int] = []
     async with pull_messages(conn, "P", "c", PullOptions(batch=40, expires=5)) as messages:
         async for msg in messages:
-            md = parse_ack_subject(msg.reply)
+            md = msg.metadata
             assert md.stream == "P" and md.num_delivered == 1
             seen.append(md.stream_seq)
             await msg.ack()
@@ -79,7 +78,7 @@ async def test_missed_heartbeats_surface_and_recover(nats_server, conn, make_str
                 continue
             if len(got) >= 3:
                 break
-        assert [parse_ack_subject(m.reply).stream_seq for m in got] == [1, 2, 3]
+        assert [m.metadata.stream_seq for m in got] == [1, 2, 3]
     finally:
         await stream.stop()
 
@@ -141,7 +140,7 @@ async def test_repulls_after_server_restart(nats_server, conn, make_stream) -> N
         await _publish(conn, "r.x", 2, start=2)
         # The pull pending on the old server process is gone; only a re-pull delivers.
         got = await _collect(stream, 2)
-        assert [parse_ack_subject(m.reply).stream_seq for m in got] == [3, 4]
+        assert [m.metadata.stream_seq for m in got] == [3, 4]
     finally:
         await stream.stop()
 
@@ -155,4 +154,5 @@ async def test_pull_through_a_domain(server_factory, tmp_path) -> None:  # type:
         async with pull_messages(conn, "DM", "c", PullOptions(batch=5, expires=5)) as stream:
             got = await _collect(stream, 5)
         assert len(got) == 5
-        assert parse_ack_subject(got[0].reply).stream == "DM"
+        assert got[0].metadata.stream == "DM"
+        assert got[0].metadata.domain in ("hub", None)  # v2 ack subjects carry the domain

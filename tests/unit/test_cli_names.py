@@ -83,3 +83,21 @@ def test_publish_stream_name_is_checked(tmp_path: Path) -> None:
     args = ["publish", str(data), "--stream", "a.b", "--subject", "s", "--id-field", "id"]
     result = CliRunner().invoke(app, [*args, *DEAD])
     assert result.exit_code == 2 and "--stream: 'a.b'" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["tail", "a.b"], "'a.b' is not a valid stream name"),
+        (["tail", "S", "--subject", "a..b"], "'a..b' is not a valid subject"),
+        (["stream", "info", "bad name"], "'bad name' is not a valid stream name"),
+        (["stream", "purge", "S", "--subject", "a b"], "'a b' is not a valid subject"),
+        (["consumer", "info", "S", "c.d"], "'c.d' is not a valid consumer name"),
+        (["consumer", "add", "S", "c", "--filter", "x..y"], "'x..y' is not a valid subject"),
+        (["dlq", "ls", "D*"], "'D*' is not a valid stream name"),
+    ],
+)
+def test_admin_verbs_check_names_while_parsing(args: list[str], fragment: str) -> None:
+    result = CliRunner().invoke(app, [*args, *DEAD])
+    assert result.exit_code == 2, result.output
+    assert fragment in " ".join(result.output.replace("│", " ").split())

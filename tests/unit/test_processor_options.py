@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from oncestream import ConfigError, ProcessorOptions, PullOptions
-from oncestream.pull import parse_ack_subject
+from oncestream import ConfigError, JetStreamError, ProcessorOptions, PullOptions
+from oncestream.message import parse_metadata as parse_ack_subject
 
 
 def test_parse_v1_ack_subject() -> None:
@@ -17,7 +17,7 @@ def test_parse_v1_ack_subject() -> None:
         1042,
         77,
     )
-    assert md.timestamp_ns == 1700000000000000000 and md.num_pending == 12 and md.domain == ""
+    assert md.timestamp_ns == 1700000000000000000 and md.num_pending == 12 and md.domain is None
 
 
 def test_parse_v2_ack_subject_with_domain_and_token() -> None:
@@ -30,12 +30,12 @@ def test_parse_v2_ack_subject_with_domain_and_token() -> None:
         0,
     )
     md = parse_ack_subject("$JS.ACK._.ACCHASH.ORDERS.billing.2.5.6.1700000000000000000.0")
-    assert md.domain == "" and md.num_delivered == 2
+    assert md.domain is None and md.num_delivered == 2
 
 
 @pytest.mark.parametrize("bad", ["", "foo.bar", "$JS.ACK.a.b.c", "$JS.API.X.a.b.1.2.3.4.5"])
 def test_parse_rejects_other_subjects(bad: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(JetStreamError):
         parse_ack_subject(bad)
 
 

@@ -30,3 +30,14 @@ def test_py_typed_marker_ships() -> None:
     from pathlib import Path
 
     assert (Path(spec.origin).parent / "py.typed").is_file()
+
+
+def test_message_type_is_public() -> None:
+    """Handlers and pulls hand out oncestream's own message type, not nats-py's ``Msg``."""
+    import typing
+
+    from oncestream.processor import Handler
+
+    assert {"Message", "MessageMetadata"} <= set(oncestream.__all__)
+    assert typing.get_args(Handler)[0][0] is oncestream.Message
+    assert oncestream.MessageStream.next_batch.__annotations__["return"] == "list[Message]"

@@ -8,7 +8,8 @@ import pytest
 from nats.protocol.parser import Parser
 
 from oncestream import ConfigError
-from oncestream._pubwire import build_headers, install_reply_hook
+from oncestream._nats._parser import install
+from oncestream._pubwire import build_headers
 
 
 class _FakeClient:
@@ -54,7 +55,7 @@ async def test_fast_parse_handles_any_split(seed: int) -> None:
     data, expected, pings = _frames()
     client = _FakeClient()
     got: list[tuple[bytes, bytes, bytes | None]] = []
-    install_reply_hook(client, 7, lambda s, d, h: got.append((bytes(s), bytes(d), h and bytes(h))))
+    install(client)[7] = lambda s, _r, d, h: got.append((bytes(s), bytes(d), h and bytes(h)))
     rng = random.Random(seed)
     pos = 0
     while pos < len(data):

@@ -88,7 +88,7 @@ async def test_spent_budget_raises_the_last_error_with_a_note() -> None:
 
     start = time.monotonic()
     with pytest.raises(OperationTimeout, match=r"attempt \d+ timed out") as caught:
-        await retrying(down, budget=0.5, what="reading 'S'")
+        await retrying(down, budget=0.5, what="reading 'S'", budget_source="option 'retryTimeout'")
     assert 0.5 <= time.monotonic() - start < 1.5
     assert len(calls) >= 3
     assert any("retryTimeout" in note for note in caught.value.__notes__)

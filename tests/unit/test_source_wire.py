@@ -7,7 +7,8 @@ from typing import Any
 
 from nats.protocol.parser import Parser
 
-from oncestream.spark import _wire
+from oncestream._nats import FrameSink
+from oncestream._nats._parser import install
 
 
 class FakeClient:
@@ -74,11 +75,11 @@ async def test_fast_path_with_random_splits() -> None:
     rng = random.Random(7)
     for _ in range(30):
         nc = FakeClient()
-        _wire.install(nc)
-        _wire.install(nc)  # idempotent
+        table = install(nc)
+        assert install(nc) is table  # idempotent
         ended: list[bool] = []
-        sink = _wire.FrameSink(10**9, True, lambda ended=ended: ended.append(True))
-        _wire.register(nc, 7, sink)
+        sink = FrameSink(10**9, True, lambda ended=ended: ended.append(True))
+        table[7] = sink
         pos = 0
         while pos < len(stream):
             step = rng.randint(1, 200)
@@ -94,12 +95,12 @@ async def test_fast_path_with_random_splits() -> None:
 
 async def test_limit_ends_collection_and_unregister() -> None:
     nc = FakeClient()
-    _wire.install(nc)
+    table = install(nc)
     ended: list[bool] = []
-    sink = _wire.FrameSink(2, False, lambda: ended.append(True))
-    _wire.register(nc, 3, sink)
+    sink = FrameSink(2, False, lambda: ended.append(True))
+    table[3] = sink
     await nc._ps.parse(b"MSG a 3 1\r\nx\r\nMSG a 3 1\r\ny\r\n")
     assert sink.datas == [b"x", b"y"] and ended == [True] and sink.subjects == []
-    _wire.unregister(nc, 3)
+    del table[3]
     await nc._ps.parse(b"MSG a 3 1\r\nz\r\n")
     assert nc.slow == [(3, b"a", b"", b"z", None)]

@@ -10,7 +10,7 @@ from .._connection import connect
 from .._errors import ConfigError
 from .._names import check_stream_name
 from .._options import ConnectOptions
-from ..audit import AuditReport, KeySpec, OutputSpec, audit
+from ..audit import SAMPLES, AuditReport, KeySpec, OutputSpec, audit
 from ._app import EXIT_FAILURE, app, cli_errors, console, run_async
 from ._connect_flags import with_connect_options
 
@@ -68,7 +68,7 @@ def audit_command(
         help="Output to check: stream:NAME, parquet:PATH or sql:DSN#TABLE (repeatable).",
     ),
     key: str = typer.Option("msg_id", help="msg_id, lineage or field:NAME."),
-    samples: int = typer.Option(5, help="How many keys of each problem to list."),
+    samples: int = typer.Option(SAMPLES, help="How many keys of each problem to list."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     *,
     options: ConnectOptions,

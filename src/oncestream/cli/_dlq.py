@@ -15,6 +15,7 @@ from .._start import rfc3339
 from ..deadletters import DeadLetter, list_dead_letters, replay_dead_letters
 from ._app import app, cli_errors, console, run_async
 from ._connect_flags import with_connect_options
+from ._name_args import stream_name
 from ._output import confirm, kv_table, print_json, print_table, rows_table
 from ._tail import message_json, preview
 
@@ -25,9 +26,15 @@ dlq_app = typer.Typer(
 )
 app.add_typer(dlq_app)
 
-Dlq = Annotated[str, typer.Argument(help="Dead-letter stream (process --dead-letter-stream).")]
+Dlq = Annotated[
+    str,
+    typer.Argument(help="Dead-letter stream (process --dead-letter-stream).", callback=stream_name),
+]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-Seqs = Annotated[str | None, typer.Option("--seq", help="Dead-letter sequences: N or FIRST-LAST.")]
+Seqs = Annotated[
+    str | None,
+    typer.Option("--seq", metavar="N|FIRST-LAST", help="Dead-letter sequences: N or FIRST-LAST."),
+]
 Subject = Annotated[
     str | None, typer.Option("--subject", help="Only dead letters of this original subject.")
 ]

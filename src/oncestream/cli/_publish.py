@@ -9,10 +9,12 @@ de-duplication inside the stream's duplicate window only.
 from __future__ import annotations
 
 import io
+import os
 import sys
 import time
+from collections.abc import Coroutine
 from enum import StrEnum
-from typing import IO
+from typing import IO, Any
 
 import typer
 from rich.progress import (
@@ -26,7 +28,7 @@ from rich.progress import (
 from rich.table import Table
 
 from .._connection import connect
-from .._errors import ConfigError
+from .._errors import ConfigError, PublishFailed
 from .._names import check_stream_name
 from .._options import ConnectOptions, parse_duration
 from .._progress import PROGRESS_STREAM
@@ -36,6 +38,7 @@ from ._connect_flags import with_connect_options
 from ._publish_input import (
     FileFacts,
     InputFormat,
+    PrefixHasher,
     Record,
     RecordError,
     SubjectTemplate,
@@ -55,9 +58,11 @@ from ._publish_run import (
     RunState,
     Tally,
     drain,
+    install_sigint,
     is_config_failure,
     new_run_id,
     publish_records,
+    remove_sigint,
 )
 
 __all__ = [
@@ -111,9 +116,12 @@ def _report(
     plan: ResumePlan,
     progress_error: str | None,
     window: float | None,
+    horizon: float,
 ) -> None:
-    for error in tally.errors:
+    for error in tally.errors[:3]:
         _say(f"[bold red]failed[/] {error}")
+    if tally.failed > 3:
+        _say(f"[bold red]failed[/] ... and {tally.failed - 3:,} more")
     total = f" of {facts.lines:,}" if facts is not None else ""
     _say(
         f"publish {name}: stored {tally.stored:,}, duplicates {tally.duplicates:,}, "
@@ -125,6 +133,8 @@ def _report(
         return
     first = confirmed.first_unconfirmed or confirmed.line + 1
     reason = "interrupted" if state.interrupted else "stopped"
+    if isinstance(tally.fatal, PublishFailed) and not state.interrupted:
+        reason = f"gave up (no PubAck for the retry horizon, {horizon:g}s: server unreachable?)"
     remaining = f"; {facts.lines - state.read_to:,} lines not read" if facts is not None else ""
     _say(f"[bold]{reason}[/]: first unconfirmed line {first:,}{remaining}")
     if plan.store is None:
@@ -132,6 +142,11 @@ def _report(
         _say(
             "resume: stdin (or --no-resume) keeps no progress; re-running sends every record "
             f"again and only the stream's duplicate window ({covered}) drops the stored ones"
+        )
+    elif progress_error is None and state.stopped and tally.malformed and not tally.failed:
+        _say(
+            f"resume: fix line {first:,} (or pass --on-error skip) and re-run the same "
+            f"command; lines 1..{confirmed.line:,} are not published again"
         )
     elif progress_error is None:
         _say(
@@ -159,6 +174,7 @@ async def _run(
     show_progress: bool,
     progress_stream: str | None,
     fresh: bool,
+    hasher: PrefixHasher | None,
 ) -> int:
     stream = pub_options.stream
     assert stream is not None
@@ -169,7 +185,7 @@ async def _run(
     async with await connect(options) as conn:
         info = await check_target(conn, stream, subject)
         plan = ResumePlan()
-        if facts is not None and progress_stream is not None:
+        if facts is not None and hasher is not None and progress_stream is not None:
             plan = await plan_resume(
                 conn,
                 info=info,
@@ -179,6 +195,7 @@ async def _run(
                 progress_stream=progress_stream,
                 fresh=fresh,
                 run=new_run_id(),
+                hasher=hasher,
             )
         if plan.done:
             _say(
@@ -186,6 +203,11 @@ async def _run(
                 f"(an earlier run confirmed all {plan.skip_to:,} lines; --fresh publishes it again)"
             )
             return 0
+        if plan.changed_after:
+            _say(
+                f"[yellow]note:[/] {name} changed after line {plan.skip_to:,}; lines "
+                f"1..{plan.skip_to:,}, already published, are unchanged: publishing what follows"
+            )
         if plan.resumed:
             _say(
                 f"resuming {name} after line {plan.skip_to:,}: {len(plan.found):,} msg ids "
@@ -195,7 +217,7 @@ async def _run(
         await pub.start()
         tally = Tally(max_seq=int(info.get("state", {}).get("last_seq", 0)))
         confirmed = Confirmed(plan.skip_to, tally.max_seq, plan.inherited_to, plan.inherited_floor)
-        keeper = ProgressKeeper(plan.store, plan.base, confirmed)
+        keeper = ProgressKeeper(plan.store, plan.base, confirmed, hasher)
         keeper.chunk = max(2 * pub_options.max_inflight, 1000)
         state = RunState()
         progress = Progress(
@@ -209,6 +231,7 @@ async def _run(
             disable=not show_progress,
         )
         total = facts.lines if facts is not None else None
+        install_sigint(state)
         try:
             with progress:
                 task = progress.add_task("publish", total=total, of=f"{total:,}" if total else "?")
@@ -236,6 +259,7 @@ async def _run(
                 done=done, budget=options.connect_timeout
             )
         finally:
+            remove_sigint()
             if plan.store is not None:
                 await plan.store.close()
         seconds = time.monotonic() - state.started
@@ -252,6 +276,7 @@ async def _run(
         plan=plan,
         progress_error=progress_error,
         window=pub.duplicate_window,
+        horizon=pub_options.retry_horizon,
     )
     if refused:
         _say(f"[bold red]error:[/] {refused}")
@@ -342,6 +367,7 @@ def publish_command(
     if id_field is not None and not id_field.strip():
         raise ConfigError("--id-field must name a record field, got ''")
     check_stream_name(stream, "--stream")
+    check_stream_name(progress_stream, "--progress-stream")
     if fresh and not resume:
         raise ConfigError("--fresh and --no-resume contradict each other; give one")
     pub_options = PublisherOptions(
@@ -352,6 +378,7 @@ def publish_command(
     )
     template = SubjectTemplate(subject)
     facts: FileFacts | None = None
+    hasher: PrefixHasher | None = None
     if file == "-":
         if sys.stdin.isatty():
             raise ConfigError("FILE is '-' but stdin is a terminal: pipe the records in")
@@ -366,11 +393,15 @@ def publish_command(
         peek = source.peek(4096) if hasattr(source, "peek") else b""
         if file == "-":
             check_text("-", peek[:4096])
-        else:
+        elif os.path.isfile(file):
             facts = file_facts(file, source)
+            hasher = PrefixHasher(file)
+        elif resume:
+            # A pipe (e.g. <(zcat f.gz)) can be read once and has no identity.
+            _say(f"[yellow]note:[/] {name} is not a regular file: no progress is recorded")
         first = next((line for line in peek.splitlines() if line.strip()), b"")
         chosen = detect_format(file, first) if fmt is InputFormat.auto else fmt
-        code = run_async(
+        code = _interruptible(
             _run(
                 source,
                 chosen,
@@ -384,10 +415,25 @@ def publish_command(
                 show_progress=progress and err_console.is_terminal,
                 progress_stream=progress_stream if resume else None,
                 fresh=fresh,
+                hasher=hasher,
             )
         )
     finally:
         if file != "-":
             source.close()
+        if hasher is not None:
+            hasher.close()
     if code:
         raise typer.Exit(code)
+
+
+def _interruptible(coro: Coroutine[Any, Any, int]) -> int:
+    """Run the publish; a Ctrl-C outside the publishing phase (connect, resume scan) exits 130."""
+    try:
+        return run_async(coro)
+    except KeyboardInterrupt:
+        _say(
+            "[bold]interrupted[/] before or after the publishing phase; "
+            "re-run the same command to finish"
+        )
+        return EXIT_INTERRUPTED

@@ -28,6 +28,7 @@ from .._names import check_publish_subject
 __all__ = [
     "FileFacts",
     "InputFormat",
+    "PrefixHasher",
     "Record",
     "RecordError",
     "SubjectTemplate",
@@ -248,6 +249,35 @@ def file_facts(path: str, source: IO[bytes]) -> FileFacts:
         lines += 1
     source.seek(0)
     return FileFacts(path=os.path.realpath(path), size=size, sha256=digest.hexdigest(), lines=lines)
+
+
+class PrefixHasher:
+    """sha256 of a file's first lines, advanced line by line (a second, sequential read).
+
+    Progress records keep the hash of the lines already confirmed, so a re-run
+    can tell whether that part of the file changed.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self._hash = hashlib.sha256()
+        self.line = 0
+        self.offset = 0
+
+    def advance_to(self, line: int) -> None:
+        while self.line < line:
+            raw = self._file.readline()
+            if not raw:
+                break
+            self._hash.update(raw)
+            self.offset += len(raw)
+            self.line += 1
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def _jsonl_records(stream: IO[bytes], skip_to: int) -> Iterator[Record | RecordError | int]:

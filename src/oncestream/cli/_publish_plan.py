@@ -18,7 +18,7 @@ from typing import Any
 from .._connection import Connection
 from .._errors import ConfigError, OncestreamError, PermissionDenied, StreamNotFound
 from .._progress import ProgressStore, PublishProgress, progress_key, stored_ids
-from ._publish_input import FileFacts, SubjectTemplate
+from ._publish_input import FileFacts, PrefixHasher, SubjectTemplate
 from ._publish_run import Tally
 
 __all__ = ["ResumePlan", "check_target", "plan_resume", "refused_subject"]
@@ -39,6 +39,12 @@ async def check_target(conn: Connection, stream: str, template: SubjectTemplate)
             f"stream {stream!r} (--stream) not found; create it first, capturing the "
             f"subject {template.filter!r}"
         ) from None
+    mirror = info.get("config", {}).get("mirror")
+    if isinstance(mirror, dict):
+        raise ConfigError(
+            f"stream {stream!r} (--stream) is a mirror of {mirror.get('name')!r} and takes no "
+            "publishes; publish to the stream it mirrors"
+        )
     own = info.get("config", {}).get("subjects") or []
     captures = f"captures {', '.join(repr(s) for s in own)}" if own else "captures no subjects"
     try:
@@ -87,6 +93,7 @@ class ResumePlan:
     found: set[str] = field(default_factory=set)
     done: bool = False
     resumed: bool = False
+    changed_after: bool = False
 
 
 async def plan_resume(
@@ -99,6 +106,7 @@ async def plan_resume(
     progress_stream: str,
     fresh: bool,
     run: str,
+    hasher: PrefixHasher,
 ) -> ResumePlan:
     """Read the file's last progress record and decide where this run starts.
 
@@ -130,8 +138,9 @@ async def plan_resume(
     plan = ResumePlan(base=base, store=store)
     if previous is None or fresh:
         return plan
-    _check_same(previous, base, facts)
-    if previous.done:
+    _check_same(previous, base, facts, hasher)
+    plan.changed_after = previous.sha256 != base.sha256
+    if previous.done and not plan.changed_after:
         plan.done = True
         plan.skip_to = previous.line
         return plan
@@ -166,16 +175,25 @@ async def plan_resume(
     return plan
 
 
-def _check_same(previous: PublishProgress, base: PublishProgress, facts: FileFacts) -> None:
+def _check_same(
+    previous: PublishProgress, base: PublishProgress, facts: FileFacts, hasher: PrefixHasher
+) -> None:
+    """Refuse to resume when what the earlier run published, or how, is not the same."""
     fresh = (
         "; re-run with --fresh to publish it from line 1 anyway (records stored before, "
         "outside the stream's duplicate window, are stored again)"
     )
-    if previous.sha256 != base.sha256:
+    hasher.advance_to(previous.line)
+    if previous.prefix_sha256:
+        same = (hasher.offset, hasher.hexdigest()) == (previous.offset, previous.prefix_sha256)
+    else:
+        same = previous.sha256 == base.sha256
+    if not same:
         raise ConfigError(
-            f"{facts.path!r} changed since an earlier publish to stream {base.stream!r} "
-            f"(sha256 {previous.sha256[:12]}… then, {base.sha256[:12]}… now; that run "
-            f"confirmed lines 1..{previous.line}), so it cannot be resumed{fresh}"
+            f"{facts.path!r} changed since an earlier publish to stream {base.stream!r}: "
+            f"lines 1..{previous.line}, which that run published, are not the same any more "
+            f"(file sha256 {previous.sha256[:12]}… then, {base.sha256[:12]}… now), so it "
+            f"cannot be resumed{fresh}"
         )
     if previous.stream_created != base.stream_created:
         raise ConfigError(

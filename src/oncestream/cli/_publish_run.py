@@ -35,7 +35,7 @@ from .._errors import (
 )
 from .._progress import ConcurrentRun, ProgressStore, PublishProgress
 from ..publisher import PubAck, Publisher
-from ._publish_input import Record, RecordError, SubjectTemplate, record_id
+from ._publish_input import PrefixHasher, Record, RecordError, SubjectTemplate, record_id
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -44,9 +44,11 @@ __all__ = [
     "RunState",
     "Tally",
     "drain",
+    "install_sigint",
     "is_config_failure",
     "new_run_id",
     "publish_records",
+    "remove_sigint",
 ]
 
 EXIT_INTERRUPTED = 130
@@ -152,15 +154,21 @@ class RunState:
     eof: bool = False
     progress_error: str | None = None
     started: float = field(default_factory=time.monotonic)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class ProgressKeeper:
     """Writes progress records: reservations ahead of sending, and periodic snapshots."""
 
     def __init__(
-        self, store: ProgressStore | None, base: PublishProgress | None, confirmed: Confirmed
+        self,
+        store: ProgressStore | None,
+        base: PublishProgress | None,
+        confirmed: Confirmed,
+        hasher: PrefixHasher | None = None,
     ) -> None:
         self.store = store
+        self.hasher = hasher
         self.base = base
         self.confirmed = confirmed
         self.reserved = base.reserved if base is not None else 0
@@ -172,7 +180,12 @@ class ProgressKeeper:
     def _record(self, *, done: bool = False) -> PublishProgress | None:
         if self.base is None:
             return None
+        prefix = {}
+        if self.hasher is not None:
+            self.hasher.advance_to(self.confirmed.line)
+            prefix = {"prefix_sha256": self.hasher.hexdigest(), "offset": self.hasher.offset}
         return self.base.advanced(
+            **prefix,
             line=self.confirmed.line,
             scan_from=self.confirmed.scan_from,
             reserved=self.reserved,
@@ -217,7 +230,7 @@ class ProgressKeeper:
         """Write the final record; the reason when it could not be written."""
         if self.store is None:
             return None
-        if not self.store.conn.nc.is_connected:
+        if not self.store.conn.is_connected:
             return "the server is unreachable"
         if self._task is not None:
             try:
@@ -239,11 +252,13 @@ class ProgressKeeper:
         return None
 
 
-def _install_sigint(state: RunState) -> None:
+def install_sigint(state: RunState) -> None:
+    """Ctrl-C sets ``state.interrupted`` (and wakes :func:`drain`) instead of raising."""
     loop = asyncio.get_running_loop()
 
     def on_sigint() -> None:
         state.interrupted = True
+        state.wake.set()
         # A second Ctrl-C ends the program at once.
         loop.remove_signal_handler(signal.SIGINT)
 
@@ -253,7 +268,7 @@ def _install_sigint(state: RunState) -> None:
         pass
 
 
-def _remove_sigint() -> None:
+def remove_sigint() -> None:
     try:
         asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
     except (NotImplementedError, RuntimeError, ValueError):
@@ -277,75 +292,83 @@ async def publish_records(
     say: Callable[[str], None],
 ) -> None:
     """Publish ``items`` until the input ends or the run must stop (see module docstring)."""
-    _install_sigint(state)
-    try:
-        count = 0
-        for item in items:
-            if state.interrupted or tally.fatal is not None:
+    count = 0
+    for item in items:
+        if state.interrupted or tally.fatal is not None:
+            break
+        if isinstance(item, int):
+            state.read_to = item
+            if item % 256 == 0:
+                on_line(item)
+            continue
+        if isinstance(item, RecordError):
+            tally.malformed += 1
+            say(f"[yellow]malformed[/] {item}")
+            if not skip_on_error:
+                state.stopped = True
                 break
-            if isinstance(item, int):
-                state.read_to = item
-                if item % 256 == 0:
-                    on_line(item)
-                continue
-            if isinstance(item, RecordError):
-                tally.malformed += 1
-                say(f"[yellow]malformed[/] {item}")
-                if not skip_on_error:
-                    state.stopped = True
-                    break
+            confirmed.skip(item.line)
+            continue
+        try:
+            subj = subject.render(item)
+            msg_id = record_id(item, id_field)
+            if msg_id in found:
+                tally.already += 1
                 confirmed.skip(item.line)
                 continue
             try:
-                subj = subject.render(item)
-                msg_id = record_id(item, id_field)
-                if msg_id in found:
-                    tally.already += 1
-                    confirmed.skip(item.line)
-                    continue
-                try:
-                    await keeper.reserve(item.line)
-                except ConcurrentRun:
-                    raise
-                except OncestreamError as exc:
-                    # Lines past the recorded reservation may not be sent.
-                    state.progress_error = f"{type(exc).__name__}: {exc}"
-                    state.stopped = True
-                    break
-                if state.interrupted or tally.fatal is not None:
-                    break
-                floor = tally.max_seq
-                future = await pub.publish(subj, item.data, msg_id=msg_id)
-            except (RecordError, MessageTooLarge, ConfigError) as exc:
-                if isinstance(exc, ConcurrentRun):
-                    raise
-                tally.malformed += 1
-                text = exc if isinstance(exc, RecordError) else f"line {item.line}: {exc}"
-                say(f"[yellow]malformed[/] {text}")
-                if not skip_on_error:
-                    state.stopped = True
-                    break
-                confirmed.skip(item.line)
-                continue
-            future.add_done_callback(functools.partial(tally.on_done, item.line, subj))
-            confirmed.add(item.line, future, floor)
-            count += 1
-            if count % 512 == 0:
-                confirmed.advance(tally.max_seq)
-                keeper.maybe_snapshot()
-                await asyncio.sleep(0)
-        else:
-            state.eof = True
-    finally:
-        _remove_sigint()
+                await keeper.reserve(item.line)
+            except ConcurrentRun:
+                raise
+            except OncestreamError as exc:
+                # Lines past the recorded reservation may not be sent.
+                state.progress_error = f"{type(exc).__name__}: {exc}"
+                state.stopped = True
+                break
+            if state.interrupted or tally.fatal is not None:
+                break
+            floor = tally.max_seq
+            future = await pub.publish(subj, item.data, msg_id=msg_id)
+        except (RecordError, MessageTooLarge, ConfigError) as exc:
+            if isinstance(exc, ConcurrentRun):
+                raise
+            tally.malformed += 1
+            text = exc if isinstance(exc, RecordError) else f"line {item.line}: {exc}"
+            say(f"[yellow]malformed[/] {text}")
+            if not skip_on_error:
+                state.stopped = True
+                break
+            confirmed.skip(item.line)
+            continue
+        future.add_done_callback(functools.partial(tally.on_done, item.line, subj))
+        confirmed.add(item.line, future, floor)
+        count += 1
+        if count % 512 == 0:
+            confirmed.advance(tally.max_seq)
+            keeper.maybe_snapshot()
+            await asyncio.sleep(0)
+    else:
+        state.eof = True
 
 
 async def drain(pub: Publisher, tally: Tally, state: RunState, budget: float) -> None:
-    """Wait for the publishes in flight: all of them, or ``budget`` seconds when stopping early."""
-    limited = state.interrupted or state.stopped or tally.fatal is not None
+    """Wait for the publishes in flight: all of them, or ``budget`` seconds when stopping early.
+
+    A Ctrl-C while waiting for all of them switches to the ``budget`` wait.
+    """
+    if not (state.interrupted or state.stopped or tally.fatal is not None):
+        flushing = asyncio.ensure_future(pub.flush())
+        woken = asyncio.ensure_future(state.wake.wait())
+        await asyncio.wait({flushing, woken}, return_when=asyncio.FIRST_COMPLETED)
+        woken.cancel()
+        if flushing.done():
+            if not flushing.cancelled():
+                flushing.exception()  # each failure is counted by Tally.on_done
+        else:
+            flushing.cancel()
     deadline = time.monotonic() + budget
     try:
-        await pub.flush(timeout=budget if limited else None)
+        await pub.flush(timeout=budget)
     except (PublishError, JetStreamError, TimeoutError):
         pass  # each failure is counted by Tally.on_done
     try:

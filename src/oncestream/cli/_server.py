@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from .._errors import ConfigError, ServerError
+from .._options import DEFAULT_SERVER
 from ..server import JetStreamConfig, NatsServer, ServerConfig
 from ._app import app, cli_errors, console
 
@@ -30,10 +31,14 @@ def _check_store_dir(store_dir: Path) -> None:
         raise ConfigError(f"--store-dir {store_dir}: {probe} {what}")
 
 
+#: The port clients connect to by default (the one in DEFAULT_SERVER).
+_DEFAULT_PORT = int(DEFAULT_SERVER.rsplit(":", 1)[1])
+
+
 @app.command("server")
 @cli_errors
 def server_command(
-    port: int = typer.Option(4222, help="Client port on 127.0.0.1 (-1 picks a free one)."),
+    port: int = typer.Option(_DEFAULT_PORT, help="Client port on 127.0.0.1 (-1 picks a free one)."),
     store_dir: Path | None = typer.Option(
         None, "--store-dir", help="JetStream store (default: a temporary directory)."
     ),

@@ -13,6 +13,7 @@ from .._options import ConnectOptions, parse_duration
 from ..streams import StreamSpec, seconds_to_ns
 from ._app import app, cli_errors, console, run_async
 from ._connect_flags import with_connect_options
+from ._name_args import stream_name, subject_filter
 from ._output import confirm, kv_table, print_json, print_table, rows_table
 
 stream_app = typer.Typer(
@@ -22,23 +23,30 @@ stream_app = typer.Typer(
 )
 app.add_typer(stream_app)
 
-Name = Annotated[str, typer.Argument(help="Stream name.")]
+Name = Annotated[str, typer.Argument(help="Stream name.", callback=stream_name)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 Force = Annotated[bool, typer.Option("--force", "-f", help="Do not ask for confirmation.")]
 Subjects = Annotated[
     list[str] | None,
     typer.Option("--subjects", help="Subjects captured; repeat or comma-separate."),
 ]
-Storage = Annotated[str | None, typer.Option("--storage", help="file or memory.")]
+Storage = Annotated[str | None, typer.Option("--storage", metavar="file|memory", help="Storage.")]
 Replicas = Annotated[int | None, typer.Option("--replicas", help="Replicas (1..5).")]
 DupeWindow = Annotated[
-    str | None, typer.Option("--dupe-window", help="Msg-id de-duplication window (2m).")
+    str | None,
+    typer.Option("--dupe-window", metavar="DURATION", help="Msg-id de-duplication window (2m)."),
 ]
 Retention = Annotated[
-    str | None, typer.Option("--retention", help="limits, interest or workqueue.")
+    str | None,
+    typer.Option("--retention", metavar="limits|interest|workqueue", help="Retention policy."),
 ]
-Discard = Annotated[str | None, typer.Option("--discard", help="old or new (when full).")]
-MaxAge = Annotated[str | None, typer.Option("--max-age", help="Keep messages this long (0=ever).")]
+Discard = Annotated[
+    str | None, typer.Option("--discard", metavar="old|new", help="What goes when full.")
+]
+MaxAge = Annotated[
+    str | None,
+    typer.Option("--max-age", metavar="DURATION", help="Keep messages this long (0=ever)."),
+]
 MaxMsgs = Annotated[int | None, typer.Option("--max-msgs", help="Message limit (-1 = none).")]
 MaxBytes = Annotated[int | None, typer.Option("--max-bytes", help="Byte limit (-1 = none).")]
 MaxPerSubject = Annotated[
@@ -323,7 +331,10 @@ def rm_command(name: Name, force: Force = False, *, options: ConnectOptions) -> 
 def purge_command(
     name: Name,
     subject: Annotated[
-        str | None, typer.Option("--subject", help="Only purge this subject (wildcards ok).")
+        str | None,
+        typer.Option(
+            "--subject", help="Only purge this subject (wildcards ok).", callback=subject_filter
+        ),
     ] = None,
     keep: Annotated[int | None, typer.Option("--keep", help="Keep the newest N.")] = None,
     seq: Annotated[

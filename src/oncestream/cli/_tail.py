@@ -19,6 +19,7 @@ from .._options import ConnectOptions
 from .._start import parse_time, rfc3339
 from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
+from ._name_args import stream_name, subject_filter
 
 PREVIEW = 200
 
@@ -143,13 +144,18 @@ async def _last_n(
 @cli_errors
 @with_connect_options
 def tail_command(
-    stream: Annotated[str, typer.Argument(help="Stream to read.")],
+    stream: Annotated[str, typer.Argument(help="Stream to read.", callback=stream_name)],
     subject: Annotated[
-        str | None, typer.Option("--subject", help="Only this subject (wildcards ok).")
+        str | None,
+        typer.Option(
+            "--subject", help="Only this subject (wildcards ok).", callback=subject_filter
+        ),
     ] = None,
     start: Annotated[
         str,
-        typer.Option("--from", help="SEQ, TIME (ISO 8601 or '10m' ago) or last:N."),
+        typer.Option(
+            "--from", metavar="SEQ|TIME|last:N", help="SEQ, TIME (ISO 8601 or '10m' ago) or last:N."
+        ),
     ] = "last:10",
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing new messages (Ctrl-C ends).")

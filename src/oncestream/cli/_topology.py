@@ -126,7 +126,7 @@ def up_command(
         "aggregate and its consumer dur at the hub).",
     ),
 ) -> None:
-    """Start the servers detached, wait until formed, print URLs, domains and credentials."""
+    """Start the servers detached, wait until formed, print URLs, domains and users."""
     if not timeout > 0:
         raise ConfigError(f"--timeout must be > 0 seconds, got {timeout}")
     directory = directory.resolve()

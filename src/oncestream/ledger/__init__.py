@@ -7,7 +7,7 @@ from ``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or ``postgresql://...
 
 from __future__ import annotations
 
-from .._dsn import parse_dsn
+from .._dsn import Dsn, parse_dsn
 from ._base import KeyMode, Ledger, LedgerEntry, LedgerTx
 from .postgres import PostgresLedger
 from .sqlite import SQLiteLedger
@@ -19,6 +19,7 @@ __all__ = [
     "LedgerTx",
     "PostgresLedger",
     "SQLiteLedger",
+    "ledger_from_dsn",
     "ledger_from_url",
 ]
 
@@ -39,8 +40,12 @@ def ledger_from_url(url: str, *, key: KeyMode = "sequence") -> Ledger:
 
         ledger = ledger_from_url("sqlite:///orders.db")  # ./orders.db
     """
-    dsn = parse_dsn(url, "ledger URL")
+    return ledger_from_dsn(parse_dsn(url, "ledger URL"), key=key)
+
+
+def ledger_from_dsn(dsn: Dsn, *, key: KeyMode = "sequence", tables: bool = True) -> Ledger:
+    """The ledger for an already parsed database URL (``tables=False``: transactions only)."""
     if dsn.kind == "postgresql":
-        return PostgresLedger(dsn.url, key=key)
+        return PostgresLedger(dsn.url, key=key, tables=tables)
     assert dsn.path is not None
-    return SQLiteLedger(dsn.path, key=key)
+    return SQLiteLedger(dsn.path, key=key, tables=tables)

@@ -20,7 +20,8 @@ Processor runs them on a worker thread when the database can block.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal, NamedTuple
 
 __all__ = ["KeyMode", "Ledger", "LedgerEntry", "LedgerTx"]
@@ -82,6 +83,9 @@ class Ledger(abc.ABC):
     """
 
     key: KeyMode = "sequence"
+    #: Create the ledger's own tables on :meth:`open` (False: just a transactional
+    #: connection to the database, as ``foreachBatch`` uses it).
+    tables: bool = True
     #: True when calls never block for long (SQLite): the Processor may run
     #: them on the event loop thread.
     inline: bool = False
@@ -110,6 +114,26 @@ class Ledger(abc.ABC):
     @abc.abstractmethod
     def begin(self) -> LedgerTx:
         """Start a transaction."""
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[LedgerTx]:
+        """One transaction as a context: committed when the block ends, rolled back on an error.
+
+        The helper everything that writes "rows plus a marker, atomically"
+        uses: the Processor's batches and ``foreachBatch``'s micro-batches.
+
+        Example::
+
+            with ledger, ledger.transaction() as tx:
+                tx.execute("INSERT INTO t (x) VALUES (?)", (1,))
+        """
+        tx = self.begin()
+        try:
+            yield tx
+        except BaseException:
+            tx.rollback()
+            raise
+        tx.commit()
 
     #: The driver's parameter placeholder (``?`` for sqlite3, ``%s`` for psycopg).
     placeholder: str = "?"

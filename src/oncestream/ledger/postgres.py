@@ -111,6 +111,7 @@ class PostgresLedger(Ledger):
         url: a libpq connection string / URL (``postgresql://user@host/db``).
         key: ``"sequence"`` or ``"msg_id"`` (see :class:`Ledger`).
         msg_id_retention: seconds msg-id rows are kept (``key="msg_id"`` only).
+        tables: create the ledger tables on open (False: only transactions).
 
     Example::
 
@@ -121,9 +122,15 @@ class PostgresLedger(Ledger):
     placeholder = "%s"
 
     def __init__(
-        self, url: str, *, key: KeyMode = "sequence", msg_id_retention: float = 7 * 86400.0
+        self,
+        url: str,
+        *,
+        key: KeyMode = "sequence",
+        msg_id_retention: float = 7 * 86400.0,
+        tables: bool = True,
     ) -> None:
         self.url = url
+        self.tables = tables
         self.key = check_key(key)
         self.msg_id_retention = msg_id_retention
         self._con: Any = None
@@ -149,11 +156,12 @@ class PostgresLedger(Ledger):
         psycopg = _psycopg()
         try:
             con = psycopg.connect(self.url, autocommit=False)
-            # Several processors may start together: serialise the DDL.
-            con.execute("SELECT pg_advisory_xact_lock(74021)")
-            for statement in _SCHEMA:
-                con.execute(statement)
-            con.commit()
+            if self.tables:
+                # Several processors may start together: serialise the DDL.
+                con.execute("SELECT pg_advisory_xact_lock(74021)")
+                for statement in _SCHEMA:
+                    con.execute(statement)
+                con.commit()
         except psycopg.Error as exc:
             raise LedgerError(f"cannot open PostgreSQL ledger {self!r}: {exc}") from exc
         self._con = con

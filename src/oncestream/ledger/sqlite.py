@@ -133,6 +133,7 @@ class SQLiteLedger(Ledger):
             but a power cut may undo acked work.
         busy_timeout: seconds to wait for another writer's lock.
         msg_id_retention: seconds msg-id rows are kept (``key="msg_id"`` only).
+        tables: create the ledger tables on open (False: only transactions).
 
     Example::
 
@@ -149,8 +150,10 @@ class SQLiteLedger(Ledger):
         synchronous: Literal["FULL", "NORMAL", "EXTRA"] = "FULL",
         busy_timeout: float = 30.0,
         msg_id_retention: float = 7 * 86400.0,
+        tables: bool = True,
     ) -> None:
         self.path = str(path)
+        self.tables = tables
         self.key = check_key(key)
         if synchronous not in ("FULL", "NORMAL", "EXTRA"):
             raise ConfigError(f"synchronous must be FULL, NORMAL or EXTRA, got {synchronous!r}")
@@ -188,7 +191,7 @@ class SQLiteLedger(Ledger):
             )
             con.execute("PRAGMA journal_mode=WAL")
             con.execute(f"PRAGMA synchronous={self.synchronous}")
-            for statement in _SCHEMA:
+            for statement in _SCHEMA if self.tables else ():
                 con.execute(statement)
         except sqlite3.Error as exc:
             raise LedgerError(f"cannot open SQLite ledger {self.path!r}: {exc}") from exc

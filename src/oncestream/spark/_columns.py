@@ -9,7 +9,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._errors import OncestreamError
-from . import _wire
+from .._nats import FrameSink
+from ..message import ack_layout
 
 __all__ = ["ARROW_SCHEMA", "to_batch"]
 
@@ -33,7 +34,7 @@ _MSG_ID_RE = r"\nNats-Msg-Id: (?P<v>[^\r]*)\r\n"
 
 
 def to_batch(
-    chunk: _wire.FrameSink,
+    chunk: FrameSink,
     stream_name: pa.Scalar,
     *,
     last: int,
@@ -64,10 +65,9 @@ def to_batch(
         has_ids = any(h is not None and b"Nats-Msg-Id:" in h for h in chunk.headers)
         subject = pa.array(chunk.subjects, pa.binary()).cast(pa.string())
         tokens = pc.split_pattern(pa.array(chunk.replies, pa.binary()).cast(pa.string()), ".")
-        width = len(chunk.replies[0].split(b"."))
-        seq_i, ts_i = (5, 7) if width == 9 else (7, 9)
-        seq = pc.cast(pc.list_element(tokens, seq_i), pa.int64())
-        nanos = pc.cast(pc.list_element(tokens, ts_i), pa.int64())
+        at = ack_layout(len(chunk.replies[0].split(b".")))
+        seq = pc.cast(pc.list_element(tokens, at.stream_seq), pa.int64())
+        nanos = pc.cast(pc.list_element(tokens, at.timestamp_ns), pa.int64())
         timestamp = pc.cast(pc.divide(nanos, 1000), pa.int64()).cast(pa.timestamp("us", tz="UTC"))
     last_seen = int(seq[n - 1].as_py())
     raw_headers = pa.array(chunk.headers, pa.binary())

@@ -15,7 +15,7 @@ from .._errors import ConfigError
 from .._names import check_publish_subject, check_stream_name
 from .._options import ConnectOptions, parse_bool, parse_duration, parse_positive_int
 from ..publisher import PublisherOptions
-from ..streams import StreamSpec
+from ..streams import StreamSpec, lineage_id
 from ._commits import COMMITS_STREAM
 from ._options import (
     CONNECT_OPTIONS,
@@ -49,16 +49,6 @@ SINK_OPTIONS = (
     "createStreamReplicas",
     "createStreamDuplicateWindow",
 )
-
-
-def lineage_id(stream: str, sequence: int) -> str:
-    """The message id of the output row derived from input ``stream`` / ``sequence``.
-
-    Example::
-
-        lineage_id("ORDERS", 17)  # -> "ORDERS:17"
-    """
-    return f"{stream}:{sequence}"
 
 
 def writer_scope(query_id: str | None, checkpoint: str | None) -> str:

@@ -15,10 +15,13 @@ from .._options import ConnectOptions, parse_bool, parse_duration, parse_positiv
 from ._options import CONNECT_OPTIONS, check_known, connect_options
 from ._options import lowered as _lowered
 
-__all__ = ["EARLIEST", "LATEST", "SOURCE_OPTIONS", "SourceOptions", "StartSpec"]
+__all__ = ["EARLIEST", "LATEST", "RETRY_BUDGET", "SOURCE_OPTIONS", "SourceOptions", "StartSpec"]
 
 EARLIEST = -2
 LATEST = -1
+
+#: What sets the retry budget of the source's reads and planning (named in timeouts).
+RETRY_BUDGET = "option 'retryTimeout'"
 
 #: A start/end position per stream: a sequence (>= 1), EARLIEST or LATEST.
 StartSpec = dict[str, int]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import re
-import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .._dsn import Dsn, parse_dsn
 from .._errors import ConfigError, LedgerError
 from .._private import redacted_repr
+from ..ledger import ledger_from_dsn
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -108,10 +108,7 @@ class BatchWriter:
         arrow = df.toArrow()
         columns = [_ident(c, "column name") for c in arrow.column_names]
         rows = list(zip(*(arrow.column(c).to_pylist() for c in columns), strict=True))
-        if self.is_postgres:
-            self.written = self._write_pg(df.schema, columns, rows, query, batch_id)
-        else:
-            self.written = self._write_sqlite(df.schema, columns, rows, query, batch_id)
+        self.written = self._write(df.schema, columns, rows, query, batch_id)
         if self.written < 0:
             self.skipped = [*(self.skipped or []), batch_id]
             self.written = 0
@@ -151,7 +148,7 @@ class BatchWriter:
             f"committed_at TEXT NOT NULL DEFAULT ({now}), PRIMARY KEY (query, batch_id, tbl))"
         )
 
-    def _write_pg(
+    def _write(
         self,
         schema: StructType,
         columns: list[str],
@@ -159,60 +156,35 @@ class BatchWriter:
         query: str,
         batch_id: int,
     ) -> int:
-        import psycopg
-
+        """Rows and the batch marker in one ledger transaction; -1 if the batch was committed."""
+        postgres = self.is_postgres
+        mark = "%s" if postgres else "?"
+        ledger = ledger_from_dsn(self.dsn, tables=False)
         try:
-            with psycopg.connect(self.dsn.url) as pg, pg.transaction():
-                pg.execute(self._batches_sql("BIGINT", "now()::text"))
+            # SQLite: BEGIN IMMEDIATE takes the write lock before the check, so
+            # two replays of one batch cannot both see it uncommitted.
+            with ledger, ledger.transaction() as tx:
+                if postgres:
+                    tx.execute(self._batches_sql("BIGINT", "now()::text"))
+                else:
+                    tx.execute(self._batches_sql("INTEGER", "CURRENT_TIMESTAMP"))
                 if self.create_table:
-                    pg.execute(self._create_sql(schema, _PG_TYPES))
+                    tx.execute(self._create_sql(schema, _PG_TYPES if postgres else _SQLITE_TYPES))
                 # Claiming the id first serialises concurrent replays on its primary key.
-                claimed = pg.execute(
+                claimed = tx.execute(
                     f"INSERT INTO {self.batches_table} (query, batch_id, tbl, rows_written) "
-                    "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                    f"VALUES ({mark}, {mark}, {mark}, {mark}) ON CONFLICT DO NOTHING",
                     (query, batch_id, self.table, len(rows)),
                 ).rowcount
                 if claimed == 0:
                     return -1
                 if rows:
-                    with pg.cursor() as cur:
-                        cur.executemany(self._insert_sql(columns, "%s"), rows)
-        except psycopg.Error as exc:
+                    tx.executemany(
+                        self._insert_sql(columns, mark),
+                        rows if postgres else [_sqlite_row(r) for r in rows],
+                    )
+        except Exception as exc:  # the database refused: name the batch and the table
             raise LedgerError(f"writing batch {batch_id} to {self.table}: {exc}") from exc
-        return len(rows)
-
-    def _write_sqlite(
-        self,
-        schema: StructType,
-        columns: list[str],
-        rows: list[tuple[Any, ...]],
-        query: str,
-        batch_id: int,
-    ) -> int:
-        db = sqlite3.connect(self.dsn.path or "", timeout=30, isolation_level=None)
-        try:
-            # BEGIN IMMEDIATE takes the write lock before the check, so two
-            # replays of one batch cannot both see it uncommitted.
-            db.execute("BEGIN IMMEDIATE")
-            db.execute(self._batches_sql("INTEGER", "CURRENT_TIMESTAMP"))
-            if self.create_table:
-                db.execute(self._create_sql(schema, _SQLITE_TYPES))
-            claimed = db.execute(
-                f"INSERT INTO {self.batches_table} (query, batch_id, tbl, rows_written) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                (query, batch_id, self.table, len(rows)),
-            ).rowcount
-            if claimed == 0:
-                db.execute("ROLLBACK")
-                return -1
-            db.executemany(self._insert_sql(columns, "?"), [_sqlite_row(r) for r in rows])
-            db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise LedgerError(f"writing batch {batch_id} to {self.table}: {exc}") from exc
-        finally:
-            db.close()
         return len(rows)
 
 

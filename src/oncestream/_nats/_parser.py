@@ -1,11 +1,19 @@
-"""A fast path in nats-py's protocol parser for the source's own inboxes.
+"""The fast path inside nats-py's protocol parser, installed once per client.
 
 nats-py turns every MSG frame into a regex match, a ``Msg`` object, a queue
 put and a callback task; at a few hundred thousand messages per second that
 per-message Python work is the whole cost of reading. Frames addressed to a
 subscription registered here are instead sliced out of the read buffer in a
-tight loop and handed to a plain function; everything else (PING, INFO,
-+OK/-ERR, other subscriptions' messages) still goes through nats-py's parser.
+tight loop and handed to a :class:`FrameSink` (collected into plain lists)
+or to a plain function; everything else (PING, INFO, +OK/-ERR, other
+subscriptions' messages) still goes through nats-py's parser. Frames of a
+registered sid that nats-py's own parser ends up handling (those behind a
+frame the fast loop leaves to it) reach the same targets through the one
+wrapper around the client's ``_process_msg``.
+
+This module relies on nats-py internals (``Parser.buf``/``state``, the
+client's ``_ps`` and ``_process_msg``); :mod:`oncestream._nats` probes them
+before installing it and otherwise uses nats-py's public API.
 """
 
 from __future__ import annotations
@@ -15,7 +23,21 @@ from typing import Any
 
 from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
 
-__all__ = ["FrameSink", "install", "register", "unregister"]
+__all__ = ["FrameHandler", "FrameSink", "FrameTarget", "install", "is_status", "status_code"]
+
+#: ``handler(subject, reply, data, headers)`` for one raw frame (headers: the raw block or
+#: None). ``data`` may be a bytearray slice of the read buffer (a fresh copy, never reused).
+FrameHandler = Callable[[bytes, bytes, "bytes | bytearray", "bytes | None"], None]
+
+
+def is_status(headers: bytes | None) -> bool:
+    """Whether a raw header block is a status line (``NATS/1.0 404 ...``), not message headers."""
+    return headers is not None and len(headers) > 8 and headers[8] != 13  # not "\r"
+
+
+def status_code(headers: bytes | None) -> bytes:
+    """The 3-digit status of a status block (``b"404"``), or ``b""`` for message headers."""
+    return headers[9:12] if headers is not None and is_status(headers) else b""
 
 
 class FrameSink:
@@ -76,10 +98,13 @@ class FrameSink:
             self.on_done()
 
 
+FrameTarget = FrameSink | FrameHandler
+
+
 class _FastParser(Parser):
     """nats-py's Parser with a fast path for MSG/HMSG frames of registered sids."""
 
-    fast_handlers: dict[int, FrameSink]
+    fast_handlers: dict[int, FrameTarget]
 
     async def parse(self, data: bytes = b"") -> None:
         buf = self.buf
@@ -98,6 +123,7 @@ class _FastParser(Parser):
         find = buf.find
         last_sid = -1
         sink: FrameSink | None = None
+        call: Any = None
         while pos < size:
             end = find(b"\r\n", pos)
             op = buf[pos]
@@ -108,29 +134,36 @@ class _FastParser(Parser):
                 parts = bytes(buf[pos + 4 : end]).split(b" ")
                 sid = int(parts[1])
                 if sid != last_sid:
-                    sink, last_sid = handlers.get(sid), sid
-                if sink is None:
-                    break
+                    last_sid = sid
+                    target = handlers.get(sid)
+                    if target is None:
+                        break
+                    sink, call = (target, None) if type(target) is FrameSink else (None, target)
                 start = end + 2
                 stop = start + int(parts[-1])
                 if stop + 2 > size:
                     partial = True
                     break
-                sink.datas.append(bytes(buf[start:stop]))
-                sink.headers.append(None)
-                if sink.keep_meta:
-                    sink.subjects.append(parts[0])
-                    sink.replies.append(parts[2] if len(parts) == 4 else b"")
-                if len(sink.datas) >= sink.limit:
-                    sink.finish()
+                if sink is None:
+                    call(parts[0], parts[2] if len(parts) == 4 else b"", buf[start:stop], None)
+                else:
+                    sink.datas.append(bytes(buf[start:stop]))
+                    sink.headers.append(None)
+                    if sink.keep_meta:
+                        sink.subjects.append(parts[0])
+                        sink.replies.append(parts[2] if len(parts) == 4 else b"")
+                    if len(sink.datas) >= sink.limit:
+                        sink.finish()
                 pos = stop + 2
             elif op == 72:  # b"H": HMSG <subject> <sid> [reply] <header size> <total size>
                 parts = bytes(buf[pos + 5 : end]).split(b" ")
                 sid = int(parts[1])
                 if sid != last_sid:
-                    sink, last_sid = handlers.get(sid), sid
-                if sink is None:
-                    break
+                    last_sid = sid
+                    target = handlers.get(sid)
+                    if target is None:
+                        break
+                    sink, call = (target, None) if type(target) is FrameSink else (None, target)
                 total = int(parts[-1])
                 header_len = int(parts[-2])
                 start = end + 2
@@ -140,7 +173,9 @@ class _FastParser(Parser):
                 next_pos = start + total + 2
                 reply = parts[2] if len(parts) == 5 else b""
                 headers = bytes(buf[start : start + header_len])
-                if headers[8] != 13:  # "NATS/1.0 <code> ...": a status, not a message
+                if sink is None:
+                    call(parts[0], reply, buf[start + header_len : start + total], headers)
+                elif headers[8] != 13:  # "NATS/1.0 <code> ...": a status, not a message
                     sink.end(headers, reply)
                 else:
                     sink.datas.append(bytes(buf[start + header_len : start + total]))
@@ -158,39 +193,32 @@ class _FastParser(Parser):
         return partial
 
 
-def install(nc: Any) -> None:
-    """Give ``nc`` (a connected nats-py client) the fast-path parser (idempotent).
+def install(nc: Any) -> dict[int, FrameTarget]:
+    """Give ``nc`` the fast-path parser and dispatch (idempotent); return its sid table.
 
-    Frames of registered sids that nats-py's own parser ends up handling (those
-    behind a frame the fast path leaves to it) reach the same handlers through
-    a wrapper around ``_process_msg``.
+    The one install point for every component (Publisher replies, the pull
+    loop's status frames, range reads, audits): one table per client, keyed
+    by subscription id. The parser's class is swapped, which keeps its buffer
+    and state intact.
     """
     parser = nc._ps
     if isinstance(parser, _FastParser):
-        return
-    # Swapping the class keeps the parser's buffer and state intact.
-    parser.__class__ = _FastParser
-    handlers: dict[int, FrameSink] = {}
-    parser.fast_handlers = handlers
+        return parser.fast_handlers
+    handlers: dict[int, FrameTarget] = {}
     original = nc._process_msg
 
     async def process_msg(
         sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
     ) -> None:
-        sink = handlers.get(sid)
-        if sink is None:
+        target = handlers.get(sid)
+        if target is None:
             await original(sid, subject, reply, data, headers)
+        elif type(target) is FrameSink:
+            target.add(subject, reply, data, headers)
         else:
-            sink.add(subject, reply, data, headers)
+            target(subject, reply, data, headers)  # type: ignore[operator]
 
+    parser.fast_handlers = handlers
+    parser.__class__ = _FastParser
     nc._process_msg = process_msg
-
-
-def register(nc: Any, sid: int, sink: FrameSink) -> None:
-    """Route frames of subscription ``sid`` to ``sink`` (replacing any previous one)."""
-    nc._ps.fast_handlers[sid] = sink
-
-
-def unregister(nc: Any, sid: int) -> None:
-    """Stop routing ``sid``; its frames go back to nats-py."""
-    nc._ps.fast_handlers.pop(sid, None)
+    return handlers

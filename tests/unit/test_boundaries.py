@@ -1,0 +1,342 @@
+"""Architecture rules, checked on the source: one boundary to nats-py, an acyclic import graph.
+
+1. Only the adapter (``oncestream._nats``) touches private attributes of
+   nats-py objects. The private names are derived from nats-py itself: every
+   underscore attribute its classes define or assign (``self._x = ...``)
+   anywhere in the installed ``nats`` package, plus the private state of
+   asyncio futures. Outside the adapter no module may read or write such an
+   attribute on anything but ``self``/``cls``, name it in
+   ``getattr``/``setattr``/``hasattr``, or subclass a nats-py class.
+2. No module reads a private attribute that another oncestream module
+   defines (e.g. ``conn._reconnect_listeners`` outside ``_connection.py``).
+3. The import graph of the package has no cycle, counting imports inside
+   functions (``TYPE_CHECKING`` blocks are never executed and do not count):
+   neither between modules nor between components (top-level modules and
+   subpackages such as ``spark``).
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+from collections.abc import Iterator
+from pathlib import Path
+
+import nats
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "oncestream"
+ADAPTER = "oncestream._nats"
+_ACCESSORS = {"getattr", "setattr", "hasattr", "delattr"}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def nats_private_names() -> frozenset[str]:
+    """Underscore attributes of nats-py's objects (and of asyncio futures)."""
+    names: set[str] = set()
+    roots = [Path(nats.__file__).parent, Path(inspect.getfile(asyncio.futures))]
+    for root in roots:
+        files = [root] if root.is_file() else sorted(root.rglob("*.py"))
+        for path in files:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ClassDef):
+                    for item in node.body:
+                        if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                            names.add(item.name)
+                        elif isinstance(item, ast.Assign | ast.AnnAssign):
+                            targets = (
+                                item.targets if isinstance(item, ast.Assign) else [item.target]
+                            )
+                            names.update(t.id for t in targets if isinstance(t, ast.Name))
+                elif (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "self"
+                ):
+                    names.add(node.attr)
+    names.update(dir(asyncio.Future))
+    return frozenset(n for n in names if _private(n))
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _sources() -> Iterator[tuple[str, Path, ast.Module]]:
+    for path in sorted(SRC.rglob("*.py")):
+        yield _module_name(path), path, ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _in_adapter(module: str) -> bool:
+    return module == ADAPTER or module.startswith(ADAPTER + ".")
+
+
+def _nats_imports(tree: ast.Module) -> set[str]:
+    """Local names bound to nats-py objects by ``import nats...`` / ``from nats... import``."""
+    bound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "nats" or node.module.startswith("nats."):
+                bound.update(a.asname or a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "nats" or alias.name.startswith("nats."):
+                    bound.add((alias.asname or alias.name).split(".")[0])
+    return bound
+
+
+def private_nats_access(tree: ast.Module, private: frozenset[str]) -> list[str]:
+    """Every place in ``tree`` that touches a nats-py private attribute (rule 1)."""
+    found: list[str] = []
+    nats_names = _nats_imports(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in private:
+            receiver = node.value
+            if not (isinstance(receiver, ast.Name) and receiver.id in ("self", "cls")):
+                found.append(f"line {node.lineno}: .{node.attr}")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _ACCESSORS
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value in private
+        ):
+            found.append(f"line {node.lineno}: {node.func.id}(..., {node.args[1].value!r})")
+        elif isinstance(node, ast.ClassDef):
+            for base in node.bases:
+                root = base
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if isinstance(root, ast.Name) and root.id in nats_names:
+                    found.append(f"line {node.lineno}: class {node.name} subclasses nats-py")
+    return found
+
+
+def _own_names(tree: ast.Module) -> set[str]:
+    """Names a module defines: functions, classes, module names and ``self.<name>`` stores."""
+    own: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            own.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id in ("self", "cls") and isinstance(node.ctx, ast.Store):
+                own.add(node.attr)
+        elif isinstance(node, ast.Assign):
+            own.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            own.add(node.target.id)
+    return own
+
+
+def foreign_private_access(tree: ast.Module, others: set[str]) -> list[str]:
+    """Private attributes that another oncestream module defines, read on a foreign object."""
+    own = _own_names(tree)
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and _private(node.attr)
+            and node.attr in others
+            and node.attr not in own
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+            and not _is_module_ref(node.value)
+        ):
+            found.append(f"line {node.lineno}: .{node.attr}")
+    return found
+
+
+def _is_module_ref(node: ast.expr) -> bool:
+    # ``oncestream.spark._reader`` in a dotted import path or a module alias is not an object.
+    return isinstance(node, ast.Name) and node.id in ("oncestream", "sys", "os")
+
+
+def test_private_names_cover_what_the_first_wave_used() -> None:
+    private = nats_private_names()
+    for name in (
+        "_transport",
+        "_process_msg",
+        "_ps",
+        "_send_command",
+        "_flush_pending",
+        "_flush_queue",
+        "_pending_queue",
+        "_id",
+        "_log_traceback",
+    ):
+        assert name in private, name
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "nc._transport.writelines(out)",
+        "self._sid = sub._id",
+        "original = nc._process_msg",
+        "parser = nc._ps",
+        "await nc._send_command(payload)",
+        "if nc._flush_queue is not None: pass",
+        "sub._pending_queue = sink",
+        "claimed = not getattr(future, '_log_traceback', True)",
+        "if isinstance(getattr(sub, '_pending_queue', None), list): pass",
+        "from nats.protocol.parser import Parser\nclass Fast(Parser): pass",
+    ],
+)
+def test_the_rule_catches_the_first_wave_code(snippet: str) -> None:
+    assert private_nats_access(ast.parse(snippet), nats_private_names())
+
+
+def test_only_the_adapter_touches_nats_py_internals() -> None:
+    private = nats_private_names()
+    offenders = {
+        module: hits
+        for module, _path, tree in _sources()
+        if not _in_adapter(module) and (hits := private_nats_access(tree, private))
+    }
+    assert offenders == {}, f"nats-py private attributes outside {ADAPTER}: {offenders}"
+
+
+def test_no_module_reads_another_modules_private_attributes() -> None:
+    sources = list(_sources())
+    defined = {module: _own_names(tree) for module, _path, tree in sources}
+
+    def others(module: str) -> set[str]:
+        return set().union(*(names for m, names in defined.items() if m != module))
+
+    assert foreign_private_access(
+        ast.parse("conn._reconnect_listeners.remove(cb)"), {"_reconnect_listeners"}
+    )
+    offenders = {
+        module: hits
+        for module, _path, tree in sources
+        if not _in_adapter(module) and (hits := foreign_private_access(tree, others(module)))
+    }
+    assert offenders == {}, f"private attributes of other modules' objects: {offenders}"
+
+
+# --------------------------------------------------------------------------- imports
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> list[str]:
+    if node.level == 0:
+        base = node.module or ""
+    else:
+        parts = module.split(".")
+        if not is_package:
+            parts = parts[:-1]
+        parts = parts[: len(parts) - (node.level - 1)]
+        base = ".".join(parts + ([node.module] if node.module else []))
+    return [f"{base}.{alias.name}" for alias in node.names] + [base]
+
+
+def _runtime_nodes(tree: ast.Module) -> Iterator[ast.AST]:
+    """Every node except those under ``if TYPE_CHECKING:`` (never executed)."""
+    pending: list[ast.AST] = [tree]
+    while pending:
+        node = pending.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if (
+                isinstance(child, ast.If)
+                and isinstance(child.test, ast.Name | ast.Attribute)
+                and ast.unparse(child.test).endswith("TYPE_CHECKING")
+            ):
+                pending.extend(child.orelse)
+                continue
+            pending.append(child)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """``module -> modules it imports`` inside the package, every import statement counted."""
+    sources = list(_sources())
+    modules = {name for name, _p, _t in sources}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path, tree in sources:
+        is_package = path.name == "__init__.py"
+        for node in _runtime_nodes(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                # ``from pkg import mod`` imports pkg.mod when it is a module, else pkg.
+                candidates = _resolve(name, is_package, node)
+                base = candidates[-1]
+                targets = [c for c in candidates[:-1] if c in modules] or [base]
+                if any(c not in modules for c in candidates[:-1]):
+                    targets.append(base)
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def _component(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_cycle_finder_sees_a_tie_hidden_in_functions() -> None:
+    graph = {
+        "oncestream.spark.sink": {"oncestream.audit"},
+        "oncestream.audit": {"oncestream.spark._sink_options"},
+        "oncestream.spark._sink_options": set(),
+    }
+    components: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        source = _component(module)
+        components.setdefault(source, set()).update({_component(t) for t in targets} - {source})
+    assert find_cycle(graph) is None
+    assert find_cycle(components) == ["oncestream.audit", "oncestream.spark", "oncestream.audit"]
+
+
+def test_module_import_graph_has_no_cycle() -> None:
+    graph = import_graph()
+    # A package's __init__ importing its own modules is how packages work.
+    for module, targets in graph.items():
+        graph[module] = {t for t in targets if not t.startswith(module + ".")}
+    assert find_cycle(graph) is None
+
+
+def test_component_import_graph_has_no_cycle() -> None:
+    components: dict[str, set[str]] = {}
+    for module, targets in import_graph().items():
+        if module == "oncestream":
+            continue  # the facade re-exports every component
+        source = _component(module)
+        components.setdefault(source, set()).update(
+            _component(t) for t in targets if _component(t) != source
+        )
+    assert find_cycle(components) is None
