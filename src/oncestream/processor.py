@@ -229,6 +229,7 @@ class Processor:
                 await self._process(msgs)
 
     async def _process(self, msgs: list[Message]) -> None:
+        began = time.perf_counter()
         by_seq: dict[int, Message] = {}
         extra_replies: list[str] = []
         for msg in msgs:
@@ -264,6 +265,8 @@ class Processor:
             await acks.ack(replies)
         for msg, error in failures:
             await acks.failed(msg, error)
+        if self.stats.observers:
+            self.stats.observe("batch", time.perf_counter() - began)
         self._progress.set()
 
     async def _prune_loop(self) -> None:

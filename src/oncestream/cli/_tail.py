@@ -153,7 +153,9 @@ def tail_command(
     ] = None,
     start: Annotated[
         str,
-        typer.Option("--from", help="SEQ, TIME (ISO 8601 or '10m' ago) or last:N."),
+        typer.Option(
+            "--from", metavar="SEQ|TIME|last:N", help="SEQ, TIME (ISO 8601 or '10m' ago) or last:N."
+        ),
     ] = "last:10",
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing new messages (Ctrl-C ends).")
