@@ -19,3 +19,10 @@ def record(msg: Any, tx: Any) -> None:
 def always_fails(msg: Any, tx: Any) -> None:
     """A handler that never succeeds."""
     raise RuntimeError(f"cannot handle {msg.data!r}")
+
+
+def record_unless_7(msg: Any, tx: Any) -> None:
+    """Like :func:`record`, but fails for every multiple of 7."""
+    if int(msg.data) % 7 == 0:
+        raise ValueError(f"refusing {int(msg.data)}")
+    record(msg, tx)

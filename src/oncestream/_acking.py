@@ -92,6 +92,7 @@ class Acknowledger:
             inflight = self._inflight
             if inflight and time.monotonic() - self._inflight_since >= interval:
                 await self.send(inflight, _WPI)
+                self.stats.in_progress_acks += len(inflight)
                 self._inflight_since = time.monotonic()
 
     # -- sending

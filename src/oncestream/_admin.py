@@ -16,6 +16,7 @@ from typing import Any
 
 from ._connection import Connection
 from ._errors import ConsumerNotFound, MessageNotFound, StreamNotFound
+from ._names import check_consumer_name, check_stream_name
 
 __all__ = [
     "StoredMessage",
@@ -38,8 +39,10 @@ async def stream_info(conn: Connection, stream: str) -> dict[str, Any]:
     """``STREAM.INFO``.
 
     Raises:
+        ConfigError: ``stream`` is not a valid name.
         StreamNotFound: naming ``stream``.
     """
+    check_stream_name(stream)
     try:
         return await conn.stream_info(stream)
     except StreamNotFound as exc:
@@ -50,8 +53,11 @@ async def consumer_info(conn: Connection, stream: str, consumer: str) -> dict[st
     """``CONSUMER.INFO``.
 
     Raises:
+        ConfigError: an invalid name.
         StreamNotFound / ConsumerNotFound: naming the stream or the consumer.
     """
+    check_stream_name(stream)
+    check_consumer_name(consumer)
     try:
         return await conn.consumer_info(stream, consumer)
     except StreamNotFound as exc:
@@ -87,6 +93,7 @@ async def list_consumers(conn: Connection, stream: str) -> list[dict[str, Any]]:
     Raises:
         StreamNotFound: naming ``stream``.
     """
+    check_stream_name(stream)
     try:
         infos = await _paged(conn, f"CONSUMER.LIST.{stream}", "consumers")
     except StreamNotFound as exc:

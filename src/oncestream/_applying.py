@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -122,7 +123,7 @@ class Applier:
         tx = self.ledger.begin()
         try:
             fresh = tx.claim(entries)
-            handler = self.handler
+            handler = self.handler if not self.stats.observers else self._timed_handler
             index = 0
             try:
                 for index, msg in enumerate(msgs):
@@ -133,7 +134,7 @@ class Applier:
                     raise LedgerError(f"database failed inside the handler: {exc}") from exc
                 raise _HandlerFailed(index, exc) from exc
             if commit:
-                tx.commit()
+                self._commit(tx)
                 self._count(fresh)
         except BaseException:
             tx.rollback()
@@ -148,7 +149,7 @@ class Applier:
             return
         tx, fresh = self._run_batch(entries, msgs, commit=False)
         # The commit's fsync runs off the loop, which keeps receiving meanwhile.
-        commit = asyncio.ensure_future(asyncio.to_thread(tx.commit))
+        commit = asyncio.ensure_future(asyncio.to_thread(self._commit, tx))
         try:
             await asyncio.shield(commit)
         except asyncio.CancelledError:
@@ -172,6 +173,7 @@ class Applier:
             for index, msg in enumerate(msgs):
                 if not fresh[index]:
                     continue
+                began = time.perf_counter()
                 try:
                     if self.inline:
                         await self.handler(msg, tx)  # type: ignore[misc]
@@ -181,11 +183,31 @@ class Applier:
                     if self.ledger.is_transient(exc):
                         raise LedgerError(f"database failed inside the handler: {exc}") from exc
                     raise _HandlerFailed(index, exc) from exc
-            await self._call_db(tx.commit)
+                finally:
+                    if self.stats.observers:
+                        self.stats.observe("handler", time.perf_counter() - began)
+            await self._call_db(self._commit, tx)
         except BaseException:
             await self._call_db(tx.rollback)
             raise
         self._count(fresh)
+
+    # -- durations for oncestream.metrics (only when someone observes) ---------
+
+    def _timed_handler(self, msg: Message, tx: LedgerTx) -> None:
+        began = time.perf_counter()
+        try:
+            self.handler(msg, tx)
+        finally:
+            self.stats.observe("handler", time.perf_counter() - began)
+
+    def _commit(self, tx: LedgerTx) -> None:
+        if not self.stats.observers:
+            tx.commit()
+            return
+        began = time.perf_counter()
+        tx.commit()
+        self.stats.observe("commit", time.perf_counter() - began)
 
     async def _call_db(self, func: Callable[..., Any], *args: Any) -> Any:
         if self.inline:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +12,7 @@ from ._connection import Connection
 from ._errors import ConfigError, ConsumerNotFound, JetStreamError
 from ._names import check_publish_subject, check_stream_name, check_subject_filter
 from ._options import parse_duration, parse_positive_int
+from ._start import StartPosition, describe_config
 from .pull import PullOptions
 
 __all__ = ["FloorHistory", "ProcessorOptions", "ProcessorStats", "setup_consumer"]
@@ -43,6 +45,10 @@ class ProcessorOptions:
         prune_grace: only prune up to the ack floor observed at least this long ago.
         prune_limit: rows deleted per pruning round at most.
         max_ack_pending: the consumer's max_ack_pending when created.
+        start: where a consumer created here starts (:class:`StartPosition`: a
+            sequence, a time or new messages only); None starts at the beginning and
+            accepts an existing consumer as it is. When given and the consumer
+            exists with another start, the Processor refuses (ConfigError).
 
     Raises:
         ConfigError: naming the bad value.
@@ -67,6 +73,7 @@ class ProcessorOptions:
     prune_grace: float = 120.0
     prune_limit: int = 10_000
     max_ack_pending: int = 10_000
+    start: StartPosition | None = None
 
     def __post_init__(self) -> None:
         for name in ("batch", "max_deliver", "double_ack_attempts", "prune_limit"):
@@ -124,12 +131,21 @@ class ProcessorStats:
     ledger_errors: int = 0
     heartbeat_errors: int = 0
     pruned: int = 0
+    in_progress_acks: int = 0
     started: float = field(default_factory=time.monotonic)
+    #: ``observer(kind, seconds)`` for "batch", "handler" and "commit" durations
+    #: (what :mod:`oncestream.metrics` turns into histograms); empty costs nothing.
+    observers: list[Callable[[str, float], None]] = field(default_factory=list, repr=False)
+
+    def observe(self, kind: str, seconds: float) -> None:
+        """Report a duration to every observer."""
+        for observer in self.observers:
+            observer(kind, seconds)
 
     def as_dict(self) -> dict[str, Any]:
         """The counters plus ``elapsed`` seconds and ``rate`` (applied per second)."""
         elapsed = max(time.monotonic() - self.started, 1e-9)
-        data = {k: v for k, v in self.__dict__.items() if k != "started"}
+        data = {k: v for k, v in self.__dict__.items() if k not in ("started", "observers")}
         data["elapsed"] = round(elapsed, 3)
         data["rate"] = round(self.applied / elapsed, 1)
         return data
@@ -222,6 +238,8 @@ async def _create_consumer(
                 f"filter subject {opts.filter_subject!r} matches nothing stream {stream!r} "
                 f"stores (its subjects: {subjects})"
             )
+    if opts.start is not None:
+        config.update(opts.start.to_config())
     payload = {"stream_name": stream, "config": config, "action": "create"}
     try:
         return await conn.api(f"CONSUMER.CREATE.{stream}.{consumer}", payload)
@@ -247,6 +265,12 @@ def _validate_consumer(
             f"{where} has max_deliver {max_deliver}; with a dead-letter stream it must be "
             f"-1 or > the Processor's max_deliver ({opts.max_deliver}), otherwise "
             f"the server stops redelivering before the message is dead-lettered"
+        )
+    if opts.start is not None and not opts.start.matches(config):
+        raise ConfigError(
+            f"{where} already exists and starts at {describe_config(config)}, not at "
+            f"{opts.start.describe()}; a start applies only to a consumer being created "
+            f"(drop the start option, or remove the consumer with `oncestream consumer rm`)"
         )
     wanted = opts.filter_subject
     if wanted:

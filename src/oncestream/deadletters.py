@@ -209,7 +209,7 @@ async def _publish(
     delay, last_exc = 0.1, None
     for attempt in range(1, attempts + 1):
         try:
-            reply = await conn.nc.request(subject, data, timeout=2.0, headers=headers)
+            reply = await conn.request(subject, data, timeout=2.0, headers=headers)
             ack: dict[str, object] = orjson.loads(reply.data) if reply.data else {}
             if "error" in ack:
                 raise jetstream_error(ack["error"])

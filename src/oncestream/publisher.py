@@ -228,6 +228,11 @@ class Publisher:
         )
 
     @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    @property
     def inflight(self) -> int:
         """Publishes whose PubAck is still outstanding."""
         return self._inflight

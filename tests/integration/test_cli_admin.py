@@ -48,7 +48,7 @@ def test_stream_errors(nats_server) -> None:  # type: ignore[no-untyped-def]
     for verb in (["info", "NOPE"], ["rm", "NOPE", "--force"], ["purge", "NOPE", "--force"],
                  ["edit", "NOPE", "--max-msgs", "3"]):  # fmt: skip
         result = cli(url, "stream", *verb)
-        assert result.exit_code == 1, (verb, result.stderr)
+        assert result.exit_code == 2, (verb, result.stderr)
         assert "stream 'NOPE' not found" in result.stderr, (verb, result.stderr)
     usage = [
         ["add", "X"],  # no subjects
@@ -98,12 +98,12 @@ def test_consumer_lifecycle_and_errors(nats_server) -> None:  # type: ignore[no-
     ]
 
     missing = cli(url, "consumer", "info", "ORDERS", "nobody")
-    assert missing.exit_code == 1 and "consumer 'nobody' not found on stream 'ORDERS'" in (
+    assert missing.exit_code == 2 and "consumer 'nobody' not found on stream 'ORDERS'" in (
         missing.stderr
     )
     for args in (["info", "NOPE", "x"], ["ls", "NOPE"], ["add", "NOPE", "x"], ["rm", "NOPE", "x"]):
         result = cli(url, "consumer", *args)
-        assert result.exit_code == 1 and "stream 'NOPE' not found" in result.stderr, args
+        assert result.exit_code == 2 and "stream 'NOPE' not found" in result.stderr, args
     for args in (
         ["add", "ORDERS", "c", "--ack", "maybe"],
         ["add", "ORDERS", "c", "--deliver", "yesterday"],
@@ -113,3 +113,36 @@ def test_consumer_lifecycle_and_errors(nats_server) -> None:  # type: ignore[no-
     ):
         result = cli(url, "consumer", *args)
         assert result.exit_code == 2, (args, result.stderr)
+
+
+def test_status_watch_and_tables(nats_server) -> None:  # type: ignore[no-untyped-def]
+    url = nats_server.url
+    cli_json(url, "stream", "add", "W", "--subjects", "w.>")
+    lonely = cli(url, "status", "W")
+    assert lonely.exit_code == 0 and "consumers of W: none" in lonely.stdout
+    publish(url, "w.x", [b"1", b"2"])
+    cli_json(url, "consumer", "add", "W", "a-consumer-with-a-long-name")
+    watched = cli(url, "status", "W", "--watch", "--interval", "0.1", "--count", "3")
+    assert watched.exit_code == 0, watched.stderr
+    assert watched.stdout.count("oncestream status W") == 3
+    assert "in/s" in watched.stdout and "acked/s" in watched.stdout
+    assert "a-consumer-with-a-long-name" in watched.stdout and "…" not in watched.stdout
+    everything = cli(url, "status", "--watch", "--interval", "0.1", "--count", "1")
+    assert everything.exit_code == 0 and "(all streams)" in everything.stdout
+    for bad in (["--interval", "0"], ["--count", "0"], ["--json"]):
+        assert cli(url, "status", "W", "--watch", *bad).exit_code == 2, bad
+    missing = cli(url, "status", "NOPE", "--watch", "--count", "1")
+    assert missing.exit_code == 2 and "NOPE" in missing.stderr
+
+
+def test_invalid_names_exit_2(nats_server) -> None:  # type: ignore[no-untyped-def]
+    url = nats_server.url
+    for args in (
+        ["stream", "info", "a.b"],
+        ["consumer", "info", "S", "c*"],
+        ["consumer", "ls", "a b"],
+        ["tail", "x>"],
+        ["dlq", "ls", "a.b"],
+    ):
+        result = cli(url, *args)
+        assert result.exit_code == 2 and "not a valid" in result.stderr, (args, result.stderr)

@@ -79,7 +79,7 @@ def test_tail(nats_server) -> None:  # type: ignore[no-untyped-def]
     assert cli_json(url, "stream", "info", "T")["state"]["consumer_count"] == 0
 
     missing = cli(url, "tail", "NOPE")
-    assert missing.exit_code == 1 and "stream 'NOPE' not found" in missing.stderr
+    assert missing.exit_code == 2 and "stream 'NOPE' not found" in missing.stderr
     for bad in ("last:0", "last:x", "soon"):
         assert cli(url, "tail", "T", "--from", bad).exit_code == 2, bad
 
@@ -201,7 +201,7 @@ def test_dlq_errors(nats_server) -> None:  # type: ignore[no-untyped-def]
     url = nats_server.url
     for args in (["ls", "NOPE"], ["show", "NOPE", "1"], ["replay", "NOPE", "--all", "--force"]):
         result = cli(url, "dlq", *args)
-        assert result.exit_code == 1 and "stream 'NOPE' not found" in result.stderr, args
+        assert result.exit_code == 2 and "stream 'NOPE' not found" in result.stderr, args
     cli_json(url, "stream", "add", "D", "--subjects", "d.>")
     missing = cli(url, "dlq", "show", "D", "4")
     assert missing.exit_code == 1 and "no message 4 in stream 'D'" in missing.stderr

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 import typer
 
 from .._admin import consumer_info, delete_consumer, list_consumers, stream_info
 from .._connection import connect
-from .._errors import ConfigError
+from .._errors import ConfigError, OperationTimeout
+from .._names import check_consumer_name, check_stream_name
 from .._options import ConnectOptions, parse_duration
 from .._start import StartPosition, parse_time
 from ._app import app, cli_errors, console, run_async
@@ -18,7 +20,7 @@ from ._output import confirm, kv_table, print_json, print_table, rows_table
 
 consumer_app = typer.Typer(
     name="consumer",
-    help="Create, list, inspect and remove durable pull consumers.",
+    help="Create, list, inspect, wait for and remove durable pull consumers.",
     no_args_is_help=True,
 )
 app.add_typer(consumer_app)
@@ -98,10 +100,19 @@ def add_command(
         typer.Option("--filter", help="Only deliver this subject.", callback=subject_filter),
     ] = None,
     deliver: Annotated[
-        str, typer.Option("--deliver", help="all, new, a sequence, or a time (ISO or '10m' ago).")
+        str,
+        typer.Option(
+            "--deliver",
+            metavar="all|new|SEQ|TIME",
+            help="all, new, a sequence, or a time (ISO or '10m' ago).",
+        ),
     ] = "all",
-    ack: Annotated[str, typer.Option("--ack", help="explicit, all or none.")] = "explicit",
-    ack_wait: Annotated[str, typer.Option("--ack-wait", help="Redelivery delay.")] = "30s",
+    ack: Annotated[
+        str, typer.Option("--ack", metavar="explicit|all|none", help="Ack policy.")
+    ] = "explicit",
+    ack_wait: Annotated[
+        str, typer.Option("--ack-wait", metavar="DURATION", help="Redelivery delay.")
+    ] = "30s",
     max_deliver: Annotated[
         int, typer.Option("--max-deliver", help="Delivery attempts (-1 = unlimited).")
     ] = -1,
@@ -119,8 +130,8 @@ def add_command(
         raise ConfigError(f"--max-deliver must be -1 or >= 1, got {max_deliver}")
     if max_ack_pending < 1:
         raise ConfigError(f"--max-pending must be >= 1, got {max_ack_pending}")
-    if not name or any(c in name for c in " .*>\t\r\n/\\"):
-        raise ConfigError(f"consumer name {name!r} is invalid: no spaces, '.', '*', '>', '/'")
+    check_consumer_name(name, "consumer NAME")
+    check_stream_name(stream, "STREAM")
     start = start_from_flag("--deliver", deliver)
     config: dict[str, Any] = {
         "durable_name": name,
@@ -202,3 +213,41 @@ def rm_command(
 
     run_async(main())
     console.print(f"deleted consumer {stream}/{name}", highlight=False)
+
+
+@consumer_app.command("wait")
+@cli_errors
+@with_connect_options
+def wait_command(
+    stream: Stream,
+    name: Name,
+    timeout: Annotated[
+        str, typer.Option("--timeout", metavar="DURATION", help="Give up after this long.")
+    ] = "60s",
+    *,
+    options: ConnectOptions,
+) -> None:
+    """Wait until consumer NAME of STREAM has nothing pending and nothing unacked.
+
+    Exits 1 when --timeout passes first (for scripts: "wait until caught up").
+    """
+    limit = parse_duration("--timeout", timeout)
+
+    async def main() -> dict[str, Any]:
+        async with await connect(options) as conn:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + limit
+            while True:
+                info = await consumer_info(conn, stream, name)
+                if not info.get("num_pending") and not info.get("num_ack_pending"):
+                    return info
+                if loop.time() >= deadline:
+                    raise OperationTimeout(
+                        f"consumer {stream}/{name} still has {info.get('num_pending', 0)} "
+                        f"pending and {info.get('num_ack_pending', 0)} unacked after {timeout}"
+                    )
+                await asyncio.sleep(min(0.2, max(deadline - loop.time(), 0)))
+
+    info = run_async(main())
+    floor = info.get("ack_floor", {}).get("stream_seq", 0)
+    console.print(f"consumer {stream}/{name} caught up (ack floor {floor})", highlight=False)

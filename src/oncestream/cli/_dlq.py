@@ -31,7 +31,10 @@ Dlq = Annotated[
     typer.Argument(help="Dead-letter stream (process --dead-letter-stream).", callback=stream_name),
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-Seqs = Annotated[str | None, typer.Option("--seq", help="Dead-letter sequences: N or FIRST-LAST.")]
+Seqs = Annotated[
+    str | None,
+    typer.Option("--seq", metavar="N|FIRST-LAST", help="Dead-letter sequences: N or FIRST-LAST."),
+]
 Subject = Annotated[
     str | None, typer.Option("--subject", help="Only dead letters of this original subject.")
 ]

@@ -22,6 +22,7 @@ from ..ledger._readonly import check_ledger_target
 from ..processor import Handler, Processor, ProcessorOptions, ProcessorStats
 from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
+from ._process_extras import RecentRate, metrics_endpoint, start_position
 
 log = logging.getLogger("oncestream.cli.process")
 
@@ -52,12 +53,13 @@ def load_handler(path: str) -> Handler:
     return handler
 
 
-def summary(stats: ProcessorStats) -> str:
-    """The one-line progress summary."""
+def summary(stats: ProcessorStats, rate: float | None = None) -> str:
+    """The one-line progress summary; ``rate`` is the recent rate (default: since start)."""
     data = stats.as_dict()
     return (
         f"applied={data['applied']} suppressed={data['suppressed']} failed={data['failed']} "
-        f"dead_lettered={data['dead_lettered']} rate={data['rate']:.0f} msg/s "
+        f"dead_lettered={data['dead_lettered']} "
+        f"rate={data['rate'] if rate is None else rate:.0f} msg/s "
         f"elapsed={data['elapsed']:.0f}s"
     )
 
@@ -95,6 +97,21 @@ def process_command(
     filter_subject: str | None = typer.Option(None, "--filter-subject", help="Consumer filter."),
     bind: bool = typer.Option(False, help="Use the consumer as is: no STREAM/CONSUMER API calls."),
     progress: float = typer.Option(10.0, help="Seconds between progress lines (0 = none)."),
+    start_seq: int | None = typer.Option(
+        None, "--start-seq", help="A consumer created here starts at this stream sequence."
+    ),
+    start_time: str | None = typer.Option(
+        None, "--start-time", help="A consumer created here starts at this time (ISO or '1h' ago)."
+    ),
+    new_only: bool = typer.Option(
+        False, "--new-only", help="A consumer created here gets only messages stored from now."
+    ),
+    metrics_port: int | None = typer.Option(
+        None, "--metrics-port", help="Serve Prometheus metrics on this port (/metrics)."
+    ),
+    metrics_host: str = typer.Option(
+        "127.0.0.1", "--metrics-host", help="Address the metrics endpoint binds to."
+    ),
     *,
     options: ConnectOptions,
 ) -> None:
@@ -109,6 +126,9 @@ def process_command(
         check_stream_name(dead_letter_stream, "--dead-letter-stream")
     if filter_subject is not None:
         check_subject_filter(filter_subject, "--filter-subject")
+
+    if progress < 0:
+        raise ConfigError(f"--progress must be >= 0 seconds (0: no progress lines), got {progress}")
 
     async def main() -> ProcessorStats:
         conn_options = options.replace(name=f"oncestream-process-{consumer}")
@@ -127,9 +147,11 @@ def process_command(
             ),
             filter_subject=filter_subject,
             bind=bind,
+            start=start_position(start_seq, start_time, new_only),
         )
         async with await connect(conn_options) as conn:
             processor = Processor(conn, stream, consumer, func, ledger=store, options=proc_options)
+            exporter = metrics_endpoint(processor, metrics_port, metrics_host)
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, processor.request_stop)
@@ -141,6 +163,8 @@ def process_command(
                 reporter.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await reporter
+                if exporter is not None:
+                    exporter.close()
         log.info("stopped: %s", summary(stats))
         return stats
 
@@ -150,6 +174,9 @@ def process_command(
 async def _report(processor: Processor, interval: float) -> None:
     if interval <= 0:
         return
+    rate = RecentRate()
+    rate.update(processor.stats.applied)
     while True:
         await asyncio.sleep(interval)
-        log.info("%s", summary(processor.stats))
+        stats = processor.stats
+        log.info("%s", summary(stats, rate.update(stats.applied)))

@@ -6,15 +6,17 @@ from typing import Any
 
 import orjson
 import typer
-from rich.table import Table
 
+from .._admin import consumer_info, stream_info
 from .._connection import Connection, connect
 from .._errors import ConfigError
 from .._names import check_consumer_name, check_stream_name
 from .._options import ConnectOptions
 from ..ledger._readonly import read_applied_count
-from ._app import app, cli_errors, console, run_async
+from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
+from ._output import print_table, rows_table
+from ._watch import watch
 
 
 async def _paged(conn: Connection, subject: str, field: str, body: dict[str, Any]) -> list[Any]:
@@ -61,35 +63,18 @@ async def collect(
     if stream is None:
         infos = await _paged(conn, "STREAM.LIST", "streams", {})
         return {"streams": [_stream_row(i) for i in infos]}
-    report: dict[str, Any] = {"stream": _stream_row(await conn.stream_info(stream))}
+    report: dict[str, Any] = {"stream": _stream_row(await stream_info(conn, stream))}
     if consumer is None:
         infos = await _paged(conn, f"CONSUMER.LIST.{stream}", "consumers", {})
         report["consumers"] = [_consumer_row(i) for i in infos]
         if ledger_url:  # the ledger counts per stream: report it with the stream
             report["stream"]["ledger_applied"] = read_applied_count(ledger_url, stream)
     else:
-        row = _consumer_row(await conn.consumer_info(stream, consumer))
+        row = _consumer_row(await consumer_info(conn, stream, consumer))
         if ledger_url:
             row["ledger_applied"] = read_applied_count(ledger_url, stream)
         report["consumers"] = [row]
     return report
-
-
-def _table(title: str, rows: list[dict[str, Any]]) -> Table:
-    table = Table(title=title, title_justify="left")
-    if not rows:
-        table.add_column("(none)")
-        return table
-    for column in rows[0]:
-        table.add_column(column, justify="right" if isinstance(rows[0][column], int) else "left")
-    for row in rows:
-        table.add_row(
-            *[
-                f"{v:,}" if isinstance(v, int) else ", ".join(v) if isinstance(v, list) else str(v)
-                for v in row.values()
-            ]
-        )
-    return table
 
 
 @app.command("status")
@@ -105,6 +90,11 @@ def status_command(
         "for STREAM (sqlite:///path.db or postgresql://user@host/db).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+    watch: bool = typer.Option(
+        False, "--watch", "-w", help="Refresh until Ctrl-C, with per-second rates."
+    ),
+    interval: float = typer.Option(2.0, "--interval", help="Seconds between --watch refreshes."),
+    count: int | None = typer.Option(None, "--count", help="Stop --watch after N refreshes."),
     *,
     options: ConnectOptions,
 ) -> None:
@@ -116,6 +106,9 @@ def status_command(
         check_stream_name(stream, "STREAM")
     if consumer is not None:
         check_consumer_name(consumer, "CONSUMER")
+    if watch:
+        _watch_command(stream, consumer, ledger, interval, count, as_json, options)
+        return
 
     async def main() -> dict[str, Any]:
         async with await connect(options) as conn:
@@ -126,8 +119,36 @@ def status_command(
         typer.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
         return
     if "streams" in report:
-        console.print(_table("streams", report["streams"]))
+        print_table(rows_table("streams", report["streams"], empty="none defined"))
     else:
-        console.print(_table(f"stream {stream}", [report["stream"]]))
+        print_table(rows_table(f"stream {stream}", [report["stream"]]))
     if "consumers" in report:
-        console.print(_table(f"consumers of {stream}", report["consumers"]))
+        print_table(rows_table(f"consumers of {stream}", report["consumers"]))
+
+
+def _watch_command(
+    stream: str | None,
+    consumer: str | None,
+    ledger: str | None,
+    interval: float,
+    count: int | None,
+    as_json: bool,
+    options: ConnectOptions,
+) -> None:
+    if as_json:
+        raise ConfigError("--watch and --json cannot be combined; use --json in a loop")
+    if interval <= 0:
+        raise ConfigError(f"--interval must be > 0 seconds, got {interval}")
+    if count is not None and count < 1:
+        raise ConfigError(f"--count must be >= 1, got {count}")
+
+    async def main() -> None:
+        async with await connect(options) as conn:
+            await watch(
+                lambda: collect(conn, stream, consumer, ledger),
+                title=stream or "",
+                interval=interval,
+                count=count,
+            )
+
+    run_async(main())

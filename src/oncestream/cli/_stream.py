@@ -30,16 +30,23 @@ Subjects = Annotated[
     list[str] | None,
     typer.Option("--subjects", help="Subjects captured; repeat or comma-separate."),
 ]
-Storage = Annotated[str | None, typer.Option("--storage", help="file or memory.")]
+Storage = Annotated[str | None, typer.Option("--storage", metavar="file|memory", help="Storage.")]
 Replicas = Annotated[int | None, typer.Option("--replicas", help="Replicas (1..5).")]
 DupeWindow = Annotated[
-    str | None, typer.Option("--dupe-window", help="Msg-id de-duplication window (2m).")
+    str | None,
+    typer.Option("--dupe-window", metavar="DURATION", help="Msg-id de-duplication window (2m)."),
 ]
 Retention = Annotated[
-    str | None, typer.Option("--retention", help="limits, interest or workqueue.")
+    str | None,
+    typer.Option("--retention", metavar="limits|interest|workqueue", help="Retention policy."),
 ]
-Discard = Annotated[str | None, typer.Option("--discard", help="old or new (when full).")]
-MaxAge = Annotated[str | None, typer.Option("--max-age", help="Keep messages this long (0=ever).")]
+Discard = Annotated[
+    str | None, typer.Option("--discard", metavar="old|new", help="What goes when full.")
+]
+MaxAge = Annotated[
+    str | None,
+    typer.Option("--max-age", metavar="DURATION", help="Keep messages this long (0=ever)."),
+]
 MaxMsgs = Annotated[int | None, typer.Option("--max-msgs", help="Message limit (-1 = none).")]
 MaxBytes = Annotated[int | None, typer.Option("--max-bytes", help="Byte limit (-1 = none).")]
 MaxPerSubject = Annotated[

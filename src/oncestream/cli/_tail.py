@@ -38,7 +38,8 @@ def preview(data: bytes, limit: int = PREVIEW) -> str:
         return (
             f"<binary, {len(data):,} bytes: {data[:16].hex(' ')}{' …' if len(data) > 16 else ''}>"
         )
-    if sum(1 for c in text if not c.isprintable() and c not in "\t\n\r") > len(text) // 10:
+    controls = sum(1 for c in text if not c.isprintable() and c not in "\t\n\r")
+    if "\x00" in text or controls > max(1, len(text) // 10):
         return (
             f"<binary, {len(data):,} bytes: {data[:16].hex(' ')}{' …' if len(data) > 16 else ''}>"
         )
@@ -153,7 +154,9 @@ def tail_command(
     ] = None,
     start: Annotated[
         str,
-        typer.Option("--from", help="SEQ, TIME (ISO 8601 or '10m' ago) or last:N."),
+        typer.Option(
+            "--from", metavar="SEQ|TIME|last:N", help="SEQ, TIME (ISO 8601 or '10m' ago) or last:N."
+        ),
     ] = "last:10",
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing new messages (Ctrl-C ends).")

@@ -16,12 +16,13 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from ._lag import lag
 from ._session import check_java, local_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["check_java", "local_session", "register", "transactional"]
+__all__ = ["check_java", "lag", "local_session", "register", "transactional"]
 
 
 def __getattr__(name: str) -> object:

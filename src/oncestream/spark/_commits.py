@@ -10,16 +10,16 @@ wrote sits after ``last.tail_seq`` in the target stream.
 
 from __future__ import annotations
 
-import base64
 import logging
 from dataclasses import asdict, dataclass
 
 import orjson
 
 from .._connection import Connection
-from .._errors import JetStreamError, MessageNotFound, StreamNotFound
+from .._errors import JetStreamError, StreamNotFound
 from ..publisher import Publisher, PublisherOptions
-from ..streams import StreamSpec, ensure_stream
+from ..streams import StreamSpec, ensure_stream, last_message
+from ._connections import get_publisher
 
 __all__ = ["COMMITS_STREAM", "CommitRecord", "CommitStore"]
 
@@ -64,6 +64,9 @@ class CommitRecord:
 class CommitStore:
     """Reads and appends :class:`CommitRecord` s of one query scope.
 
+    Records are published through ``publisher`` (a task's own Publisher), or
+    else through the process's cached commit-record Publisher on ``conn``.
+
     Example::
 
         store = CommitStore(conn)
@@ -71,9 +74,12 @@ class CommitStore:
         last = await store.last(scope)
     """
 
-    def __init__(self, conn: Connection, stream: str = COMMITS_STREAM) -> None:
+    def __init__(
+        self, conn: Connection, stream: str = COMMITS_STREAM, publisher: Publisher | None = None
+    ) -> None:
         self.conn = conn
         self.stream = stream
+        self.publisher = publisher
 
     def subject(self, scope: str) -> str:
         return f"{_SUBJECT}.{self.stream.lower()}.{scope}"
@@ -97,12 +103,10 @@ class CommitStore:
     async def last(self, scope: str) -> CommitRecord | None:
         """The scope's last record, or None when the query never started."""
         try:
-            reply = await self.conn.api(
-                f"STREAM.MSG.GET.{self.stream}", {"last_by_subj": self.subject(scope)}
-            )
-        except (MessageNotFound, StreamNotFound):
+            found = await last_message(self.conn, self.stream, self.subject(scope))
+        except StreamNotFound:
             return None
-        return CommitRecord.from_json(base64.b64decode(reply["message"]["data"]))
+        return None if found is None else CommitRecord.from_json(found.data)
 
     async def mark_attempt(self, scope: str, partition: int, batch_id: int) -> bool:
         """Note that a task of ``batch_id`` starts writing ``partition``; True if one did before.
@@ -112,13 +116,9 @@ class CommitStore:
         rows of this batch; when it is absent, none did and nothing needs reading.
         """
         subject = f"{self.subject(scope)}.p{partition}"
-        try:
-            reply = await self.conn.api(f"STREAM.MSG.GET.{self.stream}", {"last_by_subj": subject})
-            seen = orjson.loads(base64.b64decode(reply["message"]["data"]))
-            if int(seen.get("batch_id", -2)) == batch_id:
-                return True
-        except MessageNotFound:
-            pass
+        found = await last_message(self.conn, self.stream, subject)
+        if found is not None and int(orjson.loads(found.data).get("batch_id", -2)) == batch_id:
+            return True
         await self._publish(
             subject, orjson.dumps({"batch_id": batch_id}), f"{scope}:{batch_id}:p{partition}"
         )
@@ -133,10 +133,12 @@ class CommitStore:
         await self._publish(self.subject(scope), record.to_json(), f"{scope}:{record.batch_id}")
 
     async def _publish(self, subject: str, data: bytes, msg_id: str) -> None:
-        options = PublisherOptions(stream=self.stream, max_inflight=1, check_window=False)
-        async with Publisher(self.conn, options) as pub:
-            future = await pub.publish(subject, data, msg_id=msg_id)
-            ack = await future
+        pub = self.publisher
+        if pub is None:
+            options = PublisherOptions(stream=self.stream, check_window=False)
+            pub = await get_publisher(self.conn, options)
+        future = await pub.publish(subject, data, msg_id=msg_id, expected_stream=self.stream)
+        ack = await future
         if ack.stream != self.stream:
             raise JetStreamError(f"commit record stored in {ack.stream!r}, not {self.stream!r}")
 

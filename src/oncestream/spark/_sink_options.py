@@ -15,8 +15,7 @@ from .._errors import ConfigError
 from .._names import check_publish_subject, check_stream_name
 from .._options import ConnectOptions, parse_bool, parse_duration, parse_positive_int
 from ..publisher import PublisherOptions
-from ..reader import lineage_id
-from ..streams import StreamSpec
+from ..streams import StreamSpec, lineage_id
 from ._commits import COMMITS_STREAM
 from ._options import (
     CONNECT_OPTIONS,

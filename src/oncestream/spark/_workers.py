@@ -7,10 +7,13 @@ leaves that at the system ``python3``, and the first ``load()`` then fails
 deep inside Spark with ``ModuleNotFoundError``. :func:`check_workers` asks the
 workers' python up front:
 
-- local master (``local[N]``), classic session: run that python with
+- local master (``local[N]``, also ``remote("local[N]")``): run that python with
   ``-c "import oncestream; print(oncestream.__version__)"`` (about 0.2 s);
-- a cluster master or Spark Connect: one one-row, one-partition job whose
-  task reports the version it imported (about 1 s on a warm session).
+- a cluster master: that same local run first (Spark plans Python data
+  sources in Python workers on the driver, started with the same python),
+  then, like for a Spark Connect server elsewhere, one one-row,
+  one-partition task that reports the version it imported (0.2 s on a warm
+  session; the first job of a fresh one pays Spark's start-up, a few seconds).
 
 The answer is cached on the session object.
 """
@@ -49,12 +52,21 @@ def _is_connect(spark: Any) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+def _local_connect_context() -> Any:
+    """The in-process SparkContext serving ``remote("local[N]")``, else None."""
+    if "SPARK_LOCAL_REMOTE" not in os.environ:
+        return None
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context
+
+
 def worker_python(spark: SparkSession) -> str:
     """The python Spark starts its workers with, as the driver sees it."""
-    if not _is_connect(spark):
-        exec_ = getattr(spark.sparkContext, "pythonExec", None)
-        if exec_:
-            return str(exec_)
+    context = _local_connect_context() if _is_connect(spark) else spark.sparkContext
+    exec_ = getattr(context, "pythonExec", None)
+    if exec_:
+        return str(exec_)
     conf = spark.conf.get("spark.pyspark.python", None)
     return conf or os.environ.get("PYSPARK_PYTHON") or "python3"
 
@@ -126,12 +138,25 @@ def check_workers(spark: SparkSession, *, timeout: float = 60.0) -> str:
     if isinstance(cached, str):
         return cached
     python = worker_python(spark)
-    master = "" if _is_connect(spark) else str(spark.sparkContext.master)
+    context = _local_connect_context() if _is_connect(spark) else spark.sparkContext
+    master = str(getattr(context, "master", ""))
+    expected = _driver_version()
     if master.startswith("local"):
         found, where = _probe_local(python, timeout)
     else:
+        if master:  # classic, cluster: Python data sources plan in workers on the driver too
+            found, where = _probe_local(python, timeout)
+            if found.startswith("!") or found != expected:
+                raise ConfigError(
+                    f"Spark plans Python data sources in Python workers on the driver, started "
+                    f"with the same spark.pyspark.python / PYSPARK_PYTHON ({python!r}), and "
+                    f"that python cannot import oncestream {expected} here "
+                    f"({found.lstrip('!')}). With --archives env.tar.gz#environment and "
+                    f"spark.pyspark.python=./environment/bin/python, unpack the same "
+                    f"environment as ./environment in the directory you submit from "
+                    f"(docs/deploy.md)"
+                )
         found, where = _probe_task(spark)
-    expected = _driver_version()
     shown = where if where and where != python else python
     if found.startswith("!"):
         raise ConfigError(

@@ -22,11 +22,11 @@ the previous commit's tail) and does not send those ids again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -46,13 +46,14 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from .._connection import Connection, connect
+from .._connection import Connection
 from .._errors import ConfigError, JetStreamError, OncestreamError, StreamMismatch
 from .._sync import run_sync
 from ..publisher import PubAck, Publisher
 from ..reader import read_stream
 from ..streams import create_stream_if_missing
 from ._commits import CommitRecord, CommitStore, last_seq
+from ._connections import get_connection
 from ._sink_options import SinkOptions, lineage_id, position_id, writer_scope
 from ._sink_options import id_scope as make_id_scope
 
@@ -63,22 +64,12 @@ __all__ = ["JetStreamBatchWriter", "JetStreamStreamWriter", "SinkCommit"]
 
 log = logging.getLogger("oncestream.spark.sink")
 
-# --------------------------------------------------------------------------- connections
-
-_lock = threading.Lock()
-_connections: dict[tuple[int, Any], Connection] = {}
 _checked: set[tuple[int, Any]] = set()
 
 
 async def _connection(options: SinkOptions) -> Connection:
-    """One connection per Python worker process and connect options."""
-    key = (os.getpid(), options.connect)
-    conn = _connections.get(key)
-    if conn is None or conn.is_closed:
-        conn = await connect(options.connect)
-        with _lock:
-            _connections[key] = conn
-    return conn
+    """The process's connection for the sink's connect options (see ``_connections``)."""
+    return await get_connection(options.connect)
 
 
 def _ensure_log_handler() -> None:
@@ -289,9 +280,10 @@ class _JetStreamWriter:
         opts = self.options
         conn = await _connection(opts)
         existing: set[str] = set()
-        if self.streaming and commit.batch_id >= 0:
-            store = CommitStore(conn, opts.commits_stream)
-            last = await store.last(commit.scope)
+        marking = self.streaming and commit.batch_id >= 0
+        last: CommitRecord | None = None
+        if marking:
+            last = await CommitStore(conn, opts.commits_stream).last(commit.scope)
             if last is not None and last.query_id not in (None, commit.query_id):
                 log.warning(
                     "ignoring the sink's commit records of query %s: this is query %s on the "
@@ -303,13 +295,21 @@ class _JetStreamWriter:
             if last is not None and last.batch_id >= commit.batch_id:
                 commit.skipped_batch = True
                 return None
-            if last is None:
-                await store.ensure()
-            retry = await store.mark_attempt(commit.scope, commit.partition, commit.batch_id)
-            if retry and last is not None and opts.stream is not None:
-                existing = await _stored_ids(conn, opts.stream, last.tail_seq)
         pub = Publisher(conn, opts.publisher)
-        await pub.start()
+        try:
+            await pub.start()
+            if marking:
+                # The task's own Publisher also writes its attempt marker.
+                store = CommitStore(conn, opts.commits_stream, pub)
+                if last is None:
+                    await store.ensure()
+                retry = await store.mark_attempt(commit.scope, commit.partition, commit.batch_id)
+                if retry and last is not None and opts.stream is not None:
+                    existing = await _stored_ids(conn, opts.stream, last.tail_seq)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await pub.close()
+            raise
         seen: set[str] | None = set() if self.layout.lineage else None
         return _TaskState(pub=pub, futures=[], existing=existing, seen=seen)
 

@@ -1,0 +1,43 @@
+"""oncestream.spark.lag: messages behind per stream from a query's progress (issue 12)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from oncestream.spark import lag
+
+pytestmark = pytest.mark.timeout(240)
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "spark_lag.py"
+
+
+def test_lag_from_progress_dict() -> None:
+    progress = {
+        "sources": [
+            {
+                "endOffset": '{"ORDERS": 40, "RETURNS": 7}',
+                "latestOffset": '{"ORDERS": 100, "RETURNS": 7}',
+            },
+            {"endOffset": {"topic": {"0": 5}}, "latestOffset": {"topic": {"0": 9}}},  # not ours
+            {"endOffset": None, "latestOffset": None},
+        ]
+    }
+    assert lag(progress) == {"ORDERS": 60, "RETURNS": 0}
+    assert lag(None) == {}
+    assert lag({"sources": []}) == {}
+
+
+def test_example_prints_lag_until_caught_up(spark, capsys) -> None:  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("spark_lag_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    readings = example.run(messages=6000, per_batch=1000)  # local_session(): the shared session
+    out = capsys.readouterr().out
+    print(out)
+    assert readings[-1] == {"ORDERS": 0}
+    assert any(r["ORDERS"] > 0 for r in readings), readings  # it was behind while running
+    assert "behind {'ORDERS':" in out
