@@ -8,7 +8,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup demo test lint format bench soak check-java clean
+.PHONY: setup demo test lint format bench soak torture check-java clean
 
 setup: $(STAMP)
 
@@ -26,13 +26,13 @@ demo: setup check-java
 	$(BIN)/oncestream demo
 
 lint: setup
-	$(BIN)/ruff check src tests bench examples
-	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/ruff check src tests bench examples torture
+	$(BIN)/ruff format --check src tests bench examples torture
 	$(BIN)/mypy
 
 format: setup
-	$(BIN)/ruff format src tests bench examples
-	$(BIN)/ruff check --fix src tests bench examples
+	$(BIN)/ruff format src tests bench examples torture
+	$(BIN)/ruff check --fix src tests bench examples torture
 
 # The publish, process and Spark-read tests again through nats-py's public API:
 # the adapter's fallback path (src/oncestream/_nats) must stay correct.
@@ -49,6 +49,14 @@ soak: setup check-java
 
 bench: setup check-java
 	$(BIN)/python bench/run.py
+
+# Randomized fault campaign (issue 11): needs root (network namespaces, tmpfs).
+# Writes torture/results/<timestamp>/ and torture/results/latest.json; exit 0 only
+# when no acknowledged write was lost, duplicated, applied twice or left unapplied.
+TRIALS ?= 3
+SEED   ?= 7
+torture: setup
+	$(BIN)/python -m torture --trials $(TRIALS) --seed $(SEED)
 
 clean:
 	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache src/*.egg-info

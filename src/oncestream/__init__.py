@@ -29,6 +29,7 @@ from ._errors import (
     WrongLastSequence,
 )
 from ._options import ConnectOptions
+from ._start import StartPosition
 from .audit import AuditReport, KeySpec, OutputReport, OutputSpec
 from .ledger import Ledger, LedgerTx, PostgresLedger, SQLiteLedger, ledger_from_url
 from .message import Message, MessageMetadata
@@ -78,6 +79,7 @@ __all__ = [
     "PullOptions",
     "SQLiteLedger",
     "ServerError",
+    "StartPosition",
     "StreamMismatch",
     "StreamNotFound",
     "TooManyInflight",

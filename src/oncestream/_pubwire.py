@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from ._errors import ConfigError
+from ._names import check_publish_subject, is_valid_subject
 
 __all__ = [
     "HeaderValues",
@@ -28,7 +29,6 @@ __all__ = [
 ]
 
 _HEADER_KEY = re.compile(r"^[!-9;-~]+$")
-_SUBJECT_RE = re.compile(r"^[^\s.*>]+(\.[^\s.*>]+)*$")
 
 HDR_MSG_ID = "Nats-Msg-Id"
 HDR_EXPECTED_STREAM = "Nats-Expected-Stream"
@@ -106,12 +106,13 @@ def build_headers(msg_id: str, extra: HeaderValues | None, expect: dict[str, str
 
 
 def check_subject(subject: str) -> bytes:
-    """The encoded subject, if it is a valid publish subject (tokens, no wildcards)."""
-    if not isinstance(subject, str) or not _SUBJECT_RE.match(subject):
-        raise ConfigError(
-            f"cannot publish to subject {subject!r}: it must be non-empty dot-separated "
-            "tokens without spaces or wildcards"
-        )
+    """The encoded subject, if it is a valid publish subject (nats-server's rules, no wildcards).
+
+    Raises:
+        ConfigError: naming the subject and the rule (see :mod:`oncestream._names`).
+    """
+    if not is_valid_subject(subject, wildcards=False):
+        check_publish_subject(subject, "cannot publish to subject")
     return subject.encode()
 
 
