@@ -35,7 +35,7 @@ from ._errors import (
     jetstream_error,
 )
 from ._nats import FrameSubscription, exception_retrieved, status_code
-from ._pubretry import RetryTable
+from ._pubretry import ID_IN_PROCESS, RetryTable
 from ._pubtypes import KeyFunction, PubAck, PublisherOptions, PublisherStats
 from ._pubwire import (
     HeaderValues,
@@ -62,11 +62,6 @@ _new_object = object.__new__
 _Future = asyncio.Future
 # Deadlines use the clock of asyncio's default loop, without the method call.
 _monotonic = time.monotonic
-
-
-#: "duplicate message id is in process": a clustered stream still replicating an
-#: earlier send of this msg id (found by the fault campaign, torture/, issue 11).
-_ID_IN_PROCESS = 10158
 
 
 class Publisher:
@@ -426,7 +421,6 @@ class Publisher:
         except ValueError:
             return
         entry = self._pending.pop(token, None)
-        was_pending = entry is not None
         if entry is None:
             entry = self._waiting.pop(token, None)
             if entry is None:
@@ -453,16 +447,8 @@ class Publisher:
             return
         if error is not None:
             exc = jetstream_error(error)
-            if exc.err_code == _ID_IN_PROCESS:
-                # A re-send reached the stream leader while an earlier send was still
-                # being replicated: the outcome is unknown, as with no answer. Re-send
-                # when this attempt's ack timeout (plus backoff) is over.
-                if entry.attempts >= self.options.max_attempts:
-                    self._give_up(entry)
-                    return
-                if was_pending:
-                    entry.deadline += self.options.backoff(entry.attempts + 1)
-                self._waiting[token] = entry
+            if exc.err_code == ID_IN_PROCESS:
+                self._table.in_process(token, entry)
                 return
             if entry.attempts > 1:
                 # Expectations are checked before msg-id de-duplication: a re-sent
