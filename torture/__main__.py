@@ -36,6 +36,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--trials", type=int, default=3)
     p.add_argument("--seed", type=int, default=int(time.time()) % 100000)
     p.add_argument("--duration", type=float, default=20.0, help="fault phase per trial (s)")
+    p.add_argument("--first", type=int, default=0, help="index of the first trial (rerun one)")
     p.add_argument("--faults", type=int, default=5, help="faults per trial")
     p.add_argument("--rate", type=float, default=100.0, help="msgs/s per producer")
     p.add_argument("--kinds", default=",".join(KINDS), help="trial kinds, rotated")
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
 
             pg = PostgresServer().start()
             pg_admin = pg.url
-        for i in range(args.trials):
+        for i in range(args.first, args.first + args.trials):
             kind = args.kinds[i % len(args.kinds)]
             trial = Trial(
                 index=i,

@@ -1,7 +1,8 @@
 """Classify one trial from its history and final state.
 
-* ``lost``: keys with an ``ack`` in the history that are not in a stream that
-  must hold them (the producers' stream; for leaf trials also the hub's source).
+* ``lost``: keys with an ``ack`` in the history that are not in the producers' stream.
+* ``missing_at_hub``: (leaf trials) stored at the leaf, not in the hub's source
+  stream after the drain.
 * ``duplicated``: keys stored more than once in any of those streams.
 * ``applied_twice``: keys with more than one effect row in a database.
 * ``missing_effects``: keys stored in the processed stream without an effect
@@ -21,6 +22,8 @@ from typing import Any
 
 from .nemesis import PRODUCERS
 
+PRODUCED, SOURCED = "T", "TH"  # the producers' stream; the hub's source of it (leaf trials)
+
 
 def load_history(path: Path) -> list[dict[str, Any]]:
     lines = []
@@ -36,11 +39,13 @@ def load_history(path: Path) -> list[dict[str, Any]]:
 def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any]:
     acked = {h["key"] for h in history if h["op"] == "ack"}
     streams: dict[str, dict[str, int]] = state["streams"]
-    lost: set[str] = set()
     duplicated: set[str] = set()
+    lost = acked - streams[PRODUCED].keys()
     for counts in streams.values():
-        lost |= acked - counts.keys()
         duplicated |= {k for k, n in counts.items() if n > 1}
+    # Leaf trials: stored at the leaf but not at the hub after the drain.
+    at_hub = streams.get(SOURCED)
+    missing_at_hub = set() if at_hub is None else streams[PRODUCED].keys() - at_hub.keys()
     processed = streams.get(state["processed_stream"], {})
     applied_twice: dict[str, list[str]] = {}
     missing: dict[str, list[str]] = {}
@@ -51,6 +56,8 @@ def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any
     unexpected = sorted(k for k in stored_keys if k.split("-")[0] not in PRODUCERS)
     unexpected += sorted({k for e in state["effects"].values() for k in e} - processed.keys())
     notes = []
+    if state["kind"] == "leaf" and state.get("sourced_after_s") is None:
+        notes.append("the hub's source never caught up with the leaf's stream")
     if state.get("unfinished"):
         notes.append(f"producers not finished: {state['unfinished']}")
     for name, codes in (state.get("worker_exits") or {}).items():
@@ -62,6 +69,7 @@ def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any
         "acked": len(acked),
         "stored": {s: len(c) for s, c in streams.items()},
         "lost": sorted(lost),
+        "missing_at_hub": sorted(missing_at_hub),
         "duplicated": sorted(duplicated),
         "applied_twice": applied_twice,
         "missing_effects": missing,
@@ -107,6 +115,7 @@ def recovery(history: list[dict[str, Any]], faults: list[dict[str, Any]]) -> lis
 def violations(result: dict[str, Any]) -> dict[str, int]:
     return {
         "lost": len(result["lost"]),
+        "missing_at_hub": len(result.get("missing_at_hub", ())),
         "duplicated": len(result["duplicated"]),
         "applied_twice": sum(len(v) for v in result["applied_twice"].values()),
         "missing_effects": sum(len(v) for v in result["missing_effects"].values()),

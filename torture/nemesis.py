@@ -46,7 +46,7 @@ def fault_menu(topology_kind: str) -> list[tuple[str, str]]:
             ("partition", "s1"),
             ("degrade", "s1"),
         ]
-    elif topology_kind == "cluster":
+    elif topology_kind.startswith("cluster"):
         for role in ("leader", "follower"):
             menu += [("server-kill", role), ("server-pause", role)]
         menu += [("partition", "leader"), ("partition", "follower"), ("degrade", "follower")]

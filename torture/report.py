@@ -12,7 +12,7 @@ from .checker import load_history, violations
 
 __all__ = ["KEYS", "violations", "write"]
 
-KEYS = ("lost", "duplicated", "applied_twice", "missing_effects", "unexpected")
+KEYS = ("lost", "missing_at_hub", "duplicated", "applied_twice", "missing_effects", "unexpected")
 
 
 def summarize(results: list[dict[str, Any]], seed: int, run_id: str = "") -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 Kinds: ``single`` (one server, ``sync_interval: always``, store on a small
 tmpfs), ``cluster`` (3 nodes, stream R3, server default sync), ``leaf`` (a leaf
-in domain ``leaf`` whose stream the hub, domain ``hub``, sources).
+in domain ``leaf`` whose stream the hub, domain ``hub``, sources), ``cluster-sync``
+(the cluster with ``sync_interval: always``, to compare with the default).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from oncestream.streams import StreamSource, StreamSpec, ensure_stream
 
 from .netns import Net
 
-KINDS = ("single", "cluster", "leaf")
+#: ``cluster`` runs the server's default sync; ``cluster-sync`` adds ``sync_interval: always``.
+KINDS = ("single", "cluster", "leaf", "cluster-sync")
 CLIENT, ROUTE, LEAF, HTTP = 4222, 6222, 7422, 8222
 STREAM, SUBJECT = "T", "t"
 HUB_STREAM = "TH"
@@ -41,7 +43,12 @@ class Topology:
         self.servers: dict[str, NatsServer] = {}
         self.addr: dict[str, str] = {}
         self.store_mount: Path | None = None
-        nodes = {"single": ["s1"], "cluster": ["c1", "c2", "c3"], "leaf": ["hub", "leaf"]}[kind]
+        self.clustered = kind.startswith("cluster")
+        nodes = (
+            ["c1", "c2", "c3"]
+            if self.clustered
+            else {"single": ["s1"], "leaf": ["hub", "leaf"]}[kind]
+        )
         for node in nodes:
             self.addr[node] = net.add_node(node)
         for node in nodes:
@@ -61,7 +68,8 @@ class Topology:
             )
             self.store_mount = store
             sync = "always"
-        elif self.kind == "cluster":
+        elif self.clustered:
+            sync = "always" if self.kind == "cluster-sync" else None
             routes = tuple(f"nats-route://{a}:{ROUTE}" for n, a in self.addr.items() if n != node)
             blocks = (ClusterConfig(name="C", port=ROUTE, host=self.addr[node], routes=routes),)
         elif node == "hub":
@@ -110,7 +118,7 @@ class Topology:
 
     def producer_target(self) -> dict[str, Any]:
         """servers/domain the producers use."""
-        if self.kind == "cluster":
+        if self.clustered:
             return {"servers": [self.url(n) for n in ("c1", "c2", "c3")], "domain": None}
         if self.kind == "leaf":
             return {"servers": [self.url("leaf")], "domain": "leaf"}
@@ -143,7 +151,7 @@ class Topology:
                 await asyncio.sleep(0.5)
 
     async def _create_streams(self) -> None:
-        replicas = 3 if self.kind == "cluster" else 1
+        replicas = 3 if self.clustered else 1
         spec = StreamSpec(
             name=STREAM, subjects=(f"{SUBJECT}.>",), replicas=replicas, duplicate_window=300.0
         )
@@ -157,7 +165,7 @@ class Topology:
 
     async def leader(self) -> str | None:
         """The cluster's stream leader (server name), or None."""
-        if self.kind != "cluster":
+        if not self.clustered:
             return None
         try:
             async with await connect(self.connect_options(self.producer_target())) as conn:

@@ -50,6 +50,7 @@ class Trial:
         self.topo: Topology | None = None
         self.net: Net | None = None
         self.count = int(rate * duration)
+        self.sourced_after: float | None = None
 
     # -- setup -------------------------------------------------------------------------
 
@@ -184,6 +185,9 @@ class Trial:
         elif fault.kind == "disk-full":
             assert topo.store_mount is not None
             (topo.store_mount / "filler").unlink(missing_ok=True)
+            # nats-server 2.15.1 keeps failing writes after ENOSPC even once space is
+            # freed, until it restarts (torture/repro_disk_full.py): the operator's step.
+            topo.restart(target)
 
     # -- run ---------------------------------------------------------------------------
 
@@ -201,6 +205,8 @@ class Trial:
                         worker.kill()
                     self.topo.stop()
         finally:
+            for log in self.work.glob("*/*.log"):  # the servers' logs
+                shutil.copyfile(log, self.dir / f"server-{log.name}")
             shutil.rmtree(self.work, ignore_errors=True)
 
     async def _run(self) -> dict[str, Any]:
@@ -272,6 +278,8 @@ class Trial:
                         )
                         + "\n"
                     )
+        if self.kind == "leaf":
+            await self._wait_sourced(deadline)
         target = self.topo.processor_target()
         stream = target["stream"]
         while time.monotonic() < deadline:
@@ -284,6 +292,20 @@ class Trial:
         for name in PROCESSORS:
             if name in self.workers:
                 self.workers[name].stop()
+
+    async def _wait_sourced(self, deadline: float) -> None:
+        """Wait (bounded) until the hub's stream holds every record of the leaf's."""
+        assert self.topo is not None
+        start = time.monotonic()
+        leaf, hub = self.topo.producer_target(), self.topo.processor_target()
+        while time.monotonic() < deadline:
+            self._supervise()
+            at_leaf = len(await self._keys(leaf, STREAM))
+            at_hub = len(await self._keys(hub, HUB_STREAM))
+            if at_leaf and at_hub >= at_leaf:
+                self.sourced_after = round(time.monotonic() - start, 3)
+                return
+            await asyncio.sleep(0.5)
 
     def _effects_now(self) -> dict[str, set[str]]:
         out = {}
@@ -352,6 +374,7 @@ class Trial:
             "streams": {s: dict(c) for s, c in streams.items()},
             "effects": {db: dict(Counter(r[0] for r in e)) for db, e in rows.items()},
             "faults": self.fault_log,
+            "sourced_after_s": self.sourced_after,
             "worker_exits": {n: w.exits for n, w in self.workers.items() if w.exits},
             "unfinished": [
                 n for n, w in self.workers.items() if w.restart_until_done and not w.done
