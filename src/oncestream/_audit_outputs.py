@@ -17,7 +17,7 @@ import orjson
 from ._dsn import Dsn
 from ._errors import ConfigError, OncestreamError
 from ._private import redact
-from .reader import lineage_id
+from .streams import lineage_id
 
 if TYPE_CHECKING:
     from .audit import KeySpec

@@ -2,6 +2,8 @@
 
 The first ``burst`` occurrences of a key are logged as they come; after that
 at most one summary line per ``interval`` says how many more were suppressed.
+Digits in keys are ignored, so failures differing only in a sequence number
+or a counter in their text count as identical.
 
 Example::
 
@@ -12,11 +14,14 @@ Example::
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["LogThrottle"]
+
+_DIGITS = re.compile(r"\d+")
 
 
 @dataclass
@@ -51,6 +56,7 @@ class LogThrottle:
         Returns:
             True when a line was written (the event itself or a summary).
         """
+        key = _DIGITS.sub("#", key)
         entry = self._entries.get(key)
         if entry is None:
             if len(self._entries) >= self.max_keys:

@@ -30,7 +30,8 @@ from ._dsn import Dsn, parse_dsn
 from ._errors import ConfigError, StreamNotFound
 from ._names import check_stream_name
 from ._private import redact, redacted_repr
-from .reader import StreamRecord, lineage_id, read_stream
+from .reader import StreamRecord, read_stream
+from .streams import lineage_id
 
 __all__ = [
     "AuditReport",

@@ -35,6 +35,7 @@ from ._acking import Acknowledger
 from ._applying import Applier, Handler
 from ._connection import Connection, connect
 from ._errors import ConfigError, JetStreamError, OperationTimeout
+from ._logthrottle import LogThrottle
 from ._names import check_consumer_name, check_stream_name
 from ._options import ConnectOptions
 from ._processor_setup import (
@@ -105,6 +106,7 @@ class Processor:
         self._tasks: list[asyncio.Task[None]] = []
         self._floors = FloorHistory(self.options.prune_grace)
         self._progress = asyncio.Event()
+        self._pull_log = LogThrottle(log)  # repeated pull timeouts: first 5, then a summary
         self._applier = Applier(ledger, handler, self.stats)
         self._acks = Acknowledger(
             self.stream, self.consumer, self.options, self.stats, lambda: self._stop_requested
@@ -223,7 +225,7 @@ class Processor:
                 msgs = await pull.next_batch(batch, timeout=1.0)
             except OperationTimeout as exc:
                 self.stats.heartbeat_errors += 1
-                log.warning("%s", exc)
+                self._pull_log.log(logging.WARNING, str(exc), "%s", exc)
                 continue
             if msgs:
                 await self._process(msgs)

@@ -36,17 +36,14 @@ Example::
 
 from __future__ import annotations
 
-import base64
 import logging
 import re
 from collections.abc import AsyncIterable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any
-
-import orjson
 
 from ._connection import Connection
-from ._errors import ConfigError, JetStreamError, MessageNotFound, WrongLastSequence
+from ._errors import ConfigError, JetStreamError, WrongLastSequence
+from ._names import check_publish_subject
 from ._producer_batch import (
     ERR_BATCH_DUPLICATE_MSG_ID,
     MAX_BATCH,
@@ -54,6 +51,7 @@ from ._producer_batch import (
     BatchRecord,
 )
 from .publisher import PubAck, Publisher, PublisherOptions
+from .streams import StoredMessage, last_message
 
 __all__ = ["SOURCE_POS_HEADER", "ProducerSession"]
 
@@ -63,17 +61,6 @@ SOURCE_POS_HEADER = "Oncestream-Source-Pos"
 PRODUCER_HEADER = "Oncestream-Producer"
 
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]+$")
-_PREFIX_RE = re.compile(r"^[^\s.*>]+(\.[^\s.*>]+)*$")
-
-
-def _header_value(block: bytes, name: str) -> str | None:
-    """Find ``name`` in a raw ``NATS/1.0`` header block (case-insensitive)."""
-    wanted = name.lower()
-    for line in block.decode(errors="replace").split("\r\n")[1:]:
-        key, sep, value = line.partition(":")
-        if sep and key.strip().lower() == wanted:
-            return value.strip()
-    return None
 
 
 class ProducerSession:
@@ -104,11 +91,7 @@ class ProducerSession:
         options: PublisherOptions | None = None,
         batch_size: int = 1,
     ) -> None:
-        if not _PREFIX_RE.match(subject_prefix or ""):
-            raise ConfigError(
-                f"subject_prefix must be dot-separated tokens without wildcards or spaces, "
-                f"got {subject_prefix!r}"
-            )
+        check_publish_subject(subject_prefix, "subject_prefix")
         if not _TOKEN_RE.match(producer_id or ""):
             raise ConfigError(
                 f"producer_id must be letters, digits, '_' or '-', got {producer_id!r}"
@@ -165,8 +148,8 @@ class ProducerSession:
         if found is None:
             self.position, self.last_seq = None, 0
         else:
-            seq, headers = found
-            raw = _header_value(headers, SOURCE_POS_HEADER)
+            seq = found.seq
+            raw = found.header(SOURCE_POS_HEADER)
             if raw is None or not raw.lstrip("-").isdigit():
                 raise ConfigError(
                     f"the last message on {self.subject!r} (seq {seq}) has no integer "
@@ -181,33 +164,6 @@ class ProducerSession:
             self.last_seq,
         )
         return self.position
-
-    async def _last_direct(self) -> tuple[int, bytes] | None:
-        subject = f"{self.conn.prefix}.DIRECT.GET.{self.stream}"
-        body = orjson.dumps({"last_by_subj": self.subject})
-        reply = await self.conn.request(subject, body)
-        headers = reply.headers or {}
-        status = headers.get("Status")
-        if status == "404":
-            return None
-        if status:
-            raise JetStreamError(
-                f"direct get of {self.subject!r}: {headers.get('Description', status)}",
-                code=int(status) if status.isdigit() else 0,
-            )
-        block = "NATS/1.0\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-        return int(headers["Nats-Sequence"]), block.encode()
-
-    async def _last_api(self) -> tuple[int, bytes] | None:
-        try:
-            response = await self.conn.api(
-                f"STREAM.MSG.GET.{self.stream}", {"last_by_subj": self.subject}
-            )
-        except MessageNotFound:
-            return None
-        message: dict[str, Any] = response["message"]
-        headers = base64.b64decode(message["hdrs"]) if message.get("hdrs") else b""
-        return int(message["seq"]), headers
 
     async def publish(
         self, position: int, data: bytes, headers: Mapping[str, str] | None = None
@@ -312,16 +268,15 @@ class ProducerSession:
         found = await self._last()
         if found is None:
             return None
-        seq, headers = found
         if (
-            _header_value(headers, SOURCE_POS_HEADER) == str(position)
-            and _header_value(headers, PRODUCER_HEADER) == self.producer_id
+            found.header(SOURCE_POS_HEADER) == str(position)
+            and found.header(PRODUCER_HEADER) == self.producer_id
         ):
-            return PubAck(self.stream, seq, True, None)
+            return PubAck(self.stream, found.seq, True, None)
         return None
 
-    async def _last(self) -> tuple[int, bytes] | None:
-        return await (self._last_direct() if self._direct else self._last_api())
+    async def _last(self) -> StoredMessage | None:
+        return await last_message(self.conn, self.stream, self.subject, direct=self._direct)
 
     async def run(
         self, records: Iterable[tuple[int, bytes]] | AsyncIterable[tuple[int, bytes]]

@@ -1,36 +1,435 @@
-"""Reading streams: sequence ranges without a durable consumer, and lineage ids.
+"""Reading sequence ranges of a stream without a durable consumer.
 
-Core code (no Spark): the audit, the Spark source and sink, and producer
-sessions read streams through this module.
+The one range reader of oncestream: the audit (:func:`read_stream`), the
+Spark source (:class:`RangeReader`, turned into Arrow batches under
+``spark/``) and the sink's stored-id check read through it; the last
+message of a subject and lineage ids are in :mod:`oncestream.streams`. Frames arrive raw through the
+connection's adapter (:mod:`oncestream._nats`), never as nats-py ``Msg``
+objects on the fast path.
+
+Two ways to read a range, both ending exactly at its last sequence:
+
+* **direct get** (streams with ``allow_direct``, batched ``DIRECT.GET``):
+  ``{"seq": s, "batch": n, "next_by_subj": filter}``; the answer ends with a
+  ``204 EOB`` status. No consumer.
+* **ephemeral ordered consumer** (``ack_policy none``, memory storage,
+  ``opt_start_seq``, no-wait pulls); sequence and time come from the
+  ``$JS.ACK`` reply subject.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
 from ._connection import Connection
-from ._errors import JetStreamError, OncestreamError
-from ._nats import is_status, status_code
+from ._errors import (
+    JetStreamError,
+    MessageNotFound,
+    NoResponders,
+    OncestreamError,
+    OperationTimeout,
+)
+from ._nats import FrameSink, FrameSubscription, status_code
+from ._retry import Unavailable, retrying, stream_missing
+from .message import ack_layout
 
-__all__ = ["StreamRecord", "lineage_id", "read_stream"]
+__all__ = ["RangeReader", "StreamRecord", "delete_consumer_later", "nth_sequence", "read_stream"]
+
+log = logging.getLogger("oncestream.reader")
+
+_SEQ_RE = re.compile(rb"\r\nNats-Sequence: (\d+)")
+_TS_RE = re.compile(rb"\r\nNats-Time-Stamp: ([^\r]*)")
+_ID_RE = re.compile(rb"\r\nNats-Msg-Id: ([^\r]*)")
+_SUBJECT_RE = re.compile(rb"\r\nNats-Subject: ([^\r]*)")
+_UNBOUNDED = 1 << 62
 
 
-def lineage_id(stream: str, sequence: int) -> str:
-    """The message id of an output derived from input ``stream`` / ``sequence``.
+# --------------------------------------------------------------------------- ranges
 
-    The jetstream sink assigns it to rows that carry the source's ``stream``
-    and ``sequence`` columns; the audit's ``lineage`` key computes it.
+
+class _Request:
+    """One pull / direct-get request: its own inbox subscription and collected frames."""
+
+    __slots__ = ("future", "sink", "sub")
+
+    def __init__(
+        self, future: asyncio.Future[None], sink: FrameSink, sub: FrameSubscription
+    ) -> None:
+        self.future, self.sink, self.sub = future, sink, sub
+
+
+class RangeReader:
+    """Read sequences ``[first, last]`` of one stream, chunk by chunk, one request ahead.
+
+    Transient failures (a request unanswered for ``idle_timeout``, ``503`` no
+    responders because the consumer's node died, a leader election) are
+    retried for ``retry_timeout`` seconds: the reader drops its requests and
+    its consumer and continues with a new consumer (or direct get) at the
+    first sequence not yet returned, so the frames returned are exactly those
+    of an undisturbed read, without duplicates or gaps.
+
+    On a replicated stream the consumer (or direct get) may be served by a
+    follower that has not applied the newest messages yet and would end the
+    range early; so when a replicated range runs dry before ``last``, the
+    stream leader is asked (``STREAM.MSG.GET`` with ``next_by_subj``) whether a
+    matching message is left, and if so the read continues after a retry.
+
+    Args:
+        conn: an open connection.
+        stream: the stream name.
+        first, last: the inclusive sequence range.
+        subjects: server-side subject filters (empty: all).
+        direct: use batched direct get (the stream has ``allow_direct``; one
+            filter at most, otherwise a consumer is used).
+        batch: messages per request.
+        retry_timeout: seconds to keep retrying one transient failure (0: none).
+        replicated: the stream has replicas (see above).
+        limit: stop after this many messages (None: the whole range).
+        headers_only: consumer path only: the server sends no payloads.
+        idle_timeout: seconds without any frame before a request counts as
+            lost (default: the connection's request timeout).
+        budget_source: what sets ``retry_timeout``, named when the budget runs out.
 
     Example::
 
-        lineage_id("ORDERS", 17)  # -> "ORDERS:17"
+        reader = RangeReader(conn, "ORDERS", 1, 1000, (), direct=True)
+        while (chunk := await reader.next_chunk()) is not None:
+            print(len(chunk.datas), reader.last_seen)
     """
-    return f"{stream}:{sequence}"
+
+    def __init__(
+        self,
+        conn: Connection,
+        stream: str,
+        first: int,
+        last: int,
+        subjects: tuple[str, ...] = (),
+        *,
+        direct: bool,
+        batch: int = 8192,
+        retry_timeout: float = 30.0,
+        replicated: bool = False,
+        limit: int | None = None,
+        headers_only: bool = False,
+        idle_timeout: float | None = None,
+        budget_source: str = "the caller's retry budget",
+    ) -> None:
+        self.conn = conn
+        self.budget_source = budget_source
+        self.stream = stream
+        self.first = first
+        self.last = last
+        self.subjects = subjects
+        self.direct = direct and len(subjects) <= 1
+        self.batch = batch
+        self.retry_timeout = retry_timeout
+        self.replicated = replicated
+        self.headers_only = headers_only
+        self.idle_timeout = idle_timeout or conn.options.request_timeout
+        #: How many times the reader recovered from a transient failure.
+        self.retries = 0
+        #: The sequence of the last message returned (None before the first).
+        self.last_seen: int | None = None
+        self._remaining = _UNBOUNDED if limit is None else limit
+        self._next_seq = first
+        self._done = first > last or self._remaining <= 0
+        self._pending: _Request | None = None
+        self._consumer: str | None = None
+        self._started = False
+        # One subscription per request, so a late frame of an earlier (or abandoned)
+        # request can never be mistaken for part of the next one.
+        self._requests: list[_Request] = []
+
+    async def _start(self) -> None:
+        self._started = True
+        if not self.direct:
+            name = f"oncestream_read_{uuid.uuid4().hex[:16]}"
+            config: dict[str, Any] = {
+                "name": name,
+                "deliver_policy": "by_start_sequence",
+                "opt_start_seq": self._next_seq,
+                "ack_policy": "none",
+                "mem_storage": True,
+                "num_replicas": 1,
+                "inactive_threshold": 60_000_000_000,
+                "max_waiting": 16,
+            }
+            if self.headers_only:
+                config["headers_only"] = True
+            if len(self.subjects) == 1:
+                config["filter_subject"] = self.subjects[0]
+            elif self.subjects:
+                config["filter_subjects"] = list(self.subjects)
+            # Recorded first: a create that timed out may still have succeeded.
+            self._consumer = name
+            await self.conn.api(
+                f"CONSUMER.CREATE.{self.stream}.{name}",
+                {"stream_name": self.stream, "config": config, "action": "create"},
+            )
+
+    async def _request(self) -> _Request:
+        """Send the next request; its future resolves when its frames are complete."""
+        conn = self.conn
+        inbox = conn.new_inbox()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        count = min(self.batch, self.last - self._next_seq + 1, self._remaining)
+
+        def done() -> None:
+            if not future.done():
+                future.set_result(None)
+
+        # Direct get answers end with a 204 EOB status; a no_wait pull ends with a
+        # 404/408 status, or with nothing once exactly `count` messages came.
+        sink = FrameSink(_UNBOUNDED if self.direct else count, not self.direct, done)
+        request = _Request(future, sink, await conn.subscribe_frames(inbox, sink))
+        self._requests.append(request)
+        if self.direct:
+            body: dict[str, Any] = {"seq": self._next_seq, "batch": count}
+            if self.subjects:
+                body["next_by_subj"] = self.subjects[0]
+            subject = f"{conn.prefix}.DIRECT.GET.{self.stream}"
+        else:
+            body = {"batch": count, "no_wait": True}
+            subject = f"{conn.prefix}.CONSUMER.MSG.NEXT.{self.stream}.{self._consumer}"
+        # Not awaited, so the server sends while the caller converts; a failed
+        # publish shows as an unanswered request.
+        publish = asyncio.ensure_future(conn.publish(subject, orjson.dumps(body), reply=inbox))
+        publish.add_done_callback(_ignore_result)
+        return request
+
+    async def _wait(self, request: _Request) -> FrameSink:
+        """The request's frames; OperationTimeout once ``idle_timeout`` passes without any."""
+        idle = self.idle_timeout
+        seen = 0
+        while True:
+            try:
+                await asyncio.wait_for(asyncio.shield(request.future), idle)
+                return request.sink
+            except TimeoutError:
+                if len(request.sink.datas) == seen:
+                    raise OperationTimeout(
+                        f"reading stream {self.stream!r}: no answer from the server for "
+                        f"{idle:g}s (the request timeout)"
+                    ) from None
+                seen = len(request.sink.datas)
+
+    def _check_status(self, chunk: FrameSink) -> None:
+        if chunk.status is None or chunk.datas:
+            return
+        code = status_code(chunk.status)
+        if code in (b"204", b"404", b"408"):
+            return
+        text = chunk.status.split(b"\r\n", 1)[0].decode(errors="replace")
+        where = f"reading stream {self.stream!r}: server answered {text!r}"
+        if code == b"503":
+            raise NoResponders(where, transient=True)
+        if code == b"409" and ("Leadership Change" in text or "Consumer Deleted" in text):
+            raise Unavailable(where)
+        raise JetStreamError(where, code=int(code) if code.isdigit() else 0)
+
+    def _seq(self, chunk: FrameSink, index: int) -> int:
+        if self.direct:
+            found = _SEQ_RE.search(chunk.headers[index] or b"")
+            if found is None:
+                raise OncestreamError(
+                    f"reading stream {self.stream!r}: a direct get answer has no Nats-Sequence"
+                )
+            return int(found.group(1))
+        tokens = chunk.replies[index].split(b".")
+        return int(tokens[ack_layout(len(tokens)).stream_seq])
+
+    def _trim(self, chunk: FrameSink) -> int | None:
+        """Drop frames past ``last``; return the last sequence seen before (None: no frames)."""
+        n = len(chunk.datas)
+        if not n:
+            return None
+        seen = self._seq(chunk, n - 1)
+        while n and self._seq(chunk, n - 1) > self.last:
+            n -= 1
+            for column in (chunk.datas, chunk.headers, chunk.subjects, chunk.replies):
+                del column[n:]
+        return seen
+
+    async def next_chunk(self) -> FrameSink | None:
+        """The next non-empty chunk of frames, or None when the range is exhausted.
+
+        Raises:
+            OperationTimeout: the server did not answer within the retry budget.
+            StreamNotFound: the stream does not exist (any more).
+            JetStreamError: the server answered with an unexpected status.
+        """
+        try:
+            return await retrying(
+                self._next_chunk,
+                budget=self.retry_timeout,
+                budget_source=self.budget_source,
+                what=f"reading stream {self.stream!r} at sequence {self._next_seq}",
+                on_retry=self._recover,
+            )
+        except BaseException:
+            await self._close()
+            raise
+
+    async def _next_chunk(self) -> FrameSink | None:
+        while True:
+            if self._pending is None:
+                if self._done:
+                    await self._close()
+                    return None
+                if not self._started:
+                    await self._start()
+                self._pending = await self._request()
+            request = self._pending
+            chunk = await self._wait(request)
+            self._pending = None
+            self._check_status(chunk)
+            seen = self._trim(chunk)
+            if seen is None and self.replicated:
+                await self._confirm_end()
+            self._remaining -= len(chunk.datas)
+            if chunk.datas:
+                self.last_seen = min(seen or 0, self.last)
+            if seen is None or seen >= self.last or self._remaining <= 0:
+                self._done = True
+            else:
+                self._next_seq = seen + 1
+                # Ask for the next chunk now, so the server sends it while the caller
+                # converts. This chunk is returned whatever happens to that request.
+                try:
+                    self._pending = await self._request()
+                except Exception as exc:  # asked again (and retried) on the next call
+                    log.debug("reading stream %r: prefetch failed: %s", self.stream, exc)
+            await self._release(request)
+            if chunk.datas:
+                return chunk
+
+    async def _confirm_end(self) -> None:
+        """Raise Unavailable if the leader holds a matching message in ``[_next_seq, last]``."""
+        for subject in self.subjects or (">",):
+            try:
+                reply = await self.conn.api(
+                    f"STREAM.MSG.GET.{self.stream}",
+                    {"seq": self._next_seq, "next_by_subj": subject},
+                )
+            except MessageNotFound:
+                continue
+            seq = int(reply["message"]["seq"])
+            if seq <= self.last:
+                raise Unavailable(
+                    f"reading stream {self.stream!r}: the replica serving the read has not "
+                    f"applied sequence {seq} yet"
+                )
+
+    async def _recover(self, exc: BaseException) -> None:
+        """Forget every request and the consumer; the next attempt starts at ``_next_seq``."""
+        self.retries += 1
+        if isinstance(exc, NoResponders):
+            missing = await stream_missing(self.conn, self.stream)
+            if missing is not None:
+                raise missing from exc
+        self._pending = None
+        while self._requests:
+            await self._release(self._requests[-1])
+        self._started = False
+        if self._consumer is not None:
+            name, self._consumer = self._consumer, None
+            delete_consumer_later(self.conn, self.stream, name)
+
+    async def _release(self, request: _Request) -> None:
+        self._requests.remove(request)
+        await request.sub.unsubscribe()  # best effort: the connection may be gone
+
+    async def _close(self) -> None:
+        self._done = True
+        self._pending = None
+        while self._requests:
+            await self._release(self._requests[-1])
+        if self._consumer is not None:
+            name, self._consumer = self._consumer, None
+            await _delete_consumer(self.conn, self.stream, name)
+
+    async def close(self) -> None:
+        """Release the inboxes and any consumer (idempotent)."""
+        await self._close()
+
+
+_background: set[asyncio.Future[None]] = set()
+
+
+async def _delete_consumer(conn: Connection, stream: str, name: str) -> None:
+    try:
+        await conn.api(f"CONSUMER.DELETE.{stream}.{name}")
+    except OncestreamError:
+        pass  # inactive_threshold removes it anyway
+
+
+def delete_consumer_later(conn: Connection, stream: str, name: str) -> None:
+    """Delete an abandoned ephemeral consumer in the background (best effort).
+
+    During a leader election the delete would only time out and hold up the
+    retry; the consumer's ``inactive_threshold`` removes it anyway.
+    """
+    task = asyncio.ensure_future(_delete_consumer(conn, stream, name))
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
+def _ignore_result(future: asyncio.Future[None]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.debug("publishing a read request failed: %s", future.exception())
+
+
+async def nth_sequence(
+    conn: Connection,
+    stream: str,
+    after: int,
+    n: int,
+    subjects: tuple[str, ...],
+    *,
+    retry_timeout: float = 0.0,
+    budget_source: str = "the caller's retry budget",
+) -> tuple[int | None, bool]:
+    """The sequence of the ``n``-th message after ``after`` that matches ``subjects``.
+
+    Used to size micro-batches in messages when sequences and messages differ
+    (subject filters, interior deletes). It walks a ``headers_only`` consumer:
+    no payloads travel, only one small frame per message.
+
+    Returns:
+        ``(sequence, exhausted)``: the n-th (or, if fewer exist, the last) matching
+        sequence or None when none matches, and whether fewer than ``n`` exist.
+    """
+    reader = RangeReader(
+        conn,
+        stream,
+        after + 1,
+        _UNBOUNDED,
+        subjects,
+        direct=False,
+        limit=n,
+        headers_only=True,
+        retry_timeout=retry_timeout,
+        idle_timeout=conn.options.request_timeout * 2,
+        budget_source=budget_source,
+    )
+    got = 0
+    try:
+        while (chunk := await reader.next_chunk()) is not None:
+            got += len(chunk.datas)
+    finally:
+        await reader.close()
+    return reader.last_seen, got < n
+
+
+# --------------------------------------------------------------------------- records
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +441,20 @@ class StreamRecord:
     msg_id: str | None
     timestamp: str
     data: bytes
+
+
+def _record(data: bytes, headers: bytes) -> StreamRecord:
+    seq = _SEQ_RE.search(headers)
+    ts = _TS_RE.search(headers)
+    msg_id = _ID_RE.search(headers)
+    subject = _SUBJECT_RE.search(headers)
+    return StreamRecord(
+        seq=int(seq.group(1)) if seq else 0,
+        subject=subject.group(1).decode() if subject else "",
+        msg_id=msg_id.group(1).decode() if msg_id else None,
+        timestamp=ts.group(1).decode() if ts else "",
+        data=data,
+    )
 
 
 async def read_stream(
@@ -60,6 +473,7 @@ async def read_stream(
     Raises:
         StreamNotFound: when the stream does not exist.
         JetStreamError: when direct get is disabled on the stream.
+        OperationTimeout: no answer for ``timeout`` seconds.
     """
     info = await conn.stream_info(stream)
     if not info["config"].get("allow_direct"):
@@ -68,60 +482,15 @@ async def read_stream(
             code=400,
         )
     state = info["state"]
-    seq = max(int(state.get("first_seq", 1)) or 1, start_seq)
+    first = max(int(state.get("first_seq", 1)) or 1, start_seq)
     last = int(state.get("last_seq", 0))
     if int(state.get("messages", 0)) == 0:
         return
-    # Raw frames, bypassing nats-py's Msg objects and header dicts (the per-message
-    # cost that limits a Python reader); the few headers needed are cut out below.
-    frames: list[tuple[bytes, bytes | None]] = []
-    ended: asyncio.Event = asyncio.Event()
-
-    def on_frame(
-        _subject: bytes, _reply: bytes, data: bytes | bytearray, headers: bytes | None
-    ) -> None:
-        frames.append((bytes(data), headers and bytes(headers)))
-        if is_status(headers):  # "NATS/1.0 204 EOB"
-            ended.set()
-
-    inbox = conn.new_inbox()
-    sub = await conn.subscribe_frames(inbox, on_frame)
-    subject = f"{conn.prefix}.DIRECT.GET.{stream}"
-    try:
-        while seq <= last:
-            frames.clear()
-            ended.clear()
-            request = orjson.dumps({"seq": seq, "batch": min(batch, last - seq + 1)})
-            await conn.publish(subject, request, reply=inbox)
-            await asyncio.wait_for(ended.wait(), timeout)
-            chunk = [_record(data, headers) for data, headers in frames[:-1] if headers]
-            if chunk:
-                yield chunk
-            status = status_code(frames[-1][1])
-            if not chunk or status != b"204":
-                return
-            seq = chunk[-1].seq + 1
-    except TimeoutError as exc:
-        raise OncestreamError(f"reading {stream!r} at sequence {seq}: no reply in time") from exc
-    finally:
-        await sub.unsubscribe()
-
-
-_SEQ_RE = re.compile(rb"\r\nNats-Sequence: (\d+)")
-_TS_RE = re.compile(rb"\r\nNats-Time-Stamp: ([^\r]*)")
-_ID_RE = re.compile(rb"\r\nNats-Msg-Id: ([^\r]*)")
-_SUBJECT_RE = re.compile(rb"\r\nNats-Subject: ([^\r]*)")
-
-
-def _record(data: bytes, headers: bytes) -> StreamRecord:
-    seq = _SEQ_RE.search(headers)
-    ts = _TS_RE.search(headers)
-    msg_id = _ID_RE.search(headers)
-    subject = _SUBJECT_RE.search(headers)
-    return StreamRecord(
-        seq=int(seq.group(1)) if seq else 0,
-        subject=subject.group(1).decode() if subject else "",
-        msg_id=msg_id.group(1).decode() if msg_id else None,
-        timestamp=ts.group(1).decode() if ts else "",
-        data=data,
+    reader = RangeReader(
+        conn, stream, first, last, direct=True, batch=batch, retry_timeout=0, idle_timeout=timeout
     )
+    try:
+        while (chunk := await reader.next_chunk()) is not None:
+            yield [_record(d, h) for d, h in zip(chunk.datas, chunk.headers, strict=True) if h]
+    finally:
+        await reader.close()

@@ -1,20 +1,29 @@
-"""Stream definitions: create or check a JetStream stream from a typed spec."""
+"""Streams: create or check one from a typed spec; read one message back; lineage ids.
+
+Ranges of messages are read by :mod:`oncestream.reader`.
+"""
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
+
 from ._connection import Connection
-from ._errors import ConfigError, JetStreamError, StreamNotFound
+from ._errors import ConfigError, JetStreamError, MessageNotFound, StreamNotFound
 from ._names import check_stream_name, check_subject_filter
 from ._options import parse_duration
 
 __all__ = [
+    "StoredMessage",
     "StreamSource",
     "StreamSpec",
     "create_stream_if_missing",
     "ensure_stream",
+    "last_message",
+    "lineage_id",
     "seconds_to_ns",
 ]
 
@@ -173,3 +182,80 @@ async def ensure_stream(conn: Connection, spec: StreamSpec) -> dict[str, Any]:
     except StreamNotFound:
         return await conn.add_stream(spec.to_api())
     return await conn.update_stream(spec.to_api())
+
+
+def lineage_id(stream: str, sequence: int) -> str:
+    """The message id of an output derived from input ``stream`` / ``sequence``.
+
+    The jetstream sink assigns it to rows that carry the source's ``stream``
+    and ``sequence`` columns; the audit's ``lineage`` key computes it.
+
+    Example::
+
+        lineage_id("ORDERS", 17)  # -> "ORDERS:17"
+    """
+    return f"{stream}:{sequence}"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A stored message read back by sequence or subject: its raw header block included."""
+
+    seq: int
+    subject: str
+    data: bytes
+    headers: bytes
+
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (case-insensitive), or None."""
+        wanted = name.lower()
+        for line in self.headers.decode(errors="replace").split("\r\n")[1:]:
+            key, sep, value = line.partition(":")
+            if sep and key.strip().lower() == wanted:
+                return value.strip()
+        return None
+
+
+async def last_message(
+    conn: Connection, stream: str, subject: str, *, direct: bool = False
+) -> StoredMessage | None:
+    """The last message of ``stream`` on ``subject``, or None when there is none.
+
+    Args:
+        direct: read with a direct get (any replica may answer; the stream needs
+            ``allow_direct``) instead of ``STREAM.MSG.GET`` (the leader answers).
+
+    Raises:
+        StreamNotFound: the stream does not exist.
+        JetStreamError: any other error answer.
+    """
+    if not direct:
+        try:
+            reply = await conn.api(f"STREAM.MSG.GET.{stream}", {"last_by_subj": subject})
+        except MessageNotFound:
+            return None
+        message: dict[str, Any] = reply["message"]
+        return StoredMessage(
+            seq=int(message["seq"]),
+            subject=str(message.get("subject", subject)),
+            data=base64.b64decode(message["data"]) if message.get("data") else b"",
+            headers=base64.b64decode(message["hdrs"]) if message.get("hdrs") else b"",
+        )
+    body = orjson.dumps({"last_by_subj": subject})
+    answer = await conn.request(f"{conn.prefix}.DIRECT.GET.{stream}", body)
+    headers: dict[str, str] = answer.headers or {}
+    status = headers.get("Status")
+    if status == "404":
+        return None
+    if status:
+        raise JetStreamError(
+            f"direct get of the last message on {subject!r}: {headers.get('Description', status)}",
+            code=int(status) if status.isdigit() else 0,
+        )
+    block = "NATS/1.0\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+    return StoredMessage(
+        seq=int(headers["Nats-Sequence"]),
+        subject=headers.get("Nats-Subject", subject),
+        data=answer.data,
+        headers=block.encode(),
+    )

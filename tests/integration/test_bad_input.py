@@ -83,6 +83,7 @@ PROCESS = ["process", *CONNECT, "--ledger", "sqlite:///{tmp}/ledger.db"]
 CASES = [
     # -- connection flags (every command) --------------------------------------------------
     Case("creds-missing", ["status", *CONNECT, "--creds", "/missing"], CONFIG, "/missing"),
+    Case("server-url-empty", ["status", "-s", ""], CONFIG, "--server (or $NATS_URL) is empty"),
     Case("server-url-bad-scheme", ["status", "-s", "http://x:1"], CONFIG, "not a NATS URL"),
     Case("server-url-bad-port", ["status", "-s", "nats://127.0.0.1:99999"], CONFIG, "port"),
     Case(
@@ -375,6 +376,17 @@ CASES = [
         "--timeout must be > 0",
         check=lambda env, _: _absent(env.tmp / "t"),
     ),
+    Case(
+        "topology-dir-not-ours",
+        ["topology", "up", "hub-leaf", "--dir", "{tmp}"],
+        CONFIG,
+        "holds files topology did not create (thesis.tex)",
+        setup=lambda env: env.file("thesis.tex", "years of work", mode=0o644),
+        check=lambda env, _: (
+            _unchanged("thesis.tex", "years of work")(env, _),
+            _mode_is(env.tmp, 0o755),
+        ),
+    ),
     Case("topology-unknown-kind", ["topology", "up", "bogus"], CONFIG, "bogus"),
     Case("topology-down-nothing", ["topology", "down", "--dir", "{tmp}"], CONFIG, "no topology"),
     Case(
@@ -384,6 +396,12 @@ CASES = [
         "is not a topology state file",
         setup=lambda env: env.file("topology.json", "{not json"),
         check=_unchanged("topology.json", "{not json"),
+    ),
+    Case(
+        "process-negative-progress",
+        [*PROCESS, "--stream", "BI_P", "--consumer", "c", "--handler", "x:y", "--progress", "-5"],
+        CONFIG,
+        "--progress must be >= 0",
     ),
     Case(
         "process-handler-not-module-colon-function",

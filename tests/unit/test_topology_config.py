@@ -200,3 +200,18 @@ def test_leaf_remote_with_creds_and_tls_is_valid(tmp_path: Path) -> None:
     )
     text = _check(config, tmp_path / "leaf")
     assert f'credentials: "{creds}"' in text and 'resolver: "MEMORY"' in text
+
+
+def test_server_config_non_loopback_host_needs_explicit_opt_out() -> None:
+    with pytest.raises(ConfigError, match="loopback_only=False"):
+        ServerConfig(host="10.77.1.2")
+    config = ServerConfig(host="10.77.1.2", loopback_only=False, port=4222)
+    assert 'host: "10.77.1.2"' in config.render()
+    assert "loopback_only" not in config.render()
+
+
+def test_command_prefix_execs_the_server_under_the_tracked_pid() -> None:
+    with NatsServer(command_prefix=("env", "ONCESTREAM_PREFIX_TEST=1")) as server:
+        assert server.pid is not None
+        exe = Path(f"/proc/{server.pid}/exe").resolve().name
+        assert exe.startswith("nats-server")

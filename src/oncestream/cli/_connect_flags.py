@@ -119,6 +119,8 @@ def connect_options(
     servers = tuple(
         part.strip() for value in (server or []) for part in value.split(",") if part.strip()
     )
+    if server and not servers:
+        raise ConfigError("--server (or $NATS_URL) is empty; give a URL like nats://host:4222")
     if nkey_seed is not None and not os.path.isfile(nkey_seed) and not _SEED.match(nkey_seed):
         # A path that is not there; a mistyped seed is a secret and is not echoed.
         shown = f" {nkey_seed!r}" if any(c in nkey_seed for c in "/\\.~") else ""

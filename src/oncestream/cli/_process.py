@@ -127,6 +127,9 @@ def process_command(
     if filter_subject is not None:
         check_subject_filter(filter_subject, "--filter-subject")
 
+    if progress < 0:
+        raise ConfigError(f"--progress must be >= 0 seconds (0: no progress lines), got {progress}")
+
     async def main() -> ProcessorStats:
         conn_options = options.replace(name=f"oncestream-process-{consumer}")
         func = load_handler(handler)

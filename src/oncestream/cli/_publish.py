@@ -28,7 +28,7 @@ from rich.progress import (
 from rich.table import Table
 
 from .._connection import connect
-from .._errors import ConfigError
+from .._errors import ConfigError, PublishFailed
 from .._names import check_stream_name
 from .._options import ConnectOptions, parse_duration
 from .._progress import PROGRESS_STREAM
@@ -116,9 +116,12 @@ def _report(
     plan: ResumePlan,
     progress_error: str | None,
     window: float | None,
+    horizon: float,
 ) -> None:
-    for error in tally.errors:
+    for error in tally.errors[:3]:
         _say(f"[bold red]failed[/] {error}")
+    if tally.failed > 3:
+        _say(f"[bold red]failed[/] ... and {tally.failed - 3:,} more")
     total = f" of {facts.lines:,}" if facts is not None else ""
     _say(
         f"publish {name}: stored {tally.stored:,}, duplicates {tally.duplicates:,}, "
@@ -130,6 +133,8 @@ def _report(
         return
     first = confirmed.first_unconfirmed or confirmed.line + 1
     reason = "interrupted" if state.interrupted else "stopped"
+    if isinstance(tally.fatal, PublishFailed) and not state.interrupted:
+        reason = f"gave up (no PubAck for the retry horizon, {horizon:g}s: server unreachable?)"
     remaining = f"; {facts.lines - state.read_to:,} lines not read" if facts is not None else ""
     _say(f"[bold]{reason}[/]: first unconfirmed line {first:,}{remaining}")
     if plan.store is None:
@@ -271,6 +276,7 @@ async def _run(
         plan=plan,
         progress_error=progress_error,
         window=pub.duplicate_window,
+        horizon=pub_options.retry_horizon,
     )
     if refused:
         _say(f"[bold red]error:[/] {refused}")
@@ -339,7 +345,7 @@ def publish_command(
     *,
     options: ConnectOptions,
 ) -> None:
-    """Publish every record of FILE exactly once (deterministic msg ids, acked, retried).
+    """Publish every record of FILE exactly once; a re-run adds nothing, however late.
 
     A re-run of the same FILE to the same stream stores nothing twice, however
     late: progress is recorded in the server and the re-run resumes after it

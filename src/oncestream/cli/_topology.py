@@ -64,6 +64,25 @@ def _read_state(directory: Path) -> dict[str, Any] | None:
     return state
 
 
+#: What ``up`` creates in ``--dir`` (a later ``up`` reuses it: stores survive).
+_OURS = {STATE_FILE, "hub", "leaf", *(f"oncestream-{i}" for i in range(3))}
+
+
+def _check_ours(directory: Path) -> None:
+    """Refuse a ``--dir`` holding anything ``up`` did not create: it would be overwritten."""
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(f"--dir {directory} is not a directory")
+    if not directory.is_dir():
+        return
+    foreign = sorted(p.name for p in directory.iterdir() if p.name not in _OURS)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise ConfigError(
+            f"--dir {directory} holds files topology did not create ({shown}); "
+            "give a new or empty directory, or one a previous `topology up` used"
+        )
+
+
 def _print_state(state: dict[str, Any], directory: Path) -> None:
     console.print(f"[bold]{state['kind']}[/] is up (state: {directory / STATE_FILE})")
     for name, server in state["servers"].items():
@@ -107,7 +126,7 @@ def up_command(
         "aggregate and its consumer dur at the hub).",
     ),
 ) -> None:
-    """Start the servers detached, wait until formed, print URLs, domains and credentials."""
+    """Start the servers detached, wait until formed, print URLs, domains and users."""
     if not timeout > 0:
         raise ConfigError(f"--timeout must be > 0 seconds, got {timeout}")
     directory = directory.resolve()
@@ -118,6 +137,7 @@ def up_command(
             f"(servers {', '.join(_running(state))}); run `oncestream topology down "
             f"--dir {directory}` first"
         )
+    _check_ours(directory)
     private_dir(directory)
     topology: Topology
     if kind is Kind.hub_leaf:

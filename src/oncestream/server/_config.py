@@ -118,7 +118,10 @@ class ServerConfig:
     """One nats-server process.
 
     Args:
-        host: bind address; always loopback for tests and local development.
+        host: bind address; loopback unless ``loopback_only`` is False.
+        loopback_only: refuse a non-loopback ``host`` (default). Set False only
+            for a server inside a network namespace the caller created (the
+            fault-injection campaign under ``torture/``).
         port: client port, or ``-1`` to let the server pick a free one.
         server_name: unique name (required for clusters and JetStream domains).
         jetstream: the JetStream block, or None for a core-NATS-only server.
@@ -135,6 +138,7 @@ class ServerConfig:
     """
 
     host: str = "127.0.0.1"
+    loopback_only: bool = True
     port: int = -1
     server_name: str = "oncestream"
     jetstream: JetStreamConfig | None = None
@@ -144,9 +148,11 @@ class ServerConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not self.host.startswith("127.") and self.host not in ("localhost", "::1"):
+        loopback = self.host.startswith("127.") or self.host in ("localhost", "::1")
+        if self.loopback_only and not loopback:
             raise ConfigError(
-                f"host must be a loopback address (127.0.0.0/8, localhost, ::1), got {self.host!r}"
+                f"host must be a loopback address (127.0.0.0/8, localhost, ::1) unless "
+                f"loopback_only=False, got {self.host!r}"
             )
         if self.port != -1 and not 0 < self.port < 65536:
             raise ConfigError(f"port must be -1 (random) or 1..65535, got {self.port!r}")

@@ -82,6 +82,9 @@ class NatsServer:
         work_dir: directory for the config file, log and (default) store; a
             temporary directory (removed on :meth:`close`) when omitted.
         ready_timeout: seconds to wait for the server to report readiness.
+        command_prefix: argv prepended to the server's command line, e.g.
+            ``("ip", "netns", "exec", "ns1")``; it must exec the server so the
+            tracked PID stays the server's own.
 
     Example::
 
@@ -96,7 +99,9 @@ class NatsServer:
         *,
         work_dir: str | os.PathLike[str] | None = None,
         ready_timeout: float = 20.0,
+        command_prefix: tuple[str, ...] = (),
     ) -> None:
+        self.command_prefix = tuple(command_prefix)
         self._owns_dir = work_dir is None
         self.work_dir = private_dir(work_dir or tempfile.mkdtemp(prefix="oncestream-nats-"))
         if config is None:
@@ -180,7 +185,7 @@ class NatsServer:
         self._ready_seen = False
         self._log_tail.clear()
         proc = subprocess.Popen(
-            [self.binary, "-c", str(self.config_file)],
+            [*self.command_prefix, self.binary, "-c", str(self.config_file)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,

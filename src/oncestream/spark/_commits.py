@@ -10,18 +10,19 @@ wrote sits after ``last.tail_seq`` in the target stream.
 
 from __future__ import annotations
 
-import base64
 import logging
 from dataclasses import asdict, dataclass
 
 import orjson
 
 from .._connection import Connection
-from .._errors import JetStreamError, MessageNotFound, StreamNotFound
+from .._errors import JetStreamError, StreamNotFound
 from ..publisher import Publisher, PublisherOptions
-from ..streams import StreamSpec, ensure_stream
+from ..reader import read_stream
+from ..streams import StreamSpec, ensure_stream, last_message
+from ._connections import get_publisher
 
-__all__ = ["COMMITS_STREAM", "CommitRecord", "CommitStore"]
+__all__ = ["COMMITS_STREAM", "CommitRecord", "CommitStore", "last_seq", "stored_ids"]
 
 log = logging.getLogger("oncestream.spark.sink")
 
@@ -64,6 +65,9 @@ class CommitRecord:
 class CommitStore:
     """Reads and appends :class:`CommitRecord` s of one query scope.
 
+    Records are published through ``publisher`` (a task's own Publisher), or
+    else through the process's cached commit-record Publisher on ``conn``.
+
     Example::
 
         store = CommitStore(conn)
@@ -71,9 +75,12 @@ class CommitStore:
         last = await store.last(scope)
     """
 
-    def __init__(self, conn: Connection, stream: str = COMMITS_STREAM) -> None:
+    def __init__(
+        self, conn: Connection, stream: str = COMMITS_STREAM, publisher: Publisher | None = None
+    ) -> None:
         self.conn = conn
         self.stream = stream
+        self.publisher = publisher
 
     def subject(self, scope: str) -> str:
         return f"{_SUBJECT}.{self.stream.lower()}.{scope}"
@@ -97,12 +104,10 @@ class CommitStore:
     async def last(self, scope: str) -> CommitRecord | None:
         """The scope's last record, or None when the query never started."""
         try:
-            reply = await self.conn.api(
-                f"STREAM.MSG.GET.{self.stream}", {"last_by_subj": self.subject(scope)}
-            )
-        except (MessageNotFound, StreamNotFound):
+            found = await last_message(self.conn, self.stream, self.subject(scope))
+        except StreamNotFound:
             return None
-        return CommitRecord.from_json(base64.b64decode(reply["message"]["data"]))
+        return None if found is None else CommitRecord.from_json(found.data)
 
     async def mark_attempt(self, scope: str, partition: int, batch_id: int) -> bool:
         """Note that a task of ``batch_id`` starts writing ``partition``; True if one did before.
@@ -112,13 +117,9 @@ class CommitStore:
         rows of this batch; when it is absent, none did and nothing needs reading.
         """
         subject = f"{self.subject(scope)}.p{partition}"
-        try:
-            reply = await self.conn.api(f"STREAM.MSG.GET.{self.stream}", {"last_by_subj": subject})
-            seen = orjson.loads(base64.b64decode(reply["message"]["data"]))
-            if int(seen.get("batch_id", -2)) == batch_id:
-                return True
-        except MessageNotFound:
-            pass
+        found = await last_message(self.conn, self.stream, subject)
+        if found is not None and int(orjson.loads(found.data).get("batch_id", -2)) == batch_id:
+            return True
         await self._publish(
             subject, orjson.dumps({"batch_id": batch_id}), f"{scope}:{batch_id}:p{partition}"
         )
@@ -133,10 +134,12 @@ class CommitStore:
         await self._publish(self.subject(scope), record.to_json(), f"{scope}:{record.batch_id}")
 
     async def _publish(self, subject: str, data: bytes, msg_id: str) -> None:
-        options = PublisherOptions(stream=self.stream, max_inflight=1, check_window=False)
-        async with Publisher(self.conn, options) as pub:
-            future = await pub.publish(subject, data, msg_id=msg_id)
-            ack = await future
+        pub = self.publisher
+        if pub is None:
+            options = PublisherOptions(stream=self.stream, check_window=False)
+            pub = await get_publisher(self.conn, options)
+        future = await pub.publish(subject, data, msg_id=msg_id, expected_stream=self.stream)
+        ack = await future
         if ack.stream != self.stream:
             raise JetStreamError(f"commit record stored in {ack.stream!r}, not {self.stream!r}")
 
@@ -145,3 +148,15 @@ async def last_seq(conn: Connection, stream: str) -> int:
     """The stream's current last sequence."""
     info = await conn.stream_info(stream)
     return int(info["state"].get("last_seq", 0))
+
+
+async def stored_ids(conn: Connection, stream: str, after: int) -> set[str]:
+    """Msg ids stored in ``stream`` after sequence ``after`` (what a failed attempt wrote)."""
+    tail = await last_seq(conn, stream)
+    if tail <= after:
+        return set()
+    ids: set[str] = set()
+    async for chunk in read_stream(conn, stream, start_seq=after + 1):
+        ids.update(r.msg_id for r in chunk if r.msg_id)
+    log.info("stream %s: %d ids after sequence %d will not be re-sent", stream, len(ids), after)
+    return ids

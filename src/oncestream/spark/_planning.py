@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
-import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
 from pyspark.sql.datasource import InputPartition
 
 from .._connection import Connection
-from .._errors import MessageNotFound, OncestreamError, ServerError, StreamNotFound
-from .._nats import FrameSink, status_code
-from .._retry import Unavailable, leader_stream_info, retrying
-from ._reader import check_retention, delete_consumer_later
+from .._errors import MessageNotFound, StreamNotFound
+from .._retry import leader_stream_info, retrying
+from ..reader import nth_sequence as _nth_sequence
+from ._reader import check_retention
 from ._source_options import EARLIEST, LATEST, RETRY_BUDGET, SourceOptions
 
 __all__ = [
@@ -259,92 +256,7 @@ async def nth_sequence(
     *,
     retry_timeout: float = 0.0,
 ) -> tuple[int | None, bool]:
-    """The sequence of the ``n``-th message after ``after`` that matches ``subjects``.
-
-    Used to size micro-batches in messages when sequences and messages differ
-    (subject filters, interior deletes). It walks a ``headers_only`` ephemeral
-    consumer: no payloads travel, only one small frame per message. Transient
-    errors restart the walk with a new consumer, for ``retry_timeout`` seconds.
-
-    Returns:
-        ``(sequence, exhausted)``: the n-th (or, if fewer exist, the last) matching
-        sequence or None when none matches, and whether fewer than ``n`` exist.
-    """
-    return await retrying(
-        lambda: _nth_sequence(conn, stream, after, n, subjects),
-        budget=retry_timeout,
-        budget_source=RETRY_BUDGET,
-        what=f"counting messages of stream {stream!r}",
+    """:func:`oncestream.reader.nth_sequence` with the source's retry budget named in errors."""
+    return await _nth_sequence(
+        conn, stream, after, n, subjects, retry_timeout=retry_timeout, budget_source=RETRY_BUDGET
     )
-
-
-async def _nth_sequence(
-    conn: Connection, stream: str, after: int, n: int, subjects: tuple[str, ...]
-) -> tuple[int | None, bool]:
-    name = f"oncestream_plan_{uuid.uuid4().hex[:16]}"
-    config: dict[str, Any] = {
-        "name": name,
-        "deliver_policy": "by_start_sequence",
-        "opt_start_seq": after + 1,
-        "ack_policy": "none",
-        "mem_storage": True,
-        "num_replicas": 1,
-        "inactive_threshold": 30_000_000_000,
-        "headers_only": True,
-    }
-    if len(subjects) == 1:
-        config["filter_subject"] = subjects[0]
-    elif subjects:
-        config["filter_subjects"] = list(subjects)
-    last: int | None = None
-    remaining = n
-    try:
-        await conn.api(
-            f"CONSUMER.CREATE.{stream}.{name}",
-            {"stream_name": stream, "config": config, "action": "create"},
-        )
-        while remaining > 0:
-            count = min(remaining, 8192)
-            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-            def done(future: asyncio.Future[None] = future) -> None:
-                if not future.done():
-                    future.set_result(None)
-
-            sink = FrameSink(count, True, done)
-            inbox = conn.new_inbox()
-            sub = await conn.subscribe_frames(inbox, sink)
-            try:
-                await conn.publish(
-                    f"{conn.prefix}.CONSUMER.MSG.NEXT.{stream}.{name}",
-                    orjson.dumps({"batch": count, "no_wait": True}),
-                    reply=inbox,
-                )
-                try:
-                    await asyncio.wait_for(future, conn.options.request_timeout * 2)
-                except TimeoutError:
-                    raise Unavailable(
-                        f"counting messages of stream {stream!r}: no answer"
-                    ) from None
-            finally:
-                await sub.unsubscribe()
-            got = len(sink.datas)
-            status = status_code(sink.status) if sink.status is not None and not got else b"404"
-            if status == b"503":
-                raise Unavailable(f"counting messages of stream {stream!r}: no responders")
-            if status not in (b"404", b"408"):
-                raise ServerError(f"counting messages of stream {stream!r}: status {status!r}")
-            if got:
-                tokens = sink.replies[got - 1].split(b".")
-                last = int(tokens[5] if len(tokens) == 9 else tokens[7])
-            remaining -= got
-            if got < count:
-                break
-    except BaseException:
-        delete_consumer_later(conn, stream, name)
-        raise
-    try:
-        await conn.api(f"CONSUMER.DELETE.{stream}.{name}")
-    except OncestreamError:
-        pass  # inactive_threshold removes it anyway
-    return last, remaining > 0

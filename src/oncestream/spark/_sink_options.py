@@ -15,8 +15,7 @@ from .._errors import ConfigError
 from .._names import check_publish_subject, check_stream_name
 from .._options import ConnectOptions, parse_bool, parse_duration, parse_positive_int
 from ..publisher import PublisherOptions
-from ..reader import lineage_id
-from ..streams import StreamSpec
+from ..streams import StreamSpec, lineage_id
 from ._commits import COMMITS_STREAM
 from ._options import (
     CONNECT_OPTIONS,
@@ -32,6 +31,7 @@ __all__ = [
     "id_scope",
     "lineage_id",
     "position_id",
+    "row_digest",
     "writer_scope",
 ]
 
@@ -211,3 +211,9 @@ def _create_stream_spec(lowered: Mapping[str, str], stream: str | None) -> Strea
         replicas=replicas,
         duplicate_window=window,
     )
+
+
+def row_digest(subject: str | None, data: Any) -> str:
+    """A short hash of a row's subject and data (part of batch-write msg ids)."""
+    raw = data if isinstance(data, bytes) else str(data).encode()
+    return hashlib.blake2b((subject or "").encode() + b"\0" + raw, digest_size=8).hexdigest()

@@ -22,11 +22,10 @@ the previous commit's tail) and does not send those ids again.
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import contextlib
 import logging
 import os
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -46,14 +45,14 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from .._connection import Connection, connect
+from .._connection import Connection
 from .._errors import ConfigError, JetStreamError, OncestreamError, StreamMismatch
 from .._sync import run_sync
 from ..publisher import PubAck, Publisher
-from ..reader import read_stream
 from ..streams import create_stream_if_missing
-from ._commits import CommitRecord, CommitStore, last_seq
-from ._sink_options import SinkOptions, lineage_id, position_id, writer_scope
+from ._commits import CommitRecord, CommitStore, last_seq, stored_ids
+from ._connections import get_connection
+from ._sink_options import SinkOptions, lineage_id, position_id, row_digest, writer_scope
 from ._sink_options import id_scope as make_id_scope
 
 if TYPE_CHECKING:
@@ -63,22 +62,12 @@ __all__ = ["JetStreamBatchWriter", "JetStreamStreamWriter", "SinkCommit"]
 
 log = logging.getLogger("oncestream.spark.sink")
 
-# --------------------------------------------------------------------------- connections
-
-_lock = threading.Lock()
-_connections: dict[tuple[int, Any], Connection] = {}
 _checked: set[tuple[int, Any]] = set()
 
 
 async def _connection(options: SinkOptions) -> Connection:
-    """One connection per Python worker process and connect options."""
-    key = (os.getpid(), options.connect)
-    conn = _connections.get(key)
-    if conn is None or conn.is_closed:
-        conn = await connect(options.connect)
-        with _lock:
-            _connections[key] = conn
-    return conn
+    """The process's connection for the sink's connect options (see ``_connections``)."""
+    return await get_connection(options.connect)
 
 
 def _ensure_log_handler() -> None:
@@ -220,13 +209,12 @@ class _JetStreamWriter:
         window = int(info["config"].get("duplicate_window") or 0) / 1e9
         horizon = opts.publisher.retry_horizon
         spark_horizon = horizon * opts.task_max_failures
-        if opts.publisher.check_window and window < horizon:
-            raise ConfigError(
-                f"stream {stream!r} has duplicate_window {window:g}s, shorter than the "
-                f"Publisher's retry horizon {horizon:g}s (maxAttempts x ackTimeout + backoff): "
-                "a re-sent message could be stored twice. Raise the window or lower "
-                "ackTimeout / maxAttempts (or set checkWindow=false to accept the risk)"
-            )
+        if opts.publisher.check_window:
+            try:
+                opts.publisher.check_window_fits(stream, window)
+            except ConfigError as exc:
+                exc.add_note("Spark options: ackTimeout, maxAttempts; checkWindow=false accepts it")
+                raise
         if window < spark_horizon:
             _ensure_log_handler()
             log.warning(
@@ -289,9 +277,10 @@ class _JetStreamWriter:
         opts = self.options
         conn = await _connection(opts)
         existing: set[str] = set()
-        if self.streaming and commit.batch_id >= 0:
-            store = CommitStore(conn, opts.commits_stream)
-            last = await store.last(commit.scope)
+        marking = self.streaming and commit.batch_id >= 0
+        last: CommitRecord | None = None
+        if marking:
+            last = await CommitStore(conn, opts.commits_stream).last(commit.scope)
             if last is not None and last.query_id not in (None, commit.query_id):
                 log.warning(
                     "ignoring the sink's commit records of query %s: this is query %s on the "
@@ -303,13 +292,21 @@ class _JetStreamWriter:
             if last is not None and last.batch_id >= commit.batch_id:
                 commit.skipped_batch = True
                 return None
-            if last is None:
-                await store.ensure()
-            retry = await store.mark_attempt(commit.scope, commit.partition, commit.batch_id)
-            if retry and last is not None and opts.stream is not None:
-                existing = await _stored_ids(conn, opts.stream, last.tail_seq)
         pub = Publisher(conn, opts.publisher)
-        await pub.start()
+        try:
+            await pub.start()
+            if marking:
+                # The task's own Publisher also writes its attempt marker.
+                store = CommitStore(conn, opts.commits_stream, pub)
+                if last is None:
+                    await store.ensure()
+                retry = await store.mark_attempt(commit.scope, commit.partition, commit.batch_id)
+                if retry and last is not None and opts.stream is not None:
+                    existing = await stored_ids(conn, opts.stream, last.tail_seq)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await pub.close()
+            raise
         seen: set[str] | None = set() if self.layout.lineage else None
         return _TaskState(pub=pub, futures=[], existing=existing, seen=seen)
 
@@ -360,7 +357,7 @@ class _JetStreamWriter:
             ]
         else:
             base = f"{prefix or 'batch'}:p{commit.partition}:r"
-            ids = [f"{base}{offset + i}:{_digest(subjects[i], datas[i])}" for i in range(n)]
+            ids = [f"{base}{offset + i}:{row_digest(subjects[i], datas[i])}" for i in range(n)]
         return subjects, datas, headers, ids
 
     async def _send(self, state: _TaskState, rows: _Rows) -> None:
@@ -427,23 +424,6 @@ class _JetStreamWriter:
             "skipped_existing": sum(m.skipped_existing for m in done),
             "skipped_tasks": sum(1 for m in done if m.skipped_batch),
         }
-
-
-async def _stored_ids(conn: Connection, stream: str, after: int) -> set[str]:
-    """Msg ids stored in ``stream`` after sequence ``after`` (what a failed attempt wrote)."""
-    tail = await last_seq(conn, stream)
-    if tail <= after:
-        return set()
-    ids: set[str] = set()
-    async for chunk in read_stream(conn, stream, start_seq=after + 1):
-        ids.update(r.msg_id for r in chunk if r.msg_id)
-    log.info("stream %s: %d ids after sequence %d will not be re-sent", stream, len(ids), after)
-    return ids
-
-
-def _digest(subject: str | None, data: Any) -> str:
-    raw = data if isinstance(data, bytes) else str(data).encode()
-    return hashlib.blake2b((subject or "").encode() + b"\0" + raw, digest_size=8).hexdigest()
 
 
 class JetStreamBatchWriter(_JetStreamWriter, DataSourceArrowWriter):

@@ -1,0 +1,112 @@
+"""Smoke run of the randomized fault campaign (torture/, issue 11).
+
+Three short trials with a fixed seed (single server, R3 cluster, leaf -> hub),
+servers in their own network namespaces, producers and processors killed and
+paused at seeded random times: no acknowledged publish lost, none stored or
+applied twice, none left unapplied; and nothing of the run is left behind.
+Also: leftovers of a harness killed with SIGKILL are removed by the next run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
+    pytest.mark.skipif(shutil.which("ip") is None, reason="iproute2 (ip) not installed"),
+]
+
+
+def _namespaces() -> str:
+    return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+def _postgres_available() -> bool:
+    from tests._postgres import find_pg_bin
+
+    try:
+        find_pg_bin()
+    except RuntimeError:
+        return False
+    return True
+
+
+def test_three_trial_smoke_is_exactly_once_and_cleans_up(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "torture", "--trials", "3", "--seed", "7", "--duration",
+            "8", "--faults", "3", "--rate", "40", "--out", str(tmp_path)]  # fmt: skip
+    if not _postgres_available():
+        argv.append("--no-postgres")
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=280)
+    summary = json.loads((tmp_path / "latest.json").read_text())
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert summary["trials"] == 3
+    assert summary["kinds"] == {"single": 1, "cluster": 1, "leaf": 1}
+    assert summary["acked"] > 0
+    for key in ("lost", "duplicated", "applied_twice", "missing_effects", "unexpected"):
+        assert summary[key] == 0, (key, summary)
+    assert sum(summary["faults"].values()) > 0
+    assert f"os-{summary['run_id']}" not in _namespaces()
+    run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
+    assert (run_dir / "report.md").exists()
+    assert (run_dir / "latency-distribution.png").exists()
+
+
+def test_leftovers_of_a_killed_harness_are_removed() -> None:
+    from torture.netns import STATE_DIR, cleanup_stale
+
+    run_id = "k" + secrets.token_hex(2)
+    code = (
+        f"from torture.netns import Net; net = Net({run_id!r}); net.add_node('a'); "
+        "print('UP', flush=True); import sys; sys.stdin.read()"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "UP"
+        assert f"os-{run_id}-a" in _namespaces()
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    assert (STATE_DIR / f"{run_id}.json").exists()
+    assert run_id in cleanup_stale()
+    assert f"os-{run_id}" not in _namespaces()
+    links = subprocess.run(["ip", "link"], capture_output=True, text=True).stdout
+    assert f"os{run_id}-h" not in links
+    assert not (STATE_DIR / f"{run_id}.json").exists()
+
+
+def test_sigterm_tears_the_run_down(tmp_path: Path) -> None:
+    from torture.netns import STATE_DIR
+
+    before = set(STATE_DIR.glob("*.json")) if STATE_DIR.is_dir() else set()
+    argv = [sys.executable, "-m", "torture", "--trials", "1", "--kinds", "single",
+            "--duration", "60", "--no-postgres", "--out", str(tmp_path)]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        ours: set[Path] = set()
+        while not ours and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)  # waiting for the run's state file (condition, bounded)
+            ours = set(STATE_DIR.glob("*.json")) - before
+        assert ours, "the run never recorded its namespaces"
+        run_id = json.loads(next(iter(ours)).read_text())["run_id"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert f"os-{run_id}" not in _namespaces()
+    assert not (STATE_DIR / f"{run_id}.json").exists()
+    mounts = Path("/proc/mounts").read_text()
+    assert f"oncestream-torture-{run_id}" not in mounts

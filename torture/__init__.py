@@ -1,0 +1,1 @@
+"""Randomized fault campaign for oncestream (issue 11); run with ``make torture``."""

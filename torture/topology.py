@@ -1,0 +1,177 @@
+"""The servers of one trial, each in its own network namespace (see :mod:`torture.netns`).
+
+Kinds: ``single`` (one server, ``sync_interval: always``, store on a small
+tmpfs), ``cluster`` (3 nodes, stream R3, server default sync), ``leaf`` (a leaf
+in domain ``leaf`` whose stream the hub, domain ``hub``, sources).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from oncestream import ConnectOptions, OncestreamError, connect
+from oncestream.server import (
+    ClusterConfig,
+    JetStreamConfig,
+    LeafNodeConfig,
+    LeafRemote,
+    NatsServer,
+    ServerConfig,
+)
+from oncestream.streams import StreamSource, StreamSpec, ensure_stream
+
+from .netns import Net
+
+KINDS = ("single", "cluster", "leaf")
+CLIENT, ROUTE, LEAF, HTTP = 4222, 6222, 7422, 8222
+STREAM, SUBJECT = "T", "t"
+HUB_STREAM = "TH"
+TMPFS_BYTES = 48 * 1024 * 1024
+
+
+class Topology:
+    """Servers of one trial kind, started inside namespaces of ``net``."""
+
+    def __init__(self, kind: str, net: Net, work: Path) -> None:
+        self.kind, self.net, self.work = kind, net, work
+        self.servers: dict[str, NatsServer] = {}
+        self.addr: dict[str, str] = {}
+        self.store_mount: Path | None = None
+        nodes = {"single": ["s1"], "cluster": ["c1", "c2", "c3"], "leaf": ["hub", "leaf"]}[kind]
+        for node in nodes:
+            self.addr[node] = net.add_node(node)
+        for node in nodes:
+            self._add(node)
+
+    def _add(self, node: str) -> None:
+        store = self.work / node / "jetstream"
+        store.mkdir(parents=True, exist_ok=True)
+        blocks: tuple[Any, ...] = ()
+        domain = sync = None
+        if self.kind == "single":
+            self.net.track_mount(str(store))
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs", str(store)],
+                check=True,
+                timeout=20,
+            )
+            self.store_mount = store
+            sync = "always"
+        elif self.kind == "cluster":
+            routes = tuple(f"nats-route://{a}:{ROUTE}" for n, a in self.addr.items() if n != node)
+            blocks = (ClusterConfig(name="C", port=ROUTE, host=self.addr[node], routes=routes),)
+        elif node == "hub":
+            domain = "hub"
+            blocks = (LeafNodeConfig(port=LEAF, host=self.addr[node]),)
+        else:
+            domain = "leaf"
+            remote = LeafRemote(url=f"nats-leaf://{self.addr['hub']}:{LEAF}", account="$G")
+            blocks = (LeafNodeConfig(remotes=(remote,), reconnect=0.25),)
+        config = ServerConfig(
+            host=self.addr[node],
+            loopback_only=False,
+            port=CLIENT,
+            http_port=HTTP,
+            server_name=node,
+            jetstream=JetStreamConfig(
+                store_dir=store,
+                domain=domain,
+                sync_interval=sync,
+                max_file_store=TMPFS_BYTES * 4 if self.kind == "single" else None,
+            ),
+            blocks=blocks,
+        )
+        self.servers[node] = NatsServer(
+            config,
+            work_dir=self.work / node,
+            command_prefix=self.net.exec_prefix(node),
+            ready_timeout=30,
+        )
+
+    def start(self) -> None:
+        for server in self.servers.values():
+            server.start()
+            assert server.pid is not None
+            self.net.track_pid(server.pid)
+
+    def restart(self, node: str) -> None:
+        server = self.servers[node]
+        server.kill()
+        server.start()
+        assert server.pid is not None
+        self.net.track_pid(server.pid)
+
+    def url(self, node: str) -> str:
+        return f"nats://{self.addr[node]}:{CLIENT}"
+
+    def producer_target(self) -> dict[str, Any]:
+        """servers/domain the producers use."""
+        if self.kind == "cluster":
+            return {"servers": [self.url(n) for n in ("c1", "c2", "c3")], "domain": None}
+        if self.kind == "leaf":
+            return {"servers": [self.url("leaf")], "domain": "leaf"}
+        return {"servers": [self.url("s1")], "domain": None}
+
+    def processor_target(self) -> dict[str, Any]:
+        """servers/domain/stream the processors use."""
+        if self.kind == "leaf":
+            return {"servers": [self.url("hub")], "domain": "hub", "stream": HUB_STREAM}
+        return {**self.producer_target(), "stream": STREAM}
+
+    def connect_options(self, target: dict[str, Any]) -> ConnectOptions:
+        return ConnectOptions(
+            servers=tuple(target["servers"]),
+            domain=target.get("domain"),
+            reconnect_wait=0.2,
+            max_reconnect_attempts=-1,
+            connect_timeout=3.0,
+        )
+
+    async def create_streams(self, timeout: float = 60.0) -> None:
+        """Create the streams, retrying while the cluster elects its meta leader."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return await self._create_streams()
+            except OncestreamError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+
+    async def _create_streams(self) -> None:
+        replicas = 3 if self.kind == "cluster" else 1
+        spec = StreamSpec(
+            name=STREAM, subjects=(f"{SUBJECT}.>",), replicas=replicas, duplicate_window=300.0
+        )
+        async with await connect(self.connect_options(self.producer_target())) as conn:
+            await ensure_stream(conn, spec)
+        if self.kind == "leaf":
+            origin = StreamSource(name=STREAM, domain="leaf")
+            hub = self.connect_options(self.processor_target())
+            async with await connect(hub) as conn:
+                await ensure_stream(conn, StreamSpec(name=HUB_STREAM, sources=(origin,)))
+
+    async def leader(self) -> str | None:
+        """The cluster's stream leader (server name), or None."""
+        if self.kind != "cluster":
+            return None
+        try:
+            async with await connect(self.connect_options(self.producer_target())) as conn:
+                info = await conn.stream_info(STREAM)
+        except Exception:
+            return None
+        leader = (info.get("cluster") or {}).get("leader")
+        return str(leader) if leader else None
+
+    def stop(self) -> None:
+        for server in self.servers.values():
+            try:
+                server.kill()
+            except Exception:
+                pass
+        if self.store_mount is not None:
+            subprocess.run(["umount", "-l", str(self.store_mount)], check=False, timeout=20)

@@ -1,0 +1,383 @@
+"""One trial: servers in namespaces, producers, processors, the nemesis, drain, final state."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sqlite3
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from oncestream import connect
+from oncestream.reader import read_stream
+
+from .nemesis import PROCESSORS, Fault, Worker, python_argv, schedule
+from .netns import Net
+from .topology import HUB_STREAM, STREAM, SUBJECT, Topology
+from .workers import EFFECTS, EFFECTS_COLUMNS
+
+TICK = 0.1
+
+
+class Trial:
+    def __init__(
+        self,
+        *,
+        index: int,
+        seed: int,
+        kind: str,
+        out: Path,
+        run_id: str,
+        duration: float,
+        faults: int,
+        rate: float,
+        pg_admin: str | None,
+    ) -> None:
+        self.index, self.seed, self.kind, self.out = index, seed, kind, out
+        self.run_id, self.duration, self.rate = f"{run_id}{index:02d}", duration, rate
+        self.faults = schedule(seed, kind, duration, faults)
+        self.pg_admin = pg_admin
+        self.dir = out / f"trial-{index:03d}-{kind}"
+        self.work = Path(f"/tmp/oncestream-torture-{self.run_id}")
+        self.history = self.dir / "history.jsonl"
+        self.workers: dict[str, Worker] = {}
+        self.busy: set[str] = set()
+        self.fault_log: list[dict[str, Any]] = []
+        self.topo: Topology | None = None
+        self.net: Net | None = None
+        self.count = int(rate * duration)
+
+    # -- setup -------------------------------------------------------------------------
+
+    def _pg_url(self) -> str | None:
+        if self.pg_admin is None:
+            return None
+        import psycopg
+
+        db = f"torture_{self.run_id}"
+        with psycopg.connect(self.pg_admin, autocommit=True) as pg:
+            pg.execute(f"DROP DATABASE IF EXISTS {db}")
+            pg.execute(f"CREATE DATABASE {db}")
+        url = self.pg_admin.rsplit("/", 1)[0] + f"/{db}"
+        with psycopg.connect(url, autocommit=True) as pg:  # before two processors race to it
+            pg.execute(f"CREATE TABLE {EFFECTS} {EFFECTS_COLUMNS}")
+        return url
+
+    def _workers(self, pg_url: str | None) -> None:
+        assert self.topo is not None
+        prod = self.topo.producer_target()
+        proc = self.topo.processor_target()
+        hist = str(self.history)
+        base = {**prod, "stream": STREAM, "subject": SUBJECT, "history": hist}
+        for name, role in (("pub", "publisher"), ("sess", "session")):
+            cfg = {**base, "name": name, "count": self.count, "rate": self.rate}
+            self._add(name, python_argv(role, cfg), done=True)
+        lines = self.dir / "cli-input.jsonl"
+        with open(lines, "w") as f:
+            for i in range(self.count // 2):
+                f.write(json.dumps({"id": f"cli-{i}", "n": i}) + "\n")
+        cli = [
+            str(Path(sys.executable).parent / "oncestream"),
+            "publish",
+            str(lines),
+            "--stream",
+            STREAM,
+            "--subject",
+            f"{SUBJECT}.cli",
+            "--id-field",
+            "id",
+            "--no-progress",
+            "--ack-timeout",
+            "2s",
+            "--max-attempts",
+            "10",
+        ]
+        for url in prod["servers"]:
+            cli += ["-s", url]
+        if prod["domain"]:
+            cli += ["--domain", prod["domain"]]
+        self._add("cli", cli, done=True)
+        ledgers = {"lite": str(self.dir / "lite.db")}
+        if pg_url:
+            ledgers |= {"pg1": pg_url, "pg2": pg_url}
+        for name, ledger in ledgers.items():
+            cfg = {
+                **proc,
+                "name": name,
+                "ledger": ledger,
+                "table": EFFECTS,
+                "consumer": "lite" if name == "lite" else "pg",
+                "history": hist,
+            }
+            self._add(name, python_argv("processor", cfg), done=False)
+
+    def _add(self, name: str, argv: list[str], *, done: bool) -> None:
+        self.workers[name] = Worker(name, argv, self.dir / f"{name}.log", restart_until_done=done)
+
+    def _note(self, op: str, key: str, result: str, **extra: Any) -> None:
+        line = {
+            "wall": time.time(),
+            "mono": time.monotonic(),
+            "process": "nemesis",
+            "op": op,
+            "key": key,
+            "result": result,
+            **extra,
+        }
+        with open(self.history, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+    # -- faults ------------------------------------------------------------------------
+
+    async def _resolve(self, fault: Fault) -> str | None:
+        assert self.topo is not None
+        if fault.target not in ("leader", "follower"):
+            return fault.target
+        leader = await self.topo.leader()
+        if leader is None:
+            return None
+        if fault.target == "leader":
+            return leader
+        return next(n for n in ("c1", "c2", "c3") if n != leader)
+
+    async def _apply(self, fault: Fault, target: str) -> str:
+        topo, net = self.topo, self.net
+        assert topo is not None and net is not None
+        if fault.kind == "kill":
+            self.workers[target].kill()
+        elif fault.kind == "pause":
+            self.workers[target].signal(__import__("signal").SIGSTOP)
+        elif fault.kind == "server-kill":
+            topo.servers[target].kill()
+        elif fault.kind == "server-pause":
+            topo.servers[target].pause()
+        elif fault.kind == "partition":
+            net.link_down(target)
+        elif fault.kind == "degrade":
+            return net.degrade(target, loss_pct=5.0, delay_ms=150)
+        elif fault.kind == "disk-full":
+            assert topo.store_mount is not None
+            await asyncio.to_thread(_fill, topo.store_mount / "filler")
+        return "ok"
+
+    def _heal(self, fault: Fault, target: str) -> None:
+        topo, net = self.topo, self.net
+        assert topo is not None and net is not None
+        if fault.kind == "kill":
+            worker = self.workers[target]
+            if not worker.done and not worker.alive():
+                worker.start()
+        elif fault.kind == "pause":
+            self.workers[target].signal(__import__("signal").SIGCONT)
+        elif fault.kind == "server-kill":
+            topo.restart(target)
+        elif fault.kind == "server-pause":
+            topo.servers[target].resume()
+        elif fault.kind == "partition":
+            net.link_up(target)
+        elif fault.kind == "degrade":
+            net.degrade_clear(target)
+        elif fault.kind == "disk-full":
+            assert topo.store_mount is not None
+            (topo.store_mount / "filler").unlink(missing_ok=True)
+
+    # -- run ---------------------------------------------------------------------------
+
+    async def run(self) -> dict[str, Any]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.work.mkdir(parents=True, exist_ok=True)
+        try:
+            with Net(self.run_id) as net:
+                self.net = net
+                self.topo = Topology(self.kind, net, self.work)
+                try:
+                    return await self._run()
+                finally:
+                    for worker in self.workers.values():
+                        worker.kill()
+                    self.topo.stop()
+        finally:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+    async def _run(self) -> dict[str, Any]:
+        assert self.topo is not None
+        self.topo.start()
+        await self.topo.create_streams()
+        pg_url = self._pg_url()
+        self._workers(pg_url)
+        t0 = time.monotonic()
+        self._note("trial", self.kind, "start", seed=self.seed)
+        for worker in self.workers.values():
+            worker.start()
+        pending = list(self.faults)
+        active: list[tuple[float, Fault, str, dict[str, Any]]] = []
+        while time.monotonic() - t0 < self.duration or active:
+            now = time.monotonic() - t0
+            while pending and pending[0].start <= now:
+                fault = pending.pop(0)
+                target = await self._resolve(fault)
+                entry = {**fault.as_dict(), "resolved": target}
+                if target is None or target in self.busy:
+                    entry["skipped"] = True
+                    self.fault_log.append(entry)
+                    continue
+                self.busy.add(target)
+                entry["how"] = await self._apply(fault, target)
+                entry["wall_start"], entry["mono_start"] = time.time(), time.monotonic()
+                self._note("fault", f"{fault.kind}:{target}", entry["how"])
+                active.append((now + fault.duration, fault, target, entry))
+            for item in [a for a in active if a[0] <= now]:
+                active.remove(item)
+                _, fault, target, entry = item
+                self._heal(fault, target)
+                self.busy.discard(target)
+                entry["wall_end"], entry["mono_end"] = time.time(), time.monotonic()
+                self._note("heal", f"{fault.kind}:{target}", "ok")
+                self.fault_log.append(entry)
+            self._supervise()
+            await asyncio.sleep(TICK)
+        self._note("trial", self.kind, "faults-over")
+        await self._drain()
+        return await self._final_state(pg_url)
+
+    def _supervise(self) -> None:
+        for name, worker in self.workers.items():
+            worker.supervise(in_fault=name in self.busy)
+
+    async def _drain(self, timeout: float = 120.0) -> None:
+        """Producers finish, then processors catch up with the processed stream."""
+        assert self.topo is not None
+        deadline = time.monotonic() + timeout
+        producers = [w for w in self.workers.values() if w.restart_until_done]
+        while time.monotonic() < deadline and not all(w.done for w in producers):
+            self._supervise()
+            await asyncio.sleep(0.2)
+        if self.workers["cli"].done:
+            with open(self.history, "a") as f:
+                for i in range(self.count // 2):  # exit 0: every line is stored and acked
+                    f.write(
+                        json.dumps(
+                            {
+                                "wall": time.time(),
+                                "mono": time.monotonic(),
+                                "process": "cli",
+                                "op": "ack",
+                                "key": f"cli-{i}",
+                                "result": "exit 0",
+                            }
+                        )
+                        + "\n"
+                    )
+        target = self.topo.processor_target()
+        stream = target["stream"]
+        while time.monotonic() < deadline:
+            self._supervise()
+            stored = len(await self._keys(target, stream))
+            if stored and all(len(c) >= stored for c in self._effects_now().values()):
+                break
+            await asyncio.sleep(0.5)
+        self._note("trial", self.kind, "drained")
+        for name in PROCESSORS:
+            if name in self.workers:
+                self.workers[name].stop()
+
+    def _effects_now(self) -> dict[str, set[str]]:
+        out = {}
+        for db, rows in self._effect_rows().items():
+            out[db] = {r[0] for r in rows}
+        return out
+
+    def _effect_rows(self) -> dict[str, list[tuple[str, str, float, float]]]:
+        rows: dict[str, list[tuple[str, str, float, float]]] = {}
+        lite = self.dir / "lite.db"
+        try:
+            with sqlite3.connect(lite) as db:
+                rows["sqlite"] = list(db.execute("SELECT key, proc, wall, mono FROM effects"))
+        except sqlite3.Error:
+            rows["sqlite"] = []
+        if self.pg_admin is not None:
+            import psycopg
+
+            url = self.pg_admin.rsplit("/", 1)[0] + f"/torture_{self.run_id}"
+            try:
+                with psycopg.connect(url) as pg:
+                    rows["postgres"] = list(pg.execute("SELECT key, proc, wall, mono FROM effects"))
+            except psycopg.Error:
+                rows["postgres"] = []
+        return rows
+
+    async def _keys(self, target: dict[str, Any], stream: str) -> list[str]:
+        assert self.topo is not None
+        keys: list[str] = []
+        try:
+            async with await connect(self.topo.connect_options(target)) as conn:
+                async for chunk in read_stream(conn, stream):
+                    keys += [_key(bytes(r.data)) for r in chunk]
+        except Exception:
+            return []
+        return keys
+
+    async def _final_state(self, pg_url: str | None) -> dict[str, Any]:
+        assert self.topo is not None
+        streams = {STREAM: Counter(await self._keys(self.topo.producer_target(), STREAM))}
+        if self.kind == "leaf":
+            target = self.topo.processor_target()
+            streams[HUB_STREAM] = Counter(await self._keys(target, HUB_STREAM))
+        rows = self._effect_rows()
+        with open(self.history, "a") as f:
+            for db, entries in rows.items():
+                for key, proc, wall, mono in entries:
+                    f.write(
+                        json.dumps(
+                            {
+                                "wall": wall,
+                                "mono": mono,
+                                "process": proc,
+                                "op": "apply",
+                                "key": key,
+                                "result": db,
+                            }
+                        )
+                        + "\n"
+                    )
+        state = {
+            "index": self.index,
+            "seed": self.seed,
+            "kind": self.kind,
+            "processed_stream": self.topo.processor_target()["stream"],
+            "streams": {s: dict(c) for s, c in streams.items()},
+            "effects": {db: dict(Counter(r[0] for r in e)) for db, e in rows.items()},
+            "faults": self.fault_log,
+            "worker_exits": {n: w.exits for n, w in self.workers.items() if w.exits},
+            "unfinished": [
+                n for n, w in self.workers.items() if w.restart_until_done and not w.done
+            ],
+        }
+        (self.dir / "final-state.json").write_text(json.dumps(state))
+        return state
+
+
+def _key(data: bytes) -> str:
+    """The record key: the payload, or the ``id`` field of a CLI JSON record."""
+    text = data.decode(errors="replace")
+    if text.startswith("{"):
+        try:
+            return str(json.loads(text)["id"])
+        except (ValueError, KeyError):
+            return text
+    return text
+
+
+def _fill(path: Path) -> None:
+    chunk = b"\0" * (1 << 20)
+    try:
+        with open(path, "wb") as f:
+            while True:
+                f.write(chunk)
+                f.flush()
+    except OSError:
+        pass  # the tmpfs is full: that is the fault
