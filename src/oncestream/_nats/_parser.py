@@ -131,7 +131,7 @@ class _FastParser(Parser):
                 partial = op in (72, 77)  # an "HMSG"/"MSG" line still arriving
                 break
             if op == 77:  # b"M": MSG <subject> <sid> [reply] <size>
-                parts = bytes(buf[pos + 4 : end]).split(b" ")
+                parts = buf[pos + 4 : end].split(b" ")  # bytearrays: no extra copy
                 sid = int(parts[1])
                 if sid != last_sid:
                     last_sid = sid
@@ -150,8 +150,8 @@ class _FastParser(Parser):
                     sink.datas.append(bytes(buf[start:stop]))
                     sink.headers.append(None)
                     if sink.keep_meta:
-                        sink.subjects.append(parts[0])
-                        sink.replies.append(parts[2] if len(parts) == 4 else b"")
+                        sink.subjects.append(bytes(parts[0]))
+                        sink.replies.append(bytes(parts[2]) if len(parts) == 4 else b"")
                     if len(sink.datas) >= sink.limit:
                         sink.finish()
                 pos = stop + 2
