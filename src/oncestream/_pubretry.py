@@ -21,13 +21,17 @@ from ._errors import PublishError, PublishFailed, StreamNotFound
 from ._pubtypes import PublisherOptions
 from ._pubwire import Pending
 
-__all__ = ["RetryTable"]
+__all__ = ["ID_IN_PROCESS", "RetryTable"]
 
 log = logging.getLogger("oncestream.publisher")
 
 # Tokens of retried messages remembered to count the acks of their extra copies.
 _LATE_TOKENS = 100_000
 _monotonic = time.monotonic
+
+
+#: JetStream err_code "duplicate message id is in process" (see RetryTable.in_process).
+ID_IN_PROCESS = 10158
 
 
 class RetryTable:
@@ -71,6 +75,21 @@ class RetryTable:
         late[token] = None
         if len(late) > _LATE_TOKENS:
             del late[next(iter(late))]
+
+    def in_process(self, token: int, entry: Pending) -> None:
+        """The leader answered 10158 "duplicate message id is in process" to a re-send.
+
+        An earlier send of this msg id is still being replicated (e.g. no quorum):
+        the outcome is unknown, as with no answer, so re-send after an ack timeout
+        (found by the fault campaign, torture/, issue 11; before, the publish failed
+        although the first send was stored once quorum was back).
+        """
+        if entry.attempts >= self.options.max_attempts:
+            self.give_up(entry)
+            return
+        opts = self.options
+        entry.deadline = _monotonic() + opts.ack_timeout + opts.backoff(entry.attempts + 1)
+        self.waiting[token] = entry
 
     def no_responders(self, token: int, entry: Pending) -> None:
         """The server answered 503: retry, and ask once whether a stream listens at all."""

@@ -35,7 +35,7 @@ from ._errors import (
     jetstream_error,
 )
 from ._nats import FrameSubscription, exception_retrieved, status_code
-from ._pubretry import RetryTable
+from ._pubretry import ID_IN_PROCESS, RetryTable
 from ._pubtypes import KeyFunction, PubAck, PublisherOptions, PublisherStats
 from ._pubwire import (
     HeaderValues,
@@ -447,6 +447,9 @@ class Publisher:
             return
         if error is not None:
             exc = jetstream_error(error)
+            if exc.err_code == ID_IN_PROCESS:
+                self._table.in_process(token, entry)
+                return
             if entry.attempts > 1:
                 # Expectations are checked before msg-id de-duplication: a re-sent
                 # conditional publish whose original was stored fails this way.

@@ -74,3 +74,13 @@ def test_subject_matches() -> None:
     assert not subject_matches("orders.*", "orders.eu.x")
     assert not subject_matches("orders.>", "orders")
     assert subject_matches("a.b", "a.b") and not subject_matches("a.b", "a.c")
+
+
+def test_processor_start_needs_a_created_consumer() -> None:
+    from oncestream import ProcessorOptions
+
+    assert ProcessorOptions(start=StartPosition(seq=3)).start == StartPosition(seq=3)
+    with pytest.raises(ConfigError, match="start applies to a consumer the Processor creates"):
+        ProcessorOptions(start=StartPosition(seq=3), bind=True)
+    with pytest.raises(ConfigError, match="must be a StartPosition"):
+        ProcessorOptions(start=3)  # type: ignore[arg-type]
