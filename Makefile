@@ -8,7 +8,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup demo test lint format bench soak torture check-java clean
+.PHONY: setup demo test lint format bench bench-ref bench-scale bench-pipeline soak torture check-java clean
 
 setup: $(STAMP)
 
@@ -49,6 +49,27 @@ soak: setup check-java
 
 bench: setup check-java
 	$(BIN)/python bench/run.py
+
+# nats.go reference program (bench/go), built offline from Debian's packages, which are
+# installed when missing (root: apt-get; otherwise sudo). Never committed: bench/go/natsref.
+GO_ENV := GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS= GOCACHE=$(abspath bench/go/.cache) GOPROXY=off
+bench-ref: bench/go/natsref
+
+bench/go/natsref: bench/go/main.go
+	@if ! command -v go >/dev/null 2>&1 || ! test -d /usr/share/gocode/src/github.com/nats-io/nats.go; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    golang-go golang-github-nats-io-go-nats-dev >/dev/null; fi
+	cd bench/go && $(GO_ENV) go build -o natsref .
+
+# Every path at SCALE_NS (default 1e5,1e6,1e7) with RSS and store size; nats.go
+# beside it when bench-ref is built. SCALE_NS=1e4 for a quick check.
+bench-scale: setup check-java
+	$(BIN)/python bench/scale.py --plot docs/img/scale.png
+
+# publish -> Spark -> jetstream sink -> Processor(SQLite), full speed then at a rate.
+bench-pipeline: setup check-java
+	$(BIN)/python bench/bench_pipeline.py
 
 # Randomized fault campaign (issue 11): needs root (network namespaces, tmpfs).
 # Writes torture/results/<timestamp>/ and torture/results/latest.json; exit 0 only

@@ -72,26 +72,47 @@ def insert_row(msg, tx) -> None:  # type: ignore[no-untyped-def]
     tx.execute("INSERT INTO effects (body) VALUES (?)", (msg.data,))
 
 
-async def processor(conn, count: int, work: Path) -> tuple[float, int]:  # type: ignore[no-untyped-def]
-    db = work / "effects.db"
-    ledger = SQLiteLedger(db)
+def sqlite_ledger(work: Path) -> SQLiteLedger:
+    """An SQLite ledger in ``work/effects.db`` holding the handler's ``effects`` table."""
+    ledger = SQLiteLedger(work / "effects.db")
     ledger.open()
     ledger.connection.execute("CREATE TABLE effects (id INTEGER PRIMARY KEY, body BLOB)")
+    return ledger
+
+
+async def processor(  # type: ignore[no-untyped-def]
+    conn,
+    count: int,
+    work: Path,
+    *,
+    stream: str = "BENCH",
+    consumer: str = "oncestream",
+    ledger=None,
+    handler=insert_row,
+) -> tuple[float, int]:
+    """Run a Processor (SQLite ledger by default) until ``count`` messages; (msg/s, rows)."""
+    ledger = ledger or sqlite_ledger(work)
     proc = Processor(
         conn,
-        "BENCH",
-        "oncestream",
-        insert_row,
+        stream,
+        consumer,
+        handler,
         ledger=ledger,
         options=ProcessorOptions(batch=500, prune_interval=0),
     )
     started = time.perf_counter()
     task = asyncio.create_task(proc.run())
-    await proc.wait_until(lambda s: s.applied + s.suppressed >= count, timeout=300)
+    # At least 1k msg/s (10^7 messages may take hours on PostgreSQL under load).
+    limit = max(300.0, count / 1000)
+    await proc.wait_until(lambda s: s.applied + s.suppressed >= count, timeout=limit)
     elapsed = time.perf_counter() - started
     await proc.stop()
     await task
-    rows = sqlite3.connect(db).execute("SELECT count(*) FROM effects").fetchone()[0]
+    if isinstance(ledger, SQLiteLedger):
+        rows = sqlite3.connect(ledger.path).execute("SELECT count(*) FROM effects").fetchone()[0]
+    else:
+        ledger.open()
+        rows = ledger.connection.execute("SELECT count(*) FROM effects").fetchone()[0]
     return count / elapsed, int(rows)
 
 

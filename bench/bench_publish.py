@@ -72,10 +72,17 @@ async def _nats_py_async(url: str, n: int) -> float:
     return n / elapsed
 
 
-async def measure_publisher_async(url: str, n: int, stream: str = "BPUB") -> float:
-    """Publish ``n`` unique 128-byte messages with the Publisher into a fresh stream; msg/s."""
-    await _fresh_stream(url, stream)
-    subject = f"{stream.lower()}.x"
+async def measure_publisher_async(
+    url: str, n: int, stream: str = "BPUB", *, fresh: bool = True, subject: str | None = None
+) -> float:
+    """Publish ``n`` unique 128-byte messages with the Publisher; msg/s.
+
+    ``fresh``: (re)create ``stream`` with the default spec first; False publishes into
+    the existing stream (whose subjects must capture ``subject``, default ``<stream>.x``).
+    """
+    if fresh:
+        await _fresh_stream(url, stream)
+    subject = subject or f"{stream.lower()}.x"
     async with await connect(ConnectOptions(servers=(url,))) as conn:
         pub = Publisher(conn, PublisherOptions(stream=stream))
         await pub.start()
@@ -87,7 +94,8 @@ async def measure_publisher_async(url: str, n: int, stream: str = "BPUB") -> flo
         await pub.close()
         stats = pub.stats
     assert stats.acked == n and stats.failed == 0, stats
-    assert await _stored(url, stream) == n
+    if fresh:
+        assert await _stored(url, stream) == n
     return n / elapsed
 
 

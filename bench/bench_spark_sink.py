@@ -33,48 +33,59 @@ DEMO = int(os.environ.get("BENCH_DEMO_MESSAGES", "200000"))
 PARTITIONS = int(os.environ.get("BENCH_SINK_PARTITIONS", "2"))
 
 
-async def _stream(url: str, name: str, delete: bool = True) -> int:
+async def _stream(url: str, name: str, delete: bool = True, spec: StreamSpec | None = None) -> int:
     async with await connect(ConnectOptions(servers=(url,))) as conn:
         if delete:
             try:
                 await conn.delete_stream(name)
             except Exception:
                 pass
-            await ensure_stream(conn, StreamSpec(name=name, subjects=(f"{name.lower()}.>",)))
+            await ensure_stream(
+                conn, spec or StreamSpec(name=name, subjects=(f"{name.lower()}.>",))
+            )
         return int((await conn.stream_info(name))["state"]["messages"])
 
 
-def _sink(url: str) -> float:
+def sink_rate(
+    url: str,
+    rows: int = ROWS,
+    *,
+    stream: str = "BSINK",
+    partitions: int = PARTITIONS,
+    conf: dict[str, str] | None = None,
+    spec: StreamSpec | None = None,
+) -> float:
+    """Rows/s of ``df.write.format("jetstream")`` of ``rows`` 128-byte rows (after a warm-up)."""
     from pyspark.sql import functions as F
 
     from oncestream.spark import local_session
 
-    spark = local_session("bench-spark-sink")
+    spark = local_session("bench-spark-sink", conf=conf)
     spark.sparkContext.setLogLevel("ERROR")
     try:
 
         def frame(n: int, prefix: str) -> object:
-            return spark.range(0, n, numPartitions=PARTITIONS).select(
-                F.lit("bsink.x").alias("subject"),
+            return spark.range(0, n, numPartitions=partitions).select(
+                F.lit(f"{stream.lower()}.x").alias("subject"),
                 F.expr("cast(lpad(cast(id as string), 128, 'x') as binary)").alias("data"),
                 F.concat(F.lit(prefix), F.col("id").cast("string")).alias("msg_id"),
             )
 
         def write(df: object) -> None:
             df.write.format("jetstream").option("servers", url).option(  # type: ignore[attr-defined]
-                "stream", "BSINK"
+                "stream", stream
             ).mode("append").save()
 
-        asyncio.run(_stream(url, "BSINK"))
+        asyncio.run(_stream(url, stream, spec=spec))
         write(frame(20_000, "warm-"))  # start and import the Python workers first
-        asyncio.run(_stream(url, "BSINK"))
-        df = frame(ROWS, "r-")
+        asyncio.run(_stream(url, stream, spec=spec))
+        df = frame(rows, "r-")
         start = time.perf_counter()
         write(df)
         elapsed = time.perf_counter() - start
-        stored = asyncio.run(_stream(url, "BSINK", delete=False))
-        assert stored == ROWS, f"stored {stored} of {ROWS}"
-        return ROWS / elapsed
+        stored = asyncio.run(_stream(url, stream, delete=False))
+        assert stored == rows, f"stored {stored} of {rows}"
+        return rows / elapsed
     finally:
         spark.stop()
 
@@ -101,7 +112,7 @@ def main() -> None:
     try:
         base = measure_publisher(server.url, BASELINE, stream="BPUBSINK")
         report("spark-sink", "Publisher, one process", base, baseline=True, n=BASELINE)
-        rate = _sink(server.url)
+        rate = sink_rate(server.url)
         report(
             "spark-sink", f"jetstream sink, local[2], {PARTITIONS} tasks", rate, "rows/s", n=ROWS
         )

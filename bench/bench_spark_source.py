@@ -95,30 +95,38 @@ async def pull_fetch_loop(url: str) -> float:
     return MESSAGES / elapsed
 
 
-def spark_read(url: str) -> dict[str, tuple[float, float]]:
-    """Rows/s and seconds of the Spark read, per readMethod (consumer = the default)."""
+def spark_read(
+    url: str,
+    n: int = MESSAGES,
+    *,
+    stream: str = STREAM,
+    methods: tuple[str, ...] = ("consumer", "direct"),
+    conf: dict[str, str] | None = None,
+) -> dict[str, tuple[float, float]]:
+    """Rows/s and seconds of reading ``n`` messages, per readMethod (consumer = default)."""
     from pyspark.sql import functions as F
 
     from oncestream.spark import local_session
 
-    spark = local_session("bench-spark-source", master="local[2]")
+    spark = local_session("bench-spark-source", master="local[2]", conf=conf)
     results: dict[str, tuple[float, float]] = {}
     try:
-        options = {"servers": url, "stream": STREAM}
+        options = {"servers": url, "stream": stream}
         # Warm-up (part of session start-up, not of the read): spawn the Python workers,
         # import pyarrow/oncestream there and open their NATS connections.
+        warm_n = min(20000, n)
         warm = spark.read.format("jetstream").options(
-            endingOffsets=json.dumps({STREAM: 20001}), minPartitions="2", **options
+            endingOffsets=json.dumps({stream: warm_n + 1}), minPartitions="2", **options
         )
-        assert warm.load().agg(F.sum(F.length("data"))).collect()[0][0] == 20000 * 128
-        for method in ("consumer", "direct"):
+        assert warm.load().agg(F.sum(F.length("data"))).collect()[0][0] == warm_n * 128
+        for method in methods:
             df = spark.read.format("jetstream").options(readMethod=method, **options).load()
             started = time.perf_counter()
             row = df.agg(F.count("*").alias("n"), F.sum(F.length("data")).alias("b")).collect()[0]
             elapsed = time.perf_counter() - started
-            assert row["n"] == MESSAGES, row
-            assert row["b"] == MESSAGES * len(PAYLOAD_128), row
-            results[method] = (MESSAGES / elapsed, elapsed)
+            assert row["n"] == n, row
+            assert row["b"] == n * len(PAYLOAD_128), row
+            results[method] = (n / elapsed, elapsed)
         return results
     finally:
         spark.stop()

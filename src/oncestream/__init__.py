@@ -15,6 +15,7 @@ from ._errors import (
     LedgerError,
     MessageNotFound,
     MessageTooLarge,
+    NoResponders,
     OncestreamError,
     OperationTimeout,
     PermissionDenied,
@@ -28,6 +29,7 @@ from ._errors import (
     WrongLastSequence,
 )
 from ._options import ConnectOptions
+from ._start import StartPosition
 from .audit import AuditReport, KeySpec, OutputReport, OutputSpec
 from .ledger import Ledger, LedgerTx, PostgresLedger, SQLiteLedger, ledger_from_url
 from .message import Message, MessageMetadata
@@ -57,6 +59,7 @@ __all__ = [
     "MessageNotFound",
     "MessageStream",
     "MessageTooLarge",
+    "NoResponders",
     "OncestreamError",
     "OperationTimeout",
     "OutputReport",
@@ -76,6 +79,7 @@ __all__ = [
     "PullOptions",
     "SQLiteLedger",
     "ServerError",
+    "StartPosition",
     "StreamMismatch",
     "StreamNotFound",
     "TooManyInflight",

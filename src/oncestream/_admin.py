@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ._connection import Connection
-from ._errors import ConsumerNotFound, MessageNotFound, StreamNotFound
+from ._errors import ConsumerNotFound, JetStreamError, MessageNotFound, StreamNotFound
 from ._names import check_consumer_name, check_stream_name
 
 __all__ = [
@@ -149,7 +149,6 @@ async def get_message(
     *,
     seq: int | None = None,
     next_by_subject: str | None = None,
-    start_time: str | None = None,
     last_by_subject: str | None = None,
 ) -> StoredMessage:
     """``STREAM.MSG.GET``: the message at ``seq``, or the first at/after it on a subject.
@@ -163,16 +162,12 @@ async def get_message(
         body["seq"] = seq
     if next_by_subject:
         body["next_by_subj"] = next_by_subject
-    if start_time:
-        body["start_time"] = start_time
     if last_by_subject:
         body["last_by_subj"] = last_by_subject
     try:
         reply = await conn.api(f"STREAM.MSG.GET.{stream}", body)
     except StreamNotFound as exc:
         raise _stream_missing(stream, exc) from exc
-    except MessageNotFound:
-        raise
     msg = reply.get("message") or {}
     raw_headers = base64.b64decode(msg["hdrs"]) if msg.get("hdrs") else b""
     return StoredMessage(
@@ -193,8 +188,8 @@ async def delete_message(conn: Connection, stream: str, seq: int) -> bool:
         raise _stream_missing(stream, exc) from exc
     except MessageNotFound:
         return False
-    except Exception as exc:
-        if "no message found" in str(exc).lower() or "not found" in str(exc).lower():
+    except JetStreamError as exc:
+        if exc.err_code == 10057:  # no message at that sequence (deleted, or never stored)
             return False
         raise
     return True

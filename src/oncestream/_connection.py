@@ -29,6 +29,7 @@ from ._errors import (
     ConsumerNotFound,
     JetStreamError,
     MessageTooLarge,
+    NoResponders,
     OncestreamError,
     OperationTimeout,
     PermissionDenied,
@@ -57,7 +58,7 @@ def translate_error(exc: BaseException, *, what: str = "request") -> OncestreamE
     if isinstance(exc, nats.js.errors.APIError):
         return jetstream_error(exc)
     if isinstance(exc, nats.errors.NoRespondersError):
-        return StreamNotFound(f"{what}: no responders (no stream or JetStream API listens there)")
+        return NoResponders(f"{what}: no responders (nothing listens on that subject)")
     if isinstance(exc, nats.errors.MaxPayloadError):
         return MessageTooLarge(f"{what}: message exceeds the server's max_payload")
     if isinstance(exc, nats.errors.TimeoutError | asyncio.TimeoutError | TimeoutError):
@@ -277,10 +278,9 @@ class Connection:
                 raise PermissionDenied(f"{full}: not permitted for this user")
             reply = request.result()
         except nats.errors.NoRespondersError as exc:
-            raise JetStreamError(
+            raise NoResponders(
                 f"no JetStream API answers on {full!r}: JetStream is not enabled there, "
-                f"or the domain/apiPrefix is wrong",
-                code=503,
+                f"or the domain/apiPrefix is wrong"
             ) from exc
         except PermissionDenied:
             raise

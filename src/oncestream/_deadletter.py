@@ -8,7 +8,7 @@ import logging
 import orjson
 
 from ._connection import Connection, translate_error
-from ._errors import JetStreamError, OncestreamError, PublishFailed, jetstream_error
+from ._errors import JetStreamError, NoResponders, OncestreamError, PublishFailed, jetstream_error
 from .message import Message
 
 __all__ = ["dead_letter_headers", "publish_dead_letter"]
@@ -76,6 +76,8 @@ async def publish_dead_letter(
             if "error" in ack:
                 raise jetstream_error(ack["error"])
             return int(ack.get("seq", 0))
+        except NoResponders as exc:  # the DLQ stream may be between leaders: retry
+            last = exc
         except JetStreamError:
             raise
         except Exception as exc:

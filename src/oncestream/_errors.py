@@ -15,7 +15,8 @@ Tree::
     ├── PermissionDenied            subject not allowed for this user/account
     ├── OperationTimeout            a request or ack did not complete in time
     ├── JetStreamError              the JetStream API answered with an error
-    │   ├── StreamNotFound          10059, or no responders on the subject
+    │   ├── NoResponders            503: nothing listens on the subject (never a timeout)
+    │   ├── StreamNotFound          10059, or a publish subject no stream captures
     │   ├── ConsumerNotFound        10014
     │   ├── MessageNotFound         10037
     │   ├── WrongLastSequence       10071 (expected last / last subject seq)
@@ -44,6 +45,7 @@ __all__ = [
     "LedgerError",
     "MessageNotFound",
     "MessageTooLarge",
+    "NoResponders",
     "OncestreamError",
     "OperationTimeout",
     "PermissionDenied",
@@ -103,8 +105,27 @@ class JetStreamError(OncestreamError):
         super().__init__(f"{description}{suffix}")
 
 
+class NoResponders(JetStreamError):
+    """Nothing listens on the subject (status 503).
+
+    No stream captures a published subject, no consumer serves a pull, or no
+    JetStream API answers for that domain / API prefix; while a clustered
+    stream or consumer moves to a new leader it is temporary.
+
+    Attributes:
+        transient: the caller knows the target exists (e.g. reading a stream
+            whose consumer is being replaced), so a retry may succeed.
+    """
+
+    def __init__(
+        self, description: str, *, code: int = 503, err_code: int = 0, transient: bool = False
+    ) -> None:
+        super().__init__(description, code=code, err_code=err_code)
+        self.transient = transient
+
+
 class StreamNotFound(JetStreamError):
-    """No stream with that name, or no stream listens on the published subject."""
+    """No stream with that name, or (the server confirmed) none captures a published subject."""
 
     err_codes = (10059,)
 

@@ -95,6 +95,13 @@ class ProcessorOptions:
             )
         if self.dead_letter_subject and not self.dead_letter_stream:
             raise ConfigError("dead_letter_subject needs dead_letter_stream")
+        if self.start is not None and not isinstance(self.start, StartPosition):
+            raise ConfigError(f"start must be a StartPosition or None, got {self.start!r}")
+        if self.start is not None and (self.bind or not self.create):
+            raise ConfigError(
+                "start applies to a consumer the Processor creates; with bind=True or "
+                "create=False it never creates one"
+            )
         if self.dead_letter_stream is not None:
             check_stream_name(self.dead_letter_stream, "dead_letter_stream")
         if self.dead_letter_subject is not None:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 import orjson
 
 from ._connection import Connection
-from ._errors import JetStreamError, PublishFailed, StreamNotFound, jetstream_error
+from ._errors import JetStreamError, NoResponders, PublishFailed, jetstream_error
 from ._nats import FrameSubscription
 from ._pubtypes import PublisherOptions
 from ._pubwire import build_headers, check_subject
@@ -139,7 +139,7 @@ class AtomicBatchSender:
                 continue
             if not data:
                 # Only the 503 no-responders status comes without a JSON body.
-                raise StreamNotFound(f"no stream listens on subject {self.subject!r}", code=503)
+                raise NoResponders(f"no stream listens on subject {self.subject!r}")
             try:
                 response = orjson.loads(data)
             except orjson.JSONDecodeError as exc:

@@ -100,10 +100,10 @@ class PublisherOptions:
         """
         if self.retry_horizon > duplicate_window:
             raise ConfigError(
-                f"retry horizon {self.retry_horizon:g}s (max_attempts={self.max_attempts} x "
-                f"ack_timeout={self.ack_timeout:g}s + backoff) exceeds stream {stream!r} "
-                f"duplicate_window {duplicate_window:g}s: a late retry could be stored twice. "
-                "Raise the stream's duplicate_window or lower ack_timeout / max_attempts"
+                f"stream {stream!r} has duplicate_window {duplicate_window:g}s, shorter than "
+                f"the retry horizon {self.retry_horizon:g}s (max_attempts={self.max_attempts} x "
+                f"ack_timeout={self.ack_timeout:g}s + backoff): a late retry could be stored "
+                "twice. Raise the stream's duplicate_window or lower ack_timeout / max_attempts"
             )
 
 

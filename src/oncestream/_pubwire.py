@@ -11,25 +11,66 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from ._errors import ConfigError
+from ._names import check_publish_subject, is_valid_subject
 
 __all__ = [
     "HeaderValues",
     "Pending",
     "build_headers",
     "check_header_value",
+    "check_single_values",
     "check_subject",
     "conditional_headers",
+    "id_only_frame",
+    "late_duplicate",
 ]
 
 _HEADER_KEY = re.compile(r"^[!-9;-~]+$")
-_SUBJECT_RE = re.compile(r"^[^\s.*>]+(\.[^\s.*>]+)*$")
 
 HDR_MSG_ID = "Nats-Msg-Id"
 HDR_EXPECTED_STREAM = "Nats-Expected-Stream"
 HDR_EXPECTED_LAST_SEQ = "Nats-Expected-Last-Sequence"
 HDR_EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 HDR_EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
+
+
+# The common case (only a msg id header) formatted in one step.
+_HPUB_ID_ONLY = b"HPUB %b %b%d %d %d\r\nNATS/1.0\r\nNats-Msg-Id: %b\r\n\r\n%b\r\n"
+_ID_ONLY_HEADER_LEN = len(b"NATS/1.0\r\nNats-Msg-Id: \r\n\r\n")
+
+
+def id_only_frame(expected_stream: str | None) -> tuple[bytes, int]:
+    """The HPUB template for a publish with only a msg id (and ``Nats-Expected-Stream``).
+
+    Returns ``(template, header length without the msg id)``; the template takes
+    subject, inbox, token, header length, total length, msg id and data.
+    """
+    if expected_stream is None:
+        return _HPUB_ID_ONLY, _ID_ONLY_HEADER_LEN
+    line = b"Nats-Expected-Stream: " + expected_stream.encode() + b"\r\n"
+    template = _HPUB_ID_ONLY.replace(b"\r\n\r\n%b", b"\r\n" + line.replace(b"%", b"%%") + b"\r\n%b")
+    return template, _ID_ONLY_HEADER_LEN + len(line)
+
+
+def late_duplicate(data: bytes | bytearray) -> bool:
+    """Whether a PubAck (of an extra copy of a re-sent message) says ``duplicate``."""
+    try:
+        return bool(orjson.loads(data).get("duplicate"))
+    except (orjson.JSONDecodeError, AttributeError):
+        return False
+
+
+def check_single_values(headers: HeaderValues) -> None:
+    """Refuse multi-valued headers (nats-py's public API carries one value per name)."""
+    for key, value in headers.items():
+        if not isinstance(value, str) and len(value) > 1:
+            raise ConfigError(
+                f"header {key!r} has {len(value)} values, but nats-py's public API (in use: "
+                "see the oncestream.nats log) carries one value per header name"
+            )
 
 
 def check_header_value(name: str, value: str) -> str:
@@ -65,12 +106,13 @@ def build_headers(msg_id: str, extra: HeaderValues | None, expect: dict[str, str
 
 
 def check_subject(subject: str) -> bytes:
-    """The encoded subject, if it is a valid publish subject (tokens, no wildcards)."""
-    if not isinstance(subject, str) or not _SUBJECT_RE.match(subject):
-        raise ConfigError(
-            f"cannot publish to subject {subject!r}: it must be non-empty dot-separated "
-            "tokens without spaces or wildcards"
-        )
+    """The encoded subject, if it is a valid publish subject (nats-server's rules, no wildcards).
+
+    Raises:
+        ConfigError: naming the subject and the rule (see :mod:`oncestream._names`).
+    """
+    if not is_valid_subject(subject, wildcards=False):
+        check_publish_subject(subject, "cannot publish to subject")
     return subject.encode()
 
 

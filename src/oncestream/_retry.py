@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ._connection import Connection
-from ._errors import JetStreamError, OperationTimeout, StreamNotFound
+from ._errors import JetStreamError, NoResponders, OperationTimeout, StreamNotFound
 
 __all__ = [
     "TRANSIENT_ERR_CODES",
@@ -47,23 +47,19 @@ _MAX_DELAY = 2.0
 
 
 class Unavailable(OperationTimeout):
-    """A transient condition seen on the wire (no stream leader, no responders).
-
-    Attributes:
-        no_responders: the server answered ``503``: nothing listens on the
-            subject, which is transient for a stream that exists (its consumer
-            or leader is being replaced) and permanent for one that does not.
-    """
-
-    def __init__(self, message: str, *, no_responders: bool = False) -> None:
-        super().__init__(message)
-        self.no_responders = no_responders
+    """A transient condition seen on the wire (no stream leader, a replica behind)."""
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Whether ``exc`` is worth retrying: a timeout or a "temporarily unavailable" answer."""
+    """Whether ``exc`` is worth retrying: a timeout or a "temporarily unavailable" answer.
+
+    A 503 (:class:`NoResponders`) is transient only when raised as such by a
+    caller that knows its target exists (``transient=True``).
+    """
     if isinstance(exc, TimeoutError):  # OperationTimeout and Unavailable too
         return True
+    if isinstance(exc, NoResponders):
+        return exc.transient
     return isinstance(exc, JetStreamError) and exc.err_code in TRANSIENT_ERR_CODES
 
 

@@ -34,7 +34,7 @@ import orjson
 
 from ._admin import StoredMessage, delete_message, iter_messages, stream_info
 from ._connection import Connection, translate_error
-from ._errors import ConfigError, JetStreamError, PublishFailed, jetstream_error
+from ._errors import ConfigError, JetStreamError, NoResponders, PublishFailed, jetstream_error
 
 __all__ = [
     "DeadLetter",
@@ -206,14 +206,17 @@ async def _publish(
     conn: Connection, subject: str, data: bytes, headers: dict[str, str], attempts: int = 5
 ) -> dict[str, object]:
     """Publish and wait for the PubAck, retrying with the same headers (same msg id)."""
-    delay, last_exc = 0.1, None
+    delay = 0.1
+    last_exc: Exception | None = None
     for attempt in range(1, attempts + 1):
         try:
-            reply = await conn.nc.request(subject, data, timeout=2.0, headers=headers)
+            reply = await conn.request(subject, data, timeout=2.0, headers=headers)
             ack: dict[str, object] = orjson.loads(reply.data) if reply.data else {}
             if "error" in ack:
                 raise jetstream_error(ack["error"])
             return ack
+        except NoResponders as exc:  # the stream may be between leaders: retry
+            last_exc = exc
         except JetStreamError:
             raise
         except Exception as exc:

@@ -43,6 +43,7 @@ from dataclasses import replace
 
 from ._connection import Connection
 from ._errors import ConfigError, JetStreamError, WrongLastSequence
+from ._names import check_publish_subject
 from ._producer_batch import (
     ERR_BATCH_DUPLICATE_MSG_ID,
     MAX_BATCH,
@@ -60,7 +61,6 @@ SOURCE_POS_HEADER = "Oncestream-Source-Pos"
 PRODUCER_HEADER = "Oncestream-Producer"
 
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]+$")
-_PREFIX_RE = re.compile(r"^[^\s.*>]+(\.[^\s.*>]+)*$")
 
 
 class ProducerSession:
@@ -91,11 +91,7 @@ class ProducerSession:
         options: PublisherOptions | None = None,
         batch_size: int = 1,
     ) -> None:
-        if not _PREFIX_RE.match(subject_prefix or ""):
-            raise ConfigError(
-                f"subject_prefix must be dot-separated tokens without wildcards or spaces, "
-                f"got {subject_prefix!r}"
-            )
+        check_publish_subject(subject_prefix, "subject_prefix")
         if not _TOKEN_RE.match(producer_id or ""):
             raise ConfigError(
                 f"producer_id must be letters, digits, '_' or '-', got {producer_id!r}"

@@ -31,19 +31,21 @@ from ._errors import (
     MessageTooLarge,
     OperationTimeout,
     PublishError,
-    PublishFailed,
-    StreamNotFound,
     TooManyInflight,
     jetstream_error,
 )
 from ._nats import FrameSubscription, exception_retrieved, status_code
+from ._pubretry import ID_IN_PROCESS, RetryTable
 from ._pubtypes import KeyFunction, PubAck, PublisherOptions, PublisherStats
 from ._pubwire import (
     HeaderValues,
     Pending,
     check_header_value,
+    check_single_values,
     check_subject,
     conditional_headers,
+    id_only_frame,
+    late_duplicate,
 )
 
 __all__ = ["KeyFunction", "PubAck", "Publisher", "PublisherOptions", "PublisherStats"]
@@ -54,11 +56,6 @@ log = logging.getLogger("oncestream.publisher")
 _WRITE_BATCH_BYTES = 64 * 1024
 # One HPUB frame: subject, reply inbox + token, header length, total length, headers, data.
 _HPUB = b"HPUB %b %b%d %d %d\r\n%b%b\r\n"
-# The common case (only a msg id header) formatted in one step.
-_HPUB_ID_ONLY = b"HPUB %b %b%d %d %d\r\nNATS/1.0\r\nNats-Msg-Id: %b\r\n\r\n%b\r\n"
-_ID_ONLY_HEADER_LEN = len(b"NATS/1.0\r\nNats-Msg-Id: \r\n\r\n")
-# Tokens of retried messages remembered to count the acks of their extra copies.
-_LATE_TOKENS = 100_000
 
 
 _new_object = object.__new__
@@ -102,9 +99,13 @@ class Publisher:
         self._inbox = b""
         self._inbox_len = 0
         self._token = 0
-        self._pending: dict[int, Pending] = {}
-        self._waiting: dict[int, Pending] = {}
-        self._late: dict[int, None] = {}
+        self._table = RetryTable(
+            conn, self.options, fail=self._fail, send=self._queue, write=self._write_out
+        )
+        # The reply hot path reads the table's dicts directly.
+        self._pending = self._table.pending
+        self._waiting = self._table.waiting
+        self._late = self._table.late
         self._inflight = 0
         self._max_inflight = self.options.max_inflight
         self._wake_at = max(0, self._max_inflight - max(1, self._max_inflight // 8))
@@ -117,9 +118,7 @@ class Publisher:
         self._subjects: dict[str, bytes] = {}
         self._failures: list[asyncio.Future[PubAck]] = []
         self._ticker: asyncio.Task[None] | None = None
-        self._probing: set[str] = set()
-        self._probe_tasks: set[asyncio.Task[None]] = set()
-        self._sent = self._acked = self._duplicates = self._retried = self._failed = 0
+        self._sent = self._acked = self._duplicates = self._failed = 0
         self._multi_values = True
         self._max_payload = 0
         self._ack_timeout = self.options.ack_timeout
@@ -127,14 +126,7 @@ class Publisher:
         # With a target stream, every publish carries Nats-Expected-Stream: the
         # server refuses (StreamMismatch) one whose subject another stream captures.
         self._expect = self.options.stream
-        self._fast_hpub = _HPUB_ID_ONLY
-        self._fast_len = _ID_ONLY_HEADER_LEN
-        if self._expect is not None:
-            line = b"Nats-Expected-Stream: " + self._expect.encode() + b"\r\n"
-            self._fast_hpub = _HPUB_ID_ONLY.replace(
-                b"\r\n\r\n%b", b"\r\n" + line.replace(b"%", b"%%") + b"\r\n%b"
-            )
-            self._fast_len += len(line)
+        self._fast_hpub, self._fast_len = id_only_frame(self._expect)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -168,7 +160,7 @@ class Publisher:
         await conn.flush()
         self._multi_values = conn.wire.multi_value_headers
         conn.on_reconnect(self._on_reconnect)
-        self._ticker = asyncio.create_task(self._tick(), name="oncestream-publisher-ticker")
+        self._ticker = asyncio.create_task(self._table.run(), name="oncestream-publisher-ticker")
         self._started = True
 
     async def close(self) -> None:
@@ -192,8 +184,6 @@ class Publisher:
                 except asyncio.CancelledError:
                     pass
                 self._ticker = None
-            for task in list(self._probe_tasks):
-                task.cancel()
             # A long-lived connection outlives many Publishers (one per Spark task).
             self.conn.remove_reconnect_listener(self._on_reconnect)
             if self._sub is not None:
@@ -223,7 +213,7 @@ class Publisher:
             sent=self._sent,
             acked=self._acked,
             duplicates=self._duplicates,
-            retried=self._retried,
+            retried=self._table.retried,
             failed=self._failed,
         )
 
@@ -296,7 +286,7 @@ class Publisher:
             hdr_len = self._fast_len + len(id_bytes)
         else:
             if headers and not self._multi_values:
-                self._check_single_values(headers)
+                check_single_values(headers)
             hdr = conditional_headers(
                 msg_id,
                 headers,
@@ -386,15 +376,6 @@ class Publisher:
 
     # ------------------------------------------------------------------ internals
 
-    @staticmethod
-    def _check_single_values(headers: HeaderValues) -> None:
-        for key, value in headers.items():
-            if not isinstance(value, str) and len(value) > 1:
-                raise ConfigError(
-                    f"header {key!r} has {len(value)} values, but nats-py's public API (in use: "
-                    "see the oncestream.nats log) carries one value per header name"
-                )
-
     def _check_subject(self, subject: str) -> bytes:
         encoded = check_subject(subject)
         if len(self._subjects) < 10_000:
@@ -443,11 +424,11 @@ class Publisher:
         if entry is None:
             entry = self._waiting.pop(token, None)
             if entry is None:
-                if token in self._late and b"duplicate" in data:
-                    self._count_late_duplicate(data)
+                if token in self._late and b"duplicate" in data and late_duplicate(data):
+                    self._duplicates += 1
                 return
         if headers is not None and status_code(headers) == b"503":
-            self._no_responders(token, entry)
+            self._table.no_responders(token, entry)
             return
         try:
             response = orjson.loads(data)
@@ -466,6 +447,9 @@ class Publisher:
             return
         if error is not None:
             exc = jetstream_error(error)
+            if exc.err_code == ID_IN_PROCESS:
+                self._table.in_process(token, entry)
+                return
             if entry.attempts > 1:
                 # Expectations are checked before msg-id de-duplication: a re-sent
                 # conditional publish whose original was stored fails this way.
@@ -480,66 +464,11 @@ class Publisher:
         if ack.duplicate:
             self._duplicates += 1
         if entry.attempts > 1:
-            self._remember_late(token)
+            self._table.remember_late(token)
         future = entry.future
         if not future.done():
             future.set_result(ack)
         self._release()
-
-    def _no_responders(self, token: int, entry: Pending) -> None:
-        # A 503 means "no stream listens" for a missing stream, but also happens
-        # while a clustered stream elects a new leader: retry, and ask the
-        # server once which case it is so a missing stream still fails at once.
-        if entry.attempts >= self.options.max_attempts:
-            self._fail(entry, self._stream_not_found(entry.subject, entry.attempts))
-            return
-        # An election takes seconds: spend an ack timeout per attempt, as a lost
-        # ack would, so 503s get the retry horizon the window guard checked.
-        opts = self.options
-        entry.deadline = _monotonic() + opts.ack_timeout + opts.backoff(entry.attempts + 1)
-        self._waiting[token] = entry
-        if entry.subject not in self._probing:
-            self._probing.add(entry.subject)
-            task = asyncio.create_task(self._probe_subject(entry.subject))
-            self._probe_tasks.add(task)
-            task.add_done_callback(self._probe_tasks.discard)
-
-    async def _probe_subject(self, subject: str) -> None:
-        try:
-            reply = await self.conn.api("STREAM.NAMES", {"subject": subject})
-        except Exception as exc:  # unknown: keep retrying with backoff
-            log.debug("publisher could not look up the stream of %r: %s", subject, exc)
-            return
-        finally:
-            self._probing.discard(subject)
-        if reply.get("streams"):
-            return
-        for table in (self._waiting, self._pending):
-            doomed = [t for t, e in table.items() if e.subject == subject]
-            for token in doomed:
-                entry = table.pop(token)
-                self._fail(entry, self._stream_not_found(subject, entry.attempts))
-
-    @staticmethod
-    def _stream_not_found(subject: str, attempts: int) -> StreamNotFound:
-        return StreamNotFound(
-            f"no stream listens on subject {subject!r} (no responders after "
-            f"{attempts} attempt{'s' if attempts != 1 else ''})",
-            code=503,
-        )
-
-    def _count_late_duplicate(self, data: bytes | bytearray) -> None:
-        try:
-            if orjson.loads(data).get("duplicate"):
-                self._duplicates += 1
-        except (orjson.JSONDecodeError, AttributeError):
-            pass
-
-    def _remember_late(self, token: int) -> None:
-        late = self._late
-        late[token] = None
-        if len(late) > _LATE_TOKENS:
-            del late[next(iter(late))]
 
     def _fail(self, entry: Pending, exc: BaseException) -> None:
         self._failed += 1
@@ -549,87 +478,18 @@ class Publisher:
             self._failures.append(future)
         self._release()
 
-    def _give_up(self, entry: Pending) -> None:
-        self._fail(
-            entry,
-            PublishFailed(
-                f"no PubAck for msg id {entry.msg_id!r} on {entry.subject!r} after "
-                f"{entry.attempts} attempts (ack_timeout={self.options.ack_timeout:g}s); "
-                "it may or may not be stored: re-publish it with the same msg id inside "
-                "the duplicate window",
-                msg_id=entry.msg_id,
-                attempts=entry.attempts,
-            ),
-        )
-
-    def _resend(self, token: int, entry: Pending, now: float) -> None:
-        entry.attempts += 1
-        entry.deadline = now + self.options.ack_timeout
-        self._pending[token] = entry
-        self._retried += 1
-        self._out.append(entry.cmd)
-        self._out_size += len(entry.cmd)
-
-    def _check_timeouts(self) -> None:
-        now = _monotonic()
-        opts = self.options
-        expired: list[int] = []
-        # _pending is in send order and every send uses the same ack_timeout,
-        # so deadlines are ascending: stop at the first one still running.
-        for token, entry in self._pending.items():
-            if entry.deadline > now:
-                break
-            expired.append(token)
-        for token in expired:
-            entry = self._pending.pop(token)
-            if entry.attempts >= opts.max_attempts:
-                self._give_up(entry)
-            else:
-                entry.deadline = now + opts.backoff(entry.attempts + 1)
-                self._waiting[token] = entry
-        if self._waiting:
-            due = sorted(t for t, e in self._waiting.items() if e.deadline <= now)
-            for token in due:
-                self._resend(token, self._waiting.pop(token), now)
-            if due:
-                log.debug("publisher re-sent %d unacknowledged messages", len(due))
-                self._write_out()
-
-    async def _tick(self) -> None:
-        opts = self.options
-        interval = min(opts.ack_timeout / 4, 0.25)
-        shortest = min(opts.retry_backoff)
-        if shortest > 0:
-            interval = min(interval, shortest / 2)
-        interval = max(interval, 0.005)
-        while True:
-            await asyncio.sleep(interval)
-            if self._pending or self._waiting:
-                self._check_timeouts()
-
     async def _on_reconnect(self) -> None:
         if self._closed or not self._started:
             return
-        now = _monotonic()
         self._max_payload = self.conn.max_payload
-        entries = sorted({**self._pending, **self._waiting}.items())
-        self._pending.clear()
-        self._waiting.clear()
-        # Acks of the old connection are lost; re-send in the original order.
-        for token, entry in entries:
-            if entry.attempts >= self.options.max_attempts:
-                self._give_up(entry)
-            else:
-                self._resend(token, entry, now)
-        if entries:
-            log.info("publisher re-sent %d messages after a reconnect", len(entries))
-        self._write_out()
+        self._table.resend_all()
+
+    def _queue(self, cmd: bytes) -> None:
+        self._out.append(cmd)
+        self._out_size += len(cmd)
 
     def _abandon(self, exc: PublishError) -> None:
-        for entry in [*self._pending.values(), *self._waiting.values()]:
-            self._fail(entry, exc)
-        self._pending.clear()
-        self._waiting.clear()
+        self._table.abandon(exc)
         for waiter in self._permit_waiters:
             if not waiter.done():
                 waiter.set_result(None)

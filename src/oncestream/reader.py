@@ -30,7 +30,13 @@ from typing import Any
 import orjson
 
 from ._connection import Connection
-from ._errors import JetStreamError, MessageNotFound, OncestreamError, OperationTimeout
+from ._errors import (
+    JetStreamError,
+    MessageNotFound,
+    NoResponders,
+    OncestreamError,
+    OperationTimeout,
+)
 from ._nats import FrameSink, FrameSubscription, status_code
 from ._retry import Unavailable, retrying, stream_missing
 from .message import ack_layout
@@ -224,7 +230,7 @@ class RangeReader:
         text = chunk.status.split(b"\r\n", 1)[0].decode(errors="replace")
         where = f"reading stream {self.stream!r}: server answered {text!r}"
         if code == b"503":
-            raise Unavailable(where, no_responders=True)
+            raise NoResponders(where, transient=True)
         if code == b"409" and ("Leadership Change" in text or "Consumer Deleted" in text):
             raise Unavailable(where)
         raise JetStreamError(where, code=int(code) if code.isdigit() else 0)
@@ -325,7 +331,7 @@ class RangeReader:
     async def _recover(self, exc: BaseException) -> None:
         """Forget every request and the consumer; the next attempt starts at ``_next_seq``."""
         self.retries += 1
-        if isinstance(exc, Unavailable) and exc.no_responders:
+        if isinstance(exc, NoResponders):
             missing = await stream_missing(self.conn, self.stream)
             if missing is not None:
                 raise missing from exc

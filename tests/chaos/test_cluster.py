@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from oncestream import Connection, OncestreamError, OperationTimeout, connect
+from oncestream import Connection, ConnectOptions, OncestreamError, OperationTimeout, connect
 from oncestream.publisher import Publisher, PublisherOptions
 from oncestream.server import Cluster, wait_for
 from oncestream.streams import StreamSpec, ensure_stream
@@ -211,3 +211,34 @@ async def test_soak_kill_every_node_in_turn(cluster: Cluster) -> None:
         assert_exactly_once(await stream_ids(conn, STREAM, timeout=180), all_ids)
     finally:
         await conn.close()
+
+
+async def test_resend_answered_in_process_is_retried_not_failed(cluster: Cluster) -> None:
+    """Found by the fault campaign (torture/, issue 11): with the stream's followers
+    paused, the leader answers a re-send of an unacknowledged msg id with 10158
+    "duplicate message id is in process". That is no outcome: the Publisher keeps
+    re-sending, and once the followers are back the single stored copy is acked."""
+    async with await connect(cluster.options()) as conn:
+        await _create(conn)
+        leader = await _stream_leader(conn)
+    followers = [n for n in cluster.node_names if n != leader]
+    async with await connect(ConnectOptions(servers=(cluster.url(leader),))) as conn:
+        options = PublisherOptions(stream=STREAM, ack_timeout=0.3, max_attempts=100,
+                                   retry_backoff=(0.05,))  # fmt: skip
+        pub = Publisher(conn, options)
+        await pub.start()
+        for node in followers:
+            cluster.servers[node].pause()
+        try:
+            fut = await pub.publish("orders.x", b"x", msg_id="in-process")
+            # Without quorum nothing is acked: ~8 re-sends in 3 s, each answered 10158.
+            await asyncio.wait([fut], timeout=3.0)
+            assert not fut.done(), fut.exception()
+            assert pub.stats.retried >= 2
+        finally:
+            for node in followers:
+                cluster.servers[node].resume()
+        ack = await asyncio.wait_for(fut, 30)
+        assert ack.seq == 1
+        assert (await conn.stream_info(STREAM))["state"]["messages"] == 1
+        await pub.close()

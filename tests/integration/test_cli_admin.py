@@ -37,8 +37,8 @@ def test_stream_lifecycle(nats_server) -> None:  # type: ignore[no-untyped-def]
     )
 
     assert cli(url, "stream", "rm", "ORDERS").exit_code == 2
-    gone = cli(url, "stream", "rm", "ORDERS", "--force")
-    assert gone.exit_code == 0, gone.stderr
+    gone = cli_json(url, "stream", "rm", "ORDERS", "--force")
+    assert gone == {"deleted": "ORDERS", "messages": 2}
     assert cli_json(url, "stream", "ls") == []
     assert "none defined" in cli(url, "stream", "ls").stdout
 
@@ -91,7 +91,12 @@ def test_consumer_lifecycle_and_errors(nats_server) -> None:  # type: ignore[no-
     assert shown.exit_code == 0 and "by_start_sequence" in shown.stdout
 
     assert cli(url, "consumer", "rm", "ORDERS", "late").exit_code == 2  # not a terminal
-    assert cli(url, "consumer", "rm", "ORDERS", "late", "--force").exit_code == 0
+    assert cli_json(url, "consumer", "rm", "ORDERS", "late", "--force") == {
+        "deleted": "late",
+        "stream": "ORDERS",
+    }
+    waited = cli(url, "consumer", "wait", "ORDERS", "billing", "--timeout", "200ms")
+    assert waited.exit_code == 1 and "ORDERS/billing still has 2 pending" in waited.stderr
     assert [r["consumer"] for r in cli_json(url, "consumer", "ls", "ORDERS")] == [
         "billing",
         "recent",

@@ -103,3 +103,24 @@ def test_every_entry_point_uses_the_same_rules() -> None:
                 SourceOptions.from_spark_options({"servers": url, "stream": f"OK,{bad}"})
         with pytest.raises(ConfigError, match="not a valid stream name"):
             SinkOptions.from_spark_options({"servers": url, "commitsStream": bad or " "})
+
+
+def test_processor_and_pull_check_their_names() -> None:
+    from oncestream import (
+        ConnectOptions,
+        Processor,
+        ProcessorOptions,
+        SQLiteLedger,
+    )
+
+    with pytest.raises(ConfigError, match=r"dead_letter_stream: 'D\.L'"):
+        ProcessorOptions(dead_letter_stream="D.L")
+    with pytest.raises(ConfigError, match=r"dead_letter_subject: 'dl\.>'"):
+        ProcessorOptions(dead_letter_stream="DL", dead_letter_subject="dl.>")
+    with pytest.raises(ConfigError, match=r"filter_subject: 'a\.\.b'"):
+        ProcessorOptions(filter_subject="a..b")
+    assert ProcessorOptions(filter_subject="orders.*.eu").filter_subject == "orders.*.eu"
+    ledger = SQLiteLedger(":memory:")
+    for stream, consumer in (("a.b", "c"), ("S", "bad name")):
+        with pytest.raises(ConfigError, match="is not a valid"):
+            Processor(ConnectOptions(), stream, consumer, lambda m, tx: None, ledger=ledger)

@@ -10,6 +10,7 @@ from oncestream._errors import (
     ConfigError,
     ConnectError,
     JetStreamError,
+    NoResponders,
     OperationTimeout,
     PermissionDenied,
     StreamNotFound,
@@ -25,7 +26,8 @@ from oncestream.spark._source_options import SourceOptions
         (OperationTimeout("x"), True),
         (TimeoutError(), True),
         (Unavailable("no leader"), True),
-        (Unavailable("503", no_responders=True), True),
+        (NoResponders("503 while a consumer moves", transient=True), True),
+        (NoResponders("no JetStream API answers"), False),
         (jetstream_error({"code": 503, "err_code": 10008, "description": "unavailable"}), True),
         (jetstream_error({"code": 500, "err_code": 10009, "description": "not leader"}), True),
         (jetstream_error({"code": 500, "err_code": 10118, "description": "offline"}), True),
@@ -101,7 +103,7 @@ async def test_spent_budget_raises_the_last_error_with_a_note() -> None:
 
 async def test_on_retry_may_turn_a_transient_error_permanent() -> None:
     async def no_responders() -> None:
-        raise Unavailable("503", no_responders=True)
+        raise NoResponders("503", transient=True)
 
     async def probe(exc: BaseException) -> None:
         raise StreamNotFound("stream not found", code=404, err_code=10059) from exc

@@ -23,20 +23,26 @@ def _sink(**options: str) -> SinkOptions:
 @pytest.mark.parametrize(
     ("key", "source_hint", "sink_hint"),
     [
-        ("maxOffsetsPerTrigger", "use 'maxMessagesPerTrigger'", "no jetstream counterpart"),
+        ("maxOffsetsPerTrigger", "use 'maxMessagesPerTrigger'", "has no jetstream counterpart"),
         ("subscribe", "use 'stream' / 'subjects'", "use 'stream'"),
-        ("subscribePattern", "use 'subjects'", "no jetstream counterpart"),
+        ("subscribePattern", "use 'subjects'", "has no jetstream counterpart"),
         ("assign", "use 'stream' / 'subjects'", "use 'stream'"),
         ("kafka.bootstrap.servers", "use 'servers'", "use 'servers'"),
-        ("startingOffsetsByTimestamp", "use 'startingTimestamp'", "no jetstream counterpart"),
-        ("endingOffsetsByTimestamp", "no jetstream counterpart", "no jetstream counterpart"),
+        ("startingOffsetsByTimestamp", "use 'startingTimestamp'", "has no jetstream counterpart"),
+        (
+            "endingOffsetsByTimestamp",
+            "has no jetstream counterpart",
+            "has no jetstream counterpart",
+        ),
         ("groupIdPrefix", "Spark's checkpoint", "Spark's checkpoint"),
         ("topic", "use 'stream'", "use 'stream' / 'subject'"),
         ("kafka.acks", "PubAck", "PubAck"),
         ("kafka.max.in.flight.requests.per.connection", "no jetstream", "use 'maxInflight'"),
         ("kafka.retries", "no jetstream", "use 'maxAttempts'"),
         ("kafka.linger.ms", "Kafka client settings have no counterpart", "Kafka client settings"),
-        ("fetchOffset.numRetries", "use 'retryTimeout'", "no jetstream counterpart"),
+        ("fetchOffset.numRetries", "use 'retryTimeout'", "has no jetstream counterpart"),
+        ("kafka.security.protocol", "use 'tlsCaFile'", "use 'tlsCaFile'"),
+        ("kafka.sasl.jaas.config", "use 'user' / 'password'", "'token' / 'nkeySeed' / 'creds'"),
     ],
 )
 def test_kafka_names_get_the_jetstream_name_or_a_reason(
@@ -84,6 +90,12 @@ def test_unknown_without_any_match_lists_the_known_options() -> None:
     )
 
 
+def test_include_headers_on_the_sink_says_how_headers_are_written() -> None:
+    with pytest.raises(ConfigError, match="publishes a 'headers' column"):
+        _sink(includeHeaders="true")
+    assert _source(includeHeaders="true").include_headers
+
+
 def test_known_options_any_case_and_spark_internal_ones_pass() -> None:
     assert _source(MAXMESSAGESPERTRIGGER="5", path="x").max_messages_per_trigger == 5
     sink = _sink(checkpointLocation="/chk", queryName="q", MAXINFLIGHT="7", stream="OUT")
@@ -95,7 +107,7 @@ def test_known_options_any_case_and_spark_internal_ones_pass() -> None:
 def test_every_kafka_counterpart_is_a_real_option() -> None:
     real = {name.lower() for name in (*SOURCE_OPTIONS, *SINK_OPTIONS)}
     for key, (names, note) in KAFKA_OPTIONS.items():
-        assert key == key.lower() and note
+        assert note and not any(n.lower() == key.lower() for n in names)
         assert all(name.lower() in real for name in names), key
 
 
@@ -134,3 +146,15 @@ def test_sink_publisher_durations() -> None:
     opts = _sink(ackTimeout="1m", retryBackoff="10ms, 1s")
     assert opts.publisher.ack_timeout == 60.0
     assert opts.publisher.retry_backoff == (0.01, 1.0)
+
+
+def test_spark_lower_cases_keys_and_the_message_still_names_kafkas_option() -> None:
+    """Spark hands options over with lower-case keys; the hint keeps the Kafka spelling."""
+    with pytest.raises(ConfigError) as info:
+        _source(maxoffsetspertrigger="5", startingoffsetsbytimestamp="{}")
+    message = str(info.value)
+    assert (
+        "'maxoffsetspertrigger': Kafka's 'maxOffsetsPerTrigger'; use 'maxMessagesPerTrigger'"
+        in (message)
+    )
+    assert "Kafka's 'startingOffsetsByTimestamp'; use 'startingTimestamp'" in message

@@ -73,8 +73,8 @@ class FrameSink:
 
     def add(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
         """Take one frame (the slow path; the parser inlines the same steps)."""
-        if headers is not None and headers[8] != 13:
-            self.end(headers, reply)
+        if is_status(headers):
+            self.end(headers, reply)  # type: ignore[arg-type]
             return
         self.datas.append(data)
         self.headers.append(headers)
@@ -86,7 +86,7 @@ class FrameSink:
 
     def end(self, status: bytes, reply: bytes) -> None:
         """A status frame arrived (idle heartbeats / flow control are ignored)."""
-        if status[9:12] == b"100" and reply:
+        if status_code(status) == b"100" and reply:
             return
         self.status = status
         self.finish()
@@ -175,7 +175,7 @@ class _FastParser(Parser):
                 headers = bytes(buf[start : start + header_len])
                 if sink is None:
                     call(parts[0], reply, buf[start + header_len : start + total], headers)
-                elif headers[8] != 13:  # "NATS/1.0 <code> ...": a status, not a message
+                elif headers[8] != 13:  # is_status() inlined: "NATS/1.0 <code> ..."
                     sink.end(headers, reply)
                 else:
                     sink.datas.append(bytes(buf[start + header_len : start + total]))

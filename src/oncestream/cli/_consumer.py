@@ -195,6 +195,7 @@ def rm_command(
     stream: Stream,
     name: Name,
     force: Annotated[bool, typer.Option("--force", "-f", help="Do not ask.")] = False,
+    as_json: Json = False,
     *,
     options: ConnectOptions,
 ) -> None:
@@ -212,7 +213,10 @@ def rm_command(
             await delete_consumer(conn, stream, name)
 
     run_async(main())
-    console.print(f"deleted consumer {stream}/{name}", highlight=False)
+    if as_json:
+        print_json({"deleted": name, "stream": stream})
+    else:
+        console.print(f"deleted consumer {stream}/{name}", highlight=False)
 
 
 @consumer_app.command("wait")
@@ -224,6 +228,7 @@ def wait_command(
     timeout: Annotated[
         str, typer.Option("--timeout", metavar="DURATION", help="Give up after this long.")
     ] = "60s",
+    as_json: Json = False,
     *,
     options: ConnectOptions,
 ) -> None:
@@ -249,5 +254,8 @@ def wait_command(
                 await asyncio.sleep(min(0.2, max(deadline - loop.time(), 0)))
 
     info = run_async(main())
+    if as_json:
+        print_json(info)
+        return
     floor = info.get("ack_floor", {}).get("stream_seq", 0)
     console.print(f"consumer {stream}/{name} caught up (ack floor {floor})", highlight=False)

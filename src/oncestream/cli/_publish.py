@@ -345,7 +345,7 @@ def publish_command(
     *,
     options: ConnectOptions,
 ) -> None:
-    """Publish every record of FILE exactly once (deterministic msg ids, acked, retried).
+    """Publish every record of FILE exactly once; a re-run adds nothing, however late.
 
     A re-run of the same FILE to the same stream stores nothing twice, however
     late: progress is recorded in the server and the re-run resumes after it

@@ -305,7 +305,9 @@ def info_command(name: Name, as_json: Json = False, *, options: ConnectOptions) 
 @stream_app.command("rm")
 @cli_errors
 @with_connect_options
-def rm_command(name: Name, force: Force = False, *, options: ConnectOptions) -> None:
+def rm_command(
+    name: Name, force: Force = False, as_json: Json = False, *, options: ConnectOptions
+) -> None:
     """Delete stream NAME with all its messages and consumers."""
 
     async def check() -> int:
@@ -322,7 +324,10 @@ def rm_command(name: Name, force: Force = False, *, options: ConnectOptions) -> 
             await conn.delete_stream(name)
 
     run_async(main())
-    console.print(f"deleted stream {name}", highlight=False)
+    if as_json:
+        print_json({"deleted": name, "messages": messages})
+    else:
+        console.print(f"deleted stream {name}", highlight=False)
 
 
 @stream_app.command("purge")

@@ -38,7 +38,8 @@ def preview(data: bytes, limit: int = PREVIEW) -> str:
         return (
             f"<binary, {len(data):,} bytes: {data[:16].hex(' ')}{' …' if len(data) > 16 else ''}>"
         )
-    if sum(1 for c in text if not c.isprintable() and c not in "\t\n\r") > len(text) // 10:
+    controls = sum(1 for c in text if not c.isprintable() and c not in "\t\n\r")
+    if "\x00" in text or controls > max(1, len(text) // 10):
         return (
             f"<binary, {len(data):,} bytes: {data[:16].hex(' ')}{' …' if len(data) > 16 else ''}>"
         )

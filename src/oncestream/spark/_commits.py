@@ -18,10 +18,11 @@ import orjson
 from .._connection import Connection
 from .._errors import JetStreamError, StreamNotFound
 from ..publisher import Publisher, PublisherOptions
+from ..reader import read_stream
 from ..streams import StreamSpec, ensure_stream, last_message
 from ._connections import get_publisher
 
-__all__ = ["COMMITS_STREAM", "CommitRecord", "CommitStore"]
+__all__ = ["COMMITS_STREAM", "CommitRecord", "CommitStore", "last_seq", "stored_ids"]
 
 log = logging.getLogger("oncestream.spark.sink")
 
@@ -147,3 +148,15 @@ async def last_seq(conn: Connection, stream: str) -> int:
     """The stream's current last sequence."""
     info = await conn.stream_info(stream)
     return int(info["state"].get("last_seq", 0))
+
+
+async def stored_ids(conn: Connection, stream: str, after: int) -> set[str]:
+    """Msg ids stored in ``stream`` after sequence ``after`` (what a failed attempt wrote)."""
+    tail = await last_seq(conn, stream)
+    if tail <= after:
+        return set()
+    ids: set[str] = set()
+    async for chunk in read_stream(conn, stream, start_seq=after + 1):
+        ids.update(r.msg_id for r in chunk if r.msg_id)
+    log.info("stream %s: %d ids after sequence %d will not be re-sent", stream, len(ids), after)
+    return ids

@@ -67,32 +67,32 @@ _KAFKA_CLIENT = (
     "'connectTimeout'/'requestTimeout'"
 )
 
-#: Kafka source/sink option (lower case) -> (jetstream options to use, note).
+#: Kafka source/sink option -> (jetstream options to use, note).
 #: An empty tuple means there is no counterpart; the note says why.
 KAFKA_OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "kafka.bootstrap.servers": (("servers",), "NATS URLs, comma-separated"),
     "subscribe": (("stream", "subjects"), "name the stream; filter subjects with 'subjects'"),
-    "subscribepattern": (
+    "subscribePattern": (
         ("subjects",),
         "a subject filter with wildcards ('orders.*', 'orders.>') on option 'stream'",
     ),
     "assign": (("stream", "subjects"), f"{_NO_PARTITIONS}; name the stream and subjects"),
     "topic": (("stream", "subject"), "publish to 'subject'; 'stream' is the expected stream"),
-    "maxoffsetspertrigger": (("maxMessagesPerTrigger",), "messages per micro-batch"),
-    "minoffsetspertrigger": ((), "micro-batches are not delayed to collect a minimum"),
-    "maxtriggerdelay": ((), "micro-batches are not delayed to collect a minimum"),
-    "startingoffsetsbytimestamp": (
+    "maxOffsetsPerTrigger": (("maxMessagesPerTrigger",), "messages per micro-batch"),
+    "minOffsetsPerTrigger": ((), "micro-batches are not delayed to collect a minimum"),
+    "maxTriggerDelay": ((), "micro-batches are not delayed to collect a minimum"),
+    "startingOffsetsByTimestamp": (
         ("startingTimestamp",),
         "one timestamp (epoch milliseconds or ISO-8601) for every stream",
     ),
-    "startingoffsetsbytimestampstrategy": (
+    "startingOffsetsByTimestampStrategy": (
         (),
         "reads start at the first message at or after 'startingTimestamp'",
     ),
-    "endingoffsetsbytimestamp": ((), "batch reads end at 'endingOffsets' (sequences)"),
-    "endingtimestamp": ((), "batch reads end at 'endingOffsets' (sequences)"),
-    "maxrecordsperpartition": ((), "split reads with 'minPartitions'"),
-    "groupidprefix": (
+    "endingOffsetsByTimestamp": ((), "batch reads end at 'endingOffsets' (sequences)"),
+    "endingTimestamp": ((), "batch reads end at 'endingOffsets' (sequences)"),
+    "maxRecordsPerPartition": ((), "split reads with 'minPartitions'"),
+    "groupIdPrefix": (
         (),
         "positions live in Spark's checkpoint; the source creates no durable consumer",
     ),
@@ -100,14 +100,19 @@ KAFKA_OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
         (),
         "positions live in Spark's checkpoint; the source creates no durable consumer",
     ),
-    "fetchoffset.numretries": (("retryTimeout",), "a time budget for transient errors"),
-    "fetchoffset.retryintervalms": (("retryTimeout",), "a time budget for transient errors"),
-    "kafkaconsumer.polltimeoutms": (("requestTimeout",), "time allowed per server request"),
+    "fetchOffset.numRetries": (("retryTimeout",), "a time budget for transient errors"),
+    "fetchOffset.retryIntervalMs": (("retryTimeout",), "a time budget for transient errors"),
+    "kafkaConsumer.pollTimeoutMs": (("requestTimeout",), "time allowed per server request"),
     "kafka.request.timeout.ms": (("requestTimeout", "ackTimeout"), "durations like '5s'"),
     "kafka.delivery.timeout.ms": (("ackTimeout",), "re-send after this long without a PubAck"),
     "kafka.retries": (("maxAttempts",), "sends per message"),
     "kafka.retry.backoff.ms": (("retryBackoff",), "delays like '50ms,250ms,1s'"),
     "kafka.max.in.flight.requests.per.connection": (("maxInflight",), "unacknowledged publishes"),
+    "includeHeaders": (
+        (),
+        "the sink publishes a 'headers' column (map<string,array<string>>) whenever the "
+        "DataFrame has one",
+    ),
     "kafka.acks": ((), "every publish waits for the stream's PubAck"),
     "kafka.enable.idempotence": ((), "every publish carries a deterministic Nats-Msg-Id"),
     "kafka.transactional.id": (
@@ -132,24 +137,27 @@ def lowered(options: Mapping[str, Any]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items()}
 
 
+_KAFKA_BY_LOWER = {name.lower(): name for name in KAFKA_OPTIONS}
+
+
 def _suggestion(key: str, known: dict[str, str], side: Side) -> str:
-    kafka = KAFKA_OPTIONS.get(key) or (
-        KAFKA_OPTIONS.get("kafka.bootstrap.servers") if key.endswith("bootstrap.servers") else None
-    )
-    if kafka is not None:
-        names, note = kafka
+    kafka_name = _KAFKA_BY_LOWER.get(key)
+    if kafka_name is None and key.endswith("bootstrap.servers"):
+        kafka_name = "kafka.bootstrap.servers"
+    if kafka_name is not None:
+        names, note = KAFKA_OPTIONS[kafka_name]
         usable = [n for n in names if n.lower() in known]
         if usable:
             quoted = " / ".join(f"'{n}'" for n in usable)
-            return f"a Kafka option; use {quoted} here ({note})"
+            return f"Kafka's {kafka_name!r}; use {quoted} here ({note})"
         if names:
             other = "sink" if side == "source" else "source"
             quoted = " / ".join(f"'{n}'" for n in names)
             return (
-                f"a Kafka option with no jetstream counterpart on the {side} "
+                f"Kafka's {kafka_name!r} has no jetstream counterpart on the {side} "
                 f"(the jetstream {other} takes {quoted})"
             )
-        return f"a Kafka option with no jetstream counterpart: {note}"
+        return f"Kafka's {kafka_name!r} has no jetstream counterpart: {note}"
     if key.startswith("kafka."):
         return _KAFKA_CLIENT
     close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)

@@ -31,6 +31,7 @@ __all__ = [
     "id_scope",
     "lineage_id",
     "position_id",
+    "row_digest",
     "writer_scope",
 ]
 
@@ -210,3 +211,9 @@ def _create_stream_spec(lowered: Mapping[str, str], stream: str | None) -> Strea
         replicas=replicas,
         duplicate_window=window,
     )
+
+
+def row_digest(subject: str | None, data: Any) -> str:
+    """A short hash of a row's subject and data (part of batch-write msg ids)."""
+    raw = data if isinstance(data, bytes) else str(data).encode()
+    return hashlib.blake2b((subject or "").encode() + b"\0" + raw, digest_size=8).hexdigest()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import os
 import sys
@@ -50,11 +49,10 @@ from .._connection import Connection
 from .._errors import ConfigError, JetStreamError, OncestreamError, StreamMismatch
 from .._sync import run_sync
 from ..publisher import PubAck, Publisher
-from ..reader import read_stream
 from ..streams import create_stream_if_missing
-from ._commits import CommitRecord, CommitStore, last_seq
+from ._commits import CommitRecord, CommitStore, last_seq, stored_ids
 from ._connections import get_connection
-from ._sink_options import SinkOptions, lineage_id, position_id, writer_scope
+from ._sink_options import SinkOptions, lineage_id, position_id, row_digest, writer_scope
 from ._sink_options import id_scope as make_id_scope
 
 if TYPE_CHECKING:
@@ -211,13 +209,12 @@ class _JetStreamWriter:
         window = int(info["config"].get("duplicate_window") or 0) / 1e9
         horizon = opts.publisher.retry_horizon
         spark_horizon = horizon * opts.task_max_failures
-        if opts.publisher.check_window and window < horizon:
-            raise ConfigError(
-                f"stream {stream!r} has duplicate_window {window:g}s, shorter than the "
-                f"Publisher's retry horizon {horizon:g}s (maxAttempts x ackTimeout + backoff): "
-                "a re-sent message could be stored twice. Raise the window or lower "
-                "ackTimeout / maxAttempts (or set checkWindow=false to accept the risk)"
-            )
+        if opts.publisher.check_window:
+            try:
+                opts.publisher.check_window_fits(stream, window)
+            except ConfigError as exc:
+                exc.add_note("Spark options: ackTimeout, maxAttempts; checkWindow=false accepts it")
+                raise
         if window < spark_horizon:
             _ensure_log_handler()
             log.warning(
@@ -305,7 +302,7 @@ class _JetStreamWriter:
                     await store.ensure()
                 retry = await store.mark_attempt(commit.scope, commit.partition, commit.batch_id)
                 if retry and last is not None and opts.stream is not None:
-                    existing = await _stored_ids(conn, opts.stream, last.tail_seq)
+                    existing = await stored_ids(conn, opts.stream, last.tail_seq)
         except BaseException:
             with contextlib.suppress(Exception):
                 await pub.close()
@@ -360,7 +357,7 @@ class _JetStreamWriter:
             ]
         else:
             base = f"{prefix or 'batch'}:p{commit.partition}:r"
-            ids = [f"{base}{offset + i}:{_digest(subjects[i], datas[i])}" for i in range(n)]
+            ids = [f"{base}{offset + i}:{row_digest(subjects[i], datas[i])}" for i in range(n)]
         return subjects, datas, headers, ids
 
     async def _send(self, state: _TaskState, rows: _Rows) -> None:
@@ -427,23 +424,6 @@ class _JetStreamWriter:
             "skipped_existing": sum(m.skipped_existing for m in done),
             "skipped_tasks": sum(1 for m in done if m.skipped_batch),
         }
-
-
-async def _stored_ids(conn: Connection, stream: str, after: int) -> set[str]:
-    """Msg ids stored in ``stream`` after sequence ``after`` (what a failed attempt wrote)."""
-    tail = await last_seq(conn, stream)
-    if tail <= after:
-        return set()
-    ids: set[str] = set()
-    async for chunk in read_stream(conn, stream, start_seq=after + 1):
-        ids.update(r.msg_id for r in chunk if r.msg_id)
-    log.info("stream %s: %d ids after sequence %d will not be re-sent", stream, len(ids), after)
-    return ids
-
-
-def _digest(subject: str | None, data: Any) -> str:
-    raw = data if isinstance(data, bytes) else str(data).encode()
-    return hashlib.blake2b((subject or "").encode() + b"\0" + raw, digest_size=8).hexdigest()
 
 
 class JetStreamBatchWriter(_JetStreamWriter, DataSourceArrowWriter):

@@ -1,0 +1,271 @@
+"""bench-scale: every path at N = 10^5, 10^6, 10^7, with RSS, store size and nats.go beside it.
+
+Each case runs in its own process (bench/_scale_cases.py, or the nats.go
+reference bench/go built by ``make bench-ref``) against a nats-server started
+with the same config. While it runs, /proc is polled: the client's peak RSS is
+the peak of the summed VmRSS of its process tree (the Spark cases count the
+driver JVM and the Python workers), sampled every 100 ms; the server's is its
+peak VmRSS sampled during the case. Write cases (Publisher,
+ProducerSession, Spark sink, nats.go publish) get a fresh server each; the read
+cases share one server per N, filled once with the Publisher and restarted
+before each case.
+
+Env / flags: SCALE_NS (``1e5,1e6,1e7``), SCALE_CASES (all), SCALE_SPARK_MEMORY
+(``2g``), SCALE_DUPLICATE_WINDOW (seconds, 120), SCALE_STORAGE (file),
+SCALE_LABEL (a line printed above the table), NATSREF (the Go binary,
+default bench/go/natsref). Output: bench/results/scale-*.json and .md,
+docs/img/scale.png (``--plot``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._scale_cases import CASES, WRITE_CASES, scale_spec
+from bench._scale_report import plot, write_markdown
+from bench.bench_publish import measure_publisher_async
+
+from oncestream import ConnectOptions, connect
+from oncestream.server import NatsServer
+from oncestream.streams import ensure_stream
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+GO_CASES = ("nats.go publish", "nats.go ordered", "nats.go fetch+ack")
+GO_FLAG = {"nats.go publish": "publish", "nats.go ordered": "ordered", "nats.go fetch+ack": "fetch"}
+STREAM = "SCALE"
+MIB = 1024 * 1024
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        pass
+    return 0
+
+
+def _tree(pid: int) -> list[int]:
+    pids, todo = [], [pid]
+    while todo and len(pids) < 500:
+        current = todo.pop()
+        pids.append(current)
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as fh:
+                    todo.extend(int(x) for x in fh.read().split())
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return pids
+
+
+class Poller:
+    """Peak summed RSS of a process tree and peak RSS of the server, sampled every 100 ms."""
+
+    def __init__(self, client: int, server: int | None) -> None:
+        self.client, self.server = client, server
+        self.client_peak = self.server_peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.client_peak = max(self.client_peak, sum(_rss_kib(p) for p in _tree(self.client)))
+            if self.server:
+                self.server_peak = max(self.server_peak, _rss_kib(self.server))
+            self._stop.wait(0.1)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _store_bytes(server: NatsServer) -> int:
+    root = server.store_dir
+    if root is None or not root.exists():
+        return 0
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def run_measured(cmd: list[str], server: NatsServer, timeout: float) -> dict[str, Any]:
+    """Run one case process; its CASE-JSON / nats.go JSON plus RSS figures."""
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(HERE.parent))
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    poller = Poller(proc.pid, server.pid)
+    out = err = ""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        err += f"\ntimed out after {timeout:.0f}s"
+    finally:
+        poller.stop()
+    record: dict[str, Any] = {"wall_seconds": round(time.monotonic() - started, 2)}
+    line = next((x for x in out.splitlines() if x.startswith(("CASE-JSON ", '{"case"'))), None)
+    if proc.returncode != 0 or line is None:
+        record["error"] = (err or out)[-1500:]
+        return record
+    record.update(json.loads(line.removeprefix("CASE-JSON ")))
+    record["client_rss_mib"] = round(poller.client_peak / 1024, 1)
+    record["server_rss_mib"] = round(poller.server_peak / 1024, 1)
+    record["store_mib"] = round(_store_bytes(server) / MIB, 1)
+    return record
+
+
+async def _make_stream(url: str, atomic: bool, args: argparse.Namespace) -> None:
+    async with await connect(ConnectOptions(servers=(url,))) as conn:
+        spec = scale_spec(
+            STREAM, duplicate_window=args.duplicate_window, storage=args.storage, atomic=atomic
+        )
+        await ensure_stream(conn, spec)
+
+
+def _case_cmd(case: str, url: str, n: int, args: argparse.Namespace, pg: str | None) -> list[str]:
+    if case in GO_CASES:
+        return [args.natsref, "-url", url, "-n", str(n), "-stream", STREAM, "-subject",
+                "scale.x", "-cases", GO_FLAG[case]]  # fmt: skip
+    cmd = [sys.executable, str(HERE / "_scale_cases.py"), case, "--url", url, "--n", str(n),
+           "--stream", STREAM, "--spark-memory", args.spark_memory,
+           "--duplicate-window", str(args.duplicate_window), "--storage", args.storage]  # fmt: skip
+    return [*cmd, "--pg-url", pg] if pg else cmd
+
+
+def _timeout(n: int) -> float:
+    return 600.0 + n / 2000.0  # 10^7 at >= 2k msg/s, plus start-up
+
+
+class Postgres:
+    """A throw-away PostgreSQL (tests/_postgres.py) with one fresh database per case."""
+
+    def __init__(self) -> None:
+        from tests._postgres import PostgresServer
+
+        self.server = PostgresServer().start()
+        self.count = 0
+
+    def database(self) -> str:
+        import psycopg
+
+        self.count += 1
+        name = f"scale_{self.count}"
+        with psycopg.connect(self.server.url, autocommit=True) as admin:
+            admin.execute(f"CREATE DATABASE {name}")
+        return self.server.url.rsplit("/", 1)[0] + "/" + name
+
+    def close(self) -> None:
+        self.server.stop()
+
+
+def measure_n(n: int, cases: list[str], args: argparse.Namespace, pg: Postgres | None) -> list:
+    records: list[dict[str, Any]] = []
+
+    def add(case: str, server: NatsServer, database: str | None = None) -> None:
+        print(f"  {case} N={n:,}", flush=True)
+        rec = run_measured(_case_cmd(case, server.url, n, args, database), server, _timeout(n))
+        rec.update(path=case, n=n)
+        if "error" in rec:
+            print(f"    FAILED: {rec['error'][-600:]}", flush=True)
+        else:
+            print(
+                f"    {rec['rate']:,.0f} msg/s, client {rec['client_rss_mib']} MiB,"
+                f" server {rec['server_rss_mib']} MiB, store {rec['store_mib']} MiB",
+                flush=True,
+            )
+        records.append(rec)
+
+    for case in [c for c in cases if c in WRITE_CASES or c == "nats.go publish"]:
+        with NatsServer() as server:
+            if case != "spark-sink":  # the sink recreates the stream itself, same spec
+                asyncio.run(_make_stream(server.url, case == "producer-batch", args))
+            add(case, server)
+    readers = [c for c in cases if c not in WRITE_CASES and c != "nats.go publish"]
+    if readers:
+        with NatsServer() as server:
+            asyncio.run(_make_stream(server.url, False, args))
+            started = time.monotonic()
+            asyncio.run(
+                measure_publisher_async(server.url, n, STREAM, fresh=False, subject="scale.x")
+            )
+            print(f"  filled {n:,} messages in {time.monotonic() - started:.1f}s", flush=True)
+            for case in readers:
+                server.restart()
+                database = pg.database() if pg and case == "processor-postgres" else None
+                add(case, server, database)
+    return records
+
+
+def parse_ns(text: str) -> list[int]:
+    return [int(float(x)) for x in text.split(",") if x.strip()]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    env = os.environ.get
+    parser.add_argument("--ns", default=env("SCALE_NS", "1e5,1e6,1e7"))
+    parser.add_argument("--cases", default=env("SCALE_CASES", ",".join(CASES + GO_CASES)))
+    parser.add_argument("--spark-memory", default=env("SCALE_SPARK_MEMORY", "2g"))
+    parser.add_argument(
+        "--duplicate-window", type=float, default=float(env("SCALE_DUPLICATE_WINDOW", "120"))
+    )
+    parser.add_argument("--storage", default=env("SCALE_STORAGE", "file"))
+    parser.add_argument("--label", default=env("SCALE_LABEL", ""))
+    parser.add_argument("--natsref", default=env("NATSREF", str(HERE / "go" / "natsref")))
+    parser.add_argument("--plot", default=env("SCALE_PLOT", ""), help="PNG path for the plot")
+    args = parser.parse_args()
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = [c for c in cases if c not in CASES + GO_CASES]
+    if unknown:
+        parser.error(f"unknown cases {unknown}; allowed: {', '.join(CASES + GO_CASES)}")
+    if not os.access(args.natsref, os.X_OK):
+        print(f"nats.go reference {args.natsref} not built (make bench-ref): skipped", flush=True)
+        cases = [c for c in cases if c not in GO_CASES]
+    pg = Postgres() if "processor-postgres" in cases else None
+    records: list[dict[str, Any]] = []
+    try:
+        for n in parse_ns(args.ns):
+            print(f"N = {n:,}", flush=True)
+            records.extend(measure_n(n, cases, args, pg))
+    finally:
+        if pg:
+            pg.close()
+    meta = {
+        "label": args.label,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "spark_memory": args.spark_memory,
+        "duplicate_window": args.duplicate_window,
+        "storage": args.storage,
+        "cpus": os.cpu_count(),
+        "loadavg": os.getloadavg(),
+    }
+    RESULTS.mkdir(exist_ok=True)
+    stem = RESULTS / time.strftime("scale-%Y%m%d-%H%M%S")
+    stem.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": records}, indent=2))
+    table = write_markdown(records, meta)
+    stem.with_suffix(".md").write_text(table)
+    print(table)
+    print(f"results written to {stem}.json and .md")
+    if args.plot:
+        plot(records, Path(args.plot), meta)
+        print(f"plot written to {args.plot}")
+    return 1 if any("error" in r for r in records) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

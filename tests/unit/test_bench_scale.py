@@ -1,0 +1,56 @@
+"""bench-scale's table, N parsing and process-tree RSS polling (no server, no Spark)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from bench._scale_report import plot, write_markdown
+from bench.scale import Poller, parse_ns
+
+META = {"label": "validation", "date": "d", "cpus": 2, "loadavg": (1.0, 1.0, 1.0),
+        "storage": "file", "duplicate_window": 120.0}  # fmt: skip
+
+
+def test_parse_ns_accepts_scientific_notation() -> None:
+    assert parse_ns("1e4, 1e5,2000") == [10_000, 100_000, 2000]
+
+
+def test_table_ratios_against_peer_and_smallest_n(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    records = [
+        {"path": "publisher", "n": 100, "rate": 100.0, "client_rss_mib": 30.0},
+        {"path": "publisher", "n": 1000, "rate": 80.0, "client_rss_mib": 45.0},
+        {"path": "nats.go publish", "n": 1000, "rate": 160.0, "client_rss_mib": 10.0},
+        {
+            "path": "processor-sqlite",
+            "n": 100,
+            "rate": 5.0,
+            "client_rss_mib": 40.0,
+            "ledger_rows_after_prune": 0,
+            "ledger_bytes_after_prune": 4096,
+        },
+        {"path": "spark-sink", "n": 100, "error": "Traceback\nBoom: no"},
+    ]
+    table = write_markdown(records, META)
+    row = next(x for x in table.splitlines() if x.startswith("| publisher | 1,000 "))
+    assert "0.50x nats.go publish" in row
+    assert "| 0.80x |" in row and "| 1.50x |" in row
+    assert "0 rows, 4 KiB" in table
+    assert "FAILED: Boom: no" in table
+    out = tmp_path / "scale.png"
+    plot(records, out, META)
+    assert out.stat().st_size > 0
+
+
+def test_poller_sums_the_process_tree() -> None:
+    code = (
+        "import subprocess,sys; subprocess.run([sys.executable,'-c','import time; time.sleep(1)'])"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    poller = Poller(proc.pid, os.getpid())
+    proc.wait(timeout=30)
+    poller.stop()
+    # Two interpreters of several MiB each, summed; and this process as the "server".
+    assert poller.client_peak > 2 * 4 * 1024
+    assert poller.server_peak > 0

@@ -1,0 +1,86 @@
+"""Pure helpers behind the operating verbs: start positions, times, previews, ranges."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from oncestream import ConfigError, StartPosition
+from oncestream._start import describe_config, parse_time
+from oncestream.cli._dlq import parse_range
+from oncestream.cli._tail import preview
+from oncestream.deadletters import subject_matches
+
+NOW = datetime(2026, 11, 22, 15, 0, tzinfo=UTC)
+
+
+def test_parse_time() -> None:
+    assert parse_time("t", "10m", now=NOW) == NOW - timedelta(minutes=10)
+    assert parse_time("t", "2026-11-22T14:00:00Z") == NOW - timedelta(hours=1)
+    assert parse_time("t", "2026-11-22T14:00:00").tzinfo is UTC
+    with pytest.raises(ConfigError, match="--from must be an ISO 8601 time"):
+        parse_time("--from", "yesterday")
+
+
+def test_start_position() -> None:
+    assert StartPosition().to_config() == {"deliver_policy": "all"}
+    assert StartPosition(new_only=True).to_config() == {"deliver_policy": "new"}
+    assert StartPosition(seq=7).to_config() == {
+        "deliver_policy": "by_start_sequence",
+        "opt_start_seq": 7,
+    }
+    timed = StartPosition(time=NOW).to_config()
+    assert timed == {
+        "deliver_policy": "by_start_time",
+        "opt_start_time": "2026-11-22T15:00:00.000000Z",
+    }
+    assert StartPosition(time=NOW).matches(
+        {"deliver_policy": "by_start_time", "opt_start_time": "2026-11-22T15:00:00.000000123Z"}
+    )
+    assert not StartPosition(seq=7).matches(
+        {"deliver_policy": "by_start_sequence", "opt_start_seq": 8}
+    )
+    assert describe_config({"deliver_policy": "new"}) == "new messages only"
+    with pytest.raises(ConfigError, match="at most one start position"):
+        StartPosition(seq=3, new_only=True)
+    with pytest.raises(ConfigError, match="start seq must be a sequence >= 1"):
+        StartPosition(seq=0)
+
+
+def test_preview() -> None:
+    assert preview(b"") == "<empty>"
+    assert preview(b'{"id": 1}') == '{"id": 1}'
+    assert preview(b"a\nb\x1b[0m") == "a\\nb\\x1b[0m"
+    assert preview(b"\xff\xfe\x00") == "<binary, 3 bytes: ff fe 00>"
+    cut = preview(b"x" * 250)
+    assert cut.startswith("x" * 200) and cut.endswith("…(+50 bytes)")
+
+
+def test_parse_range() -> None:
+    assert parse_range(None) == (None, None)
+    assert parse_range("5") == (5, 5)
+    assert parse_range("3-9") == (3, 9)
+    assert parse_range("-4") == (None, 4)
+    assert parse_range("4-") == (4, None)
+    for bad in ("x", "0", "9-3", "1-2-3"):
+        with pytest.raises(ConfigError, match="--seq"):
+            parse_range(bad)
+
+
+def test_subject_matches() -> None:
+    assert subject_matches("orders.>", "orders.eu.x")
+    assert subject_matches("orders.*", "orders.eu")
+    assert not subject_matches("orders.*", "orders.eu.x")
+    assert not subject_matches("orders.>", "orders")
+    assert subject_matches("a.b", "a.b") and not subject_matches("a.b", "a.c")
+
+
+def test_processor_start_needs_a_created_consumer() -> None:
+    from oncestream import ProcessorOptions
+
+    assert ProcessorOptions(start=StartPosition(seq=3)).start == StartPosition(seq=3)
+    with pytest.raises(ConfigError, match="start applies to a consumer the Processor creates"):
+        ProcessorOptions(start=StartPosition(seq=3), bind=True)
+    with pytest.raises(ConfigError, match="must be a StartPosition"):
+        ProcessorOptions(start=3)  # type: ignore[arg-type]
