@@ -221,13 +221,6 @@ class Connection:
         except Exception as exc:
             raise translate_error(exc, what=f"subscribe {subject}") from exc
 
-    async def subscribe_messages(self, subject: str, deliver: Callable[[Any], None]) -> Any:
-        """Subscribe ``subject``; each nats-py ``Msg`` goes to ``deliver`` synchronously."""
-        try:
-            return await self.wire.subscribe_messages(subject, deliver)
-        except Exception as exc:
-            raise translate_error(exc, what=f"subscribe {subject}") from exc
-
     async def send_frames(self, frames: bytes, *, what: str = "publish") -> None:
         """Send complete PUB/HPUB frames through the client's outgoing buffer."""
         try:

@@ -35,12 +35,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 
 from ._connection import Connection
 from ._errors import ConfigError, ConsumerNotFound, JetStreamError, OperationTimeout
 from ._names import check_consumer_name, check_stream_name
+from ._nats import FrameSubscription, parse_header_block
 from ._options import parse_duration, parse_positive_int
 from .message import Message
 
@@ -132,7 +131,7 @@ class MessageStream:
         self._next_subject = f"{conn.prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self._buffer: deque[Message] = deque()
         self._wakeup = asyncio.Event()
-        self._sub: Subscription | None = None
+        self._sub: FrameSubscription | None = None
         self._inbox = ""
         self._pending_msgs = 0
         self._pending_bytes = 0
@@ -154,26 +153,36 @@ class MessageStream:
     async def start(self) -> MessageStream:
         """Subscribe the inbox and send the first pull request."""
         self._inbox = self.conn.new_inbox()
-        # Each message reaches _on_msg synchronously (no queue or callback task
-        # where the adapter can bypass them; see oncestream._nats).
-        self._sub = await self.conn.subscribe_messages(self._inbox, self._on_msg)
+        # Raw frames reach _on_frame synchronously: no nats-py Msg, queue or callback
+        # task where the adapter can bypass them (see oncestream._nats).
+        self._sub = await self.conn.subscribe_frames(self._inbox, self._on_frame)
         self.conn.on_reconnect(self._on_reconnect)
         await self._pull()
         self._monitor = asyncio.get_running_loop().create_task(self._watch_heartbeats())
         return self
 
-    def _on_msg(self, msg: Msg) -> None:
+    def _on_frame(
+        self, subject: bytes, reply: bytes, data: bytes | bytearray, headers: bytes | None
+    ) -> None:
         # A counter, not a clock read: the heartbeat watcher notices it moving.
         self._received += 1
-        if msg.reply:
+        if reply:
             self._pending_msgs -= 1
             if self._track_bytes:
-                self._pending_bytes -= len(msg.data) + len(msg.subject) + len(msg.reply)
-            self._buffer.append(Message(msg.subject, msg.reply, msg.data, msg.headers, self.conn))
+                self._pending_bytes -= len(data) + len(subject) + len(reply)
+            self._buffer.append(
+                Message(
+                    subject.decode(),
+                    reply.decode(),
+                    bytes(data),
+                    parse_header_block(headers) if headers else None,
+                    self.conn,
+                )
+            )
             if not self._wakeup.is_set():
                 self._wakeup.set()
             return
-        self._on_status(msg.headers or {})
+        self._on_status(parse_header_block(headers) if headers else {})
 
     def _on_status(self, headers: dict[str, str]) -> None:
         status = headers.get(_STATUS, "")

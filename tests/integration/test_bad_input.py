@@ -203,6 +203,14 @@ CASES = [
         in_tmp=True,
     ),
     Case(
+        "process-handler-exits-on-import",
+        [*PROCESS, "--stream", "BI_P", "--consumer", "c", "--handler", "bi_exit:handle"],
+        CONFIG,
+        "cannot import 'bi_exit': SystemExit(3)",
+        setup=lambda env: env.file("bi_exit.py", "import sys\nsys.exit(3)\n"),
+        in_tmp=True,
+    ),
+    Case(
         "process-handler-unknown-module",
         [*PROCESS, "--stream", "BI_P", "--consumer", "c", "--handler", "bi_nonexistent:f"],
         CONFIG,

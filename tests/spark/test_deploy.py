@@ -138,6 +138,7 @@ async def test_submit_with_packed_environment_uses_both_workers(
     conn: Connection,
     make_stream: Any,
     tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     master, worker_dirs = bare_cluster
     await make_stream("DEPLOY_IN", ("deploy.>",))
@@ -174,18 +175,24 @@ async def test_submit_with_packed_environment_uses_both_workers(
     for task in tasks:
         worker = next(f"w{i}" for i, d in enumerate(worker_dirs) if task["dir"].startswith(str(d)))
         by_worker.setdefault(worker, []).append(int(task["partition"]))
-    print(f"packed {archive.stat().st_size / 1e6:.0f} MB in {packed:.1f} s; "
-          f"job {time.monotonic() - started - packed:.1f} s")  # fmt: skip
+    lines = [
+        f"packed {archive.stat().st_size / 1e6:.0f} MB in {packed:.1f} s; "
+        f"job {time.monotonic() - started - packed:.1f} s"
+    ]
     for task in sorted(tasks, key=lambda t: int(t["partition"])):
-        print(f"partition {task['partition']}: {task['count']} rows on worker "
-              f"{task['dir'].split('/work/')[1].split('/')[0]} executor {task['executor']} "
-              f"python {task['python']}")  # fmt: skip
-    print("worker -> partitions:", dict(sorted(by_worker.items())))
+        worker = task["dir"].split("/work/")[1].split("/")[0]
+        lines.append(
+            f"partition {task['partition']}: {task['count']} rows on worker {worker} "
+            f"executor {task['executor']} python {task['python']}"
+        )
+    lines.append(f"worker -> partitions: {dict(sorted(by_worker.items()))}")
+    with capsys.disabled():  # shown in `make test` output too
+        print("\n" + "\n".join(lines))
     assert sorted(by_worker) == ["w0", "w1"], by_worker  # both workers ran tasks
     assert sorted(p for ps in by_worker.values() for p in ps) == list(range(PARTITIONS))
-    assert all(
-        "/environment/bin/python" in t["python"] or "environment" in t["python"] for t in tasks
-    )
+    # the executors ran the shipped environment, unpacked in their own work dirs
+    assert all("/environment/bin/python oncestream" in t["python"] for t in tasks), tasks
+    assert all(t["python"].startswith(str(tmp_path / "work")) for t in tasks), tasks
     report = await audit(conn, "DEPLOY_IN", [OutputSpec.parse("stream:DEPLOY_OUT")], key="lineage")
     assert report.ok, report.to_dict()
     assert report.input_rows == ROWS

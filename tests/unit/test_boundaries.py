@@ -340,3 +340,14 @@ def test_component_import_graph_has_no_cycle() -> None:
             _component(t) for t in targets if _component(t) != source
         )
     assert find_cycle(components) is None
+
+
+def test_spark_and_audit_do_not_import_each_other() -> None:
+    graph = import_graph()
+    ties = [
+        (module, target)
+        for module, targets in graph.items()
+        for target in targets
+        if {_component(module), _component(target)} == {"oncestream.spark", "oncestream.audit"}
+    ]
+    assert ties == []

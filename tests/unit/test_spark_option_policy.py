@@ -41,6 +41,8 @@ def _sink(**options: str) -> SinkOptions:
         ("kafka.retries", "no jetstream", "use 'maxAttempts'"),
         ("kafka.linger.ms", "Kafka client settings have no counterpart", "Kafka client settings"),
         ("fetchOffset.numRetries", "use 'retryTimeout'", "has no jetstream counterpart"),
+        ("kafka.security.protocol", "use 'tlsCaFile'", "use 'tlsCaFile'"),
+        ("kafka.sasl.jaas.config", "use 'user' / 'password'", "'token' / 'nkeySeed' / 'creds'"),
     ],
 )
 def test_kafka_names_get_the_jetstream_name_or_a_reason(
@@ -86,6 +88,12 @@ def test_unknown_without_any_match_lists_the_known_options() -> None:
     assert (
         "Known options:" in message and "maxInflight" in message and "docs/spark-sink.md" in message
     )
+
+
+def test_include_headers_on_the_sink_says_how_headers_are_written() -> None:
+    with pytest.raises(ConfigError, match="publishes a 'headers' column"):
+        _sink(includeHeaders="true")
+    assert _source(includeHeaders="true").include_headers
 
 
 def test_known_options_any_case_and_spark_internal_ones_pass() -> None:

@@ -2,9 +2,8 @@
 
 oncestream's hot paths (pipelined publishes, bulk acks, range reads, the pull
 loop) are limited by nats-py's per-message Python work, so they reach below
-its public API: raw frames are written to the transport, received frames of
-our own subscriptions are sliced out of the parser's buffer, a
-subscription's queue is replaced by a direct call. Every such access lives in
+its public API: raw frames are written to the transport, and received frames of
+our own subscriptions are sliced out of the parser's buffer. Every such access lives in
 this package. :func:`attach` runs when :func:`oncestream.connect` connects:
 
 1. once per process it probes the installed nats-py: the attributes exist,
@@ -28,11 +27,11 @@ import importlib.metadata
 import inspect
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ._parser import FrameHandler, FrameSink, FrameTarget, install, is_status, status_code
-from ._public import frame_of, split_frames
+from ._public import frame_of, parse_header_block, split_frames
 
 __all__ = [
     "FASTPATH_ENV",
@@ -44,6 +43,7 @@ __all__ = [
     "attach",
     "exception_retrieved",
     "is_status",
+    "parse_header_block",
     "status_code",
 ]
 
@@ -110,8 +110,8 @@ async def _probe_library() -> tuple[bool, str]:
             if not inspect.iscoroutinefunction(getattr(Client, name, None)):
                 return False, f"Client.{name} is not a coroutine function"
         sub = Subscription(None, id=5, subject="probe")
-        if sub._id != 5 or not isinstance(sub._pending_queue, asyncio.Queue):
-            return False, "Subscription has no _id / _pending_queue"
+        if sub._id != 5:
+            return False, "Subscription has no _id"
         stub = _StubClient(Parser)
         handlers = install(stub)
         sink = FrameSink(10, True, lambda: None)
@@ -206,22 +206,6 @@ class FrameSubscription:
             log.debug("unsubscribe failed: %s", exc)
 
 
-class _DirectQueue:
-    """Stands in for a nats-py subscription queue: delivers each message synchronously."""
-
-    def __init__(self, deliver: Callable[[Any], None]) -> None:
-        self.put_nowait = deliver
-
-    def qsize(self) -> int:
-        return 0
-
-    def empty(self) -> bool:
-        return True
-
-    async def join(self) -> None:
-        return None
-
-
 class Wire:
     """One client's frame-level operations, on the fast path or nats-py's public API.
 
@@ -263,23 +247,6 @@ class Wire:
             subject, cb=on_msg, pending_msgs_limit=0, pending_bytes_limit=0
         )
         return FrameSubscription(self, sub, None)
-
-    async def subscribe_messages(self, subject: str, deliver: Callable[[Any], None]) -> Any:
-        """Subscribe ``subject``; each nats-py ``Msg`` is passed to ``deliver`` synchronously."""
-        if self.fast:
-            sub = await self.nc.subscribe(subject, pending_msgs_limit=0, pending_bytes_limit=0)
-            if isinstance(sub._pending_queue, asyncio.Queue):
-                # A queue put and a callback await per message saved on the hot path.
-                sub._pending_queue = _DirectQueue(deliver)
-                return sub
-            await sub.unsubscribe()
-
-        async def on_msg(msg: Any) -> None:
-            deliver(msg)
-
-        return await self.nc.subscribe(
-            subject, cb=on_msg, pending_msgs_limit=0, pending_bytes_limit=0
-        )
 
     def write_now(self, frames: list[bytes]) -> None:
         """Write complete PUB/HPUB frames now; dropped while disconnected (callers re-send)."""

@@ -131,7 +131,7 @@ class _FastParser(Parser):
                 partial = op in (72, 77)  # an "HMSG"/"MSG" line still arriving
                 break
             if op == 77:  # b"M": MSG <subject> <sid> [reply] <size>
-                parts = bytes(buf[pos + 4 : end]).split(b" ")
+                parts = buf[pos + 4 : end].split(b" ")  # bytearrays: no extra copy
                 sid = int(parts[1])
                 if sid != last_sid:
                     last_sid = sid
@@ -150,38 +150,38 @@ class _FastParser(Parser):
                     sink.datas.append(bytes(buf[start:stop]))
                     sink.headers.append(None)
                     if sink.keep_meta:
-                        sink.subjects.append(parts[0])
-                        sink.replies.append(parts[2] if len(parts) == 4 else b"")
+                        sink.subjects.append(bytes(parts[0]))
+                        sink.replies.append(bytes(parts[2]) if len(parts) == 4 else b"")
                     if len(sink.datas) >= sink.limit:
                         sink.finish()
                 pos = stop + 2
             elif op == 72:  # b"H": HMSG <subject> <sid> [reply] <header size> <total size>
-                parts = bytes(buf[pos + 5 : end]).split(b" ")
-                sid = int(parts[1])
+                hparts = bytes(buf[pos + 5 : end]).split(b" ")
+                sid = int(hparts[1])
                 if sid != last_sid:
                     last_sid = sid
                     target = handlers.get(sid)
                     if target is None:
                         break
                     sink, call = (target, None) if type(target) is FrameSink else (None, target)
-                total = int(parts[-1])
-                header_len = int(parts[-2])
+                total = int(hparts[-1])
+                header_len = int(hparts[-2])
                 start = end + 2
                 if start + total + 2 > size:
                     partial = True
                     break
                 next_pos = start + total + 2
-                reply = parts[2] if len(parts) == 5 else b""
+                reply = hparts[2] if len(hparts) == 5 else b""
                 headers = bytes(buf[start : start + header_len])
                 if sink is None:
-                    call(parts[0], reply, buf[start + header_len : start + total], headers)
+                    call(hparts[0], reply, buf[start + header_len : start + total], headers)
                 elif headers[8] != 13:  # is_status() inlined: "NATS/1.0 <code> ..."
                     sink.end(headers, reply)
                 else:
                     sink.datas.append(bytes(buf[start + header_len : start + total]))
                     sink.headers.append(headers)
                     if sink.keep_meta:
-                        sink.subjects.append(parts[0])
+                        sink.subjects.append(hparts[0])
                         sink.replies.append(reply)
                     if len(sink.datas) >= sink.limit:
                         sink.finish()

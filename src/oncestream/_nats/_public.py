@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["header_block", "split_frames"]
+__all__ = ["frame_of", "header_block", "parse_header_block", "split_frames"]
 
 
 def header_block(headers: dict[str, str] | None) -> bytes | None:
@@ -35,6 +35,27 @@ def header_block(headers: dict[str, str] | None) -> bytes | None:
             continue
         lines.append(f"{key}: {value}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def parse_header_block(block: bytes | bytearray) -> dict[str, str]:
+    """A raw header block as nats-py's header dict (a status line -> ``Status``/``Description``).
+
+    A name given several times keeps its last value, as nats-py does.
+    """
+    lines = block.decode(errors="replace").split("\r\n")
+    out: dict[str, str] = {}
+    first = lines[0]
+    if len(first) > 9 and first[8] == " ":
+        status, _, description = first[9:].partition(" ")
+        if status.isdigit():
+            out["Status"] = status
+        if description:
+            out["Description"] = description
+    for line in lines[1:]:
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
 
 
 def _parse_headers(block: bytes) -> dict[str, str]:

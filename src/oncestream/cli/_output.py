@@ -33,11 +33,18 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
+class RowsTable(Table):
+    """A table built from row dicts, which it keeps for the narrow-terminal record view."""
+
+    records: Sequence[dict[str, Any]] = ()
+
+
 def rows_table(title: str, rows: Sequence[dict[str, Any]], *, empty: str = "none") -> Table | str:
     """A table of ``rows`` (dicts with the same keys), or a one-line note when there are none."""
     if not rows:
         return f"{title}: {empty}"
-    table = Table(title=title, title_justify="left")
+    table = RowsTable(title=title, title_justify="left")
+    table.records = rows
     for column in rows[0]:
         numeric = isinstance(rows[0][column], int | float) and not isinstance(rows[0][column], bool)
         table.add_column(column, justify="right" if numeric else "left", overflow="fold")
@@ -66,10 +73,16 @@ def print_table(renderable: Table | str, out: Console | None = None) -> None:
     if isinstance(renderable, str):
         target.print(renderable, markup=False, highlight=False)
         return
+    width = target.measure(renderable, options=target.options.update(width=100_000)).maximum
     if target.is_terminal:
+        if width > target.width and isinstance(renderable, RowsTable) and renderable.records:
+            # Too wide to read when squeezed: one key/value block per row instead.
+            title = str(renderable.title or "")
+            for index, record in enumerate(renderable.records, 1):
+                target.print(kv_table(f"{title} ({index}/{len(renderable.records)})", record))
+            return
         target.print(renderable)
         return
-    width = target.measure(renderable, options=target.options.update(width=100_000)).maximum
     wide = Console(
         file=target.file, width=max(width, 20), no_color=True, highlight=False, soft_wrap=False
     )

@@ -41,8 +41,8 @@ def load_handler(path: str) -> Handler:
         sys.path.insert(0, "")
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:
-        raise ConfigError(f"--handler {path!r}: cannot import {module_name!r}: {exc}") from exc
+    except (Exception, SystemExit) as exc:  # a module that exits on import is a bad handler too
+        raise ConfigError(f"--handler {path!r}: cannot import {module_name!r}: {exc!r}") from None
     target: Any = module
     for part in attr.split("."):
         target = getattr(target, part, None)

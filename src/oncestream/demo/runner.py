@@ -151,9 +151,9 @@ class _Demo:
         for name, query in list(self.queries.items()):
             if query.isActive:
                 continue
+            reason = (str(query.exception() or "stopped").strip().splitlines() or ["?"])[0][:300]
             if self.restarts >= _MAX_RESTARTS:
-                raise OncestreamError(f"query {name!r} keeps failing: {query.exception()}")
-            reason = str(query.exception() or "stopped").splitlines()[0][:160]
+                raise OncestreamError(f"query {name!r} keeps failing: {reason}")
             self.console.log(f"query '{name}' stopped ({reason}); restarting from its checkpoint")
             self._start(pipeline, name)
             self.restarts += 1

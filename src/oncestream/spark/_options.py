@@ -108,6 +108,11 @@ KAFKA_OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "kafka.retries": (("maxAttempts",), "sends per message"),
     "kafka.retry.backoff.ms": (("retryBackoff",), "delays like '50ms,250ms,1s'"),
     "kafka.max.in.flight.requests.per.connection": (("maxInflight",), "unacknowledged publishes"),
+    "includeHeaders": (
+        (),
+        "the sink publishes a 'headers' column (map<string,array<string>>) whenever the "
+        "DataFrame has one",
+    ),
     "kafka.acks": ((), "every publish waits for the stream's PubAck"),
     "kafka.enable.idempotence": ((), "every publish carries a deterministic Nats-Msg-Id"),
     "kafka.transactional.id": (

@@ -52,21 +52,19 @@ def _is_connect(spark: Any) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def _local_connect_context() -> Any:
-    """The in-process SparkContext serving ``remote("local[N]")``, else None."""
-    if "SPARK_LOCAL_REMOTE" not in os.environ:
-        return None
-    from pyspark import SparkContext
-
-    return SparkContext._active_spark_context
+def _is_local_connect(spark: Any) -> bool:
+    """``remote("local[N]")``: the Connect server runs in this process, its workers here."""
+    return _is_connect(spark) and "SPARK_LOCAL_REMOTE" in os.environ
 
 
 def worker_python(spark: SparkSession) -> str:
     """The python Spark starts its workers with, as the driver sees it."""
-    context = _local_connect_context() if _is_connect(spark) else spark.sparkContext
-    exec_ = getattr(context, "pythonExec", None)
-    if exec_:
-        return str(exec_)
+    if not _is_connect(spark):
+        exec_ = getattr(spark.sparkContext, "pythonExec", None)
+        if exec_:
+            return str(exec_)
+    if _is_local_connect(spark):  # the in-process SparkContext read the environment
+        return os.environ.get("PYSPARK_PYTHON") or "python3"
     conf = spark.conf.get("spark.pyspark.python", None)
     return conf or os.environ.get("PYSPARK_PYTHON") or "python3"
 
@@ -138,8 +136,10 @@ def check_workers(spark: SparkSession, *, timeout: float = 60.0) -> str:
     if isinstance(cached, str):
         return cached
     python = worker_python(spark)
-    context = _local_connect_context() if _is_connect(spark) else spark.sparkContext
-    master = str(getattr(context, "master", ""))
+    if _is_local_connect(spark):
+        master = "local"
+    else:
+        master = "" if _is_connect(spark) else str(spark.sparkContext.master)
     expected = _driver_version()
     if master.startswith("local"):
         found, where = _probe_local(python, timeout)
