@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 
 import orjson
 
@@ -35,6 +36,7 @@ from ._errors import (
     jetstream_error,
 )
 from ._nats import FrameSubscription, exception_retrieved, status_code
+from ._pubmany import WRITE_BATCH_BYTES, publish_many
 from ._pubretry import ID_IN_PROCESS, RetryTable
 from ._pubtypes import KeyFunction, PubAck, PublisherOptions, PublisherStats
 from ._pubwire import (
@@ -52,12 +54,8 @@ __all__ = ["KeyFunction", "PubAck", "Publisher", "PublisherOptions", "PublisherS
 
 log = logging.getLogger("oncestream.publisher")
 
-# Write to the socket once this much is queued, even before the loop yields.
-_WRITE_BATCH_BYTES = 64 * 1024
 # One HPUB frame: subject, reply inbox + token, header length, total length, headers, data.
 _HPUB = b"HPUB %b %b%d %d %d\r\n%b%b\r\n"
-
-
 _new_object = object.__new__
 _Future = asyncio.Future
 # Deadlines use the clock of asyncio's default loop, without the method call.
@@ -73,13 +71,7 @@ class Publisher:
         key_fn: ``key_fn(subject, data, headers) -> str`` computes the msg id
             when ``publish()`` gets none (e.g. a hash of a record key).
 
-    Example::
-
-        pub = Publisher(conn, PublisherOptions(stream="ORDERS"))
-        await pub.start()
-        fut = await pub.publish("orders.eu", b"...", msg_id="order-17")
-        ack = await fut
-        await pub.close()
+    See the module docstring for an example.
     """
 
     def __init__(
@@ -335,12 +327,22 @@ class Publisher:
         self._sent += 1
         self._out.append(cmd)
         self._out_size += len(cmd)
-        if self._out_size >= _WRITE_BATCH_BYTES:
+        if self._out_size >= WRITE_BATCH_BYTES:
             self._write_out()
         elif not self._write_scheduled:
             self._write_scheduled = True
             self._loop.call_soon(self._write_out)  # type: ignore[union-attr]
         return future
+
+    async def publish_many(
+        self, subjects: Sequence[str], datas: Sequence[bytes], msg_ids: Sequence[str]
+    ) -> list[asyncio.Future[PubAck]]:
+        """:meth:`publish` of many msg-id-only messages in one loop; futures in input order.
+
+        Awaits only when the window is full; raises as :meth:`publish` (the
+        futures before a failing message stay valid). See ``_pubmany``.
+        """
+        return await publish_many(self, subjects, datas, msg_ids)
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until every pending publish is acknowledged or has failed.
