@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
 
 import orjson
 
@@ -36,7 +35,7 @@ from ._errors import (
     jetstream_error,
 )
 from ._nats import FrameSubscription, exception_retrieved, status_code
-from ._pubmany import WRITE_BATCH_BYTES, publish_many
+from ._pubmany import WRITE_BATCH_BYTES, BulkPublish
 from ._pubretry import ID_IN_PROCESS, RetryTable
 from ._pubtypes import KeyFunction, PubAck, PublisherOptions, PublisherStats
 from ._pubwire import (
@@ -62,7 +61,7 @@ _Future = asyncio.Future
 _monotonic = time.monotonic
 
 
-class Publisher:
+class Publisher(BulkPublish):
     """Publishes to JetStream with pipelined acks, deterministic msg ids and retries.
 
     Args:
@@ -333,16 +332,6 @@ class Publisher:
             self._write_scheduled = True
             self._loop.call_soon(self._write_out)  # type: ignore[union-attr]
         return future
-
-    async def publish_many(
-        self, subjects: Sequence[str], datas: Sequence[bytes], msg_ids: Sequence[str]
-    ) -> list[asyncio.Future[PubAck]]:
-        """:meth:`publish` of many msg-id-only messages in one loop; futures in input order.
-
-        Awaits only when the window is full; raises as :meth:`publish` (the
-        futures before a failing message stay valid). See ``_pubmany``.
-        """
-        return await publish_many(self, subjects, datas, msg_ids)
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until every pending publish is acknowledged or has failed.
