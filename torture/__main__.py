@@ -38,7 +38,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=20.0, help="fault phase per trial (s)")
     p.add_argument("--first", type=int, default=0, help="index of the first trial (rerun one)")
     p.add_argument("--faults", type=int, default=5, help="faults per trial")
-    p.add_argument("--rate", type=float, default=100.0, help="msgs/s per producer")
+    p.add_argument("--rate", type=float, default=200.0, help="msgs/s per producer")
     p.add_argument("--kinds", default=",".join(KINDS), help="trial kinds, rotated")
     p.add_argument("--postgres", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--out", type=Path, default=RESULTS)

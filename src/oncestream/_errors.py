@@ -19,7 +19,7 @@ Tree::
     │   ├── StreamNotFound          10059, or a publish subject no stream captures
     │   ├── ConsumerNotFound        10014
     │   ├── MessageNotFound         10037
-    │   ├── WrongLastSequence       10071 (expected last / last subject seq)
+    │   ├── WrongLastSequence       10071, 10164 (expected last / last subject seq)
     │   ├── WrongLastMsgId          10070
     │   ├── StreamMismatch          10060 (expected stream)
     │   └── MessageTooLarge         10054, or above the server's max_payload
@@ -143,9 +143,15 @@ class MessageNotFound(JetStreamError):
 
 
 class WrongLastSequence(JetStreamError):
-    """An ``expected_last_seq`` / ``expected_last_subject_seq`` check failed."""
+    """An ``expected_last_seq`` / ``expected_last_subject_seq`` check failed.
 
-    err_codes = (10071,)
+    10164 is the clustered form ("wrong last sequence" without the number) that an
+    R3 stream's leader answers, e.g. to a re-send after a leader change (seen by the
+    fault campaign, torture/, issue 11: ProducerSession then raised instead of
+    finding its own earlier attempt stored).
+    """
+
+    err_codes = (10071, 10164)
 
 
 class WrongLastMsgId(JetStreamError):

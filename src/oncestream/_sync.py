@@ -8,12 +8,13 @@ coroutine to one private event loop running in a daemon thread.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["SyncRunner", "run_sync"]
+__all__ = ["SyncRunner", "run_sync", "submit_sync"]
 
 T = TypeVar("T")
 
@@ -47,6 +48,10 @@ class SyncRunner:
             future.cancel()
             raise
 
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start ``coro`` on the loop and return at once (``.result()`` waits for it)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
     def close(self) -> None:
         """Stop the loop and join its thread."""
         if self.loop.is_running():
@@ -74,3 +79,8 @@ def default_runner() -> SyncRunner:
 def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
     """Run ``coro`` on the process-wide runner and return its result."""
     return default_runner().run(coro, timeout)
+
+
+def submit_sync(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    """Start ``coro`` on the process-wide runner; the caller goes on at once."""
+    return default_runner().submit(coro)

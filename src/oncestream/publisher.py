@@ -35,6 +35,7 @@ from ._errors import (
     jetstream_error,
 )
 from ._nats import FrameSubscription, exception_retrieved, status_code
+from ._pubmany import WRITE_BATCH_BYTES, BulkPublish
 from ._pubretry import ID_IN_PROCESS, RetryTable
 from ._pubtypes import KeyFunction, PubAck, PublisherOptions, PublisherStats
 from ._pubwire import (
@@ -52,19 +53,15 @@ __all__ = ["KeyFunction", "PubAck", "Publisher", "PublisherOptions", "PublisherS
 
 log = logging.getLogger("oncestream.publisher")
 
-# Write to the socket once this much is queued, even before the loop yields.
-_WRITE_BATCH_BYTES = 64 * 1024
 # One HPUB frame: subject, reply inbox + token, header length, total length, headers, data.
 _HPUB = b"HPUB %b %b%d %d %d\r\n%b%b\r\n"
-
-
 _new_object = object.__new__
 _Future = asyncio.Future
 # Deadlines use the clock of asyncio's default loop, without the method call.
 _monotonic = time.monotonic
 
 
-class Publisher:
+class Publisher(BulkPublish):
     """Publishes to JetStream with pipelined acks, deterministic msg ids and retries.
 
     Args:
@@ -73,13 +70,7 @@ class Publisher:
         key_fn: ``key_fn(subject, data, headers) -> str`` computes the msg id
             when ``publish()`` gets none (e.g. a hash of a record key).
 
-    Example::
-
-        pub = Publisher(conn, PublisherOptions(stream="ORDERS"))
-        await pub.start()
-        fut = await pub.publish("orders.eu", b"...", msg_id="order-17")
-        ack = await fut
-        await pub.close()
+    See the module docstring for an example.
     """
 
     def __init__(
@@ -335,7 +326,7 @@ class Publisher:
         self._sent += 1
         self._out.append(cmd)
         self._out_size += len(cmd)
-        if self._out_size >= _WRITE_BATCH_BYTES:
+        if self._out_size >= WRITE_BATCH_BYTES:
             self._write_out()
         elif not self._write_scheduled:
             self._write_scheduled = True

@@ -10,7 +10,13 @@ from oncestream._errors import jetstream_error
 
 @pytest.mark.parametrize(
     ("err_code", "cls"),
-    [(10071, WrongLastSequence), (10059, StreamNotFound), (99999, JetStreamError)],
+    [
+        (10071, WrongLastSequence),
+        # "wrong last sequence" as a clustered stream answers it (seen by torture/)
+        (10164, WrongLastSequence),
+        (10059, StreamNotFound),
+        (99999, JetStreamError),
+    ],
 )
 def test_mapping_by_err_code(err_code: int, cls: type[JetStreamError]) -> None:
     exc = jetstream_error({"code": 400, "err_code": err_code, "description": "boom"})

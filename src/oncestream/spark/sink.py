@@ -22,6 +22,7 @@ the previous commit's tail) and does not send those ids again.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -36,22 +37,17 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    MapType,
-    StringType,
     StructType,
 )
 
 from .._connection import Connection
 from .._errors import ConfigError, JetStreamError, OncestreamError, StreamMismatch
-from .._sync import run_sync
+from .._sync import run_sync, submit_sync
 from ..publisher import PubAck, Publisher
 from ..streams import create_stream_if_missing
 from ._commits import CommitRecord, CommitStore, last_seq, stored_ids
 from ._connections import get_connection
+from ._sink_layout import layout_of as _layout
 from ._sink_options import SinkOptions, lineage_id, position_id, row_digest, writer_scope
 from ._sink_options import id_scope as make_id_scope
 
@@ -78,68 +74,6 @@ def _ensure_log_handler() -> None:
         log.addHandler(handler)
         level = os.environ.get("ONCESTREAM_SINK_LOG", "INFO").upper()
         log.setLevel(level if level in ("DEBUG", "INFO", "WARNING", "ERROR") else "INFO")
-
-
-# --------------------------------------------------------------------------- layout
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """Which input columns the sink uses, checked on the driver."""
-
-    subject: bool
-    data_binary: bool
-    headers: str | None  # "array" | "string" | None
-    msg_id: bool
-    lineage: bool
-
-
-def _layout(schema: StructType, options: SinkOptions) -> _Layout:
-    types = {f.name: f.dataType for f in schema.fields}
-    problems = []
-    if "data" not in types:
-        problems.append("missing column 'data' (binary or string)")
-    elif not isinstance(types["data"], BinaryType | StringType):
-        problems.append(
-            f"column 'data' must be binary or string, got {types['data'].simpleString()}"
-        )
-    if "subject" in types and not isinstance(types["subject"], StringType):
-        problems.append(f"column 'subject' must be string, got {types['subject'].simpleString()}")
-    if "subject" not in types and options.subject is None:
-        problems.append("missing column 'subject' (or give option 'subject')")
-    if "msg_id" in types and not isinstance(types["msg_id"], StringType):
-        problems.append(f"column 'msg_id' must be string, got {types['msg_id'].simpleString()}")
-    headers = None
-    if "headers" in types:
-        kind = types["headers"]
-        if isinstance(kind, MapType) and isinstance(kind.keyType, StringType):
-            if isinstance(kind.valueType, StringType):
-                headers = "string"
-            elif isinstance(kind.valueType, ArrayType) and isinstance(
-                kind.valueType.elementType, StringType
-            ):
-                headers = "array"
-        if headers is None:
-            problems.append(
-                "column 'headers' must be map<string,array<string>> or map<string,string>, "
-                f"got {kind.simpleString()}"
-            )
-    if problems:
-        raise ConfigError(
-            "the jetstream sink cannot write this DataFrame: "
-            + "; ".join(problems)
-            + f" (schema: {schema.simpleString()})"
-        )
-    lineage = isinstance(types.get("stream"), StringType) and isinstance(
-        types.get("sequence"), LongType | IntegerType
-    )
-    return _Layout(
-        subject="subject" in types,
-        data_binary=isinstance(types["data"], BinaryType),
-        headers=headers,
-        msg_id="msg_id" in types,
-        lineage=lineage and "msg_id" not in types,
-    )
 
 
 # --------------------------------------------------------------------------- messages
@@ -261,11 +195,23 @@ class _JetStreamWriter:
                 for _ in batches:  # already committed: read the input, write nothing
                     pass
                 return commit
-            for batch in batches:
-                if batch.num_rows:
-                    rows = self._rows(batch, commit, state.rows)
-                    state.rows += batch.num_rows
-                    run_sync(self._send(state, rows))
+            # The loop thread publishes batch k while this thread takes batch k+1 from Spark.
+            sending: concurrent.futures.Future[None] | None = None
+            try:
+                for batch in batches:
+                    if batch.num_rows:
+                        rows = self._rows(batch, commit, state.rows)
+                        state.rows += batch.num_rows
+                        if sending is not None:
+                            sending.result()
+                        sending = submit_sync(self._send(state, rows))
+            except Exception:
+                if sending is not None:  # let it end before the task fails
+                    with contextlib.suppress(Exception):
+                        sending.result()
+                raise
+            if sending is not None:
+                sending.result()
             run_sync(self._finish(state, commit))
         except OncestreamError:
             raise
@@ -377,6 +323,12 @@ class _JetStreamWriter:
                         "per output row"
                     )
                 seen.add(msg_id)
+        subjects, datas, headers_list, ids = rows
+        same_stream = expected is None or expected == state.pub.options.stream
+        if not existing and same_stream and not any(headers_list):
+            # The common case: one tight loop, no await per row.
+            futures.extend(await state.pub.publish_many(subjects, datas, ids))
+            return
         for subject, data, headers, msg_id in zip(*rows, strict=True):
             if existing and msg_id in existing:
                 state.skipped += 1
