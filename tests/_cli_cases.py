@@ -139,6 +139,8 @@ class Case:
         timeout: seconds a subprocess row may take.
         absent: fragments the output must NOT contain (e.g. a secret).
         in_tmp: run with the row's temp directory as the current directory.
+        prefix: words put before the installed ``oncestream`` in a subprocess row
+            (e.g. ``setpriv`` dropping root's file-permission override).
     """
 
     id: str
@@ -152,6 +154,7 @@ class Case:
     timeout: float = 60.0
     absent: tuple[str, ...] = ()
     in_tmp: bool = False
+    prefix: tuple[str, ...] = ()
 
 
 def _invoke(case: Case, args: list[str], cwd: Path | None) -> Outcome:
@@ -165,7 +168,7 @@ def _invoke(case: Case, args: list[str], cwd: Path | None) -> Outcome:
     if case.subprocess:
         script = Path(sys.executable).parent / "oncestream"
         proc = subprocess.run(
-            [str(script), *args],
+            [*case.prefix, str(script), *args],
             input=case.stdin,
             capture_output=True,
             text=True,

@@ -27,6 +27,10 @@ class ProcessorOptions:
         max_bytes: byte cap per pull request (0 = none).
         expires: seconds a pull request lives on the server.
         idle_heartbeat: pull heartbeat in seconds (default ``min(expires/2, 30)``).
+        unavailable_timeout: seconds the consumer may stay without responders
+            (cluster partition, leader election) before :meth:`Processor.run`
+            raises ``NoResponders``; None (default) rides through any outage.
+            Only a consumer the server confirms deleted ends the run sooner.
         ack_wait: the consumer's ack wait when the Processor creates it (or binds).
         max_deliver: handler attempts before a message is dead-lettered.
         backoff: nak delays in seconds after the 1st, 2nd, ... failure (the last repeats).
@@ -58,6 +62,7 @@ class ProcessorOptions:
     max_bytes: int = 0
     expires: float = 30.0
     idle_heartbeat: float | None = None
+    unavailable_timeout: float | None = None
     ack_wait: float = 30.0
     max_deliver: int = 5
     backoff: tuple[float, ...] = (1.0, 5.0, 30.0)
@@ -121,6 +126,8 @@ class ProcessorOptions:
             max_bytes=self.max_bytes,
             expires=self.expires,
             idle_heartbeat=self.idle_heartbeat,
+            unavailable_timeout=self.unavailable_timeout,
+            confirm_missing=not self.bind,  # bind makes no CONSUMER.INFO call
         )
 
 

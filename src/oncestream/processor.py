@@ -124,7 +124,10 @@ class Processor:
 
         Raises:
             ConfigError: the consumer exists with an incompatible config.
-            ConsumerNotFound: it does not exist and ``create`` is off, or it was deleted.
+            ConsumerNotFound: it does not exist and ``create`` is off, or it was deleted
+                (a 409, or confirmed by ``CONSUMER.INFO`` after a run of "no responders";
+                a cluster partition or leader election is ridden through).
+            NoResponders: none for ``unavailable_timeout`` (only when that is set).
             LedgerError: the ledger cannot be opened.
         """
         owned = self.conn is None

@@ -13,6 +13,10 @@ subscription so the server can deliver while the caller works:
   from the iterator (which stays usable: it re-pulls);
 - status messages 404/408/409 are handled (outstanding counts corrected,
   consumer deletion raised as :class:`ConsumerNotFound`);
+- "503 no responders" (a clustered consumer between leaders, its node cut
+  off or restarting, or a deleted consumer) is re-pulled with a capped
+  backoff; after 5 in a row the stream asks ``CONSUMER.INFO``, and only a
+  confirmed missing consumer or stream raises :class:`ConsumerNotFound`;
 - after a reconnect every outstanding request is assumed lost and re-issued.
 
 Example::
@@ -31,16 +35,22 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from ._connection import Connection
-from ._errors import ConfigError, ConsumerNotFound, JetStreamError, OperationTimeout
+from ._errors import (
+    ConsumerNotFound,
+    JetStreamError,
+    NoResponders,
+    OperationTimeout,
+    StreamNotFound,
+)
+from ._logthrottle import LogThrottle
 from ._names import check_consumer_name, check_stream_name
 from ._nats import FrameSubscription, parse_header_block
-from ._options import parse_duration, parse_positive_int
+from ._pulloptions import PullOptions
 from .message import Message
 
 __all__ = ["MessageStream", "PullOptions", "pull_messages"]
@@ -48,62 +58,12 @@ __all__ = ["MessageStream", "PullOptions", "pull_messages"]
 log = logging.getLogger("oncestream.pull")
 
 _STATUS = "Status"
-#: Consecutive "503 no responders" answers before the consumer counts as gone.
-_NO_RESPONDERS_LIMIT = 5
+#: After this many "503 no responders" answers in a row (and every this many more),
+#: ask CONSUMER.INFO whether the consumer still exists.
+_NO_RESPONDERS_CHECK = 5
+#: Longest delay between re-pulls while nothing responds (seconds).
+_MAX_HOLD = 2.0
 _DESCRIPTION = "Description"
-
-
-@dataclass(frozen=True, kw_only=True)
-class PullOptions:
-    """How a :class:`MessageStream` pulls.
-
-    Args:
-        batch: messages requested per pull request (the buffer size).
-        max_bytes: byte cap per pull request (0 = none).
-        threshold: refill once fewer than this fraction of ``batch`` requested
-            messages are still outstanding (0 < threshold <= 1).
-        expires: seconds each pull request lives on the server.
-        idle_heartbeat: seconds between server heartbeats while a request waits
-            (default ``min(expires / 2, 30)``); two missed ones are an error.
-
-    Raises:
-        ConfigError: naming the bad value.
-    """
-
-    batch: int = 500
-    max_bytes: int = 0
-    threshold: float = 0.5
-    expires: float = 30.0
-    idle_heartbeat: float | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "batch", parse_positive_int("batch", self.batch))
-        object.__setattr__(
-            self, "max_bytes", parse_positive_int("max_bytes", self.max_bytes, allow_zero=True)
-        )
-        if not 0 < float(self.threshold) <= 1:
-            raise ConfigError(f"threshold must be in (0, 1], got {self.threshold!r}")
-        expires = parse_duration("expires", self.expires)
-        if expires < 1.0:
-            raise ConfigError(f"expires must be at least 1s, got {self.expires!r}")
-        object.__setattr__(self, "expires", expires)
-        heartbeat = (
-            min(expires / 2, 30.0)
-            if self.idle_heartbeat is None
-            else parse_duration("idle_heartbeat", self.idle_heartbeat)
-        )
-        if not 0.1 <= heartbeat <= expires / 2:
-            raise ConfigError(
-                f"idle_heartbeat must be between 100ms and expires/2 ({expires / 2}s), "
-                f"got {self.idle_heartbeat!r}"
-            )
-        object.__setattr__(self, "idle_heartbeat", heartbeat)
-
-    @property
-    def heartbeat(self) -> float:
-        """The effective idle heartbeat in seconds."""
-        assert self.idle_heartbeat is not None
-        return self.idle_heartbeat
 
 
 class MessageStream:
@@ -118,7 +78,13 @@ class MessageStream:
     Raises (from iteration):
         OperationTimeout: two idle heartbeats were missed (the stream re-pulls
             and stays usable).
-        ConsumerNotFound: the consumer was deleted.
+        ConsumerNotFound: the consumer was deleted (a 409, or the server confirmed
+            it missing after a run of "no responders").
+        NoResponders: nothing responded for ``unavailable_timeout`` seconds.
+
+    Attributes:
+        no_responders_total: "503 no responders" answers received so far.
+        consumer_checks: ``CONSUMER.INFO`` checks made after runs of them.
     """
 
     def __init__(
@@ -146,6 +112,11 @@ class MessageStream:
         self._refill_at = max(1, int(self.options.batch * self.options.threshold))
         self._track_bytes = bool(self.options.max_bytes)
         self._no_responders = 0
+        self._unavailable_since: float | None = None
+        self._check: asyncio.Task[None] | None = None
+        self._unavailable_log = LogThrottle(log, burst=3, interval=30.0)
+        self.no_responders_total = 0
+        self.consumer_checks = 0
         self._hold_until = 0.0
         self._received = 0
         self._seen_received = 0
@@ -187,8 +158,12 @@ class MessageStream:
     def _on_status(self, headers: dict[str, str]) -> None:
         status = headers.get(_STATUS, "")
         description = headers.get(_DESCRIPTION, "")
+        if status == "503":
+            self._on_no_responders()
+            return
+        if self._unavailable_since is not None:
+            self._responders_back()
         if status == "100":
-            self._no_responders = 0
             return
         if status in ("404", "408"):
             # The request ended; the server says how much of it went unused.
@@ -207,7 +182,8 @@ class MessageStream:
             if "consumer deleted" in lowered or "consumer is push based" in lowered:
                 self._errors.append(
                     ConsumerNotFound(
-                        f"consumer {self.stream}/{self.consumer}: {description}", code=409
+                        f"consumer {self.consumer!r} on stream {self.stream!r}: {description}",
+                        code=409,
                     )
                 )
             elif "max bytes" in lowered or "exceeds maxbytes" in lowered:
@@ -226,28 +202,6 @@ class MessageStream:
             self._repull_needed = True
             self._wakeup.set()
             return
-        if status == "503":
-            # No responders on the pull subject: the consumer is gone, or the
-            # server is still loading it after a restart. Retry with a growing
-            # delay; only a run of them is an error.
-            self._pending_msgs = self._pending_bytes = 0
-            self._no_responders += 1
-            if self._no_responders >= _NO_RESPONDERS_LIMIT:
-                self._no_responders = 0
-                self._errors.append(
-                    ConsumerNotFound(
-                        f"consumer {self.stream}/{self.consumer}: no responders on "
-                        f"{self._next_subject} ({_NO_RESPONDERS_LIMIT} times)",
-                        code=503,
-                    )
-                )
-                self._repull_needed = True
-                self._wakeup.set()
-                return
-            delay = min(0.25 * 2 ** (self._no_responders - 1), 2.0)
-            self._hold_until = time.monotonic() + delay
-            asyncio.get_running_loop().call_later(delay, self._release_hold)
-            return
         log.warning(
             "unexpected status %s %s on %s/%s", status, description, self.stream, self.consumer
         )
@@ -255,6 +209,94 @@ class MessageStream:
             JetStreamError(f"pull from {self.stream}/{self.consumer}: {status} {description}")
         )
         self._wakeup.set()
+
+    def _on_no_responders(self) -> None:
+        # Nothing serves the pull subject: a clustered consumer between leaders or
+        # on a node cut off or restarting, or a deleted consumer. Re-pull with a
+        # growing delay; every _NO_RESPONDERS_CHECK in a row, ask the server.
+        self._pending_msgs = self._pending_bytes = 0
+        self._no_responders += 1
+        self.no_responders_total += 1
+        now = time.monotonic()
+        if self._unavailable_since is None:
+            self._unavailable_since = now
+        bound = self.options.unavailable_timeout
+        if bound is not None and now - self._unavailable_since >= bound:
+            self._errors.append(
+                NoResponders(
+                    f"consumer {self.consumer!r} on stream {self.stream!r}: no responders on "
+                    f"{self._next_subject} for {now - self._unavailable_since:.1f}s "
+                    f"(unavailable_timeout {bound}s)",
+                    transient=True,
+                )
+            )
+            self._responders_back(recovered=False)
+            self._repull_needed = True
+            self._wakeup.set()
+            return
+        if self._no_responders % _NO_RESPONDERS_CHECK == 0:
+            if not self.options.confirm_missing:
+                self._warn_unavailable("not checked (confirm_missing=False)")
+            elif self._check is None and not self._stopped:
+                self.consumer_checks += 1
+                self._check = asyncio.get_running_loop().create_task(self._confirm_consumer())
+        delay = min(0.25 * 2 ** min(self._no_responders - 1, 3), _MAX_HOLD)
+        self._hold_until = now + delay
+        asyncio.get_running_loop().call_later(delay, self._release_hold)
+
+    async def _confirm_consumer(self) -> None:
+        """After a run of no responders: missing (raise), existing or unknown (retry)."""
+        try:
+            await self.conn.consumer_info(self.stream, self.consumer)
+        except (ConsumerNotFound, StreamNotFound) as exc:
+            # Answered: it is gone (unless responders came back meanwhile).
+            if not self._stopped and self._unavailable_since is not None:
+                what = "" if isinstance(exc, ConsumerNotFound) else f": {exc.description}"
+                error = ConsumerNotFound(
+                    f"consumer {self.consumer!r} not found on stream {self.stream!r}{what} "
+                    f"(CONSUMER.INFO after {self._no_responders} no-responders answers "
+                    f"to {self._next_subject})",
+                    code=exc.code,
+                    err_code=exc.err_code,
+                )
+                error.__cause__ = exc
+                self._errors.append(error)
+                self._wakeup.set()
+            return
+        except Exception as exc:  # timeout, NoResponders, connection lost: cannot tell
+            outcome = f"its existence could not be checked ({type(exc).__name__}: {exc})"
+        else:
+            outcome = "it exists"
+        finally:
+            self._check = None
+        if self._unavailable_since is not None and not self._stopped:
+            self._warn_unavailable(outcome)
+
+    def _warn_unavailable(self, outcome: str) -> None:
+        since = self._unavailable_since
+        elapsed = 0.0 if since is None else time.monotonic() - since
+        self._unavailable_log.log(
+            logging.WARNING,
+            f"unavailable {self.stream}/{self.consumer} {outcome[:40]}",
+            "pull from %s/%s: no responders for %.1fs (%d in a row); %s; re-pulling",
+            self.stream,
+            self.consumer,
+            elapsed,
+            self._no_responders,
+            outcome,
+        )
+
+    def _responders_back(self, *, recovered: bool = True) -> None:
+        since = self._unavailable_since
+        if recovered and since is not None and self._no_responders >= _NO_RESPONDERS_CHECK:
+            log.warning(
+                "pull from %s/%s: the consumer responds again after %.1fs",
+                self.stream,
+                self.consumer,
+                time.monotonic() - since,
+            )
+        self._no_responders = 0
+        self._unavailable_since = None
 
     async def _on_reconnect(self) -> None:
         if self._stopped:
@@ -305,7 +347,9 @@ class MessageStream:
             await asyncio.sleep(heartbeat)
             if self._stopped or self._draining:
                 return
-            if not self.conn.is_connected:
+            if not self.conn.is_connected or time.monotonic() < self._hold_until:
+                # Nothing outstanding to send heartbeats (disconnected, or waiting
+                # to re-pull after no responders).
                 self._last_activity = time.monotonic()
                 continue
             if self._received != self._seen_received:
@@ -360,7 +404,8 @@ class MessageStream:
                 await asyncio.wait_for(self._wakeup.wait(), remaining)
             except TimeoutError:
                 return []
-        self._no_responders = 0
+        if self._unavailable_since is not None:
+            self._responders_back()
         buffer = self._buffer
         if max_messages <= 0 or max_messages >= len(buffer):
             batch = list(buffer)
@@ -387,6 +432,8 @@ class MessageStream:
     def halt(self) -> None:
         """Stop pulling and end :meth:`next_batch` waits now (safe from a signal handler)."""
         self._stopped = self._draining = True
+        if self._check is not None:
+            self._check.cancel()
         self._wakeup.set()
 
     def take_unprocessed(self) -> list[Message]:
@@ -407,6 +454,12 @@ class MessageStream:
         self._draining = True
         if not drain:
             self._stopped = True
+        check = self._check
+        if check is not None:
+            # A CONSUMER.INFO in flight must not hold up the stop (nor outlive it).
+            check.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await check
         if self._monitor is not None:
             self._monitor.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -7,17 +7,31 @@ rejoin with its replicas current.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from oncestream import Connection, ConnectOptions, OncestreamError, OperationTimeout, connect
+from oncestream import (
+    Connection,
+    ConnectOptions,
+    MessageStream,
+    OncestreamError,
+    OperationTimeout,
+    Processor,
+    ProcessorOptions,
+    PullOptions,
+    SQLiteLedger,
+    connect,
+    pull_messages,
+)
 from oncestream.publisher import Publisher, PublisherOptions
 from oncestream.server import Cluster, wait_for
 from oncestream.streams import StreamSpec, ensure_stream
 from tests._scenario import assert_exactly_once, publish_ids, stream_ids, wait_messages
+from tests.handlers import record
 
 N = 6000
 STREAM = "ORDERS"
@@ -242,3 +256,79 @@ async def test_resend_answered_in_process_is_retried_not_failed(cluster: Cluster
         assert ack.seq == 1
         assert (await conn.stream_info(STREAM))["state"]["messages"] == 1
         await pub.close()
+
+
+async def test_processor_rides_through_its_consumer_without_responders(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Found by the fault campaign (torture/, seed 23, trials 1 and 3): a Processor
+    raised ConsumerNotFound after 5 "no responders" answers to its pulls (~3.75 s)
+    while its consumer still existed (between leaders, or its node cut off).
+
+    Here an R1 consumer's node is SIGKILLed (its routes close at once, so every
+    pull gets 503) for well over that: the Processor keeps running, asks
+    CONSUMER.INFO (no answer: the node holding the consumer is down) and, once
+    the node is back, applies every message exactly once. A second pull on the
+    same consumer, stopped while its CONSUMER.INFO is in flight, stops at once."""
+    n = 400
+    async with await connect(cluster.options()) as admin:
+        await _create(admin)
+        config = {"durable_name": "w", "ack_policy": "explicit", "num_replicas": 1}
+        await admin.api(f"CONSUMER.CREATE.{STREAM}.w", {"stream_name": STREAM, "config": config})
+        host = str((await admin.consumer_info(STREAM, "w"))["cluster"]["leader"])
+    other = next(node for node in cluster.node_names if node != host)
+    ledger = SQLiteLedger(tmp_path / "ledger.db")
+    options = ProcessorOptions(batch=50, expires=5, idle_heartbeat=0.5, prune_interval=0)
+    conn = await connect(ConnectOptions(servers=(cluster.url(other),), request_timeout=2))
+    slow = await connect(ConnectOptions(servers=(cluster.url(other),), request_timeout=30))
+    proc = Processor(conn, STREAM, "w", record, ledger=ledger, options=options)
+    run = asyncio.create_task(proc.run())
+    probe: MessageStream | None = None
+    try:
+        js = conn.nc.jetstream()
+        for i in range(n // 2):
+            await js.publish("orders.x", b"%d" % i)
+        await proc.wait_until(lambda s: s.applied >= n // 2, 30)
+        cluster.servers[host].kill()
+        probe = await pull_messages(
+            slow, STREAM, "w", PullOptions(expires=5, idle_heartbeat=0.5)
+        ).start()
+        pull = proc._pull  # the Processor's MessageStream (its counters)
+        assert pull is not None
+
+        async def without_responders(stream: MessageStream, count: int) -> None:
+            deadline = time.monotonic() + 20
+            while stream.no_responders_total < count or stream.consumer_checks < 1:
+                assert not run.done(), f"the Processor ended: {run.exception()!r}"
+                assert time.monotonic() < deadline, f"{stream.no_responders_total} no-responders"
+                await asyncio.sleep(0.05)
+
+        # 7 in a row is ~7.75 s without responders (the old limit was 5, ~3.75 s),
+        # with at least one CONSUMER.INFO that could not be answered.
+        await without_responders(pull, 7)
+        await without_responders(probe, 5)
+        assert not run.done(), f"the Processor ended: {run.exception()!r}"
+        assert probe._check is not None  # CONSUMER.INFO in flight (30 s request timeout)
+        check = probe._check
+        began = time.monotonic()
+        await probe.stop()
+        assert time.monotonic() - began < 1.0 and check.done() and probe._check is None
+        for i in range(n // 2, n):  # the R3 stream keeps quorum with 2 nodes
+            await js.publish("orders.x", b"%d" % i)
+        await asyncio.to_thread(cluster.start, host)
+        await proc.wait_until(lambda s: s.applied >= n, 30)
+        assert not run.done()
+    finally:
+        if probe is not None:
+            await probe.stop()
+        await proc.stop()
+        await run
+        await slow.close()
+        await conn.close()
+    with sqlite3.connect(tmp_path / "ledger.db") as db:
+        effects = [row[0] for row in db.execute("SELECT id FROM effects")]
+    assert_exactly_once([str(e) for e in effects], [str(i) for i in range(n)])
+    print(
+        f"\ncluster: consumer host {host} down for {pull.no_responders_total} no-responders "
+        f"answers ({pull.consumer_checks} CONSUMER.INFO checks); {n} applied exactly once"
+    )

@@ -110,12 +110,32 @@ async def test_deleted_consumer_is_reported(conn, make_stream) -> None:  # type:
         # Either the waiting request gets "409 Consumer Deleted", or (deleted
         # before the request registered) heartbeats stop and the re-pull finds
         # no responders.
-        with pytest.raises(ConsumerNotFound):
+        with pytest.raises(ConsumerNotFound, match=r"consumer 'c' .*stream 'D'"):
             for _ in range(10):
                 try:
                     await stream.next_batch(timeout=2)
                 except OperationTimeout:
                     continue
+    finally:
+        await stream.stop()
+
+
+@pytest.mark.parametrize(
+    ("stream_name", "reason"),
+    [("M", "consumer 'nobody' not found on stream 'M'"), ("GONE", "stream 'GONE' not found")],
+)
+async def test_pull_on_a_missing_consumer_is_confirmed_then_reported(  # type: ignore[no-untyped-def]
+    conn, make_stream, stream_name, reason
+) -> None:
+    # Every pull gets "503 no responders"; after 5 in a row the stream asks
+    # CONSUMER.INFO, and only the server's answer (not found) ends the iteration.
+    await make_stream("M", ("m.>",))
+    stream = await pull_messages(conn, stream_name, "nobody", PullOptions(expires=2)).start()
+    try:
+        with pytest.raises(ConsumerNotFound, match=reason) as raised:
+            await stream.next_batch(timeout=20)
+        assert f"consumer 'nobody' not found on stream '{stream_name}'" in str(raised.value)
+        assert stream.no_responders_total >= 5 and stream.consumer_checks == 1
     finally:
         await stream.stop()
 

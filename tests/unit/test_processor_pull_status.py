@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
-from oncestream import ConsumerNotFound, JetStreamError, PullOptions
+import pytest
+
+from oncestream import (
+    ConfigError,
+    ConsumerNotFound,
+    JetStreamError,
+    NoResponders,
+    ProcessorOptions,
+    PullOptions,
+)
 from oncestream.pull import MessageStream
 
 
@@ -45,10 +55,44 @@ def test_consumer_deleted_and_max_bytes_are_errors() -> None:
     assert stream._repull_needed and stream._pending_msgs == 0
 
 
-async def test_no_responders_is_retried_then_an_error() -> None:
-    stream = _stream()
-    for _ in range(4):
+async def test_no_responders_are_retried_with_a_capped_delay() -> None:
+    # Without confirm_missing nothing asks the server: a run of 503s is never an
+    # error by itself (a clustered consumer between leaders, its node cut off).
+    conn = SimpleNamespace(prefix="$JS.API", nc=None)
+    stream = MessageStream(conn, "S", "c", PullOptions(confirm_missing=False))  # type: ignore[arg-type]
+    holds = []
+    for _ in range(12):
         stream._on_status({"Status": "503"})
-    assert not stream._errors and stream._hold_until > 0  # re-pull later, with a delay
+        holds.append(stream._hold_until - time.monotonic())
+    assert not stream._errors and stream.no_responders_total == 12
+    expected = [0.25, 0.5, 1.0] + [2.0] * 9  # growing, then capped
+    assert all(abs(h - e) < 0.05 for h, e in zip(holds, expected, strict=True)), holds
+    stream._on_status({"Status": "100"})  # the consumer answers again: a new run
+    assert stream._no_responders == 0 and stream.consumer_checks == 0
+
+
+async def test_unavailable_timeout_bounds_a_run_of_no_responders() -> None:
+    conn = SimpleNamespace(prefix="$JS.API", nc=None)
+    options = PullOptions(confirm_missing=False, unavailable_timeout="10ms")
+    stream = MessageStream(conn, "S", "c", options)  # type: ignore[arg-type]
     stream._on_status({"Status": "503"})
-    assert isinstance(stream._errors[0], ConsumerNotFound)
+    assert not stream._errors
+    stream._unavailable_since = time.monotonic() - 0.02  # as if the run began 20 ms ago
+    stream._on_status({"Status": "503"})
+    error = stream._errors[0]
+    assert isinstance(error, NoResponders) and error.transient
+    assert "'c'" in str(error) and "'S'" in str(error) and "unavailable_timeout" in str(error)
+
+
+@pytest.mark.parametrize("bad", [0, -1, "soon", True])
+def test_unavailable_timeout_is_validated(bad: object) -> None:
+    with pytest.raises(ConfigError, match="unavailable_timeout"):
+        PullOptions(unavailable_timeout=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="unavailable_timeout"):
+        ProcessorOptions(unavailable_timeout=bad)  # type: ignore[arg-type]
+
+
+def test_a_bound_processor_never_asks_consumer_info() -> None:
+    assert ProcessorOptions(bind=True).pull_options().confirm_missing is False
+    assert ProcessorOptions().pull_options().confirm_missing is True
+    assert ProcessorOptions(unavailable_timeout="1m").pull_options().unavailable_timeout == 60

@@ -167,7 +167,7 @@ async def attach(nc: Any) -> Wire:
     if key not in _logged:
         _logged.add(key)
         if fast:
-            log.info("nats-py %s: using the fast path (%s)", version, reason)
+            log.debug("nats-py %s: using the fast path (%s)", version, reason)
         else:
             log.warning(
                 "nats-py %s: using the public-API path (%s); slower, same results", version, reason
