@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ._errors import ConfigError, MessageTooLarge, PublishError, TooManyInflight
-from ._pubwire import Pending, check_header_value
+from ._pubwire import AckTally, Pending, check_header_value
 
 if TYPE_CHECKING:
     from ._pubtypes import PubAck, PublisherOptions
@@ -65,12 +65,19 @@ class BulkPublish:
         raise NotImplementedError
 
     async def publish_many(
-        self, subjects: Sequence[str], datas: Sequence[bytes], msg_ids: Sequence[str]
+        self,
+        subjects: Sequence[str],
+        datas: Sequence[bytes],
+        msg_ids: Sequence[str],
+        *,
+        tally: AckTally | None = None,
     ) -> list[asyncio.Future[PubAck]]:
         """:meth:`publish` of many msg-id-only messages in one loop; futures in input order.
 
         Awaits only when the window is full; raises as :meth:`publish` (the
-        futures before a failing message stay valid).
+        futures before a failing message stay valid). With ``tally``, the acks
+        are counted there and no futures are returned (the cheapest path; a
+        failed publish is in ``tally.errors`` and raised by :meth:`flush`).
         """
         if not self._started:
             await self.start()
@@ -81,10 +88,11 @@ class BulkPublish:
             )
         futures: list[asyncio.Future[PubAck]] = []
         append_future = futures.append
+        sent = 0
         cache = self._subjects
         template, fixed = self._fast_hpub, self._fast_len
         inbox, pending, out = self._inbox, self._pending, self._out
-        loop, max_payload, ack_timeout = self._loop, self._max_payload, self._ack_timeout
+        loop, max_payload, timeout = self._loop, self._max_payload, self._ack_timeout
         max_inflight = self._max_inflight
         try:
             for subject, data, msg_id in zip(subjects, datas, msg_ids, strict=True):
@@ -119,18 +127,22 @@ class BulkPublish:
                 if self._inflight == 0:
                     self._idle.clear()
                 self._inflight += 1
+                sent += 1
                 self._token = token = self._token + 1
                 cmd = template % (subject_bytes, inbox, token, hdr_len, size, id_bytes, data)
-                future: asyncio.Future[PubAck] = _Future(loop=loop)
-                pending[token] = Pending(cmd, future, msg_id, subject, _monotonic() + ack_timeout)
-                append_future(future)
+                if tally is None:
+                    future: asyncio.Future[PubAck] = _Future(loop=loop)
+                    pending[token] = Pending(cmd, future, msg_id, subject, _monotonic() + timeout)
+                    append_future(future)
+                else:
+                    pending[token] = Pending(cmd, tally, msg_id, subject, _monotonic() + timeout)
                 out.append(cmd)
                 self._out_size += len(cmd)
                 if self._out_size >= WRITE_BATCH_BYTES:
                     self._write_out()
                     out = self._out
         finally:
-            self._sent += len(futures)
+            self._sent += sent
             if self._out and not self._write_scheduled:
                 self._write_scheduled = True
                 loop.call_soon(self._write_out)  # type: ignore[union-attr]

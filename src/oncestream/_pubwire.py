@@ -17,6 +17,7 @@ from ._errors import ConfigError
 from ._names import check_publish_subject, is_valid_subject
 
 __all__ = [
+    "AckTally",
     "HeaderValues",
     "Pending",
     "build_headers",
@@ -141,13 +142,45 @@ def conditional_headers(
     return build_headers(msg_id, dict(headers) if headers else None, expect)
 
 
+class AckTally:
+    """The PubAcks of bulk publishes, counted instead of one future per message.
+
+    ``Publisher.publish_many(..., tally=t)`` records each ack here: ``stored``
+    (new messages), ``duplicates``, the highest ``max_seq``, the ``streams``
+    that answered, and ``errors`` (each also raised by ``Publisher.flush``).
+    """
+
+    __slots__ = ("duplicates", "errors", "max_seq", "stored", "streams")
+
+    def __init__(self) -> None:
+        self.stored = self.duplicates = self.max_seq = 0
+        self.streams: set[str] = set()
+        self.errors: list[BaseException] = []
+
+    def add(self, stream: str, seq: int, duplicate: bool) -> None:
+        """Count one PubAck."""
+        if duplicate:
+            self.duplicates += 1
+        else:
+            self.stored += 1
+        if seq > self.max_seq:
+            self.max_seq = seq
+        if stream not in self.streams:
+            self.streams.add(stream)
+
+
 class Pending:
     """One unacknowledged publish: its complete HPUB frame and retry state."""
 
     __slots__ = ("attempts", "cmd", "deadline", "future", "msg_id", "subject")
 
     def __init__(
-        self, cmd: bytes, future: asyncio.Future[Any], msg_id: str, subject: str, deadline: float
+        self,
+        cmd: bytes,
+        future: asyncio.Future[Any] | AckTally,
+        msg_id: str,
+        subject: str,
+        deadline: float,
     ) -> None:
         self.cmd = cmd
         self.future = future

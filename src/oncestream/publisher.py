@@ -39,6 +39,7 @@ from ._pubmany import WRITE_BATCH_BYTES, BulkPublish
 from ._pubretry import ID_IN_PROCESS, RetryTable
 from ._pubtypes import KeyFunction, PubAck, PublisherOptions, PublisherStats
 from ._pubwire import (
+    AckTally,
     HeaderValues,
     Pending,
     check_header_value,
@@ -49,7 +50,7 @@ from ._pubwire import (
     late_duplicate,
 )
 
-__all__ = ["KeyFunction", "PubAck", "Publisher", "PublisherOptions", "PublisherStats"]
+__all__ = ["AckTally", "KeyFunction", "PubAck", "Publisher", "PublisherOptions", "PublisherStats"]
 
 log = logging.getLogger("oncestream.publisher")
 
@@ -425,14 +426,19 @@ class Publisher(BulkPublish):
             response = orjson.loads(data)
             error = response.get("error")
             if error is None:
-                # The same instance the frozen __init__ builds, at a third of the
-                # cost of its four object.__setattr__ calls (one ack per message).
-                ack = _new_object(PubAck)
-                fields = ack.__dict__
-                fields["stream"] = response["stream"]
-                fields["seq"] = response["seq"]
-                fields["duplicate"] = response.get("duplicate", False)
-                fields["domain"] = response.get("domain")
+                future = entry.future
+                duplicate = response.get("duplicate", False)
+                if isinstance(future, AckTally):  # publish_many(tally=): counted, no PubAck
+                    future.add(response["stream"], response["seq"], duplicate)
+                else:
+                    # The same instance the frozen __init__ builds, at a third of the
+                    # cost of its four object.__setattr__ calls (one ack per message).
+                    ack = _new_object(PubAck)
+                    fields = ack.__dict__
+                    fields["stream"] = response["stream"]
+                    fields["seq"] = response["seq"]
+                    fields["duplicate"] = duplicate
+                    fields["domain"] = response.get("domain")
         except (orjson.JSONDecodeError, KeyError, AttributeError, TypeError):
             self._fail(entry, JetStreamError(f"malformed PubAck for {entry.msg_id!r}: {data!r}"))
             return
@@ -452,18 +458,20 @@ class Publisher(BulkPublish):
             self._fail(entry, exc)
             return
         self._acked += 1
-        if ack.duplicate:
+        if duplicate:
             self._duplicates += 1
         if entry.attempts > 1:
             self._table.remember_late(token)
-        future = entry.future
-        if not future.done():
+        if not isinstance(future, AckTally) and not future.done():
             future.set_result(ack)
         self._release()
 
     def _fail(self, entry: Pending, exc: BaseException) -> None:
         self._failed += 1
         future = entry.future
+        if isinstance(future, AckTally):
+            future.errors.append(exc)
+            future = _Future(loop=self._loop)  # nobody awaits it: flush() raises it
         if not future.done():
             future.set_exception(exc)
             self._failures.append(future)

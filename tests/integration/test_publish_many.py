@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from oncestream import ConfigError, StreamMismatch, TooManyInflight
-from oncestream.publisher import Publisher, PublisherOptions
+from oncestream.publisher import AckTally, Publisher, PublisherOptions
 
 from .test_publisher import assert_exactly_once, read_back
 
@@ -66,3 +66,29 @@ async def test_publish_many_fail_fast_raises_too_many_inflight(conn, make_stream
             await pub.publish_many(["ffm.a"] * 3, [b"1", b"2", b"3"], ["1", "2", "3"])
         await pub.flush()
     assert pub.stats.acked == 2
+
+
+async def test_publish_many_with_a_tally_counts_acks_without_futures(conn, make_stream) -> None:
+    await make_stream("TALLY", ("tally.>",))
+    tally = AckTally()
+    ids = [f"t{i}" for i in range(500)]
+    async with Publisher(conn, PublisherOptions(stream="TALLY", max_inflight=64)) as pub:
+        assert await pub.publish_many(["tally.a"] * 500, [b"z"] * 500, ids, tally=tally) == []
+        await pub.publish_many(["tally.a"] * 50, [b"z"] * 50, ids[:50], tally=tally)
+        await pub.flush()
+    assert (tally.stored, tally.duplicates, tally.max_seq) == (500, 50, 500)
+    assert tally.streams == {"TALLY"} and tally.errors == []
+    assert_exactly_once(await read_back(conn, "TALLY"), set(ids))
+
+
+async def test_a_tally_failure_is_recorded_and_raised_by_flush(conn, make_stream) -> None:
+    await make_stream("OWNER2", ("owned2.>",))
+    await make_stream("TARGET2", ("target2.>",))
+    tally = AckTally()
+    async with Publisher(conn, PublisherOptions(stream="TARGET2")) as pub:
+        await pub.publish_many(["target2.a", "owned2.x"], [b"1", b"2"], ["a", "b"], tally=tally)
+        with pytest.raises(StreamMismatch):
+            await pub.flush()
+    assert tally.stored == 1 and len(tally.errors) == 1
+    assert isinstance(tally.errors[0], StreamMismatch)
+    assert pub.stats.failed == 1

@@ -43,7 +43,7 @@ from pyspark.sql.types import (
 from .._connection import Connection
 from .._errors import ConfigError, JetStreamError, OncestreamError, StreamMismatch
 from .._sync import run_sync, submit_sync
-from ..publisher import PubAck, Publisher
+from ..publisher import AckTally, PubAck, Publisher
 from ..streams import create_stream_if_missing
 from ._commits import CommitRecord, CommitStore, last_seq, stored_ids
 from ._connections import get_connection
@@ -105,6 +105,7 @@ class _TaskState:
     futures: list[asyncio.Future[PubAck]]
     existing: set[str]
     seen: set[str] | None
+    tally: AckTally = field(default_factory=AckTally)  # acks of the bulk path
     rows: int = 0
     skipped: int = 0
 
@@ -327,7 +328,7 @@ class _JetStreamWriter:
         same_stream = expected is None or expected == state.pub.options.stream
         if not existing and same_stream and not any(headers_list):
             # The common case: one tight loop, no await per row.
-            futures.extend(await state.pub.publish_many(subjects, datas, ids))
+            await state.pub.publish_many(subjects, datas, ids, tally=state.tally)
             return
         for subject, data, headers, msg_id in zip(*rows, strict=True):
             if existing and msg_id in existing:
@@ -343,9 +344,18 @@ class _JetStreamWriter:
         pub = state.pub
         try:
             await pub.flush()
-            streams: set[str] = set()
-            written = duplicates = max_seq = 0
+            tally = state.tally
+            if tally.errors:
+                raise tally.errors[0]
+            streams: set[str] = set(tally.streams)
+            written, duplicates, max_seq = tally.stored, tally.duplicates, tally.max_seq
             expected = self.options.stream
+            if expected is not None and streams - {expected}:
+                raise StreamMismatch(
+                    f"PubAck from stream {sorted(streams - {expected})[0]!r}, expected "
+                    f"{expected!r}",
+                    code=400,
+                )
             for future in state.futures:
                 ack = future.result()  # raises the publish's typed error
                 if expected is not None and ack.stream != expected:
