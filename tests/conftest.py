@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from oncestream import Connection, ConnectOptions, connect
-from oncestream.server import NatsServer, ServerConfig
+from oncestream.server import HubLeaf, NatsServer, ServerConfig
 from oncestream.streams import StreamSpec, ensure_stream
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -17,15 +18,40 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 from tests import server_configs
 
 
-@pytest.fixture
-def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
-    """A fresh JetStream nats-server on 127.0.0.1, a free port and a temp store."""
-    server = NatsServer(server_configs.jetstream(tmp_path / "nats"), work_dir=tmp_path / "nats")
+@contextmanager
+def jetstream_server(work: Path) -> Iterator[NatsServer]:
+    """A JetStream nats-server on 127.0.0.1 and a free port, its store in ``work``."""
+    server = NatsServer(server_configs.jetstream(work), work_dir=work)
     server.start()
     try:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    """A fresh JetStream nats-server on 127.0.0.1, a free port and a temp store."""
+    with jetstream_server(tmp_path / "nats") as server:
+        yield server
+
+
+@pytest.fixture
+def topo(tmp_path: Path) -> Iterator[HubLeaf]:
+    """The hub and leaf topology of :class:`oncestream.server.HubLeaf` (domains hub, leaf)."""
+    topology = HubLeaf(tmp_path / "hub-leaf")
+    topology.up()
+    try:
+        yield topology
+    finally:
+        topology.down()
+
+
+@pytest.fixture(scope="module")
+def module_nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    """One JetStream nats-server for every test of a module (each uses its own streams)."""
+    with jetstream_server(tmp_path_factory.mktemp("module-nats")) as server:
+        yield server
 
 
 @pytest.fixture

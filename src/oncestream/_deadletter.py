@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
-import orjson
-
+from ._confirmed import publish_confirmed
 from ._connection import Connection, translate_error
-from ._errors import JetStreamError, NoResponders, OncestreamError, PublishFailed, jetstream_error
+from ._errors import OncestreamError
 from .message import Message
 
 __all__ = ["dead_letter_headers", "publish_dead_letter"]
@@ -67,28 +65,23 @@ async def publish_dead_letter(
             caller naks the original, which comes back).
         JetStreamError: the DLQ stream rejected the message.
     """
-    delay = 0.1
-    last: BaseException | None = None
-    for attempt in range(1, attempts + 1):
-        try:
-            reply = await conn.request(subject, msg.data, timeout=timeout, headers=headers)
-            ack = orjson.loads(reply.data) if reply.data else {}
-            if "error" in ack:
-                raise jetstream_error(ack["error"])
-            return int(ack.get("seq", 0))
-        except NoResponders as exc:  # the DLQ stream may be between leaders: retry
-            last = exc
-        except JetStreamError:
-            raise
-        except Exception as exc:
-            last = exc
-            log.debug("dead-letter publish attempt %d to %s failed: %s", attempt, subject, exc)
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 2.0)
-    error = translate_error(last, what=f"dead-letter publish to {subject}") if last else None
-    raise PublishFailed(
-        f"dead letter for {headers.get('Nats-Msg-Id')} not confirmed after {attempts} attempts"
-        + (f": {error}" if isinstance(error, OncestreamError) else ""),
-        msg_id=headers.get("Nats-Msg-Id"),
+
+    def failure(last: Exception | None) -> str:
+        error = translate_error(last, what=f"dead-letter publish to {subject}") if last else None
+        return (
+            f"dead letter for {headers.get('Nats-Msg-Id')} not confirmed after {attempts} attempts"
+            + (f": {error}" if isinstance(error, OncestreamError) else "")
+        )
+
+    ack = await publish_confirmed(
+        conn,
+        subject,
+        msg.data,
+        headers,
+        what="dead-letter publish",
+        failure=failure,
+        log=log,
+        timeout=timeout,
         attempts=attempts,
-    ) from last
+    )
+    return int(ack.get("seq", 0))

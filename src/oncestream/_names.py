@@ -26,6 +26,8 @@ __all__ = [
     "check_subject_filter",
     "is_valid_name",
     "is_valid_subject",
+    "subject_matches",
+    "subjects_overlap",
 ]
 
 #: nats-server's ``JSMaxNameLen`` (bytes).
@@ -68,6 +70,14 @@ def _show(value: object) -> str:
     return repr(value) if isinstance(value, str) else f"{value!r} ({type(value).__name__})"
 
 
+def _checked(valid: bool, value: object, what: str, kind: str, rule: str) -> str:
+    """Return ``value`` when ``valid``, else raise naming ``what``, the value, ``kind`` and rule."""
+    if not valid:
+        raise ConfigError(f"{what}: {_show(value)} is not a valid {kind} ({rule})")
+    assert isinstance(value, str)
+    return value
+
+
 def check_stream_name(value: object, what: str = "stream") -> str:
     """Return ``value`` if it is a valid stream name.
 
@@ -82,10 +92,7 @@ def check_stream_name(value: object, what: str = "stream") -> str:
 
         check_stream_name("ORDERS", "--stream")  # -> "ORDERS"
     """
-    if not is_valid_name(value):
-        raise ConfigError(f"{what}: {_show(value)} is not a valid stream name ({_NAME_RULE})")
-    assert isinstance(value, str)
-    return value
+    return _checked(is_valid_name(value), value, what, "stream name", _NAME_RULE)
 
 
 def check_consumer_name(value: object, what: str = "consumer") -> str:
@@ -94,10 +101,7 @@ def check_consumer_name(value: object, what: str = "consumer") -> str:
     Raises:
         ConfigError: naming ``what``, the value and the rule.
     """
-    if not is_valid_name(value):
-        raise ConfigError(f"{what}: {_show(value)} is not a valid consumer name ({_NAME_RULE})")
-    assert isinstance(value, str)
-    return value
+    return _checked(is_valid_name(value), value, what, "consumer name", _NAME_RULE)
 
 
 def check_subject_filter(value: object, what: str = "subject") -> str:
@@ -106,10 +110,7 @@ def check_subject_filter(value: object, what: str = "subject") -> str:
     Raises:
         ConfigError: naming ``what``, the value and the rule.
     """
-    if not is_valid_subject(value, wildcards=True):
-        raise ConfigError(f"{what}: {_show(value)} is not a valid subject ({_FILTER_RULE})")
-    assert isinstance(value, str)
-    return value
+    return _checked(is_valid_subject(value, wildcards=True), value, what, "subject", _FILTER_RULE)
 
 
 def check_publish_subject(value: object, what: str = "subject") -> str:
@@ -118,9 +119,31 @@ def check_publish_subject(value: object, what: str = "subject") -> str:
     Raises:
         ConfigError: naming ``what``, the value and the rule.
     """
-    if not is_valid_subject(value, wildcards=False):
-        raise ConfigError(
-            f"{what}: {_show(value)} is not a valid subject to publish to ({_PUBLISH_RULE})"
-        )
-    assert isinstance(value, str)
-    return value
+    valid = is_valid_subject(value, wildcards=False)
+    return _checked(valid, value, what, "subject to publish to", _PUBLISH_RULE)
+
+
+def subject_matches(pattern: str, subject: str) -> bool:
+    """True when ``subject`` is captured by ``pattern`` (``*`` one token, ``>`` one or more)."""
+    want, have = pattern.split("."), subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(have) > i
+        if i >= len(have) or (token != "*" and token != have[i]):
+            return False
+    return len(want) == len(have)
+
+
+def subjects_overlap(a: str, b: str) -> bool:
+    """True when some subject matches both patterns ``a`` and ``b``."""
+    left, right = a.split("."), b.split(".")
+    for i in range(max(len(left), len(right))):
+        x = left[i] if i < len(left) else None
+        y = right[i] if i < len(right) else None
+        if x == ">" or y == ">":
+            return x is not None and y is not None
+        if x is None or y is None:
+            return False
+        if x != y and "*" not in (x, y):
+            return False
+    return True

@@ -10,7 +10,13 @@ from typing import Any
 
 from ._connection import Connection
 from ._errors import ConfigError, ConsumerNotFound, JetStreamError
-from ._names import check_publish_subject, check_stream_name, check_subject_filter
+from ._names import (
+    check_publish_subject,
+    check_stream_name,
+    check_subject_filter,
+    subject_matches,
+    subjects_overlap,
+)
 from ._options import parse_duration, parse_positive_int
 from ._start import StartPosition, describe_config
 from .pull import PullOptions
@@ -202,32 +208,6 @@ def check_handler(handler: Any, what: str) -> None:
     except TypeError:
         name = getattr(handler, "__qualname__", type(handler).__name__)
         raise ConfigError(f"{what} must accept (msg, tx); {name}{signature} does not") from None
-
-
-def subjects_overlap(a: str, b: str) -> bool:
-    """True when some subject matches both patterns ``a`` and ``b``."""
-    left, right = a.split("."), b.split(".")
-    for i in range(max(len(left), len(right))):
-        x = left[i] if i < len(left) else None
-        y = right[i] if i < len(right) else None
-        if x == ">" or y == ">":
-            return x is not None and y is not None
-        if x is None or y is None:
-            return False
-        if x != y and "*" not in (x, y):
-            return False
-    return True
-
-
-def subject_matches(pattern: str, subject: str) -> bool:
-    """True when ``subject`` is captured by ``pattern`` (``*`` one token, ``>`` the rest)."""
-    want, have = pattern.split("."), subject.split(".")
-    for i, token in enumerate(want):
-        if token == ">":
-            return len(have) > i
-        if i >= len(have) or (token != "*" and token != have[i]):
-            return False
-    return len(want) == len(have)
 
 
 async def _create_consumer(

@@ -43,11 +43,10 @@ from ._errors import (
     JetStreamError,
     MessageNotFound,
     PermissionDenied,
-    StreamNotFound,
     WrongLastSequence,
 )
 from .publisher import Publisher, PublisherOptions
-from .streams import StreamSpec
+from .streams import StreamSpec, stream_exists
 
 __all__ = [
     "PROGRESS_STREAM",
@@ -138,11 +137,8 @@ class ProgressStore:
             ConfigError: it cannot be created (permissions, overlapping subjects),
                 naming the stream and the ways out.
         """
-        try:
-            await self.conn.stream_info(self.stream)
+        if await stream_exists(self.conn, self.stream):
             return
-        except StreamNotFound:
-            pass
         spec = StreamSpec(
             name=self.stream,
             subjects=(f"{PROGRESS_SUBJECT}.>",),

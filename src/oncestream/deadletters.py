@@ -25,16 +25,15 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import orjson
-
 from ._admin import StoredMessage, delete_message, iter_messages, stream_info
+from ._confirmed import publish_confirmed
 from ._connection import Connection, translate_error
-from ._errors import ConfigError, JetStreamError, NoResponders, PublishFailed, jetstream_error
+from ._errors import ConfigError
+from ._names import subject_matches
 
 __all__ = [
     "DeadLetter",
@@ -50,17 +49,6 @@ MARKER = "Oncestream-Replay-Marker"
 MARKER_AFTER = "Oncestream-Replay-After"
 REPLAY_OF = "Oncestream-Replay-Of"
 _DROP_PREFIX = "oncestream-"
-
-
-def subject_matches(pattern: str, subject: str) -> bool:
-    """NATS subject matching: ``*`` one token, ``>`` one or more trailing tokens."""
-    pat, sub = pattern.split("."), subject.split(".")
-    for i, token in enumerate(pat):
-        if token == ">":
-            return len(sub) > i
-        if i >= len(sub) or (token != "*" and token != sub[i]):
-            return False
-    return len(pat) == len(sub)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -206,31 +194,24 @@ async def _publish(
     conn: Connection, subject: str, data: bytes, headers: dict[str, str], attempts: int = 5
 ) -> dict[str, object]:
     """Publish and wait for the PubAck, retrying with the same headers (same msg id)."""
-    delay = 0.1
-    last_exc: Exception | None = None
-    for attempt in range(1, attempts + 1):
-        try:
-            reply = await conn.request(subject, data, timeout=2.0, headers=headers)
-            ack: dict[str, object] = orjson.loads(reply.data) if reply.data else {}
-            if "error" in ack:
-                raise jetstream_error(ack["error"])
-            return ack
-        except NoResponders as exc:  # the stream may be between leaders: retry
-            last_exc = exc
-        except JetStreamError:
-            raise
-        except Exception as exc:
-            last_exc = exc
-            log.debug("replay publish attempt %d to %s failed: %s", attempt, subject, exc)
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 2.0)
-    assert last_exc is not None
-    raise PublishFailed(
-        f"publish of {headers.get('Nats-Msg-Id')} to {subject!r} not confirmed after "
-        f"{attempts} attempts: {translate_error(last_exc, what=subject)}",
-        msg_id=headers.get("Nats-Msg-Id"),
+
+    def failure(last: Exception | None) -> str:
+        assert last is not None
+        return (
+            f"publish of {headers.get('Nats-Msg-Id')} to {subject!r} not confirmed after "
+            f"{attempts} attempts: {translate_error(last, what=subject)}"
+        )
+
+    return await publish_confirmed(
+        conn,
+        subject,
+        data,
+        headers,
+        what="replay publish",
+        failure=failure,
+        log=log,
         attempts=attempts,
-    ) from last_exc
+    )
 
 
 async def _already_in_target(conn: Connection, letter: DeadLetter, after: int) -> bool:

@@ -25,6 +25,7 @@ __all__ = [
     "last_message",
     "lineage_id",
     "seconds_to_ns",
+    "stream_exists",
 ]
 
 _NS = 1_000_000_000
@@ -148,6 +149,15 @@ class StreamSpec:
             config["sources"] = [source.to_api() for source in self.sources]
         config.update(self.extra)
         return config
+
+
+async def stream_exists(conn: Connection, name: str) -> bool:
+    """Whether stream ``name`` exists (other errors of the lookup propagate)."""
+    try:
+        await conn.stream_info(name)
+    except StreamNotFound:
+        return False
+    return True
 
 
 async def create_stream_if_missing(conn: Connection, spec: StreamSpec) -> dict[str, Any]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +25,6 @@ from tests._scenario import assert_exactly_once, publish_ids, wait_messages
 
 N = 3000
 PREFIX = "JS.acc@hub.API"
-
-
-@pytest.fixture
-def topo(tmp_path: Path) -> Iterator[HubLeaf]:
-    topology = HubLeaf(tmp_path / "hub-leaf")
-    topology.up()
-    try:
-        yield topology
-    finally:
-        topology.down()
 
 
 async def _prepare(topo: HubLeaf, ids: list[str]) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -23,16 +22,6 @@ from tests._scenario import assert_exactly_once, publish_ids, stream_ids, wait_m
 
 N = 10_000
 HUB_STREAMS = ("test-mirror", "aggregate")
-
-
-@pytest.fixture
-def topo(tmp_path: Path) -> AsyncIterator[HubLeaf]:
-    topology = HubLeaf(tmp_path / "hub-leaf")
-    topology.up()
-    try:
-        yield topology
-    finally:
-        topology.down()
 
 
 async def _setup_streams(topo: HubLeaf) -> None:

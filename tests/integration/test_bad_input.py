@@ -8,33 +8,22 @@ hold afterwards. One nats-server serves every row; rows use their own stream nam
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from oncestream.server import NatsServer
-from tests import server_configs
 from tests._cli_cases import Case, CliEnv, Outcome, run_case
 
 CONFIG, FAILED = 2, 1
 
 
-@pytest.fixture(scope="module")
-def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    work = tmp_path_factory.mktemp("bad-input-nats")
-    server = NatsServer(server_configs.jetstream(work), work_dir=work)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
 @pytest.fixture
-def cli_env(shared_server: NatsServer, tmp_path: Path) -> CliEnv:
-    return CliEnv(url=shared_server.url, tmp=tmp_path / "case", values={"port": shared_server.port})
+def cli_env(module_nats_server: NatsServer, tmp_path: Path) -> CliEnv:
+    return CliEnv(
+        url=module_nats_server.url, tmp=tmp_path / "case", values={"port": module_nats_server.port}
+    )
 
 
 def _unchanged(name: str, content: str) -> Any:

@@ -11,33 +11,21 @@ from __future__ import annotations
 import gzip
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 import pytest
 
 from oncestream.server import NatsServer
-from tests import server_configs
 from tests._cli_cases import Case, CliEnv, Outcome, run_case
 
 OK, FAILED, CONFIG = 0, 1, 2
 
 
-@pytest.fixture(scope="module")
-def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    work = tmp_path_factory.mktemp("bad-publish-nats")
-    server = NatsServer(server_configs.jetstream(work), work_dir=work)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
 @pytest.fixture
-def cli_env(shared_server: NatsServer, tmp_path: Path) -> CliEnv:
-    return CliEnv(url=shared_server.url, tmp=tmp_path / "case")
+def cli_env(module_nats_server: NatsServer, tmp_path: Path) -> CliEnv:
+    return CliEnv(url=module_nats_server.url, tmp=tmp_path / "case")
 
 
 def publish(stream: str, subject: str, *extra: str, file: str = "{tmp}/in.jsonl") -> list[str]:

@@ -26,8 +26,8 @@ import pytest
 from oncestream._connection import Connection
 from oncestream.audit import OutputSpec, audit
 from oncestream.server import NatsServer
+from tests.spark._cluster import SPARK_HOME, standalone_cluster
 from tests.spark._helpers import publish
-from tests.spark.test_source_standalone import SPARK_HOME, _free_port, _start, _stop, _wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -67,51 +67,9 @@ def _worker_env(tmp: Path) -> dict[str, str]:
 @pytest.fixture
 def bare_cluster(tmp_path: Path) -> Iterator[tuple[str, list[Path]]]:
     """Master + 2 workers (1 core each) on 127.0.0.1; yields (master URL, worker dirs)."""
-    env = _worker_env(tmp_path)
-    (tmp_path / "logs").mkdir()
-    spark_class = str(SPARK_HOME / "bin" / "spark-class")
-    port = _free_port()
-    master_url = f"spark://127.0.0.1:{port}"
-    procs: list[subprocess.Popen[bytes]] = []
     dirs = [tmp_path / "work" / f"w{i}" for i in range(2)]
-    try:
-        log = tmp_path / "master.log"
-        master = _start(
-            [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-             "--port", str(port), "--webui-port", str(_free_port())],
-            log, env,
-        )  # fmt: skip
-        procs.append(master)
-        _wait_for(log, "I have been elected leader", master, 90)
-        for i, work in enumerate(dirs):
-            work.mkdir(parents=True)
-            procs.append(
-                _start(
-                    [
-                        spark_class,
-                        "org.apache.spark.deploy.worker.Worker",
-                        "--host",
-                        "127.0.0.1",
-                        "--cores",
-                        "1",
-                        "--memory",
-                        "1g",
-                        "--webui-port",
-                        str(_free_port()),
-                        "--work-dir",
-                        str(work),
-                        master_url,
-                    ],
-                    tmp_path / f"worker{i}.log",
-                    env,
-                )
-            )
-        for i, worker in enumerate(procs[1:]):
-            _wait_for(tmp_path / f"worker{i}.log", "Successfully registered", worker, 90)
+    with standalone_cluster(tmp_path, _worker_env(tmp_path), dirs) as master_url:
         yield master_url, dirs
-    finally:
-        for proc in reversed(procs):  # by PID (process group of each)
-            _stop(proc)
 
 
 def pack_environment(cwd: Path) -> Path:

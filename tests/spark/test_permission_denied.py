@@ -3,22 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from oncestream.server import HubLeaf
-
-
-@pytest.fixture
-def topo(tmp_path: Path) -> Iterator[HubLeaf]:
-    topology = HubLeaf(tmp_path / "hub-leaf")
-    topology.up()
-    try:
-        yield topology
-    finally:
-        topology.down()
 
 
 def test_batch_read_denied_in_own_domain_fails_fast(topo: HubLeaf, spark) -> None:  # type: ignore[no-untyped-def]

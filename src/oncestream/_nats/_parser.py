@@ -133,13 +133,19 @@ class _FastParser(Parser):
             if op == 77:  # b"M": MSG <subject> <sid> [reply] <size>
                 parts = buf[pos + 4 : end].split(b" ")  # bytearrays: no extra copy
                 sid = int(parts[1])
-                if sid != last_sid:
-                    last_sid = sid
-                    target = handlers.get(sid)
-                    if target is None:
-                        break
-                    sink, call = (target, None) if type(target) is FrameSink else (None, target)
-                start = end + 2
+            elif op == 72:  # b"H": HMSG <subject> <sid> [reply] <header size> <total size>
+                hparts = bytes(buf[pos + 5 : end]).split(b" ")
+                sid = int(hparts[1])
+            else:
+                break
+            if sid != last_sid:
+                last_sid = sid
+                target = handlers.get(sid)
+                if target is None:
+                    break
+                sink, call = (target, None) if type(target) is FrameSink else (None, target)
+            start = end + 2
+            if op == 77:
                 stop = start + int(parts[-1])
                 if stop + 2 > size:
                     partial = True
@@ -155,18 +161,9 @@ class _FastParser(Parser):
                     if len(sink.datas) >= sink.limit:
                         sink.finish()
                 pos = stop + 2
-            elif op == 72:  # b"H": HMSG <subject> <sid> [reply] <header size> <total size>
-                hparts = bytes(buf[pos + 5 : end]).split(b" ")
-                sid = int(hparts[1])
-                if sid != last_sid:
-                    last_sid = sid
-                    target = handlers.get(sid)
-                    if target is None:
-                        break
-                    sink, call = (target, None) if type(target) is FrameSink else (None, target)
+            else:
                 total = int(hparts[-1])
                 header_len = int(hparts[-2])
-                start = end + 2
                 if start + total + 2 > size:
                     partial = True
                     break
@@ -186,8 +183,6 @@ class _FastParser(Parser):
                     if len(sink.datas) >= sink.limit:
                         sink.finish()
                 pos = next_pos
-            else:
-                break
         if pos:
             del buf[:pos]
         return partial

@@ -16,7 +16,8 @@ from .._start import StartPosition, parse_time
 from ._app import app, cli_errors, console, run_async
 from ._connect_flags import with_connect_options
 from ._name_args import consumer_name, stream_name, subject_filter
-from ._output import confirm, kv_table, print_json, print_table, rows_table
+from ._output import confirm, kv_table, print_json, print_output, rows_table
+from ._rows import consumer_row
 
 consumer_app = typer.Typer(
     name="consumer",
@@ -28,22 +29,6 @@ app.add_typer(consumer_app)
 Stream = Annotated[str, typer.Argument(help="Stream name.", callback=stream_name)]
 Name = Annotated[str, typer.Argument(help="Consumer (durable) name.", callback=consumer_name)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-
-
-def consumer_row(info: dict[str, Any]) -> dict[str, Any]:
-    """The ``consumer ls`` / ``status`` row of a consumer info."""
-    config = info.get("config", {})
-    return {
-        "consumer": info.get("name"),
-        "filter": config.get("filter_subject") or config.get("filter_subjects") or "",
-        "ack_policy": config.get("ack_policy"),
-        "num_pending": info.get("num_pending", 0),
-        "ack_pending": info.get("num_ack_pending", 0),
-        "redelivered": info.get("num_redelivered", 0),
-        "ack_floor": info.get("ack_floor", {}).get("stream_seq", 0),
-        "delivered": info.get("delivered", {}).get("stream_seq", 0),
-        "waiting_pulls": info.get("num_waiting", 0),
-    }
 
 
 def _details(info: dict[str, Any]) -> dict[str, Any]:
@@ -82,11 +67,8 @@ def start_from_flag(flag: str, value: str) -> StartPosition:
 
 
 def _show(info: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        print_json(info)
-    else:
-        title = f"consumer {info.get('stream_name')}/{info.get('name')}"
-        print_table(kv_table(title, _details(info)))
+    title = f"consumer {info.get('stream_name')}/{info.get('name')}"
+    print_output(info, as_json, kv_table(title, _details(info)))
 
 
 @consumer_app.command("add")
@@ -167,10 +149,7 @@ def ls_command(stream: Stream, as_json: Json = False, *, options: ConnectOptions
             return [consumer_row(i) for i in await list_consumers(conn, stream)]
 
     rows = run_async(main())
-    if as_json:
-        print_json(rows)
-    else:
-        print_table(rows_table(f"consumers of {stream}", rows))
+    print_output(rows, as_json, rows_table(f"consumers of {stream}", rows))
 
 
 @consumer_app.command("info")
@@ -213,10 +192,8 @@ def rm_command(
             await delete_consumer(conn, stream, name)
 
     run_async(main())
-    if as_json:
-        print_json({"deleted": name, "stream": stream})
-    else:
-        console.print(f"deleted consumer {stream}/{name}", highlight=False)
+    deleted = {"deleted": name, "stream": stream}
+    print_output(deleted, as_json, f"deleted consumer {stream}/{name}")
 
 
 @consumer_app.command("wait")

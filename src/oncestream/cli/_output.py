@@ -15,7 +15,15 @@ from rich.table import Table
 from .._errors import ConfigError
 from ._app import console
 
-__all__ = ["confirm", "fmt", "kv_table", "print_json", "print_table", "rows_table"]
+__all__ = [
+    "confirm",
+    "fmt",
+    "kv_table",
+    "print_json",
+    "print_output",
+    "print_table",
+    "rows_table",
+]
 
 
 def fmt(value: Any) -> str:
@@ -92,6 +100,14 @@ def print_table(renderable: Table | str, out: Console | None = None) -> None:
 def print_json(data: Any) -> None:
     """Indented JSON on stdout (what ``--json`` prints)."""
     typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2, default=str).decode())
+
+
+def print_output(data: Any, as_json: bool, human: Table | str) -> None:
+    """``data`` as JSON with ``--json``, else ``human`` (a table, or one line printed as is)."""
+    if as_json:
+        print_json(data)
+    else:
+        print_table(human)
 
 
 def confirm(question: str, *, force: bool, what: str) -> None:

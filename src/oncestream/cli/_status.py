@@ -16,6 +16,7 @@ from ..ledger._readonly import read_applied_count
 from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
 from ._output import print_table, rows_table
+from ._rows import consumer_row, stream_row
 from ._watch import watch
 
 
@@ -29,48 +30,21 @@ async def _paged(conn: Connection, subject: str, field: str, body: dict[str, Any
     return items
 
 
-def _stream_row(info: dict[str, Any]) -> dict[str, Any]:
-    state, config = info.get("state", {}), info.get("config", {})
-    return {
-        "stream": config.get("name"),
-        "subjects": config.get("subjects") or [],
-        "messages": state.get("messages", 0),
-        "bytes": state.get("bytes", 0),
-        "first_seq": state.get("first_seq", 0),
-        "last_seq": state.get("last_seq", 0),
-        "consumers": state.get("consumer_count", 0),
-    }
-
-
-def _consumer_row(info: dict[str, Any]) -> dict[str, Any]:
-    config = info.get("config", {})
-    return {
-        "consumer": info.get("name"),
-        "ack_policy": config.get("ack_policy"),
-        "num_pending": info.get("num_pending", 0),
-        "ack_pending": info.get("num_ack_pending", 0),
-        "redelivered": info.get("num_redelivered", 0),
-        "ack_floor": info.get("ack_floor", {}).get("stream_seq", 0),
-        "delivered": info.get("delivered", {}).get("stream_seq", 0),
-        "waiting_pulls": info.get("num_waiting", 0),
-    }
-
-
 async def collect(
     conn: Connection, stream: str | None, consumer: str | None, ledger_url: str | None
 ) -> dict[str, Any]:
     """The report as plain data (what ``--json`` prints)."""
     if stream is None:
         infos = await _paged(conn, "STREAM.LIST", "streams", {})
-        return {"streams": [_stream_row(i) for i in infos]}
-    report: dict[str, Any] = {"stream": _stream_row(await stream_info(conn, stream))}
+        return {"streams": [stream_row(i, settings=False) for i in infos]}
+    report: dict[str, Any] = {"stream": stream_row(await stream_info(conn, stream), settings=False)}
     if consumer is None:
         infos = await _paged(conn, f"CONSUMER.LIST.{stream}", "consumers", {})
-        report["consumers"] = [_consumer_row(i) for i in infos]
+        report["consumers"] = [consumer_row(i, with_filter=False) for i in infos]
         if ledger_url:  # the ledger counts per stream: report it with the stream
             report["stream"]["ledger_applied"] = read_applied_count(ledger_url, stream)
     else:
-        row = _consumer_row(await consumer_info(conn, stream, consumer))
+        row = consumer_row(await consumer_info(conn, stream, consumer), with_filter=False)
         if ledger_url:
             row["ledger_applied"] = read_applied_count(ledger_url, stream)
         report["consumers"] = [row]

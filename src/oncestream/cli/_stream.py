@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import typer
@@ -14,7 +15,8 @@ from ..streams import StreamSpec, seconds_to_ns
 from ._app import app, cli_errors, console, run_async
 from ._connect_flags import with_connect_options
 from ._name_args import stream_name, subject_filter
-from ._output import confirm, kv_table, print_json, print_table, rows_table
+from ._output import confirm, kv_table, print_json, print_output, rows_table
+from ._rows import stream_row
 
 stream_app = typer.Typer(
     name="stream",
@@ -78,22 +80,6 @@ def _split(values: list[str] | None) -> tuple[str, ...]:
     return tuple(p.strip() for v in values or [] for p in v.split(",") if p.strip())
 
 
-def stream_row(info: dict[str, Any]) -> dict[str, Any]:
-    """The ``stream ls`` row of a stream info."""
-    state, config = info.get("state", {}), info.get("config", {})
-    return {
-        "stream": config.get("name"),
-        "subjects": config.get("subjects") or [],
-        "storage": config.get("storage"),
-        "replicas": config.get("num_replicas", 1),
-        "messages": state.get("messages", 0),
-        "bytes": state.get("bytes", 0),
-        "first_seq": state.get("first_seq", 0),
-        "last_seq": state.get("last_seq", 0),
-        "consumers": state.get("consumer_count", 0),
-    }
-
-
 def _seconds(ns: Any) -> str:
     seconds = int(ns or 0) / 1e9
     return "forever" if seconds == 0 else f"{seconds:g}s"
@@ -128,37 +114,28 @@ def stream_details(info: dict[str, Any]) -> dict[str, Any]:
 
 
 def _show(info: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        print_json(info)
-    else:
-        print_table(kv_table(f"stream {info.get('config', {}).get('name')}", stream_details(info)))
+    title = f"stream {info.get('config', {}).get('name')}"
+    print_output(info, as_json, kv_table(title, stream_details(info)))
 
 
-def _changes(
-    *,
-    storage: str | None,
-    replicas: int | None,
-    dupe_window: str | None,
-    retention: str | None,
-    discard: str | None,
-    max_age: str | None,
-    max_msgs: int | None,
-    max_bytes: int | None,
-    max_msgs_per_subject: int | None,
-    max_msg_size: int | None,
-    allow_direct: bool | None,
-) -> dict[str, Any]:
-    """The raw config keys given on the command line (validated)."""
+def _changes(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The raw config keys of the setting flags among a command's ``args`` (validated).
+
+    ``stream add`` and ``stream edit`` take the same setting flags and pass their
+    ``locals()``: the flags are named here once.
+    """
+    storage, replicas = args["storage"], args["replicas"]
+    dupe_window, max_age = args["dupe_window"], args["max_age"]
     changes: dict[str, Any] = {
         "storage": _choice("storage", storage),
         "num_replicas": replicas,
-        "retention": _choice("retention", retention),
-        "discard": _choice("discard", discard),
-        "max_msgs": max_msgs,
-        "max_bytes": max_bytes,
-        "max_msgs_per_subject": max_msgs_per_subject,
-        "max_msg_size": max_msg_size,
-        "allow_direct": allow_direct,
+        "retention": _choice("retention", args["retention"]),
+        "discard": _choice("discard", args["discard"]),
+        "max_msgs": args["max_msgs"],
+        "max_bytes": args["max_bytes"],
+        "max_msgs_per_subject": args["max_msgs_per_subject"],
+        "max_msg_size": args["max_msg_size"],
+        "allow_direct": args["allow_direct"],
     }
     if dupe_window is not None:
         changes["duplicate_window"] = seconds_to_ns(parse_duration("--dupe-window", dupe_window))
@@ -194,19 +171,7 @@ def add_command(
     subject_list = _split(subjects)
     if not subject_list:
         raise ConfigError(f"stream add {name}: give the subjects it captures with --subjects")
-    changes = _changes(
-        storage=storage,
-        replicas=replicas,
-        dupe_window=dupe_window,
-        retention=retention,
-        discard=discard,
-        max_age=max_age,
-        max_msgs=max_msgs,
-        max_bytes=max_bytes,
-        max_msgs_per_subject=max_msgs_per_subject,
-        max_msg_size=max_msg_size,
-        allow_direct=allow_direct,
-    )
+    changes = _changes(locals())
     config = StreamSpec(name=name, subjects=subject_list).to_api()
     config.update(changes)
 
@@ -242,19 +207,7 @@ def edit_command(
     options: ConnectOptions,
 ) -> None:
     """Change the given settings of stream NAME; the others stay as they are."""
-    changes = _changes(
-        storage=storage,
-        replicas=replicas,
-        dupe_window=dupe_window,
-        retention=retention,
-        discard=discard,
-        max_age=max_age,
-        max_msgs=max_msgs,
-        max_bytes=max_bytes,
-        max_msgs_per_subject=max_msgs_per_subject,
-        max_msg_size=max_msg_size,
-        allow_direct=allow_direct,
-    )
+    changes = _changes(locals())
     if subjects:
         changes["subjects"] = list(_split(subjects))
     if not changes:
@@ -283,10 +236,7 @@ def ls_command(as_json: Json = False, *, options: ConnectOptions) -> None:
             return [stream_row(i) for i in await list_streams(conn)]
 
     rows = run_async(main())
-    if as_json:
-        print_json(rows)
-    else:
-        print_table(rows_table("streams", rows, empty="none defined"))
+    print_output(rows, as_json, rows_table("streams", rows, empty="none defined"))
 
 
 @stream_app.command("info")
@@ -324,10 +274,7 @@ def rm_command(
             await conn.delete_stream(name)
 
     run_async(main())
-    if as_json:
-        print_json({"deleted": name, "messages": messages})
-    else:
-        console.print(f"deleted stream {name}", highlight=False)
+    print_output({"deleted": name, "messages": messages}, as_json, f"deleted stream {name}")
 
 
 @stream_app.command("purge")

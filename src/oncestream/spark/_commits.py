@@ -19,7 +19,7 @@ from .._connection import Connection
 from .._errors import JetStreamError, StreamNotFound
 from ..publisher import Publisher, PublisherOptions
 from ..reader import read_stream
-from ..streams import StreamSpec, ensure_stream, last_message
+from ..streams import StreamSpec, ensure_stream, last_message, stream_exists
 from ._connections import get_publisher
 
 __all__ = ["COMMITS_STREAM", "CommitRecord", "CommitStore", "last_seq", "stored_ids"]
@@ -87,11 +87,8 @@ class CommitStore:
 
     async def ensure(self) -> None:
         """Create the records stream if it does not exist (kept: the last 16 records per query)."""
-        try:
-            await self.conn.stream_info(self.stream)
+        if await stream_exists(self.conn, self.stream):
             return
-        except StreamNotFound:
-            pass
         spec = StreamSpec(
             name=self.stream,
             subjects=(f"{_SUBJECT}.{self.stream.lower()}.>",),

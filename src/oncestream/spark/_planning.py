@@ -10,6 +10,7 @@ from pyspark.sql.datasource import InputPartition
 
 from .._connection import Connection
 from .._errors import MessageNotFound, StreamNotFound
+from .._names import subjects_overlap
 from .._retry import leader_stream_info, retrying
 from ..reader import nth_sequence as _nth_sequence
 from ._reader import check_retention
@@ -207,21 +208,6 @@ async def plan_partitions(
     return plan_ranges(
         ranges, direct, options.min_partitions, filters=filters, replicated=replicated
     )
-
-
-def subjects_overlap(a: str, b: str) -> bool:
-    """Whether some subject matches both patterns (``*`` one token, ``>`` the rest)."""
-    left, right = a.split("."), b.split(".")
-    for i in range(max(len(left), len(right))):
-        x = left[i] if i < len(left) else None
-        y = right[i] if i < len(right) else None
-        if x == ">" or y == ">":
-            return x is not None and y is not None
-        if x is None or y is None:
-            return False
-        if x != y and x != "*" and y != "*":
-            return False
-    return True
 
 
 def stream_filters(subjects: tuple[str, ...], info: dict[str, Any]) -> tuple[str, ...]:
