@@ -14,8 +14,15 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ._errors import ConfigError, MessageTooLarge, PublishError, TooManyInflight
-from ._pubwire import AckTally, Pending, check_header_value
+from ._errors import ConfigError, PublishError
+from ._pubwire import (
+    AckTally,
+    Pending,
+    check_header_value,
+    msg_id_type_error,
+    too_large,
+    too_many_inflight,
+)
 
 if TYPE_CHECKING:
     from ._pubtypes import PubAck, PublisherOptions
@@ -97,8 +104,7 @@ class BulkPublish:
         try:
             for subject, data, msg_id in zip(subjects, datas, msg_ids, strict=True):
                 if type(msg_id) is not str:
-                    kind = type(msg_id).__name__
-                    raise ConfigError(f"msg_id must be a str, got {kind} {msg_id!r}")
+                    raise msg_id_type_error(msg_id)
                 if not msg_id or "\n" in msg_id or "\r" in msg_id:
                     check_header_value("Nats-Msg-Id", msg_id)
                 subject_bytes = cache.get(subject)
@@ -108,17 +114,10 @@ class BulkPublish:
                 hdr_len = fixed + len(id_bytes)
                 size = hdr_len + len(data)
                 if size > max_payload:
-                    raise MessageTooLarge(
-                        f"message {msg_id!r} to {subject!r} is {size} bytes with headers, above "
-                        f"the server's max_payload of {max_payload} bytes",
-                        code=413,
-                    )
+                    raise too_large(msg_id, subject, size, max_payload)
                 if self._inflight >= max_inflight:
                     if not self.options.backpressure:
-                        raise TooManyInflight(
-                            f"{self._inflight} publishes are awaiting a PubAck (max_inflight="
-                            f"{max_inflight}); flush() or use backpressure=True"
-                        )
+                        raise too_many_inflight(self._inflight, max_inflight)
                     await self._wait_permit()
                     out = self._out  # _write_out swapped the list
                     max_payload = self._max_payload

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from ._errors import ConfigError
+from ._errors import ConfigError, MessageTooLarge, TooManyInflight
 from ._names import check_publish_subject, is_valid_subject
 
 __all__ = [
@@ -27,6 +27,9 @@ __all__ = [
     "conditional_headers",
     "id_only_frame",
     "late_duplicate",
+    "msg_id_type_error",
+    "too_large",
+    "too_many_inflight",
 ]
 
 _HEADER_KEY = re.compile(r"^[!-9;-~]+$")
@@ -188,3 +191,25 @@ class Pending:
         self.subject = subject
         self.deadline = deadline
         self.attempts = 1
+
+
+def msg_id_type_error(msg_id: object) -> ConfigError:
+    """The error for a msg id that is not a ``str`` (raised by every publish path)."""
+    return ConfigError(f"msg_id must be a str, got {type(msg_id).__name__} {msg_id!r}")
+
+
+def too_large(msg_id: str, subject: str, size: int, max_payload: int) -> MessageTooLarge:
+    """The error for a message whose headers + data exceed the server's max_payload."""
+    return MessageTooLarge(
+        f"message {msg_id!r} to {subject!r} is {size} bytes with headers, above the "
+        f"server's max_payload of {max_payload} bytes",
+        code=413,
+    )
+
+
+def too_many_inflight(inflight: int, max_inflight: int) -> TooManyInflight:
+    """The error of fail-fast mode when ``max_inflight`` acks are outstanding."""
+    return TooManyInflight(
+        f"{inflight} publishes are awaiting a PubAck (max_inflight="
+        f"{max_inflight}); flush() or use backpressure=True"
+    )

@@ -28,10 +28,8 @@ from ._connection import Connection
 from ._errors import (
     ConfigError,
     JetStreamError,
-    MessageTooLarge,
     OperationTimeout,
     PublishError,
-    TooManyInflight,
     jetstream_error,
 )
 from ._nats import FrameSubscription, exception_retrieved, status_code
@@ -48,6 +46,9 @@ from ._pubwire import (
     conditional_headers,
     id_only_frame,
     late_duplicate,
+    msg_id_type_error,
+    too_large,
+    too_many_inflight,
 )
 
 __all__ = ["AckTally", "KeyFunction", "PubAck", "Publisher", "PublisherOptions", "PublisherStats"]
@@ -258,7 +259,7 @@ class Publisher(BulkPublish):
                 )
             msg_id = self._key_fn(subject, data, headers)
         if type(msg_id) is not str:
-            raise ConfigError(f"msg_id must be a str, got {type(msg_id).__name__} {msg_id!r}")
+            raise msg_id_type_error(msg_id)
         subject_bytes = self._subjects.get(subject)
         if subject_bytes is None:
             subject_bytes = self._check_subject(subject)
@@ -290,17 +291,10 @@ class Publisher(BulkPublish):
             hdr_len = len(hdr)
         size = hdr_len + len(data)
         if size > self._max_payload:
-            raise MessageTooLarge(
-                f"message {msg_id!r} to {subject!r} is {size} bytes with headers, above the "
-                f"server's max_payload of {self._max_payload} bytes",
-                code=413,
-            )
+            raise too_large(msg_id, subject, size, self._max_payload)
         if self._inflight >= self._max_inflight:
             if not self.options.backpressure:
-                raise TooManyInflight(
-                    f"{self._inflight} publishes are awaiting a PubAck (max_inflight="
-                    f"{self._max_inflight}); flush() or use backpressure=True"
-                )
+                raise too_many_inflight(self._inflight, self._max_inflight)
             await self._wait_permit()
         if self._closed:
             raise PublishError("this Publisher is closed")
