@@ -292,6 +292,17 @@ async def publish_records(
     say: Callable[[str], None],
 ) -> None:
     """Publish ``items`` until the input ends or the run must stop (see module docstring)."""
+
+    def malformed(line: int, text: object) -> bool:
+        """Count a bad record; True when the run stops on it (``--on-error stop``)."""
+        tally.malformed += 1
+        say(f"[yellow]malformed[/] {text}")
+        if not skip_on_error:
+            state.stopped = True
+            return True
+        confirmed.skip(line)
+        return False
+
     count = 0
     for item in items:
         if state.interrupted or tally.fatal is not None:
@@ -302,12 +313,8 @@ async def publish_records(
                 on_line(item)
             continue
         if isinstance(item, RecordError):
-            tally.malformed += 1
-            say(f"[yellow]malformed[/] {item}")
-            if not skip_on_error:
-                state.stopped = True
+            if malformed(item.line, item):
                 break
-            confirmed.skip(item.line)
             continue
         try:
             subj = subject.render(item)
@@ -332,13 +339,9 @@ async def publish_records(
         except (RecordError, MessageTooLarge, ConfigError) as exc:
             if isinstance(exc, ConcurrentRun):
                 raise
-            tally.malformed += 1
             text = exc if isinstance(exc, RecordError) else f"line {item.line}: {exc}"
-            say(f"[yellow]malformed[/] {text}")
-            if not skip_on_error:
-                state.stopped = True
+            if malformed(item.line, text):
                 break
-            confirmed.skip(item.line)
             continue
         future.add_done_callback(functools.partial(tally.on_done, item.line, subj))
         confirmed.add(item.line, future, floor)
