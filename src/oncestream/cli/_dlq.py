@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import orjson
 import typer
 
-from .._admin import get_message, stream_info
+from .._admin import StoredMessage, get_message, stream_info
 from .._connection import connect
 from .._errors import ConfigError, MessageNotFound
 from .._options import ConnectOptions
@@ -143,9 +143,7 @@ def show_command(
             console.print(f"  {name}: {value}", markup=False, highlight=False)
 
 
-def _stored(letter: DeadLetter) -> Any:
-    from .._admin import StoredMessage
-
+def _stored(letter: DeadLetter) -> StoredMessage:
     return StoredMessage(
         stream=letter.dlq_stream,
         seq=letter.seq,
