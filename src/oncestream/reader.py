@@ -468,7 +468,10 @@ async def read_stream(
     """Yield every message of ``stream`` present now (from ``start_seq``), in order, in chunks.
 
     Uses batched direct gets (the stream needs ``allow_direct``), which need no
-    consumer and skip deleted sequences.
+    consumer and skip deleted sequences. On a replicated stream a follower that
+    has not applied the newest messages yet may answer; the read then checks with
+    the stream leader and continues, so it never ends before the ``last_seq``
+    the stream reported at the start.
 
     Raises:
         StreamNotFound: when the stream does not exist.
@@ -486,8 +489,19 @@ async def read_stream(
     last = int(state.get("last_seq", 0))
     if int(state.get("messages", 0)) == 0:
         return
+    # A replica behind the leader may answer a direct get and end the read early; the
+    # reader then asks the leader and retries (within ``timeout``) instead of stopping.
+    replicated = int(info["config"].get("num_replicas") or 1) > 1
     reader = RangeReader(
-        conn, stream, first, last, direct=True, batch=batch, retry_timeout=0, idle_timeout=timeout
+        conn,
+        stream,
+        first,
+        last,
+        direct=True,
+        batch=batch,
+        retry_timeout=timeout if replicated else 0,
+        replicated=replicated,
+        idle_timeout=timeout,
     )
     try:
         while (chunk := await reader.next_chunk()) is not None:
