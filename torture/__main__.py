@@ -21,6 +21,7 @@ from typing import Any
 from . import report
 from .checker import check, load_history
 from .netns import cleanup_stale
+from .spark import java_available, runs_spark
 from .topology import KINDS
 from .trial import Trial
 
@@ -40,10 +41,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--faults", type=int, default=5, help="faults per trial")
     p.add_argument("--rate", type=float, default=200.0, help="msgs/s per producer")
     p.add_argument("--kinds", default=",".join(KINDS), help="trial kinds, rotated")
+    p.add_argument(
+        "--spark-every",
+        type=int,
+        default=4,
+        help="run the Spark job in one trial of every N (0: never); the position rotates",
+    )
     p.add_argument("--postgres", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     kinds = tuple(k for k in args.kinds.split(",") if k)
+    if args.spark_every < 0:
+        p.error("need --spark-every >= 0")
     if args.trials < 1 or args.duration < 5 or not kinds or set(kinds) - set(KINDS):
         p.error(f"need --trials >= 1, --duration >= 5, --kinds from {','.join(KINDS)}")
     args.kinds = kinds
@@ -73,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
 
             pg = PostgresServer().start()
             pg_admin = pg.url
+        spark_ok = args.spark_every > 0 and java_available()
+        if args.spark_every > 0 and not spark_ok:
+            print("no Java 17+ or pyspark: the Spark part of the workload is left out")
         for i in range(args.first, args.first + args.trials):
             kind = args.kinds[i % len(args.kinds)]
             trial = Trial(
@@ -85,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                 faults=args.faults,
                 rate=args.rate,
                 pg_admin=pg_admin,
+                spark=spark_ok and runs_spark(i, args.spark_every),
             )
             state = asyncio.run(trial.run())
             result = check(load_history(trial.history), state)
@@ -94,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                     {
                         "trial": i,
                         "kind": kind,
+                        "spark": trial.spark is not None,
                         "acked": result["acked"],
                         **report.violations(result),
                     }

@@ -12,7 +12,16 @@ from .checker import load_history, violations
 
 __all__ = ["KEYS", "violations", "write"]
 
-KEYS = ("lost", "missing_at_hub", "duplicated", "applied_twice", "missing_effects", "unexpected")
+KEYS = (
+    "lost",
+    "missing_at_hub",
+    "duplicated",
+    "applied_twice",
+    "missing_effects",
+    "unexpected",
+    "spark_missing",
+    "spark_duplicated",
+)
 
 
 def summarize(results: list[dict[str, Any]], seed: int, run_id: str = "") -> dict[str, Any]:
@@ -23,6 +32,7 @@ def summarize(results: list[dict[str, Any]], seed: int, run_id: str = "") -> dic
         "seed": seed,
         "run_id": run_id,
         "kinds": dict(Counter(r["kind"] for r in results)),
+        "spark_trials": sum(1 for r in results if r.get("spark")),
         "faults": dict(sorted(faults.items())),
         "acked": sum(r["acked"] for r in results),
         **totals,

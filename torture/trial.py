@@ -15,6 +15,7 @@ from typing import Any
 from oncestream import connect
 from oncestream.reader import read_stream
 
+from . import spark as sparkpart
 from .nemesis import PROCESSORS, Fault, Worker, python_argv, schedule
 from .netns import Net
 from .topology import HUB_STREAM, STREAM, SUBJECT, Topology
@@ -36,6 +37,7 @@ class Trial:
         faults: int,
         rate: float,
         pg_admin: str | None,
+        spark: bool = False,
     ) -> None:
         self.index, self.seed, self.kind, self.out = index, seed, kind, out
         self.run_id, self.duration, self.rate = f"{run_id}{index:02d}", duration, rate
@@ -51,6 +53,11 @@ class Trial:
         self.net: Net | None = None
         self.count = int(rate * duration)
         self.sourced_after: float | None = None
+        # -- Spark (torture/spark.py): one in --spark-every trials
+        self.spark = sparkpart.SparkPart(self.dir, seed) if spark else None
+        if self.spark is not None:
+            extra = sparkpart.spark_schedule(seed, duration)
+            self.faults = sorted([*self.faults, *extra], key=lambda f: f.start)
 
     # -- setup -------------------------------------------------------------------------
 
@@ -148,6 +155,8 @@ class Trial:
     async def _apply(self, fault: Fault, target: str) -> str:
         topo, net = self.topo, self.net
         assert topo is not None and net is not None
+        if fault.kind in sparkpart.KINDS and self.spark is not None:
+            return self.spark.apply(fault)
         if fault.kind == "kill":
             self.workers[target].kill()
         elif fault.kind == "pause":
@@ -168,6 +177,8 @@ class Trial:
     def _heal(self, fault: Fault, target: str) -> None:
         topo, net = self.topo, self.net
         assert topo is not None and net is not None
+        if fault.kind in sparkpart.KINDS and self.spark is not None:
+            return self.spark.heal(fault)
         if fault.kind == "kill":
             worker = self.workers[target]
             if not worker.done and not worker.alive():
@@ -211,14 +222,20 @@ class Trial:
 
     async def _run(self) -> dict[str, Any]:
         assert self.topo is not None
+        if self.spark is not None:  # the JVM boots while the servers start
+            self.workers[sparkpart.TARGET] = self.spark.start(self)
         self.topo.start()
         await self.topo.create_streams()
         pg_url = self._pg_url()
         self._workers(pg_url)
+        if self.spark is not None:
+            await self.spark.create_streams(self)
+            await self.spark.wait_ready()
         t0 = time.monotonic()
         self._note("trial", self.kind, "start", seed=self.seed)
         for worker in self.workers.values():
-            worker.start()
+            if not worker.alive():  # the Spark driver is up already
+                worker.start()
         pending = list(self.faults)
         active: list[tuple[float, Fault, str, dict[str, Any]]] = []
         while time.monotonic() - t0 < self.duration or active:
@@ -233,6 +250,11 @@ class Trial:
                     continue
                 self.busy.add(target)
                 entry["how"] = await self._apply(fault, target)
+                if entry["how"].startswith("skipped"):  # e.g. no Spark Python worker
+                    entry["skipped"] = True
+                    self.busy.discard(target)
+                    self.fault_log.append(entry)
+                    continue
                 entry["wall_start"], entry["mono_start"] = time.time(), time.monotonic()
                 self._note("fault", f"{fault.kind}:{target}", entry["how"])
                 active.append((now + fault.duration, fault, target, entry))
@@ -292,6 +314,9 @@ class Trial:
         for name in PROCESSORS:
             if name in self.workers:
                 self.workers[name].stop()
+        if self.spark is not None:
+            await self.spark.drain(self, set(await self._keys(target, stream)))
+            self._note("trial", self.kind, "spark-drained")
 
     async def _wait_sourced(self, deadline: float) -> None:
         """Wait (bounded) until the hub's stream holds every record of the leaf's."""
@@ -375,6 +400,7 @@ class Trial:
             "effects": {db: dict(Counter(r[0] for r in e)) for db, e in rows.items()},
             "faults": self.fault_log,
             "sourced_after_s": self.sourced_after,
+            "spark": None if self.spark is None else await self.spark.final(self),
             "worker_exits": {n: w.exits for n, w in self.workers.items() if w.exits},
             "unfinished": [
                 n for n, w in self.workers.items() if w.restart_until_done and not w.done
