@@ -36,7 +36,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m torture", description=__doc__)
     p.add_argument("--trials", type=int, default=3)
     p.add_argument("--seed", type=int, default=int(time.time()) % 100000)
-    p.add_argument("--duration", type=float, default=20.0, help="fault phase per trial (s)")
+    p.add_argument("--duration", type=float, default=12.0, help="fault phase per trial (s)")
     p.add_argument("--first", type=int, default=0, help="index of the first trial (rerun one)")
     p.add_argument("--faults", type=int, default=5, help="faults per trial")
     p.add_argument(
@@ -45,7 +45,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="only these fault kinds (comma-separated, e.g. partition-pair,cluster-kill); "
         "trial kinds with none of them are left out",
     )
-    p.add_argument("--rate", type=float, default=200.0, help="msgs/s per producer")
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=440.0,
+        help="msgs/s of the Publisher (the ProducerSession: half; the CLI: a file of "
+        "rate * duration / 2 lines); per trial 2 * rate * duration acked publishes",
+    )
     p.add_argument("--kinds", default=",".join(KINDS), help="trial kinds, rotated")
     p.add_argument("--postgres", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--out", type=Path, default=RESULTS)

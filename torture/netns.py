@@ -10,8 +10,14 @@ Layout for run id ``r`` (4 hex chars) and subnet ``10.77.<k>.0/24``:
   forwarding, no NAT, nothing touched outside what we create).
 
 Faults: ``link_down``/``link_up`` set the node's bridge-side veth down (the
-node is cut from everyone), ``degrade`` adds loss/delay on the node's ``eth0``
-(netem, or a token bucket where the kernel lacks netem).
+node is cut from everyone, clients included); ``cut``/``uncut`` partition two
+nodes only (each drops what it sends to the other: a classic-BPF ``tc`` filter
+into a ``blackhole`` class of an HTB root on its ``eth0``; clients still reach
+both); ``degrade`` makes a node's link, or the link between two nodes, slow and
+lossy (an HTB class of a few Mbit/s with a short queue, plus random loss: netem
+where the kernel has it, else a classic-BPF filter on the kernel's per-packet
+random number, since this CI kernel has neither ``sch_netem`` nor ``act_gact``).
+All of it lives inside the run's namespaces and goes with them.
 
 Everything created is written to a state file under :data:`STATE_DIR` *before*
 it is created; :func:`cleanup_stale` (run at the start of each campaign) removes

@@ -58,6 +58,9 @@ def per_kind(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "violations": sum(sum(violations(r).values()) for r in rows),
             "wall_s_mean": _mean([r["wall_s"] for r in rows if "wall_s" in r]),
             "acks_per_s": _mean([r["load"]["acks_per_s"] for r in rows if r["load"]["acks_per_s"]]),
+            "latency_p50_ms": _mean(
+                [r["load"]["latency_p50_ms"] for r in rows if r["load"]["latency_p50_ms"]]
+            ),
             "latency_p99_ms": _mean(
                 [r["load"]["latency_p99_ms"] for r in rows if r["load"]["latency_p99_ms"]]
             ),
@@ -179,6 +182,8 @@ def _sync_comparison(per: dict[str, dict[str, Any]]) -> list[str]:
         f"| violations | {a['violations']} | {b['violations']} |",
         f"| acked | {a['acked']} | {b['acked']} |",
         f"| acks/s (Publisher + ProducerSession) | {a['acks_per_s']} | {b['acks_per_s']} |",
+        f"| publish latency p50 (ms, mean over trials) | {a['latency_p50_ms']} "
+        f"| {b['latency_p50_ms']} |",
         f"| publish latency p99 (ms, mean over trials) | {a['latency_p99_ms']} "
         f"| {b['latency_p99_ms']} |",
         f"| s per trial | {a['wall_s_mean']} | {b['wall_s_mean']} |",
