@@ -86,7 +86,24 @@ def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any
         "notes": notes,
         "faults": [f for f in state["faults"] if not f.get("skipped")],
         "skipped_faults": sum(1 for f in state["faults"] if f.get("skipped")),
+        "skipped": [f["kind"] for f in state["faults"] if f.get("skipped")],
         "recovery": recovery(history, state["faults"]),
+        "timing": state.get("timing", {}),
+        "load": load(history),
+    }
+
+
+def load(history: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Acked publishes per second (first to last ack) and publish latency percentiles."""
+    acks = [h for h in history if h["op"] == "ack" and "latency" in h]
+    if len(acks) < 2:
+        return {"acks_per_s": None, "latency_p50_ms": None, "latency_p99_ms": None}
+    span = acks[-1]["mono"] - acks[0]["mono"]
+    lat = sorted(h["latency"] for h in acks)
+    return {
+        "acks_per_s": round(len(acks) / span, 1) if span > 0 else None,
+        "latency_p50_ms": round(lat[len(lat) // 2] * 1000, 2),
+        "latency_p99_ms": round(lat[min(len(lat) - 1, len(lat) * 99 // 100)] * 1000, 2),
     }
 
 

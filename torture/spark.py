@@ -49,8 +49,11 @@ def runs_spark(index: int, every: int) -> bool:
     return every > 0 and index % every == (index // every) % every
 
 
-def spark_schedule(seed: int, duration: float) -> list[Fault]:
+def spark_schedule(seed: int, duration: float, only: tuple[str, ...] = ()) -> list[Fault]:
     """One fault of each Spark kind per Spark trial, in disjoint slots, seeded.
+
+    ``only``: the campaign's ``--fault-kinds`` (the Spark kinds among them; none
+    when it names other kinds only; all when empty).
 
     ``pyworker-kill`` comes first (a restarted driver has no Python worker yet),
     ``spark-kill`` last (the driver's restart takes longer than the rest).
@@ -60,9 +63,10 @@ def spark_schedule(seed: int, duration: float) -> list[Fault]:
     slot = (hi - lo) / 3
     faults = []
     for i, kind in enumerate(("pyworker-kill", "spark-pause", "spark-kill")):
-        start = lo + i * slot + rng.uniform(0.0, slot * 0.4)
-        length = 0.5 if kind == "pyworker-kill" else rng.uniform(1.0, min(4.0, slot * 0.5))
-        faults.append(Fault(round(start, 3), round(length, 3), kind, TARGET))
+        start = lo + i * slot + rng.uniform(0.0, slot * 0.3)  # ends within its slot
+        length = 0.5 if kind == "pyworker-kill" else min(4.0, slot * rng.uniform(0.3, 0.6))
+        if not only or kind in only:
+            faults.append(Fault(round(start, 3), round(length, 3), kind, TARGET))
     return faults
 
 
