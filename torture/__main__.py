@@ -58,7 +58,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--spark-every",
         type=int,
-        default=4,
+        default=10,
         help="run the Spark job in one trial of every N (0: never); the position rotates",
     )
     p.add_argument("--postgres", action=argparse.BooleanOptionalAction, default=True)

@@ -38,6 +38,14 @@ if TYPE_CHECKING:
     from .trial import Trial
 
 KINDS = ("spark-kill", "spark-pause", "pyworker-kill")
+SEQUENCE = (
+    "pyworker-kill",
+    "spark-pause",
+    "pyworker-kill",
+    "spark-kill",
+    "spark-pause",
+    "spark-kill",
+)
 TARGET = "spark"
 OUT_STREAM, OUT_SUBJECT = "SO", "so"
 COMMITS_STREAM = "SPARK_COMMITS"
@@ -50,21 +58,24 @@ def runs_spark(index: int, every: int) -> bool:
 
 
 def spark_schedule(seed: int, duration: float, only: tuple[str, ...] = ()) -> list[Fault]:
-    """One fault of each Spark kind per Spark trial, in disjoint slots, seeded.
+    """Two faults of each Spark kind per Spark trial, in disjoint slots, seeded.
 
     ``only``: the campaign's ``--fault-kinds`` (the Spark kinds among them; none
     when it names other kinds only; all when empty).
 
-    ``pyworker-kill`` comes first (a restarted driver has no Python worker yet),
-    ``spark-kill`` last (the driver's restart takes longer than the rest).
+    Both ``pyworker-kill`` come before the first ``spark-kill`` (a restarted
+    driver has no Python worker for 20 s or more); the second ``spark-kill`` and
+    ``spark-pause`` hit the driver while it restarts and recovers from its
+    checkpoints (which costs little more than one restart).
     """
     rng = random.Random(seed ^ 0x5BA2)
-    lo, hi = 1.5, max(4.5, duration - 4.0)
-    slot = (hi - lo) / 3
+    lo, hi = 1.5, max(4.5, duration - 3.0)
+    slot = (hi - lo) / len(SEQUENCE)
     faults = []
-    for i, kind in enumerate(("pyworker-kill", "spark-pause", "spark-kill")):
+    for i, kind in enumerate(SEQUENCE):
         start = lo + i * slot + rng.uniform(0.0, slot * 0.3)  # ends within its slot
-        length = 0.5 if kind == "pyworker-kill" else min(4.0, slot * rng.uniform(0.3, 0.6))
+        length = slot * (0.5 if kind == "pyworker-kill" else rng.uniform(0.3, 0.6))
+        length = min(4.0 if kind != "pyworker-kill" else 0.5, length)
         if not only or kind in only:
             faults.append(Fault(round(start, 3), round(length, 3), kind, TARGET))
     return faults
@@ -210,7 +221,7 @@ class SparkPart:
                 name=OUT_STREAM,
                 subjects=(f"{OUT_SUBJECT}.>",),
                 replicas=replicas,
-                duplicate_window=300.0,
+                duplicate_window=400.0,  # > the sink's task retry horizon (4 x 87 s)
             ),
             StreamSpec(
                 name=COMMITS_STREAM,
