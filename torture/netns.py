@@ -27,6 +27,7 @@ recording process is gone.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -137,24 +138,29 @@ class Net:
     def __init__(self, run_id: str) -> None:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
         self.run_id = run_id
-        free = [k for k in range(1, 255) if k not in _used_subnets()]
-        if not free:
-            raise RuntimeError("no free 10.77.<k>.0/24 subnet for the torture network")
-        self.subnet = free[0]
         self.state_file = STATE_DIR / f"{run_id}.json"
-        self.state: dict[str, Any] = {
-            "run_id": run_id,
-            "owner": os.getpid(),
-            "subnet": self.subnet,
-            "namespaces": [],
-            "host_links": [],
-            "mounts": [],
-            "pids": [],
-        }
         self.nodes: dict[str, str] = {}  # node -> address
         self._shaped: set[str] = set()  # nodes with the HTB root on eth0
         self.bridge_ns = self._ns_name("br")
-        self._save()
+        # Choose the subnet and record it under one lock: two campaigns (e.g. the CI
+        # smoke next to `make torture`) starting a trial at the same moment must not
+        # both take the first free subnet (their clients would reach each other's servers).
+        with open(STATE_DIR / "subnets.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            free = [k for k in range(1, 255) if k not in _used_subnets()]
+            if not free:
+                raise RuntimeError("no free 10.77.<k>.0/24 subnet for the torture network")
+            self.subnet = free[0]
+            self.state: dict[str, Any] = {
+                "run_id": run_id,
+                "owner": os.getpid(),
+                "subnet": self.subnet,
+                "namespaces": [],
+                "host_links": [],
+                "mounts": [],
+                "pids": [],
+            }
+            self._save()
         try:
             self._setup_bridge(run_id)
         except BaseException:

@@ -124,3 +124,33 @@ def test_sigterm_tears_the_run_down(tmp_path: Path) -> None:
     assert not (STATE_DIR / f"{run_id}.json").exists()
     mounts = Path("/proc/mounts").read_text()
     assert f"oncestream-torture-{run_id}" not in mounts
+
+
+def test_concurrent_runs_get_distinct_subnets() -> None:
+    """Two campaigns starting a trial at the same moment (the smoke next to `make torture`)
+    must not share a subnet: their clients would reach each other's servers."""
+    tag = secrets.token_hex(1)
+    code = (
+        "import sys; from torture.netns import Net; net = Net(sys.argv[1]); "
+        "print(net.subnet, flush=True); sys.stdin.read(); net.teardown()"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, f"c{tag}{i}"],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(4)
+    ]
+    try:
+        subnets = []
+        for proc in procs:
+            assert proc.stdout is not None
+            subnets.append(proc.stdout.readline().strip())
+        assert len(set(subnets)) == 4, subnets
+    finally:
+        for proc in procs:
+            proc.communicate("", timeout=30)
+    assert f"os-c{tag}" not in _namespaces()
