@@ -74,10 +74,13 @@ bench-pipeline: setup check-java
 # Randomized fault campaign (issue 11): needs root (network namespaces, tmpfs).
 # Writes torture/results/<timestamp>/ and torture/results/latest.json; exit 0 only
 # when no acknowledged write was lost, duplicated, applied twice or left unapplied.
-TRIALS ?= 3
+# FAULTS=partition-pair,cluster-kill restricts the campaign to those fault kinds
+# (python -m torture --help lists the options; --fault-kinds for FAULTS).
+TRIALS ?= 100
 SEED   ?= 7
+FAULTS ?=
 torture: setup
-	$(BIN)/python -m torture --trials $(TRIALS) --seed $(SEED)
+	$(BIN)/python -m torture --trials $(TRIALS) --seed $(SEED) $(if $(FAULTS),--fault-kinds $(FAULTS))
 
 clean:
 	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache src/*.egg-info

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import signal
 import sqlite3
 import sys
 import time
@@ -15,7 +16,9 @@ from typing import Any
 from oncestream import connect
 from oncestream.reader import read_stream
 
-from .nemesis import PROCESSORS, Fault, Worker, python_argv, schedule
+from . import faults as server_faults
+from . import spark as sparkpart
+from .nemesis import PROCESSORS, Fault, Worker, fault_menu, python_argv, schedule
 from .netns import Net
 from .topology import HUB_STREAM, STREAM, SUBJECT, Topology
 from .workers import EFFECTS, EFFECTS_COLUMNS
@@ -36,10 +39,21 @@ class Trial:
         faults: int,
         rate: float,
         pg_admin: str | None,
+        campaign_seed: int | None = None,
+        ordinal: int = 0,
+        fault_kinds: tuple[str, ...] = (),
+        spark: bool = False,
     ) -> None:
         self.index, self.seed, self.kind, self.out = index, seed, kind, out
         self.run_id, self.duration, self.rate = f"{run_id}{index:02d}", duration, rate
-        self.faults = schedule(seed, kind, duration, faults)
+        # -- tfaults: the fault schedule (a seeded cycle over the menu, see nemesis.schedule)
+        menu = [(k, t) for k, t in fault_menu(kind) if not fault_kinds or k in fault_kinds]
+        self.faults = schedule(
+            seed, kind, duration, faults, campaign_seed=campaign_seed, ordinal=ordinal, menu=menu
+        )
+        self.timing: dict[str, float] = {}
+        self._retry_at: dict[Fault, float] = {}
+        self._leader: str | None = None
         self.pg_admin = pg_admin
         self.dir = out / f"trial-{index:03d}-{kind}"
         self.work = Path(f"/tmp/oncestream-torture-{self.run_id}")
@@ -51,6 +65,11 @@ class Trial:
         self.net: Net | None = None
         self.count = int(rate * duration)
         self.sourced_after: float | None = None
+        # -- tspark: one in --spark-every trials also runs the Spark job (torture/spark.py)
+        self.spark = sparkpart.SparkPart(self.dir, seed) if spark else None
+        if self.spark is not None:
+            extra = sparkpart.spark_schedule(seed, duration, fault_kinds)
+            self.faults = sorted([*self.faults, *extra], key=lambda f: f.start)
 
     # -- setup -------------------------------------------------------------------------
 
@@ -74,8 +93,11 @@ class Trial:
         proc = self.topo.processor_target()
         hist = str(self.history)
         base = {**prod, "stream": STREAM, "subject": SUBJECT, "history": hist}
-        for name, role in (("pub", "publisher"), ("sess", "session")):
-            cfg = {**base, "name": name, "count": self.count, "rate": self.rate}
+        # The ProducerSession waits for each ack (~350/s on an R3 `sync_interval: always`
+        # stream here), so it runs at half the Publisher's rate and has room to catch up.
+        for name, role, share in (("pub", "publisher", 1), ("sess", "session", 2)):
+            count, rate = self.count // share, self.rate / share
+            cfg = {**base, "name": name, "count": count, "rate": rate, "t0": time.time()}
             self._add(name, python_argv(role, cfg), done=True)
         lines = self.dir / "cli-input.jsonl"
         with open(lines, "w") as f:
@@ -134,60 +156,95 @@ class Trial:
 
     # -- faults ------------------------------------------------------------------------
 
-    async def _resolve(self, fault: Fault) -> str | None:
+    # -- tfaults: faults (servers and links in torture/faults.py) -------------------------
+
+    async def _watch_leader(self) -> None:
+        """Keep :attr:`_leader` current (a cluster's stream leader, None while unknown), in
+        the background: asking may take seconds while nodes are down, heals must not wait."""
         assert self.topo is not None
-        if fault.target not in ("leader", "follower"):
-            return fault.target
-        leader = await self.topo.leader()
-        if leader is None:
-            return None
-        if fault.target == "leader":
-            return leader
-        return next(n for n in ("c1", "c2", "c3") if n != leader)
+        while True:
+            self._leader = await self.topo.leader()  # bounded by its connect/request timeouts
+            await asyncio.sleep(0.3)
+
+    async def _resolve(self, fault: Fault, turn: int, now: float) -> str | None:
+        """Concrete target; with no known stream leader for 1.5 s (e.g. the cluster is
+        still electing after a restart), roles are guessed (any node) rather than skipped."""
+        leader = self._leader
+        if leader is None and now - fault.start >= 1.5:
+            leader = ("c1", "c2", "c3")[turn % 3]
+        return server_faults.resolve(fault.target, leader, self.busy, fault.kind, turn)
 
     async def _apply(self, fault: Fault, target: str) -> str:
-        topo, net = self.topo, self.net
-        assert topo is not None and net is not None
+        assert self.topo is not None and self.net is not None
+        if fault.kind in sparkpart.KINDS and self.spark is not None:
+            return self.spark.apply(fault)
         if fault.kind == "kill":
             self.workers[target].kill()
         elif fault.kind == "pause":
-            self.workers[target].signal(__import__("signal").SIGSTOP)
-        elif fault.kind == "server-kill":
-            topo.servers[target].kill()
-        elif fault.kind == "server-pause":
-            topo.servers[target].pause()
-        elif fault.kind == "partition":
-            net.link_down(target)
-        elif fault.kind == "degrade":
-            return net.degrade(target, loss_pct=5.0, delay_ms=150)
-        elif fault.kind == "disk-full":
-            assert topo.store_mount is not None
-            await asyncio.to_thread(_fill, topo.store_mount / "filler")
+            self.workers[target].signal(signal.SIGSTOP)
+        else:
+            return await asyncio.to_thread(
+                server_faults.apply, self.topo, self.net, fault.kind, target
+            )
         return "ok"
 
     def _heal(self, fault: Fault, target: str) -> None:
-        topo, net = self.topo, self.net
-        assert topo is not None and net is not None
+        assert self.topo is not None and self.net is not None
+        if fault.kind in sparkpart.KINDS and self.spark is not None:
+            return self.spark.heal(fault)
         if fault.kind == "kill":
             worker = self.workers[target]
             if not worker.done and not worker.alive():
                 worker.start()
         elif fault.kind == "pause":
-            self.workers[target].signal(__import__("signal").SIGCONT)
-        elif fault.kind == "server-kill":
-            topo.restart(target)
-        elif fault.kind == "server-pause":
-            topo.servers[target].resume()
-        elif fault.kind == "partition":
-            net.link_up(target)
-        elif fault.kind == "degrade":
-            net.degrade_clear(target)
-        elif fault.kind == "disk-full":
-            assert topo.store_mount is not None
-            (topo.store_mount / "filler").unlink(missing_ok=True)
-            # nats-server 2.15.1 keeps failing writes after ENOSPC even once space is
-            # freed, until it restarts (torture/repro_disk_full.py): the operator's step.
-            topo.restart(target)
+            self.workers[target].signal(signal.SIGCONT)
+        else:
+            server_faults.heal(self.topo, self.net, fault.kind, target)
+
+    async def _start_due(self, now: float, pending: list[Fault], active: list[Any]) -> None:
+        """Start the faults that are due; one whose target is busy (or whose leader is
+        unknown) waits and retries every 0.5 s, skipped only when the phase ends first."""
+        for fault in [f for f in pending if f.start <= now]:
+            if self._retry_at.get(fault, 0.0) > now:
+                continue
+            turn = self.faults.index(fault)
+            target = await self._resolve(fault, turn, now)
+            held = server_faults.holds(fault.kind, target) if target else set()
+            if target is None or held & self.busy:
+                if now + 0.5 < self.duration:
+                    self._retry_at[fault] = now + 0.5
+                    continue
+                pending.remove(fault)
+                entry = {**fault.as_dict(), "resolved": target, "skipped": True}
+                entry["why"] = "no stream leader" if target is None else "target busy"
+                self.fault_log.append(entry)
+                continue
+            pending.remove(fault)
+            self.busy |= held
+            entry = {**fault.as_dict(), "resolved": target, "waited_s": round(now - fault.start, 3)}
+            entry["role_guessed"] = target != fault.target and self._leader is None
+            entry["how"] = await self._apply(fault, target)
+            if entry["how"].startswith("skipped"):  # tspark: e.g. no Spark Python worker yet
+                entry["skipped"], entry["why"] = True, entry.pop("how")
+                self.busy -= held
+                self.fault_log.append(entry)
+                continue
+            entry["wall_start"], entry["mono_start"] = time.time(), time.monotonic()
+            self._note("fault", f"{fault.kind}:{target}", entry["how"])
+            ends = time.monotonic() - self._t0 + fault.duration
+            active.append((ends, fault, target, entry, held))
+
+    def _heal_due(self, now: float, active: list[Any]) -> None:
+        for item in [a for a in active if a[0] <= now]:
+            active.remove(item)
+            _, fault, target, entry, held = item
+            self._heal(fault, target)
+            self.busy -= held
+            entry["wall_end"], entry["mono_end"] = time.time(), time.monotonic()
+            self._note("heal", f"{fault.kind}:{target}", "ok")
+            self.fault_log.append(entry)
+
+    # -- tfaults: end ----------------------------------------------------------------------
 
     # -- run ---------------------------------------------------------------------------
 
@@ -211,43 +268,39 @@ class Trial:
 
     async def _run(self) -> dict[str, Any]:
         assert self.topo is not None
+        self._started = time.monotonic()
+        if self.spark is not None:  # tspark: the JVM boots while the servers start
+            self.workers[sparkpart.TARGET] = self.spark.start(self)
         self.topo.start()
         await self.topo.create_streams()
         pg_url = self._pg_url()
         self._workers(pg_url)
-        t0 = time.monotonic()
+        if self.spark is not None:
+            await self.spark.create_streams(self)
+            await self.spark.wait_ready()
+        t0 = self._t0 = time.monotonic()
+        self.timing["setup_s"] = round(t0 - self._started, 3)
         self._note("trial", self.kind, "start", seed=self.seed)
         for worker in self.workers.values():
-            worker.start()
+            if not worker.alive():  # the Spark driver is up already
+                worker.start()
         pending = list(self.faults)
-        active: list[tuple[float, Fault, str, dict[str, Any]]] = []
-        while time.monotonic() - t0 < self.duration or active:
-            now = time.monotonic() - t0
-            while pending and pending[0].start <= now:
-                fault = pending.pop(0)
-                target = await self._resolve(fault)
-                entry = {**fault.as_dict(), "resolved": target}
-                if target is None or target in self.busy:
-                    entry["skipped"] = True
-                    self.fault_log.append(entry)
-                    continue
-                self.busy.add(target)
-                entry["how"] = await self._apply(fault, target)
-                entry["wall_start"], entry["mono_start"] = time.time(), time.monotonic()
-                self._note("fault", f"{fault.kind}:{target}", entry["how"])
-                active.append((now + fault.duration, fault, target, entry))
-            for item in [a for a in active if a[0] <= now]:
-                active.remove(item)
-                _, fault, target, entry = item
-                self._heal(fault, target)
-                self.busy.discard(target)
-                entry["wall_end"], entry["mono_end"] = time.time(), time.monotonic()
-                self._note("heal", f"{fault.kind}:{target}", "ok")
-                self.fault_log.append(entry)
-            self._supervise()
-            await asyncio.sleep(TICK)
+        active: list[Any] = []
+        watch = asyncio.create_task(self._watch_leader()) if self.topo.clustered else None
+        try:
+            while time.monotonic() - t0 < self.duration or active or pending:
+                now = time.monotonic() - t0
+                await self._start_due(now, pending, active)
+                self._heal_due(now, active)
+                self._supervise()
+                await asyncio.sleep(TICK)
+        finally:
+            if watch is not None:
+                watch.cancel()
         self._note("trial", self.kind, "faults-over")
+        self.timing["faults_s"] = round(time.monotonic() - t0, 3)
         await self._drain()
+        self.timing["drain_s"] = round(time.monotonic() - t0 - self.timing["faults_s"], 3)
         return await self._final_state(pg_url)
 
     def _supervise(self) -> None:
@@ -284,7 +337,7 @@ class Trial:
         stream = target["stream"]
         while time.monotonic() < deadline:
             self._supervise()
-            stored = len(await self._keys(target, stream))
+            stored = await self._count(target, stream)
             if stored and all(len(c) >= stored for c in self._effects_now().values()):
                 break
             await asyncio.sleep(0.5)
@@ -292,6 +345,9 @@ class Trial:
         for name in PROCESSORS:
             if name in self.workers:
                 self.workers[name].stop()
+        if self.spark is not None:  # tspark
+            await self.spark.drain(self, set(await self._keys(target, stream)))
+            self._note("trial", self.kind, "spark-drained")
 
     async def _wait_sourced(self, deadline: float) -> None:
         """Wait (bounded) until the hub's stream holds every record of the leaf's."""
@@ -300,8 +356,8 @@ class Trial:
         leaf, hub = self.topo.producer_target(), self.topo.processor_target()
         while time.monotonic() < deadline:
             self._supervise()
-            at_leaf = len(await self._keys(leaf, STREAM))
-            at_hub = len(await self._keys(hub, HUB_STREAM))
+            at_leaf = await self._count(leaf, STREAM)
+            at_hub = await self._count(hub, HUB_STREAM)
             if at_leaf and at_hub >= at_leaf:
                 self.sourced_after = round(time.monotonic() - start, 3)
                 return
@@ -331,6 +387,16 @@ class Trial:
             except psycopg.Error:
                 rows["postgres"] = []
         return rows
+
+    async def _count(self, target: dict[str, Any], stream: str) -> int:
+        """Messages in ``stream`` (STREAM.INFO: cheap to poll, unlike reading it all)."""
+        assert self.topo is not None
+        try:
+            async with await connect(self.topo.connect_options(target)) as conn:
+                info = await conn.stream_info(stream)
+        except Exception:
+            return 0
+        return int((info.get("state") or {}).get("messages", 0))
 
     async def _keys(self, target: dict[str, Any], stream: str) -> list[str]:
         assert self.topo is not None
@@ -375,6 +441,8 @@ class Trial:
             "effects": {db: dict(Counter(r[0] for r in e)) for db, e in rows.items()},
             "faults": self.fault_log,
             "sourced_after_s": self.sourced_after,
+            "spark": None if self.spark is None else await self.spark.final(self),
+            "timing": self.timing,
             "worker_exits": {n: w.exits for n, w in self.workers.items() if w.exits},
             "unfinished": [
                 n for n, w in self.workers.items() if w.restart_until_done and not w.done
@@ -393,14 +461,3 @@ def _key(data: bytes) -> str:
         except (ValueError, KeyError):
             return text
     return text
-
-
-def _fill(path: Path) -> None:
-    chunk = b"\0" * (1 << 20)
-    try:
-        with open(path, "wb") as f:
-            while True:
-                f.write(chunk)
-                f.flush()
-    except OSError:
-        pass  # the tmpfs is full: that is the fault

@@ -88,8 +88,10 @@ def _connect_options(cfg: dict[str, Any]) -> ConnectOptions:
 
 
 async def _paced(rate: float, i: int, t0: float) -> None:
+    """Wait until record ``i`` is due: ``t0`` is the trial's start (wall clock), so a
+    restarted producer catches up with the schedule instead of starting it again."""
     due = t0 + i / rate
-    delay = due - time.monotonic()
+    delay = due - time.time()
     if delay > 0:
         await asyncio.sleep(delay)
 
@@ -111,7 +113,7 @@ async def run_publisher(cfg: dict[str, Any]) -> None:
     )
     await pub.start()
     subject = f"{cfg['subject']}.{name}"
-    t0 = time.monotonic()
+    t0 = float(cfg.get("t0", time.time()))
     pending: set[asyncio.Future[Any]] = set()
     for i in range(count):
         key = f"{name}-{i}"
@@ -156,7 +158,7 @@ async def run_session(cfg: dict[str, Any]) -> None:
         options=PublisherOptions(ack_timeout=2.0, max_attempts=30, retry_backoff=(0.1, 0.5, 1.0)),
     )
     resume = await session.start()
-    t0 = time.monotonic()
+    t0 = float(cfg.get("t0", time.time()))
     first = 0 if resume is None else resume + 1
     for i in range(first, count):
         sent = time.monotonic()
@@ -170,7 +172,7 @@ async def run_session(cfg: dict[str, Any]) -> None:
                 dup=bool(ack.duplicate),
                 latency=time.monotonic() - sent,
             )
-        await _paced(rate, i - first, t0)
+        await _paced(rate, i, t0)
     await session.close()
     await conn.close()
 
