@@ -43,6 +43,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import fresh_server, report
+from bench._cpu import CpuSampler
 
 from oncestream import ConnectOptions, connect
 from oncestream.audit import compare, read_stream
@@ -54,6 +55,8 @@ HERE = Path(__file__).resolve().parent
 ROLES = HERE / "_pipeline_roles.py"
 WARM = 2000
 MIN_AMOUNT = Decimal(20)
+# The fields the job uses: from_json then skips ``customer`` and ``items`` unparsed.
+USED_SCHEMA = "order_id string, region string, amount decimal(12,2), ts long"
 
 
 def _enrich(spark: Any, url: str, args: argparse.Namespace, checkpoint: str) -> Any:
@@ -61,6 +64,8 @@ def _enrich(spark: Any, url: str, args: argparse.Namespace, checkpoint: str) -> 
 
     names = F.create_map(*[F.lit(x) for k, (n, _) in REGIONS.items() for x in (k, n)])
     vat = F.create_map(*[F.lit(x) for k, (_, r) in REGIONS.items() for x in (k, r)])
+    schema = USED_SCHEMA if args.parse == "used" else ORDER_SCHEMA
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(args.arrow_batch))
     orders = (
         spark.readStream.format("jetstream")
         .option("servers", url)
@@ -69,7 +74,7 @@ def _enrich(spark: Any, url: str, args: argparse.Namespace, checkpoint: str) -> 
         .option("maxMessagesPerTrigger", args.max_per_trigger)
         .option("minPartitions", args.partitions)
         .load()
-        .select("sequence", F.from_json(F.col("data").cast("string"), ORDER_SCHEMA).alias("o"))
+        .select("sequence", F.from_json(F.col("data").cast("string"), schema).alias("o"))
         .select("sequence", "o.*")
         .where(F.col("amount") >= F.lit(MIN_AMOUNT))
     )
@@ -187,6 +192,7 @@ def run_mode(spark: Any, url: str, args: argparse.Namespace, rate: float) -> dic
         line = _read_line(proc, query, args.timeout)
         if line.strip() != "WARM-DONE":
             raise SystemExit(f"processor failed before warm-up ended: {line!r}")
+        sampler = CpuSampler().start()
         producer = subprocess.run(
             [
                 sys.executable,
@@ -210,6 +216,7 @@ def run_mode(spark: Any, url: str, args: argparse.Namespace, rate: float) -> dic
             raise SystemExit(f"producer failed: {producer.stderr[-2000:]}")
         prod = json.loads(producer.stdout.split("PRODUCER-JSON ", 1)[1])
         out = _read_line(proc, query, args.timeout)
+        cpu = sampler.stop()
         proc.wait(timeout=60)
         if proc.returncode != 0 or "PROCESSOR-JSON " not in out:
             raise SystemExit(f"processor failed (exit {proc.returncode}): {out[-2000:]}")
@@ -236,6 +243,10 @@ def run_mode(spark: Any, url: str, args: argparse.Namespace, rate: float) -> dic
             "max_per_trigger": args.max_per_trigger,
             "partitions": args.partitions,
             "processor_batch": args.batch,
+            "arrow_batch": args.arrow_batch,
+            "parse": args.parse,
+            "cpu_seconds": cpu,
+            "cpu_us_per_order": {k: round(v / args.orders * 1e6, 1) for k, v in cpu.items()},
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -255,6 +266,18 @@ def main() -> int:
     parser.add_argument("--max-per-trigger", type=int, default=200_000)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--batch", type=int, default=500, help="Processor batch")
+    parser.add_argument(
+        "--arrow-batch",
+        type=int,
+        default=50_000,
+        help="spark.sql.execution.arrow.maxRecordsPerBatch (rows per Arrow batch to the sink)",
+    )
+    parser.add_argument(
+        "--parse",
+        choices=("used", "full"),
+        default="used",
+        help="from_json schema: only the fields the job uses, or the whole order",
+    )
     parser.add_argument("--spark-memory", default="2g")
     parser.add_argument("--timeout", type=float, default=3600.0)
     args = parser.parse_args()

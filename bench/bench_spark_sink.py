@@ -6,7 +6,11 @@ against the single-process Publisher rate measured in the same run on the
 same server (baseline). Group "demo": ``oncestream demo --json`` at its
 default size (orders/s end to end; latency percentiles and wall time as
 extra keys). Sizes: BENCH_SINK_ROWS, BENCH_SINK_BASELINE, BENCH_DEMO_MESSAGES
-(0 skips the demo).
+(0 skips the demo); BENCH_SINK_PARTITIONS (tasks, default 2) and
+BENCH_SINK_ARROW_BATCH (``spark.sql.execution.arrow.maxRecordsPerBatch``, default
+``local_session``'s 50,000). Each result also carries CPU microseconds per row by
+role (nats-server, Spark JVM, Spark's Python workers, this process): on a loaded
+machine the wall-clock ratio swings, the CPU per row does not.
 """
 
 from __future__ import annotations
@@ -22,15 +26,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import fresh_server, report
+from bench._cpu import CpuSampler
 from bench.bench_publish import measure_publisher
 
 from oncestream import ConnectOptions, connect
+from oncestream.spark._session import ARROW_BATCH_ROWS
 from oncestream.streams import StreamSpec, ensure_stream
 
 ROWS = int(os.environ.get("BENCH_SINK_ROWS", "1000000"))
 BASELINE = int(os.environ.get("BENCH_SINK_BASELINE", "300000"))
 DEMO = int(os.environ.get("BENCH_DEMO_MESSAGES", "200000"))
 PARTITIONS = int(os.environ.get("BENCH_SINK_PARTITIONS", "2"))
+ARROW_BATCH = os.environ.get("BENCH_SINK_ARROW_BATCH", "")  # "": local_session's default
 
 
 async def _stream(url: str, name: str, delete: bool = True, spec: StreamSpec | None = None) -> int:
@@ -54,12 +61,18 @@ def sink_rate(
     partitions: int = PARTITIONS,
     conf: dict[str, str] | None = None,
     spec: StreamSpec | None = None,
+    cpu: dict[str, float] | None = None,
 ) -> float:
-    """Rows/s of ``df.write.format("jetstream")`` of ``rows`` 128-byte rows (after a warm-up)."""
+    """Rows/s of ``df.write.format("jetstream")`` of ``rows`` 128-byte rows (after a warm-up).
+
+    ``cpu``: filled with the CPU seconds per role the timed write used.
+    """
     from pyspark.sql import functions as F
 
     from oncestream.spark import local_session
 
+    if ARROW_BATCH:
+        conf = {"spark.sql.execution.arrow.maxRecordsPerBatch": ARROW_BATCH, **(conf or {})}
     spark = local_session("bench-spark-sink", conf=conf)
     spark.sparkContext.setLogLevel("ERROR")
     try:
@@ -80,14 +93,21 @@ def sink_rate(
         write(frame(20_000, "warm-"))  # start and import the Python workers first
         asyncio.run(_stream(url, stream, spec=spec))
         df = frame(rows, "r-")
+        sampler = CpuSampler().start()
         start = time.perf_counter()
         write(df)
         elapsed = time.perf_counter() - start
+        if cpu is not None:
+            cpu.update(sampler.stop())
         stored = asyncio.run(_stream(url, stream, delete=False))
         assert stored == rows, f"stored {stored} of {rows}"
         return rows / elapsed
     finally:
         spark.stop()
+
+
+def _per_row(cpu: dict[str, float], n: int) -> dict[str, float]:
+    return {role: round(seconds / n * 1e6, 2) for role, seconds in cpu.items() if seconds}
 
 
 def _demo() -> dict[str, object]:
@@ -110,11 +130,31 @@ def _demo() -> dict[str, object]:
 def main() -> None:
     server = fresh_server()
     try:
+        sampler = CpuSampler().start()
         base = measure_publisher(server.url, BASELINE, stream="BPUBSINK")
-        report("spark-sink", "Publisher, one process", base, baseline=True, n=BASELINE)
-        rate = sink_rate(server.url)
+        base_cpu = _per_row(sampler.stop(), BASELINE)
         report(
-            "spark-sink", f"jetstream sink, local[2], {PARTITIONS} tasks", rate, "rows/s", n=ROWS
+            "spark-sink",
+            "Publisher, one process",
+            base,
+            baseline=True,
+            n=BASELINE,
+            cpu_us_per_row=base_cpu,
+        )
+        cpu: dict[str, float] = {}
+        rate = sink_rate(server.url, cpu=cpu)
+        sink_cpu = _per_row(cpu, ROWS)
+        report(
+            "spark-sink",
+            f"jetstream sink, local[2], {PARTITIONS} tasks",
+            rate,
+            "rows/s",
+            n=ROWS,
+            ratio=round(rate / base, 3),
+            partitions=PARTITIONS,
+            arrow_batch=int(ARROW_BATCH or ARROW_BATCH_ROWS),
+            cpu_us_per_row=sink_cpu,
+            cpu_ratio=round(sum(sink_cpu.values()) / max(sum(base_cpu.values()), 1e-9), 3),
         )
     finally:
         server.close()

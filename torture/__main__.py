@@ -22,6 +22,8 @@ from . import report
 from .checker import check, load_history
 from .nemesis import fault_menu
 from .netns import cleanup_stale
+from .spark import KINDS as SPARK_KINDS
+from .spark import java_available, runs_spark
 from .topology import KINDS
 from .trial import Trial
 
@@ -53,18 +55,27 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "rate * duration / 2 lines); per trial 2 * rate * duration acked publishes",
     )
     p.add_argument("--kinds", default=",".join(KINDS), help="trial kinds, rotated")
+    p.add_argument(
+        "--spark-every",
+        type=int,
+        default=10,
+        help="run the Spark job in one trial of every N (0: never); the position rotates",
+    )
     p.add_argument("--postgres", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     kinds = tuple(k for k in args.kinds.split(",") if k)
+    if args.spark_every < 0:
+        p.error("need --spark-every >= 0")
     if args.trials < 1 or args.duration < 5 or not kinds or set(kinds) - set(KINDS):
         p.error(f"need --trials >= 1, --duration >= 5, --kinds from {','.join(KINDS)}")
     only = tuple(k for k in args.fault_kinds.split(",") if k)
-    known = {k for kind in KINDS for k, _ in fault_menu(kind)}
+    known = {k for kind in KINDS for k, _ in fault_menu(kind)} | set(SPARK_KINDS)
     if set(only) - known:
         p.error(f"unknown --fault-kinds {sorted(set(only) - known)}; known: {sorted(known)}")
     if only:
-        kinds = tuple(k for k in kinds if {f for f, _ in fault_menu(k)} & set(only))
+        spark = set(only) & set(SPARK_KINDS)  # every trial kind can run Spark
+        kinds = tuple(k for k in kinds if spark or {f for f, _ in fault_menu(k)} & set(only))
         if not kinds:
             p.error(f"no trial kind of --kinds has any of --fault-kinds {','.join(only)}")
     args.kinds, args.fault_kinds = kinds, only
@@ -101,6 +112,11 @@ def main(argv: list[str] | None = None) -> int:
 
             pg = PostgresServer().start()
             pg_admin = pg.url
+        spark_ok = args.spark_every > 0 and java_available()
+        if args.spark_every > 0 and not spark_ok:
+            print("no Java 17+ or pyspark: the Spark part of the workload is left out")
+        # --fault-kinds naming no Spark kind: the Spark job would run without its faults
+        spark_faults = not args.fault_kinds or bool(set(args.fault_kinds) & set(SPARK_KINDS))
         for i in range(args.first, args.first + args.trials):
             kind = args.kinds[i % len(args.kinds)]
             trial = Trial(
@@ -116,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 campaign_seed=args.seed,
                 ordinal=ordinal(args.kinds, i),
                 fault_kinds=args.fault_kinds,
+                spark=spark_ok and runs_spark(i, args.spark_every) and spark_faults,
             )
             started = time.monotonic()
             state = asyncio.run(trial.run())
@@ -127,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                     {
                         "trial": i,
                         "kind": kind,
+                        "spark": trial.spark is not None,
                         "acked": result["acked"],
                         "wall_s": result["wall_s"],
                         **report.violations(result),

@@ -9,6 +9,9 @@
   row in a database (after the drain).
 * ``unexpected``: effect rows or stored records whose key no producer could
   have sent, producers that never finished, workers that exited on an error.
+* ``spark_missing`` / ``spark_duplicated``: (Spark trials) per Spark output (the
+  ``jetstream`` output stream, the ``foreachBatch`` table), keys of the processed
+  stream absent after the drain / present more than once.
 * ``recovery``: per fault, seconds from its heal to the next ack and the next
   applied effect.
 """
@@ -55,6 +58,7 @@ def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any
     stored_keys = {k for c in streams.values() for k in c}
     unexpected = sorted(k for k in stored_keys if k.split("-")[0] not in PRODUCERS)
     unexpected += sorted({k for e in state["effects"].values() for k in e} - processed.keys())
+    spark_missing, spark_duplicated = spark_check(state.get("spark"), processed.keys())
     notes = []
     if state["kind"] == "leaf" and state.get("sourced_after_s") is None:
         notes.append("the hub's source never caught up with the leaf's stream")
@@ -74,6 +78,11 @@ def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any
         "applied_twice": applied_twice,
         "missing_effects": missing,
         "unexpected": unexpected,
+        "spark": state.get("spark") is not None,
+        "spark_ready_after_s": (state.get("spark") or {}).get("ready_after_s"),
+        "spark_query_restarts": (state.get("spark") or {}).get("query_restarts"),
+        "spark_missing": spark_missing,
+        "spark_duplicated": spark_duplicated,
         "notes": notes,
         "faults": [f for f in state["faults"] if not f.get("skipped")],
         "skipped_faults": sum(1 for f in state["faults"] if f.get("skipped")),
@@ -96,6 +105,26 @@ def load(history: list[dict[str, Any]]) -> dict[str, float | None]:
         "latency_p50_ms": round(lat[len(lat) // 2] * 1000, 2),
         "latency_p99_ms": round(lat[min(len(lat) - 1, len(lat) * 99 // 100)] * 1000, 2),
     }
+
+
+def spark_check(
+    spark: dict[str, Any] | None, processed: Any
+) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Per Spark output: processed keys it lacks, keys it holds more than once.
+
+    A key in an output that the processed stream does not hold counts as missing
+    too (listed as ``+key``): the Spark job cannot have read it.
+    """
+    missing: dict[str, list[str]] = {}
+    duplicated: dict[str, list[str]] = {}
+    for output in ("stream", "db"):
+        counts: dict[str, int] = (spark or {}).get(output) or {}
+        if spark is None:
+            continue
+        missing[output] = sorted(set(processed) - counts.keys())
+        missing[output] += sorted(f"+{k}" for k in counts.keys() - set(processed))
+        duplicated[output] = sorted(k for k, n in counts.items() if n > 1)
+    return missing, duplicated
 
 
 def recovery(history: list[dict[str, Any]], faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -137,4 +166,6 @@ def violations(result: dict[str, Any]) -> dict[str, int]:
         "applied_twice": sum(len(v) for v in result["applied_twice"].values()),
         "missing_effects": sum(len(v) for v in result["missing_effects"].values()),
         "unexpected": len(result["unexpected"]),
+        "spark_missing": sum(len(v) for v in (result.get("spark_missing") or {}).values()),
+        "spark_duplicated": sum(len(v) for v in (result.get("spark_duplicated") or {}).values()),
     }

@@ -13,7 +13,16 @@ from .nemesis import fault_menu
 
 __all__ = ["KEYS", "violations", "write"]
 
-KEYS = ("lost", "missing_at_hub", "duplicated", "applied_twice", "missing_effects", "unexpected")
+KEYS = (
+    "lost",
+    "missing_at_hub",
+    "duplicated",
+    "applied_twice",
+    "missing_effects",
+    "unexpected",
+    "spark_missing",
+    "spark_duplicated",
+)
 #: Fewer injections than this of a kind, over a run of at least COVERAGE_TRIALS trials,
 #: prints a warning (issue 11: every fault kind at least 10 times in 100 trials).
 COVERAGE_MIN, COVERAGE_TRIALS = 10, 100
@@ -79,6 +88,7 @@ def summarize(results: list[dict[str, Any]], seed: int, run_id: str = "") -> dic
         "seed": seed,
         "run_id": run_id,
         "kinds": dict(Counter(r["kind"] for r in results)),
+        "spark_trials": sum(1 for r in results if r.get("spark")),
         "faults": dict(sorted(faults.items())),
         "skipped": dict(sorted(skipped.items())),
         "acked": sum(r["acked"] for r in results),

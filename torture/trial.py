@@ -17,6 +17,7 @@ from oncestream import connect
 from oncestream.reader import read_stream
 
 from . import faults as server_faults
+from . import spark as sparkpart
 from .nemesis import PROCESSORS, Fault, Worker, fault_menu, python_argv, schedule
 from .netns import Net
 from .topology import HUB_STREAM, STREAM, SUBJECT, Topology
@@ -41,6 +42,7 @@ class Trial:
         campaign_seed: int | None = None,
         ordinal: int = 0,
         fault_kinds: tuple[str, ...] = (),
+        spark: bool = False,
     ) -> None:
         self.index, self.seed, self.kind, self.out = index, seed, kind, out
         self.run_id, self.duration, self.rate = f"{run_id}{index:02d}", duration, rate
@@ -63,6 +65,11 @@ class Trial:
         self.net: Net | None = None
         self.count = int(rate * duration)
         self.sourced_after: float | None = None
+        # -- tspark: one in --spark-every trials also runs the Spark job (torture/spark.py)
+        self.spark = sparkpart.SparkPart(self.dir, seed) if spark else None
+        if self.spark is not None:
+            extra = sparkpart.spark_schedule(seed, duration, fault_kinds)
+            self.faults = sorted([*self.faults, *extra], key=lambda f: f.start)
 
     # -- setup -------------------------------------------------------------------------
 
@@ -169,6 +176,8 @@ class Trial:
 
     async def _apply(self, fault: Fault, target: str) -> str:
         assert self.topo is not None and self.net is not None
+        if fault.kind in sparkpart.KINDS and self.spark is not None:
+            return self.spark.apply(fault)
         if fault.kind == "kill":
             self.workers[target].kill()
         elif fault.kind == "pause":
@@ -181,6 +190,8 @@ class Trial:
 
     def _heal(self, fault: Fault, target: str) -> None:
         assert self.topo is not None and self.net is not None
+        if fault.kind in sparkpart.KINDS and self.spark is not None:
+            return self.spark.heal(fault)
         if fault.kind == "kill":
             worker = self.workers[target]
             if not worker.done and not worker.alive():
@@ -213,6 +224,11 @@ class Trial:
             entry = {**fault.as_dict(), "resolved": target, "waited_s": round(now - fault.start, 3)}
             entry["role_guessed"] = target != fault.target and self._leader is None
             entry["how"] = await self._apply(fault, target)
+            if entry["how"].startswith("skipped"):  # tspark: e.g. no Spark Python worker yet
+                entry["skipped"], entry["why"] = True, entry.pop("how")
+                self.busy -= held
+                self.fault_log.append(entry)
+                continue
             entry["wall_start"], entry["mono_start"] = time.time(), time.monotonic()
             self._note("fault", f"{fault.kind}:{target}", entry["how"])
             ends = time.monotonic() - self._t0 + fault.duration
@@ -253,15 +269,21 @@ class Trial:
     async def _run(self) -> dict[str, Any]:
         assert self.topo is not None
         self._started = time.monotonic()
+        if self.spark is not None:  # tspark: the JVM boots while the servers start
+            self.workers[sparkpart.TARGET] = self.spark.start(self)
         self.topo.start()
         await self.topo.create_streams()
         pg_url = self._pg_url()
         self._workers(pg_url)
+        if self.spark is not None:
+            await self.spark.create_streams(self)
+            await self.spark.wait_ready()
         t0 = self._t0 = time.monotonic()
         self.timing["setup_s"] = round(t0 - self._started, 3)
         self._note("trial", self.kind, "start", seed=self.seed)
         for worker in self.workers.values():
-            worker.start()
+            if not worker.alive():  # the Spark driver is up already
+                worker.start()
         pending = list(self.faults)
         active: list[Any] = []
         watch = asyncio.create_task(self._watch_leader()) if self.topo.clustered else None
@@ -323,6 +345,9 @@ class Trial:
         for name in PROCESSORS:
             if name in self.workers:
                 self.workers[name].stop()
+        if self.spark is not None:  # tspark
+            await self.spark.drain(self, set(await self._keys(target, stream)))
+            self._note("trial", self.kind, "spark-drained")
 
     async def _wait_sourced(self, deadline: float) -> None:
         """Wait (bounded) until the hub's stream holds every record of the leaf's."""
@@ -416,6 +441,7 @@ class Trial:
             "effects": {db: dict(Counter(r[0] for r in e)) for db, e in rows.items()},
             "faults": self.fault_log,
             "sourced_after_s": self.sourced_after,
+            "spark": None if self.spark is None else await self.spark.final(self),
             "timing": self.timing,
             "worker_exits": {n: w.exits for n, w in self.workers.items() if w.exits},
             "unfinished": [

@@ -2,8 +2,11 @@
 
 Three short trials with a fixed seed (single server, R3 cluster, leaf -> hub),
 servers in their own network namespaces, producers and processors killed and
-paused at seeded random times: no acknowledged publish lost, none stored or
-applied twice, none left unapplied; and nothing of the run is left behind.
+paused at seeded random times; the first trial also runs the Spark job (source ->
+``jetstream`` sink and a transactional ``foreachBatch``) with its driver killed and
+paused and one of its Python workers killed: no acknowledged publish lost, none
+stored or applied twice, none left unapplied, no Spark output row missing or
+duplicated; and nothing of the run is left behind.
 Also: leftovers of a harness killed with SIGKILL are removed by the next run.
 """
 
@@ -43,6 +46,12 @@ def _postgres_available() -> bool:
     return True
 
 
+def _spark_available() -> bool:
+    from torture.spark import java_available
+
+    return java_available()
+
+
 def test_three_trial_smoke_is_exactly_once_and_cleans_up(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "torture", "--trials", "3", "--seed", "7", "--duration",
             "8", "--faults", "3", "--rate", "40", "--out", str(tmp_path)]  # fmt: skip
@@ -54,8 +63,13 @@ def test_three_trial_smoke_is_exactly_once_and_cleans_up(tmp_path: Path) -> None
     assert summary["trials"] == 3
     assert summary["kinds"] == {"single": 1, "cluster": 1, "leaf": 1}
     assert summary["acked"] > 0
-    for key in ("lost", "duplicated", "applied_twice", "missing_effects", "unexpected"):
+    keys = ("lost", "duplicated", "applied_twice", "missing_effects", "unexpected")
+    for key in (*keys, "spark_missing", "spark_duplicated"):
         assert summary[key] == 0, (key, summary)
+    if _spark_available():
+        assert summary["spark_trials"] == 1, summary
+        spark_faults = {k: v for k, v in summary["faults"].items() if k.startswith(("spark", "py"))}
+        assert sum(spark_faults.values()) >= 2, summary["faults"]
     assert sum(summary["faults"].values()) > 0
     assert f"os-{summary['run_id']}" not in _namespaces()
     run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())

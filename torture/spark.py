@@ -1,0 +1,327 @@
+"""The Spark part of a trial: its worker, streams, faults, drain and final state.
+
+A share of the trials (``--spark-every N``: one in each block of N, at a position
+that shifts by one per block, so the trial kinds take turns) also runs
+:mod:`torture.spark_job`, a Structured Streaming driver reading the processed
+stream into a ``jetstream`` output stream and, through the transactional
+``foreachBatch``, into a SQLite table. Its faults:
+
+* ``spark-kill``: SIGKILL of the driver's process group (the driver Python, the
+  JVM) and of every process below it (the Python workers Spark forked, which
+  live in their own group); healed by starting the driver again, which resumes
+  from its checkpoints.
+* ``spark-pause``: SIGSTOP / SIGCONT of the same processes.
+* ``pyworker-kill``: SIGKILL of one Spark Python worker, found by walking the
+  JVM's process tree in /proc and killed by PID (skipped when none exists).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from oncestream import connect
+from oncestream.streams import StreamSpec, ensure_stream
+
+from .nemesis import Fault, Worker
+
+if TYPE_CHECKING:
+    from .trial import Trial
+
+KINDS = ("spark-kill", "spark-pause", "pyworker-kill")
+SEQUENCE = (
+    "pyworker-kill",
+    "spark-pause",
+    "pyworker-kill",
+    "spark-kill",
+    "spark-pause",
+    "spark-kill",
+)
+TARGET = "spark"
+OUT_STREAM, OUT_SUBJECT = "SO", "so"
+COMMITS_STREAM = "SPARK_COMMITS"
+TABLE = "spark_effects"
+
+
+def runs_spark(index: int, every: int) -> bool:
+    """One trial in each block of ``every``; the position shifts by one per block."""
+    return every > 0 and index % every == (index // every) % every
+
+
+def spark_schedule(seed: int, duration: float, only: tuple[str, ...] = ()) -> list[Fault]:
+    """Two faults of each Spark kind per Spark trial, in disjoint slots, seeded.
+
+    ``only``: the campaign's ``--fault-kinds`` (the Spark kinds among them; none
+    when it names other kinds only; all when empty).
+
+    Both ``pyworker-kill`` come before the first ``spark-kill`` (a restarted
+    driver has no Python worker for 20 s or more); the second ``spark-kill`` and
+    ``spark-pause`` hit the driver while it restarts and recovers from its
+    checkpoints (which costs little more than one restart).
+    """
+    rng = random.Random(seed ^ 0x5BA2)
+    lo, hi = 1.5, max(4.5, duration - 3.0)
+    slot = (hi - lo) / len(SEQUENCE)
+    faults = []
+    for i, kind in enumerate(SEQUENCE):
+        start = lo + i * slot + rng.uniform(0.0, slot * 0.3)  # ends within its slot
+        length = slot * (0.5 if kind == "pyworker-kill" else rng.uniform(0.3, 0.6))
+        length = min(4.0 if kind != "pyworker-kill" else 0.5, length)
+        if not only or kind in only:
+            faults.append(Fault(round(start, 3), round(length, 3), kind, TARGET))
+    return faults
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        tree.setdefault(ppid, []).append(int(entry))
+    return tree
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc), parents before children."""
+    tree, out, todo = _children(), [], [pid]
+    while todo:
+        for child in tree.get(todo.pop(0), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def python_workers(driver: int) -> list[tuple[int, str]]:
+    """(pid, cmdline) of the Spark Python workers below the driver's JVM, busiest first.
+
+    First the workers that run the queries' Python code: the streaming source's
+    planner runner, the streaming sink's commit runner, and the workers forked by
+    a ``pyspark.daemon`` (they carry the daemon's cmdline, so a process with a
+    daemon parent is a worker) that read, transform or write rows; then the rest
+    (idle lookup workers, the daemons themselves).
+    """
+    jvms = [p for p in descendants(driver) if "java" in _cmdline(p).split(" ", 1)[0]]
+    found: list[tuple[int, str, bool]] = []
+    for jvm in jvms:
+        tree = descendants(jvm)
+        for pid in tree:
+            cmd = _cmdline(pid)
+            if "pyspark" not in cmd:
+                continue
+            parent = _parent(pid)
+            forked = parent in tree and "pyspark.daemon" in _cmdline(parent)
+            found.append((pid, cmd, forked))
+    first = [(p, c) for p, c, f in found if (f or "streaming" in c) and _busy(c)]
+    return first + [(p, c) for p, c, _ in found if (p, c) not in first]
+
+
+def _busy(cmdline: str) -> bool:
+    return any(b in cmdline for b in ("streaming", "pyspark.worker", "write_into", "plan_data"))
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return 0
+
+
+class SparkWorker(Worker):
+    """The driver: signals reach its process group and every process below it."""
+
+    def _tree(self) -> list[int]:
+        if self.proc is None or self.proc.poll() is not None:
+            return []
+        return [self.proc.pid, *descendants(self.proc.pid)]
+
+    def signal(self, sig: signal.Signals) -> None:
+        if sig == signal.SIGTERM:  # graceful stop: the driver stops its queries itself
+            super().signal(sig)
+            return
+        for pid in self._tree():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        tree = self._tree()
+        super().kill()
+        for pid in tree[1:]:  # the Python daemon's group outlives a killed JVM briefly
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+class SparkPart:
+    """Everything a Spark trial adds to :class:`torture.trial.Trial`."""
+
+    def __init__(self, trial_dir: Path, seed: int) -> None:
+        self.dir = trial_dir
+        self.rng = random.Random(seed)
+        self.db = trial_dir / "spark.db"
+        self.go, self.ready_file = trial_dir / "spark-go", trial_dir / "spark-ready"
+        self.ready_after: float | None = None
+        self.drained_after: float | None = None
+        self.worker: SparkWorker | None = None
+
+    def start(self, trial: Trial) -> SparkWorker:
+        """Start the driver (its JVM boots while the servers start)."""
+        assert trial.topo is not None
+        target = trial.topo.processor_target()
+        cfg = {
+            **target,
+            "name": TARGET,
+            "out_stream": OUT_STREAM,
+            "out_subject": OUT_SUBJECT,
+            "commits_stream": COMMITS_STREAM,
+            "checkpoints": str(self.dir / "spark-checkpoints"),
+            "db": str(self.db),
+            "table": TABLE,
+            "go": str(self.go),
+            "ready": str(self.ready_file),
+        }
+        import json
+
+        argv = [sys.executable, "-m", "torture.spark_job", json.dumps(cfg)]
+        self.worker = SparkWorker(TARGET, argv, self.dir / "spark.log", restart_until_done=False)
+        self.worker.start()
+        self.t0 = time.monotonic()
+        return self.worker
+
+    async def create_streams(self, trial: Trial) -> None:
+        """The output and commits streams, next to the processed stream."""
+        assert trial.topo is not None
+        topo = trial.topo
+        replicas = 3 if topo.clustered else 1
+        specs = (
+            StreamSpec(
+                name=OUT_STREAM,
+                subjects=(f"{OUT_SUBJECT}.>",),
+                replicas=replicas,
+                duplicate_window=400.0,  # > the sink's task retry horizon (4 x 87 s)
+            ),
+            StreamSpec(
+                name=COMMITS_STREAM,
+                subjects=(f"oncestream.sink.commits.{COMMITS_STREAM.lower()}.>",),
+                replicas=replicas,
+                max_msgs_per_subject=16,
+                duplicate_window=600.0,
+            ),
+        )
+        async with await connect(topo.connect_options(topo.processor_target())) as conn:
+            for spec in specs:
+                await ensure_stream(conn, spec)
+        self.go.write_text("go\n")
+
+    async def wait_ready(self, timeout: float = 150.0) -> None:
+        """Until both queries started (bounded; the driver is supervised)."""
+        assert self.worker is not None
+        deadline = time.monotonic() + timeout
+        while not self.ready_file.exists() and time.monotonic() < deadline:
+            self.worker.supervise(in_fault=False)
+            await asyncio.sleep(0.2)
+        if self.ready_file.exists():
+            self.ready_after = round(time.monotonic() - self.t0, 3)
+
+    def apply(self, fault: Fault) -> str:
+        assert self.worker is not None
+        if fault.kind == "spark-kill":
+            tree = self.worker._tree()
+            self.worker.kill()
+            return f"ok: {len(tree)} processes"
+        elif fault.kind == "spark-pause":
+            self.worker.signal(signal.SIGSTOP)
+        else:
+            assert self.worker.proc is not None
+            workers = python_workers(self.worker.proc.pid) if self.worker.alive() else []
+            if not workers:
+                return "skipped: no Spark Python worker"
+            pool = [w for w in workers if _busy(w[1])] or workers
+            pid, cmd = pool[self.rng.randrange(len(pool))]
+            os.kill(pid, signal.SIGKILL)
+            return f"pid {pid} ({cmd.strip()[-60:]})"
+        return "ok"
+
+    def heal(self, fault: Fault) -> None:
+        assert self.worker is not None
+        if fault.kind == "spark-kill" and not self.worker.alive():
+            self.worker.start()
+        elif fault.kind == "spark-pause":
+            self.worker.signal(signal.SIGCONT)
+
+    async def drain(self, trial: Trial, processed: set[str], timeout: float = 120.0) -> None:
+        """Until the output stream and the table hold every processed key; then SIGTERM."""
+        assert self.worker is not None
+        start = time.monotonic()
+        assert trial.topo is not None
+        target = trial.topo.processor_target()
+        while time.monotonic() - start < timeout:
+            self.worker.supervise(in_fault=False)
+            db = set(self.db_keys())
+            # STREAM.INFO's count first (cheap), the keys themselves once it is reached
+            counted = processed <= db and await trial._count(target, OUT_STREAM) >= len(processed)
+            if counted and processed <= set(await trial._keys(target, OUT_STREAM)):
+                self.drained_after = round(time.monotonic() - start, 3)
+                break
+            await asyncio.sleep(0.5)
+        self.worker.stop(timeout=20.0)
+
+    def db_keys(self) -> list[str]:
+        try:
+            with sqlite3.connect(self.db) as db:
+                return [r[0] for r in db.execute(f"SELECT key FROM {TABLE}")]
+        except sqlite3.Error:
+            return []
+
+    async def final(self, trial: Trial) -> dict[str, Any]:
+        assert trial.topo is not None
+        out = await trial._keys(trial.topo.processor_target(), OUT_STREAM)
+        return {
+            "stream": dict(Counter(out)),
+            "db": dict(Counter(self.db_keys())),
+            "ready_after_s": self.ready_after,
+            "drained_after_s": self.drained_after,
+            "query_restarts": _count_restarts(self.dir / "spark.log"),
+        }
+
+
+def _count_restarts(log: Path) -> int:
+    try:
+        return sum(
+            1 for line in log.read_text(errors="replace").splitlines() if "; restart " in line
+        )
+    except OSError:
+        return 0
+
+
+def java_available() -> bool:
+    try:
+        from oncestream.spark import check_java
+
+        check_java()
+    except Exception:
+        return False
+    return subprocess.run([sys.executable, "-c", "import pyspark"], check=False).returncode == 0

@@ -1,0 +1,187 @@
+"""The Spark driver of a trial (the ``spark`` worker, SIGKILLed / SIGSTOPped by the nemesis).
+
+Usage: ``python -m torture.spark_job CONFIG_JSON``
+
+Two Structured Streaming queries read the processed stream with the ``jetstream``
+source, derive the record key and its producer, and write
+
+* ``to_stream``: the ``jetstream`` sink into the output stream (one JSON record per
+  input record, ``{"id": key, "producer": ..., "source_seq": ...}``; message ids
+  from the source's lineage, ``STREAM:SEQ``);
+* ``to_db``: :func:`oncestream.spark.transactional` ``foreachBatch`` into a SQLite
+  table without a unique key (a row written twice shows as two rows).
+
+Both keep their checkpoints under the trial directory, so a driver killed and
+started again resumes where its last committed batch ended. A query that fails
+(a killed Python worker can exhaust a task's retries, or kill the source's
+planner) is started again in the same session from its checkpoint. SIGTERM stops
+both queries and the session and exits 0.
+
+The driver waits for the file ``cfg["go"]`` (the trial writes it once the streams
+exist) before it starts the queries, so the JVM's start overlaps the servers'.
+It writes ``cfg["ready"]`` once both queries started (the trial's fault clock
+starts then; their first trigger may still be running).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+#: What ``spark.task.maxFailures`` is in ``local[N,F]`` (plain ``local[N]`` never retries).
+TASK_FAILURES = 4
+MAX_QUERY_RESTARTS = 50
+
+
+def _log(msg: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} spark_job: {msg}", flush=True)
+
+
+def _source(spark: Any, cfg: dict[str, Any]) -> Any:
+    from pyspark.sql import functions as F
+
+    reader = (
+        spark.readStream.format("jetstream")
+        .option("servers", ",".join(cfg["servers"]))
+        .option("stream", cfg["stream"])
+        .option("startingOffsets", "earliest")
+        .option("maxMessagesPerTrigger", "2000")
+        .option("requestTimeout", "3s")
+    )
+    if cfg.get("domain"):
+        reader = reader.option("domain", cfg["domain"])
+    text = F.col("data").cast("string")
+    key = F.when(text.startswith("{"), F.get_json_object(text, "$.id")).otherwise(text)
+    return reader.load().select(
+        "stream",
+        "sequence",
+        key.alias("key"),
+        F.split(key, "-").getItem(0).alias("producer"),
+    )
+
+
+def _to_stream(spark: Any, cfg: dict[str, Any]) -> Any:
+    from pyspark.sql import functions as F
+
+    rows = _source(spark, cfg)
+    record = F.struct(F.col("key").alias("id"), "producer", F.col("sequence").alias("source_seq"))
+    out = rows.select(
+        "stream",
+        "sequence",
+        F.concat(F.lit(f"{cfg['out_subject']}."), F.col("producer")).alias("subject"),
+        F.to_json(record).cast("binary").alias("data"),
+    )
+    writer = (
+        out.writeStream.format("jetstream")
+        .queryName("to_stream")
+        .option("servers", ",".join(cfg["servers"]))
+        .option("stream", cfg["out_stream"])
+        .option("commitsStream", cfg["commits_stream"])
+        .option("taskMaxFailures", str(TASK_FAILURES))
+        .option("ackTimeout", "2s")
+        .option("maxAttempts", "30")
+        .option("checkpointLocation", str(Path(cfg["checkpoints"]) / "to_stream"))
+        .trigger(processingTime="500 milliseconds")
+    )
+    if cfg.get("domain"):
+        writer = writer.option("domain", cfg["domain"])
+    return writer.start()
+
+
+def _to_db(spark: Any, cfg: dict[str, Any]) -> Any:
+    from pyspark.sql import functions as F
+
+    from oncestream.spark import transactional
+
+    rows = _source(spark, cfg).select(
+        "key", "producer", F.col("sequence").alias("source_seq"), F.col("stream")
+    )
+    return (
+        rows.writeStream.queryName("to_db")
+        .foreachBatch(transactional(cfg["db"], table=cfg["table"]))
+        .option("checkpointLocation", str(Path(cfg["checkpoints"]) / "to_db"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+
+
+STARTERS = {"to_stream": _to_stream, "to_db": _to_db}
+
+
+def _wait_for(path: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)  # a file written by another process: nothing to await on
+    return True
+
+
+def run(cfg: dict[str, Any]) -> int:
+    stopping: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
+
+    from oncestream.spark import local_session
+
+    spark = local_session(
+        f"torture-{cfg['name']}",
+        master=f"local[2,{TASK_FAILURES}]",
+        conf={
+            "spark.driver.memory": "512m",
+            "spark.sql.streaming.minBatchesToRetain": "20",
+            "spark.sql.adaptive.enabled": "false",
+        },
+    )
+    _log("session up")
+    if not _wait_for(cfg["go"], 120.0):
+        _log("no go file after 120 s")
+        return 1
+    queries: dict[str, Any] = {}
+    restarts = 0
+    ready = False
+    while not stopping:
+        for name, start in STARTERS.items():
+            query = queries.get(name)
+            if query is not None and query.isActive:
+                continue
+            if query is not None:
+                restarts += 1
+                _log(f"query {name} ended: {query.exception()}; restart {restarts}")
+                if restarts > MAX_QUERY_RESTARTS:
+                    return 1
+            try:
+                queries[name] = start(spark, cfg)
+            except Exception as exc:  # the servers may be down: try again next round
+                _log(f"starting {name} failed: {type(exc).__name__}: {exc}")
+                queries.pop(name, None)
+                restarts += 1
+        if not ready and len(queries) == len(STARTERS):
+            Path(cfg["ready"]).write_text("ready\n")
+            _log("ready")
+            ready = True
+        try:
+            spark.streams.awaitAnyTermination(1.0)
+        except Exception:
+            pass  # a failed query: restarted above
+        spark.streams.resetTerminated()
+    _log(f"SIGTERM: stopping the queries ({restarts} restarts)")
+    for query in queries.values():
+        try:
+            query.stop()
+        except Exception as exc:
+            _log(f"stopping {query.name}: {exc}")
+    spark.stop()
+    return 0
+
+
+def main() -> int:
+    return run(json.loads(sys.argv[1]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
