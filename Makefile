@@ -73,14 +73,18 @@ bench-pipeline: setup check-java
 
 # Randomized fault campaign (issue 11): needs root (network namespaces, tmpfs).
 # Writes torture/results/<timestamp>/ and torture/results/latest.json; exit 0 only
-# when no acknowledged write was lost, duplicated, applied twice or left unapplied.
+# when no acknowledged write was lost, duplicated, applied twice or left unapplied
+# (nor a Spark output row missing or duplicated: SPARK_EVERY=N runs the Spark job
+# in one trial of N, 0 never).
 # FAULTS=partition-pair,cluster-kill restricts the campaign to those fault kinds
 # (python -m torture --help lists the options; --fault-kinds for FAULTS).
 TRIALS ?= 100
 SEED   ?= 7
 FAULTS ?=
+SPARK_EVERY ?= 10
 torture: setup
-	$(BIN)/python -m torture --trials $(TRIALS) --seed $(SEED) $(if $(FAULTS),--fault-kinds $(FAULTS))
+	$(BIN)/python -m torture --trials $(TRIALS) --seed $(SEED) --spark-every $(SPARK_EVERY) \
+		$(if $(FAULTS),--fault-kinds $(FAULTS))
 
 clean:
 	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache src/*.egg-info

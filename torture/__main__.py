@@ -115,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         spark_ok = args.spark_every > 0 and java_available()
         if args.spark_every > 0 and not spark_ok:
             print("no Java 17+ or pyspark: the Spark part of the workload is left out")
+        # --fault-kinds naming no Spark kind: the Spark job would run without its faults
+        spark_faults = not args.fault_kinds or bool(set(args.fault_kinds) & set(SPARK_KINDS))
         for i in range(args.first, args.first + args.trials):
             kind = args.kinds[i % len(args.kinds)]
             trial = Trial(
@@ -130,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 campaign_seed=args.seed,
                 ordinal=ordinal(args.kinds, i),
                 fault_kinds=args.fault_kinds,
-                spark=spark_ok and runs_spark(i, args.spark_every),
+                spark=spark_ok and runs_spark(i, args.spark_every) and spark_faults,
             )
             started = time.monotonic()
             state = asyncio.run(trial.run())

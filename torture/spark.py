@@ -276,10 +276,14 @@ class SparkPart:
         """Until the output stream and the table hold every processed key; then SIGTERM."""
         assert self.worker is not None
         start = time.monotonic()
+        assert trial.topo is not None
+        target = trial.topo.processor_target()
         while time.monotonic() - start < timeout:
             self.worker.supervise(in_fault=False)
-            out = set(await trial._keys(trial.topo.processor_target(), OUT_STREAM))  # type: ignore[union-attr]
-            if processed and processed <= out and processed <= set(self.db_keys()):
+            db = set(self.db_keys())
+            # STREAM.INFO's count first (cheap), the keys themselves once it is reached
+            counted = processed <= db and await trial._count(target, OUT_STREAM) >= len(processed)
+            if counted and processed <= set(await trial._keys(target, OUT_STREAM)):
                 self.drained_after = round(time.monotonic() - start, 3)
                 break
             await asyncio.sleep(0.5)
