@@ -287,6 +287,8 @@ class Connection:
                     del self._denied_waiters[key]
             if not denied.done():
                 denied.cancel()
+            if not request.done():  # this call was cancelled: no orphan request task
+                request.cancel()
         response: dict[str, Any] = orjson.loads(reply.data) if reply.data else {}
         if "error" in response:
             raise _name_missing(jetstream_error(response["error"]), subject)
