@@ -66,14 +66,17 @@ def _enrich(spark: Any, url: str, args: argparse.Namespace, checkpoint: str) -> 
     vat = F.create_map(*[F.lit(x) for k, (_, r) in REGIONS.items() for x in (k, r)])
     schema = USED_SCHEMA if args.parse == "used" else ORDER_SCHEMA
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(args.arrow_batch))
-    orders = (
+    reader = (
         spark.readStream.format("jetstream")
         .option("servers", url)
         .option("stream", "ORDERS")
         .option("startingOffsets", "earliest")
         .option("maxMessagesPerTrigger", args.max_per_trigger)
-        .option("minPartitions", args.partitions)
-        .load()
+    )
+    if args.partitions:  # 0: the source's own split (one partition per 100,000 sequences)
+        reader = reader.option("minPartitions", args.partitions)
+    orders = (
+        reader.load()
         .select("sequence", F.from_json(F.col("data").cast("string"), schema).alias("o"))
         .select("sequence", "o.*")
         .where(F.col("amount") >= F.lit(MIN_AMOUNT))
@@ -264,7 +267,12 @@ def main() -> int:
     )
     parser.add_argument("--trigger", type=float, default=0.5, help="seconds between triggers")
     parser.add_argument("--max-per-trigger", type=int, default=200_000)
-    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=0,
+        help="source minPartitions (0: the source's own split, one per 100,000 sequences)",
+    )
     parser.add_argument("--batch", type=int, default=500, help="Processor batch")
     parser.add_argument(
         "--arrow-batch",
