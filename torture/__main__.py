@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         if pg is not None:
             pg.stop()
         cleanup_stale()  # also this run's own state, if a signal hit between setup steps
-    summary = report.write(out, results, args.seed, run_id)
+    summary = report.write(out, results, args.seed, run_id, args.fault_kinds)
     print(f"report: {out / 'report.md'}")
     print(json.dumps({k: summary[k] for k in ("trials", "acked", *report.KEYS, "faults")}))
     for warning in summary["coverage_warnings"]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from .checker import load_history, violations
 from .nemesis import fault_menu
+from .spark import KINDS as SPARK_KINDS
 
 __all__ = ["KEYS", "violations", "write"]
 
@@ -32,20 +33,30 @@ def _mean(values: list[float]) -> float | None:
     return round(sum(values) / len(values), 2) if values else None
 
 
-def coverage_warnings(results: list[dict[str, Any]]) -> list[str]:
-    """Kinds injected fewer than COVERAGE_MIN times, overall and per trial kind."""
+def coverage_warnings(
+    results: list[dict[str, Any]], fault_kinds: tuple[str, ...] = ()
+) -> list[str]:
+    """Kinds injected fewer than COVERAGE_MIN times, overall and per trial kind (only
+    ``fault_kinds`` when the campaign was restricted to them)."""
     if len(results) < COVERAGE_TRIALS:
         return []
+
+    def wanted(kind: str) -> bool:
+        return not fault_kinds or kind in fault_kinds
+
     injected = Counter(f["kind"] for r in results for f in r["faults"])
     skipped = Counter(k for r in results for k in r.get("skipped", ()))
+    expected = {k for r in results for k, _ in fault_menu(r["kind"])}
+    if any(r.get("spark") for r in results):
+        expected |= set(SPARK_KINDS)
     out = [
         f"fault kind {k} injected {injected[k]} times (< {COVERAGE_MIN})"
-        for k in sorted(set(injected) | set(skipped))
-        if injected[k] < COVERAGE_MIN
+        for k in sorted(expected | set(injected) | set(skipped))
+        if wanted(k) and injected[k] < COVERAGE_MIN
     ]
     for kind in sorted({r["kind"] for r in results}):
         per = Counter(f["kind"] for r in results if r["kind"] == kind for f in r["faults"])
-        for fault in sorted({k for k, _ in fault_menu(kind)}):
+        for fault in sorted({k for k, _ in fault_menu(kind) if wanted(k)}):
             if per[fault] < COVERAGE_MIN:
                 out.append(f"{kind} trials: {fault} injected {per[fault]} times (< {COVERAGE_MIN})")
     return out
@@ -79,7 +90,12 @@ def per_kind(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def summarize(results: list[dict[str, Any]], seed: int, run_id: str = "") -> dict[str, Any]:
+def summarize(
+    results: list[dict[str, Any]],
+    seed: int,
+    run_id: str = "",
+    fault_kinds: tuple[str, ...] = (),
+) -> dict[str, Any]:
     faults = Counter(f["kind"] for r in results for f in r["faults"])
     skipped = Counter(k for r in results for k in r.get("skipped", ()))
     totals = {k: sum(violations(r)[k] for r in results) for k in KEYS}
@@ -95,7 +111,7 @@ def summarize(results: list[dict[str, Any]], seed: int, run_id: str = "") -> dic
         **totals,
         "wall_s": round(sum(r.get("wall_s", 0.0) for r in results), 1),
         "per_kind": per_kind(results),
-        "coverage_warnings": coverage_warnings(results),
+        "coverage_warnings": coverage_warnings(results, fault_kinds),
         "notes": [f"trial {r['index']}: {n}" for r in results for n in r["notes"]],
         "per_trial": [
             {
@@ -110,8 +126,14 @@ def summarize(results: list[dict[str, Any]], seed: int, run_id: str = "") -> dic
     }
 
 
-def write(out: Path, results: list[dict[str, Any]], seed: int, run_id: str = "") -> dict[str, Any]:
-    summary = summarize(results, seed, run_id)
+def write(
+    out: Path,
+    results: list[dict[str, Any]],
+    seed: int,
+    run_id: str = "",
+    fault_kinds: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    summary = summarize(results, seed, run_id, fault_kinds)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     (out / "results.json").write_text(json.dumps(results, indent=1))
     shutil.copyfile(out / "summary.json", out.parent / "latest.json")

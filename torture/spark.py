@@ -186,6 +186,7 @@ class SparkPart:
         self.ready_after: float | None = None
         self.drained_after: float | None = None
         self.worker: SparkWorker | None = None
+        self.t0 = 0.0
 
     def start(self, trial: Trial) -> SparkWorker:
         """Start the driver (its JVM boots while the servers start)."""

@@ -53,3 +53,21 @@ def test_drop_bytecode_is_classic_bpf_for_tc() -> None:
         "37 1 0 2147483648,6 0 0 4294967295,6 0 0 0"
     )
     assert drop_bytecode(None, 100.0) == "4,40 0 0 12,21 0 1 2048,6 0 0 4294967295,6 0 0 0"
+
+
+def test_coverage_warnings_name_kinds_below_10_in_100_trials() -> None:
+    from torture.report import coverage_warnings
+
+    def result(kind: str, faults: list[str], spark: bool = False) -> dict[str, object]:
+        return {"kind": kind, "faults": [{"kind": f} for f in faults], "spark": spark}
+
+    full = fault_menu("single")
+    rows = [result("single", [k for k, _ in full][:14]) for _ in range(99)]
+    rows.append(result("single", [], spark=True))
+    warnings = coverage_warnings(rows)
+    assert "fault kind disk-full injected 0 times (< 10)" in warnings
+    assert "fault kind spark-kill injected 0 times (< 10)" in warnings
+    assert "single trials: disk-full injected 0 times (< 10)" in warnings
+    assert not [w for w in warnings if " kill " in w or " pause " in w], warnings
+    assert coverage_warnings(rows[:50]) == []  # fewer than 100 trials: no verdict
+    assert coverage_warnings(rows, ("kill", "pause")) == []  # restricted campaign
