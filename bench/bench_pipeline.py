@@ -277,7 +277,7 @@ def main() -> int:
     parser.add_argument(
         "--arrow-batch",
         type=int,
-        default=50_000,
+        default=10_000,
         help="spark.sql.execution.arrow.maxRecordsPerBatch (rows per Arrow batch to the sink)",
     )
     parser.add_argument(

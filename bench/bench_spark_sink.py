@@ -8,7 +8,7 @@ default size (orders/s end to end; latency percentiles and wall time as
 extra keys). Sizes: BENCH_SINK_ROWS, BENCH_SINK_BASELINE, BENCH_DEMO_MESSAGES
 (0 skips the demo); BENCH_SINK_PARTITIONS (tasks, default 2) and
 BENCH_SINK_ARROW_BATCH (``spark.sql.execution.arrow.maxRecordsPerBatch``, default
-``local_session``'s 50,000). Each result also carries CPU microseconds per row by
+Spark's 10,000). Each result also carries CPU microseconds per row by
 role (nats-server, Spark JVM, Spark's Python workers, this process): on a loaded
 machine the wall-clock ratio swings, the CPU per row does not.
 """
@@ -30,7 +30,6 @@ from bench._cpu import CpuSampler
 from bench.bench_publish import measure_publisher
 
 from oncestream import ConnectOptions, connect
-from oncestream.spark._session import ARROW_BATCH_ROWS
 from oncestream.streams import StreamSpec, ensure_stream
 
 ROWS = int(os.environ.get("BENCH_SINK_ROWS", "1000000"))
@@ -38,7 +37,7 @@ BASELINE = int(os.environ.get("BENCH_SINK_BASELINE", "300000"))
 DEMO = int(os.environ.get("BENCH_DEMO_MESSAGES", "200000"))
 PARTITIONS = int(os.environ.get("BENCH_SINK_PARTITIONS", "2"))
 WARM_WRITES = int(os.environ.get("BENCH_SINK_WARM_WRITES", "3"))  # of 100,000 rows
-ARROW_BATCH = os.environ.get("BENCH_SINK_ARROW_BATCH", "")  # "": local_session's default
+ARROW_BATCH = os.environ.get("BENCH_SINK_ARROW_BATCH", "")  # "": Spark's default, 10,000
 
 
 async def _stream(url: str, name: str, delete: bool = True, spec: StreamSpec | None = None) -> int:
@@ -156,7 +155,7 @@ def main() -> None:
             n=ROWS,
             ratio=round(rate / base, 3),
             partitions=PARTITIONS,
-            arrow_batch=int(ARROW_BATCH or ARROW_BATCH_ROWS),
+            arrow_batch=int(ARROW_BATCH or 10_000),
             cpu_us_per_row=sink_cpu,
             cpu_ratio=round(sum(sink_cpu.values()) / max(sum(base_cpu.values()), 1e-9), 3),
         )

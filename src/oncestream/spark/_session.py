@@ -14,10 +14,7 @@ from .._errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["ARROW_BATCH_ROWS", "check_java", "local_session"]
-
-#: ``spark.sql.execution.arrow.maxRecordsPerBatch`` set by :func:`local_session`.
-ARROW_BATCH_ROWS = 50_000
+__all__ = ["check_java", "local_session"]
 
 _JAVA_HINT = (
     "install Java 17 or newer (Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless) "
@@ -64,10 +61,7 @@ def local_session(
         app_name: Spark application name.
         master: ``local[N]`` or a ``spark://127.0.0.1:PORT`` standalone master.
         register: register the ``jetstream`` data source on the session.
-        conf: extra Spark config (wins over the settings above, e.g.
-            ``spark.sql.execution.arrow.maxRecordsPerBatch``, which this sets to 50,000
-            rows instead of Spark's 10,000: the jetstream sink's tasks then cost the
-            JVM about 40% less CPU per row).
+        conf: extra Spark config.
 
     Raises:
         ConfigError: Java 17+ is missing, or the workers' python cannot import oncestream.
@@ -92,9 +86,6 @@ def local_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        # Rows per Arrow batch handed to Python (the sink's writers among them): Spark's
-        # 10,000 costs the JVM 5 us per row written by the sink, 50,000 costs 3 us (issue 14).
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.streaming.stopActiveRunOnRestart", "true")
     )
