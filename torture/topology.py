@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +156,10 @@ class Topology:
         spec = StreamSpec(
             name=STREAM, subjects=(f"{SUBJECT}.>",), replicas=replicas, duplicate_window=300.0
         )
-        async with await connect(self.connect_options(self.producer_target())) as conn:
+        # A fresh cluster drops API requests until it has a meta leader (~0.4 s): a
+        # short request timeout retries soon instead of waiting the default 5 s.
+        options = replace(self.connect_options(self.producer_target()), request_timeout=1.5)
+        async with await connect(options) as conn:
             await ensure_stream(conn, spec)
         if self.kind == "leaf":
             origin = StreamSource(name=STREAM, domain="leaf")
