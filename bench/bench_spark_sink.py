@@ -8,7 +8,8 @@ default size (orders/s end to end; latency percentiles and wall time as
 extra keys). Sizes: BENCH_SINK_ROWS, BENCH_SINK_BASELINE, BENCH_DEMO_MESSAGES
 (0 skips the demo); BENCH_SINK_PARTITIONS (tasks, default 2) and
 BENCH_SINK_ARROW_BATCH (``spark.sql.execution.arrow.maxRecordsPerBatch``, default
-Spark's 10,000). Each result also carries CPU microseconds per row by
+Spark's 10,000), BENCH_SINK_REPEATS (timed writes, the fastest counts; default 2).
+Each result also carries CPU microseconds per row by
 role (nats-server, Spark JVM, Spark's Python workers, this process): on a loaded
 machine the wall-clock ratio swings, the CPU per row does not.
 """
@@ -36,6 +37,7 @@ ROWS = int(os.environ.get("BENCH_SINK_ROWS", "1000000"))
 BASELINE = int(os.environ.get("BENCH_SINK_BASELINE", "300000"))
 DEMO = int(os.environ.get("BENCH_DEMO_MESSAGES", "200000"))
 PARTITIONS = int(os.environ.get("BENCH_SINK_PARTITIONS", "2"))
+REPEATS = int(os.environ.get("BENCH_SINK_REPEATS", "2"))  # timed writes, the best counts
 WARM_WRITES = int(os.environ.get("BENCH_SINK_WARM_WRITES", "3"))  # of 100,000 rows
 ARROW_BATCH = os.environ.get("BENCH_SINK_ARROW_BATCH", "")  # "": Spark's default, 10,000
 
@@ -62,10 +64,12 @@ def sink_rate(
     conf: dict[str, str] | None = None,
     spec: StreamSpec | None = None,
     cpu: dict[str, float] | None = None,
+    repeats: int = 1,
 ) -> float:
     """Rows/s of ``df.write.format("jetstream")`` of ``rows`` 128-byte rows (after a warm-up).
 
-    ``cpu``: filled with the CPU seconds per role the timed write used.
+    ``repeats``: timed writes (each into a fresh stream); the fastest counts.
+    ``cpu``: filled with the CPU seconds per role of the counted write.
     """
     from pyspark.sql import functions as F
 
@@ -90,21 +94,27 @@ def sink_rate(
             ).mode("append").save()
 
         asyncio.run(_stream(url, stream, spec=spec))
-        # Start and import the Python workers, and let the JVM compile the write path:
-        # after a 20,000-row warm-up the JIT still cost the timed write 9 us/row, not 3.
+        # Start and import the Python workers, and let the JVM compile the write path
+        # (a short warm-up left JIT and first-write costs in the timed write).
         for i in range(WARM_WRITES):
             write(frame(100_000, f"warm{i}-"))
-        asyncio.run(_stream(url, stream, spec=spec))
-        df = frame(rows, "r-")
-        sampler = CpuSampler().start()
-        start = time.perf_counter()
-        write(df)
-        elapsed = time.perf_counter() - start
-        if cpu is not None:
-            cpu.update(sampler.stop())
-        stored = asyncio.run(_stream(url, stream, delete=False))
-        assert stored == rows, f"stored {stored} of {rows}"
-        return rows / elapsed
+        best = 0.0
+        for attempt in range(max(1, repeats)):
+            asyncio.run(_stream(url, stream, spec=spec))
+            df = frame(rows, f"r{attempt}-")
+            sampler = CpuSampler().start()
+            start = time.perf_counter()
+            write(df)
+            elapsed = time.perf_counter() - start
+            used = sampler.stop()
+            stored = asyncio.run(_stream(url, stream, delete=False))
+            assert stored == rows, f"stored {stored} of {rows}"
+            if rows / elapsed > best:
+                best = rows / elapsed
+                if cpu is not None:
+                    cpu.clear()
+                    cpu.update(used)
+        return best
     finally:
         spark.stop()
 
@@ -133,19 +143,24 @@ def _demo() -> dict[str, object]:
 def main() -> None:
     server = fresh_server()
     try:
-        sampler = CpuSampler().start()
-        base = measure_publisher(server.url, BASELINE, stream="BPUBSINK")
-        base_cpu = _per_row(sampler.stop(), BASELINE)
+        base, base_cpu = 0.0, {}
+        for _ in range(max(1, REPEATS)):  # the same best-of as the sink's, so the ratio is fair
+            sampler = CpuSampler().start()
+            rate = measure_publisher(server.url, BASELINE, stream="BPUBSINK")
+            used = _per_row(sampler.stop(), BASELINE)
+            if rate > base:
+                base, base_cpu = rate, used
         report(
             "spark-sink",
             "Publisher, one process",
             base,
             baseline=True,
             n=BASELINE,
+            repeats=REPEATS,
             cpu_us_per_row=base_cpu,
         )
         cpu: dict[str, float] = {}
-        rate = sink_rate(server.url, cpu=cpu)
+        rate = sink_rate(server.url, cpu=cpu, repeats=REPEATS)
         sink_cpu = _per_row(cpu, ROWS)
         report(
             "spark-sink",
@@ -155,6 +170,7 @@ def main() -> None:
             n=ROWS,
             ratio=round(rate / base, 3),
             partitions=PARTITIONS,
+            repeats=REPEATS,
             arrow_batch=int(ARROW_BATCH or 10_000),
             cpu_us_per_row=sink_cpu,
             cpu_ratio=round(sum(sink_cpu.values()) / max(sum(base_cpu.values()), 1e-9), 3),
