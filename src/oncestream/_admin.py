@@ -225,7 +225,8 @@ async def iter_messages(
                 await asyncio.sleep(poll)
             else:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), poll)
+                    async with asyncio.timeout(poll):
+                        await stop.wait()
             continue
         if end_seq is not None and msg.seq > end_seq:
             return

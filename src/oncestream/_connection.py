@@ -430,7 +430,8 @@ async def _connect_or_tls_failure(
         return nc
     attempt.cancel()
     try:
-        await asyncio.wait_for(nc.close(), 1.0)
+        async with asyncio.timeout(1.0):
+            await nc.close()
     except Exception:
         pass
     reason = tls_failed.result()

@@ -132,7 +132,8 @@ class AtomicBatchSender:
                 self._futures.pop(token, None)
                 raise
             try:
-                data = await asyncio.wait_for(future, opts.ack_timeout)
+                async with asyncio.timeout(opts.ack_timeout):
+                    data = await future
             except TimeoutError:
                 self._futures.pop(token, None)
                 log.debug("no commit ack for a batch on %s (attempt %d)", self.subject, attempt)

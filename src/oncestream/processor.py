@@ -187,7 +187,8 @@ class Processor:
 
     async def wait_running(self, timeout: float = 10.0) -> None:
         """Wait until the consumer is set up and pulling."""
-        await asyncio.wait_for(self._running.wait(), timeout)
+        async with asyncio.timeout(timeout):
+            await self._running.wait()
 
     async def _shutdown(self) -> None:
         await self._acks.drain()

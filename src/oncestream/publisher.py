@@ -340,7 +340,8 @@ class Publisher(BulkPublish):
         self._write_out()
         if self._inflight:
             try:
-                await asyncio.wait_for(self._idle.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._idle.wait()
             except TimeoutError:
                 raise OperationTimeout(
                     f"flush: {self._inflight} publishes still unacknowledged after {timeout}s"

@@ -401,7 +401,8 @@ class MessageStream:
             if remaining is not None and remaining <= 0:
                 return []
             try:
-                await asyncio.wait_for(self._wakeup.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._wakeup.wait()
             except TimeoutError:
                 return []
         if self._unavailable_since is not None:

@@ -211,7 +211,8 @@ class RangeReader:
         seen = 0
         while True:
             try:
-                await asyncio.wait_for(asyncio.shield(request.future), idle)
+                async with asyncio.timeout(idle):
+                    await asyncio.shield(request.future)
                 return request.sink
             except TimeoutError:
                 if len(request.sink.datas) == seen:

@@ -234,7 +234,8 @@ class ProgressKeeper:
             return "the server is unreachable"
         if self._task is not None:
             try:
-                await asyncio.wait_for(self._task, budget)
+                async with asyncio.timeout(budget):
+                    await self._task
             except TimeoutError:
                 pass
         if isinstance(self.error, ConcurrentRun):
@@ -242,7 +243,8 @@ class ProgressKeeper:
         record = self._record(done=done)
         assert record is not None
         try:
-            await asyncio.wait_for(self.store.write(record), budget)
+            async with asyncio.timeout(budget):
+                await self.store.write(record)
         except TimeoutError:
             return "the server did not confirm it in time"
         except ConcurrentRun:
@@ -375,7 +377,8 @@ async def drain(pub: Publisher, tally: Tally, state: RunState, budget: float) ->
     except (PublishError, JetStreamError, TimeoutError):
         pass  # each failure is counted by Tally.on_done
     try:
-        await asyncio.wait_for(pub.close(), max(0.1, deadline - time.monotonic()))
+        async with asyncio.timeout(max(0.1, deadline - time.monotonic())):
+            await pub.close()
     except (PublishError, JetStreamError, TimeoutError):
         pass
 

@@ -113,7 +113,8 @@ async def watch(
             if count is not None and shown >= count:
                 break
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
+                async with asyncio.timeout(interval):
+                    await stop.wait()
     finally:
         if live is not None:
             live.stop()
