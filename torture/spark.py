@@ -13,6 +13,7 @@ stream into a ``jetstream`` output stream and, through the transactional
 * ``spark-pause``: SIGSTOP / SIGCONT of the same processes.
 * ``pyworker-kill``: SIGKILL of one Spark Python worker, found by walking the
   JVM's process tree in /proc and killed by PID (skipped when none exists).
+* ``pyworker-pause``: SIGSTOP of one such worker, SIGCONT of the same PID at the heal.
 """
 
 from __future__ import annotations
@@ -37,11 +38,13 @@ from .nemesis import Fault, Worker
 if TYPE_CHECKING:
     from .trial import Trial
 
-KINDS = ("spark-kill", "spark-pause", "pyworker-kill")
+KINDS = ("spark-kill", "spark-pause", "pyworker-kill", "pyworker-pause")
 SEQUENCE = (
     "pyworker-kill",
+    "pyworker-pause",
     "spark-pause",
     "pyworker-kill",
+    "pyworker-pause",
     "spark-kill",
     "spark-pause",
     "spark-kill",
@@ -63,7 +66,7 @@ def spark_schedule(seed: int, duration: float, only: tuple[str, ...] = ()) -> li
     ``only``: the campaign's ``--fault-kinds`` (the Spark kinds among them; none
     when it names other kinds only; all when empty).
 
-    Both ``pyworker-kill`` come before the first ``spark-kill`` (a restarted
+    Both ``pyworker-kill`` and ``pyworker-pause`` come before the first ``spark-kill`` (a restarted
     driver has no Python worker for 20 s or more); the second ``spark-kill`` and
     ``spark-pause`` hit the driver while it restarts and recovers from its
     checkpoints (which costs little more than one restart).
@@ -75,7 +78,7 @@ def spark_schedule(seed: int, duration: float, only: tuple[str, ...] = ()) -> li
     for i, kind in enumerate(SEQUENCE):
         start = lo + i * slot + rng.uniform(0.0, slot * 0.3)  # ends within its slot
         length = slot * (0.5 if kind == "pyworker-kill" else rng.uniform(0.3, 0.6))
-        length = min(4.0 if kind != "pyworker-kill" else 0.5, length)
+        length = min(0.5 if kind == "pyworker-kill" else 4.0, length)
         if not only or kind in only:
             faults.append(Fault(round(start, 3), round(length, 3), kind, TARGET))
     return faults
@@ -186,6 +189,7 @@ class SparkPart:
         self.ready_after: float | None = None
         self.drained_after: float | None = None
         self.worker: SparkWorker | None = None
+        self.paused: dict[Fault, int] = {}  # pyworker-pause: the stopped worker's PID
         self.t0 = 0.0
 
     def start(self, trial: Trial) -> SparkWorker:
@@ -262,7 +266,11 @@ class SparkPart:
                 return "skipped: no Spark Python worker"
             pool = [w for w in workers if _busy(w[1])] or workers
             pid, cmd = pool[self.rng.randrange(len(pool))]
-            os.kill(pid, signal.SIGKILL)
+            if fault.kind == "pyworker-pause":
+                os.kill(pid, signal.SIGSTOP)
+                self.paused[fault] = pid
+            else:
+                os.kill(pid, signal.SIGKILL)
             return f"pid {pid} ({cmd.strip()[-60:]})"
         return "ok"
 
@@ -272,6 +280,11 @@ class SparkPart:
             self.worker.start()
         elif fault.kind == "spark-pause":
             self.worker.signal(signal.SIGCONT)
+        elif fault.kind == "pyworker-pause" and fault in self.paused:
+            try:
+                os.kill(self.paused.pop(fault), signal.SIGCONT)
+            except ProcessLookupError:
+                pass  # the worker ended meanwhile (e.g. its task was cancelled)
 
     async def drain(self, trial: Trial, processed: set[str], timeout: float = 120.0) -> None:
         """Until the output stream and the table hold every processed key; then SIGTERM."""
