@@ -20,6 +20,8 @@ import threading
 from collections import deque
 from pathlib import Path
 
+from tests._procs import stop_group
+
 _READY = "database system is ready to accept connections"
 
 
@@ -120,14 +122,8 @@ class PostgresServer:
         return self
 
     def stop(self) -> None:
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
+        if self._proc is not None:
             # runuser forwards the signal; SIGINT is PostgreSQL's "fast shutdown".
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+            stop_group(self._proc, signal.SIGINT, timeout=30)
         self._proc = None
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -3,7 +3,6 @@ pyspark install, bound to 127.0.0.1, each process in its own session (stopped by
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -13,6 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pyspark
+
+from tests._procs import stop_group
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 
@@ -43,13 +44,7 @@ def start(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[by
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+    stop_group(proc, signal.SIGTERM, timeout=20)
 
 
 @contextmanager
