@@ -58,9 +58,12 @@ func ensureStream(js nats.JetStreamContext, stream, subject string) {
 
 func publish(js nats.JetStreamContext, subject string, n, size int) time.Duration {
 	payload := []byte(strings.Repeat("x", size))
+	// nats.go fails a publish after 200 ms with a full window by default; at 10^7 the
+	// server pauses longer than that (see docs/benchmarks.md), so wait as oncestream does.
+	stall := nats.StallWait(60 * time.Second)
 	start := time.Now()
 	for i := 0; i < n; i++ {
-		if _, err := js.PublishAsync(subject, payload, nats.MsgId(fmt.Sprintf("g-%d", i))); err != nil {
+		if _, err := js.PublishAsync(subject, payload, nats.MsgId(fmt.Sprintf("g-%d", i)), stall); err != nil {
 			fail("publish %d: %v", i, err)
 		}
 	}

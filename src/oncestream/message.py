@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
 
 from ._errors import JetStreamError, OncestreamError, OperationTimeout
+from ._nats import parse_header_block
 
 __all__ = [
     "ACK_V1",
@@ -175,7 +176,15 @@ class Message:
             await msg.ack()
     """
 
-    __slots__ = ("_metadata", "_transport", "data", "headers", "reply", "subject")
+    __slots__ = (
+        "_headers",
+        "_metadata",
+        "_raw_headers",
+        "_transport",
+        "data",
+        "reply",
+        "subject",
+    )
 
     def __init__(
         self,
@@ -184,13 +193,32 @@ class Message:
         data: bytes,
         headers: dict[str, str] | None,
         transport: AckTransport | None = None,
+        raw_headers: bytes | None = None,
     ) -> None:
         self.subject = subject
         self.reply = reply
         self.data = data
-        self.headers = headers
+        self._headers = headers
+        # The header block as received, parsed on first use of ``headers``: a
+        # Processor keyed by sequence never reads them, and parsing them per
+        # message cost about a sixth of its CPU.
+        self._raw_headers = raw_headers
         self._transport = transport
         self._metadata: MessageMetadata | None = None
+
+    @property
+    def headers(self) -> dict[str, str] | None:
+        """The headers (one value per name, as nats-py gives them), or None."""
+        raw = self._raw_headers
+        if raw is not None:
+            self._headers = parse_header_block(raw)
+            self._raw_headers = None
+        return self._headers
+
+    @headers.setter
+    def headers(self, value: dict[str, str] | None) -> None:
+        self._headers = value
+        self._raw_headers = None
 
     @property
     def metadata(self) -> MessageMetadata:

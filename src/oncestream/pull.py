@@ -146,8 +146,9 @@ class MessageStream:
                     subject.decode(),
                     reply.decode(),
                     bytes(data),
-                    parse_header_block(headers) if headers else None,
+                    None,
                     self.conn,
+                    headers or None,
                 )
             )
             if not self._wakeup.is_set():

@@ -119,3 +119,14 @@ async def test_ack_errors_are_oncestream_errors() -> None:
         await Message("s", GOOD[0][0], b"", None, _Transport(RuntimeError("x"))).ack_sync()
     with pytest.raises(JetStreamError, match="no connection"):
         await Message("s", GOOD[0][0], b"", None).ack()
+
+
+def test_raw_header_block_is_parsed_on_first_use() -> None:
+    block = b"NATS/1.0\r\nNats-Msg-Id: id-7\r\nX-Trace: a b\r\n\r\n"
+    msg = Message("orders.x", GOOD[1][0], b"data", None, None, block)
+    assert msg.headers == {"Nats-Msg-Id": "id-7", "X-Trace": "a b"}
+    assert msg.msg_id == "id-7"
+    assert msg.headers is msg.headers  # parsed once, then kept
+    msg.headers = {"Nats-Msg-Id": "other"}
+    assert msg.msg_id == "other"
+    assert Message("s", GOOD[0][0], b"", None, None, None).headers is None
