@@ -98,7 +98,7 @@ async def processor(  # type: ignore[no-untyped-def]
         consumer,
         handler,
         ledger=ledger,
-        options=ProcessorOptions(batch=500, prune_interval=0),
+        options=ProcessorOptions(prune_interval=0),  # the default batch (1000)
     )
     started = time.perf_counter()
     task = asyncio.create_task(proc.run())
