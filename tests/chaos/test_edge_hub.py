@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from oncestream import Connection, connect
+from oncestream import Connection, Publisher, PublisherOptions, connect
 from oncestream.server import HubLeaf
 from oncestream.streams import StreamSource, StreamSpec, ensure_stream
 from tests._scenario import assert_exactly_once, publish_ids, stream_ids, wait_messages
@@ -63,18 +63,40 @@ async def test_publish_while_hub_down(topo: HubLeaf) -> None:
     )
 
 
+async def _publish_around_cut(
+    conn: Connection, ids: list[str], cut: asyncio.Event, chunk: int = 200
+) -> float:
+    """publish_ids in chunks: the first half, then (once ``cut`` is set) the rest; msgs/s.
+
+    Each chunk's flush yields to the event loop, so the test's poll runs while
+    the leaf publishes (in one uninterrupted loop the Publisher sent all N
+    before the poll ran once, and the hub had copied everything when the test
+    first looked: seen in CI). Holding the second half until the hub is killed
+    makes the cut land mid-transfer whatever the machine's speed.
+    """
+    start = time.monotonic()
+    half = len(ids) // 2
+    async with Publisher(conn, PublisherOptions(stream="test", ack_timeout=2.0)) as pub:
+        for first in range(0, len(ids), chunk):
+            if first >= half:
+                await cut.wait()
+            for msg_id in ids[first : first + chunk]:
+                await pub.publish("test", msg_id.encode(), msg_id=msg_id)
+            await pub.flush()
+    return len(ids) / (time.monotonic() - start)
+
+
 async def test_hub_killed_mid_transfer(topo: HubLeaf) -> None:
     await _setup_streams(topo)
     ids = [f"mid-{i}" for i in range(N)]
     cut_at = -1
     async with await connect(topo.options("leaf")) as leaf:
         hub: Connection = await connect(topo.options("hub", max_reconnect_attempts=0))
-        publishing = asyncio.create_task(publish_ids(leaf, "test", ids, stream="test"))
+        cut = asyncio.Event()
+        publishing = asyncio.create_task(_publish_around_cut(leaf, ids, cut))
         try:
             # Cut the link once the hub has part of the data, while the rest still flows.
             deadline = time.monotonic() + 60
-            # The leaf may finish publishing long before the hub has copied a
-            # fifth: what must be cut mid-way is the copy, not the publish.
             while time.monotonic() < deadline:
                 have = (await hub.stream_info("aggregate"))["state"]["messages"]
                 if have >= N // 5:
@@ -83,6 +105,7 @@ async def test_hub_killed_mid_transfer(topo: HubLeaf) -> None:
                 await asyncio.sleep(0.02)
             topo.hub.kill()
         finally:
+            cut.set()
             await hub.close()
         rate = await publishing
     assert 0 < cut_at < N, f"the link was not cut mid-transfer (aggregate had {cut_at})"
