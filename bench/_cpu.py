@@ -11,7 +11,7 @@ import os
 import threading
 from pathlib import Path
 
-__all__ = ["CpuSampler", "role_of"]
+__all__ = ["CpuSampler", "cpu_seconds", "role_of"]
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _ROLES = (
@@ -39,6 +39,12 @@ def _read(pid: int) -> tuple[int, float, str] | None:
         return None
     fields = stat[stat.rindex(")") + 2 :].split()
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK, cmd
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) ``pid`` has used so far; 0.0 when it is gone."""
+    read = _read(pid)
+    return read[1] if read else 0.0
 
 
 class CpuSampler:
