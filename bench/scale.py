@@ -129,18 +129,24 @@ def run_measured(cmd: list[str], server: NatsServer, timeout: float) -> dict[str
     return record
 
 
-async def _make_stream(url: str, atomic: bool, args: argparse.Namespace) -> None:
+async def make_stream(
+    url: str, *, duplicate_window: float, storage: str, atomic: bool = False
+) -> None:
+    """Create stream SCALE with the one config every case runs against (``scale_spec``)."""
     async with await connect(ConnectOptions(servers=(url,))) as conn:
-        spec = scale_spec(
-            STREAM, duplicate_window=args.duplicate_window, storage=args.storage, atomic=atomic
-        )
+        spec = scale_spec(STREAM, duplicate_window=duplicate_window, storage=storage, atomic=atomic)
         await ensure_stream(conn, spec)
+
+
+def go_cmd(natsref: str, case: str, url: str, n: int) -> list[str]:
+    """The nats.go reference's command line for one of ``GO_CASES`` on stream SCALE."""
+    return [natsref, "-url", url, "-n", str(n), "-stream", STREAM, "-subject", "scale.x",
+            "-cases", GO_FLAG[case]]  # fmt: skip
 
 
 def _case_cmd(case: str, url: str, n: int, args: argparse.Namespace, pg: str | None) -> list[str]:
     if case in GO_CASES:
-        return [args.natsref, "-url", url, "-n", str(n), "-stream", STREAM, "-subject",
-                "scale.x", "-cases", GO_FLAG[case]]  # fmt: skip
+        return go_cmd(args.natsref, case, url, n)
     cmd = [sys.executable, str(HERE / "_scale_cases.py"), case, "--url", url, "--n", str(n),
            "--stream", STREAM, "--spark-memory", args.spark_memory,
            "--duplicate-window", str(args.duplicate_window), "--storage", args.storage]  # fmt: skip
@@ -193,12 +199,23 @@ def measure_n(n: int, cases: list[str], args: argparse.Namespace, pg: Postgres |
     for case in [c for c in cases if c in WRITE_CASES or c == "nats.go publish"]:
         with NatsServer() as server:
             if case != "spark-sink":  # the sink recreates the stream itself, same spec
-                asyncio.run(_make_stream(server.url, case == "producer-batch", args))
+                asyncio.run(
+                    make_stream(
+                        server.url,
+                        duplicate_window=args.duplicate_window,
+                        storage=args.storage,
+                        atomic=case == "producer-batch",
+                    )
+                )
             add(case, server)
     readers = [c for c in cases if c not in WRITE_CASES and c != "nats.go publish"]
     if readers:
         with NatsServer() as server:
-            asyncio.run(_make_stream(server.url, False, args))
+            asyncio.run(
+                make_stream(
+                    server.url, duplicate_window=args.duplicate_window, storage=args.storage
+                )
+            )
             started = time.monotonic()
             asyncio.run(
                 measure_publisher_async(server.url, n, STREAM, fresh=False, subject="scale.x")
