@@ -13,6 +13,7 @@ Usage: ``python bench/server_cpu.py N WINDOW_SECONDS`` (e.g. ``1e7 120``).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import sys
@@ -28,10 +29,22 @@ from oncestream.server import NatsServer
 HERE = Path(__file__).resolve().parent
 
 
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
 def main() -> None:
-    if len(sys.argv) != 3:
-        raise SystemExit(__doc__.strip().splitlines()[-1])
-    n, window = int(float(sys.argv[1])), float(sys.argv[2])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("n", type=_positive, help="messages, e.g. 1e7")
+    parser.add_argument("window", type=_positive, help="the stream's duplicate window, seconds")
+    args = parser.parse_args()  # exit 2, naming the bad value, on bad usage
+    n, window = int(args.n), args.window
     natsref = HERE / "go" / "natsref"
     if not os.access(natsref, os.X_OK):
         raise SystemExit(f"{natsref} is not built: run make bench-ref")
