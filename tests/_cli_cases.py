@@ -29,6 +29,7 @@ process (signals, port binding, the console script itself) set ``subprocess=True
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import subprocess
 import sys
@@ -40,6 +41,7 @@ from typing import Any
 from typer.testing import CliRunner
 
 from oncestream import ConnectOptions, connect
+from oncestream._headers import msg_id_of
 from oncestream.streams import StreamSpec, ensure_stream
 
 __all__ = ["Case", "CliEnv", "Outcome", "run_case"]
@@ -111,6 +113,20 @@ class CliEnv:
             return int(info["state"]["messages"])
 
         return int(self.run(count))
+
+    def msg_ids(self, stream: str) -> list[str | None]:
+        """The ``Nats-Msg-Id`` of every message of ``stream``, in order, as the server stored it."""
+
+        async def ids(conn: Any) -> list[str | None]:
+            info = await conn.stream_info(stream)
+            first, last = info["state"]["first_seq"], info["state"]["last_seq"]
+            found: list[str | None] = []
+            for seq in range(first, last + 1):
+                reply = await conn.api(f"STREAM.MSG.GET.{stream}", {"seq": seq})
+                found.append(msg_id_of(base64.b64decode(reply["message"].get("hdrs") or "")))
+            return found
+
+        return list(self.run(ids))
 
     def snapshot(self, path: Path | None = None) -> dict[str, bytes]:
         """Relative path -> content of every file under ``path`` (default: tmp)."""

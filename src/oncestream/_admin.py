@@ -16,6 +16,7 @@ from typing import Any
 
 from ._connection import Connection
 from ._errors import ConsumerNotFound, JetStreamError, MessageNotFound, StreamNotFound
+from ._headers import parse_block
 from ._names import check_consumer_name, check_stream_name
 
 __all__ = [
@@ -124,18 +125,6 @@ class StoredMessage:
         return values[0] if values else None
 
 
-def parse_headers(raw: bytes) -> dict[str, list[str]]:
-    """Decode a ``NATS/1.0`` header block into name -> values (order kept)."""
-    headers: dict[str, list[str]] = {}
-    lines = raw.decode("utf-8", "replace").split("\r\n")
-    for line in lines[1:]:
-        if not line or ":" not in line:
-            continue
-        name, _, value = line.partition(":")
-        headers.setdefault(name.strip(), []).append(value.strip())
-    return headers
-
-
 def _parse_time(text: str) -> datetime:
     main, _, rest = text.partition(".")
     frac = "".join(c for c in rest if c.isdigit())[:6]
@@ -175,7 +164,7 @@ async def get_message(
         seq=int(msg.get("seq", 0)),
         subject=str(msg.get("subject", "")),
         time=_parse_time(str(msg.get("time", "1970-01-01T00:00:00Z"))),
-        headers=parse_headers(raw_headers) if raw_headers else {},
+        headers=parse_block(raw_headers),
         data=base64.b64decode(msg["data"]) if msg.get("data") else b"",
     )
 

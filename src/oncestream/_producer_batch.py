@@ -22,9 +22,17 @@ import orjson
 
 from ._connection import Connection
 from ._errors import JetStreamError, NoResponders, PublishFailed, jetstream_error
+from ._headers import (
+    BATCH_COMMIT,
+    BATCH_ID,
+    BATCH_SEQ,
+    EXPECTED_LAST_SUBJECT_SEQ,
+    EXPECTED_STREAM,
+    build_block,
+)
 from ._nats import FrameSubscription
 from ._pubtypes import PublisherOptions
-from ._pubwire import build_headers, check_subject
+from ._pubwire import check_subject
 
 __all__ = ["ERR_BATCH_DUPLICATE_MSG_ID", "MAX_BATCH", "AtomicBatchSender", "BatchRecord"]
 
@@ -87,17 +95,17 @@ class AtomicBatchSender:
         frames = []
         last = len(records)
         for index, (position, data, headers) in enumerate(records, start=1):
-            expect = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(index)}
+            expect = {BATCH_ID: batch_id, BATCH_SEQ: str(index)}
             if self.options.stream is not None:
-                expect["Nats-Expected-Stream"] = self.options.stream
+                expect[EXPECTED_STREAM] = self.options.stream
             if index == 1:
-                expect["Nats-Expected-Last-Subject-Sequence"] = str(expected_seq)
+                expect[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_seq)
             if index == last:
-                expect["Nats-Batch-Commit"] = "1"
+                expect[BATCH_COMMIT] = "1"
             extra = {self._pos_header: str(position), self._producer_header: self.producer_id}
             if headers:
                 extra = {**headers, **extra}
-            hdr = build_headers(f"{self.producer_id}:{position}", extra, expect)
+            hdr = build_block(f"{self.producer_id}:{position}", extra, expect)
             target = b"%b %b" % (self._subject_bytes, reply.encode()) if index == last else None
             frames.append(
                 b"HPUB %b %d %d\r\n%b%b\r\n"

@@ -45,6 +45,7 @@ from ._errors import (
     PermissionDenied,
     WrongLastSequence,
 )
+from ._headers import msg_id_key
 from .publisher import Publisher, PublisherOptions
 from .streams import StreamSpec, stream_exists
 
@@ -211,14 +212,6 @@ class ProgressStore:
             log.debug("progress publisher close: %s", exc)
 
 
-def _msg_id(headers: bytes) -> str | None:
-    for line in headers.split(b"\r\n")[1:]:
-        key, sep, value = line.partition(b":")
-        if sep and key.strip().lower() == b"nats-msg-id":
-            return value.strip().decode(errors="replace")
-    return None
-
-
 async def stored_ids(conn: Connection, stream: str, after: int, until: int) -> set[str]:
     """Msg ids of the messages ``stream`` holds at sequences ``after+1 .. until``.
 
@@ -234,7 +227,7 @@ async def stored_ids(conn: Connection, stream: str, after: int, until: int) -> s
             return
         hdrs = reply["message"].get("hdrs")
         if hdrs:
-            found = _msg_id(base64.b64decode(hdrs))
+            found = msg_id_key(base64.b64decode(hdrs))
             if found is not None:
                 ids.add(found)
 

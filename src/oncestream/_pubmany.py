@@ -15,11 +15,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ._errors import ConfigError, PublishError
+from ._headers import check_msg_id
 from ._pubwire import (
     AckTally,
     Pending,
-    check_header_value,
-    msg_id_type_error,
     too_large,
     too_many_inflight,
 )
@@ -103,10 +102,10 @@ class BulkPublish:
         max_inflight = self._max_inflight
         try:
             for subject, data, msg_id in zip(subjects, datas, msg_ids, strict=True):
-                if type(msg_id) is not str:
-                    raise msg_id_type_error(msg_id)
-                if not msg_id or "\n" in msg_id or "\r" in msg_id:
-                    check_header_value("Nats-Msg-Id", msg_id)
+                if type(msg_id) is not str or not (
+                    msg_id.isprintable() and msg_id and msg_id[0] != " " and msg_id[-1] != " "
+                ):
+                    check_msg_id(msg_id)  # is_clean_msg_id inlined; this names the reason
                 subject_bytes = cache.get(subject)
                 if subject_bytes is None:
                     subject_bytes = self._check_subject(subject)

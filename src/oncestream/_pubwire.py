@@ -7,43 +7,40 @@ lives in :mod:`oncestream._nats`, with every other use of nats-py internals.
 from __future__ import annotations
 
 import asyncio
-import re
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
 from ._errors import ConfigError, MessageTooLarge, TooManyInflight
+from ._headers import (
+    EXPECTED_LAST_MSG_ID,
+    EXPECTED_LAST_SEQ,
+    EXPECTED_LAST_SUBJECT_SEQ,
+    EXPECTED_STREAM,
+    MSG_ID,
+    HeaderValues,
+    build_block,
+    check_msg_id,
+    check_user_headers,
+)
 from ._names import check_publish_subject, is_valid_subject
 
 __all__ = [
     "AckTally",
     "HeaderValues",
     "Pending",
-    "build_headers",
-    "check_header_value",
     "check_single_values",
     "check_subject",
     "conditional_headers",
     "id_only_frame",
     "late_duplicate",
-    "msg_id_type_error",
     "too_large",
     "too_many_inflight",
 ]
 
-_HEADER_KEY = re.compile(r"^[!-9;-~]+$")
-
-HDR_MSG_ID = "Nats-Msg-Id"
-HDR_EXPECTED_STREAM = "Nats-Expected-Stream"
-HDR_EXPECTED_LAST_SEQ = "Nats-Expected-Last-Sequence"
-HDR_EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
-HDR_EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
-
-
 # The common case (only a msg id header) formatted in one step.
-_HPUB_ID_ONLY = b"HPUB %b %b%d %d %d\r\nNATS/1.0\r\nNats-Msg-Id: %b\r\n\r\n%b\r\n"
-_ID_ONLY_HEADER_LEN = len(b"NATS/1.0\r\nNats-Msg-Id: \r\n\r\n")
+_HPUB_ID_ONLY = b"HPUB %b %b%d %d %d\r\nNATS/1.0\r\n" + MSG_ID.encode() + b": %b\r\n\r\n%b\r\n"
+_ID_ONLY_HEADER_LEN = len(b"NATS/1.0\r\n" + MSG_ID.encode() + b": \r\n\r\n")
 
 
 def id_only_frame(expected_stream: str | None) -> tuple[bytes, int]:
@@ -54,7 +51,7 @@ def id_only_frame(expected_stream: str | None) -> tuple[bytes, int]:
     """
     if expected_stream is None:
         return _HPUB_ID_ONLY, _ID_ONLY_HEADER_LEN
-    line = b"Nats-Expected-Stream: " + expected_stream.encode() + b"\r\n"
+    line = EXPECTED_STREAM.encode() + b": " + expected_stream.encode() + b"\r\n"
     template = _HPUB_ID_ONLY.replace(b"\r\n\r\n%b", b"\r\n" + line.replace(b"%", b"%%") + b"\r\n%b")
     return template, _ID_ONLY_HEADER_LEN + len(line)
 
@@ -77,36 +74,10 @@ def check_single_values(headers: HeaderValues) -> None:
             )
 
 
-def check_header_value(name: str, value: str) -> str:
-    """Reject values that would break the header block (CR/LF) or be dropped (empty)."""
+def _single_line(name: str, value: str) -> str:
     if not value or "\r" in value or "\n" in value:
-        raise ConfigError(f"header {name} must be a non-empty single line, got {value!r}")
+        raise ConfigError(f"{name} must be a non-empty single line, got {value!r}")
     return value
-
-
-HeaderValues = Mapping[str, str | Sequence[str]]
-
-
-def build_headers(msg_id: str, extra: HeaderValues | None, expect: dict[str, str]) -> bytes:
-    """The ``NATS/1.0`` header block carrying the msg id, user headers and expectations.
-
-    A header value may be a list of strings: each becomes its own line, which
-    is how NATS carries multi-valued headers.
-    """
-    parts = ["NATS/1.0\r\n", HDR_MSG_ID, ": ", msg_id, "\r\n"]
-    if extra:
-        for key, value in extra.items():
-            if not _HEADER_KEY.match(key) or key.lower() == HDR_MSG_ID.lower():
-                raise ConfigError(
-                    f"header name {key!r} is invalid (printable ASCII without ':' or spaces; "
-                    f"set the msg id with msg_id=, not a header)"
-                )
-            for item in (value,) if isinstance(value, str) else value:
-                parts += [key, ": ", check_header_value(key, str(item)), "\r\n"]
-    for key, value in expect.items():
-        parts += [key, ": ", value, "\r\n"]
-    parts.append("\r\n")
-    return "".join(parts).encode()
 
 
 def check_subject(subject: str) -> bytes:
@@ -129,20 +100,25 @@ def conditional_headers(
     expected_last_subject_seq: int | None = None,
     expected_last_msg_id: str | None = None,
 ) -> bytes:
-    """The header block for a publish with user headers and/or ``Nats-Expected-*`` checks."""
-    check_header_value(HDR_MSG_ID, msg_id)
+    """The header block for a publish with user headers and/or ``Nats-Expected-*`` checks.
+
+    Raises:
+        ConfigError: an unclean msg id (:func:`~oncestream._headers.check_msg_id`), a
+            refused header (:func:`~oncestream._headers.check_user_headers`).
+    """
+    check_msg_id(msg_id)
+    if headers:
+        check_user_headers(headers)
     expect: dict[str, str] = {}
     if expected_stream is not None:
-        expect[HDR_EXPECTED_STREAM] = check_header_value("expected_stream", expected_stream)
+        expect[EXPECTED_STREAM] = _single_line("expected_stream", expected_stream)
     if expected_last_seq is not None:
-        expect[HDR_EXPECTED_LAST_SEQ] = str(int(expected_last_seq))
+        expect[EXPECTED_LAST_SEQ] = str(int(expected_last_seq))
     if expected_last_subject_seq is not None:
-        expect[HDR_EXPECTED_LAST_SUBJECT_SEQ] = str(int(expected_last_subject_seq))
+        expect[EXPECTED_LAST_SUBJECT_SEQ] = str(int(expected_last_subject_seq))
     if expected_last_msg_id is not None:
-        expect[HDR_EXPECTED_LAST_MSG_ID] = check_header_value(
-            "expected_last_msg_id", expected_last_msg_id
-        )
-    return build_headers(msg_id, dict(headers) if headers else None, expect)
+        expect[EXPECTED_LAST_MSG_ID] = check_msg_id(expected_last_msg_id, "expected_last_msg_id")
+    return build_block(msg_id, headers, expect)
 
 
 class AckTally:
@@ -191,11 +167,6 @@ class Pending:
         self.subject = subject
         self.deadline = deadline
         self.attempts = 1
-
-
-def msg_id_type_error(msg_id: object) -> ConfigError:
-    """The error for a msg id that is not a ``str`` (raised by every publish path)."""
-    return ConfigError(f"msg_id must be a str, got {type(msg_id).__name__} {msg_id!r}")
 
 
 def too_large(msg_id: str, subject: str, size: int, max_payload: int) -> MessageTooLarge:

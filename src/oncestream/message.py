@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
 
 from ._errors import JetStreamError, OncestreamError, OperationTimeout
-from ._nats import parse_header_block
+from ._headers import first_values, msg_id_of, parse_block
 
 __all__ = [
     "ACK_V1",
@@ -166,7 +166,7 @@ class Message:
     Attributes:
         subject: the subject it was published to.
         data: the payload.
-        headers: the headers (one value per name, as nats-py gives them), or None.
+        headers: the message's own headers (one value per name), or None.
         reply: the ``$JS.ACK`` reply subject (where acknowledgements go).
 
     Example::
@@ -201,24 +201,36 @@ class Message:
         self._headers = headers
         # The header block as received, parsed on first use of ``headers``: a
         # Processor keyed by sequence never reads them, and parsing them per
-        # message cost about a sixth of its CPU.
+        # message cost about a sixth of its CPU. Kept: the msg id is read from it.
         self._raw_headers = raw_headers
         self._transport = transport
         self._metadata: MessageMetadata | None = None
 
     @property
     def headers(self) -> dict[str, str] | None:
-        """The headers (one value per name, as nats-py gives them), or None."""
-        raw = self._raw_headers
-        if raw is not None:
-            self._headers = parse_header_block(raw)
-            self._raw_headers = None
-        return self._headers
+        """The message's own headers, one value per name (the first), or None.
+
+        Parsed on first use with :func:`oncestream._headers.parse_block`: names
+        as sent, values trimmed; the write-time control headers
+        (``Nats-Expected-*``, ``Nats-Batch-*``) are hidden, as JetStream's mirrors
+        strip them. :attr:`raw_headers` has the block as received.
+        """
+        if self._headers is None and self._raw_headers is not None:
+            self._headers = first_values(parse_block(self._raw_headers))
+        return self._headers or None
 
     @headers.setter
     def headers(self, value: dict[str, str] | None) -> None:
         self._headers = value
         self._raw_headers = None
+
+    @property
+    def raw_headers(self) -> bytes | None:
+        """The ``NATS/1.0`` header block as received (or rendered from :attr:`headers`)."""
+        if self._raw_headers is None and self._headers:
+            lines = "".join(f"{k}: {v}\r\n" for k, v in self._headers.items())
+            return f"NATS/1.0\r\n{lines}\r\n".encode()
+        return self._raw_headers
 
     @property
     def metadata(self) -> MessageMetadata:
@@ -259,9 +271,12 @@ class Message:
 
     @property
     def msg_id(self) -> str | None:
-        """The ``Nats-Msg-Id`` header, if any."""
-        headers = self.headers
-        return headers.get("Nats-Msg-Id") if headers else None
+        """The ``Nats-Msg-Id`` the server de-duplicated on (read as the server reads it), or None.
+
+        Bytes that are not UTF-8 (only foreign writers produce them) show as
+        U+FFFD; :func:`oncestream._headers.msg_id_key` keeps such ids apart.
+        """
+        return msg_id_of(self.raw_headers)
 
     def __repr__(self) -> str:
         return f"Message(subject={self.subject!r}, reply={self.reply!r}, bytes={len(self.data)})"

@@ -35,6 +35,7 @@ from ._acking import Acknowledger
 from ._applying import Applier, Handler
 from ._connection import Connection, connect
 from ._errors import ConfigError, JetStreamError, OperationTimeout
+from ._headers import msg_id_key
 from ._logthrottle import LogThrottle
 from ._names import check_consumer_name, check_stream_name
 from ._options import ConnectOptions
@@ -252,7 +253,10 @@ class Processor:
         ordered = [by_seq[s] for s in seqs]
         stream = self.stream
         if self._msg_ids:
-            entries = [LedgerEntry(stream, s, m.msg_id) for s, m in zip(seqs, ordered, strict=True)]
+            entries = [
+                LedgerEntry(stream, s, msg_id_key(m.raw_headers))
+                for s, m in zip(seqs, ordered, strict=True)
+            ]
         else:
             entries = [LedgerEntry(stream, s) for s in seqs]
         acks = self._acks

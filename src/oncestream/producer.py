@@ -43,6 +43,7 @@ from dataclasses import replace
 
 from ._connection import Connection
 from ._errors import ConfigError, JetStreamError, WrongLastSequence
+from ._headers import check_user_headers
 from ._names import check_publish_subject
 from ._producer_batch import (
     ERR_BATCH_DUPLICATE_MSG_ID,
@@ -183,6 +184,8 @@ class ProducerSession:
             raise ConfigError("call ProducerSession.start() before publish()")
         if isinstance(position, bool) or not isinstance(position, int):
             raise ConfigError(f"position must be an int, got {position!r}")
+        if headers:
+            check_user_headers(headers)
         latest = self._buffer[-1][0] if self._buffer else self.position
         if latest is not None and position <= latest:
             self.skipped += 1

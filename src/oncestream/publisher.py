@@ -32,6 +32,7 @@ from ._errors import (
     PublishError,
     jetstream_error,
 )
+from ._headers import check_msg_id
 from ._nats import FrameSubscription, exception_retrieved, status_code
 from ._pubmany import WRITE_BATCH_BYTES, BulkPublish
 from ._pubretry import ID_IN_PROCESS, RetryTable
@@ -40,13 +41,11 @@ from ._pubwire import (
     AckTally,
     HeaderValues,
     Pending,
-    check_header_value,
     check_single_values,
     check_subject,
     conditional_headers,
     id_only_frame,
     late_duplicate,
-    msg_id_type_error,
     too_large,
     too_many_inflight,
 )
@@ -258,8 +257,10 @@ class Publisher(BulkPublish):
                     "msg id per message (pass msg_id= or configure key_fn)"
                 )
             msg_id = self._key_fn(subject, data, headers)
-        if type(msg_id) is not str:
-            raise msg_id_type_error(msg_id)
+        if type(msg_id) is not str or not (
+            msg_id.isprintable() and msg_id and msg_id[0] != " " and msg_id[-1] != " "
+        ):
+            check_msg_id(msg_id)  # is_clean_msg_id inlined above; this names the reason
         subject_bytes = self._subjects.get(subject)
         if subject_bytes is None:
             subject_bytes = self._check_subject(subject)
@@ -272,8 +273,6 @@ class Publisher(BulkPublish):
             and expected_last_subject_seq is None
             and expected_last_msg_id is None
         ):
-            if not msg_id or "\n" in msg_id or "\r" in msg_id:
-                check_header_value("Nats-Msg-Id", msg_id)
             id_bytes = msg_id.encode()
             hdr = None
             hdr_len = self._fast_len + len(id_bytes)

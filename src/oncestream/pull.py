@@ -47,9 +47,10 @@ from ._errors import (
     OperationTimeout,
     StreamNotFound,
 )
+from ._headers import first_values, parse_block, split_status
 from ._logthrottle import LogThrottle
 from ._names import check_consumer_name, check_stream_name
-from ._nats import FrameSubscription, parse_header_block
+from ._nats import FrameSubscription
 from ._pulloptions import PullOptions
 from .message import Message
 
@@ -64,6 +65,17 @@ _NO_RESPONDERS_CHECK = 5
 #: Longest delay between re-pulls while nothing responds (seconds).
 _MAX_HOLD = 2.0
 _DESCRIPTION = "Description"
+
+
+def _status_headers(block: bytes) -> dict[str, str]:
+    """A status frame's headers, with its status line as ``Status`` and ``Description``."""
+    status, description = split_status(block)
+    headers = first_values(parse_block(block, control=True))
+    if status is not None:
+        headers[_STATUS] = status
+    if description:
+        headers[_DESCRIPTION] = description
+    return headers
 
 
 class MessageStream:
@@ -154,7 +166,7 @@ class MessageStream:
             if not self._wakeup.is_set():
                 self._wakeup.set()
             return
-        self._on_status(parse_header_block(headers) if headers else {})
+        self._on_status(_status_headers(headers) if headers else {})
 
     def _on_status(self, headers: dict[str, str]) -> None:
         status = headers.get(_STATUS, "")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from ._errors import (
     OncestreamError,
     OperationTimeout,
 )
+from ._headers import SEQUENCE, SUBJECT, TIME_STAMP, direct_value, msg_id_key
 from ._nats import FrameSink, FrameSubscription, status_code
 from ._retry import Unavailable, retrying, stream_missing
 from .message import ack_layout
@@ -45,10 +45,6 @@ __all__ = ["RangeReader", "StreamRecord", "delete_consumer_later", "nth_sequence
 
 log = logging.getLogger("oncestream.reader")
 
-_SEQ_RE = re.compile(rb"\r\nNats-Sequence: (\d+)")
-_TS_RE = re.compile(rb"\r\nNats-Time-Stamp: ([^\r]*)")
-_ID_RE = re.compile(rb"\r\nNats-Msg-Id: ([^\r]*)")
-_SUBJECT_RE = re.compile(rb"\r\nNats-Subject: ([^\r]*)")
 _UNBOUNDED = 1 << 62
 
 
@@ -238,12 +234,12 @@ class RangeReader:
 
     def _seq(self, chunk: FrameSink, index: int) -> int:
         if self.direct:
-            found = _SEQ_RE.search(chunk.headers[index] or b"")
-            if found is None:
+            found = direct_value(chunk.headers[index] or b"", SEQUENCE)
+            if found is None or not found.isdigit():
                 raise OncestreamError(
                     f"reading stream {self.stream!r}: a direct get answer has no Nats-Sequence"
                 )
-            return int(found.group(1))
+            return int(found)
         tokens = chunk.replies[index].split(b".")
         return int(tokens[ack_layout(len(tokens)).stream_seq])
 
@@ -435,7 +431,7 @@ async def nth_sequence(
 
 @dataclass(frozen=True, slots=True)
 class StreamRecord:
-    """One stored message as the audit sees it."""
+    """One stored message as the audit sees it (``msg_id`` as ``_headers.msg_id_key`` keys it)."""
 
     seq: int
     subject: str
@@ -445,15 +441,14 @@ class StreamRecord:
 
 
 def _record(data: bytes, headers: bytes) -> StreamRecord:
-    seq = _SEQ_RE.search(headers)
-    ts = _TS_RE.search(headers)
-    msg_id = _ID_RE.search(headers)
-    subject = _SUBJECT_RE.search(headers)
+    seq = direct_value(headers, SEQUENCE)
+    ts = direct_value(headers, TIME_STAMP)
+    subject = direct_value(headers, SUBJECT)
     return StreamRecord(
-        seq=int(seq.group(1)) if seq else 0,
-        subject=subject.group(1).decode() if subject else "",
-        msg_id=msg_id.group(1).decode() if msg_id else None,
-        timestamp=ts.group(1).decode() if ts else "",
+        seq=int(seq) if seq and seq.isdigit() else 0,
+        subject=subject.decode("utf-8", "replace") if subject else "",
+        msg_id=msg_id_key(headers),
+        timestamp=ts.decode() if ts else "",
         data=data,
     )
 

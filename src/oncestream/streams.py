@@ -13,6 +13,7 @@ import orjson
 
 from ._connection import Connection
 from ._errors import ConfigError, JetStreamError, MessageNotFound, StreamNotFound
+from ._headers import parse_block
 from ._names import check_stream_name, check_subject_filter
 from ._options import parse_duration
 
@@ -217,13 +218,9 @@ class StoredMessage:
     headers: bytes
 
     def header(self, name: str) -> str | None:
-        """The first value of header ``name`` (case-insensitive), or None."""
-        wanted = name.lower()
-        for line in self.headers.decode(errors="replace").split("\r\n")[1:]:
-            key, sep, value = line.partition(":")
-            if sep and key.strip().lower() == wanted:
-                return value.strip()
-        return None
+        """The first value of header ``name`` (case-sensitive, as the server compares), or None."""
+        values = parse_block(self.headers).get(name)
+        return values[0] if values else None
 
 
 async def last_message(

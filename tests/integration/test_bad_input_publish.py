@@ -74,6 +74,15 @@ def stored(stream: str, count: int, *also_empty: str) -> Callable[[CliEnv, Outco
     return check
 
 
+def stored_ids(stream: str, *ids: str) -> Callable[[CliEnv, Outcome], None]:
+    """Check: ``stream`` holds exactly these msg ids, in this order."""
+
+    def check(env: CliEnv, _: Outcome) -> None:
+        assert env.msg_ids(stream) == list(ids)
+
+    return check
+
+
 def _fifo(path: Path, content: str) -> None:
     """A named pipe that a thread fills once the command opens it."""
     os.mkfifo(path)
@@ -325,11 +334,75 @@ CASES = [
         for name, record, fragment in (
             ("null", {"id": None}, "id field 'id' is missing or null"),
             ("absent", {"x": 1}, "id field 'id' is missing or null"),
-            ("empty", {"id": " "}, "id field 'id' is empty"),
             ("object", {"id": {"a": 1}}, "must be a string or an integer, got dict"),
             ("bool", {"id": True}, "must be a string or an integer, got bool"),
-            ("line-break", {"id": "a\nb"}, "contains a line break"),
+            ("float", {"id": 1.5}, "must be a string or an integer, got float 1.5"),
         )
+    ),
+    # Ids the server (or a client library reading them) would read as another id:
+    # refused with exit 2, never stored, never merged with another record's id.
+    *(
+        Case(
+            f"id-refused-{name}",
+            publish(f"IDR{i}", f"idr{i}.x", *ID),
+            CONFIG,
+            fragment,
+            setup=given(f"IDR{i}", lines(record)),
+            check=stored(f"IDR{i}", 0),
+        )
+        for i, (name, record, fragment) in enumerate(
+            (
+                ("empty", {"id": ""}, "is empty or only whitespace"),
+                ("blank", {"id": " "}, "is empty or only whitespace"),
+                ("line-break", {"id": "a\nb"}, "contains the control character '\\n'"),
+                ("carriage-return", {"id": "a\rb"}, "contains the control character '\\r'"),
+                ("nul", {"id": "a\u0000b"}, "contains the control character '\\x00'"),
+                ("tab-inside", {"id": "a\tb"}, "contains the control character '\\t'"),
+                ("leading-space", {"id": " a"}, "starts with whitespace"),
+                ("trailing-space", {"id": "a "}, "ends with whitespace"),
+                ("leading-nbsp", {"id": "\u00a0a"}, "starts with whitespace"),
+                ("trailing-ideographic-space", {"id": "a\u3000"}, "ends with whitespace"),
+            )
+        )
+    ),
+    Case(
+        # " a" would be stored by the server as "a": a duplicate of line 1, i.e. lost.
+        "id-refused-would-merge",
+        publish("IDM", "idm.x", *ID),
+        CONFIG,
+        "line 2: id field 'id': ' a' starts with whitespace",
+        setup=given("IDM", lines({"id": "a", "n": 1}, {"id": " a", "n": 2})),
+        check=stored("IDM", 1),
+    ),
+    Case(
+        "id-refused-skipped-on-request",
+        publish("IDK", "idk.x", *ID, "--on-error", "skip"),
+        OK,
+        "line 2: id field 'id': 'b ' ends with whitespace",
+        setup=given("IDK", lines({"id": "a"}, {"id": "b "}, {"id": "c"})),
+        check=stored("IDK", 2),
+    ),
+    Case(
+        # orjson reads integers beyond 64 bits as floats: two ids would round alike.
+        "id-integers-beyond-64-bits",
+        publish("IDB", "idb.x", *ID),
+        OK,
+        "",
+        setup=given(
+            "IDB",
+            '{"id": 123456789012345678901234567890}\n{"id": 123456789012345678901234567891}\n',
+        ),
+        check=stored_ids("IDB", "123456789012345678901234567890", "123456789012345678901234567891"),
+    ),
+    Case(
+        "content-id-integers-beyond-64-bits",
+        publish("IDH", "idh.x", "--id-from-content"),
+        OK,
+        "",
+        setup=given(
+            "IDH", '{"n": 123456789012345678901234567890}\n{"n": 123456789012345678901234567891}\n'
+        ),
+        check=stored("IDH", 2),
     ),
     Case(
         "template-field-missing",

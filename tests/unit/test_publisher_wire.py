@@ -9,7 +9,7 @@ from nats.protocol.parser import Parser
 
 from oncestream import ConfigError
 from oncestream._nats._parser import install
-from oncestream._pubwire import build_headers
+from oncestream._pubwire import conditional_headers
 
 
 class _FakeClient:
@@ -68,14 +68,18 @@ async def test_fast_parse_handles_any_split(seed: int) -> None:
     assert not client._ps.buf
 
 
-def test_build_headers_rejects_bad_names_and_values() -> None:
-    block = build_headers("id-1", {"X-Trace": "t"}, {"Nats-Expected-Stream": "S"})
+def test_conditional_headers_rejects_bad_names_and_values() -> None:
+    block = conditional_headers("id-1", {"X-Trace": "t"}, expected_stream="S")
     assert block == (
         b"NATS/1.0\r\nNats-Msg-Id: id-1\r\nX-Trace: t\r\nNats-Expected-Stream: S\r\n\r\n"
     )
     with pytest.raises(ConfigError, match="header name"):
-        build_headers("id", {"bad name": "v"}, {})
+        conditional_headers("id", {"bad name": "v"})
     with pytest.raises(ConfigError, match="msg id"):
-        build_headers("id", {"Nats-Msg-Id": "other"}, {})
+        conditional_headers("id", {"nats-msg-id": "other"})
+    with pytest.raises(ConfigError, match="write-time checks"):
+        conditional_headers("id", {"Nats-Expected-Stream": "OTHER"})
     with pytest.raises(ConfigError, match="single line"):
-        build_headers("id", {"X": "a\r\nb"}, {})
+        conditional_headers("id", {"X": "a\r\nb"})
+    with pytest.raises(ConfigError, match="whitespace"):
+        conditional_headers(" id", None)

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._parser import FrameHandler, FrameSink, FrameTarget, install, is_status, status_code
-from ._public import frame_of, parse_header_block, split_frames
+from ._public import frame_of, split_frames
 
 __all__ = [
     "FASTPATH_ENV",
@@ -43,7 +43,6 @@ __all__ = [
     "attach",
     "exception_retrieved",
     "is_status",
-    "parse_header_block",
     "status_code",
 ]
 

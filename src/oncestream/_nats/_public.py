@@ -4,9 +4,12 @@ Components hand the adapter complete protocol frames (``PUB``/``HPUB``) and
 expect raw frames back (subject, reply, data, header block). Without the
 internals, frames to send are split back into their parts and published with
 ``Client.publish``; received ``Msg`` objects are turned back into raw frames,
-their header dict rendered as a header block. Slower, same results, with two
-limits of nats-py's public API: one value per header name, and header names
-restricted to nats-py's token rule.
+their header dict rendered as a header block. Slower, same results, with the
+limits of nats-py's public API: one value per header name (the last one it
+read), header names restricted to nats-py's token rule, and values trimmed and
+decoded by nats-py, so an id written by a foreign client with whitespace at
+its end or bytes that are not UTF-8 reads differently here than on the fast
+path (ids oncestream writes are never such ids: see ``_headers.check_msg_id``).
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["frame_of", "header_block", "parse_header_block", "split_frames"]
+from .._headers import first_values, parse_block
+
+__all__ = ["frame_of", "header_block", "split_frames"]
 
 
 def header_block(headers: dict[str, str] | None) -> bytes | None:
@@ -35,36 +40,6 @@ def header_block(headers: dict[str, str] | None) -> bytes | None:
             continue
         lines.append(f"{key}: {value}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
-
-
-def parse_header_block(block: bytes | bytearray) -> dict[str, str]:
-    """A raw header block as nats-py's header dict (a status line -> ``Status``/``Description``).
-
-    A name given several times keeps its last value, as nats-py does.
-    """
-    lines = block.decode(errors="replace").split("\r\n")
-    out: dict[str, str] = {}
-    first = lines[0]
-    if len(first) > 9 and first[8] == " ":
-        status, _, description = first[9:].partition(" ")
-        if status.isdigit():
-            out["Status"] = status
-        if description:
-            out["Description"] = description
-    for line in lines[1:]:
-        key, sep, value = line.partition(":")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
-
-
-def _parse_headers(block: bytes) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for line in block.decode().split("\r\n")[1:]:
-        key, sep, value = line.partition(":")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
 
 
 def split_frames(buffer: bytes) -> Iterator[tuple[str, str, bytes, dict[str, str] | None]]:
@@ -92,7 +67,8 @@ def split_frames(buffer: bytes) -> Iterator[tuple[str, str, bytes, dict[str, str
         stop = start + total
         if buffer[stop : stop + 2] != b"\r\n":
             raise ValueError("frame length does not match its payload")
-        headers = _parse_headers(buffer[start : start + header_len]) if header_len else None
+        block = buffer[start : start + header_len] if header_len else None
+        headers = first_values(parse_block(block, control=True)) if block else None
         yield parts[1].decode(), reply, bytes(buffer[start + header_len : stop]), headers
         pos = stop + 2
 

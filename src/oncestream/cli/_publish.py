@@ -283,6 +283,8 @@ async def _run(
         return EXIT_CONFIG
     if state.interrupted:
         return EXIT_INTERRUPTED
+    if state.stopped and state.id_refused and not tally.failed:
+        return EXIT_CONFIG
     if tally.failed or state.stopped:
         return EXIT_FAILURE
     if tally.malformed and not (tally.stored or tally.duplicates or tally.already):
@@ -314,7 +316,9 @@ def publish_command(
     ),
     fmt: InputFormat = typer.Option(InputFormat.auto, "--format", help="Input format."),
     on_error: OnError = typer.Option(
-        OnError.stop, "--on-error", help="Malformed line: stop (exit 1) or skip it."
+        OnError.stop,
+        "--on-error",
+        help="Malformed line: stop (exit 1; 2 when its id is refused) or skip it.",
     ),
     max_inflight: int = typer.Option(
         _DEFAULTS.max_inflight, "--max-inflight", help="Unacknowledged publishes."
@@ -358,7 +362,8 @@ def publish_command(
     Exit codes: 0 all stored or already there; 1 a publish failed, a malformed
     line stopped the run, or every record was malformed; 2 invalid options or
     configuration (missing stream, subject of another stream, changed file,
-    retry horizon longer than the stream's duplicate window); 130 interrupted.
+    retry horizon longer than the stream's duplicate window) or a record id
+    the server would read as another id; 130 interrupted.
     """
     if id_field is not None and id_from_content:
         raise ConfigError("give one of --id-field FIELD or --id-from-content, not both")

@@ -12,7 +12,9 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import json
 import os
+import re
 import stat
 import string
 from collections.abc import Iterator
@@ -23,10 +25,12 @@ from typing import IO, Any
 import orjson
 
 from .._errors import ConfigError
+from .._headers import check_msg_id
 from .._names import check_publish_subject
 
 __all__ = [
     "FileFacts",
+    "IdRefused",
     "InputFormat",
     "PrefixHasher",
     "Record",
@@ -43,6 +47,8 @@ __all__ = [
 
 _BAD_SUBJECT_VALUE = set(" \t\r\n.*>")
 _BOM = b"\xef\xbb\xbf"
+# 20 digits in a row: maybe an integer beyond 64 bits, which orjson turns into a float.
+_BIG_INT = re.compile(rb"\d{20}")
 _HASH_CHUNK = 1 << 20
 
 
@@ -59,6 +65,10 @@ class RecordError(ValueError):
         self.line = line
         self.reason = reason
         super().__init__(f"line {line}: {reason}")
+
+
+class IdRefused(RecordError):
+    """A record whose id the server (or a reader) would read as another id; never published."""
 
 
 @dataclass(frozen=True)
@@ -140,30 +150,50 @@ def record_id(record: Record, id_field: str | None) -> str:
     """The msg id of ``record``: its ``id_field`` (a string or integer), else a content hash.
 
     Raises:
-        RecordError: the id field is missing, null, empty, or not a string/integer.
+        RecordError: the id field is missing, null, or not a string/integer.
+        IdRefused: the id is not clean (:func:`oncestream._headers.check_msg_id`):
+            nats-server or a client library would read it as another id.
     """
     if id_field is None:
         return content_id(record)
     if id_field not in record.fields or record.fields[id_field] is None:
         raise RecordError(record.line, f"id field {id_field!r} is missing or null")
     value = record.fields[id_field]
+    if type(value) is float and _BIG_INT.search(record.data):
+        value = _exact_fields(record).get(id_field, value)
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise RecordError(
             record.line,
             f"id field {id_field!r} must be a string or an integer, got "
             f"{type(value).__name__} {value!r}"[:200],
         )
-    text = str(value)
-    if not text.strip():
-        raise RecordError(record.line, f"id field {id_field!r} is empty")
-    if "\r" in text or "\n" in text:
-        raise RecordError(record.line, f"id field {id_field!r} contains a line break")
-    return text
+    try:
+        return check_msg_id(str(value), f"id field {id_field!r}:")
+    except ConfigError as exc:
+        raise IdRefused(record.line, str(exc)) from None
+
+
+def _exact_fields(record: Record) -> dict[str, Any]:
+    """The record's fields with integers beyond 64 bits exact (orjson makes them floats)."""
+    try:
+        value = json.loads(record.data)
+    except ValueError:
+        return record.fields
+    return value if isinstance(value, dict) else record.fields
 
 
 def content_id(record: Record) -> str:
-    """A stable id from the record's canonical JSON (sorted keys): sha256, hex."""
-    canonical = orjson.dumps(record.fields, option=orjson.OPT_SORT_KEYS)
+    """A stable id from the record's canonical JSON (sorted keys): sha256, hex.
+
+    Integers beyond 64 bits stay exact (orjson would round them to floats, and
+    two records differing only there would share an id).
+    """
+    if _BIG_INT.search(record.data):
+        canonical = json.dumps(
+            _exact_fields(record), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ).encode()
+    else:
+        canonical = orjson.dumps(record.fields, option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(canonical).hexdigest()
 
 

@@ -35,7 +35,14 @@ from .._errors import (
 )
 from .._progress import ConcurrentRun, ProgressStore, PublishProgress
 from ..publisher import PubAck, Publisher
-from ._publish_input import PrefixHasher, Record, RecordError, SubjectTemplate, record_id
+from ._publish_input import (
+    IdRefused,
+    PrefixHasher,
+    Record,
+    RecordError,
+    SubjectTemplate,
+    record_id,
+)
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -153,6 +160,8 @@ class RunState:
     read_to: int = 0
     eof: bool = False
     progress_error: str | None = None
+    #: A record's id was refused (it would be read as another id): bad input, exit 2.
+    id_refused: bool = False
     started: float = field(default_factory=time.monotonic)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -298,6 +307,8 @@ async def publish_records(
     def malformed(line: int, text: object) -> bool:
         """Count a bad record; True when the run stops on it (``--on-error stop``)."""
         tally.malformed += 1
+        if isinstance(text, IdRefused):
+            state.id_refused = True
         say(f"[yellow]malformed[/] {text}")
         if not skip_on_error:
             state.stopped = True

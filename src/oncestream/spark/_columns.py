@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._errors import OncestreamError
+from .._headers import MSG_ID, parse_block
 from .._nats import FrameSink
 from ..message import ack_layout
 
@@ -30,7 +31,10 @@ ARROW_SCHEMA = pa.schema(
 _DIRECT_RE = re.compile(
     rb"\r\nNats-Subject: ([^\r]*)\r\nNats-Sequence: (\d+)\r\nNats-Time-Stamp: ([^\r]*)\r\n"
 )
-_MSG_ID_RE = r"\nNats-Msg-Id: (?P<v>[^\r]*)\r\n"
+# As nats-server reads it (see oncestream._headers.header_value): the first line
+# named exactly Nats-Msg-Id, spaces after the colon skipped, up to the next CRLF.
+_MSG_ID_RE = r"(?s)\r\n" + MSG_ID + r": *(?P<v>.*?)\r\n"
+_MSG_ID_KEY = b"\r\n" + MSG_ID.encode() + b":"
 
 
 def to_batch(
@@ -52,7 +56,7 @@ def to_batch(
     if direct:
         joined = b"\n".join(cast("list[bytes]", chunk.headers))
         found = _DIRECT_RE.findall(joined)
-        has_ids = b"Nats-Msg-Id:" in joined
+        has_ids = _MSG_ID_KEY in joined
         if len(found) != n:
             raise OncestreamError(
                 f"reading stream {stream_name.as_py()!r}: unexpected direct get headers"
@@ -62,7 +66,7 @@ def to_batch(
         seq = pa.array(seqs, pa.binary()).cast(pa.string()).cast(pa.int64())
         timestamp = _parse_timestamps(pa.array(stamps, pa.binary()).cast(pa.string()))
     else:
-        has_ids = any(h is not None and b"Nats-Msg-Id:" in h for h in chunk.headers)
+        has_ids = any(h is not None and _MSG_ID_KEY in h for h in chunk.headers)
         subject = pa.array(chunk.subjects, pa.binary()).cast(pa.string())
         tokens = pc.split_pattern(pa.array(chunk.replies, pa.binary()).cast(pa.string()), ".")
         at = ack_layout(len(chunk.replies[0].split(b".")))
@@ -71,10 +75,7 @@ def to_batch(
         timestamp = pc.cast(pc.divide(nanos, 1000), pa.int64()).cast(pa.timestamp("us", tz="UTC"))
     last_seen = int(seq[n - 1].as_py())
     raw_headers = pa.array(chunk.headers, pa.binary())
-    if has_ids:
-        msg_id = pc.struct_field(pc.extract_regex(raw_headers, _MSG_ID_RE), [0]).cast(pa.string())
-    else:
-        msg_id = pa.nulls(n, pa.string())
+    msg_id = _msg_ids(raw_headers) if has_ids else pa.nulls(n, pa.string())
     if include_headers:
         headers = _headers_column(chunk.headers, direct)
     else:
@@ -105,37 +106,28 @@ def _parse_timestamps(stamps: pa.Array) -> pa.Array:
     return pc.add(secs, pc.cast(micros, pa.duration("us"))).cast(pa.timestamp("us", tz="UTC"))
 
 
-_SERVER_HEADERS = (
-    "Nats-Stream",
-    "Nats-Subject",
-    "Nats-Sequence",
-    "Nats-Time-Stamp",
-    "Nats-Num-Pending",
-    "Nats-Last-Sequence",
-)
+def _msg_ids(raw_headers: pa.Array) -> pa.Array:
+    """The msg id column: the server's reading of Nats-Msg-Id, null when absent or empty."""
+    found = pc.struct_field(pc.extract_regex(raw_headers, _MSG_ID_RE), [0])
+    try:
+        ids = found.cast(pa.string())
+    except pa.ArrowInvalid:  # bytes that are not UTF-8 (a foreign writer): U+FFFD, as msg_id_of
+        ids = pa.array(
+            [None if v is None else v.decode("utf-8", "replace") for v in found.to_pylist()],
+            pa.string(),
+        )
+    return pc.if_else(pc.equal(ids, ""), pa.scalar(None, pa.string()), ids)
 
 
-def _parse_user_headers(raw: bytes | None, direct: bool) -> list[tuple[str, list[str]]] | None:
+def _user_headers(raw: bytes | None, direct: bool) -> list[tuple[str, list[str]]] | None:
+    """The headers column of one row: the message's own headers, msg id and control hidden."""
     if not raw:
         return None
-    text = raw.decode("utf-8", errors="replace")
-    lines = text.split("\r\n")[1:]
-    if direct:
-        # The server appends its own headers after the message's; drop that tail.
-        for i, line in enumerate(lines):
-            if line.startswith("Nats-Stream: "):
-                lines = lines[:i]
-                break
-    out: dict[str, list[str]] = {}
-    for line in lines:
-        if not line:
-            continue
-        key, sep, value = line.partition(":")
-        if sep:
-            out.setdefault(key.strip(), []).append(value.strip())
-    return list(out.items()) or None
+    headers = parse_block(raw, direct=direct)
+    headers.pop(MSG_ID, None)  # it has its own column
+    return list(headers.items()) or None
 
 
 def _headers_column(raw: list[bytes | None], direct: bool) -> pa.Array:
-    values = [_parse_user_headers(h, direct) for h in raw]
+    values = [_user_headers(h, direct) for h in raw]
     return pa.array(values, ARROW_SCHEMA.field("headers").type)

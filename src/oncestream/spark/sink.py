@@ -42,6 +42,7 @@ from pyspark.sql.types import (
 
 from .._connection import Connection
 from .._errors import ConfigError, JetStreamError, OncestreamError, StreamMismatch
+from .._headers import check_msg_id, is_clean_msg_id
 from .._sync import run_sync, submit_sync
 from ..publisher import AckTally, PubAck, Publisher
 from ..streams import create_stream_if_missing
@@ -292,6 +293,9 @@ class _JetStreamWriter:
             if col["msg_id"].null_count:
                 raise ConfigError(f"{where}: a row has a null msg_id")
             ids = col["msg_id"].to_pylist()
+            for i, msg_id in enumerate(ids):
+                if not is_clean_msg_id(msg_id):
+                    check_msg_id(msg_id, f"{where}: the msg_id of row {offset + i}")
         elif layout.lineage:
             if col["stream"].null_count or col["sequence"].null_count:
                 raise ConfigError(f"{where}: a row has a null stream or sequence (lineage id)")

@@ -1,0 +1,94 @@
+"""A minimal NATS protocol client written from the protocol text, for tests only.
+
+It shares no code with oncestream or nats-py, so a test can write header bytes
+exactly as given (nats-py trims them, oncestream refuses some) and read the
+server's answers without either library's parsing in between. Only what the
+tests need: CONNECT, SUB, HPUB with a reply subject, and MSG/HMSG frames back.
+
+Example::
+
+    async with RawClient(url) as raw:
+        ack = await raw.request_hpub("orders.x", b"NATS/1.0\\r\\nNats-Msg-Id:  a\\r\\n\\r\\n", b"x")
+        print(ack)   # the PubAck JSON as a dict
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+__all__ = ["RawClient"]
+
+
+class RawClient:
+    """One plain-TCP NATS connection (no TLS, no auth) speaking the protocol by hand."""
+
+    def __init__(self, url: str, timeout: float = 5.0) -> None:
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 4222
+        self.timeout = timeout
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._ids = itertools.count(1)
+
+    async def __aenter__(self) -> RawClient:
+        self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        info = await self._line()
+        assert info.startswith(b"INFO "), info
+        connect = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True}
+        self._writer.write(b"CONNECT " + json.dumps(connect).encode() + b"\r\nPING\r\n")
+        await self._writer.drain()
+        assert await self._line() == b"PONG", "the server did not answer PING"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            await self._writer.wait_closed()
+
+    async def _line(self) -> bytes:
+        assert self._reader is not None
+        async with asyncio.timeout(self.timeout):
+            while True:
+                line = (await self._reader.readuntil(b"\r\n"))[:-2]
+                if line == b"PING":
+                    assert self._writer is not None
+                    self._writer.write(b"PONG\r\n")
+                    continue
+                if line.startswith(b"-ERR"):
+                    raise RuntimeError(line.decode(errors="replace"))
+                if line == b"+OK":
+                    continue
+                return line
+
+    async def request_hpub(self, subject: str, header: bytes, payload: bytes) -> dict[str, Any]:
+        """Publish with exactly ``header`` (a ``NATS/1.0`` block) and return the JSON reply."""
+        assert self._reader is not None and self._writer is not None
+        sid = next(self._ids)
+        inbox = f"_RAW.{sid}"
+        total = len(header) + len(payload)
+        self._writer.write(
+            b"SUB %b %d\r\nUNSUB %d 1\r\nHPUB %b %b %d %d\r\n%b%b\r\n"
+            % (
+                inbox.encode(),
+                sid,
+                sid,
+                subject.encode(),
+                inbox.encode(),
+                len(header),
+                total,
+                header,
+                payload,
+            )
+        )
+        await self._writer.drain()
+        line = await self._line()
+        op, *args = line.split(b" ")
+        size = int(args[-1])
+        async with asyncio.timeout(self.timeout):
+            frame = await self._reader.readexactly(size + 2)
+        body = frame[int(args[-2]) : size] if op == b"HMSG" else frame[:size]
+        return dict(json.loads(body)) if body else {"status": frame[:size].decode()}
