@@ -47,7 +47,7 @@ async def test_publish_many_carries_expected_stream(conn, make_stream) -> None:
 async def test_publish_many_rejects_bad_input_before_sending_it(conn, make_stream) -> None:
     await make_stream("BAD", ("bad.>",))
     async with Publisher(conn, PublisherOptions(stream="BAD")) as pub:
-        with pytest.raises(ConfigError, match="msg id .two.nlines. contains the control character"):
+        with pytest.raises(ConfigError, match=r"two.nlines. contains the control"):
             await pub.publish_many(["bad.a", "bad.a"], [b"1", b"2"], ["ok", "two\nlines"])
         with pytest.raises(ConfigError, match="subject"):
             await pub.publish_many(["bad.*"], [b"1"], ["w"])
