@@ -24,6 +24,8 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal, NamedTuple
 
+from .._errors import LedgerError, LedgerUnusable
+
 __all__ = ["KeyMode", "Ledger", "LedgerEntry", "LedgerTx"]
 
 KeyMode = Literal["sequence", "msg_id"]
@@ -97,6 +99,20 @@ class Ledger(abc.ABC):
         failures (which would eventually dead-letter good messages during an outage).
         """
         return False
+
+    def is_unusable(self, exc: BaseException) -> bool:
+        """True when ``exc`` means the database cannot be used until someone fixes it.
+
+        A corrupt or read-only database (raised inside a handler too): the Processor
+        stops with :class:`~oncestream.LedgerUnusable` instead of retrying forever.
+        """
+        return False
+
+    def failure(self, what: str, exc: BaseException) -> LedgerError:
+        """The error for ``exc`` raised by the database during ``what``: a
+        :class:`~oncestream.LedgerUnusable` when :meth:`is_unusable`, else a ``LedgerError``."""
+        kind = LedgerUnusable if self.is_unusable(exc) else LedgerError
+        return kind(f"{self!r}: {what}: {exc}")
 
     @abc.abstractmethod
     def open(self) -> None:
