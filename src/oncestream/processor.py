@@ -212,13 +212,16 @@ class Processor:
             await pull.stop()
             leftover = pull.take_unprocessed()
         conn = self.conn
-        if conn is not None and conn.is_connected:
+        reachable = conn is not None and conn.is_connected
+        if reachable and conn is not None and pull is not None:
             if leftover:
                 # Hand unprocessed messages back now instead of after ack_wait.
                 await self._acks.nak(leftover)
-                with contextlib.suppress(Exception):
-                    await conn.flush(timeout=2)
-        elif conn is not None and pull is not None:
+            try:
+                await conn.flush(timeout=2)  # the acks and naks written reached the server
+            except Exception:
+                reachable = False  # it went away unnoticed so far
+        if not reachable and conn is not None and pull is not None:
             log.warning("%s", self._unsent.report(len(leftover), self._acks.ack_wait))
         with contextlib.suppress(Exception):
             await self._applier.db(self.ledger.close)

@@ -130,7 +130,7 @@ async def test_deleted_stream_is_reported_as_the_stream(conn, make_stream) -> No
     try:
         await stream.next_batch(timeout=0.2)  # the pull request is registered
         await conn.delete_stream("DS")
-        with pytest.raises(StreamNotFound, match="stream 'DS' was deleted .*consumer 'c'"):
+        with pytest.raises(StreamNotFound, match=r"stream 'DS' was deleted .*consumer 'c'"):
             await stream.next_batch(timeout=10)
     finally:
         await stream.stop()
