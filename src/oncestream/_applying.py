@@ -170,6 +170,9 @@ class Applier:
         (up to SQLite's busy timeout); on the event loop thread that would stop
         pulls, acks, in-progress acks and progress lines for that long.
         """
+        tx = self.ledger.begin_nowait()
+        if tx is not None:
+            return tx  # the usual case: no lock to wait for, no thread hop
         task = asyncio.ensure_future(asyncio.to_thread(self.ledger.begin))
         try:
             done, _ = await asyncio.wait({task}, timeout=_LOCK_NOTICE)

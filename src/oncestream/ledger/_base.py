@@ -131,6 +131,14 @@ class Ledger(abc.ABC):
     def begin(self) -> LedgerTx:
         """Start a transaction."""
 
+    def begin_nowait(self) -> LedgerTx | None:
+        """Start a transaction if that needs no wait for a lock; None if it would wait.
+
+        The Processor tries this on the event loop thread and only hands a
+        waiting :meth:`begin` to a worker thread. The default never tries.
+        """
+        return None
+
     @contextlib.contextmanager
     def transaction(self) -> Iterator[LedgerTx]:
         """One transaction as a context: committed when the block ends, rolled back on an error.

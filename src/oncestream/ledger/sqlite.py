@@ -246,6 +246,21 @@ class SQLiteLedger(Ledger):
             raise self.failure("begin", exc) from exc
         return _SQLiteTx(self, con)
 
+    def begin_nowait(self) -> LedgerTx | None:
+        con = self.connection
+        # Without a busy timeout, a lock held by another process fails at once
+        # instead of blocking this thread (the event loop's) for up to busy_timeout.
+        con.execute("PRAGMA busy_timeout = 0")
+        try:
+            con.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF in (5, 6):  # SQLITE_BUSY, _LOCKED
+                return None
+            raise self.failure("begin", exc) from exc
+        finally:
+            con.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        return _SQLiteTx(self, con)
+
     def _fetchone(self, sql: str, params: Sequence[Any]) -> Any:
         return self.connection.execute(sql, params).fetchone()
 
