@@ -164,10 +164,11 @@ class Applier:
         return _HandlerFailed(index, exc)
 
     async def _begin(self) -> LedgerTx:
-        """``ledger.begin()`` on a worker thread, saying so when it waits for a lock.
+        """Begin a transaction without blocking the event loop on another process's lock.
 
-        Another process holding the database's write lock makes ``BEGIN`` wait
-        (up to SQLite's busy timeout); on the event loop thread that would stop
+        At once when no lock is held (:meth:`Ledger.begin_nowait`); otherwise
+        ``ledger.begin()`` waits on a worker thread (up to SQLite's busy
+        timeout), and the wait is logged. On the event loop thread it would stop
         pulls, acks, in-progress acks and progress lines for that long.
         """
         tx = self.ledger.begin_nowait()
