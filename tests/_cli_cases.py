@@ -24,6 +24,9 @@ Example::
 Args are ``str.format`` templates: ``{url}`` is the shared server's URL and
 ``{tmp}`` the row's own temporary directory. Rows that must run in a real
 process (signals, port binding, the console script itself) set ``subprocess=True``.
+A subprocess row may act while the command runs (``during``): wait for a line it
+prints, delete a stream, stop a server, send SIGTERM; ``env.defer`` registers
+clean-ups (a server the row started) that run however the row ends.
 """
 
 from __future__ import annotations
@@ -31,8 +34,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,9 +50,11 @@ from oncestream import ConnectOptions, connect
 from oncestream._headers import msg_id_of
 from oncestream.streams import StreamSpec, ensure_stream
 
-__all__ = ["Case", "CliEnv", "Outcome", "run_case"]
+__all__ = ["Case", "CliEnv", "Outcome", "Running", "run_case"]
 
 _TRACEBACK_MARKERS = ("Traceback (most recent call last)", 'File "/')
+#: A subprocess row's environment: lines wide enough that rich wraps no message.
+_WIDE = {"COLUMNS": "400"}
 
 
 @dataclass
@@ -65,6 +73,11 @@ class CliEnv:
     url: str
     tmp: Path
     values: dict[str, Any] = field(default_factory=dict)
+    cleanups: list[Callable[[], Any]] = field(default_factory=list)
+
+    def defer(self, cleanup: Callable[[], Any]) -> None:
+        """Run ``cleanup`` after the row, however it ended (last registered runs first)."""
+        self.cleanups.append(cleanup)
 
     # -- setup helpers -----------------------------------------------------------
 
@@ -138,6 +151,74 @@ class CliEnv:
         }
 
 
+class Running:
+    """A subprocess row's command while it runs: what it printed so far, and signals."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        #: (time.monotonic() when read, line) for every line printed (stdout and stderr).
+        self.lines: list[tuple[float, str]] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._changed:
+                self.lines.append((time.monotonic(), line))
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def output(self) -> str:
+        with self._changed:
+            return "".join(line for _, line in self.lines)
+
+    def wait_for(self, fragment: str, timeout: float = 30.0) -> float:
+        """Wait until the output holds ``fragment`` (whitespace folded); when it was read.
+
+        Raises:
+            AssertionError: not printed within ``timeout``, or the command ended first.
+        """
+        wanted = " ".join(fragment.split())
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                text = ""
+                for when, line in self.lines:
+                    text = f"{text} {' '.join(line.split())}"
+                    if wanted in text:
+                        return when
+                left = deadline - time.monotonic()
+                ended = self.proc.poll() is not None and not self._reader.is_alive()
+                if left <= 0 or ended:
+                    raise AssertionError(
+                        f"{fragment!r} not printed ({'exited' if ended else 'timed out'}):\n"
+                        + "".join(line for _, line in self.lines)
+                    )
+                self._changed.wait(min(left, 0.5))
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the command (by its PID)."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def finish(self, timeout: float) -> Outcome:
+        """Wait for the command to exit (SIGKILL after ``timeout``) and return what it did."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            self._reader.join(timeout=10)
+            raise AssertionError(
+                f"still running after {timeout}s; killed. Output:\n{self.output()}"
+            ) from None
+        self._reader.join(timeout=10)
+        return Outcome(self.proc.returncode, self.output())
+
+
 @dataclass(frozen=True)
 class Case:
     """One row: ``oncestream *args`` must exit with ``exit_code`` and print ``message``.
@@ -157,6 +238,9 @@ class Case:
         in_tmp: run with the row's temp directory as the current directory.
         prefix: words put before the installed ``oncestream`` in a subprocess row
             (e.g. ``setpriv`` dropping root's file-permission override).
+        during: for a subprocess row, called with the env and the :class:`Running`
+            command once it started; it may wait for output, act and signal it.
+            The row then waits for the command to exit (``timeout``).
     """
 
     id: str
@@ -171,16 +255,44 @@ class Case:
     absent: tuple[str, ...] = ()
     in_tmp: bool = False
     prefix: tuple[str, ...] = ()
+    during: Callable[[CliEnv, Running], Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.during is not None and not self.subprocess:
+            raise ValueError(f"row {self.id}: `during` needs subprocess=True")
 
 
-def _invoke(case: Case, args: list[str], cwd: Path | None) -> Outcome:
+def _invoke(case: Case, args: list[str], cwd: Path | None, env: CliEnv) -> Outcome:
     if cwd is not None:
         before = os.getcwd()
         os.chdir(cwd)
         try:
-            return _invoke(case, args, None)
+            return _invoke(case, args, None, env)
         finally:
             os.chdir(before)
+    if case.during is not None:
+        script = Path(sys.executable).parent / "oncestream"
+        popen = subprocess.Popen(
+            [*case.prefix, str(script), *args],
+            stdin=subprocess.PIPE if case.stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **_WIDE},
+        )
+        if case.stdin is not None:
+            assert popen.stdin is not None
+            popen.stdin.write(case.stdin)
+            popen.stdin.close()
+        running = Running(popen)
+        try:
+            case.during(env, running)
+        except BaseException:
+            if popen.poll() is None:
+                popen.kill()
+            running.finish(timeout=10)
+            raise
+        return running.finish(case.timeout)
     if case.subprocess:
         script = Path(sys.executable).parent / "oncestream"
         proc = subprocess.run(
@@ -190,6 +302,7 @@ def _invoke(case: Case, args: list[str], cwd: Path | None) -> Outcome:
             text=True,
             timeout=case.timeout,
             check=False,
+            env={**os.environ, **_WIDE},
         )
         return Outcome(proc.returncode, proc.stdout + proc.stderr)
     from oncestream.cli import app
@@ -209,11 +322,19 @@ def run_case(case: Case, env: CliEnv) -> Outcome:
     ``absent`` fragment or a traceback shows up, or the row's ``check`` fails.
     """
     env.tmp.mkdir(parents=True, exist_ok=True)
+    try:
+        return _run_case(case, env)
+    finally:
+        while env.cleanups:
+            env.cleanups.pop()()
+
+
+def _run_case(case: Case, env: CliEnv) -> Outcome:
     if case.setup is not None:
         case.setup(env)
     args = [arg.format(url=env.url, tmp=env.tmp, **env.values) for arg in case.args]
     message = case.message.format(url=env.url, tmp=env.tmp, **env.values)
-    outcome = _invoke(case, args, env.tmp if case.in_tmp else None)
+    outcome = _invoke(case, args, env.tmp if case.in_tmp else None, env)
     shown = f"oncestream {' '.join(args)}\n--- exit {outcome.exit_code} ---\n{outcome.output}"
     if outcome.exception is not None:
         import traceback

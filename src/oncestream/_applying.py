@@ -20,7 +20,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from ._errors import LedgerError
+from ._errors import LedgerError, LedgerUnusable
+from ._logthrottle import LogThrottle
 from ._processor_setup import ProcessorStats
 from .ledger import Ledger, LedgerEntry, LedgerTx
 from .message import Message
@@ -37,6 +38,8 @@ Handler = Callable[[Message, LedgerTx], Awaitable[None] | None]
 Outcome = tuple[list[Message], list[tuple[Message, BaseException]]]
 
 _LEDGER_ATTEMPTS = 3
+#: Seconds a transaction may wait for the database's write lock before the wait is logged.
+_LOCK_NOTICE = 1.0
 #: Batches at least this large commit off the event loop (the fsync would block it).
 _COMMIT_OFF_LOOP = 32
 
@@ -65,11 +68,16 @@ class Applier:
         #: Serialises ledger calls (transactions, pruning) on the one connection.
         self.lock = asyncio.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
+        self._lock_log = LogThrottle(log)
 
     async def db(self, func: Callable[..., Any], *args: Any) -> Any:
-        """Run a ledger call: inline for SQLite, on a worker thread for blocking databases."""
+        """Run a ledger call other than a batch (open, prune, close) on a worker thread.
+
+        Each may wait for another process's lock on the database (SQLite's busy
+        timeout blocks the calling thread); the event loop keeps running meanwhile.
+        """
         async with self.lock:
-            return await self._call_db(func, *args)
+            return await asyncio.to_thread(func, *args)
 
     async def apply(self, entries: list[LedgerEntry], msgs: list[Message]) -> Outcome | None:
         """Apply one batch; None when the ledger kept failing (hand the batch back).
@@ -81,6 +89,8 @@ class Applier:
             try:
                 async with self.lock:
                     return await self._apply(entries, msgs)
+            except LedgerUnusable:
+                raise
             except LedgerError as exc:
                 self.stats.ledger_errors += 1
                 log.warning("ledger transaction failed (attempt %d): %s", attempt + 1, exc)
@@ -109,7 +119,7 @@ class Applier:
                 if self.is_async:
                     await self._run_batch_async([entry], [msg])
                 elif self.inline:
-                    self._run_batch([entry], [msg])
+                    await self._run_batch_inline([entry], [msg])
                 else:
                     await asyncio.to_thread(self._run_batch, [entry], [msg])
                 done.append(msg)
@@ -118,9 +128,15 @@ class Applier:
         return done, failures
 
     def _run_batch(
-        self, entries: Sequence[LedgerEntry], msgs: Sequence[Message], *, commit: bool = True
+        self,
+        entries: Sequence[LedgerEntry],
+        msgs: Sequence[Message],
+        *,
+        commit: bool = True,
+        tx: LedgerTx | None = None,
     ) -> tuple[LedgerTx, list[bool]]:
-        tx = self.ledger.begin()
+        if tx is None:
+            tx = self.ledger.begin()
         try:
             fresh = tx.claim(entries)
             handler = self.handler if not self.stats.observers else self._timed_handler
@@ -130,9 +146,7 @@ class Applier:
                     if fresh[index]:
                         handler(msg, tx)
             except Exception as exc:
-                if self.ledger.is_transient(exc):
-                    raise LedgerError(f"database failed inside the handler: {exc}") from exc
-                raise _HandlerFailed(index, exc) from exc
+                raise self._handler_error(index, exc) from exc
             if commit:
                 self._commit(tx)
                 self._count(fresh)
@@ -141,13 +155,53 @@ class Applier:
             raise
         return tx, fresh
 
+    def _handler_error(self, index: int, exc: Exception) -> Exception:
+        """A handler's exception: the database failing (retried, or fatal), or the handler."""
+        if self.ledger.is_unusable(exc):
+            return self.ledger.failure("inside the handler", exc)
+        if self.ledger.is_transient(exc):
+            return LedgerError(f"database failed inside the handler: {exc}")
+        return _HandlerFailed(index, exc)
+
+    async def _begin(self) -> LedgerTx:
+        """Begin a transaction without blocking the event loop on another process's lock.
+
+        At once when no lock is held (:meth:`Ledger.begin_nowait`); otherwise
+        ``ledger.begin()`` waits on a worker thread (up to SQLite's busy
+        timeout), and the wait is logged. On the event loop thread it would stop
+        pulls, acks, in-progress acks and progress lines for that long.
+        """
+        tx = self.ledger.begin_nowait()
+        if tx is not None:
+            return tx  # the usual case: no lock to wait for, no thread hop
+        task = asyncio.ensure_future(asyncio.to_thread(self.ledger.begin))
+        try:
+            done, _ = await asyncio.wait({task}, timeout=_LOCK_NOTICE)
+            if not done:
+                where = getattr(self.ledger, "path", repr(self.ledger))
+                self._lock_log.log(
+                    logging.WARNING,
+                    f"ledger locked {where}",
+                    "the ledger %s is locked by another process (it holds the write lock: a "
+                    "transaction, a backup, an open sqlite3 shell?); waiting for it",
+                    where,
+                )
+                await asyncio.shield(task)
+        except asyncio.CancelledError:
+            # A transaction begun after all must not stay open on a connection being closed.
+            with contextlib.suppress(Exception):
+                (await task).rollback()
+            raise
+        return task.result()
+
     async def _run_batch_inline(
         self, entries: Sequence[LedgerEntry], msgs: Sequence[Message]
     ) -> None:
+        tx = await self._begin()
         if len(msgs) < _COMMIT_OFF_LOOP:
-            self._run_batch(entries, msgs)
+            self._run_batch(entries, msgs, tx=tx)
             return
-        tx, fresh = self._run_batch(entries, msgs, commit=False)
+        tx, fresh = self._run_batch(entries, msgs, commit=False, tx=tx)
         # The commit's fsync runs off the loop, which keeps receiving meanwhile.
         commit = asyncio.ensure_future(asyncio.to_thread(self._commit, tx))
         try:
@@ -167,7 +221,7 @@ class Applier:
     async def _run_batch_async(
         self, entries: Sequence[LedgerEntry], msgs: Sequence[Message]
     ) -> None:
-        tx = await self._call_db(self.ledger.begin)
+        tx = await (self._begin() if self.inline else self._call_db(self.ledger.begin))
         try:
             fresh = await self._call_db(tx.claim, entries)
             for index, msg in enumerate(msgs):
@@ -180,9 +234,7 @@ class Applier:
                     else:
                         await self._call_db(self._call_async_handler, msg, tx)
                 except Exception as exc:
-                    if self.ledger.is_transient(exc):
-                        raise LedgerError(f"database failed inside the handler: {exc}") from exc
-                    raise _HandlerFailed(index, exc) from exc
+                    raise self._handler_error(index, exc) from exc
                 finally:
                     if self.stats.observers:
                         self.stats.observe("handler", time.perf_counter() - began)

@@ -321,7 +321,12 @@ class Connection:
                 await self.nc.flush(timeout=2)
             except Exception:
                 pass
-            await self.nc.close()
+            try:
+                await self.nc.close()
+            except OSError as exc:
+                # The server went away with writes still buffered (e.g. acks): they
+                # cannot be sent; closing must not fail because of that.
+                log.debug("closing the connection: buffered writes dropped (%s)", exc)
 
     async def __aenter__(self) -> Connection:
         return self

@@ -28,6 +28,7 @@ Tree::
     │   └── PublishFailed           retries exhausted without a PubAck
     ├── DataLossError               planned messages were removed by retention
     ├── LedgerError                 the processing ledger failed
+    │   └── LedgerUnusable          corrupt, not a database, read-only: retrying cannot help
     └── ServerError                 the embedded nats-server failed
 """
 
@@ -43,6 +44,7 @@ __all__ = [
     "DataLossError",
     "JetStreamError",
     "LedgerError",
+    "LedgerUnusable",
     "MessageNotFound",
     "MessageTooLarge",
     "NoResponders",
@@ -198,6 +200,14 @@ class DataLossError(OncestreamError):
 
 class LedgerError(OncestreamError):
     """The processing ledger could not record or look up a message."""
+
+
+class LedgerUnusable(LedgerError):
+    """The ledger database cannot be used until someone fixes it; retrying cannot help.
+
+    A corrupt file, a file that is not a database, a read-only file or file
+    system, a file that cannot be opened. The message names the file and the cause.
+    """
 
 
 class ServerError(OncestreamError):

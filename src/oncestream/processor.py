@@ -34,7 +34,7 @@ from collections.abc import Callable
 from ._acking import Acknowledger
 from ._applying import Applier, Handler
 from ._connection import Connection, connect
-from ._errors import ConfigError, JetStreamError, OperationTimeout
+from ._errors import ConfigError, JetStreamError, LedgerUnusable, OperationTimeout
 from ._headers import msg_id_key
 from ._logthrottle import LogThrottle
 from ._names import check_consumer_name, check_stream_name
@@ -112,6 +112,7 @@ class Processor:
         self._acks = Acknowledger(
             self.stream, self.consumer, self.options, self.stats, lambda: self._stop_requested
         )
+        self._unsent = _UnsentAcks()
 
     @property
     def ack_wait(self) -> float:
@@ -128,7 +129,11 @@ class Processor:
             ConsumerNotFound: it does not exist and ``create`` is off, or it was deleted
                 (a 409, or confirmed by ``CONSUMER.INFO`` after a run of "no responders";
                 a cluster partition or leader election is ridden through).
+            StreamNotFound: the stream was deleted while processing (the server's
+                409 "Consumer Deleted" is confirmed with ``STREAM.INFO``).
             NoResponders: none for ``unavailable_timeout`` (only when that is set).
+            LedgerUnusable: the ledger's database is corrupt, not a database, read-only
+                or cannot be opened (retrying cannot help; the batch is nak'ed).
             LedgerError: the ledger cannot be opened.
         """
         owned = self.conn is None
@@ -139,6 +144,7 @@ class Processor:
         try:
             await self._applier.db(self.ledger.open)
             await self._setup_consumer(conn)
+            conn.on_reconnect(self._unsent.reconnected)
             self._pull = MessageStream(
                 conn, self.stream, self.consumer, self.options.pull_options()
             )
@@ -149,6 +155,7 @@ class Processor:
             self._running.set()
             await self._loop_batches(self._pull)
         finally:
+            conn.remove_reconnect_listener(self._unsent.reconnected)
             await self._shutdown()
             if owned:
                 await conn.close()
@@ -200,15 +207,23 @@ class Processor:
                 await task
         self._tasks.clear()
         pull = self._pull
+        leftover: list[Message] = []
         if pull is not None:
             pull.halt()
             await pull.stop()
             leftover = pull.take_unprocessed()
-            if leftover and self.conn is not None and self.conn.is_connected:
+        conn = self.conn
+        reachable = conn is not None and conn.is_connected
+        if reachable and conn is not None and pull is not None:
+            if leftover:
                 # Hand unprocessed messages back now instead of after ack_wait.
                 await self._acks.nak(leftover)
-                with contextlib.suppress(Exception):
-                    await self.conn.flush(timeout=2)
+            try:
+                await conn.flush(timeout=2)  # the acks and naks written reached the server
+            except Exception:
+                reachable = False  # it went away unnoticed so far
+        if not reachable and conn is not None and pull is not None:
+            log.warning("%s", self._unsent.report(len(leftover), self._acks.ack_wait))
         with contextlib.suppress(Exception):
             await self._applier.db(self.ledger.close)
 
@@ -263,6 +278,9 @@ class Processor:
         acks.begin_batch(ordered)
         try:
             outcome = await self._applier.apply(entries, ordered)
+        except LedgerUnusable:
+            await acks.nak(ordered)  # nothing was applied: let the next worker have them
+            raise
         finally:
             acks.end_batch()
         if outcome is None:  # the ledger kept failing
@@ -273,6 +291,8 @@ class Processor:
         replies = [m.reply for m in done] + extra_replies
         if replies:
             await acks.ack(replies)
+            if self.conn is not None and not self.conn.is_connected:
+                self._unsent.note([m.seq for m in done])
         for msg, error in failures:
             await acks.failed(msg, error)
         if self.stats.observers:
@@ -298,3 +318,42 @@ class Processor:
                 raise
             except Exception as exc:  # pruning is best effort; the next round retries
                 log.debug("ledger pruning skipped: %s", exc)
+
+
+class _UnsentAcks:
+    """Messages acked while the connection was down, since the last reconnect.
+
+    nats-py buffers writes while it reconnects and sends them once it is back;
+    a stop before that drops them, and the server redelivers those messages.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first = 0
+        self.last = 0
+
+    def note(self, seqs: list[int]) -> None:
+        if not seqs:
+            return
+        self.first = min(seqs) if not self.count else min(self.first, *seqs)
+        self.last = max(self.last, *seqs)
+        self.count += len(seqs)
+
+    async def reconnected(self) -> None:
+        self.count = self.first = self.last = 0
+
+    def report(self, not_started: int, ack_wait: float) -> str:
+        """What a stop while the server is unreachable leaves unacknowledged."""
+        unacked = (
+            f"the acks of {self.count} applied messages (stream sequences "
+            f"{self.first}..{self.last}) could not be sent"
+            if self.count
+            else "no ack was written after the connection was lost (acks sent just before "
+            "may not have arrived)"
+        )
+        return (
+            f"stopping while the server is unreachable: {unacked}, and {not_started} "
+            f"pulled messages were not started. The server redelivers them after the ack "
+            f"wait ({ack_wait:g}s); the ledger keeps the applied ones from being applied "
+            "again. Nothing is lost."
+        )

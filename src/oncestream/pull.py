@@ -12,11 +12,13 @@ subscription so the server can deliver while the caller works:
   heartbeats; two missed heartbeats surface as :class:`OperationTimeout`
   from the iterator (which stays usable: it re-pulls);
 - status messages 404/408/409 are handled (outstanding counts corrected,
-  consumer deletion raised as :class:`ConsumerNotFound`);
+  consumer deletion raised as :class:`ConsumerNotFound`, or as
+  :class:`StreamNotFound` when ``STREAM.INFO`` says the stream went with it);
 - "503 no responders" (a clustered consumer between leaders, its node cut
   off or restarting, or a deleted consumer) is re-pulled with a capped
   backoff; after 5 in a row the stream asks ``CONSUMER.INFO``, and only a
-  confirmed missing consumer or stream raises :class:`ConsumerNotFound`;
+  confirmed missing consumer (:class:`ConsumerNotFound`) or stream
+  (:class:`StreamNotFound`) ends the iteration;
 - after a reconnect every outstanding request is assumed lost and re-issued.
 
 Example::
@@ -52,6 +54,7 @@ from ._logthrottle import LogThrottle
 from ._names import check_consumer_name, check_stream_name
 from ._nats import FrameSubscription
 from ._pulloptions import PullOptions
+from ._retry import stream_missing
 from .message import Message
 
 __all__ = ["MessageStream", "PullOptions", "pull_messages"]
@@ -92,6 +95,9 @@ class MessageStream:
             and stays usable).
         ConsumerNotFound: the consumer was deleted (a 409, or the server confirmed
             it missing after a run of "no responders").
+        StreamNotFound: the stream was deleted (with its consumers): the server
+            said so when asked after a 409 "Consumer Deleted" or a run of "no
+            responders" (not asked with ``confirm_missing=False``).
         NoResponders: nothing responded for ``unavailable_timeout`` seconds.
 
     Attributes:
@@ -264,14 +270,24 @@ class MessageStream:
         except (ConsumerNotFound, StreamNotFound) as exc:
             # Answered: it is gone (unless responders came back meanwhile).
             if not self._stopped and self._unavailable_since is not None:
-                what = "" if isinstance(exc, ConsumerNotFound) else f": {exc.description}"
-                error = ConsumerNotFound(
-                    f"consumer {self.consumer!r} not found on stream {self.stream!r}{what} "
-                    f"(CONSUMER.INFO after {self._no_responders} no-responders answers "
-                    f"to {self._next_subject})",
-                    code=exc.code,
-                    err_code=exc.err_code,
+                asked = (
+                    f"CONSUMER.INFO after {self._no_responders} no-responders answers "
+                    f"to {self._next_subject}"
                 )
+                error: JetStreamError
+                if isinstance(exc, StreamNotFound):
+                    error = StreamNotFound(
+                        f"stream {self.stream!r} not found, so neither is consumer "
+                        f"{self.consumer!r} ({asked}: {exc.description})",
+                        code=exc.code,
+                        err_code=exc.err_code,
+                    )
+                else:
+                    error = ConsumerNotFound(
+                        f"consumer {self.consumer!r} not found on stream {self.stream!r} ({asked})",
+                        code=exc.code,
+                        err_code=exc.err_code,
+                    )
                 error.__cause__ = exc
                 self._errors.append(error)
                 self._wakeup.set()
@@ -402,7 +418,7 @@ class MessageStream:
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._buffer:
             if self._errors:
-                raise self._errors.popleft()
+                raise await self._explained(self._errors.popleft())
             if self._stopped or self._draining:
                 return []
             if self._repull_needed:
@@ -428,6 +444,27 @@ class MessageStream:
             batch = [buffer.popleft() for _ in range(max_messages)]
         await self._maybe_refill()
         return batch
+
+    async def _explained(self, error: Exception) -> Exception:
+        """A 409 "Consumer Deleted" also comes when the whole stream was deleted: ask."""
+        if not (
+            isinstance(error, ConsumerNotFound)
+            and error.code == 409
+            and self.options.confirm_missing
+        ):
+            return error
+        gone = await stream_missing(self.conn, self.stream)
+        if gone is None:
+            return error
+        explained = StreamNotFound(
+            f"stream {self.stream!r} was deleted (and consumer {self.consumer!r} with it): "
+            "the pull ended with '409 Consumer Deleted' and STREAM.INFO says the stream "
+            "does not exist",
+            code=gone.code,
+            err_code=gone.err_code,
+        )
+        explained.__cause__ = error
+        return explained
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self._iterate()

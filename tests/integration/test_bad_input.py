@@ -7,16 +7,33 @@ hold afterwards. One nats-server serves every row; rows use their own stream nam
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from oncestream import Connection, ConsumerNotFound, Processor, SQLiteLedger
+from oncestream.ledger import LedgerTx
+from oncestream.message import Message
+from oncestream.publisher import Publisher, PublisherOptions
 from oncestream.server import NatsServer
-from tests._cli_cases import Case, CliEnv, Outcome, run_case
+from tests import server_configs
+from tests._cli_cases import Case, CliEnv, Outcome, Running, run_case
 
 CONFIG, FAILED = 2, 1
+ROOT = os.geteuid() == 0
+NO_DAC_OVERRIDE = (
+    "setpriv",
+    "--bounding-set=-dac_override,-dac_read_search",
+    "--inh-caps=-dac_override,-dac_read_search",
+)
 
 
 @pytest.fixture
@@ -68,6 +85,245 @@ def _absent(path: Path) -> None:
 
 CONNECT = ["-s", "{url}"]
 PROCESS = ["process", *CONNECT, "--ledger", "sqlite:///{tmp}/ledger.db"]
+
+
+# -- issue 19: the stream, the server and the ledger failing under `process` ----------------
+
+#: The effects table has no key, so an effect applied twice shows as a repeated row.
+EFFECTS = "CREATE TABLE IF NOT EXISTS effects (seq INTEGER NOT NULL)"
+HANDLER = (
+    "def handle(msg, tx):\n    tx.execute('INSERT INTO effects (seq) VALUES (?)', (msg.seq,))\n"
+)
+SLOW_HANDLER = "import time\n\n" + HANDLER.replace(":\n", ":\n    time.sleep(0.01)\n", 1)
+
+
+def _insert(msg: Message, tx: LedgerTx) -> None:
+    tx.execute("INSERT INTO effects (seq) VALUES (?)", (msg.seq,))
+
+
+def _worker(
+    env: CliEnv, stream: str, count: int, *, url: str | None = None, slow: bool = False
+) -> None:
+    """Setup: the effects table in the ledger's database, the handler, ``count`` messages."""
+    with sqlite3.connect(env.tmp / "ledger.db") as db:
+        db.execute(EFFECTS)
+    env.file("bi_fx.py", SLOW_HANDLER if slow else HANDLER)
+    _publish(env, stream, count, url=url)
+
+
+def _publish(env: CliEnv, stream: str, count: int, *, url: str | None = None) -> None:
+    async def main() -> None:
+        from oncestream import ConnectOptions, connect
+        from oncestream.streams import StreamSpec, ensure_stream
+
+        async with await connect(ConnectOptions(servers=(url or env.url,))) as conn:
+            spec = StreamSpec(name=stream, subjects=(f"{stream.lower()}.>",))
+            await ensure_stream(conn, spec)
+            async with Publisher(conn, PublisherOptions(stream=stream)) as pub:
+                first = (await conn.stream_info(stream))["state"]["last_seq"]
+                for n in range(first + 1, first + count + 1):
+                    await pub.publish(f"{stream.lower()}.x", b"%d" % n, msg_id=f"m{n}")
+
+    asyncio.run(main())
+
+
+def _effects(env: CliEnv) -> list[int]:
+    with sqlite3.connect(env.tmp / "ledger.db") as db:
+        return [row[0] for row in db.execute("SELECT seq FROM effects ORDER BY seq")]
+
+
+def _exactly_once(count: int) -> Any:
+    def check(env: CliEnv, _: Outcome) -> None:
+        effects = _effects(env)
+        assert effects == list(range(1, count + 1)), f"effects not exactly once: {effects}"
+
+    return check
+
+
+def _progress_lines(running: Running, after: float, before: float) -> int:
+    return sum(1 for when, line in running.lines if after <= when <= before and "applied=" in line)
+
+
+def _delete_stream_once_applied(stream: str, count: int) -> Any:
+    def during(env: CliEnv, running: Running) -> None:
+        running.wait_for(f"applied={count} ")
+        env.run(lambda conn: conn.delete_stream(stream))
+
+    return during
+
+
+def _tail_then_delete(env: CliEnv, running: Running) -> None:
+    running.wait_for("#1 ")
+    env.run(lambda conn: conn.delete_stream("BI_TGONE"))
+
+
+def _own_server(env: CliEnv) -> None:
+    """Setup: a server of the row's own (the row stops it), a slow worker's messages on it."""
+    work = env.tmp / "own-nats"
+    server = NatsServer(server_configs.jetstream(work), work_dir=work).start()
+    env.defer(server.close)
+    env.values["own"] = server
+    env.values["own_url"] = server.url
+    _worker(env, "BI_DOWN", 300, url=server.url, slow=True)
+
+
+def _stop_server_then_sigterm(env: CliEnv, running: Running) -> None:
+    running.wait_for("applied=100 ")  # a batch is acked; the next one is being applied
+    env.values["own"].stop()  # by its PID
+    running.signal(signal.SIGTERM)
+
+
+def _restart_and_finish(env: CliEnv, outcome: Outcome) -> None:
+    """The server back on the same store: a worker finishes; every message applied once."""
+    server: NatsServer = env.values["own"]
+    server.start()
+
+    async def finish() -> None:
+        from oncestream import ConnectOptions, connect
+
+        async with await connect(ConnectOptions(servers=(server.url,))) as conn:
+            processor = Processor(
+                conn, "BI_DOWN", "c", _insert, ledger=SQLiteLedger(env.tmp / "ledger.db")
+            )
+            task = asyncio.create_task(processor.run())
+            try:
+                await _until_all_acked(conn, "BI_DOWN", "c")
+            finally:
+                await processor.stop()
+                await task
+
+    asyncio.run(finish())
+    _exactly_once(300)(env, outcome)
+
+
+async def _until_all_acked(conn: Connection, stream: str, consumer: str) -> None:
+    """Until the consumer has nothing pending and nothing unacknowledged (at most 60 s)."""
+    async with asyncio.timeout(60):
+        while True:
+            info = await conn.consumer_info(stream, consumer)
+            if not info["num_pending"] and not info["num_ack_pending"]:
+                return
+            await asyncio.sleep(0.2)
+
+
+def _lock_held_by_another_process(env: CliEnv, running: Running) -> None:
+    running.wait_for("applied=5 ")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, sys\n"
+            f"db = sqlite3.connect({str(env.tmp / 'ledger.db')!r}, isolation_level=None)\n"
+            "db.execute('BEGIN IMMEDIATE')\n"
+            "print('locked', flush=True)\n"
+            "sys.stdin.readline()\n"
+            "db.execute('ROLLBACK')\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        _publish(env, "BI_LOCK", 5)
+        noticed = running.wait_for("is locked by another process")
+        # Progress lines go on while the batch waits for the lock (0.2 s apart).
+        deadline = time.monotonic() + 10
+        while _progress_lines(running, noticed, time.monotonic()) < 3:
+            assert time.monotonic() < deadline, "no progress lines while the ledger is locked"
+            time.sleep(0.1)
+        assert "applied=10 " not in running.output()
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=10)
+    running.wait_for("applied=10 ")
+    running.signal(signal.SIGTERM)
+
+
+def _ledger_with_rows(env: CliEnv, stream: str) -> None:
+    from oncestream.ledger import LedgerEntry
+
+    with SQLiteLedger(env.tmp / "ledger.db") as ledger:
+        ledger.connection.execute(EFFECTS)
+        tx = ledger.begin()
+        tx.claim([LedgerEntry(stream=stream, seq=seq) for seq in range(1000, 3000)])
+        tx.commit()
+        ledger.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def _damaged(offset: int) -> Any:
+    """Setup: a ledger whose bytes from ``offset`` on are garbage (16: the magic kept)."""
+
+    def setup(env: CliEnv) -> None:
+        stream = f"BI_BAD{offset}"
+        _ledger_with_rows(env, stream)
+        env.file("bi_fx.py", HANDLER)
+        path = env.tmp / "ledger.db"
+        size = path.stat().st_size
+        with path.open("r+b") as handle:
+            handle.seek(offset)
+            handle.write(bytes((n * 37 + 11) % 256 for n in range(size - offset)))
+        env.values["ledger_bytes"] = path.read_bytes()
+        _publish(env, stream, 5)
+
+    return setup
+
+
+def _untouched_and_unacked(stream: str) -> Any:
+    """Check: the damaged ledger is byte for byte as it was; the server acked nothing."""
+
+    def check(env: CliEnv, _: Outcome) -> None:
+        assert (env.tmp / "ledger.db").read_bytes() == env.values["ledger_bytes"]
+
+        async def acked(conn: Connection) -> int:
+            try:
+                info = await conn.consumer_info(stream, "c")
+            except ConsumerNotFound:  # the ledger failed before the consumer was set up
+                return 0
+            return int(info["ack_floor"]["stream_seq"])
+
+        assert env.run(acked) == 0, "a message was acked without being applied"
+        assert env.messages(stream) == 5
+
+    return check
+
+
+def _read_only_ledger(env: CliEnv) -> None:
+    """Setup: a ledger on a read-only file system (root: a tmpfs remounted read-only;
+    otherwise a directory without write permission, which stops a non-root user alike)."""
+    where = env.tmp / "ro"
+    where.mkdir()
+    if ROOT:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)], check=True)
+        env.defer(lambda: subprocess.run(["umount", str(where)], check=True))
+    env.file("bi_fx.py", HANDLER)
+    ledger = SQLiteLedger(where / "ledger.db")
+    with ledger:
+        ledger.connection.execute(EFFECTS)
+    env.values["ledger_bytes"] = (where / "ledger.db").read_bytes()
+    if ROOT:
+        subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+    else:
+        where.chmod(0o555)
+        env.defer(lambda: where.chmod(0o755))
+    env.stream("BI_RO")
+
+
+def _nothing_applied(env: CliEnv, _: Outcome) -> None:
+    assert _effects(env) == [], "a message was applied into a ledger that cannot record it"
+
+
+def _read_only_untouched(env: CliEnv, outcome: Outcome) -> None:
+    assert (env.tmp / "ro" / "ledger.db").read_bytes() == env.values["ledger_bytes"]
+    cause = "is mounted read-only" if ROOT else "is not writable (permission denied)"
+    assert cause in " ".join(outcome.output.split())
+
+    async def consumers(conn: Connection) -> int:
+        return int((await conn.stream_info("BI_RO"))["state"]["consumer_count"])
+
+    assert env.run(consumers) == 0, "the consumer was created before the ledger was checked"
+
 
 CASES = [
     # -- connection flags (every command) --------------------------------------------------
@@ -399,6 +655,149 @@ CASES = [
         [*PROCESS, "--stream", "BI_P", "--consumer", "c", "--handler", "x:y", "--progress", "-5"],
         CONFIG,
         "--progress must be >= 0",
+    ),
+    # -- issue 19: the stream, the server and the ledger failing under a running process ---
+    Case(
+        "process-stream-deleted",
+        [
+            *PROCESS,
+            "--stream",
+            "BI_GONE",
+            "--consumer",
+            "c",
+            "--handler",
+            "bi_fx:handle",
+            "--progress",
+            "0.2",
+        ],
+        CONFIG,
+        "StreamNotFound: stream 'BI_GONE' was deleted (and consumer 'c' with it)",
+        setup=lambda env: _worker(env, "BI_GONE", 3),
+        during=_delete_stream_once_applied("BI_GONE", 3),
+        check=_exactly_once(3),
+        subprocess=True,
+        in_tmp=True,
+    ),
+    Case(
+        "tail-follow-stream-deleted",
+        ["tail", "BI_TGONE", *CONNECT, "--follow"],
+        CONFIG,
+        "stream 'BI_TGONE' was deleted while tail was reading it",
+        setup=lambda env: _publish(env, "BI_TGONE", 1),
+        during=_tail_then_delete,
+        subprocess=True,
+    ),
+    Case(
+        "process-sigterm-while-server-down",
+        [
+            "process",
+            "-s",
+            "{own_url}",
+            "--ledger",
+            "sqlite:///{tmp}/ledger.db",
+            "--stream",
+            "BI_DOWN",
+            "--consumer",
+            "c",
+            "--handler",
+            "bi_fx:handle",
+            "--batch",
+            "100",
+            "--ack-wait",
+            "2s",
+            "--progress",
+            "0.2",
+        ],
+        0,
+        "stopping while the server is unreachable",
+        setup=_own_server,
+        during=_stop_server_then_sigterm,
+        check=_restart_and_finish,
+        subprocess=True,
+        in_tmp=True,
+        timeout=60,
+    ),
+    Case(
+        "process-ledger-locked-by-another-process",
+        [
+            *PROCESS,
+            "--stream",
+            "BI_LOCK",
+            "--consumer",
+            "c",
+            "--handler",
+            "bi_fx:handle",
+            "--progress",
+            "0.2",
+        ],
+        0,
+        "the ledger {tmp}/ledger.db is locked by another process",
+        setup=lambda env: _worker(env, "BI_LOCK", 5),
+        during=_lock_held_by_another_process,
+        check=_exactly_once(10),
+        subprocess=True,
+        in_tmp=True,
+    ),
+    Case(
+        "process-ledger-corrupt-pages",
+        [*PROCESS, "--stream", "BI_BAD4096", "--consumer", "c", "--handler", "bi_fx:handle"],
+        CONFIG,
+        "LedgerUnusable: SQLite ledger {tmp}/ledger.db cannot be used (claim: database disk "
+        "image is malformed): the file is damaged",
+        setup=_damaged(4096),
+        check=_untouched_and_unacked("BI_BAD4096"),
+        subprocess=True,  # before the fix it retried forever: the timeout ends it
+        in_tmp=True,
+        timeout=30,
+    ),
+    Case(
+        "process-ledger-corrupt-header",
+        [*PROCESS, "--stream", "BI_BAD16", "--consumer", "c", "--handler", "bi_fx:handle"],
+        CONFIG,
+        "SQLite ledger {tmp}/ledger.db cannot be used (open: file is not a database)",
+        setup=_damaged(16),
+        check=_untouched_and_unacked("BI_BAD16"),
+        subprocess=True,
+        in_tmp=True,
+        timeout=30,
+    ),
+    Case(
+        "process-ledger-read-only",
+        [
+            "process",
+            *CONNECT,
+            "--ledger",
+            "sqlite:///{tmp}/ro/ledger.db",
+            "--stream",
+            "BI_RO",
+            "--consumer",
+            "c",
+            "--handler",
+            "bi_fx:handle",
+        ],
+        CONFIG,
+        "--ledger sqlite:///{tmp}/ro/ledger.db: the SQLite ledger {tmp}/ro/ledger.db cannot be "
+        "written",
+        setup=_read_only_ledger,
+        check=_read_only_untouched,
+        subprocess=True,
+        in_tmp=True,
+    ),
+    Case(
+        "process-ledger-file-not-writable",
+        [*PROCESS, "--stream", "BI_RO2", "--consumer", "c", "--handler", "bi_fx:handle"],
+        CONFIG,
+        "the SQLite ledger {tmp}/ledger.db cannot be written: {tmp}/ledger.db is not writable "
+        "(permission denied)",
+        setup=lambda env: (
+            _worker(env, "BI_RO2", 1),
+            (env.tmp / "ledger.db").chmod(0o444),
+        ),
+        check=_nothing_applied,
+        # root writes any file: drop the capabilities that let it, so the row runs in CI too
+        subprocess=True,
+        prefix=NO_DAC_OVERRIDE if ROOT else (),
+        in_tmp=True,
     ),
     Case(
         "process-handler-not-module-colon-function",

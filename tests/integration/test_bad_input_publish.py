@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +20,7 @@ import orjson
 import pytest
 
 from oncestream.server import NatsServer
-from tests._cli_cases import Case, CliEnv, Outcome, run_case
+from tests._cli_cases import Case, CliEnv, Outcome, Running, run_case
 
 OK, FAILED, CONFIG = 0, 1, 2
 
@@ -92,6 +94,66 @@ def _fifo(path: Path, content: str) -> None:
             pipe.write(content)
 
     threading.Thread(target=feed, daemon=True).start()
+
+
+def _growing(stream: str, start: int) -> Callable[[CliEnv], None]:
+    """Setup: a file of ``start`` records that a thread keeps appending to until the check."""
+
+    def setup(env: CliEnv) -> None:
+        env.stream(stream)
+        path = env.file("in.jsonl", lines(*({"id": n} for n in range(start))))
+        stop = threading.Event()
+
+        def append() -> None:
+            with path.open("a") as out:
+                for n in range(start, start + 200_000):  # bounded: ~10 s at most
+                    if stop.is_set():
+                        return
+                    out.write(f'{{"id": {n}}}\n')
+                    if n % 20 == 0:
+                        out.flush()
+                        time.sleep(0.001)
+
+        appender = threading.Thread(target=append, daemon=True)
+        appender.start()
+        env.values["appender"] = (stop, appender)
+        env.defer(stop.set)
+
+    return setup
+
+
+def _snapshot_published(stream: str) -> Callable[[CliEnv, Outcome], None]:
+    """Check: the run stored exactly the lines it counted at start; a re-run stores the rest."""
+
+    def check(env: CliEnv, outcome: Outcome) -> None:
+        stop, appender = env.values["appender"]
+        stop.set()
+        appender.join(timeout=30)
+        flat = " ".join(outcome.output.split())
+        found = re.search(r"lines 1\.\.([\d,]+) of ([\d,]+) confirmed", flat)
+        assert found, flat
+        confirmed, counted = (int(g.replace(",", "")) for g in found.groups())
+        assert confirmed == counted, "the summary contradicts itself"
+        assert env.messages(stream) == counted, "stored a different number than it reports"
+        total = len((env.tmp / "in.jsonl").read_bytes().splitlines())
+        assert total > counted, "the file did not grow during the run"
+        args = publish(stream, f"{stream.lower()}.x", *ID)
+        rerun = run_case(
+            Case(
+                f"{stream}-rerun", args, OK, f"resuming '{env.tmp}/in.jsonl' after line {counted:,}"
+            ),
+            env,
+        )
+        assert "grew" not in rerun.output
+        assert env.messages(stream) == total, "the re-run did not store each line once"
+
+    return check
+
+
+def _write_fifo_once_waiting(env: CliEnv, running: Running) -> None:
+    running.wait_for(f"waiting for a writer on FIFO '{env.tmp}/pipe'", timeout=15)
+    with (env.tmp / "pipe").open("w") as pipe:
+        pipe.write(GOOD)
 
 
 GOOD = lines({"id": "a", "r": "eu"}, {"id": "b", "r": "us"})
@@ -255,6 +317,43 @@ CASES = [
         "is not a regular file: no progress is recorded",
         setup=lambda env: (env.stream("FP"), _fifo(env.tmp / "pipe", GOOD)),
         check=stored("FP", 2),
+    ),
+    # -- issue 19: input that changes or has no identity ---------------------------------
+    Case(
+        "file-grows-while-publishing",
+        publish("GROW", "grow.x", *ID),
+        OK,
+        "while it was published; this run read only the",
+        setup=_growing("GROW", 20_000),
+        check=_snapshot_published("GROW"),
+    ),
+    Case(
+        "fifo-without-a-writer-yet",
+        publish("FW", "fw.x", *ID, file="{tmp}/pipe"),
+        OK,
+        "stored 2",
+        setup=lambda env: (env.stream("FW"), os.mkfifo(env.tmp / "pipe")),
+        during=_write_fifo_once_waiting,
+        check=stored("FW", 2),
+        subprocess=True,
+        timeout=30,
+    ),
+    Case(
+        "resume-on-stdin",
+        publish("RSI", "rsi.x", *ID, "--resume", file="-"),
+        CONFIG,
+        "--resume needs a regular FILE: stdin ('-') has no stable identity",
+        setup=given("RSI", ""),
+        stdin=GOOD,
+        check=stored("RSI", 0),
+    ),
+    Case(
+        "fresh-on-a-pipe",
+        publish("FRP", "frp.x", *ID, "--fresh", file="{tmp}/pipe"),
+        CONFIG,
+        "--fresh needs a regular FILE: '{tmp}/pipe', which is not a regular file, has no stable",
+        setup=lambda env: (env.stream("FRP"), os.mkfifo(env.tmp / "pipe")),
+        check=stored("FRP", 0),
     ),
     # -- CSV ----------------------------------------------------------------------------
     Case(

@@ -11,6 +11,7 @@ from oncestream import (
     ConsumerNotFound,
     OperationTimeout,
     PullOptions,
+    StreamNotFound,
     connect,
     pull_messages,
 )
@@ -120,21 +121,38 @@ async def test_deleted_consumer_is_reported(conn, make_stream) -> None:  # type:
         await stream.stop()
 
 
+async def test_deleted_stream_is_reported_as_the_stream(conn, make_stream) -> None:  # type: ignore[no-untyped-def]
+    # Deleting a stream deletes its consumers: the waiting pull gets "409 Consumer
+    # Deleted", and STREAM.INFO tells the two cases apart (issue 19).
+    await make_stream("DS", ("ds.>",))
+    await _consumer(conn, "DS")
+    stream = await pull_messages(conn, "DS", "c", PullOptions(expires=5)).start()
+    try:
+        await stream.next_batch(timeout=0.2)  # the pull request is registered
+        await conn.delete_stream("DS")
+        with pytest.raises(StreamNotFound, match=r"stream 'DS' was deleted .*consumer 'c'"):
+            await stream.next_batch(timeout=10)
+    finally:
+        await stream.stop()
+
+
 @pytest.mark.parametrize(
-    ("stream_name", "reason"),
-    [("M", "consumer 'nobody' not found on stream 'M'"), ("GONE", "stream 'GONE' not found")],
+    ("stream_name", "error", "reason"),
+    [
+        ("M", ConsumerNotFound, "consumer 'nobody' not found on stream 'M'"),
+        ("GONE", StreamNotFound, "stream 'GONE' not found, so neither is consumer 'nobody'"),
+    ],
 )
 async def test_pull_on_a_missing_consumer_is_confirmed_then_reported(  # type: ignore[no-untyped-def]
-    conn, make_stream, stream_name, reason
+    conn, make_stream, stream_name, error, reason
 ) -> None:
     # Every pull gets "503 no responders"; after 5 in a row the stream asks
     # CONSUMER.INFO, and only the server's answer (not found) ends the iteration.
     await make_stream("M", ("m.>",))
     stream = await pull_messages(conn, stream_name, "nobody", PullOptions(expires=2)).start()
     try:
-        with pytest.raises(ConsumerNotFound, match=reason) as raised:
+        with pytest.raises(error, match=reason):
             await stream.next_batch(timeout=20)
-        assert f"consumer 'nobody' not found on stream '{stream_name}'" in str(raised.value)
         assert stream.no_responders_total >= 5 and stream.consumer_checks == 1
     finally:
         await stream.stop()

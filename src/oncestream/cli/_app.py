@@ -15,6 +15,7 @@ from .._errors import (
     AuthenticationError,
     ConfigError,
     ConsumerNotFound,
+    LedgerUnusable,
     OncestreamError,
     PermissionDenied,
     StreamNotFound,
@@ -52,6 +53,7 @@ USAGE_ERRORS: tuple[type[OncestreamError], ...] = (
     ConsumerNotFound,
     AuthenticationError,
     PermissionDenied,
+    LedgerUnusable,
 )
 
 

@@ -49,6 +49,7 @@ from ._publish_input import (
     open_input,
     read_items,
     read_records,
+    snapshot,
 )
 from ._publish_plan import ResumePlan, check_target, plan_resume, refused_subject
 from ._publish_run import (
@@ -117,6 +118,7 @@ def _report(
     progress_error: str | None,
     window: float | None,
     horizon: float,
+    size_now: int | None = None,
 ) -> None:
     for error in tally.errors[:3]:
         _say(f"[bold red]failed[/] {error}")
@@ -128,6 +130,18 @@ def _report(
         f"skipped (stored by an earlier run) {tally.already:,}, failed {tally.failed:,}, "
         f"malformed {tally.malformed:,}; lines 1..{confirmed.line:,}{total} confirmed"
     )
+    if facts is not None and size_now is not None and size_now != facts.size:
+        how = "grew" if size_now > facts.size else "shrank"
+        then = (
+            "re-run the same command to publish the lines added since"
+            if plan.store is not None and how == "grew"
+            else "what changed since was not published"
+        )
+        _say(
+            f"[yellow]note:[/] {name} {how} from {facts.size:,} to {size_now:,} bytes while it "
+            f"was published; this run read only the {facts.size:,} bytes ({facts.lines:,} "
+            f"lines) it had at the start: {then}"
+        )
     finished = state.eof and confirmed.first_unconfirmed is None and not tally.failed
     if finished:
         return
@@ -266,8 +280,15 @@ async def _run(
         refused = (
             await refused_subject(conn, stream, tally) if is_config_failure(tally.fatal) else ""
         )
+    size_now = None
+    if facts is not None:
+        try:
+            size_now = os.stat(facts.path).st_size
+        except OSError:
+            size_now = None
     console.print(_summary(tally, pub, seconds))
     _report(
+        size_now=size_now,
         name=name,
         facts=facts,
         tally=tally,
@@ -330,10 +351,12 @@ def publish_command(
         _DEFAULTS.max_attempts, "--max-attempts", help="Sends per message."
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
-    resume: bool = typer.Option(
-        True,
+    resume: bool | None = typer.Option(
+        None,
         "--resume/--no-resume",
-        help="Record progress in the server and resume a re-run after it (files only).",
+        help="Record progress in the server and resume a re-run after it (regular files only; "
+        "default: on for them).",
+        show_default=False,
     ),
     fresh: bool = typer.Option(
         False,
@@ -373,8 +396,20 @@ def publish_command(
         raise ConfigError("--id-field must name a record field, got ''")
     check_stream_name(stream, "--stream")
     check_stream_name(progress_stream, "--progress-stream")
-    if fresh and not resume:
+    if fresh and resume is False:
         raise ConfigError("--fresh and --no-resume contradict each other; give one")
+    # A pipe or a device: no identity either (a missing FILE or a directory is named below).
+    streamed = file == "-" or (os.path.exists(file) and not os.path.isfile(file))
+    if (resume or fresh) and streamed and not os.path.isdir(file):
+        what = "stdin ('-')" if file == "-" else f"{file!r}, which is not a regular file,"
+        raise ConfigError(
+            f"{'--fresh' if fresh else '--resume'} needs a regular FILE: {what} has no "
+            "stable identity to record progress for, so a re-run cannot resume. Drop the "
+            "flag: it is then published without progress records, and a re-run is "
+            "de-duplicated only inside the stream's duplicate window"
+        )
+    if resume is None:
+        resume = True
     pub_options = PublisherOptions(
         stream=stream,
         max_inflight=max_inflight,
@@ -392,7 +427,11 @@ def publish_command(
             source = io.BufferedReader(source)  # type: ignore[type-var]
         name = "stdin"
     else:
-        source = open_input(file)
+        try:
+            source = open_input(file, _say)
+        except KeyboardInterrupt:
+            _say(f"[bold]interrupted[/] while waiting for {file!r}: nothing was published")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         name = repr(file)
     try:
         peek = source.peek(4096) if hasattr(source, "peek") else b""
@@ -400,6 +439,7 @@ def publish_command(
             check_text("-", peek[:4096])
         elif os.path.isfile(file):
             facts = file_facts(file, source)
+            source = snapshot(source, facts)
             hasher = PrefixHasher(file)
         elif resume:
             # A pipe (e.g. <(zcat f.gz)) can be read once and has no identity.

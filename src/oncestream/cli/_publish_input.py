@@ -15,9 +15,10 @@ import io
 import json
 import os
 import re
+import select
 import stat
 import string
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import IO, Any
@@ -43,6 +44,7 @@ __all__ = [
     "read_items",
     "read_records",
     "record_id",
+    "snapshot",
 ]
 
 _BAD_SUBJECT_VALUE = set(" \t\r\n.*>")
@@ -50,6 +52,8 @@ _BOM = b"\xef\xbb\xbf"
 # 20 digits in a row: maybe an integer beyond 64 bits, which orjson turns into a float.
 _BIG_INT = re.compile(rb"\d{20}")
 _HASH_CHUNK = 1 << 20
+#: Seconds a FIFO may stay without a writer before the command says it is waiting.
+_FIFO_NOTICE = 0.5
 
 
 class InputFormat(StrEnum):
@@ -219,8 +223,11 @@ class FileFacts:
     lines: int
 
 
-def open_input(file: str) -> IO[bytes]:
+def open_input(file: str, say: Callable[[str], None] = lambda _: None) -> IO[bytes]:
     """Open FILE for reading, refusing what cannot be a record file.
+
+    A FIFO (named pipe) is opened at once; while no writer sends anything,
+    ``say`` is told that the command waits for one (instead of blocking silently).
 
     Raises:
         ConfigError: FILE is missing, a directory, not a regular file, unreadable, or binary.
@@ -236,7 +243,8 @@ def open_input(file: str) -> IO[bytes]:
             f"input {file!r} is a directory; give one JSONL or CSV file (or '-' for stdin)"
         )
     try:
-        source = open(file, "rb")  # noqa: SIM115 - the caller closes it
+        fifo = stat.S_ISFIFO(info.st_mode)
+        source = _open_fifo(file, say) if fifo else open(file, "rb")  # noqa: SIM115
     except PermissionError:
         raise ConfigError(f"input file {file!r} is not readable (permission denied)") from None
     except OSError as exc:
@@ -248,6 +256,27 @@ def open_input(file: str) -> IO[bytes]:
         raise ConfigError(f"input file {file!r} cannot be read: {exc.strerror or exc}") from None
     check_text(file, head)
     return source
+
+
+def _open_fifo(file: str, say: Callable[[str], None]) -> io.BufferedReader:
+    """Open a FIFO without blocking, say so if no writer sends anything soon, then wait.
+
+    A plain ``open`` blocks until a writer opens the other end, silently.
+    """
+    fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        readable, _, _ = select.select([fd], [], [], _FIFO_NOTICE)
+        if not readable:
+            say(
+                f"waiting for a writer on FIFO {file!r} (a named pipe): start the program "
+                "that writes the records into it, or press Ctrl-C"
+            )
+            select.select([fd], [], [])
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
 
 
 def check_text(name: str, head: bytes) -> None:
@@ -279,6 +308,38 @@ def file_facts(path: str, source: IO[bytes]) -> FileFacts:
         lines += 1
     source.seek(0)
     return FileFacts(path=os.path.realpath(path), size=size, sha256=digest.hexdigest(), lines=lines)
+
+
+class _Snapshot(io.RawIOBase):
+    """The first ``size`` bytes of an open file: what :func:`file_facts` counted and hashed."""
+
+    def __init__(self, source: IO[bytes], size: int) -> None:
+        self._source = source
+        self._left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._left <= 0:
+            return 0
+        view = memoryview(buffer).cast("B")[: self._left]
+        count = self._source.readinto(view)  # type: ignore[attr-defined]
+        self._left -= count
+        return int(count)
+
+    def close(self) -> None:
+        self._source.close()
+        super().close()
+
+
+def snapshot(source: IO[bytes], facts: FileFacts) -> IO[bytes]:
+    """Read only the bytes ``facts`` counted: lines appended while publishing wait for a re-run.
+
+    Without it a file that grows during the run is read past the line count,
+    hash and size the run reports and records as its progress.
+    """
+    return io.BufferedReader(_Snapshot(source, facts.size))
 
 
 class PrefixHasher:

@@ -14,7 +14,7 @@ import typer
 
 from .._admin import StoredMessage, get_message, iter_messages, stream_info
 from .._connection import Connection, connect
-from .._errors import ConfigError, MessageNotFound
+from .._errors import ConfigError, MessageNotFound, StreamNotFound
 from .._options import ConnectOptions
 from .._start import parse_time, rfc3339
 from ._app import app, cli_errors, run_async
@@ -180,13 +180,21 @@ def tail_command(
         try:
             async with await connect(options) as conn:
                 first = await resolve_start(conn, stream, start, subject)
-                async for msg in iter_messages(
-                    conn, stream, start_seq=first, subject=subject, follow=follow, stop=stop
-                ):
-                    if as_json:
-                        typer.echo(orjson.dumps(message_json(msg)).decode())
-                    else:
-                        typer.echo("\n".join(message_lines(msg, headers=headers)))
+                try:
+                    async for msg in iter_messages(
+                        conn, stream, start_seq=first, subject=subject, follow=follow, stop=stop
+                    ):
+                        if as_json:
+                            typer.echo(orjson.dumps(message_json(msg)).decode())
+                        else:
+                            typer.echo("\n".join(message_lines(msg, headers=headers)))
+                except StreamNotFound as exc:
+                    # It existed when tail started: say that it went away, not "not found".
+                    raise StreamNotFound(
+                        f"stream {stream!r} was deleted while tail was reading it",
+                        code=exc.code,
+                        err_code=exc.err_code,
+                    ) from exc
         finally:
             if follow:
                 for sig in (signal.SIGINT, signal.SIGTERM):

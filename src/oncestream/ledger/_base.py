@@ -24,6 +24,8 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal, NamedTuple
 
+from .._errors import LedgerError, LedgerUnusable
+
 __all__ = ["KeyMode", "Ledger", "LedgerEntry", "LedgerTx"]
 
 KeyMode = Literal["sequence", "msg_id"]
@@ -98,6 +100,20 @@ class Ledger(abc.ABC):
         """
         return False
 
+    def is_unusable(self, exc: BaseException) -> bool:
+        """True when ``exc`` means the database cannot be used until someone fixes it.
+
+        A corrupt or read-only database (raised inside a handler too): the Processor
+        stops with :class:`~oncestream.LedgerUnusable` instead of retrying forever.
+        """
+        return False
+
+    def failure(self, what: str, exc: BaseException) -> LedgerError:
+        """The error for ``exc`` raised by the database during ``what``: a
+        :class:`~oncestream.LedgerUnusable` when :meth:`is_unusable`, else a ``LedgerError``."""
+        kind = LedgerUnusable if self.is_unusable(exc) else LedgerError
+        return kind(f"{self!r}: {what}: {exc}")
+
     @abc.abstractmethod
     def open(self) -> None:
         """Connect and create the ledger tables if absent (idempotent)."""
@@ -114,6 +130,14 @@ class Ledger(abc.ABC):
     @abc.abstractmethod
     def begin(self) -> LedgerTx:
         """Start a transaction."""
+
+    def begin_nowait(self) -> LedgerTx | None:
+        """Start a transaction if that needs no wait for a lock; None if it would wait.
+
+        The Processor tries this on the event loop thread and only hands a
+        waiting :meth:`begin` to a worker thread. The default never tries.
+        """
+        return None
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[LedgerTx]:

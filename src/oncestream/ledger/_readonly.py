@@ -9,6 +9,7 @@ from urllib.parse import quote
 from .._dsn import parse_dsn
 from .._errors import ConfigError, LedgerError
 from .._private import redact
+from .sqlite import write_problem
 
 __all__ = ["check_ledger_target", "read_applied_count"]
 
@@ -69,7 +70,8 @@ def check_ledger_target(url: str) -> None:
 
     Raises:
         ConfigError: the directory is missing or not a directory, the path is a
-            directory, or an existing file is not an SQLite database.
+            directory, an existing file is not an SQLite database, or the file or its
+            directory cannot be written (a read-only file system, no write permission).
     """
     dsn = parse_dsn(url, "--ledger")
     if dsn.kind != "sqlite":
@@ -86,3 +88,8 @@ def check_ledger_target(url: str) -> None:
         with open(path, "rb") as handle:
             if handle.read(16) != b"SQLite format 3\x00":
                 raise ConfigError(f"--ledger {shown}: {path} is not an SQLite database")
+    problem = write_problem(path)
+    if problem is not None:
+        raise ConfigError(
+            f"--ledger {shown}: the SQLite ledger {path} cannot be written: {problem}"
+        )

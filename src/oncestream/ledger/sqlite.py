@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from .._errors import ConfigError, LedgerError
+from .._errors import ConfigError, LedgerError, LedgerUnusable
 from ._base import KeyMode, Ledger, LedgerEntry, LedgerTx, check_key
 
-__all__ = ["SQLiteLedger"]
+__all__ = ["SQLiteLedger", "write_problem"]
+
+#: SQLite primary result codes that no retry fixes: SQLITE_PERM, SQLITE_READONLY,
+#: SQLITE_CORRUPT, SQLITE_CANTOPEN, SQLITE_AUTH, SQLITE_NOTADB.
+_UNUSABLE_CODES = frozenset({3, 8, 11, 14, 23, 26})
+_CORRUPT_CODES = frozenset({11, 26})
+_DAMAGED = (
+    "the file is damaged or is not an SQLite database: restore it from a backup, or fix "
+    "it with the sqlite3 tool's .recover; an empty ledger in its place would apply again "
+    "every message the server redelivers"
+)
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS oncestream_applied ("
@@ -62,7 +73,7 @@ class _SQLiteTx(LedgerTx):
             if self.ledger.key == "msg_id":
                 fresh = self._claim_ids(entries, fresh, now)
         except sqlite3.Error as exc:
-            raise LedgerError(f"SQLite ledger {self.ledger.path}: {exc}") from exc
+            raise self.ledger.failure("claim", exc) from exc
         return fresh
 
     def _claim_ids(
@@ -106,7 +117,7 @@ class _SQLiteTx(LedgerTx):
                 self.connection.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._quiet_rollback()
-                raise LedgerError(f"SQLite ledger {self.ledger.path}: commit: {exc}") from exc
+                raise self.ledger.failure("commit", exc) from exc
 
     def rollback(self) -> None:
         if self.open:
@@ -179,9 +190,37 @@ class SQLiteLedger(Ledger):
             "locked" in text or "busy" in text or "disk i/o" in text
         )
 
+    def is_unusable(self, exc: BaseException) -> bool:
+        if not isinstance(exc, sqlite3.Error):
+            return False
+        if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _UNUSABLE_CODES:
+            return True
+        text = str(exc).lower()
+        return "malformed" in text or "not a database" in text or "readonly database" in text
+
+    def failure(self, what: str, exc: BaseException) -> LedgerError:
+        """The error for a failed SQLite call: :class:`LedgerUnusable` naming the cause when
+        retrying cannot help, else a :class:`LedgerError` (retried by the Processor)."""
+        if not self.is_unusable(exc):
+            held = ""
+            if "locked" in str(exc).lower():
+                held = (
+                    f" (another process held its write lock for the whole busy timeout, "
+                    f"{self.busy_timeout:g}s)"
+                )
+            return LedgerError(f"SQLite ledger {self.path}: {what}: {exc}{held}")
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        text = str(exc).lower()
+        if code in _CORRUPT_CODES or "malformed" in text or "not a database" in text:
+            cause = _DAMAGED
+        else:
+            cause = write_problem(self.path) or "it cannot be opened for writing"
+        return LedgerUnusable(f"SQLite ledger {self.path} cannot be used ({what}: {exc}): {cause}")
+
     def open(self) -> None:
         if self._con is not None:
             return
+        con: sqlite3.Connection | None = None
         try:
             con = sqlite3.connect(
                 self.path,
@@ -194,7 +233,9 @@ class SQLiteLedger(Ledger):
             for statement in _SCHEMA if self.tables else ():
                 con.execute(statement)
         except sqlite3.Error as exc:
-            raise LedgerError(f"cannot open SQLite ledger {self.path!r}: {exc}") from exc
+            if con is not None:
+                con.close()
+            raise self.failure("open", exc) from exc
         self._con = con
 
     def begin(self) -> LedgerTx:
@@ -202,7 +243,22 @@ class SQLiteLedger(Ledger):
         try:
             con.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            raise LedgerError(f"SQLite ledger {self.path}: begin: {exc}") from exc
+            raise self.failure("begin", exc) from exc
+        return _SQLiteTx(self, con)
+
+    def begin_nowait(self) -> LedgerTx | None:
+        con = self.connection
+        # Without a busy timeout, a lock held by another process fails at once
+        # instead of blocking this thread (the event loop's) for up to busy_timeout.
+        con.execute("PRAGMA busy_timeout = 0")
+        try:
+            con.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF in (5, 6):  # SQLITE_BUSY, _LOCKED
+                return None
+            raise self.failure("begin", exc) from exc
+        finally:
+            con.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         return _SQLiteTx(self, con)
 
     def _fetchone(self, sql: str, params: Sequence[Any]) -> Any:
@@ -228,5 +284,27 @@ class SQLiteLedger(Ledger):
         except sqlite3.Error as exc:
             if con.in_transaction:
                 con.execute("ROLLBACK")
-            raise LedgerError(f"SQLite ledger {self.path}: prune: {exc}") from exc
+            raise self.failure("prune", exc) from exc
         return int(deleted)
+
+
+def write_problem(path: str) -> str | None:
+    """Why SQLite cannot write the database ``path`` (and its ``-wal``/``-shm`` files), if
+    the file system says so: a read-only mount, a directory or file without write permission.
+    """
+    path = os.path.abspath(path)
+    parent = os.path.dirname(path)
+    try:
+        if os.statvfs(parent).f_flag & os.ST_RDONLY:
+            return f"the file system holding {parent} is mounted read-only"
+    except OSError:
+        pass
+    for name in (path, f"{path}-wal", f"{path}-shm"):
+        if os.path.exists(name) and not os.access(name, os.W_OK):
+            return f"{name} is not writable (permission denied)"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return (
+            f"directory {parent} is not writable (permission denied); SQLite creates "
+            f"{os.path.basename(path)}-wal and -shm files beside the ledger"
+        )
+    return None
