@@ -35,6 +35,17 @@ def user_password(work_dir: Path, *, user: str, password: str) -> ServerConfig:
     )
 
 
+def users(work_dir: Path, *, users: dict[str, str]) -> ServerConfig:
+    """JetStream server with one user/password login per ``users`` entry (name -> password)."""
+    from oncestream.server import Authorization, User
+
+    return ServerConfig(
+        server_name="auth-users",
+        jetstream=JetStreamConfig(store_dir=work_dir / "jetstream"),
+        blocks=(Authorization(users=tuple(User(user=u, password=p) for u, p in users.items())),),
+    )
+
+
 def token(work_dir: Path, *, token: str) -> ServerConfig:
     """JetStream server requiring a token."""
     from oncestream.server import Authorization
@@ -70,21 +81,35 @@ def operator_mode(work_dir: Path, setup: object) -> ServerConfig:
 
 
 def tls(
-    work_dir: Path, *, cert_file: Path, key_file: Path, ca_file: Path, verify: bool
+    work_dir: Path,
+    *,
+    cert_file: Path,
+    key_file: Path,
+    ca_file: Path,
+    verify: bool,
+    user: str | None = None,
+    password: str | None = None,
+    allow_non_tls: bool = False,
 ) -> ServerConfig:
-    """JetStream server requiring TLS (and client certificates when ``verify``)."""
-    from oncestream.server import ServerTLS, TLSConfig
+    """JetStream server requiring TLS (and client certificates when ``verify``).
 
+    ``allow_non_tls``: TLS is offered (INFO ``tls_available``), not required.
+    ``user``/``password``: that login is required too.
+    """
+    from oncestream.server import Authorization, ServerTLS, TLSConfig
+
+    blocks: tuple[object, ...] = (
+        ServerTLS(
+            tls=TLSConfig(cert_file=cert_file, key_file=key_file, ca_file=ca_file, verify=verify)
+        ),
+    )
+    if user is not None and password is not None:
+        blocks += (Authorization(user=user, password=password),)
     return ServerConfig(
         server_name="auth-tls",
         jetstream=JetStreamConfig(store_dir=work_dir / "jetstream"),
-        blocks=(
-            ServerTLS(
-                tls=TLSConfig(
-                    cert_file=cert_file, key_file=key_file, ca_file=ca_file, verify=verify
-                )
-            ),
-        ),
+        blocks=blocks,
+        extra={"allow_non_tls": True} if allow_non_tls else {},
     )
 
 

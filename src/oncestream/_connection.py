@@ -34,12 +34,23 @@ from ._errors import (
     OperationTimeout,
     PermissionDenied,
     StreamNotFound,
+    TlsNotOffered,
     jetstream_error,
 )
-from ._nats import FrameSubscription, FrameTarget, Wire, attach
+from ._logthrottle import LogThrottle
+from ._nats import (
+    FrameSubscription,
+    FrameTarget,
+    ServerWithoutTls,
+    Wire,
+    attach,
+    new_client,
+    tls_guard,
+)
 from ._options import ConnectOptions
+from ._private import scrub
 
-__all__ = ["Connection", "connect", "translate_error"]
+__all__ = ["Connection", "connect", "tls_context", "translate_error"]
 
 log = logging.getLogger("oncestream.connection")
 
@@ -98,16 +109,6 @@ def _name_missing(error: JetStreamError, subject: str) -> JetStreamError:
     named = type(error)(text, code=error.code, err_code=error.err_code)
     named.__cause__ = error.__cause__
     return named
-
-
-def _tls_context(options: ConnectOptions) -> ssl.SSLContext | None:
-    wants_tls = any(url.startswith(("tls://", "wss://")) for url in options.servers)
-    if options.tls_ca_file is None and options.tls_cert_file is None and not wants_tls:
-        return None
-    context = ssl.create_default_context(cafile=options.tls_ca_file)
-    if options.tls_cert_file and options.tls_key_file:
-        context.load_cert_chain(options.tls_cert_file, options.tls_key_file)
-    return context
 
 
 class Connection:
@@ -337,8 +338,13 @@ async def connect(options: ConnectOptions | None = None, **overrides: Any) -> Co
         options: where and how to connect (default: ``nats://127.0.0.1:4222``).
         **overrides: extra keyword arguments for ``nats.connect`` (advanced).
 
+    When ``options.tls_required`` (a ``tls://``/``wss://`` URL or a TLS file
+    option), every server must do TLS on every connect and reconnect; one that
+    does not is refused before any credential is written to it.
+
     Raises:
         AuthenticationError: the server rejected the credentials.
+        TlsNotOffered: TLS was asked for and the server does not offer it.
         ConnectError: no server could be reached.
 
     Example::
@@ -347,8 +353,18 @@ async def connect(options: ConnectOptions | None = None, **overrides: Any) -> Co
             info = await conn.stream_info("ORDERS")
     """
     options = options or ConnectOptions()
+    where = ", ".join(options.safe_servers)
+    secrets = options.secrets()
+    guarded, why = await tls_guard()
+    if options.tls_required and not guarded:
+        raise ConnectError(
+            f"refusing to connect to {where}: TLS was asked for, but with the installed "
+            f"nats-py oncestream cannot make sure a server without TLS never receives the "
+            f"credentials ({why}); install a nats-py version oncestream supports"
+        )
     holder: dict[str, Connection] = {}
     errors: list[BaseException] = []
+    refused = LogThrottle(log, burst=1, interval=30.0)
     # nats-py 2.16 hangs in connect() after a failed TLS handshake; a TLS error
     # while connecting is final anyway, so it aborts the attempt (see below).
     tls_failed: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
@@ -357,10 +373,12 @@ async def connect(options: ConnectOptions | None = None, **overrides: Any) -> Co
         errors.append(exc)
         if isinstance(exc, ssl.SSLError) and "conn" not in holder and not tls_failed.done():
             tls_failed.set_result(exc)
-        text = str(exc)
+        text = scrub(str(exc), secrets)
         conn = holder.get("conn")
         if conn is not None and "permissions violation" in text.lower():
             conn._permission_violation(text)
+        if isinstance(exc, ServerWithoutTls) and conn is not None:
+            refused.log(logging.WARNING, exc.server, "reconnect refused: %s", text)
         log.debug("nats error: %s", text)
 
     async def reconnected_cb() -> None:
@@ -371,8 +389,9 @@ async def connect(options: ConnectOptions | None = None, **overrides: Any) -> Co
         for callback in list(conn._reconnect_listeners):
             await callback()
 
+    servers, credentials = options.client_settings()
     kwargs: dict[str, Any] = {
-        "servers": list(options.servers),
+        "servers": servers,
         "name": options.name,
         "connect_timeout": options.connect_timeout,
         "reconnect_time_wait": options.reconnect_wait,
@@ -381,10 +400,8 @@ async def connect(options: ConnectOptions | None = None, **overrides: Any) -> Co
         "max_reconnect_attempts": 1,
         "error_cb": error_cb,
         "reconnected_cb": reconnected_cb,
-        "tls": _tls_context(options),
-        "user": options.user,
-        "password": options.password,
-        "token": options.token,
+        "tls": tls_context(options),
+        **credentials,
         "user_credentials": options.creds,
     }
     if options.nkey_seed is not None:
@@ -393,19 +410,29 @@ async def connect(options: ConnectOptions | None = None, **overrides: Any) -> Co
         else:
             kwargs["nkeys_seed_str"] = options.nkey_seed
     kwargs.update(overrides)
+    nc = new_client(require_tls=options.tls_required, guarded=guarded)
     try:
-        nc = await _connect_or_tls_failure(kwargs, tls_failed, options)
+        await _connect_or_tls_failure(nc, kwargs, tls_failed, where)
     except Exception as exc:
-        where = ", ".join(options.safe_servers)
+        for err in errors:
+            if isinstance(err, ServerWithoutTls):
+                raise TlsNotOffered(
+                    f"the server at {err.server} does not offer TLS, but TLS was asked for "
+                    "(a tls:// or wss:// URL, or a TLS file option); nothing was sent to it, "
+                    "credentials included. Enable TLS on that server or connect to one that has it"
+                ) from err
         for err in errors:
             text = str(err).lower()
             if "authorization violation" in text or "authentication" in text:
                 raise AuthenticationError(
                     f"the server at {where} rejected the credentials"
                 ) from exc
+        reason = scrub(str(exc or errors), secrets)
         if isinstance(exc, nats.errors.NoServersError | OSError | asyncio.TimeoutError):
-            raise ConnectError(f"cannot connect to NATS at {where}: {exc or errors}") from exc
-        raise translate_error(exc, what=f"connect to {where}") from exc
+            raise ConnectError(f"cannot connect to NATS at {where}: {reason}") from exc
+        if isinstance(exc, OncestreamError):
+            raise
+        raise ConnectError(f"connect to {where}: {type(exc).__name__}: {reason}") from exc
     nc.options["max_reconnect_attempts"] = options.max_reconnect_attempts
     if not tls_failed.done():
         tls_failed.cancel()
@@ -414,10 +441,22 @@ async def connect(options: ConnectOptions | None = None, **overrides: Any) -> Co
     return conn
 
 
+def tls_context(options: ConnectOptions) -> ssl.SSLContext | None:
+    """The SSL context for ``options`` (None when TLS was not asked for).
+
+    The files were checked when the options were built (``_credentials``).
+    """
+    if not options.tls_required:
+        return None
+    context = ssl.create_default_context(cafile=options.tls_ca_file)
+    if options.tls_cert_file and options.tls_key_file:
+        context.load_cert_chain(options.tls_cert_file, options.tls_key_file)
+    return context
+
+
 async def _connect_or_tls_failure(
-    kwargs: dict[str, Any], tls_failed: asyncio.Future[BaseException], options: ConnectOptions
-) -> Client:
-    nc = Client()
+    nc: Client, kwargs: dict[str, Any], tls_failed: asyncio.Future[BaseException], where: str
+) -> None:
     attempt = asyncio.ensure_future(nc.connect(**kwargs))
     waitables: set[asyncio.Future[Any]] = {attempt, tls_failed}
     try:
@@ -427,7 +466,7 @@ async def _connect_or_tls_failure(
         raise
     if attempt.done():
         attempt.result()
-        return nc
+        return
     attempt.cancel()
     try:
         async with asyncio.timeout(1.0):
@@ -435,7 +474,6 @@ async def _connect_or_tls_failure(
     except Exception:
         pass
     reason = tls_failed.result()
-    where = ", ".join(options.safe_servers)
     raise ConnectError(
         f"TLS handshake with {where} failed: {getattr(reason, 'reason', None) or reason}"
     ) from reason

@@ -1,0 +1,187 @@
+"""TLS that cannot be downgraded (issue 19): asked for, it is required of every server.
+
+A relay in front of each real nats-server (tests/_wiretap.py) records every
+byte the client sends, so the tests prove what reached the wire: against a
+plaintext server the password never leaves the client, on the first connect
+and on a reconnect; against a TLS server (required or only offered) the
+client's first bytes are a TLS ClientHello.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from oncestream import ConfigError, ConnectOptions, TlsNotOffered, connect
+from oncestream.server import NatsServer
+from tests import server_configs
+from tests._wiretap import WireTap
+
+PASSWORD = "wire-Secret-8713"
+TLS_RECORD = 0x16  # a TLS handshake record: the ClientHello
+
+
+@pytest.fixture
+def plain_server(server_factory: Callable[..., NatsServer], tmp_path: Path) -> NatsServer:
+    """A real nats-server without TLS that requires app/PASSWORD."""
+    config = server_configs.user_password(tmp_path / "plain", user="app", password=PASSWORD)
+    return server_factory(config, "plain")
+
+
+def _tls_server(
+    server_factory: Callable[..., NatsServer], tmp_path: Path, files: dict[str, Path], **kw: bool
+) -> NatsServer:
+    config = server_configs.tls(
+        tmp_path / "tls",
+        cert_file=files["cert"],
+        key_file=files["key"],
+        ca_file=files["ca"],
+        verify=False,
+        user="app",
+        password=PASSWORD,
+        **kw,
+    )
+    return server_factory(config, "tls-offered" if kw else "tls")
+
+
+@pytest.fixture
+def tap_plain(plain_server: NatsServer) -> Iterator[WireTap]:
+    with WireTap(plain_server.port) as tap:
+        yield tap
+
+
+def _asked(tap: WireTap, ca: Path) -> dict[str, ConnectOptions]:
+    """Every way of asking for TLS, each with the password given differently."""
+    fast = {"connect_timeout": 2, "reconnect_wait": 0.05}
+    return {
+        "tls:// URL and a CA": ConnectOptions(
+            servers=(tap.url("tls"),), user="app", password=PASSWORD, tls_ca_file=str(ca), **fast
+        ),
+        "nats:// URL and a CA": ConnectOptions(
+            servers=(tap.url(),), user="app", password=PASSWORD, tls_ca_file=str(ca), **fast
+        ),
+        "tls:// URL alone, password in it": ConnectOptions(
+            servers=(tap.url("tls").replace("//", f"//app:{PASSWORD}@"),), **fast
+        ),
+        "tls:// URL, token": ConnectOptions(servers=(tap.url("tls"),), token=PASSWORD, **fast),
+    }
+
+
+async def test_the_password_never_reaches_a_plaintext_server(
+    tap_plain: WireTap, tls_files: dict[str, Path]
+) -> None:
+    for what, options in _asked(tap_plain, tls_files["ca"]).items():
+        start = time.monotonic()
+        with pytest.raises(TlsNotOffered) as info:
+            await connect(options)
+        assert time.monotonic() - start < 3, what
+        assert f"127.0.0.1:{tap_plain.port} does not offer TLS" in str(info.value), what
+        assert PASSWORD not in str(info.value) and PASSWORD not in repr(info.value)
+        assert tap_plain.accepted > 0, f"{what}: the client never reached the server"
+        assert PASSWORD.encode() not in tap_plain.sent, f"{what}: the password was sent"
+        assert b"CONNECT" not in tap_plain.sent, f"{what}: CONNECT was sent"
+    # The tap sees credentials when they are sent: without TLS asked, they are.
+    plain = ConnectOptions(servers=(tap_plain.url(),), user="app", password=PASSWORD)
+    async with await connect(plain) as conn:
+        await conn.flush()
+    assert PASSWORD.encode() in tap_plain.sent
+
+
+def test_websocket_without_tls_and_tls_options_is_refused(tls_files: dict[str, Path]) -> None:
+    with pytest.raises(ConfigError, match="plain WebSocket"):
+        ConnectOptions(servers=("ws://127.0.0.1:8080",), tls_ca_file=str(tls_files["ca"]))
+    with pytest.raises(ConfigError, match="use wss://"):
+        ConnectOptions(servers=("wss://127.0.0.1:8080", "ws://127.0.0.1:8081"))
+
+
+async def test_tls_required_and_tls_offered_servers_get_tls_from_the_first_byte(
+    server_factory: Callable[..., NatsServer],
+    tmp_path: Path,
+    tls_files: dict[str, Path],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    required = _tls_server(server_factory, tmp_path, tls_files)
+    offered = _tls_server(server_factory, tmp_path, tls_files, allow_non_tls=True)
+    ca = str(tls_files["ca"])
+    for server, scheme in ((required, "tls"), (required, "nats"), (offered, "nats")):
+        with WireTap(server.port) as tap:
+            options = ConnectOptions(
+                servers=(tap.url(scheme),), user="app", password=PASSWORD, tls_ca_file=ca
+            )
+            async with await connect(options) as conn:
+                await conn.flush()
+            assert tap.first_bytes and tap.first_bytes[0][0] == TLS_RECORD, tap.first_bytes
+            assert PASSWORD.encode() not in tap.sent
+    # Control: without TLS asked for, the TLS-offering server takes a plaintext login.
+    with WireTap(offered.port) as tap:
+        plain = ConnectOptions(servers=(tap.url(),), user="app", password=PASSWORD)
+        async with await connect(plain) as conn:
+            await conn.flush()
+        assert tap.sent.startswith(b"CONNECT") and PASSWORD.encode() in tap.sent
+    # nats-py's TLS upgrade made asyncio warn at every close; not any more.
+    assert "eof_received" not in caplog.text
+
+
+class _Refusals(logging.Handler):
+    """Sets an event when the connection logs a refused reconnect."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self.loop = loop
+        self.refused = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "reconnect refused" in record.getMessage():
+            self.loop.call_soon_threadsafe(self.refused.set)
+
+
+async def test_a_reconnect_to_a_plaintext_server_is_refused(
+    server_factory: Callable[..., NatsServer],
+    tmp_path: Path,
+    tls_files: dict[str, Path],
+    plain_server: NatsServer,
+) -> None:
+    tls = _tls_server(server_factory, tmp_path, tls_files)
+    refusals = _Refusals(asyncio.get_running_loop())
+    logger = logging.getLogger("oncestream.connection")
+    logger.addHandler(refusals)
+    try:
+        with WireTap(tls.port) as tap:
+            options = ConnectOptions(
+                servers=(tap.url("tls"),),
+                user="app",
+                password=PASSWORD,
+                tls_ca_file=str(tls_files["ca"]),
+                reconnect_wait=0.05,
+            )
+            async with await connect(options) as conn:
+                reconnected = asyncio.Event()
+
+                async def on_reconnect() -> None:
+                    reconnected.set()
+
+                conn.on_reconnect(on_reconnect)
+                await conn.flush()
+                # The address now leads to a plaintext server with the same login.
+                tap.upstream = plain_server.port
+                seen = len(tap.sent)
+                tap.cut()
+                async with asyncio.timeout(10):
+                    await refusals.refused.wait()
+                assert PASSWORD.encode() not in tap.sent[seen:]
+                assert b"CONNECT" not in tap.sent[seen:]
+                assert not conn.is_connected
+                # Back to TLS: the connection recovers.
+                tap.upstream = tls.port
+                tap.cut()
+                async with asyncio.timeout(10):
+                    await reconnected.wait()
+                await conn.flush()
+    finally:
+        logger.removeHandler(refusals)
