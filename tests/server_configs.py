@@ -6,6 +6,7 @@ Tests pick a config from here instead of writing config text inline.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from oncestream.server import JetStreamConfig, ServerConfig
 
@@ -43,6 +44,17 @@ def users(work_dir: Path, *, users: dict[str, str]) -> ServerConfig:
         server_name="auth-users",
         jetstream=JetStreamConfig(store_dir=work_dir / "jetstream"),
         blocks=(Authorization(users=tuple(User(user=u, password=p) for u, p in users.items())),),
+    )
+
+
+def permissions(work_dir: Path, *, users: tuple[Any, ...]) -> ServerConfig:
+    """JetStream server with ``users`` (``oncestream.server.User``, each with its permissions)."""
+    from oncestream.server import Authorization
+
+    return ServerConfig(
+        server_name="auth-permissions",
+        jetstream=JetStreamConfig(store_dir=work_dir / "jetstream"),
+        blocks=(Authorization(users=users),),
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -55,6 +56,11 @@ __all__ = ["Connection", "connect", "tls_context", "translate_error"]
 log = logging.getLogger("oncestream.connection")
 
 Callback = Callable[[], Awaitable[None]]
+#: ``listener(kind, subject, text)``: kind ``"publish"`` or ``"subscription"``, the
+#: subject as the server reported it (lower-cased by nats-py), the server's text.
+DenialListener = Callable[[str, str, str], None]
+
+_VIOLATION = re.compile(r'permissions violation for (publish|subscription) to "([^"]*)"')
 
 
 def translate_error(exc: BaseException, *, what: str = "request") -> OncestreamError:
@@ -129,17 +135,54 @@ class Connection:
         self.permission_errors: list[str] = []
         self.reconnects = 0
         self._reconnect_listeners: list[Callback] = []
+        self._denial_listeners: list[DenialListener] = []
         # Pending API requests by lower-cased subject: the server reports a denied
         # publish asynchronously (-ERR, lower-cased by nats-py) and sends no reply,
         # so the request would otherwise only end with a timeout.
         self._denied_waiters: dict[str, asyncio.Future[str]] = {}
+        # The server's text when it refused this user's subscription to its reply
+        # inboxes: no request can get a reply then.
+        self.inbox_denied: str | None = None
 
     def _permission_violation(self, text: str) -> None:
         self.permission_errors.append(text)
         lowered = text.lower()
-        for subject, waiter in list(self._denied_waiters.items()):
-            if f'"{subject}"' in lowered and not waiter.done():
+        match = _VIOLATION.search(lowered)
+        kind, subject = match.groups() if match else ("", "")
+        inbox = kind == "subscription" and subject.startswith(self._inbox_prefix())
+        if inbox and self.inbox_denied is None:
+            self.inbox_denied = text
+        for key, waiter in list(self._denied_waiters.items()):
+            if (inbox or f'"{key}"' in lowered) and not waiter.done():
                 waiter.set_result(text)
+        for listener in list(self._denial_listeners):
+            listener(kind, subject, text)
+
+    def _inbox_prefix(self) -> str:
+        return self.new_inbox().partition(".")[0].lower() + "."
+
+    def subscription_denial(self, subject: str) -> str | None:
+        """The server's text if it refused this connection's subscription to ``subject``."""
+        wanted = f'subscription to "{subject.lower()}"'
+        return next((e for e in self.permission_errors if wanted in e.lower()), None)
+
+    def on_permission_denied(self, listener: DenialListener) -> None:
+        """Call ``listener(kind, subject, text)`` for each permissions violation reported."""
+        self._denial_listeners.append(listener)
+
+    def remove_permission_listener(self, listener: DenialListener) -> None:
+        """Stop calling ``listener`` (no error if it was not added)."""
+        if listener in self._denial_listeners:
+            self._denial_listeners.remove(listener)
+
+    def _denied(self, what: str, text: str) -> PermissionDenied:
+        if self.inbox_denied is not None:
+            return PermissionDenied(
+                f"{what}: no reply can arrive: the server refused this user's subscription to "
+                f"its reply inbox ({self.inbox_denied}); the user needs permission to "
+                "subscribe to _INBOX.>"
+            )
+        return PermissionDenied(f"{what}: not permitted for this user ({text})")
 
     @property
     def max_payload(self) -> int:
@@ -208,11 +251,15 @@ class Connection:
             OperationTimeout: no reply in ``timeout`` (default ``request_timeout``).
             NoResponders: nothing listens on ``subject``.
         """
+        if self.inbox_denied is not None:
+            raise self._denied(f"request to {subject}", self.inbox_denied)
         try:
             return await self.nc.request(
                 subject, payload, timeout=timeout or self.options.request_timeout, headers=headers
             )
         except Exception as exc:
+            if self.inbox_denied is not None:
+                raise self._denied(f"request to {subject}", self.inbox_denied) from exc
             raise translate_error(exc, what=f"request to {subject}") from exc
 
     async def subscribe_frames(self, subject: str, target: FrameTarget) -> FrameSubscription:
@@ -255,6 +302,8 @@ class Connection:
         """
         body = orjson.dumps(payload) if payload is not None else b""
         full = f"{self.prefix}.{subject}"
+        if self.inbox_denied is not None:
+            raise self._denied(full, self.inbox_denied)
         # In the server's own domain it maps $JS.<domain>.API.x to $JS.API.x and
         # reports a denial for the mapped subject: wait for either.
         keys = {full.lower(), f"$js.api.{subject}".lower() if self.options.domain else ""} - {""}
@@ -269,7 +318,7 @@ class Connection:
             await asyncio.wait(waitables, return_when=asyncio.FIRST_COMPLETED)
             if not request.done():
                 request.cancel()
-                raise PermissionDenied(f"{full}: not permitted for this user")
+                raise self._denied(full, denied.result())
             reply = request.result()
         except nats.errors.NoRespondersError as exc:
             raise NoResponders(
@@ -279,8 +328,11 @@ class Connection:
         except PermissionDenied:
             raise
         except Exception as exc:
-            if any(f'"{k}"' in e.lower() for e in self.permission_errors for k in keys):
-                raise PermissionDenied(f"{full}: not permitted for this user") from exc
+            denial = next(
+                (e for e in self.permission_errors for k in keys if f'"{k}"' in e.lower()), None
+            )
+            if denial is not None or self.inbox_denied is not None:
+                raise self._denied(full, denial or "") from exc
             raise translate_error(exc, what=full) from exc
         finally:
             for key in keys:

@@ -12,6 +12,8 @@ naming the option and the file, and never the secret in it.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 import ssl
 
@@ -27,15 +29,24 @@ _JWT = re.compile(r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$")
 
 
 def is_user_seed(text: str) -> bool:
-    """Whether ``text`` is a valid user nkey seed (``SU...``, checksum included)."""
+    """Whether ``text`` is a valid user nkey seed (``SU...``, its CRC-16 checksum included).
+
+    nkeys' own ``from_seed`` does not verify the checksum, so a mistyped seed
+    would only fail at the server, as rejected credentials.
+    """
     value = text.strip()
-    if not value.startswith("SU"):
+    if not value.startswith("SU") or not value.isascii():
         return False
     try:
-        nkeys.from_seed(bytearray(value.encode()))
-    except Exception:
+        raw = base64.b32decode(value + "=" * (-len(value) % 8))
+        prefix, _ = nkeys.decode_seed(bytearray(value.encode()))
+    except (binascii.Error, ValueError, nkeys.NkeysError):
         return False
-    return True
+    return (
+        len(raw) == 36
+        and prefix == nkeys.PREFIX_BYTE_USER
+        and bytes(nkeys.crc16_checksum(raw[:-2])) == raw[-2:]
+    )
 
 
 def check_nkey_seed(value: str, name: str = "nkey_seed") -> None:

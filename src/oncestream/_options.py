@@ -167,11 +167,13 @@ class ConnectOptions:
 
     def __post_init__(self) -> None:
         servers = self.servers
-        listed = isinstance(servers, str)
+        listed = False
         if isinstance(servers, str):
             listed = "," in servers and "@" in servers
             servers = tuple(s.strip() for s in servers.split(",") if s.strip())
-        normalised = tuple(self._normalise_url(u, listed_with_credentials=listed) for u in servers)
+        normalised = tuple(
+            self._normalise_url(url, entry=i + 1 if listed else 0) for i, url in enumerate(servers)
+        )
         if not normalised:
             raise ConfigError("servers must name at least one NATS URL, got none")
         object.__setattr__(self, "servers", normalised)
@@ -239,16 +241,18 @@ class ConnectOptions:
         return redacted_repr(self)
 
     @staticmethod
-    def _normalise_url(url: str, *, listed_with_credentials: bool = False) -> str:
+    def _normalise_url(url: str, *, entry: int = 0) -> str:
         candidate = url.strip()
         if "://" not in candidate:
             candidate = f"nats://{candidate}"
         parts = split_url(candidate)
-        shown = redact_url(candidate)
-        if listed_with_credentials and "@" not in candidate:
-            # A piece of a comma-separated list holding credentials may be the front
-            # of a password that contained a ',': never print it.
-            shown = "(an entry of a comma-separated list with credentials, not shown)"
+        label = f"servers entry {redact_url(candidate)!r}"
+        if entry:
+            # A piece of a comma-separated list holding credentials may be part of a
+            # password that contained a ',': never print it.
+            label = (
+                f"servers entry #{entry} (not shown: the comma-separated list holds credentials)"
+            )
         if (
             parts is None
             or parts.scheme.lower() not in _URL_SCHEMES
@@ -256,12 +260,12 @@ class ConnectOptions:
             or not parts.hostname
         ):
             raise ConfigError(
-                f"servers entry {shown!r} is not a NATS URL; "
+                f"{label} is not a NATS URL; "
                 f"expected e.g. {DEFAULT_SERVER!r} (schemes: {', '.join(_URL_SCHEMES)})"
             )
         port = parts.port
         if port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
-            raise ConfigError(f"servers entry {shown!r} has an invalid port (1..65535)")
+            raise ConfigError(f"{label} has an invalid port (1..65535)")
         return candidate
 
     @staticmethod

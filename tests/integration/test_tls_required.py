@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from oncestream import ConfigError, ConnectOptions, TlsNotOffered, connect
+from oncestream import ConfigError, ConnectError, ConnectOptions, TlsNotOffered, connect
 from oncestream.server import NatsServer
 from tests import server_configs
 from tests._wiretap import WireTap
@@ -172,11 +172,16 @@ async def test_a_reconnect_to_a_plaintext_server_is_refused(
                 tap.upstream = plain_server.port
                 seen = len(tap.sent)
                 tap.cut()
+                outcomes = {
+                    asyncio.ensure_future(e.wait()) for e in (refusals.refused, reconnected)
+                }
                 async with asyncio.timeout(10):
-                    await refusals.refused.wait()
-                assert PASSWORD.encode() not in tap.sent[seen:]
+                    _, pending = await asyncio.wait(outcomes, return_when=asyncio.FIRST_COMPLETED)
+                for waiter in pending:
+                    waiter.cancel()
+                assert PASSWORD.encode() not in tap.sent[seen:], "sent to the plaintext server"
                 assert b"CONNECT" not in tap.sent[seen:]
-                assert not conn.is_connected
+                assert refusals.refused.is_set() and not conn.is_connected
                 # Back to TLS: the connection recovers.
                 tap.upstream = tls.port
                 tap.cut()
@@ -185,3 +190,32 @@ async def test_a_reconnect_to_a_plaintext_server_is_refused(
                 await conn.flush()
     finally:
         logger.removeHandler(refusals)
+
+
+async def test_without_a_working_guard_tls_connections_are_refused(
+    monkeypatch: pytest.MonkeyPatch, tap_plain: WireTap, tls_files: dict[str, Path]
+) -> None:
+    """A nats-py whose handshake the probe does not recognise: refuse, never risk plaintext."""
+    from oncestream._nats import _tls
+
+    monkeypatch.setattr(_tls, "_guard", (False, "scripted handshake changed"))
+    options = _asked(tap_plain, tls_files["ca"])["tls:// URL and a CA"]
+    with pytest.raises(ConnectError, match="scripted handshake changed") as info:
+        await connect(options)
+    assert not isinstance(info.value, TlsNotOffered)
+    assert tap_plain.accepted == 0, "nothing may be attempted"
+    # Without TLS asked for, nats-py's own client connects.
+    plain = ConnectOptions(servers=(tap_plain.url(),), user="app", password=PASSWORD)
+    async with await connect(plain) as conn:
+        await conn.flush()
+
+
+async def test_the_probe_notices_a_hook_that_no_longer_guards(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from oncestream._nats import _tls
+
+    assert await _tls._probe() == (True, "handshake probed")
+    monkeypatch.setattr(_tls.Client, "_insist_on_tls", lambda self, info: None)
+    ok, why = await _tls._probe()
+    assert not ok and "plaintext" in why, why

@@ -124,8 +124,12 @@ class _Upgraded(Exception):
     pass
 
 
+class _Written(Exception):
+    pass
+
+
 class _ScriptedTransport:
-    """Plays a server that sends one INFO line; records what the client does next."""
+    """Plays a server that sends one INFO line; stops the client at its first write or upgrade."""
 
     def __init__(self, info: bytes) -> None:
         self.info = info
@@ -136,6 +140,7 @@ class _ScriptedTransport:
 
     def write(self, payload: bytes) -> None:
         self.events.append("write")
+        raise _Written
 
     async def drain(self) -> None:
         return None
@@ -152,8 +157,13 @@ _PROBE_INFOS = {
 }
 
 
+class _ProbeClient(Client):
+    def _connect_command(self) -> bytes:
+        return b"CONNECT {}\r\n"
+
+
 async def _run_handshake(info: bytes) -> tuple[str, list[str]]:
-    client = Client()
+    client = _ProbeClient()
     client.require_tls = True
     client.options = {
         "tls_handshake_first": False,
@@ -170,6 +180,8 @@ async def _run_handshake(info: bytes) -> tuple[str, list[str]]:
         return "refused", transport.events
     except _Upgraded:
         return "upgraded", transport.events
+    except _Written:
+        return "wrote CONNECT", transport.events
     return "connected", transport.events
 
 
