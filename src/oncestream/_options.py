@@ -111,11 +111,14 @@ class ConnectOptions:
     """How to reach NATS and which JetStream API to talk to.
 
     Secrets (``password``, ``token``, ``nkey_seed``, passwords and tokens in
-    server URLs) are kept out of ``repr()``/``str()`` and error messages.
+    server URLs) are kept out of ``repr()``/``str()`` and error messages. The
+    ``creds``, ``nkey_seed`` and ``tls_*`` files are checked here (a ``.creds``
+    file needs a user JWT and seed, a seed its checksum, TLS files must load).
 
     Args:
         servers: one or more ``nats://host:port`` URLs (a bare ``host:port`` is accepted),
-            as a tuple, or as one comma-separated string (a ``,`` in a password is then ``%2C``).
+            as a tuple, or as one comma-separated string (a ``,`` in a password is
+            then ``%2C``).
             Credentials may be given in the URLs (``nats://user:password@host``,
             ``nats://token@host``), percent-encoded, the same for every server;
             they are then the authentication method.
@@ -125,11 +128,6 @@ class ConnectOptions:
         creds: path to a JWT ``.creds`` file (operator mode).
         tls_ca_file: CA bundle (PEM) used to verify the server; requires TLS.
         tls_cert_file, tls_key_file: client certificate and key (both or neither); require TLS.
-
-    TLS is required (see :attr:`tls_required`) when a server URL is ``tls://``
-    or ``wss://`` or a ``tls_*`` file is given: then every server of the
-    connection, on every connect and reconnect, must do TLS, and a server that
-    does not is refused before any credential is sent (:class:`TlsNotOffered`).
         domain: JetStream domain; the API becomes ``$JS.<domain>.API``.
         api_prefix: explicit JetStream API prefix (e.g. ``JS.acc@hub.API``);
             mutually exclusive with ``domain``.
@@ -139,6 +137,11 @@ class ConnectOptions:
         max_reconnect_attempts: reconnect attempts before giving up (-1 = forever).
         reconnect_wait: time between reconnect attempts.
         name: client name shown in server monitoring.
+
+    TLS is required (see :attr:`tls_required`) when a server URL is ``tls://``
+    or ``wss://`` or a ``tls_*`` file is given: then every server of the
+    connection, on every connect and reconnect, must do TLS, and a server that
+    does not is refused before any credential is sent (:class:`TlsNotOffered`).
 
     Raises:
         ConfigError: on any invalid combination, naming the bad value.

@@ -17,7 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from oncestream import ConfigError, ConnectError, ConnectOptions, TlsNotOffered, connect
+from oncestream import (
+    ConfigError,
+    ConnectError,
+    Connection,
+    ConnectOptions,
+    TlsNotOffered,
+    connect,
+)
 from oncestream.server import NatsServer
 from tests import server_configs
 from tests._wiretap import WireTap
@@ -128,17 +135,42 @@ async def test_tls_required_and_tls_offered_servers_get_tls_from_the_first_byte(
     assert "eof_received" not in caplog.text
 
 
-class _Refusals(logging.Handler):
-    """Sets an event when the connection logs a refused reconnect."""
+class _Watch(logging.Handler):
+    """Events for a connection's refused reconnects (its warning) and its successful ones."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.loop = loop
+        self.loop = asyncio.get_running_loop()
         self.refused = asyncio.Event()
+        self.reconnected = asyncio.Event()
+        self.logger = logging.getLogger("oncestream.connection")
 
     def emit(self, record: logging.LogRecord) -> None:
         if "reconnect refused" in record.getMessage():
             self.loop.call_soon_threadsafe(self.refused.set)
+
+    def __enter__(self) -> _Watch:
+        self.logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.logger.removeHandler(self)
+
+    def follow(self, conn: Connection) -> None:
+        async def reconnected() -> None:
+            self.reconnected.set()
+
+        conn.on_reconnect(reconnected)
+
+    async def either(self) -> None:
+        """Wait (10 s at most) until a reconnect was refused or succeeded."""
+        waiters = {asyncio.ensure_future(e.wait()) for e in (self.refused, self.reconnected)}
+        try:
+            async with asyncio.timeout(10):
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
 
 
 async def test_a_reconnect_to_a_plaintext_server_is_refused(
@@ -148,48 +180,31 @@ async def test_a_reconnect_to_a_plaintext_server_is_refused(
     plain_server: NatsServer,
 ) -> None:
     tls = _tls_server(server_factory, tmp_path, tls_files)
-    refusals = _Refusals(asyncio.get_running_loop())
-    logger = logging.getLogger("oncestream.connection")
-    logger.addHandler(refusals)
-    try:
-        with WireTap(tls.port) as tap:
-            options = ConnectOptions(
-                servers=(tap.url("tls"),),
-                user="app",
-                password=PASSWORD,
-                tls_ca_file=str(tls_files["ca"]),
-                reconnect_wait=0.05,
-            )
-            async with await connect(options) as conn:
-                reconnected = asyncio.Event()
-
-                async def on_reconnect() -> None:
-                    reconnected.set()
-
-                conn.on_reconnect(on_reconnect)
-                await conn.flush()
-                # The address now leads to a plaintext server with the same login.
-                tap.upstream = plain_server.port
-                seen = len(tap.sent)
-                tap.cut()
-                outcomes = {
-                    asyncio.ensure_future(e.wait()) for e in (refusals.refused, reconnected)
-                }
-                async with asyncio.timeout(10):
-                    _, pending = await asyncio.wait(outcomes, return_when=asyncio.FIRST_COMPLETED)
-                for waiter in pending:
-                    waiter.cancel()
-                assert PASSWORD.encode() not in tap.sent[seen:], "sent to the plaintext server"
-                assert b"CONNECT" not in tap.sent[seen:]
-                assert refusals.refused.is_set() and not conn.is_connected
-                # Back to TLS: the connection recovers.
-                tap.upstream = tls.port
-                tap.cut()
-                async with asyncio.timeout(10):
-                    await reconnected.wait()
-                await conn.flush()
-    finally:
-        logger.removeHandler(refusals)
+    with _Watch() as watch, WireTap(tls.port) as tap:
+        options = ConnectOptions(
+            servers=(tap.url("tls"),),
+            user="app",
+            password=PASSWORD,
+            tls_ca_file=str(tls_files["ca"]),
+            reconnect_wait=0.05,
+        )
+        async with await connect(options) as conn:
+            watch.follow(conn)
+            await conn.flush()
+            # The address now leads to a plaintext server with the same login.
+            tap.upstream = plain_server.port
+            seen = len(tap.sent)
+            tap.cut()
+            await watch.either()
+            assert PASSWORD.encode() not in tap.sent[seen:], "sent to the plaintext server"
+            assert b"CONNECT" not in tap.sent[seen:]
+            assert watch.refused.is_set() and not conn.is_connected
+            # Back to TLS: the connection recovers.
+            tap.upstream = tls.port
+            tap.cut()
+            async with asyncio.timeout(10):
+                await watch.reconnected.wait()
+            await conn.flush()
 
 
 async def test_without_a_working_guard_tls_connections_are_refused(
@@ -219,3 +234,66 @@ async def test_the_probe_notices_a_hook_that_no_longer_guards(
     monkeypatch.setattr(_tls.Client, "_insist_on_tls", lambda self, info: None)
     ok, why = await _tls._probe()
     assert not ok and "plaintext" in why, why
+
+
+async def test_a_server_learnt_from_the_cluster_must_do_tls_too(
+    server_factory: Callable[..., NatsServer], tmp_path: Path, tls_files: dict[str, Path]
+) -> None:
+    """A (TLS) and B (no TLS) form a cluster; B advertises the relay as its client address.
+
+    The client connects to A and learns B from A's INFO (gossip). When A stops,
+    the reconnect to B is refused: the password never reaches B.
+    """
+    from oncestream.server import Authorization, ClusterConfig, ServerConfig, ServerTLS, TLSConfig
+    from oncestream.server._cluster import free_ports
+
+    route_a, route_b = free_ports(2)
+    login = Authorization(user="app", password=PASSWORD)
+    tls = ServerTLS(
+        tls=TLSConfig(
+            cert_file=tls_files["cert"], key_file=tls_files["key"], ca_file=tls_files["ca"]
+        )
+    )
+
+    def cluster(port: int, peer: int) -> ClusterConfig:
+        return ClusterConfig(name="g", port=port, routes=(f"nats-route://127.0.0.1:{peer}",))
+
+    with WireTap(0) as tap:
+        node_b = server_factory(
+            ServerConfig(
+                server_name="gossip-b",
+                blocks=(login, cluster(route_b, route_a)),
+                extra={"client_advertise": f"127.0.0.1:{tap.port}"},
+            ),
+            "gossip-b",
+        )
+        tap.upstream = node_b.port
+        node_a = server_factory(
+            ServerConfig(server_name="gossip-a", blocks=(tls, login, cluster(route_a, route_b))),
+            "gossip-a",
+        )
+        discovered = asyncio.Event()
+
+        async def on_discovered() -> None:
+            discovered.set()
+
+        options = ConnectOptions(
+            servers=(f"tls://127.0.0.1:{node_a.port}",),
+            user="app",
+            password=PASSWORD,
+            tls_ca_file=str(tls_files["ca"]),
+            reconnect_wait=0.05,
+        )
+        with _Watch() as watch:
+            async with await connect(options, discovered_server_cb=on_discovered) as conn:
+                watch.follow(conn)
+                gossip = f"127.0.0.1:{tap.port}"
+                if not any(u.netloc == gossip for u in conn.nc.discovered_servers):
+                    async with asyncio.timeout(10):
+                        await discovered.wait()
+                node_a.close()
+                await watch.either()
+                assert tap.accepted > 0, "the client never tried the server it learnt"
+                assert PASSWORD.encode() not in tap.sent, "sent to the server learnt by gossip"
+                assert b"CONNECT" not in tap.sent
+                assert watch.refused.is_set()
