@@ -17,6 +17,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 from collections import deque
 from pathlib import Path
 
@@ -120,6 +121,46 @@ class PostgresServer:
             self.stop()
             raise RuntimeError("PostgreSQL did not start:\n" + "\n".join(self._tail))
         return self
+
+    def password_role(self, name: str, password: str) -> str:
+        """Create (or reset) login role ``name`` that must give ``password`` (scram-sha-256).
+
+        Members of the ``pw_login`` group authenticate with their password; every
+        other role keeps the server's ``trust`` rule. Returns a URL to database
+        ``postgres`` as that role, without the password.
+        """
+        import psycopg
+        from psycopg import sql
+
+        hba = self.dir / "data" / "pg_hba.conf"
+        rule = "host all +pw_login 127.0.0.1/32 scram-sha-256\n"
+        with psycopg.connect(self.url, autocommit=True) as admin:
+            if rule not in hba.read_text():
+                admin.execute(
+                    "DO $$ BEGIN CREATE ROLE pw_login NOLOGIN;"
+                    " EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+                )
+                hba.write_text(rule + hba.read_text())
+                admin.execute("SELECT pg_reload_conf()")
+            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+            admin.execute(
+                sql.SQL("CREATE ROLE {} LOGIN IN ROLE pw_login PASSWORD {}").format(
+                    sql.Identifier(name), sql.Literal(password)
+                )
+            )
+        url = f"postgresql://{name}@127.0.0.1:{self.port}/postgres"
+        # The postmaster reloads pg_hba.conf asynchronously: wait until it asks for passwords.
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                psycopg.connect(url, password="not-" + password, connect_timeout=5).close()
+            except psycopg.OperationalError as exc:
+                if "password authentication failed" in str(exc):
+                    return url
+                raise
+            if time.monotonic() > deadline:
+                raise RuntimeError("pg_hba.conf password rule not in effect after 10 s")
+            time.sleep(0.05)
 
     def stop(self) -> None:
         if self._proc is not None:

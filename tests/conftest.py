@@ -73,6 +73,34 @@ def server_factory(tmp_path: Path) -> Iterator[Callable[..., NatsServer]]:
 
 
 @pytest.fixture
+def tls_files(tmp_path: Path) -> dict[str, Path]:
+    """A throw-away CA, a server certificate for 127.0.0.1 and a client certificate.
+
+    Keys: ``ca``, ``cert``/``key`` (server), ``client_cert``/``client_key``, ``other_ca``.
+    """
+    import trustme
+
+    ca = trustme.CA()
+    server_cert = ca.issue_cert("127.0.0.1", "localhost")
+    client_cert = ca.issue_cert("client@oncestream.test")
+    files = {
+        "ca": tmp_path / "ca.pem",
+        "cert": tmp_path / "server.pem",
+        "key": tmp_path / "server.key",
+        "client_cert": tmp_path / "client.pem",
+        "client_key": tmp_path / "client.key",
+        "other_ca": tmp_path / "other-ca.pem",
+    }
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    server_cert.cert_chain_pems[0].write_to_path(str(files["cert"]))
+    server_cert.private_key_pem.write_to_path(str(files["key"]))
+    client_cert.cert_chain_pems[0].write_to_path(str(files["client_cert"]))
+    client_cert.private_key_pem.write_to_path(str(files["client_key"]))
+    trustme.CA().cert_pem.write_to_path(str(files["other_ca"]))
+    return files
+
+
+@pytest.fixture
 def options(nats_server: NatsServer) -> ConnectOptions:
     """Connect options for :func:`nats_server`, failing fast on an unreachable server."""
     return ConnectOptions(servers=(nats_server.url,), reconnect_wait=0.1)

@@ -6,6 +6,7 @@ Tests pick a config from here instead of writing config text inline.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from oncestream.server import JetStreamConfig, ServerConfig
 
@@ -32,6 +33,28 @@ def user_password(work_dir: Path, *, user: str, password: str) -> ServerConfig:
         server_name="auth-user",
         jetstream=JetStreamConfig(store_dir=work_dir / "jetstream"),
         blocks=(Authorization(user=user, password=password),),
+    )
+
+
+def users(work_dir: Path, *, users: dict[str, str]) -> ServerConfig:
+    """JetStream server with one user/password login per ``users`` entry (name -> password)."""
+    from oncestream.server import Authorization, User
+
+    return ServerConfig(
+        server_name="auth-users",
+        jetstream=JetStreamConfig(store_dir=work_dir / "jetstream"),
+        blocks=(Authorization(users=tuple(User(user=u, password=p) for u, p in users.items())),),
+    )
+
+
+def permissions(work_dir: Path, *, users: tuple[Any, ...]) -> ServerConfig:
+    """JetStream server with ``users`` (``oncestream.server.User``, each with its permissions)."""
+    from oncestream.server import Authorization
+
+    return ServerConfig(
+        server_name="auth-permissions",
+        jetstream=JetStreamConfig(store_dir=work_dir / "jetstream"),
+        blocks=(Authorization(users=users),),
     )
 
 
@@ -70,21 +93,35 @@ def operator_mode(work_dir: Path, setup: object) -> ServerConfig:
 
 
 def tls(
-    work_dir: Path, *, cert_file: Path, key_file: Path, ca_file: Path, verify: bool
+    work_dir: Path,
+    *,
+    cert_file: Path,
+    key_file: Path,
+    ca_file: Path,
+    verify: bool,
+    user: str | None = None,
+    password: str | None = None,
+    allow_non_tls: bool = False,
 ) -> ServerConfig:
-    """JetStream server requiring TLS (and client certificates when ``verify``)."""
-    from oncestream.server import ServerTLS, TLSConfig
+    """JetStream server requiring TLS (and client certificates when ``verify``).
 
+    ``allow_non_tls``: TLS is offered (INFO ``tls_available``), not required.
+    ``user``/``password``: that login is required too.
+    """
+    from oncestream.server import Authorization, ServerTLS, TLSConfig
+
+    blocks: tuple[object, ...] = (
+        ServerTLS(
+            tls=TLSConfig(cert_file=cert_file, key_file=key_file, ca_file=ca_file, verify=verify)
+        ),
+    )
+    if user is not None and password is not None:
+        blocks += (Authorization(user=user, password=password),)
     return ServerConfig(
         server_name="auth-tls",
         jetstream=JetStreamConfig(store_dir=work_dir / "jetstream"),
-        blocks=(
-            ServerTLS(
-                tls=TLSConfig(
-                    cert_file=cert_file, key_file=key_file, ca_file=ca_file, verify=verify
-                )
-            ),
-        ),
+        blocks=blocks,
+        extra={"allow_non_tls": True} if allow_non_tls else {},
     )
 
 

@@ -16,7 +16,7 @@ import orjson
 
 from ._dsn import Dsn
 from ._errors import ConfigError, OncestreamError
-from ._private import redact
+from ._private import scrub
 from .streams import lineage_id
 
 if TYPE_CHECKING:
@@ -47,8 +47,8 @@ def _spark_committed_files(path: str) -> list[str] | None:
     return [p.removeprefix("file://") for p, keep in files.items() if keep]
 
 
-def _one_line(exc: BaseException) -> str:
-    return redact(" ".join(str(exc).split()))[:300] or type(exc).__name__
+def _one_line(exc: BaseException, secrets: tuple[str, ...] = ()) -> str:
+    return scrub(" ".join(str(exc).split()), secrets)[:300] or type(exc).__name__
 
 
 def parquet_keys(path: str, key: KeySpec) -> list[str]:
@@ -105,12 +105,13 @@ def sql_keys(dsn: Dsn, table: str, key: KeySpec) -> list[str]:
         except psycopg.errors.UndefinedTable:
             raise ConfigError(f"sql output {dsn}: no table {table!r}") from None
         except psycopg.OperationalError as exc:
-            text = _one_line(exc)
+            text = _one_line(exc, dsn.secrets())
             if "authentication failed" in text or "does not exist" in text:
                 raise ConfigError(f"sql output {dsn}: {text}") from None
             raise OncestreamError(f"cannot read sql output {dsn}: {text}") from None
         except psycopg.Error as exc:
-            raise ConfigError(f"sql output {dsn} table {table!r}: {_one_line(exc)}") from None
+            text = _one_line(exc, dsn.secrets())
+            raise ConfigError(f"sql output {dsn} table {table!r}: {text}") from None
     else:
         path = dsn.path or ""
         if not os.path.isfile(path):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -34,16 +35,32 @@ from ._errors import (
     OperationTimeout,
     PermissionDenied,
     StreamNotFound,
+    TlsNotOffered,
     jetstream_error,
 )
-from ._nats import FrameSubscription, FrameTarget, Wire, attach
+from ._logthrottle import LogThrottle
+from ._nats import (
+    FrameSubscription,
+    FrameTarget,
+    ServerWithoutTls,
+    Wire,
+    attach,
+    new_client,
+    tls_guard,
+)
 from ._options import ConnectOptions
+from ._private import scrub
 
-__all__ = ["Connection", "connect", "translate_error"]
+__all__ = ["Connection", "connect", "tls_context", "translate_error"]
 
 log = logging.getLogger("oncestream.connection")
 
 Callback = Callable[[], Awaitable[None]]
+#: ``listener(kind, subject, text)``: kind ``"publish"`` or ``"subscription"``, the
+#: subject as the server reported it (lower-cased by nats-py), the server's text.
+DenialListener = Callable[[str, str, str], None]
+
+_VIOLATION = re.compile(r'permissions violation for (publish|subscription) to "([^"]*)"')
 
 
 def translate_error(exc: BaseException, *, what: str = "request") -> OncestreamError:
@@ -100,16 +117,6 @@ def _name_missing(error: JetStreamError, subject: str) -> JetStreamError:
     return named
 
 
-def _tls_context(options: ConnectOptions) -> ssl.SSLContext | None:
-    wants_tls = any(url.startswith(("tls://", "wss://")) for url in options.servers)
-    if options.tls_ca_file is None and options.tls_cert_file is None and not wants_tls:
-        return None
-    context = ssl.create_default_context(cafile=options.tls_ca_file)
-    if options.tls_cert_file and options.tls_key_file:
-        context.load_cert_chain(options.tls_cert_file, options.tls_key_file)
-    return context
-
-
 class Connection:
     """A NATS connection bound to one JetStream API prefix.
 
@@ -128,17 +135,54 @@ class Connection:
         self.permission_errors: list[str] = []
         self.reconnects = 0
         self._reconnect_listeners: list[Callback] = []
+        self._denial_listeners: list[DenialListener] = []
         # Pending API requests by lower-cased subject: the server reports a denied
         # publish asynchronously (-ERR, lower-cased by nats-py) and sends no reply,
         # so the request would otherwise only end with a timeout.
         self._denied_waiters: dict[str, asyncio.Future[str]] = {}
+        # The server's text when it refused this user's subscription to its reply
+        # inboxes: no request can get a reply then.
+        self.inbox_denied: str | None = None
 
     def _permission_violation(self, text: str) -> None:
         self.permission_errors.append(text)
         lowered = text.lower()
-        for subject, waiter in list(self._denied_waiters.items()):
-            if f'"{subject}"' in lowered and not waiter.done():
+        match = _VIOLATION.search(lowered)
+        kind, subject = match.groups() if match else ("", "")
+        inbox = kind == "subscription" and subject.startswith(self._inbox_prefix())
+        if inbox and self.inbox_denied is None:
+            self.inbox_denied = text
+        for key, waiter in list(self._denied_waiters.items()):
+            if (inbox or f'"{key}"' in lowered) and not waiter.done():
                 waiter.set_result(text)
+        for listener in list(self._denial_listeners):
+            listener(kind, subject, text)
+
+    def _inbox_prefix(self) -> str:
+        return self.new_inbox().partition(".")[0].lower() + "."
+
+    def subscription_denial(self, subject: str) -> str | None:
+        """The server's text if it refused this connection's subscription to ``subject``."""
+        wanted = f'subscription to "{subject.lower()}"'
+        return next((e for e in self.permission_errors if wanted in e.lower()), None)
+
+    def on_permission_denied(self, listener: DenialListener) -> None:
+        """Call ``listener(kind, subject, text)`` for each permissions violation reported."""
+        self._denial_listeners.append(listener)
+
+    def remove_permission_listener(self, listener: DenialListener) -> None:
+        """Stop calling ``listener`` (no error if it was not added)."""
+        if listener in self._denial_listeners:
+            self._denial_listeners.remove(listener)
+
+    def _denied(self, what: str, text: str) -> PermissionDenied:
+        if self.inbox_denied is not None:
+            return PermissionDenied(
+                f"{what}: no reply can arrive: the server refused this user's subscription to "
+                f"its reply inbox ({self.inbox_denied}); the user needs permission to "
+                "subscribe to _INBOX.>"
+            )
+        return PermissionDenied(f"{what}: not permitted for this user ({text})")
 
     @property
     def max_payload(self) -> int:
@@ -207,11 +251,15 @@ class Connection:
             OperationTimeout: no reply in ``timeout`` (default ``request_timeout``).
             NoResponders: nothing listens on ``subject``.
         """
+        if self.inbox_denied is not None:
+            raise self._denied(f"request to {subject}", self.inbox_denied)
         try:
             return await self.nc.request(
                 subject, payload, timeout=timeout or self.options.request_timeout, headers=headers
             )
         except Exception as exc:
+            if self.inbox_denied is not None:
+                raise self._denied(f"request to {subject}", self.inbox_denied) from exc
             raise translate_error(exc, what=f"request to {subject}") from exc
 
     async def subscribe_frames(self, subject: str, target: FrameTarget) -> FrameSubscription:
@@ -254,6 +302,8 @@ class Connection:
         """
         body = orjson.dumps(payload) if payload is not None else b""
         full = f"{self.prefix}.{subject}"
+        if self.inbox_denied is not None:
+            raise self._denied(full, self.inbox_denied)
         # In the server's own domain it maps $JS.<domain>.API.x to $JS.API.x and
         # reports a denial for the mapped subject: wait for either.
         keys = {full.lower(), f"$js.api.{subject}".lower() if self.options.domain else ""} - {""}
@@ -268,7 +318,7 @@ class Connection:
             await asyncio.wait(waitables, return_when=asyncio.FIRST_COMPLETED)
             if not request.done():
                 request.cancel()
-                raise PermissionDenied(f"{full}: not permitted for this user")
+                raise self._denied(full, denied.result())
             reply = request.result()
         except nats.errors.NoRespondersError as exc:
             raise NoResponders(
@@ -278,8 +328,11 @@ class Connection:
         except PermissionDenied:
             raise
         except Exception as exc:
-            if any(f'"{k}"' in e.lower() for e in self.permission_errors for k in keys):
-                raise PermissionDenied(f"{full}: not permitted for this user") from exc
+            denial = next(
+                (e for e in self.permission_errors for k in keys if f'"{k}"' in e.lower()), None
+            )
+            if denial is not None or self.inbox_denied is not None:
+                raise self._denied(full, denial or "") from exc
             raise translate_error(exc, what=full) from exc
         finally:
             for key in keys:
@@ -342,8 +395,13 @@ async def connect(options: ConnectOptions | None = None, **overrides: Any) -> Co
         options: where and how to connect (default: ``nats://127.0.0.1:4222``).
         **overrides: extra keyword arguments for ``nats.connect`` (advanced).
 
+    When ``options.tls_required`` (a ``tls://``/``wss://`` URL or a TLS file
+    option), every server must do TLS on every connect and reconnect; one that
+    does not is refused before any credential is written to it.
+
     Raises:
         AuthenticationError: the server rejected the credentials.
+        TlsNotOffered: TLS was asked for and the server does not offer it.
         ConnectError: no server could be reached.
 
     Example::
@@ -352,8 +410,18 @@ async def connect(options: ConnectOptions | None = None, **overrides: Any) -> Co
             info = await conn.stream_info("ORDERS")
     """
     options = options or ConnectOptions()
+    where = ", ".join(options.safe_servers)
+    secrets = options.secrets()
+    guarded, why = await tls_guard()
+    if options.tls_required and not guarded:
+        raise ConnectError(
+            f"refusing to connect to {where}: TLS was asked for, but with the installed "
+            f"nats-py oncestream cannot make sure a server without TLS never receives the "
+            f"credentials ({why}); install a nats-py version oncestream supports"
+        )
     holder: dict[str, Connection] = {}
     errors: list[BaseException] = []
+    refused = LogThrottle(log, burst=1, interval=30.0)
     # nats-py 2.16 hangs in connect() after a failed TLS handshake; a TLS error
     # while connecting is final anyway, so it aborts the attempt (see below).
     tls_failed: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
@@ -362,10 +430,12 @@ async def connect(options: ConnectOptions | None = None, **overrides: Any) -> Co
         errors.append(exc)
         if isinstance(exc, ssl.SSLError) and "conn" not in holder and not tls_failed.done():
             tls_failed.set_result(exc)
-        text = str(exc)
+        text = scrub(str(exc), secrets)
         conn = holder.get("conn")
         if conn is not None and "permissions violation" in text.lower():
             conn._permission_violation(text)
+        if isinstance(exc, ServerWithoutTls) and conn is not None:
+            refused.log(logging.WARNING, exc.server, "reconnect refused: %s", text)
         log.debug("nats error: %s", text)
 
     async def reconnected_cb() -> None:
@@ -376,8 +446,9 @@ async def connect(options: ConnectOptions | None = None, **overrides: Any) -> Co
         for callback in list(conn._reconnect_listeners):
             await callback()
 
+    servers, credentials = options.client_settings()
     kwargs: dict[str, Any] = {
-        "servers": list(options.servers),
+        "servers": servers,
         "name": options.name,
         "connect_timeout": options.connect_timeout,
         "reconnect_time_wait": options.reconnect_wait,
@@ -386,10 +457,8 @@ async def connect(options: ConnectOptions | None = None, **overrides: Any) -> Co
         "max_reconnect_attempts": 1,
         "error_cb": error_cb,
         "reconnected_cb": reconnected_cb,
-        "tls": _tls_context(options),
-        "user": options.user,
-        "password": options.password,
-        "token": options.token,
+        "tls": tls_context(options),
+        **credentials,
         "user_credentials": options.creds,
     }
     if options.nkey_seed is not None:
@@ -398,19 +467,29 @@ async def connect(options: ConnectOptions | None = None, **overrides: Any) -> Co
         else:
             kwargs["nkeys_seed_str"] = options.nkey_seed
     kwargs.update(overrides)
+    nc = new_client(require_tls=options.tls_required, guarded=guarded)
     try:
-        nc = await _connect_or_tls_failure(kwargs, tls_failed, options)
+        await _connect_or_tls_failure(nc, kwargs, tls_failed, where)
     except Exception as exc:
-        where = ", ".join(options.safe_servers)
+        for err in errors:
+            if isinstance(err, ServerWithoutTls):
+                raise TlsNotOffered(
+                    f"the server at {err.server} does not offer TLS, but TLS was asked for "
+                    "(a tls:// or wss:// URL, or a TLS file option); nothing was sent to it, "
+                    "credentials included. Enable TLS on that server or connect to one that has it"
+                ) from err
         for err in errors:
             text = str(err).lower()
             if "authorization violation" in text or "authentication" in text:
                 raise AuthenticationError(
                     f"the server at {where} rejected the credentials"
                 ) from exc
+        reason = scrub(str(exc or errors), secrets)
         if isinstance(exc, nats.errors.NoServersError | OSError | asyncio.TimeoutError):
-            raise ConnectError(f"cannot connect to NATS at {where}: {exc or errors}") from exc
-        raise translate_error(exc, what=f"connect to {where}") from exc
+            raise ConnectError(f"cannot connect to NATS at {where}: {reason}") from exc
+        if isinstance(exc, OncestreamError):
+            raise
+        raise ConnectError(f"connect to {where}: {type(exc).__name__}: {reason}") from exc
     nc.options["max_reconnect_attempts"] = options.max_reconnect_attempts
     if not tls_failed.done():
         tls_failed.cancel()
@@ -419,10 +498,22 @@ async def connect(options: ConnectOptions | None = None, **overrides: Any) -> Co
     return conn
 
 
+def tls_context(options: ConnectOptions) -> ssl.SSLContext | None:
+    """The SSL context for ``options`` (None when TLS was not asked for).
+
+    The files were checked when the options were built (``_credentials``).
+    """
+    if not options.tls_required:
+        return None
+    context = ssl.create_default_context(cafile=options.tls_ca_file)
+    if options.tls_cert_file and options.tls_key_file:
+        context.load_cert_chain(options.tls_cert_file, options.tls_key_file)
+    return context
+
+
 async def _connect_or_tls_failure(
-    kwargs: dict[str, Any], tls_failed: asyncio.Future[BaseException], options: ConnectOptions
-) -> Client:
-    nc = Client()
+    nc: Client, kwargs: dict[str, Any], tls_failed: asyncio.Future[BaseException], where: str
+) -> None:
     attempt = asyncio.ensure_future(nc.connect(**kwargs))
     waitables: set[asyncio.Future[Any]] = {attempt, tls_failed}
     try:
@@ -432,7 +523,7 @@ async def _connect_or_tls_failure(
         raise
     if attempt.done():
         attempt.result()
-        return nc
+        return
     attempt.cancel()
     try:
         async with asyncio.timeout(1.0):
@@ -440,7 +531,6 @@ async def _connect_or_tls_failure(
     except Exception:
         pass
     reason = tls_failed.result()
-    where = ", ".join(options.safe_servers)
     raise ConnectError(
         f"TLS handshake with {where} failed: {getattr(reason, 'reason', None) or reason}"
     ) from reason

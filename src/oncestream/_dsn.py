@@ -19,33 +19,62 @@ nothing written there outlives the process. Passwords never appear in
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Literal
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from ._errors import ConfigError
-from ._private import redact
+from ._private import UrlParts, parse_conninfo, redact_url, split_url, url_secrets
 
-__all__ = ["Dsn", "parse_dsn", "redact_dsn"]
+__all__ = ["Dsn", "parse_dsn", "postgres_url"]
 
-_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 _SQLITE_SCHEMES = ("sqlite", "sqlite+pysqlite")
 _PG_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2")
+_LIBPQ_KEYS = frozenset(
+    {
+        "host",
+        "hostaddr",
+        "port",
+        "dbname",
+        "user",
+        "password",
+        "passfile",
+        "service",
+        "sslmode",
+        "sslpassword",
+        "options",
+        "application_name",
+        "connect_timeout",
+    }
+)
 _ALLOWED = (
     "it must be sqlite:// or postgresql://: sqlite:///relative/path.db, "
     "sqlite:////absolute/path.db, postgresql://user@host/db, or a plain SQLite file path"
 )
 
 
-def redact_dsn(text: str) -> str:
-    """``text`` with any password (user-info or ``password=`` parameter) replaced by ``***``.
+def postgres_url(url: str | UrlParts) -> str:
+    """A ``postgresql://`` URL with its user and password percent-encoded exactly once.
+
+    Characters such as ``/ # ? @ :`` in a password written unencoded (the
+    user-info ends at the last ``@``) or already percent-encoded both end up
+    encoded once, so libpq reads the same password and never a half URL it
+    would echo in an error. The password is decoded first: write a literal
+    ``%`` as ``%25``.
 
     Example::
 
-        redact_dsn("postgresql://app:s3cret@db/shop")  # -> "postgresql://app:***@db/shop"
+        postgres_url("postgres://app:pa/ss@db/x")  # -> "postgresql://app:pa%2Fss@db/x"
     """
-    return redact(text)
+    parts = split_url(url) if isinstance(url, str) else url
+    if parts is None:
+        raise ConfigError(f"{redact_url(str(url))!r} is not a postgresql:// URL")
+    info = ""
+    if parts.user is not None:
+        info = quote(unquote(parts.user), safe="")
+        if parts.password is not None:
+            info += ":" + quote(unquote(parts.password), safe="")
+    return UrlParts("postgresql", "//", None, None, parts.host, parts.tail).join(userinfo=info)
 
 
 @dataclass(frozen=True)
@@ -65,10 +94,22 @@ class Dsn:
     url: str = field(default="", repr=False)
 
     def __str__(self) -> str:
-        return redact_dsn(self.url) if self.kind == "postgresql" else f"sqlite file {self.path}"
+        return redact_url(self.url) if self.kind == "postgresql" else f"sqlite file {self.path}"
 
     def __repr__(self) -> str:
-        return f"Dsn({self.kind!r}, {redact_dsn(self.url)!r})"
+        return f"Dsn({self.kind!r}, {redact_url(self.url)!r})"
+
+    def secrets(self) -> tuple[str, ...]:
+        """The password (and secret parameters) in :attr:`url`, to scrub driver messages."""
+        return url_secrets(self.url) if self.kind == "postgresql" else ()
+
+
+def _is_conninfo(value: str) -> bool:
+    """libpq's ``host=db password=x`` form, or text that assigns a secret: never a file name."""
+    pairs = parse_conninfo(value)
+    return redact_url(value) != value or (
+        pairs is not None and any(key.lower() in _LIBPQ_KEYS for key, _ in pairs)
+    )
 
 
 def parse_dsn(text: str, what: str = "database URL") -> Dsn:
@@ -79,7 +120,8 @@ def parse_dsn(text: str, what: str = "database URL") -> Dsn:
         what: how the caller names it, for messages (``"--ledger"``, ``"target"``).
 
     Raises:
-        ConfigError: naming ``what``, the (redacted) value and the allowed forms.
+        ConfigError: naming ``what``, the (redacted) value and the allowed forms; a
+            libpq ``key=value`` string is refused without being shown.
 
     Example::
 
@@ -89,29 +131,35 @@ def parse_dsn(text: str, what: str = "database URL") -> Dsn:
     if not isinstance(text, str) or not text.strip():
         raise ConfigError(f"{what} is empty; {_ALLOWED}")
     value = text.strip()
-    shown = redact_dsn(value)
-    match = _SCHEME_RE.match(value)
-    if match is None or (len(match.group(1)) == 1 and value[2:3] in ("\\", "/")):
+    parts = split_url(value)
+    if parts is None or (len(parts.scheme) == 1 and value[2:3] in ("\\", "/")):
+        if _is_conninfo(value):
+            raise ConfigError(
+                f"{what} looks like a libpq key=value connection string (not shown: it may "
+                "hold a password); give a URL instead, e.g. postgresql://user@host:5432/db "
+                "(the password percent-encoded in it, or in PGPASSWORD or ~/.pgpass)"
+            )
         return Dsn(kind="sqlite", path=value, url=value)  # a plain path (or C:\ on Windows)
-    scheme = match.group(1).lower()
-    rest = value[match.end() :]
+    shown = parts.redacted()
+    scheme = parts.scheme.lower()
     if scheme in _PG_SCHEMES:
-        if not rest.startswith("//"):
+        if parts.slashes != "//":
             raise ConfigError(f"{what} {shown!r} is not a PostgreSQL URL; {_ALLOWED}")
-        return Dsn(kind="postgresql", url=f"postgresql:{rest}")
+        return Dsn(kind="postgresql", url=postgres_url(parts))
     if scheme not in _SQLITE_SCHEMES:
         raise ConfigError(f"{what} {shown!r} has unsupported scheme {scheme!r}; {_ALLOWED}")
-    if not rest.startswith("//"):
+    if parts.slashes != "//":
         raise ConfigError(
             f"{what} {shown!r} is not an SQLite URL (it needs '//' after 'sqlite:'); {_ALLOWED}"
         )
-    host, slash, database = rest[2:].partition("/")
-    if host:
+    if parts.user is not None or parts.host:
+        where = f"a host part ({parts.host!r})" if parts.host else "a user part"
         raise ConfigError(
-            f"{what} {shown!r} has a host part ({host!r}); SQLite URLs have none: "
-            f"use sqlite:///{host}{slash}{database} for a relative path or "
+            f"{what} {shown!r} has {where}; SQLite URLs have none: "
+            f"use sqlite:///{parts.host}{parts.tail} for a relative path or "
             f"sqlite:////abs/path.db for an absolute one"
         )
+    database = parts.tail[1:]
     if "?" in database:
         raise ConfigError(f"{what} {shown!r}: query parameters are not supported; {_ALLOWED}")
     path = unquote(database)

@@ -11,7 +11,8 @@ Tree::
     OncestreamError
     ├── ConfigError                 bad option, file or argument (also a ValueError)
     ├── ConnectError                cannot reach / stay connected to NATS
-    │   └── AuthenticationError     credentials rejected
+    │   ├── AuthenticationError     credentials rejected
+    │   └── TlsNotOffered           TLS was asked for, the server does not do it
     ├── PermissionDenied            subject not allowed for this user/account
     ├── OperationTimeout            a request or ack did not complete in time
     ├── JetStreamError              the JetStream API answered with an error
@@ -56,6 +57,7 @@ __all__ = [
     "ServerError",
     "StreamMismatch",
     "StreamNotFound",
+    "TlsNotOffered",
     "TooManyInflight",
     "WrongLastMsgId",
     "WrongLastSequence",
@@ -77,6 +79,14 @@ class ConnectError(OncestreamError):
 
 class AuthenticationError(ConnectError):
     """The server rejected the credentials (never includes the secret itself)."""
+
+
+class TlsNotOffered(ConnectError):
+    """TLS was asked for but the server does not offer it: no credential was sent to it.
+
+    TLS is asked for by a ``tls://``/``wss://`` server URL or a TLS file option
+    (CA, client certificate); the message names the server (without credentials).
+    """
 
 
 class PermissionDenied(OncestreamError):

@@ -14,10 +14,11 @@ import os
 import re
 from dataclasses import dataclass, field, fields
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote
 
+from ._credentials import check_creds_file, check_nkey_seed, check_tls_files
 from ._errors import ConfigError
-from ._private import redact, redacted_repr
+from ._private import redact_url, redacted_repr, split_url
 
 __all__ = [
     "DEFAULT_SERVER",
@@ -34,6 +35,7 @@ _DOMAIN_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _URL_SCHEMES = ("nats", "tls", "ws", "wss")
+_TLS_SCHEMES = ("tls", "wss")
 
 
 def parse_duration(name: str, value: str | float | int) -> float:
@@ -109,16 +111,23 @@ class ConnectOptions:
     """How to reach NATS and which JetStream API to talk to.
 
     Secrets (``password``, ``token``, ``nkey_seed``, passwords and tokens in
-    server URLs) are kept out of ``repr()``/``str()`` and error messages.
+    server URLs) are kept out of ``repr()``/``str()`` and error messages. The
+    ``creds``, ``nkey_seed`` and ``tls_*`` files are checked here (a ``.creds``
+    file needs a user JWT and seed, a seed its checksum, TLS files must load).
 
     Args:
-        servers: one or more ``nats://host:port`` URLs (a bare ``host:port`` is accepted).
+        servers: one or more ``nats://host:port`` URLs (a bare ``host:port`` is accepted),
+            as a tuple, or as one comma-separated string (a ``,`` in a password is
+            then ``%2C``).
+            Credentials may be given in the URLs (``nats://user:password@host``,
+            ``nats://token@host``), percent-encoded, the same for every server;
+            they are then the authentication method.
         user, password: user/password authentication (both or neither).
         token: token authentication.
         nkey_seed: an nkey seed (``SU...``) or a path to a file holding one.
         creds: path to a JWT ``.creds`` file (operator mode).
-        tls_ca_file: CA bundle used to verify the server; enables TLS.
-        tls_cert_file, tls_key_file: client certificate and key (both or neither).
+        tls_ca_file: CA bundle (PEM) used to verify the server; requires TLS.
+        tls_cert_file, tls_key_file: client certificate and key (both or neither); require TLS.
         domain: JetStream domain; the API becomes ``$JS.<domain>.API``.
         api_prefix: explicit JetStream API prefix (e.g. ``JS.acc@hub.API``);
             mutually exclusive with ``domain``.
@@ -128,6 +137,11 @@ class ConnectOptions:
         max_reconnect_attempts: reconnect attempts before giving up (-1 = forever).
         reconnect_wait: time between reconnect attempts.
         name: client name shown in server monitoring.
+
+    TLS is required (see :attr:`tls_required`) when a server URL is ``tls://``
+    or ``wss://`` or a ``tls_*`` file is given: then every server of the
+    connection, on every connect and reconnect, must do TLS, and a server that
+    does not is refused before any credential is sent (:class:`TlsNotOffered`).
 
     Raises:
         ConfigError: on any invalid combination, naming the bad value.
@@ -156,23 +170,34 @@ class ConnectOptions:
 
     def __post_init__(self) -> None:
         servers = self.servers
+        listed = False
         if isinstance(servers, str):
+            listed = "," in servers and "@" in servers
             servers = tuple(s.strip() for s in servers.split(",") if s.strip())
-        if not servers:
+        normalised = tuple(
+            self._normalise_url(url, entry=i + 1 if listed else 0) for i, url in enumerate(servers)
+        )
+        if not normalised:
             raise ConfigError("servers must name at least one NATS URL, got none")
-        normalised = tuple(self._normalise_url(url) for url in servers)
         object.__setattr__(self, "servers", normalised)
         if (self.user is None) != (self.password is None):
             raise ConfigError("user and password must be given together")
+        in_urls = {self._url_credentials(url) for url in normalised}
+        if len(in_urls) > 1:
+            raise ConfigError(
+                "servers carry different credentials; give the same credentials in every URL, "
+                "or none in the URLs and user/password or token once"
+            )
         methods = [
             name
             for name, value in (
+                ("credentials in the server URL", in_urls.pop() != (None, None, None)),
                 ("user/password", self.user),
                 ("token", self.token),
                 ("nkey_seed", self.nkey_seed),
                 ("creds", self.creds),
             )
-            if value is not None
+            if value not in (None, False)
         ]
         if len(methods) > 1:
             raise ConfigError(f"choose one authentication method, got {', '.join(methods)}")
@@ -193,6 +218,17 @@ class ConnectOptions:
             raise ConfigError("tls_cert_file and tls_key_file must be given together")
         for name in ("creds", "tls_ca_file", "tls_cert_file", "tls_key_file"):
             _check_readable(name, getattr(self, name))
+        check_tls_files(self.tls_ca_file, self.tls_cert_file, self.tls_key_file)
+        if self.creds is not None:
+            check_creds_file(self.creds)
+        if self.nkey_seed is not None:
+            check_nkey_seed(self.nkey_seed)
+        plain_ws = [url for url in normalised if url.lower().startswith("ws://")]
+        if plain_ws and self.tls_required:
+            raise ConfigError(
+                f"servers entry {redact_url(plain_ws[0])!r} is plain WebSocket (ws://) but TLS "
+                "was asked for (a tls:// or wss:// URL, or a TLS file option); use wss://"
+            )
         for name in ("connect_timeout", "request_timeout", "reconnect_wait"):
             value = parse_duration(name, getattr(self, name))
             if value <= 0:
@@ -208,33 +244,87 @@ class ConnectOptions:
         return redacted_repr(self)
 
     @staticmethod
-    def _normalise_url(url: str) -> str:
+    def _normalise_url(url: str, *, entry: int = 0) -> str:
         candidate = url.strip()
         if "://" not in candidate:
             candidate = f"nats://{candidate}"
-        parts = urlsplit(candidate)
-        if parts.scheme not in _URL_SCHEMES or not parts.hostname:
+        parts = split_url(candidate)
+        label = f"servers entry {redact_url(candidate)!r}"
+        if entry:
+            # A piece of a comma-separated list holding credentials may be part of a
+            # password that contained a ',': never print it.
+            label = (
+                f"servers entry #{entry} (not shown: the comma-separated list holds credentials)"
+            )
+        if (
+            parts is None
+            or parts.scheme.lower() not in _URL_SCHEMES
+            or parts.slashes != "//"
+            or not parts.hostname
+        ):
             raise ConfigError(
-                f"servers entry {ConnectOptions._redact(url)!r} is not a NATS URL; "
+                f"{label} is not a NATS URL; "
                 f"expected e.g. {DEFAULT_SERVER!r} (schemes: {', '.join(_URL_SCHEMES)})"
             )
-        try:
-            parts.port  # noqa: B018 - validates the port
-        except ValueError:
-            raise ConfigError(
-                f"servers entry {ConnectOptions._redact(url)!r} has an invalid port"
-            ) from None
+        port = parts.port
+        if port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            raise ConfigError(f"{label} has an invalid port (1..65535)")
         return candidate
 
     @staticmethod
-    def _redact(url: str) -> str:
-        """Return ``url`` with any password or token replaced, for messages and logs."""
-        return redact(url)
+    def _url_credentials(url: str) -> tuple[str | None, str | None, str | None]:
+        """``(user, password, token)`` given in ``url``, percent-decoded."""
+        parts = split_url(url)
+        if parts is None or parts.user is None:
+            return None, None, None
+        if parts.token is not None:
+            return None, None, unquote(parts.token)
+        if parts.password is None:
+            return unquote(parts.user), None, None
+        return unquote(parts.user), unquote(parts.password), None
 
     @property
     def safe_servers(self) -> tuple[str, ...]:
         """Server URLs with any embedded credentials redacted."""
-        return tuple(self._redact(url) for url in self.servers)
+        return tuple(redact_url(url) for url in self.servers)
+
+    @property
+    def tls_required(self) -> bool:
+        """Whether TLS was asked for: a ``tls://``/``wss://`` URL or a ``tls_*`` file option."""
+        schemes = {url.partition(":")[0].lower() for url in self.servers}
+        return (
+            bool(schemes & set(_TLS_SCHEMES))
+            or self.tls_ca_file is not None
+            or self.tls_cert_file is not None
+        )
+
+    def client_settings(self) -> tuple[list[str], dict[str, str | None]]:
+        """What nats-py gets: the server URLs without credentials, and the credentials.
+
+        Credentials in the URLs move to nats-py's ``user``/``password``/``token``
+        arguments, percent-decoded, so no URL nats-py parses (or echoes in an
+        error) holds a secret, and a password with ``/ # ? @ :`` works.
+        """
+        urls = []
+        for url in self.servers:
+            parts = split_url(url)
+            assert parts is not None  # validated in __post_init__
+            urls.append(parts.join(userinfo=""))
+        user, password, token = self._url_credentials(self.servers[0])
+        return urls, {
+            "user": self.user if self.user is not None else user,
+            "password": self.password if self.password is not None else password,
+            "token": self.token if self.token is not None else token,
+        }
+
+    def secrets(self) -> tuple[str, ...]:
+        """Every secret of these options (to scrub third-party messages; never shown)."""
+        found = [self.password, self.token, self.nkey_seed]
+        for url in self.servers:
+            parts = split_url(url)
+            if parts is not None:
+                found += parts.secrets()
+        return tuple(s for s in found if s)
 
     @property
     def js_prefix(self) -> str:

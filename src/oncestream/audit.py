@@ -29,7 +29,7 @@ from ._connection import Connection
 from ._dsn import Dsn, parse_dsn
 from ._errors import ConfigError, StreamNotFound
 from ._names import check_stream_name
-from ._private import redact, redacted_repr
+from ._private import redact_url, redacted_repr
 from .reader import StreamRecord, read_stream
 from .streams import lineage_id
 
@@ -111,10 +111,11 @@ class OutputSpec:
             ConfigError: on an unknown kind or a missing table name.
         """
         kind, sep, rest = text.partition(":")
+        known = kind in ("stream", "parquet", "sql")
+        shown = f"{kind}:{redact_url(rest)}" if known and sep else redact_url(text)
         if not sep or not rest:
             raise ConfigError(
-                "output must be 'stream:NAME', 'parquet:PATH' or 'sql:DSN#TABLE', "
-                f"got {redact(text)!r}"
+                f"output must be 'stream:NAME', 'parquet:PATH' or 'sql:DSN#TABLE', got {shown!r}"
             )
         if kind == "stream":
             return cls(kind="stream", target=check_stream_name(rest, "output stream"))
@@ -124,16 +125,15 @@ class OutputSpec:
             dsn, _, table = rest.rpartition("#")
             if not dsn or not table or not table.replace("_", "").replace(".", "").isalnum():
                 raise ConfigError(
-                    f"sql output needs 'sql:DSN#TABLE' with a plain table name: {redact(text)!r}"
+                    f"sql output needs 'sql:DSN#TABLE' with a plain table name: {shown!r}"
                 )
             parse_dsn(dsn, "sql output")  # fail on a bad URL when parsing
             return cls(kind="sql", target=dsn, table=table)
-        raise ConfigError(
-            f"output kind must be stream, parquet or sql, got {kind!r} in {redact(text)!r}"
-        )
+        raise ConfigError(f"output kind must be stream, parquet or sql, got {kind!r} in {shown!r}")
 
     def __str__(self) -> str:
-        return redact(f"{self.kind}:{self.target}" + (f"#{self.table}" if self.table else ""))
+        table = f"#{self.table}" if self.table else ""
+        return f"{self.kind}:{redact_url(self.target)}{table}"
 
     def __repr__(self) -> str:
         return redacted_repr(self)

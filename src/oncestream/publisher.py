@@ -29,6 +29,7 @@ from ._errors import (
     ConfigError,
     JetStreamError,
     OperationTimeout,
+    PermissionDenied,
     PublishError,
     jetstream_error,
 )
@@ -128,6 +129,8 @@ class Publisher(BulkPublish):
         Raises:
             StreamNotFound: ``options.stream`` does not exist.
             ConfigError: the retry horizon exceeds the stream's duplicate window.
+            PermissionDenied: the user may not subscribe to the reply inbox (no
+                PubAck could arrive).
         """
         if self._started:
             return
@@ -148,10 +151,21 @@ class Publisher(BulkPublish):
         self._inbox_len = len(self._inbox)
         # Replies bypass nats-py's Msg objects where the adapter can (see _nats).
         self._sub = await conn.subscribe_frames(inbox + "*", self._on_reply)
-        # The server must know the reply subscription before the first ack.
+        # The server must know the reply subscription before the first ack; it
+        # reports a refused subscription before it answers the flush's PING.
         await conn.flush()
+        denial = conn.subscription_denial(inbox + "*")
+        if denial is not None:
+            await self._sub.unsubscribe()
+            self._sub = None
+            raise PermissionDenied(
+                f"the Publisher cannot receive PubAcks: the server refused the subscription to "
+                f"its reply inbox {inbox}* ({denial}); the user needs permission to subscribe "
+                "to _INBOX.>"
+            )
         self._multi_values = conn.wire.multi_value_headers
         conn.on_reconnect(self._on_reconnect)
+        conn.on_permission_denied(self._on_denied)
         self._ticker = asyncio.create_task(self._table.run(), name="oncestream-publisher-ticker")
         self._started = True
 
@@ -178,6 +192,7 @@ class Publisher(BulkPublish):
                 self._ticker = None
             # A long-lived connection outlives many Publishers (one per Spark task).
             self.conn.remove_reconnect_listener(self._on_reconnect)
+            self.conn.remove_permission_listener(self._on_denied)
             if self._sub is not None:
                 await self._sub.unsubscribe()
                 self._sub = None
@@ -470,6 +485,16 @@ class Publisher(BulkPublish):
             future.set_exception(exc)
             self._failures.append(future)
         self._release()
+
+    def _on_denied(self, kind: str, subject: str, text: str) -> None:
+        """The server refused a publish (no PubAck will come): fail that subject's publishes now."""
+        if kind != "publish":
+            return
+        for table in (self._pending, self._waiting):
+            doomed = [t for t, e in table.items() if e.subject.lower() == subject]
+            for token in doomed:
+                entry = table.pop(token)
+                self._fail(entry, PermissionDenied(f"publish to {entry.subject!r} refused: {text}"))
 
     async def _on_reconnect(self) -> None:
         if self._closed or not self._started:

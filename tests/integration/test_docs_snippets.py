@@ -83,7 +83,8 @@ BLOCKS = _blocks()
 def _env(tmp: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONPATH"] = str(ROOT)
+    # The repo first; a PYTHONPATH already set (e.g. a worktree's src) is kept after it.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     env["HOME"] = str(tmp)  # nothing a snippet writes lands in the real home
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     return env

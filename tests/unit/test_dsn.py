@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from oncestream import ConfigError, OutputSpec, PostgresLedger, SQLiteLedger, ledger_from_url
-from oncestream._dsn import parse_dsn, redact_dsn
+from oncestream._dsn import parse_dsn
+from oncestream._private import redact_url
 from oncestream.spark.foreach_batch import BatchWriter, transactional
 
 SQLITE_FORMS = [
@@ -81,7 +82,7 @@ def test_bad_urls_name_the_value_and_the_allowed_forms(url: str, fragment: str) 
     ],
 )
 def test_passwords_never_shown(url: str, shown: str) -> None:
-    assert redact_dsn(url) == shown
+    assert redact_url(url) == shown
     try:
         dsn = parse_dsn(url)
     except ConfigError as exc:  # mysql: refused, and the message is redacted too

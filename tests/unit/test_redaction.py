@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from oncestream import ConfigError, ConnectOptions, PostgresLedger, SQLiteLedger
-from oncestream._private import redact
+from oncestream._private import redact_url
 from oncestream.audit import OutputSpec
 from oncestream.ledger import ledger_from_url
 from oncestream.server import (
@@ -20,6 +20,7 @@ from oncestream.server import (
 )
 
 PW = "s3cretPW"  # every secret below contains this
+SEED = "SUACSSL3UAHUDXKFSNVUZRF5UHPMWZ6BFDTJ7M6USDXIEDNPPQYYYCU3VY"
 
 
 def _objects(tmp_path: Path) -> list[object]:
@@ -32,10 +33,9 @@ def _objects(tmp_path: Path) -> list[object]:
         ConnectOptions(servers=(f"nats://{PW}@127.0.0.1:4222",)),  # token in the URL
         ConnectOptions(servers=("nats://127.0.0.1:4222",), user="u", password=PW),
         ConnectOptions(token=PW),
-        ConnectOptions(nkey_seed=f"SU{PW}"),
+        ConnectOptions(nkey_seed=SEED),
         ConnectOptions(servers=(url,)).replace(domain="hub"),
         OutputSpec.parse(f"sql:{pg}#orders"),
-        OutputSpec.parse(f"sql:host=db password={PW} dbname=x#orders"),
         PostgresLedger(pg),
         PostgresLedger(f"host=db user=app password={PW}"),
         SQLiteLedger(str(tmp_path / "l.db")),
@@ -70,6 +70,7 @@ def test_no_secret_in_repr_or_str(tmp_path: Path) -> None:
     for obj in objects:
         for text in (repr(obj), str(obj)):
             assert PW not in text, f"{type(obj).__name__} shows a secret: {text}"
+            assert SEED not in text, f"{type(obj).__name__} shows a seed: {text}"
     setup = OperatorSetup.create()
     assert setup.operator.seed not in repr(setup) + repr(setup.config())
 
@@ -82,6 +83,8 @@ def test_no_secret_in_repr_or_str(tmp_path: Path) -> None:
         lambda: ledger_from_url(f"mysql://u:{PW}@h/db"),
         lambda: OutputSpec.parse(f"sql:postgresql://u:{PW}@h/db"),
         lambda: OutputSpec.parse(f"bogus:postgresql://u:{PW}@h/db"),
+        lambda: OutputSpec.parse(f"sql:host=db password={PW} dbname=x#orders"),
+        lambda: ConnectOptions(nkey_seed=f"SU{PW}"),
     ],
 )
 def test_no_secret_in_error_messages(build) -> None:  # type: ignore[no-untyped-def]
@@ -91,9 +94,9 @@ def test_no_secret_in_error_messages(build) -> None:  # type: ignore[no-untyped-
 
 
 def test_redact_keeps_what_is_not_secret() -> None:
-    assert redact("mysql://x@y/z") == "mysql://x@y/z"
-    assert redact("nats://tok@h:4222") == "nats://***@h:4222"
-    assert redact("postgresql://app:pw@db:5432/x") == "postgresql://app:***@db:5432/x"
-    assert redact("nats://127.0.0.1:4222") == "nats://127.0.0.1:4222"
-    assert redact("sqlite:///tmp/l.db") == "sqlite:///tmp/l.db"
-    assert redact("host=db password='a b' dbname=x") == "host=db password=*** dbname=x"
+    assert redact_url("mysql://x@y/z") == "mysql://x@y/z"
+    assert redact_url("nats://tok@h:4222") == "nats://***@h:4222"
+    assert redact_url("postgresql://app:pw@db:5432/x") == "postgresql://app:***@db:5432/x"
+    assert redact_url("nats://127.0.0.1:4222") == "nats://127.0.0.1:4222"
+    assert redact_url("sqlite:///tmp/l.db") == "sqlite:///tmp/l.db"
+    assert redact_url("host=db password='a b' dbname=x") == "host=db password=*** dbname=x"

@@ -17,6 +17,9 @@ If any check fails, or ``ONCESTREAM_NATS_FASTPATH=0`` is set, the returned
 :class:`Wire` uses nats-py's public API instead (``subscribe`` with a
 callback, ``publish``): slower, same results, except that the public API
 carries one value per header name.
+
+Before connecting, :func:`new_client` gives the client itself: one whose
+handshake refuses a server without TLS when TLS is required (see ``_tls``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any
 
 from ._parser import FrameHandler, FrameSink, FrameTarget, install, is_status, status_code
 from ._public import frame_of, split_frames
+from ._tls import ServerWithoutTls, new_client, tls_guard
 
 __all__ = [
     "FASTPATH_ENV",
@@ -39,11 +43,14 @@ __all__ = [
     "FrameSink",
     "FrameSubscription",
     "FrameTarget",
+    "ServerWithoutTls",
     "Wire",
     "attach",
     "exception_retrieved",
     "is_status",
+    "new_client",
     "status_code",
+    "tls_guard",
 ]
 
 log = logging.getLogger("oncestream.nats")

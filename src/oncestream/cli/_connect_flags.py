@@ -116,10 +116,8 @@ def connect_options(
     Raises:
         ConfigError: a flag value is invalid (the CLI exits with code 2).
     """
-    servers = tuple(
-        part.strip() for value in (server or []) for part in value.split(",") if part.strip()
-    )
-    if server and not servers:
+    servers = ",".join(server or [])
+    if server and not servers.replace(",", "").strip():
         raise ConfigError("--server (or $NATS_URL) is empty; give a URL like nats://host:4222")
     if nkey_seed is not None and not os.path.isfile(nkey_seed) and not _SEED.match(nkey_seed):
         # A path that is not there; a mistyped seed is a secret and is not echoed.
@@ -127,8 +125,11 @@ def connect_options(
         raise ConfigError(
             f"--nkey-seed{shown} is neither a readable seed file nor an nkey seed (SU...)"
         )
+    # One comma-separated string: ConnectOptions then never prints a piece of a
+    # password that held a ',' (see ConnectOptions._normalise_url).
+    listed: dict[str, Any] = {"servers": servers or DEFAULT_SERVER}
     return ConnectOptions(
-        servers=servers or (DEFAULT_SERVER,),
+        **listed,
         user=user,
         password=password,
         token=token,

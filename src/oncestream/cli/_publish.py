@@ -28,7 +28,7 @@ from rich.progress import (
 from rich.table import Table
 
 from .._connection import connect
-from .._errors import ConfigError, PublishFailed
+from .._errors import ConfigError, PermissionDenied, PublishFailed
 from .._names import check_stream_name
 from .._options import ConnectOptions, parse_duration
 from .._progress import PROGRESS_STREAM
@@ -302,6 +302,9 @@ async def _run(
     if refused:
         _say(f"[bold red]error:[/] {refused}")
         return EXIT_CONFIG
+    if isinstance(tally.fatal, PermissionDenied):
+        _say(f"[bold red]error:[/] PermissionDenied: {tally.fatal}")
+        return EXIT_CONFIG
     if state.interrupted:
         return EXIT_INTERRUPTED
     if state.stopped and state.id_refused and not tally.failed:
@@ -385,8 +388,9 @@ def publish_command(
     Exit codes: 0 all stored or already there; 1 a publish failed, a malformed
     line stopped the run, or every record was malformed; 2 invalid options or
     configuration (missing stream, subject of another stream, changed file,
-    retry horizon longer than the stream's duplicate window) or a record id
-    the server would read as another id; 130 interrupted.
+    retry horizon longer than the stream's duplicate window, a subject or the
+    reply inbox the user may not use) or a record id the server would read as
+    another id; 130 interrupted.
     """
     if id_field is not None and id_from_content:
         raise ConfigError("give one of --id-field FIELD or --id-from-content, not both")

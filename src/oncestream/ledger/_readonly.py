@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 from .._dsn import parse_dsn
 from .._errors import ConfigError, LedgerError
-from .._private import redact
+from .._private import redact_url, scrub
 from .sqlite import write_problem
 
 __all__ = ["check_ledger_target", "read_applied_count"]
@@ -24,7 +24,7 @@ def read_applied_count(url: str, stream: str) -> int:
         LedgerError: the database could not be reached or read.
     """
     dsn = parse_dsn(url, "--ledger")
-    shown = redact(url)
+    shown = redact_url(url.strip())
     if dsn.kind == "sqlite":
         assert dsn.path is not None
         if not os.path.isfile(dsn.path):
@@ -59,8 +59,8 @@ def read_applied_count(url: str, stream: str) -> int:
     except psycopg.errors.UndefinedTable:
         raise ConfigError(f"no ledger in {shown} (no oncestream_applied table)") from None
     except psycopg.Error as exc:
-        reason = " ".join(str(exc).split())
-        raise LedgerError(f"cannot read the ledger {shown}: {redact(reason)}") from None
+        reason = scrub(" ".join(str(exc).split()), dsn.secrets())
+        raise LedgerError(f"cannot read the ledger {shown}: {reason}") from None
     assert row is not None
     return int(row[0])
 
@@ -79,7 +79,7 @@ def check_ledger_target(url: str) -> None:
     assert dsn.path is not None
     path = os.path.abspath(dsn.path)
     parent = os.path.dirname(path)
-    shown = redact(url)
+    shown = redact_url(url.strip())
     if not os.path.isdir(parent):
         raise ConfigError(f"--ledger {shown}: directory {parent} does not exist")
     if os.path.isdir(path):

@@ -6,8 +6,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .._dsn import postgres_url
 from .._errors import ConfigError, LedgerError
-from .._private import redact
+from .._private import redact_url, scrub, split_url, url_secrets
 from ._base import KeyMode, Ledger, LedgerEntry, LedgerTx, check_key
 
 __all__ = ["PostgresLedger"]
@@ -61,7 +62,7 @@ class _PostgresTx(LedgerTx):
             if self.ledger.key == "msg_id":
                 fresh = self._claim_ids(entries, fresh)
         except psycopg.Error as exc:
-            raise LedgerError(f"PostgreSQL ledger: claim: {exc}") from exc
+            raise self.ledger.error("claim", exc) from exc
         return fresh
 
     def _claim_ids(self, entries: Sequence[LedgerEntry], fresh: list[bool]) -> list[bool]:
@@ -90,7 +91,7 @@ class _PostgresTx(LedgerTx):
                 self.connection.commit()
             except psycopg.Error as exc:
                 self._quiet_rollback()
-                raise LedgerError(f"PostgreSQL ledger: commit: {exc}") from exc
+                raise self.ledger.error("commit", exc) from exc
 
     def rollback(self) -> None:
         if self.open:
@@ -108,7 +109,9 @@ class PostgresLedger(Ledger):
     """A ledger in PostgreSQL; several processors may share it and one consumer.
 
     Args:
-        url: a libpq connection string / URL (``postgresql://user@host/db``).
+        url: a ``postgresql://user@host/db`` URL (user and password percent-encoded,
+            or written as is: see :func:`oncestream._dsn.postgres_url`), or a libpq
+            ``key=value`` connection string.
         key: ``"sequence"`` or ``"msg_id"`` (see :class:`Ledger`).
         msg_id_retention: seconds msg-id rows are kept (``key="msg_id"`` only).
         tables: create the ledger tables on open (False: only transactions).
@@ -129,14 +132,19 @@ class PostgresLedger(Ledger):
         msg_id_retention: float = 7 * 86400.0,
         tables: bool = True,
     ) -> None:
-        self.url = url
+        self.url = postgres_url(url) if split_url(url) is not None else url
         self.tables = tables
         self.key = check_key(key)
         self.msg_id_retention = msg_id_retention
         self._con: Any = None
 
     def __repr__(self) -> str:
-        return f"PostgresLedger({redact(self.url)!r}, key={self.key!r})"
+        return f"PostgresLedger({redact_url(self.url)!r}, key={self.key!r})"
+
+    def error(self, what: str, exc: BaseException) -> LedgerError:
+        """A LedgerError for ``what`` failing with the driver's ``exc``, its text scrubbed."""
+        text = scrub(" ".join(str(exc).split()), url_secrets(self.url))
+        return LedgerError(f"PostgreSQL ledger {redact_url(self.url)}: {what}: {text}")
 
     @property
     def connection(self) -> Any:
@@ -163,7 +171,7 @@ class PostgresLedger(Ledger):
                     con.execute(statement)
                 con.commit()
         except psycopg.Error as exc:
-            raise LedgerError(f"cannot open PostgreSQL ledger {self!r}: {exc}") from exc
+            raise self.error("cannot open", exc) from exc
         self._con = con
 
     def begin(self) -> LedgerTx:
@@ -200,5 +208,5 @@ class PostgresLedger(Ledger):
             con.commit()
         except psycopg.Error as exc:
             con.rollback()
-            raise LedgerError(f"PostgreSQL ledger: prune: {exc}") from exc
+            raise self.error("prune", exc) from exc
         return int(deleted)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._dsn import Dsn, parse_dsn
 from .._errors import ConfigError, LedgerError
-from .._private import redacted_repr
+from .._private import redacted_repr, scrub
 from ..ledger import ledger_from_dsn
 
 if TYPE_CHECKING:
@@ -184,7 +184,8 @@ class BatchWriter:
                         rows if postgres else [_sqlite_row(r) for r in rows],
                     )
         except Exception as exc:  # the database refused: name the batch and the table
-            raise LedgerError(f"writing batch {batch_id} to {self.table}: {exc}") from exc
+            text = scrub(str(exc), self.dsn.secrets())
+            raise LedgerError(f"writing batch {batch_id} to {self.table}: {text}") from exc
         return len(rows)
 
 
