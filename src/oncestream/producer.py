@@ -18,7 +18,11 @@ prefix of the input; the last one is the resume point. A second producer
 using the same id (a zombie) fails its next publish with
 ``WrongLastSequence``. A re-send of the session's own message whose first
 attempt was stored (ack lost) fails the same check; the session recognises
-its own message at the end of the subject and carries on. Throughput: one
+its own message at the end of the subject and carries on. A stream deleted
+and re-created under a running session fails its next publish with a
+``WrongLastSequence`` that says so (the stream's ``created`` time, read by
+:meth:`start`, changed); :meth:`start` then resumes from what the new stream
+holds. Throughput: one
 round trip per message, or per batch of up to 1000 (the stream needs
 ``allow_atomic``, nats-server >= 2.12). Use a
 :class:`~oncestream.publisher.Publisher` when restarts within the window
@@ -36,13 +40,14 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections.abc import AsyncIterable, Iterable, Mapping
 from dataclasses import replace
 
 from ._connection import Connection
-from ._errors import ConfigError, JetStreamError, WrongLastSequence
+from ._errors import ConfigError, JetStreamError, OncestreamError, WrongLastSequence
 from ._headers import check_user_headers
 from ._names import check_publish_subject
 from ._producer_batch import (
@@ -114,6 +119,7 @@ class ProducerSession:
         self.published = 0
         self.skipped = 0
         self._started = False
+        self._created = ""  # the stream's creation time when start() read the resume point
         self._direct = True
         self._buffer: list[BatchRecord] = []
         self._batcher = AtomicBatchSender(
@@ -144,6 +150,7 @@ class ProducerSession:
                 )
             await self._batcher.start()
         await self._publisher.start()
+        self._created = str(info.get("created") or "")
         self._direct = bool(info.get("config", {}).get("allow_direct"))
         found = await self._last()
         if found is None:
@@ -175,7 +182,8 @@ class ProducerSession:
         is at or before the resume point (skipped).
 
         Raises:
-            WrongLastSequence: another writer added to this subject (zombie producer).
+            WrongLastSequence: another writer added to this subject (zombie producer),
+                or the stream was deleted and re-created (the message says which).
             PublishFailed: no PubAck after every retry.
             ConfigError: ``start()`` not called (again, after any failed publish), or
                 ``position`` not an int.
@@ -214,7 +222,7 @@ class ProducerSession:
                 raise
             recovered = await self._stored_by_earlier_attempt(position)
             if recovered is None:
-                raise self._zombie(exc) from exc
+                raise await self._changed_behind(exc) from exc
             self._started = True
             ack = recovered
         self.last_seq = ack.seq
@@ -242,7 +250,7 @@ class ProducerSession:
                 raise
             recovered = await self._stored_by_earlier_attempt(last_position)
             if recovered is None:
-                raise self._zombie(exc) from exc
+                raise await self._changed_behind(exc) from exc
             self._started = True
             seq, duplicate = recovered.seq, True
         self.last_seq = seq
@@ -250,14 +258,31 @@ class ProducerSession:
         self.published += len(records)
         return PubAck(self.stream, seq, duplicate, None)
 
-    def _zombie(self, exc: JetStreamError) -> WrongLastSequence:
-        return WrongLastSequence(
-            f"producer {self.producer_id!r}: {self.subject!r} changed behind this "
-            f"session (expected its last message at seq {self.last_seq}): another "
-            "producer with the same id is writing; stop one of them",
-            code=exc.code,
-            err_code=exc.err_code,
-        )
+    async def _changed_behind(self, exc: JetStreamError) -> WrongLastSequence:
+        """Why the subject's last message is not the one this session expects.
+
+        The resume point lives in the stream, so the session's only state is where
+        its last message is. A stream deleted and re-created under the same name
+        (its creation time changed) makes that position meaningless; otherwise
+        another writer, a second producer with the same id, added to the subject.
+        """
+        created = ""
+        with contextlib.suppress(OncestreamError):  # the zombie message stays true
+            created = str((await self.conn.stream_info(self.stream)).get("created") or "")
+        if created and self._created and created != self._created:
+            text = (
+                f"producer {self.producer_id!r}: stream {self.stream!r} was deleted and "
+                f"re-created while this session ran (created {self._created} when the session "
+                f"started, {created} now), so what the session stored before is gone with the "
+                "old stream; call start() again to resume from what the new stream holds"
+            )
+        else:
+            text = (
+                f"producer {self.producer_id!r}: {self.subject!r} changed behind this "
+                f"session (expected its last message at seq {self.last_seq}): another "
+                "producer with the same id is writing; stop one of them"
+            )
+        return WrongLastSequence(text, code=exc.code, err_code=exc.err_code)
 
     async def _stored_by_earlier_attempt(self, position: int) -> PubAck | None:
         """The ack of ``position`` if an earlier attempt of it is the subject's last message.

@@ -25,6 +25,7 @@ __all__ = [
     "ensure_stream",
     "last_message",
     "lineage_id",
+    "overlapping_streams",
     "seconds_to_ns",
     "stream_exists",
 ]
@@ -177,6 +178,28 @@ async def create_stream_if_missing(conn: Connection, spec: StreamSpec) -> dict[s
         if exc.err_code != 10058:
             raise
         return await conn.stream_info(spec.name)
+
+
+async def overlapping_streams(
+    conn: Connection, subjects: tuple[str, ...]
+) -> dict[str, tuple[str, ...]]:
+    """The existing streams whose subjects overlap any of ``subjects``, with their subjects.
+
+    What a ``subjects overlap with an existing stream`` (10065) refusal does not
+    say: the server's ``STREAM.NAMES`` filter matches the same overlaps.
+
+    Example::
+
+        await overlapping_streams(conn, ("orders.eu.>",))  # {"ORDERS": ("orders.>",)}
+    """
+    found: dict[str, tuple[str, ...]] = {}
+    for subject in subjects:
+        reply = await conn.api("STREAM.NAMES", {"subject": subject})
+        for name in reply.get("streams") or ():
+            if name not in found:
+                info = await conn.stream_info(name)
+                found[name] = tuple(info["config"].get("subjects") or ())
+    return found
 
 
 async def ensure_stream(conn: Connection, spec: StreamSpec) -> dict[str, Any]:

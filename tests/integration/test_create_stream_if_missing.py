@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncestream._connection import Connection
-from oncestream.streams import StreamSpec, create_stream_if_missing
+from oncestream.streams import StreamSpec, create_stream_if_missing, overlapping_streams
 
 
 async def test_creates_missing_and_leaves_existing_alone(
@@ -19,3 +19,12 @@ async def test_creates_missing_and_leaves_existing_alone(
     )
     assert info["config"]["subjects"] == ["old.>"]
     assert info["config"]["duplicate_window"] == 30 * 10**9
+
+
+async def test_overlapping_streams_are_named(conn: Connection, make_stream: Any) -> None:
+    await make_stream("ORD", ("orders.>",))
+    await make_stream("RET", ("returns.eu", "returns.us"))
+    await make_stream("OTH", ("other.>",))
+    found = await overlapping_streams(conn, ("orders.eu.*", "returns.*"))
+    assert found == {"ORD": ("orders.>",), "RET": ("returns.eu", "returns.us")}
+    assert await overlapping_streams(conn, ("nobody.>",)) == {}

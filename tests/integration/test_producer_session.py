@@ -120,6 +120,26 @@ async def test_zombie_producer_is_fenced(conn: Connection, make_stream) -> None:
     assert [m.data for m in await read_back(conn, "ZS")] == [b"a", b"b", b"q1"]
 
 
+async def test_stream_recreated_under_a_running_session(conn: Connection, make_stream) -> None:
+    """Issue 19: the session's last sequence means nothing in a re-created stream; say so."""
+    await make_stream("RS", ("rs.>",))
+    session = ProducerSession(conn, stream="RS", subject_prefix="rs", producer_id="p", options=FAST)
+    assert await session.start() is None
+    await session.run([(1, b"old 1"), (2, b"old 2"), (3, b"old 3")])
+    await conn.delete_stream("RS")
+    await make_stream("RS", ("rs.>",))
+    with pytest.raises(WrongLastSequence) as info:
+        await session.publish(4, b"new 4")
+    text = str(info.value)
+    assert "stream 'RS' was deleted and re-created while this session ran" in text
+    assert "call start() again" in text and "another producer" not in text
+    # The resume point lives in the stream: the new one is empty, so everything goes again.
+    assert await session.start() is None
+    await session.run([(i, b"r%d" % i) for i in range(1, 6)])
+    await session.close()
+    assert [m.data for m in await read_back(conn, "RS")] == [b"r%d" % i for i in range(1, 6)]
+
+
 async def test_session_and_publisher_through_a_jetstream_domain(server_factory, tmp_path) -> None:
     from oncestream.streams import StreamSpec, ensure_stream
     from tests import server_configs

@@ -1,10 +1,11 @@
 """Subprocess driver for the sink's kill tests: IN -> jetstream sink -> OUT, optionally killed.
 
-Usage: python _sink_driver_job.py URL CHECKPOINT IDS KILL
+Usage: python _sink_driver_job.py URL CHECKPOINT IDS KILL [SUBJECT]
   IDS   lineage (rows keep the source's stream/sequence) or position (they don't)
   KILL  none | before:N (SIGKILL the whole process group after the tasks of
         micro-batch N wrote, before the sink's commit) | after:N (after the
         sink recorded the commit, before Spark wrote its commit log)
+  SUBJECT  the output subject (default out.orders; stream OUT captures out.>)
 
 Run it in its own session (start_new_session=True): the kill takes the driver,
 the JVM and every Python worker down at once, like a machine failure.
@@ -25,6 +26,7 @@ from oncestream.spark.sink import JetStreamStreamWriter
 
 def main() -> None:
     url, checkpoint, ids, kill = sys.argv[1:5]
+    subject = sys.argv[5] if len(sys.argv) > 5 else "out.orders"
     mode, _, at = kill.partition(":")
     kill_batch = int(at) if at else -1
 
@@ -61,7 +63,7 @@ def main() -> None:
         .option("maxMessagesPerTrigger", 500)
         .load()
     )
-    columns = [F.lit("out.orders").alias("subject"), "data"]
+    columns = [F.lit(subject).alias("subject"), "data"]
     if ids == "lineage":
         columns += ["stream", "sequence"]
     query = (

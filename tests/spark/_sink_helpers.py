@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 import orjson
@@ -10,6 +11,7 @@ import orjson
 from oncestream import ConnectOptions, connect
 from oncestream.audit import AuditReport, OutputSpec, audit
 from oncestream.publisher import Publisher, PublisherOptions
+from oncestream.reader import read_stream
 from oncestream.streams import StreamSpec, ensure_stream
 
 
@@ -48,5 +50,20 @@ def stream_state(url: str, stream: str) -> dict[str, Any]:
     async def run() -> dict[str, Any]:
         async with await connect(ConnectOptions(servers=(url,))) as conn:
             return dict((await conn.stream_info(stream))["state"])
+
+    return asyncio.run(run())
+
+
+def order_ids_on(url: str, stream: str, subject: str) -> Counter[str]:
+    """How often each ``order_id`` occurs in the messages of ``stream`` on ``subject``."""
+
+    async def run() -> Counter[str]:
+        counts: Counter[str] = Counter()
+        async with await connect(ConnectOptions(servers=(url,))) as conn:
+            async for chunk in read_stream(conn, stream):
+                counts.update(
+                    orjson.loads(r.data)["order_id"] for r in chunk if r.subject == subject
+                )
+        return counts
 
     return asyncio.run(run())

@@ -18,7 +18,7 @@ def test_lag_from_progress_dict() -> None:
     progress = {
         "sources": [
             {
-                "endOffset": '{"ORDERS": 40, "RETURNS": 7}',
+                "endOffset": '{"ORDERS": 40, "RETURNS": 7, "stream.created": {"ORDERS": "t"}}',
                 "latestOffset": '{"ORDERS": 100, "RETURNS": 7}',
             },
             {"endOffset": {"topic": {"0": 5}}, "latestOffset": {"topic": {"0": 9}}},  # not ours

@@ -66,6 +66,16 @@ def test_schema_and_options_are_checked_on_the_driver(spark, nats_server: NatsSe
             "subject", "out.x"
         ).mode("append").save()
     assert stream_state(url, "OTHER")["messages"] == 0
+    # createStream with subjects another stream captures: that stream is named (issue 19).
+    with pytest.raises(Exception, match="createStreamSubjects") as err:
+        ok.write.format("jetstream").option("servers", url).option("stream", "NEW").option(
+            "subject", "out.eu.x"
+        ).option("createStream", "true").option("createStreamSubjects", "out.eu.>").mode(
+            "append"
+        ).save()
+    last = str(err.value).strip().splitlines()[-2]  # Spark appends its SQLSTATE line
+    assert "ConfigError: option 'createStreamSubjects': cannot create stream 'NEW'" in last
+    assert "stream 'OUT' captures out.>" in last and "Write to 'OUT'" in last
 
 
 def test_streaming_from_jetstream_lineage_ids(

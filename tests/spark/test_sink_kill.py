@@ -9,6 +9,7 @@ inside the target's duplicate window.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -16,16 +17,24 @@ from pathlib import Path
 
 from oncestream.server import NatsServer
 from oncestream.streams import StreamSpec
-from tests.spark._sink_helpers import make_streams, publish_orders, run_audit, stream_state
+from tests.spark._sink_helpers import (
+    make_streams,
+    order_ids_on,
+    publish_orders,
+    run_audit,
+    stream_state,
+)
 
 JOB = Path(__file__).with_name("_sink_driver_job.py")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_job(url: str, checkpoint: Path, ids: str, kill: str) -> int:
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(ROOT))
+def run_job(url: str, checkpoint: Path, ids: str, kill: str, subject: str = "out.orders") -> int:
+    # This checkout's sources first: the venv may have another checkout installed (worktrees).
+    path = os.pathsep.join((str(ROOT / "src"), str(ROOT)))
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=path)
     proc = subprocess.Popen(
-        [sys.executable, str(JOB), url, str(checkpoint), ids, kill],
+        [sys.executable, str(JOB), url, str(checkpoint), ids, kill, subject],
         env=env,
         start_new_session=True,
         stdout=subprocess.DEVNULL,
@@ -80,3 +89,39 @@ def test_killed_outside_dedup_window(nats_server: NatsServer, tmp_path: Path) ->
     report = run_audit(url, "IN", "stream:OUT", key="field:order_id")
     assert report.ok, report.to_dict()
     assert stream_state(url, "OUT")["messages"] == 2000
+
+
+def test_new_query_on_a_reused_path_killed_between_the_commits(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """Issue 19: a deleted checkpoint's path reused within the commit stream's window.
+
+    Query A runs to the end; its checkpoint is deleted and query B starts on the same
+    path (a new query id, batch ids from 0 again, A's commit records and markers still
+    inside the records stream's duplicate window). B dies once before the sink's commit
+    of batch 0 (no commit record of B exists yet) and once after the sink recorded batch
+    1 but before Spark's commit; each restart comes after the target's 1 s window.
+    Neither A's control records nor A's rows may swallow B's: 0 duplicated, 0 missing.
+    """
+    url = nats_server.url
+    make_streams(
+        url,
+        StreamSpec(name="IN", subjects=("in.>",)),
+        StreamSpec(name="OUT", subjects=("out.>",), duplicate_window=1.0),
+    )
+    publish_orders(url, "IN", "in.orders", 2000)
+    checkpoint = tmp_path / "chk"
+    assert run_job(url, checkpoint, "position", "none", "out.old") == 0
+    shutil.rmtree(checkpoint)
+    assert run_job(url, checkpoint, "position", "before:0", "out.new") == -9
+    assert len(order_ids_on(url, "OUT", "out.new")) == 500
+    time.sleep(1.5)  # past the target's window: only the sink's records can help
+    assert run_job(url, checkpoint, "position", "after:1", "out.new") == -9
+    assert len(order_ids_on(url, "OUT", "out.new")) == 1000
+    time.sleep(1.5)
+    assert run_job(url, checkpoint, "position", "none", "out.new") == 0
+    for subject in ("out.old", "out.new"):
+        counts = order_ids_on(url, "OUT", subject)
+        duplicated = sorted(k for k, n in counts.items() if n > 1)
+        missing = sorted({f"o{i:06d}" for i in range(2000)} - set(counts))
+        assert (len(duplicated), len(missing)) == (0, 0), (subject, duplicated[:5], missing[:5])

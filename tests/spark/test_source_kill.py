@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _driver(*args: str) -> subprocess.Popen[str]:
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(ROOT))
+    # This checkout's sources first: the venv may have another checkout installed (worktrees).
+    path = os.pathsep.join((str(ROOT / "src"), str(ROOT)))
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=path)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     return subprocess.Popen(
         [sys.executable, "-m", "tests.spark._driver_job", *args],

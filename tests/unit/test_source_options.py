@@ -120,24 +120,77 @@ def test_share_is_bounded_and_makes_progress() -> None:
     assert share({"A": 3, "B": 2}, 1) == {"A": 1, "B": 0}
 
 
-def _info(first: int, last: int, messages: int | None = None, size: int = 0) -> dict[str, object]:
+def _info(
+    first: int, last: int, messages: int | None = None, size: int = 0, created: str = "t0"
+) -> dict[str, object]:
     count = last - first + 1 if messages is None else messages
-    return {"state": {"first_seq": first, "last_seq": last, "messages": count, "bytes": size}}
+    state = {"first_seq": first, "last_seq": last, "messages": count, "bytes": size}
+    return {"state": state, "created": created}
 
 
-def test_recreated_stream_is_detected() -> None:
-    from oncestream._errors import DataLossError
+def _reader(**extra: str):  # type: ignore[no-untyped-def]
     from oncestream.spark.source import SCHEMA, JetStreamStreamReader
 
-    strict = JetStreamStreamReader({"servers": URL, "stream": "A,B"}, SCHEMA)
+    return JetStreamStreamReader({"servers": URL, "stream": "A,B", **extra}, SCHEMA)
+
+
+def test_recreated_stream_past_its_end_is_detected() -> None:
+    """Offsets without creation times (earlier versions): only a position past the end shows."""
+    from oncestream._errors import DataLossError
+
+    strict = _reader()
     infos = {"A": _info(1, 100), "B": _info(1, 5)}
-    assert strict._check_reset({"A": 100, "B": 3}, infos) == {}
+    positions = {"A": 100, "B": 3}
+    assert strict._check_reset(positions, positions, {}, infos) == {}
+    past = {"A": 100, "B": 40}
     with pytest.raises(DataLossError, match=r"'B'.*read up to sequence 40.*ends at 5"):
-        strict._check_reset({"A": 100, "B": 40}, infos)
-    lenient = JetStreamStreamReader(
-        {"servers": URL, "stream": "A,B", "failOnDataLoss": "false"}, SCHEMA
-    )
-    assert lenient._check_reset({"A": 100, "B": 40}, infos) == {"B": 0}
+        strict._check_reset(past, past, {}, infos)
+    with pytest.raises(DataLossError, match=r"'B'.*ends at 5 \(restored from an older"):
+        strict._check_reset(past, past, {"A": "t0", "B": "t0"}, infos)  # same creation time
+    lenient = _reader(failOnDataLoss="false")
+    assert lenient._check_reset(past, past, {}, infos) == {"B": 0}
+
+
+def test_recreated_stream_grown_past_the_checkpoint_is_detected() -> None:
+    """Issue 19: the creation time in the offset tells a re-created stream from the old one."""
+    from oncestream._errors import DataLossError
+
+    infos = {"A": _info(1, 100, created="t0"), "B": _info(1, 500, created="t2")}
+    positions = {"A": 100, "B": 40}
+    with pytest.raises(DataLossError) as err:
+        _reader()._check_reset(positions, positions, {"A": "t0", "B": "t1"}, infos)
+    text = str(err.value)
+    assert "stream 'B' was deleted and re-created" in text
+    assert "position 40 is in the stream created t1" in text
+    assert "created t2 (sequences 1..500)" in text and "failOnDataLoss=false" in text
+    lenient = _reader(failOnDataLoss="false")
+    assert lenient._check_reset(positions, positions, {"A": "t0", "B": "t1"}, infos) == {"B": 0}
+    # The same stream: nothing to reset.
+    assert lenient._check_reset(positions, positions, {"A": "t0", "B": "t2"}, infos) == {}
+
+
+def test_offset_without_creation_time_is_accepted_warning_once_per_stream(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    reader = _reader()
+    infos = {"A": _info(1, 100, created="t0"), "B": _info(1, 5, created="t1")}
+    positions = {"A": 50, "B": 5}
+    with caplog.at_level("WARNING", logger="oncestream.spark.source"):
+        assert reader._check_reset(positions, positions, {}, infos) == {}
+        assert reader._check_reset(positions, positions, {}, infos) == {}
+    warned = [r.getMessage() for r in caplog.records if "no creation time" in r.getMessage()]
+    assert len(warned) == 2 and "'A'" in warned[0] and "created t0" in warned[0]
+
+
+def test_offsets_carry_creation_times() -> None:
+    from oncestream.spark._offsets import CREATED_KEY, make_offset, split_offset
+
+    infos = {"A": _info(1, 9, created="t0"), "B": {"state": {}}}
+    offset = make_offset({"A": 9, "B": 0}, infos)
+    assert offset == {"A": 9, "B": 0, "stream.created": {"A": "t0"}}
+    assert CREATED_KEY == "stream.created"
+    assert split_offset(offset) == ({"A": 9, "B": 0}, {"A": "t0"})
+    assert split_offset({"A": 9}) == ({"A": 9}, {})  # an offset of an earlier version
 
 
 def test_budget_from_limits() -> None:

@@ -6,11 +6,16 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ._offsets import CREATED_KEY
+
 __all__ = ["lag"]
 
 
 def _offsets(value: Any) -> dict[str, int]:
-    """``{"ORDERS": 42}`` from a progress offset (JSON text or mapping); {} otherwise."""
+    """``{"ORDERS": 42}`` from a progress offset (JSON text or mapping); {} otherwise.
+
+    The streams' creation times (:data:`~oncestream.spark._offsets.CREATED_KEY`) are skipped.
+    """
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -20,6 +25,8 @@ def _offsets(value: Any) -> dict[str, int]:
         return {}
     out: dict[str, int] = {}
     for key, seq in value.items():
+        if key == CREATED_KEY:
+            continue
         if isinstance(seq, bool) or not isinstance(seq, int | str):
             return {}  # not a jetstream offset (e.g. Kafka's nested topic -> partition map)
         try:

@@ -13,6 +13,7 @@ from .._errors import MessageNotFound, StreamNotFound
 from .._names import subjects_overlap
 from .._retry import leader_stream_info, retrying
 from ..reader import nth_sequence as _nth_sequence
+from ._offsets import created_of
 from ._reader import check_retention
 from ._source_options import EARLIEST, LATEST, RETRY_BUDGET, SourceOptions
 
@@ -39,7 +40,9 @@ class JetStreamPartition(InputPartition):
 
     ``replicated`` marks a stream with replicas: a consumer or direct get may be
     served by a follower that has not applied the newest messages yet, so the
-    reader confirms with the leader before it ends a range early.
+    reader confirms with the leader before it ends a range early. ``created`` is
+    the creation time of the stream the range was planned in: a task finding a
+    re-created stream reads nothing of it (or fails, with ``failOnDataLoss``).
     """
 
     def __init__(
@@ -51,11 +54,13 @@ class JetStreamPartition(InputPartition):
         subjects: tuple[str, ...] = (),
         *,
         replicated: bool = False,
+        created: str | None = None,
     ) -> None:
         super().__init__((stream, first, last))
         self.stream, self.first, self.last, self.direct = stream, first, last, direct
         self.subjects = subjects
         self.replicated = replicated
+        self.created = created
 
     def __repr__(self) -> str:
         return f"JetStreamPartition({self.stream!r}, {self.first}..{self.last})"
@@ -68,6 +73,7 @@ def plan_ranges(
     max_size: int = MAX_PARTITION_SEQUENCES,
     filters: dict[str, tuple[str, ...]] | None = None,
     replicated: dict[str, bool] | None = None,
+    created: dict[str, str] | None = None,
 ) -> list[JetStreamPartition]:
     """Split per-stream inclusive ranges into partitions.
 
@@ -95,6 +101,7 @@ def plan_ranges(
                     direct[stream],
                     (filters or {}).get(stream, ()),
                     replicated=(replicated or {}).get(stream, False),
+                    created=(created or {}).get(stream),
                 )
             )
             start += length
@@ -174,12 +181,20 @@ async def plan_partitions(
     infos: dict[str, dict[str, Any]],
     start: dict[str, int],
     end: dict[str, int],
+    created: dict[str, str] | None = None,
 ) -> list[JetStreamPartition]:
     """Partitions for the per-stream offset ranges ``(start, end]``, checking retention first.
 
+    ``created`` holds the creation time of the stream each range was planned in
+    (default: the streams' current ones); a range of a stream re-created since
+    is not read.
+
     Raises:
-        DataLossError: when ``failOnDataLoss`` and a range begins before the stream does.
+        DataLossError: when ``failOnDataLoss`` and a range begins before the stream
+            does, or its stream was re-created.
     """
+    if created is None:
+        created = {s: c for s, i in infos.items() if (c := created_of(i))}
     ranges: dict[str, tuple[int, int]] = {}
     filters: dict[str, tuple[str, ...]] = {}
     for stream in options.streams:
@@ -197,6 +212,7 @@ async def plan_partitions(
             last,
             fail_on_data_loss=options.fail_on_data_loss,
             retry_timeout=options.retry_timeout,
+            created=created.get(stream),
         )
         if first <= last:
             ranges[stream] = (first, last)
@@ -206,7 +222,12 @@ async def plan_partitions(
     direct = {s: wants_direct and bool(i["config"].get("allow_direct")) for s, i in infos.items()}
     replicated = {s: int(i["config"].get("num_replicas") or 1) > 1 for s, i in infos.items()}
     return plan_ranges(
-        ranges, direct, options.min_partitions, filters=filters, replicated=replicated
+        ranges,
+        direct,
+        options.min_partitions,
+        filters=filters,
+        replicated=replicated,
+        created=created,
     )
 
 

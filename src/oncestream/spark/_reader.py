@@ -20,6 +20,7 @@ from ..reader import delete_consumer_later
 from ._columns import ARROW_SCHEMA, to_batch
 from ._connections import close_connections
 from ._connections import get_connection as _get_connection
+from ._offsets import RECREATED_FIX, created_of, recreated_text
 from ._source_options import RETRY_BUDGET
 
 __all__ = [
@@ -50,15 +51,20 @@ async def check_retention(
     *,
     fail_on_data_loss: bool,
     retry_timeout: float = 0.0,
+    created: str | None = None,
 ) -> int:
     """Return where reading ``[first, last]`` can start, given the stream's retention.
 
     The stream's state comes from its leader; transient errors (a leader
-    election) are retried for ``retry_timeout`` seconds.
+    election) are retried for ``retry_timeout`` seconds. ``created`` is the
+    creation time of the stream the range was planned in; when the stream on
+    the server has another one (deleted and re-created since), the range names
+    messages of a stream that is gone: nothing of it is read (``last + 1``).
 
     Raises:
         DataLossError: when ``fail_on_data_loss`` and sequences in the range
-            were removed (max_age, max_msgs, max_bytes, purge) before being read.
+            were removed (max_age, max_msgs, max_bytes, purge) before being read,
+            or the stream was re-created.
     """
     if first > last:
         return first
@@ -68,6 +74,18 @@ async def check_retention(
         budget_source=RETRY_BUDGET,
         what=f"STREAM.INFO {stream!r}",
     )
+    current = created_of(info)
+    if created is not None and current is not None and created != current:
+        text = recreated_text(stream, first - 1, created, info)
+        if fail_on_data_loss:
+            raise DataLossError(f"{text}; {RECREATED_FIX}")
+        log.warning(
+            "%s; not reading sequences %d..%d of the old stream (failOnDataLoss=false)",
+            text,
+            first,
+            last,
+        )
+        return last + 1
     first_seq = int(info["state"].get("first_seq", 0))
     if first_seq <= first:
         return first

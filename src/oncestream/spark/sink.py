@@ -45,8 +45,15 @@ from .._errors import ConfigError, JetStreamError, OncestreamError, StreamMismat
 from .._headers import check_msg_id, is_clean_msg_id
 from .._sync import run_sync, submit_sync
 from ..publisher import AckTally, PubAck, Publisher
-from ..streams import create_stream_if_missing
-from ._commits import CommitRecord, CommitStore, last_seq, stored_ids
+from ..streams import StreamSpec, create_stream_if_missing, overlapping_streams
+from ._commits import (
+    AttemptMarker,
+    CommitRecord,
+    CommitStore,
+    last_seq,
+    stored_ids,
+    tail_of,
+)
 from ._connections import get_connection
 from ._sink_layout import layout_of as _layout
 from ._sink_options import SinkOptions, lineage_id, position_id, row_digest, writer_scope
@@ -60,6 +67,9 @@ __all__ = ["JetStreamBatchWriter", "JetStreamStreamWriter", "SinkCommit"]
 log = logging.getLogger("oncestream.spark.sink")
 
 _checked: set[tuple[int, Any]] = set()
+
+#: nats-server's JSStreamSubjectOverlapErr: "subjects overlap with an existing stream".
+_SUBJECTS_OVERLAP = 10065
 
 
 async def _connection(options: SinkOptions) -> Connection:
@@ -75,6 +85,42 @@ def _ensure_log_handler() -> None:
         log.addHandler(handler)
         level = os.environ.get("ONCESTREAM_SINK_LOG", "INFO").upper()
         log.setLevel(level if level in ("DEBUG", "INFO", "WARNING", "ERROR") else "INFO")
+
+
+async def _create_target(conn: Connection, spec: StreamSpec) -> dict[str, Any]:
+    """createStream=true: the target's info, created when missing.
+
+    Raises:
+        ConfigError: ``createStreamSubjects`` overlap another stream's subjects,
+            naming that stream (the server's 10065 error does not).
+    """
+    try:
+        return await create_stream_if_missing(conn, spec)
+    except JetStreamError as exc:
+        if exc.err_code != _SUBJECTS_OVERLAP:
+            raise
+        others = await overlapping_streams(conn, spec.subjects)
+    named = " and ".join(f"stream {n!r} captures {', '.join(s)}" for n, s in others.items())
+    # Raised without the server's error chained: Spark prints the whole Python traceback
+    # inside its own message, and the server's text adds nothing this one lacks.
+    raise ConfigError(
+        f"option 'createStreamSubjects': cannot create stream {spec.name!r} with subjects "
+        f"{', '.join(spec.subjects)}: {named or 'another stream captures them'}, and a "
+        f"subject belongs to one stream only (err_code {_SUBJECTS_OVERLAP}). Write to "
+        f"{', '.join(map(repr, others)) or 'that stream'} (option 'stream', without "
+        "createStream) or choose subjects no other stream captures"
+    ) from None
+
+
+def _read_after(earlier: AttemptMarker, now: AttemptMarker, last: CommitRecord | None) -> int:
+    """The target sequence after which an earlier attempt of this task may have stored rows."""
+    if earlier.target_created not in (None, now.target_created):
+        # The target was re-created since: that attempt's rows went with the old stream,
+        # but a later attempt may have written anywhere in the new one.
+        return 0
+    if earlier.tail_seq is not None:
+        return earlier.tail_seq
+    return last.tail_seq if last is not None else 0  # an earlier version's marker
 
 
 # --------------------------------------------------------------------------- messages
@@ -141,7 +187,7 @@ class _JetStreamWriter:
         stream = opts.stream or ""
         conn = await _connection(opts)
         spec = opts.create_stream  # createStream=true: created when missing, never changed
-        info = await (create_stream_if_missing(conn, spec) if spec else conn.stream_info(stream))
+        info = await (_create_target(conn, spec) if spec else conn.stream_info(stream))
         window = int(info["config"].get("duplicate_window") or 0) / 1e9
         horizon = opts.publisher.retry_horizon
         spark_horizon = horizon * opts.task_max_failures
@@ -164,12 +210,10 @@ class _JetStreamWriter:
                 horizon,
             )
         if self.streaming and opts.checkpoint:
-            store = CommitStore(conn, opts.commits_stream)
-            await store.ensure()
-            scope = writer_scope(None, opts.checkpoint)
-            if await store.last(scope) is None:
-                tail = int(info["state"].get("last_seq", 0))
-                await store.record(scope, CommitRecord(batch_id=-1, tail_seq=tail, stream=stream))
+            # Created here once rather than by racing tasks. The query id is not known
+            # on the driver yet, so nothing query-specific is recorded here: each task
+            # stores the target's tail in its attempt marker instead.
+            await CommitStore(conn, opts.commits_stream).ensure()
         _checked.add(key)
 
     # -- executor side
@@ -228,15 +272,7 @@ class _JetStreamWriter:
         marking = self.streaming and commit.batch_id >= 0
         last: CommitRecord | None = None
         if marking:
-            last = await CommitStore(conn, opts.commits_stream).last(commit.scope)
-            if last is not None and last.query_id not in (None, commit.query_id):
-                log.warning(
-                    "ignoring the sink's commit records of query %s: this is query %s on the "
-                    "same checkpoint location (a new checkpoint starts at batch 0)",
-                    last.query_id,
-                    commit.query_id,
-                )
-                last = None
+            last = await CommitStore(conn, opts.commits_stream).last(commit.scope, commit.query_id)
             if last is not None and last.batch_id >= commit.batch_id:
                 commit.skipped_batch = True
                 return None
@@ -248,9 +284,24 @@ class _JetStreamWriter:
                 store = CommitStore(conn, opts.commits_stream, pub)
                 if last is None:
                     await store.ensure()
-                retry = await store.mark_attempt(commit.scope, commit.partition, commit.batch_id)
-                if retry and last is not None and opts.stream is not None:
-                    existing = await stored_ids(conn, opts.stream, last.tail_seq)
+                # Read before the marker is stored, so before this attempt publishes:
+                # whatever any attempt of this batch stores lies after it.
+                tail, created = (None, None)
+                if opts.stream is not None:
+                    tail, created = await tail_of(conn, opts.stream)
+                marker = AttemptMarker(
+                    batch_id=commit.batch_id,
+                    query_id=commit.query_id,
+                    tail_seq=tail,
+                    target_created=created,
+                )
+                earlier = await store.mark_attempt(
+                    commit.scope, commit.partition, marker, last=last
+                )
+                if earlier is not None and opts.stream is not None:
+                    existing = await stored_ids(
+                        conn, opts.stream, _read_after(earlier, marker, last)
+                    )
         except BaseException:
             with contextlib.suppress(Exception):
                 await pub.close()
@@ -419,12 +470,10 @@ class JetStreamStreamWriter(_JetStreamWriter, DataSourceStreamArrowWriter):
         _ensure_log_handler()
         totals = self._totals(messages)
         done = [m for m in messages if isinstance(m, SinkCommit)]
-        scope = done[0].scope if done else None
-        query_id = done[0].query_id if done else None
-        if scope is None and self.options.checkpoint:
-            scope = writer_scope(None, self.options.checkpoint)
-        if scope is not None:
-            run_sync(self._record(scope, batchId, totals, query_id))
+        if done:
+            run_sync(self._record(done[0].scope, batchId, totals, done[0].query_id))
+        # else no task ran, so nothing was written: a later batch's record (or, on a
+        # replay, the markers) covers everything, and the query id is not known here.
         log.info("jetstream sink committed micro-batch %d: %s", batchId, totals)
 
     async def _record(

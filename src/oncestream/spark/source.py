@@ -1,8 +1,10 @@
 """The read side of the ``jetstream`` data source: batch and Structured Streaming readers.
 
-Offsets are ``{stream: last_sequence_read}``; they live in Spark's checkpoint,
-nothing is acked and no durable consumer exists. A micro-batch ``(start, end]``
-is split into sequence ranges that executors read with
+Offsets are ``{stream: last_sequence_read}`` plus each stream's creation time
+(:mod:`oncestream.spark._offsets`, so a stream deleted and re-created under the
+same name is noticed); they live in Spark's checkpoint, nothing is acked and no
+durable consumer exists. A micro-batch ``(start, end]`` is split into sequence
+ranges that executors read with
 :class:`~oncestream.spark._reader.RangeReader`; the stream is an immutable
 log, so reading a range again yields the same rows (see docs/spark-source.md).
 """
@@ -36,6 +38,7 @@ from pyspark.sql.types import (
 from .._connection import Connection
 from .._errors import DataLossError
 from .._sync import run_sync
+from ._offsets import RECREATED_FIX, created_of, make_offset, recreated_text, split_offset
 from ._planning import (
     JetStreamPartition,
     first_last,
@@ -85,6 +88,7 @@ def _read(options: SourceOptions, partition: JetStreamPartition) -> Iterator[pa.
             partition.last,
             fail_on_data_loss=options.fail_on_data_loss,
             retry_timeout=options.retry_timeout,
+            created=partition.created,
         )
         return RangeReader(
             conn,
@@ -148,10 +152,13 @@ class JetStreamBatchReader(DataSourceReader):
 class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("jetstream")`` with admission control.
 
-    Offsets are ``{stream: last_sequence_read}``. ``maxMessagesPerTrigger``
-    bounds each micro-batch in messages (exactly, also under subject filters
-    and interior deletes); ``maxBytesPerTrigger`` is converted to messages with
-    the streams' average message size (see docs/spark-source.md).
+    Offsets are ``{stream: last_sequence_read}`` with the streams' creation
+    times under ``"stream.created"`` (a re-created stream fails the query, or
+    with ``failOnDataLoss=false`` is read again from its beginning).
+    ``maxMessagesPerTrigger`` bounds each micro-batch in messages (exactly, also
+    under subject filters and interior deletes); ``maxBytesPerTrigger`` is
+    converted to messages with the streams' average message size (see
+    docs/spark-source.md).
 
     Args:
         options: Spark's string options (validated here, in the driver).
@@ -165,6 +172,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.options = SourceOptions.from_spark_options(options)
         self.schema = schema
         self._available_now: dict[str, int] | None = None
+        self._unverified: set[str] = set()  # streams warned about: offset without created
 
     # -- helpers (driver) ----------------------------------------------------------
 
@@ -187,10 +195,12 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     # -- DataSourceStreamReader ----------------------------------------------------
 
-    def initialOffset(self) -> dict[str, int]:
+    def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts: startingOffsets / startingTimestamp (default latest)."""
         conn, infos = self._infos()
-        return run_sync(resolve_start(conn, self.options, infos, streaming=True))
+        return make_offset(
+            run_sync(resolve_start(conn, self.options, infos, streaming=True)), infos
+        )
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``ReadMaxRows`` / ``ReadMaxBytes`` from the options, else everything available."""
@@ -205,11 +215,17 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         _, infos = self._infos()
         self._available_now = {s: first_last(i)[1] for s, i in infos.items()}
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """The end offset of the next micro-batch, honouring ``limit``."""
         conn, infos = self._infos()
-        begin = self._start_of(start, conn, infos)
-        reset = self._check_reset(begin, infos)
+        return make_offset(self._end_positions(start, limit, conn, infos), infos)
+
+    def _end_positions(
+        self, start: dict[str, Any], limit: ReadLimit, conn: Connection, infos: dict[str, Any]
+    ) -> dict[str, int]:
+        positions, created = split_offset(start)
+        begin = self._start_of(positions, conn, infos)
+        reset = self._check_reset(begin, positions, created, infos)
         if reset:
             return {s: reset.get(s, begin[s]) for s in infos}
         heads: dict[str, int] = {}
@@ -260,9 +276,18 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return last_seq if exhausted or seq is None else seq
 
     def _check_reset(
-        self, begin: dict[str, int], infos: dict[str, dict[str, Any]]
+        self,
+        begin: dict[str, int],
+        positions: dict[str, int],
+        created: dict[str, str],
+        infos: dict[str, dict[str, Any]],
     ) -> dict[str, int]:
-        """Streams whose checkpointed position is past their last sequence (recreated).
+        """Streams whose checkpointed position belongs to a stream that is gone (re-created).
+
+        The offset's creation time of each stream is compared with the stream's
+        current one. An offset without it (written before oncestream recorded it)
+        is accepted with a warning, and only a position past the stream's end
+        shows a re-creation then.
 
         Returns the positions to restart them from (their new beginning) when
         ``failOnDataLoss=false``.
@@ -273,16 +298,34 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         reset: dict[str, int] = {}
         for stream, info in infos.items():
             first_seq, last_seq = first_last(info)
-            if begin[stream] <= last_seq:
-                continue
-            text = (
-                f"stream {stream!r}: the checkpoint has read up to sequence {begin[stream]} but "
-                f"the stream ends at {last_seq} (was it deleted and recreated?)"
-            )
-            if self.options.fail_on_data_loss:
-                raise DataLossError(
-                    f"{text}; set option failOnDataLoss=false to restart it from its beginning"
+            recorded, current = created.get(stream), created_of(info)
+            if recorded is not None and current is not None and recorded != current:
+                text = recreated_text(stream, begin[stream], recorded, info)
+                fix = RECREATED_FIX
+            elif begin[stream] > last_seq:
+                why = "was it deleted and recreated?" if recorded is None else "restored from "
+                if recorded is not None:
+                    why += "an older snapshot? its creation time is the checkpoint's"
+                text = (
+                    f"stream {stream!r}: the checkpoint has read up to sequence {begin[stream]} "
+                    f"but the stream ends at {last_seq} ({why})"
                 )
+                fix = "set option failOnDataLoss=false to restart it from its beginning"
+            else:
+                if recorded is None and stream in positions and stream not in self._unverified:
+                    self._unverified.add(stream)
+                    log.warning(
+                        "stream %r: the checkpointed offset has no creation time (written by "
+                        "an earlier oncestream), so a re-creation of the stream before this "
+                        "restart cannot be noticed unless its position is past the stream's "
+                        "end; taking the stream created %s as the one the checkpoint read "
+                        "(the next offset records it)",
+                        stream,
+                        current,
+                    )
+                continue
+            if self.options.fail_on_data_loss:
+                raise DataLossError(f"{text}; {fix}")
             log.warning("%s; restarting it from its beginning (failOnDataLoss=false)", text)
             reset[stream] = max(first_seq, 1) - 1
         return reset
@@ -312,14 +355,25 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return {s: first_last(i)[1] for s, i in infos.items()}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """Split ``(start, end]`` per stream into sequence ranges (checking retention)."""
+        """Split ``(start, end]`` per stream into sequence ranges (checking retention).
+
+        The ranges are checked against the streams' creation times in ``end``: a
+        batch planned before its stream was re-created (and replayed after a
+        restart) does not read the new stream at the old positions.
+        """
+        first, first_created = split_offset(start)
+        last, last_created = split_offset(end)
 
         async def plan() -> list[JetStreamPartition]:
             conn = await get_connection(self.options.connect)
             infos = await stream_infos(conn, self.options)
-            begin = {s: int(start.get(s, end.get(s, 0))) for s in infos}
-            finish = {s: int(end.get(s, begin[s])) for s in infos}
-            return await plan_partitions(conn, self.options, infos, begin, finish)
+            begin = {s: first.get(s, last.get(s, 0)) for s in infos}
+            finish = {s: last.get(s, begin[s]) for s in infos}
+            for s in infos:
+                if first_created.get(s, last_created.get(s)) != last_created.get(s):
+                    begin[s] = finish[s]  # the batch that restarts a re-created stream: empty
+            created = {s: c for s in infos if (c := last_created.get(s))}
+            return await plan_partitions(conn, self.options, infos, begin, finish, created)
 
         return run_sync(plan())
 
