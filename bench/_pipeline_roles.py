@@ -25,8 +25,8 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from oncestream import ConnectOptions, Processor, ProcessorOptions, SQLiteLedger, connect
-from oncestream.demo.producer import produce
-from oncestream.demo.workload import Expected
+from oncestream.demo._producer import produce
+from oncestream.demo._workload import Expected
 from oncestream.ledger import LedgerTx
 
 WARM_PREFIX = "warm-"

@@ -46,10 +46,11 @@ from bench._common import fresh_server, report
 from bench._cpu import CpuSampler
 
 from oncestream import ConnectOptions, connect
-from oncestream.audit import compare, read_stream
-from oncestream.demo.pipeline import ORDER_SCHEMA
-from oncestream.demo.workload import REGIONS
-from oncestream.streams import StreamSpec, ensure_stream
+from oncestream.audit._audit import compare, read_stream
+from oncestream.demo._pipeline import ORDER_SCHEMA
+from oncestream.demo._workload import REGIONS
+from oncestream.streams._spec import StreamSpec, ensure_stream
+from oncestream.streams import delete_stream
 
 HERE = Path(__file__).resolve().parent
 ROLES = HERE / "_pipeline_roles.py"
@@ -111,7 +112,7 @@ async def _setup(url: str) -> None:
     async with await connect(ConnectOptions(servers=(url,))) as conn:
         for name in ("ORDERS", "ORDERS_ENRICHED"):
             try:
-                await conn.delete_stream(name)
+                await delete_stream(conn, name)
             except Exception:
                 pass
         await ensure_stream(conn, StreamSpec(name="ORDERS", subjects=("orders.>",)))
@@ -136,7 +137,7 @@ async def _expected(url: str) -> list[str]:
 
 
 def _count_expected(n: int) -> int:
-    from oncestream.demo.workload import order_stream
+    from oncestream.demo._workload import order_stream
 
     return sum(1 for _, _, _, amount in order_stream(n) if amount >= MIN_AMOUNT)
 

@@ -20,8 +20,9 @@ import nats
 from bench._common import PAYLOAD_128, fresh_server, report
 
 from oncestream import ConnectOptions, connect
-from oncestream.publisher import Publisher, PublisherOptions
-from oncestream.streams import StreamSpec, ensure_stream
+from oncestream.publish._publisher import Publisher, PublisherOptions
+from oncestream.streams._spec import StreamSpec, ensure_stream
+from oncestream.streams import delete_stream
 
 N_SYNC = int(os.environ.get("BENCH_PUBLISH_SYNC", "20000"))
 N_ASYNC = int(os.environ.get("BENCH_PUBLISH_ASYNC", "200000"))
@@ -31,7 +32,7 @@ N_PUBLISHER = int(os.environ.get("BENCH_PUBLISH_PUBLISHER", "300000"))
 async def _fresh_stream(url: str, name: str) -> None:
     async with await connect(ConnectOptions(servers=(url,))) as conn:
         try:
-            await conn.delete_stream(name)
+            await delete_stream(conn, name)
         except Exception:
             pass
         await ensure_stream(conn, StreamSpec(name=name, subjects=(f"{name.lower()}.>",)))

@@ -31,7 +31,8 @@ from bench._cpu import CpuSampler
 from bench.bench_publish import measure_publisher
 
 from oncestream import ConnectOptions, connect
-from oncestream.streams import StreamSpec, ensure_stream
+from oncestream.streams._spec import StreamSpec, ensure_stream
+from oncestream.streams import delete_stream
 
 ROWS = int(os.environ.get("BENCH_SINK_ROWS", "1000000"))
 BASELINE = int(os.environ.get("BENCH_SINK_BASELINE", "300000"))
@@ -46,7 +47,7 @@ async def _stream(url: str, name: str, delete: bool = True, spec: StreamSpec | N
     async with await connect(ConnectOptions(servers=(url,))) as conn:
         if delete:
             try:
-                await conn.delete_stream(name)
+                await delete_stream(conn, name)
             except Exception:
                 pass
             await ensure_stream(

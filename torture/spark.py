@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from oncestream import connect
-from oncestream.streams import StreamSpec, ensure_stream
+from oncestream.streams._spec import StreamSpec, ensure_stream
 
 from .nemesis import Fault, Worker
 

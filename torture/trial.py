@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from oncestream import connect
-from oncestream.reader import read_stream
+from oncestream.read._range import read_stream
 
 from . import faults as server_faults
 from . import spark as sparkpart

@@ -31,14 +31,14 @@ from ._errors import (
     WrongLastSequence,
 )
 from ._options import ConnectOptions
-from ._start import StartPosition
-from .audit import AuditReport, KeySpec, OutputReport, OutputSpec
+from .read._start import StartPosition
+from .audit._audit import AuditReport, KeySpec, OutputReport, OutputSpec
 from .ledger import Ledger, LedgerTx, PostgresLedger, SQLiteLedger, ledger_from_url
-from .message import Message, MessageMetadata
-from .processor import Processor, ProcessorOptions, ProcessorStats
-from .producer import ProducerSession
-from .publisher import PubAck, Publisher, PublisherOptions, PublisherStats
-from .pull import MessageStream, PullOptions, pull_messages
+from ._message import Message, MessageMetadata
+from .process._processor import Processor, ProcessorOptions, ProcessorStats
+from .publish._session import ProducerSession
+from .publish._publisher import PubAck, Publisher, PublisherOptions, PublisherStats
+from .read._pull import MessageStream, PullOptions, pull_messages
 
 __version__ = "0.1.0"
 

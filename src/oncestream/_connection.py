@@ -355,18 +355,6 @@ class Connection:
         """``CONSUMER.INFO``: the consumer's config and state."""
         return await self.api(f"CONSUMER.INFO.{stream}.{consumer}")
 
-    async def add_stream(self, config: dict[str, Any]) -> dict[str, Any]:
-        """``STREAM.CREATE`` with a raw stream config (durations in nanoseconds)."""
-        return await self.api(f"STREAM.CREATE.{config['name']}", config)
-
-    async def update_stream(self, config: dict[str, Any]) -> dict[str, Any]:
-        """``STREAM.UPDATE`` with a raw stream config."""
-        return await self.api(f"STREAM.UPDATE.{config['name']}", config)
-
-    async def delete_stream(self, stream: str) -> None:
-        """``STREAM.DELETE``."""
-        await self.api(f"STREAM.DELETE.{stream}")
-
     async def close(self) -> None:
         """Flush and close the connection."""
         if not self.nc.is_closed:

@@ -57,6 +57,7 @@ __all__ = [
     "is_clean_msg_id",
     "msg_id_key",
     "msg_id_of",
+    "own_block",
     "parse_block",
     "split_status",
 ]
@@ -287,6 +288,15 @@ def direct_value(block: bytes | bytearray, name: str) -> bytes | None:
     start += len(key)
     end = block.find(_CRLF, start)
     return bytes(block[start : end if end >= 0 else len(block)])
+
+
+def own_block(block: bytes | bytearray, *, direct: bool = False) -> bytes:
+    """The block with only the message's own lines (a direct-get reply's server tail cut off)."""
+    if not direct or not block:
+        return bytes(block)
+    lines = bytes(block).split(_CRLF)
+    kept = [lines[0], *_without_direct_tail(lines[1:])]
+    return _CRLF.join(kept) + _CRLF + _CRLF
 
 
 def first_values(headers: Mapping[str, Sequence[str]]) -> dict[str, str]:

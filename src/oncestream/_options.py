@@ -13,6 +13,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import unquote
 
@@ -26,12 +27,16 @@ __all__ = [
     "parse_bool",
     "parse_duration",
     "parse_positive_int",
+    "parse_time",
+    "rfc3339",
+    "seconds_to_ns",
 ]
 
 #: Where every component connects when no server is given.
 DEFAULT_SERVER = "nats://127.0.0.1:4222"
 
 _DOMAIN_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+_DURATION_AGO = re.compile(r"^\d+(\.\d+)?(ms|s|m|h)$")
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _URL_SCHEMES = ("nats", "tls", "ws", "wss")
@@ -67,6 +72,11 @@ def parse_duration(name: str, value: str | float | int) -> float:
     if seconds < 0:
         raise ConfigError(f"{name} must not be negative, got {value!r}")
     return seconds
+
+
+def seconds_to_ns(seconds: float) -> int:
+    """Seconds as the integer nanoseconds the JetStream API takes."""
+    return round(seconds * 1_000_000_000)
 
 
 def parse_positive_int(name: str, value: str | int, *, allow_zero: bool = False) -> int:
@@ -340,3 +350,30 @@ class ConnectOptions:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
         return ConnectOptions(**values)
+
+
+def parse_time(name: str, value: str | datetime, *, now: datetime | None = None) -> datetime:
+    """An aware UTC datetime from ISO 8601 (``2026-11-22T15:00:00Z``) or a duration ago (``10m``).
+
+    Raises:
+        ConfigError: naming ``name`` and the value when it is neither.
+    """
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    text = value.strip()
+    if _DURATION_AGO.match(text):
+        ago = parse_duration(name, text)
+        return (now or datetime.now(UTC)) - timedelta(seconds=ago)
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(
+            f"{name} must be an ISO 8601 time (2026-11-22T15:00:00Z) or a duration ago "
+            f"(10m, 2h), got {value!r}"
+        ) from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def rfc3339(moment: datetime) -> str:
+    """The time as the JetStream API wants it (UTC, nanosecond-free RFC 3339)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -37,8 +37,8 @@ from prometheus_client.core import (
 )
 
 from ._errors import ConfigError
-from .processor import Processor
-from .publisher import Publisher
+from .process._processor import Processor
+from .publish._publisher import Publisher
 
 __all__ = ["LATENCY_BUCKETS", "Instrumentation", "MetricsServer", "instrument", "serve_metrics"]
 

@@ -20,8 +20,8 @@ import time
 from collections.abc import Sequence
 
 from oncestream import ConnectOptions, Processor, ProcessorOptions, SQLiteLedger, connect
-from oncestream._acking import Acknowledger
-from oncestream._applying import Applier
+from oncestream.process._acking import Acknowledger
+from oncestream.process._applying import Applier
 from oncestream.ledger import LedgerTx
 
 CRASH_AT = os.environ.get("CRASH_AT", "")

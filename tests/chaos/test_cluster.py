@@ -27,9 +27,9 @@ from oncestream import (
     connect,
     pull_messages,
 )
-from oncestream.publisher import Publisher, PublisherOptions
+from oncestream.publish._publisher import Publisher, PublisherOptions
 from oncestream.server import Cluster, wait_for
-from oncestream.streams import StreamSpec, ensure_stream
+from oncestream.streams._spec import StreamSpec, ensure_stream
 from tests._scenario import assert_exactly_once, publish_ids, stream_ids, wait_messages
 from tests.handlers import record
 

@@ -20,8 +20,9 @@ import pytest
 
 from oncestream import ConnectOptions, PermissionDenied, connect
 from oncestream.server import HubLeaf
-from oncestream.streams import StreamSource, StreamSpec, ensure_stream, seconds_to_ns
+from oncestream.streams._spec import StreamSource, StreamSpec, ensure_stream, seconds_to_ns
 from tests._scenario import assert_exactly_once, publish_ids, wait_messages
+from oncestream.streams import delete_stream
 
 N = 3000
 PREFIX = "JS.acc@hub.API"
@@ -59,7 +60,7 @@ async def test_everything_not_exported_is_denied_promptly(topo: HubLeaf) -> None
             lambda: conn.stream_info("aggregate"),
             lambda: conn.consumer_info("aggregate", "dur"),
             lambda: conn.api("CONSUMER.CREATE.aggregate.other", {"stream_name": "aggregate"}),
-            lambda: conn.delete_stream("aggregate"),
+            lambda: delete_stream(conn, "aggregate"),
         ):
             start = time.monotonic()
             with pytest.raises(PermissionDenied, match="not permitted"):

@@ -17,7 +17,7 @@ import pytest
 
 from oncestream import Connection, Publisher, PublisherOptions, connect
 from oncestream.server import HubLeaf
-from oncestream.streams import StreamSource, StreamSpec, ensure_stream
+from oncestream.streams._spec import StreamSource, StreamSpec, ensure_stream
 from tests._scenario import assert_exactly_once, publish_ids, stream_ids, wait_messages
 
 N = 10_000

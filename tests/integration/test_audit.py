@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from oncestream import Connection
-from oncestream.audit import OutputSpec, audit, read_stream
+from oncestream.audit._audit import OutputSpec, audit, read_stream
 
 
 async def _fill(conn: Connection, subject: str, ids: list[str], *, msg_ids: bool) -> None:

@@ -21,11 +21,12 @@ import pytest
 
 from oncestream import Connection, ConsumerNotFound, Processor, SQLiteLedger
 from oncestream.ledger import LedgerTx
-from oncestream.message import Message
-from oncestream.publisher import Publisher, PublisherOptions
+from oncestream._message import Message
+from oncestream.publish._publisher import Publisher, PublisherOptions
 from oncestream.server import NatsServer
 from tests import server_configs
 from tests._cli_cases import Case, CliEnv, Outcome, Running, run_case
+from oncestream.streams import delete_stream
 
 CONFIG, FAILED = 2, 1
 ROOT = os.geteuid() == 0
@@ -114,7 +115,7 @@ def _worker(
 def _publish(env: CliEnv, stream: str, count: int, *, url: str | None = None) -> None:
     async def main() -> None:
         from oncestream import ConnectOptions, connect
-        from oncestream.streams import StreamSpec, ensure_stream
+        from oncestream.streams._spec import StreamSpec, ensure_stream
 
         async with await connect(ConnectOptions(servers=(url or env.url,))) as conn:
             spec = StreamSpec(name=stream, subjects=(f"{stream.lower()}.>",))
@@ -147,14 +148,14 @@ def _progress_lines(running: Running, after: float, before: float) -> int:
 def _delete_stream_once_applied(stream: str, count: int) -> Any:
     def during(env: CliEnv, running: Running) -> None:
         running.wait_for(f"applied={count} ")
-        env.run(lambda conn: conn.delete_stream(stream))
+        env.run(lambda conn: delete_stream(conn, stream))
 
     return during
 
 
 def _tail_then_delete(env: CliEnv, running: Running) -> None:
     running.wait_for("#1 ")
-    env.run(lambda conn: conn.delete_stream("BI_TGONE"))
+    env.run(lambda conn: delete_stream(conn, "BI_TGONE"))
 
 
 def _own_server(env: CliEnv) -> None:

@@ -21,6 +21,7 @@ import pytest
 
 from oncestream.server import NatsServer
 from tests._cli_cases import Case, CliEnv, Outcome, Running, run_case
+from oncestream.streams import add_stream
 
 OK, FAILED, CONFIG = 0, 1, 2
 
@@ -209,7 +210,7 @@ CASES = [
         "stream 'MIR' (--stream) is a mirror of 'MIRSRC'",
         setup=lambda env: (
             env.stream("MIRSRC"),
-            env.run(lambda conn: conn.add_stream({"name": "MIR", "mirror": {"name": "MIRSRC"}})),
+            env.run(lambda conn: add_stream(conn, {"name": "MIR", "mirror": {"name": "MIRSRC"}})),
             env.file("in.jsonl", GOOD),
         ),
         check=stored("MIRSRC", 0),

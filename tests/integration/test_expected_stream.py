@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from oncestream import Connection, StreamMismatch
-from oncestream.producer import ProducerSession
-from oncestream.publisher import Publisher, PublisherOptions
+from oncestream.publish._session import ProducerSession
+from oncestream.publish._publisher import Publisher, PublisherOptions
 from tests.integration.test_publisher import read_back
 
 

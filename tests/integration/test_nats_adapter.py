@@ -15,9 +15,9 @@ import pytest
 import oncestream._nats as adapter
 from oncestream import Connection, ConnectOptions, connect
 from oncestream._nats._public import header_block, split_frames
-from oncestream.audit import read_stream
-from oncestream.publisher import Publisher, PublisherOptions
-from oncestream.pull import PullOptions, pull_messages
+from oncestream.audit._audit import read_stream
+from oncestream.publish._publisher import Publisher, PublisherOptions
+from oncestream.read._pull import PullOptions, pull_messages
 
 
 def test_the_path_follows_the_environment(conn: Connection) -> None:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from oncestream import ConfigError, Processor, ProcessorOptions, SQLiteLedger
-from oncestream._processor_setup import setup_consumer
-from oncestream._start import StartPosition
+from oncestream.process._setup import setup_consumer
+from oncestream.read._start import StartPosition
 from oncestream.cli._process_extras import RecentRate
 from tests.handlers import record
 from tests.integration._cli import cli

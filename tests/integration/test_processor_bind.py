@@ -8,6 +8,7 @@ import sqlite3
 from oncestream import ConnectOptions, Processor, ProcessorOptions, SQLiteLedger, connect
 from tests import server_configs
 from tests.handlers import record
+from oncestream.streams import add_stream
 
 
 async def test_bind_across_accounts_with_api_prefix(server_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -18,7 +19,7 @@ async def test_bind_across_accounts_with_api_prefix(server_factory, tmp_path) ->
         servers=(server.url,), user="app", password="app-pw", api_prefix="JS.acc@hub.API"
     )
     async with await connect(hub_opts) as hub:
-        await hub.add_stream({"name": "ORDERS", "subjects": ["orders.>"], "storage": "file"})
+        await add_stream(hub, {"name": "ORDERS", "subjects": ["orders.>"], "storage": "file"})
         await hub.api(
             "CONSUMER.CREATE.ORDERS.app",
             {"stream_name": "ORDERS", "config": {"durable_name": "app", "ack_policy": "explicit"}},

@@ -8,9 +8,10 @@ from collections.abc import Iterator
 import pytest
 
 from oncestream import ConfigError, Connection, ConnectOptions, WrongLastSequence, connect
-from oncestream.producer import SOURCE_POS_HEADER, ProducerSession
-from oncestream.publisher import Publisher, PublisherOptions
+from oncestream.publish._session import SOURCE_POS_HEADER, ProducerSession
+from oncestream.publish._publisher import Publisher, PublisherOptions
 from tests.integration.test_publisher import read_back
+from oncestream.streams import delete_stream
 
 # Short ack timeouts keep retries quick (sessions do not need the window guard).
 FAST = PublisherOptions(ack_timeout=0.2, max_attempts=2, retry_backoff=(0.1,))
@@ -126,7 +127,7 @@ async def test_stream_recreated_under_a_running_session(conn: Connection, make_s
     session = ProducerSession(conn, stream="RS", subject_prefix="rs", producer_id="p", options=FAST)
     assert await session.start() is None
     await session.run([(1, b"old 1"), (2, b"old 2"), (3, b"old 3")])
-    await conn.delete_stream("RS")
+    await delete_stream(conn, "RS")
     await make_stream("RS", ("rs.>",))
     with pytest.raises(WrongLastSequence) as info:
         await session.publish(4, b"new 4")
@@ -141,7 +142,7 @@ async def test_stream_recreated_under_a_running_session(conn: Connection, make_s
 
 
 async def test_session_and_publisher_through_a_jetstream_domain(server_factory, tmp_path) -> None:
-    from oncestream.streams import StreamSpec, ensure_stream
+    from oncestream.streams._spec import StreamSpec, ensure_stream
     from tests import server_configs
 
     server = server_factory(server_configs.jetstream(tmp_path / "hub", domain="hub"), "hub")
@@ -228,7 +229,7 @@ async def test_batch_retry_after_lost_commit_ack_is_recognised(
     conn: Connection, make_stream, past_window: bool
 ) -> None:
     """A batch whose earlier attempt committed (ack lost) is not stored twice, nor a zombie."""
-    from oncestream._producer_batch import AtomicBatchSender
+    from oncestream.publish._batch import AtomicBatchSender
 
     await make_stream("LB", ("lb.>",), duplicate_window=1.0, extra={"allow_atomic": True})
     session = ProducerSession(

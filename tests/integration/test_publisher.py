@@ -22,7 +22,7 @@ from oncestream import (
     TooManyInflight,
     WrongLastSequence,
 )
-from oncestream.publisher import PubAck, Publisher, PublisherOptions
+from oncestream.publish._publisher import PubAck, Publisher, PublisherOptions
 from oncestream.server import NatsServer
 
 

@@ -16,6 +16,7 @@ from oncestream import (
     pull_messages,
 )
 from tests import server_configs
+from oncestream.streams import add_stream, delete_stream
 
 
 async def _consumer(conn, stream: str, name: str = "c") -> None:  # type: ignore[no-untyped-def]
@@ -129,7 +130,7 @@ async def test_deleted_stream_is_reported_as_the_stream(conn, make_stream) -> No
     stream = await pull_messages(conn, "DS", "c", PullOptions(expires=5)).start()
     try:
         await stream.next_batch(timeout=0.2)  # the pull request is registered
-        await conn.delete_stream("DS")
+        await delete_stream(conn, "DS")
         with pytest.raises(StreamNotFound, match=r"stream 'DS' was deleted .*consumer 'c'"):
             await stream.next_batch(timeout=10)
     finally:
@@ -186,7 +187,7 @@ async def test_repulls_after_server_restart(nats_server, conn, make_stream) -> N
 async def test_pull_through_a_domain(server_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
     server = server_factory(server_configs.jetstream(tmp_path / "dom", domain="hub"), "dom")
     async with await connect(ConnectOptions(servers=(server.url,), domain="hub")) as conn:
-        await conn.add_stream({"name": "DM", "subjects": ["dm.>"], "storage": "file"})
+        await add_stream(conn, {"name": "DM", "subjects": ["dm.>"], "storage": "file"})
         await _consumer(conn, "DM")
         await _publish(conn, "dm.x", 5)
         async with pull_messages(conn, "DM", "c", PullOptions(batch=5, expires=5)) as stream:

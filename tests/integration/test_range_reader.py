@@ -145,7 +145,7 @@ async def test_domain_prefix_is_used(server_factory: Any, tmp_path: Any) -> None
     from oncestream._connection import connect
     from oncestream.spark._planning import plan_partitions, stream_infos
     from oncestream.spark._source_options import SourceOptions
-    from oncestream.streams import StreamSpec, ensure_stream
+    from oncestream.streams._spec import StreamSpec, ensure_stream
     from tests import server_configs
 
     server = server_factory(server_configs.jetstream(tmp_path / "hub", domain="hub"), "hub")

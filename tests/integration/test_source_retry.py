@@ -20,6 +20,7 @@ from oncestream.spark._planning import stream_infos
 from oncestream.spark._reader import ARROW_SCHEMA, RangeReader, close_connections, get_connection
 from oncestream.spark._source_options import SourceOptions
 from tests.spark._helpers import publish
+from oncestream.streams import delete_stream
 
 # Short request timeouts so a paused server is noticed quickly; the budget is ample.
 IDLE = 0.4
@@ -125,7 +126,7 @@ async def test_missing_stream_fails_fast(
     await publish(conn, "rd.x", 400)
     reader = RangeReader(fast_conn, "RD", 1, 400, (), direct=direct, batch=50)
     assert await reader.next_batch() is not None
-    await conn.delete_stream("RD")
+    await delete_stream(conn, "RD")
     start = time.monotonic()
     with pytest.raises(StreamNotFound):
         await _drain(reader, [])

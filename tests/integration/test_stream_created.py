@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from oncestream import ConnectOptions, connect
 from oncestream.server import NatsServer
-from oncestream.streams import StreamSpec, ensure_stream
+from oncestream.streams._spec import StreamSpec, ensure_stream
+from oncestream.streams import delete_stream
 
 
 async def _created(url: str, stream: str) -> str:
@@ -30,6 +31,6 @@ async def test_created_survives_purge_update_and_restart(nats_server: NatsServer
     nats_server.restart()
     assert await _created(url, "IDN") == created
     async with await connect(ConnectOptions(servers=(url,))) as conn:
-        await conn.delete_stream("IDN")
+        await delete_stream(conn, "IDN")
         await ensure_stream(conn, StreamSpec(name="IDN", subjects=("idn.>",)))
     assert await _created(url, "IDN") != created

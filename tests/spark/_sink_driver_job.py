@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from oncestream.spark import local_session
 from oncestream.spark._datasource import JetStreamDataSource
-from oncestream.spark.sink import JetStreamStreamWriter
+from oncestream.spark._sink import JetStreamStreamWriter
 
 
 def main() -> None:

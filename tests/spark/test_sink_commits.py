@@ -22,7 +22,7 @@ from oncestream.spark._commits import (
     CommitRecord,
     CommitStore,
 )
-from oncestream.spark.sink import _read_after
+from oncestream.spark._sink import _read_after
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "spark-sink.md"
 

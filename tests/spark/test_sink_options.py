@@ -15,7 +15,7 @@ from pyspark.sql.types import (
 
 from oncestream import ConfigError
 from oncestream.spark._sink_options import SinkOptions, lineage_id, position_id, writer_scope
-from oncestream.spark.sink import _layout
+from oncestream.spark._sink import _layout
 
 URL = "nats://127.0.0.1:4222"
 

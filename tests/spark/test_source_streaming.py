@@ -12,6 +12,7 @@ import pytest
 from oncestream._connection import Connection
 from oncestream.server import NatsServer
 from tests.spark._helpers import publish, source_options
+from oncestream.streams import delete_stream
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -219,7 +220,7 @@ async def test_recreated_stream_grown_past_the_checkpoint(
     }
     _run_available_now(_stream(spark, nats_server.url, name, **opts), out, checkpoint)
     assert _payloads(spark, out) == _expected(range(30))
-    await conn.delete_stream(name)
+    await delete_stream(conn, name)
     await make_stream(name)
     await publish(conn, f"{name.lower()}.x", 50, start=1000)
     df = _stream(spark, nats_server.url, name, **opts)
@@ -274,7 +275,7 @@ async def test_batch_planned_before_the_stream_was_recreated(
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     from oncestream._errors import DataLossError
-    from oncestream.spark.source import SCHEMA, JetStreamStreamReader, _read
+    from oncestream.spark._source import SCHEMA, JetStreamStreamReader, _read
 
     name = "RPT" if fail else "RPF"
     await make_stream(name)
@@ -287,7 +288,7 @@ async def test_batch_planned_before_the_stream_was_recreated(
     end = reader.latestOffset(start, ReadAllAvailable())
     planned = reader.partitions(start, end)
     assert [(p.first, p.last) for p in planned] == [(1, 10)]  # type: ignore[attr-defined]
-    await conn.delete_stream(name)
+    await delete_stream(conn, name)
     await make_stream(name)
     await publish(conn, f"{name.lower()}.x", 20, start=100)
     if fail:

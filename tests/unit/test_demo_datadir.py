@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from oncestream import ConfigError
-from oncestream.demo.datadir import MARKER, DemoDir
+from oncestream.demo._datadir import MARKER, DemoDir
 
 
 def _fill(path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 from oncestream import ConfigError, OutputSpec, PostgresLedger, SQLiteLedger, ledger_from_url
 from oncestream._dsn import parse_dsn
 from oncestream._private import redact_url
-from oncestream.spark.foreach_batch import BatchWriter, transactional
+from oncestream.spark._foreach_batch import BatchWriter, transactional
 
 SQLITE_FORMS = [
     # (url, the file it names; relative paths are relative to the working directory)
@@ -131,8 +131,8 @@ def test_the_audited_file_is_the_ledger_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``sqlite:///var/x.db`` is ``./var/x.db`` for both; ``sqlite:////...`` is absolute."""
-    from oncestream._audit_outputs import sql_keys
-    from oncestream.audit import KeySpec
+    from oncestream.audit._outputs import sql_keys
+    from oncestream.audit._audit import KeySpec
     from oncestream.ledger import LedgerEntry
 
     monkeypatch.chdir(tmp_path)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from oncestream import JetStreamError, Message, MessageMetadata, OperationTimeout
-from oncestream.message import ACK_V1, ACK_V2, ack_layout, parse_metadata
+from oncestream._message import ACK_V1, ACK_V2, ack_layout, parse_metadata
 
 TS = 1_700_000_000_123_456_789
 

@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from oncestream import ConfigError, StartPosition
-from oncestream._start import describe_config, parse_time
+from oncestream.read._start import describe_config, parse_time
 from oncestream.cli._dlq import parse_range
 from oncestream.cli._tail import preview
-from oncestream.deadletters import subject_matches
+from oncestream.process._replay import subject_matches
 
 NOW = datetime(2026, 11, 22, 15, 0, tzinfo=UTC)
 

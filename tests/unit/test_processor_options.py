@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from oncestream import ConfigError, JetStreamError, ProcessorOptions, PullOptions
-from oncestream.message import parse_metadata as parse_ack_subject
+from oncestream._message import parse_metadata as parse_ack_subject
 
 
 def test_parse_v1_ack_subject() -> None:
@@ -64,7 +64,7 @@ def test_processor_options_validation() -> None:
 
 
 def test_prunable_floor_is_one_seen_grace_seconds_ago() -> None:
-    from oncestream._processor_setup import FloorHistory
+    from oncestream.process._setup import FloorHistory
 
     floors = FloorHistory(grace=10)
     assert floors.prunable(100, now=0) == 0  # nothing old enough yet

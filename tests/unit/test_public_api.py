@@ -36,7 +36,7 @@ def test_message_type_is_public() -> None:
     """Handlers and pulls hand out oncestream's own message type, not nats-py's ``Msg``."""
     import typing
 
-    from oncestream.processor import Handler
+    from oncestream.process._processor import Handler
 
     assert {"Message", "MessageMetadata"} <= set(oncestream.__all__)
     assert typing.get_args(Handler)[0][0] is oncestream.Message

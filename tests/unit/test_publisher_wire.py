@@ -9,7 +9,7 @@ from nats.protocol.parser import Parser
 
 from oncestream import ConfigError
 from oncestream._nats._parser import install
-from oncestream._pubwire import conditional_headers
+from oncestream.publish._frames import conditional_headers
 
 
 class _FakeClient:

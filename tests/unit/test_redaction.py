@@ -8,7 +8,7 @@ import pytest
 
 from oncestream import ConfigError, ConnectOptions, PostgresLedger, SQLiteLedger
 from oncestream._private import redact_url
-from oncestream.audit import OutputSpec
+from oncestream.audit._audit import OutputSpec
 from oncestream.ledger import ledger_from_url
 from oncestream.server import (
     Authorization,
@@ -51,7 +51,7 @@ def _objects(tmp_path: Path) -> list[object]:
     try:
         from oncestream.spark._sink_options import SinkOptions
         from oncestream.spark._source_options import SourceOptions
-        from oncestream.spark.foreach_batch import transactional
+        from oncestream.spark._foreach_batch import transactional
     except ImportError:  # pragma: no cover - spark extra not installed
         return objects
     spark_opts = {"servers": url, "password": PW, "user": "u"}

@@ -129,7 +129,7 @@ def _info(
 
 
 def _reader(**extra: str):  # type: ignore[no-untyped-def]
-    from oncestream.spark.source import SCHEMA, JetStreamStreamReader
+    from oncestream.spark._source import SCHEMA, JetStreamStreamReader
 
     return JetStreamStreamReader({"servers": URL, "stream": "A,B", **extra}, SCHEMA)
 
@@ -196,7 +196,7 @@ def test_offsets_carry_creation_times() -> None:
 def test_budget_from_limits() -> None:
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
-    from oncestream.spark.source import SCHEMA, JetStreamStreamReader
+    from oncestream.spark._source import SCHEMA, JetStreamStreamReader
 
     reader = JetStreamStreamReader(
         {

@@ -9,7 +9,7 @@ import pytest
 
 from oncestream import ConfigError
 from oncestream._logthrottle import LogThrottle
-from oncestream._processor_setup import check_handler, subject_matches, subjects_overlap
+from oncestream.process._setup import check_handler, subject_matches, subjects_overlap
 
 
 @pytest.mark.parametrize(

@@ -7,12 +7,12 @@ from typing import Annotated, Any
 import orjson
 import typer
 
-from .._admin import StoredMessage, get_message, stream_info
+from ..streams._admin import StoredMessage, get_message, stream_info
 from .._connection import connect
 from .._errors import ConfigError, MessageNotFound
 from .._options import ConnectOptions
-from .._start import rfc3339
-from ..deadletters import DeadLetter, list_dead_letters, replay_dead_letters
+from ..read._start import rfc3339
+from ..process._replay import DeadLetter, list_dead_letters, replay_dead_letters
 from ._app import app, cli_errors, console, run_async
 from ._connect_flags import with_connect_options
 from ._name_args import stream_name

@@ -9,8 +9,8 @@ from collections import deque
 from typing import Any
 
 from .._errors import ConfigError
-from .._start import StartPosition, parse_time
-from ..processor import Processor
+from ..read._start import StartPosition, parse_time
+from ..process._processor import Processor
 
 log = logging.getLogger("oncestream.cli.process")
 

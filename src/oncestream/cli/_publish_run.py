@@ -33,8 +33,8 @@ from .._errors import (
     StreamMismatch,
     StreamNotFound,
 )
-from .._progress import ConcurrentRun, ProgressStore, PublishProgress
-from ..publisher import PubAck, Publisher
+from ._progress import ConcurrentRun, ProgressStore, PublishProgress
+from ..publish._publisher import PubAck, Publisher
 from ._publish_input import (
     IdRefused,
     PrefixHasher,

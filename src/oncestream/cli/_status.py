@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import typer
 
-from .._admin import consumer_info, stream_info
+from ..streams._admin import consumer_info, stream_info
 from .._connection import Connection, connect
 from .._errors import ConfigError
 from .._names import check_consumer_name, check_stream_name

@@ -7,16 +7,17 @@ from typing import Annotated, Any
 
 import typer
 
-from .._admin import list_streams, stream_info
+from ..streams._admin import list_streams, stream_info
 from .._connection import connect
 from .._errors import ConfigError
 from .._options import ConnectOptions, parse_duration
-from ..streams import StreamSpec, seconds_to_ns
+from ..streams._spec import StreamSpec, seconds_to_ns
 from ._app import app, cli_errors, console, run_async
 from ._connect_flags import with_connect_options
 from ._name_args import stream_name, subject_filter
 from ._output import confirm, kv_table, print_json, print_output, rows_table
 from ._rows import stream_row
+from ..streams import add_stream, delete_stream, update_stream
 
 stream_app = typer.Typer(
     name="stream",
@@ -177,7 +178,7 @@ def add_command(
 
     async def main() -> dict[str, Any]:
         async with await connect(options) as conn:
-            return await conn.add_stream(config)
+            return await add_stream(conn, config)
 
     info = run_async(main())
     if not as_json:
@@ -217,7 +218,7 @@ def edit_command(
         async with await connect(options) as conn:
             config = dict((await stream_info(conn, name)).get("config", {}))
             config.update(changes)
-            return await conn.update_stream(config)
+            return await update_stream(conn, config)
 
     info = run_async(main())
     if not as_json:
@@ -271,7 +272,7 @@ def rm_command(
 
     async def main() -> None:
         async with await connect(options) as conn:
-            await conn.delete_stream(name)
+            await delete_stream(conn, name)
 
     run_async(main())
     print_output({"deleted": name, "messages": messages}, as_json, f"deleted stream {name}")

@@ -9,7 +9,7 @@ Example::
 
 from __future__ import annotations
 
-from .runner import DemoConfig, DemoResult, run_demo
-from .summary import print_summary, summary_dict
+from ._runner import DemoConfig, DemoResult, run_demo
+from ._summary import print_summary, summary_dict
 
 __all__ = ["DemoConfig", "DemoResult", "print_summary", "run_demo", "summary_dict"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from .._dsn import Dsn, parse_dsn
 from ._base import KeyMode, Ledger, LedgerEntry, LedgerTx
-from .postgres import PostgresLedger
-from .sqlite import SQLiteLedger
+from ._postgres import PostgresLedger
+from ._sqlite import SQLiteLedger
 
 __all__ = [
     "KeyMode",

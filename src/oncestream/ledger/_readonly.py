@@ -9,7 +9,7 @@ from urllib.parse import quote
 from .._dsn import parse_dsn
 from .._errors import ConfigError, LedgerError
 from .._private import redact_url, scrub
-from .sqlite import write_problem
+from ._sqlite import write_problem
 
 __all__ = ["check_ledger_target", "read_applied_count"]
 

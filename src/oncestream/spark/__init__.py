@@ -28,7 +28,7 @@ __all__ = ["check_java", "lag", "local_session", "register", "transactional"]
 def __getattr__(name: str) -> object:
     # Lazy, so importing oncestream.spark stays cheap (no pyspark / psycopg).
     if name == "transactional":
-        from .foreach_batch import transactional
+        from ._foreach_batch import transactional
 
         return transactional
     raise AttributeError(f"module 'oncestream.spark' has no attribute {name!r}")

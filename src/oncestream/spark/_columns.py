@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 from .._errors import OncestreamError
 from .._headers import MSG_ID, parse_block
 from .._nats import FrameSink
-from ..message import ack_layout
+from .._message import ack_layout
 
 __all__ = ["ARROW_SCHEMA", "to_batch"]
 

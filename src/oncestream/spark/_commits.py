@@ -28,9 +28,9 @@ import orjson
 
 from .._connection import Connection
 from .._errors import JetStreamError, PublishError, StreamNotFound
-from ..publisher import PubAck, Publisher, PublisherOptions
-from ..reader import read_stream
-from ..streams import StreamSpec, ensure_stream, last_message, stream_exists
+from ..publish._publisher import PubAck, Publisher, PublisherOptions
+from ..read._range import read_stream
+from ..streams._spec import StreamSpec, ensure_stream, last_message, stream_exists
 from ._connections import get_publisher
 
 __all__ = [

@@ -29,27 +29,27 @@ class JetStreamDataSource(DataSource):
         return "jetstream"
 
     def schema(self) -> StructType | str:
-        from .source import SCHEMA
+        from ._source import SCHEMA
 
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from .source import JetStreamBatchReader
+        from ._source import JetStreamBatchReader
 
         return JetStreamBatchReader(dict(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from .source import JetStreamStreamReader
+        from ._source import JetStreamStreamReader
 
         return JetStreamStreamReader(dict(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from .sink import JetStreamBatchWriter
+        from ._sink import JetStreamBatchWriter
 
         return JetStreamBatchWriter(dict(self.options), schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from .sink import JetStreamStreamWriter
+        from ._sink import JetStreamStreamWriter
 
         return JetStreamStreamWriter(dict(self.options), schema, overwrite)
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from .._errors import ConfigError
 from .._options import ConnectOptions, parse_bool, parse_duration, parse_positive_int
-from ..publisher import PublisherOptions
+from ..publish._publisher import PublisherOptions
 
 __all__ = [
     "CONNECT_OPTIONS",

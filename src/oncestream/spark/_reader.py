@@ -15,8 +15,8 @@ from .._connection import Connection
 from .._errors import DataLossError
 from .._options import ConnectOptions
 from .._retry import leader_stream_info, retrying
-from ..reader import RangeReader as CoreRangeReader
-from ..reader import delete_consumer_later
+from ..read._range import RangeReader as CoreRangeReader
+from ..read._range import delete_consumer_later
 from ._columns import ARROW_SCHEMA, to_batch
 from ._connections import close_connections
 from ._connections import get_connection as _get_connection

@@ -1,0 +1,13 @@
+"""The exactly-once checker: every input key in each output exactly once.
+
+Example::
+
+    from oncestream.audit import OutputSpec, audit
+
+    report = await audit(conn, "ORDERS", [OutputSpec.parse("stream:ENRICHED")], key="lineage")
+    assert report.ok
+"""
+
+from ._audit import SAMPLES, AuditReport, KeySpec, OutputReport, OutputSpec, audit, compare
+
+__all__ = ["SAMPLES", "AuditReport", "KeySpec", "OutputReport", "OutputSpec", "audit", "compare"]

@@ -1,0 +1,27 @@
+"""Processing exactly once: the Processor, its ledger transaction per batch, dead letters.
+
+Example::
+
+    from oncestream.process import Processor, ProcessorOptions
+
+    proc = Processor(conn, "ORDERS", "billing", handler, ledger=SQLiteLedger("billing.db"))
+    await proc.run()
+"""
+
+from ._applying import Handler
+from ._options import ProcessorOptions, ProcessorStats
+from ._processor import Processor
+from ._replay import DeadLetter, ReplayReport, list_dead_letters, replay_dead_letters
+from ._setup import check_handler
+
+__all__ = [
+    "DeadLetter",
+    "Handler",
+    "Processor",
+    "ProcessorOptions",
+    "ProcessorStats",
+    "ReplayReport",
+    "check_handler",
+    "list_dead_letters",
+    "replay_dead_letters",
+]

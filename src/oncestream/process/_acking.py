@@ -1,0 +1,209 @@
+"""Acknowledging a batch: acks, the double ack of its tail, naks with backoff, dead letters.
+
+After :mod:`oncestream._applying` committed a batch, :class:`Acknowledger`
+tells the server: every applied (or already applied) message is acked in one
+buffered write, the batch's last message with a confirmed ack (double ack)
+whose round trip overlaps the next batches; a failed message is nak'ed with
+the configured backoff, or, after ``max_deliver`` attempts, published to the
+dead-letter stream and terminated. While a batch is in flight for longer than
+half the ack wait, in-progress acks keep the server from redelivering it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from .._connection import Connection
+from ._deadletter import dead_letter_headers, publish_dead_letter
+from .._errors import OncestreamError
+from .._logthrottle import LogThrottle
+from ._setup import ProcessorOptions, ProcessorStats
+from .._message import Message
+
+__all__ = ["Acknowledger"]
+
+log = logging.getLogger("oncestream.processor")
+
+_ACK = b"+ACK"
+_WPI = b"+WPI"
+_TERM = b"+TERM"
+_NAK = b"-NAK"
+#: Double-ack confirmations outstanding at once (they overlap the next batches).
+_MAX_CONFIRMING = 4
+
+
+def _nak_after(seconds: float) -> bytes:
+    return b'-NAK {"delay": %d}' % int(seconds * 1e9)
+
+
+class Acknowledger:
+    """Sends a Processor's acks, naks, terms and in-progress acks.
+
+    Args:
+        stream, consumer: what is processed (for dead letters and logs).
+        options: ``double_ack*``, ``max_deliver``, ``backoff``.
+        stats: counters to update.
+        stopping: whether the Processor is stopping (double-ack retries end sooner).
+    """
+
+    def __init__(
+        self,
+        stream: str,
+        consumer: str,
+        options: ProcessorOptions,
+        stats: ProcessorStats,
+        stopping: Callable[[], bool],
+    ) -> None:
+        self.stream = stream
+        self.consumer = consumer
+        self.options = options
+        self.stats = stats
+        self.stopping = stopping
+        self.conn: Connection | None = None
+        #: Where dead letters go ("" = no dead-letter stream: keep retrying).
+        self.dlq_subject = ""
+        #: Seconds the server waits for an ack (the consumer's, once known).
+        self.ack_wait = options.ack_wait
+        self._confirming: deque[asyncio.Task[None]] = deque()
+        self._inflight: list[str] = []
+        self._inflight_since = 0.0
+        self._failure_log = LogThrottle(log)  # identical failures: first 5, then a summary
+
+    # -- the batch being applied (for in-progress acks)
+
+    def begin_batch(self, msgs: Sequence[Message]) -> None:
+        """``msgs`` are being applied: keep them alive while that takes long."""
+        self._inflight = [m.reply for m in msgs]
+        self._inflight_since = time.monotonic()
+
+    def end_batch(self) -> None:
+        """The batch is no longer in flight."""
+        self._inflight = []
+
+    async def keep_alive(self) -> None:
+        """Run forever: in-progress acks for a batch in flight longer than half the ack wait."""
+        interval = max(self.ack_wait / 2, 0.5)
+        while True:
+            await asyncio.sleep(interval / 2)
+            inflight = self._inflight
+            if inflight and time.monotonic() - self._inflight_since >= interval:
+                await self.send(inflight, _WPI)
+                self.stats.in_progress_acks += len(inflight)
+                self._inflight_since = time.monotonic()
+
+    # -- sending
+
+    async def send(self, replies: Sequence[str], payload: bytes) -> None:
+        """Publish ``payload`` to every reply subject with one buffered write."""
+        if replies and self.conn is not None:
+            await self.conn.publish_many(replies, payload)
+
+    async def nak(self, msgs: Sequence[Message], delay: float | None = None) -> None:
+        """Hand ``msgs`` back for redelivery (after ``delay`` seconds when given)."""
+        await self.send([m.reply for m in msgs], _NAK if delay is None else _nak_after(delay))
+
+    async def ack(self, replies: list[str]) -> None:
+        """Ack every reply subject; with ``double_ack``, confirm the last one."""
+        if not self.options.double_ack:
+            await self.send(replies, _ACK)
+            return
+        await self.send(replies[:-1], _ACK)
+        # Confirmation round trips overlap the next batches; a few may be
+        # outstanding (the ledger, not the confirmation, is the guarantee) and
+        # shutdown waits for all of them.
+        confirming = self._confirming
+        while confirming and confirming[0].done():
+            confirming.popleft()
+        if len(confirming) >= _MAX_CONFIRMING:
+            await confirming.popleft()
+        confirming.append(asyncio.create_task(self._double_ack(replies[-1])))
+
+    async def drain(self) -> None:
+        """Wait for every outstanding ack confirmation."""
+        while self._confirming:
+            try:
+                await self._confirming.popleft()
+            except Exception as exc:  # logged in _double_ack; the ledger still guards
+                log.debug("ack confirmation ended with %s", exc)
+
+    async def _double_ack(self, reply: str) -> None:
+        assert self.conn is not None
+        delay = 0.05
+        for attempt in range(self.options.double_ack_attempts):
+            try:
+                await self.conn.request(reply, _ACK, timeout=self.options.double_ack_timeout)
+                self.stats.double_acks += 1
+                return
+            except Exception as exc:
+                log.debug("ack confirmation attempt %d failed: %s", attempt + 1, exc)
+            if self.stopping() and attempt >= 1:
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+        # The ledger still makes a redelivery harmless; the ack stays sent.
+        self.stats.double_ack_failures += 1
+        log.warning("ack of %s not confirmed; a redelivery will be suppressed", reply)
+
+    # -- failures
+
+    async def failed(self, msg: Message, error: BaseException) -> None:
+        """The handler failed for ``msg``: nak it with backoff, or dead-letter it."""
+        self.stats.failed += 1
+        metadata = msg.metadata
+        attempts, seq = metadata.num_delivered, metadata.stream_seq
+        text = f"{type(error).__name__}: {error}"
+        opts = self.options
+        if attempts >= opts.max_deliver:
+            if self.dlq_subject:
+                if await self._dead_letter(msg, seq, attempts, text):
+                    return
+            else:
+                self._failure_log.log(
+                    logging.ERROR,
+                    text,
+                    "%s seq %d failed %d times and no dead-letter stream is configured; "
+                    "it keeps being retried: %s",
+                    self.stream,
+                    seq,
+                    attempts,
+                    text,
+                )
+        else:
+            self._failure_log.log(
+                logging.INFO,
+                text,
+                "%s seq %d failed (attempt %d): %s",
+                self.stream,
+                seq,
+                attempts,
+                text,
+            )
+        await self.nak([msg], opts.backoff[min(attempts, len(opts.backoff)) - 1])
+
+    async def _dead_letter(self, msg: Message, seq: int, attempts: int, text: str) -> bool:
+        assert self.conn is not None
+        headers = dead_letter_headers(
+            msg, stream=self.stream, consumer=self.consumer, seq=seq, attempts=attempts, error=text
+        )
+        try:
+            await publish_dead_letter(self.conn, self.dlq_subject, msg, headers)
+        except OncestreamError as exc:
+            log.error(
+                "dead letter for %s seq %d not stored (%s); retrying later", self.stream, seq, exc
+            )
+            return False
+        await self.send([msg.reply], _TERM)
+        self.stats.dead_lettered += 1
+        log.warning(
+            "%s seq %d dead-lettered to %s after %d attempts: %s",
+            self.stream,
+            seq,
+            self.dlq_subject,
+            attempts,
+            text,
+        )
+        return True

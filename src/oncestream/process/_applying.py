@@ -1,0 +1,279 @@
+"""Applying a batch: one ledger transaction, the handler called for the messages not seen before.
+
+The :class:`~oncestream.Processor` hands each pulled batch (sorted by stream
+sequence, one message per sequence) to :class:`Applier`. It opens one ledger
+transaction, claims every message's key, calls ``handler(msg, tx)`` for the
+fresh ones and commits. When the handler fails for one message the batch is
+rolled back and applied again one message per transaction, so the failure
+costs only that message. A database failure is retried a few times; after
+that the caller hands the batch back for redelivery. What happens to the
+messages afterwards (acks, naks, dead letters) is :mod:`oncestream._acking`'s job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from .._errors import LedgerError, LedgerUnusable
+from .._logthrottle import LogThrottle
+from ._setup import ProcessorStats
+from ..ledger import Ledger, LedgerEntry, LedgerTx
+from .._message import Message
+
+__all__ = ["Applier", "Handler", "Outcome"]
+
+log = logging.getLogger("oncestream.processor")
+
+#: ``handler(msg, tx)``; may be a coroutine function. ``msg`` is a :class:`Message`
+#: (subject, data, headers, parsed JetStream ``metadata``); effects go through ``tx``.
+Handler = Callable[[Message, LedgerTx], Awaitable[None] | None]
+
+#: The messages applied (or found already applied), and the ones whose handler failed.
+Outcome = tuple[list[Message], list[tuple[Message, BaseException]]]
+
+_LEDGER_ATTEMPTS = 3
+#: Seconds a transaction may wait for the database's write lock before the wait is logged.
+_LOCK_NOTICE = 1.0
+#: Batches at least this large commit off the event loop (the fsync would block it).
+_COMMIT_OFF_LOOP = 32
+
+
+class _HandlerFailed(Exception):
+    def __init__(self, index: int, error: BaseException) -> None:
+        self.index = index
+        self.error = error
+
+
+class Applier:
+    """Runs batches through the ledger and the handler.
+
+    Args:
+        ledger: where applied messages are recorded, atomically with the effects.
+        handler: the user's ``handler(msg, tx)`` (sync or async).
+        stats: counters to update (``applied``, ``suppressed``, ``ledger_errors``).
+    """
+
+    def __init__(self, ledger: Ledger, handler: Handler, stats: ProcessorStats) -> None:
+        self.ledger = ledger
+        self.handler = handler
+        self.stats = stats
+        self.is_async = inspect.iscoroutinefunction(handler)
+        self.inline = ledger.inline
+        #: Serialises ledger calls (transactions, pruning) on the one connection.
+        self.lock = asyncio.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._lock_log = LogThrottle(log)
+
+    async def db(self, func: Callable[..., Any], *args: Any) -> Any:
+        """Run a ledger call other than a batch (open, prune, close) on a worker thread.
+
+        Each may wait for another process's lock on the database (SQLite's busy
+        timeout blocks the calling thread); the event loop keeps running meanwhile.
+        """
+        async with self.lock:
+            return await asyncio.to_thread(func, *args)
+
+    async def apply(self, entries: list[LedgerEntry], msgs: list[Message]) -> Outcome | None:
+        """Apply one batch; None when the ledger kept failing (hand the batch back).
+
+        ``entries[i]`` is the ledger key of ``msgs[i]``; both sorted by sequence.
+        """
+        self.loop = asyncio.get_running_loop()
+        for attempt in range(_LEDGER_ATTEMPTS):
+            try:
+                async with self.lock:
+                    return await self._apply(entries, msgs)
+            except LedgerUnusable:
+                raise
+            except LedgerError as exc:
+                self.stats.ledger_errors += 1
+                log.warning("ledger transaction failed (attempt %d): %s", attempt + 1, exc)
+                await asyncio.sleep(0.2 * (attempt + 1))
+        log.error("ledger unavailable: handing %d messages back for redelivery", len(msgs))
+        return None
+
+    async def _apply(self, entries: list[LedgerEntry], msgs: list[Message]) -> Outcome:
+        """One transaction for the batch; on a handler failure, one per message."""
+        try:
+            if self.is_async:
+                await self._run_batch_async(entries, msgs)
+            elif self.inline:
+                await self._run_batch_inline(entries, msgs)
+            else:
+                await asyncio.to_thread(self._run_batch, entries, msgs)
+            return msgs, []
+        except _HandlerFailed as failed:
+            log.debug(
+                "handler failed in a batch (%s); retrying one message per transaction", failed.error
+            )
+        done: list[Message] = []
+        failures: list[tuple[Message, BaseException]] = []
+        for entry, msg in zip(entries, msgs, strict=True):
+            try:
+                if self.is_async:
+                    await self._run_batch_async([entry], [msg])
+                elif self.inline:
+                    await self._run_batch_inline([entry], [msg])
+                else:
+                    await asyncio.to_thread(self._run_batch, [entry], [msg])
+                done.append(msg)
+            except _HandlerFailed as failed:
+                failures.append((msg, failed.error))
+        return done, failures
+
+    def _run_batch(
+        self,
+        entries: Sequence[LedgerEntry],
+        msgs: Sequence[Message],
+        *,
+        commit: bool = True,
+        tx: LedgerTx | None = None,
+    ) -> tuple[LedgerTx, list[bool]]:
+        if tx is None:
+            tx = self.ledger.begin()
+        try:
+            fresh = tx.claim(entries)
+            handler = self.handler if not self.stats.observers else self._timed_handler
+            index = 0
+            try:
+                for index, msg in enumerate(msgs):
+                    if fresh[index]:
+                        handler(msg, tx)
+            except Exception as exc:
+                raise self._handler_error(index, exc) from exc
+            if commit:
+                self._commit(tx)
+                self._count(fresh)
+        except BaseException:
+            tx.rollback()
+            raise
+        return tx, fresh
+
+    def _handler_error(self, index: int, exc: Exception) -> Exception:
+        """A handler's exception: the database failing (retried, or fatal), or the handler."""
+        if self.ledger.is_unusable(exc):
+            return self.ledger.failure("inside the handler", exc)
+        if self.ledger.is_transient(exc):
+            return LedgerError(f"database failed inside the handler: {exc}")
+        return _HandlerFailed(index, exc)
+
+    async def _begin(self) -> LedgerTx:
+        """Begin a transaction without blocking the event loop on another process's lock.
+
+        At once when no lock is held (:meth:`Ledger.begin_nowait`); otherwise
+        ``ledger.begin()`` waits on a worker thread (up to SQLite's busy
+        timeout), and the wait is logged. On the event loop thread it would stop
+        pulls, acks, in-progress acks and progress lines for that long.
+        """
+        tx = self.ledger.begin_nowait()
+        if tx is not None:
+            return tx  # the usual case: no lock to wait for, no thread hop
+        task = asyncio.ensure_future(asyncio.to_thread(self.ledger.begin))
+        try:
+            done, _ = await asyncio.wait({task}, timeout=_LOCK_NOTICE)
+            if not done:
+                where = getattr(self.ledger, "path", repr(self.ledger))
+                self._lock_log.log(
+                    logging.WARNING,
+                    f"ledger locked {where}",
+                    "the ledger %s is locked by another process (it holds the write lock: a "
+                    "transaction, a backup, an open sqlite3 shell?); waiting for it",
+                    where,
+                )
+                await asyncio.shield(task)
+        except asyncio.CancelledError:
+            # A transaction begun after all must not stay open on a connection being closed.
+            with contextlib.suppress(Exception):
+                (await task).rollback()
+            raise
+        return task.result()
+
+    async def _run_batch_inline(
+        self, entries: Sequence[LedgerEntry], msgs: Sequence[Message]
+    ) -> None:
+        tx = await self._begin()
+        if len(msgs) < _COMMIT_OFF_LOOP:
+            self._run_batch(entries, msgs, tx=tx)
+            return
+        tx, fresh = self._run_batch(entries, msgs, commit=False, tx=tx)
+        # The commit's fsync runs off the loop, which keeps receiving meanwhile.
+        commit = asyncio.ensure_future(asyncio.to_thread(self._commit, tx))
+        try:
+            await asyncio.shield(commit)
+        except asyncio.CancelledError:
+            # Never leave a commit running on a connection that is about to close.
+            with contextlib.suppress(Exception):
+                await commit
+            raise
+        self._count(fresh)
+
+    def _count(self, fresh: list[bool]) -> None:
+        applied = sum(fresh)
+        self.stats.applied += applied
+        self.stats.suppressed += len(fresh) - applied
+
+    async def _run_batch_async(
+        self, entries: Sequence[LedgerEntry], msgs: Sequence[Message]
+    ) -> None:
+        tx = await (self._begin() if self.inline else self._call_db(self.ledger.begin))
+        try:
+            fresh = await self._call_db(tx.claim, entries)
+            for index, msg in enumerate(msgs):
+                if not fresh[index]:
+                    continue
+                began = time.perf_counter()
+                try:
+                    if self.inline:
+                        await self.handler(msg, tx)  # type: ignore[misc]
+                    else:
+                        await self._call_db(self._call_async_handler, msg, tx)
+                except Exception as exc:
+                    raise self._handler_error(index, exc) from exc
+                finally:
+                    if self.stats.observers:
+                        self.stats.observe("handler", time.perf_counter() - began)
+            await self._call_db(self._commit, tx)
+        except BaseException:
+            await self._call_db(tx.rollback)
+            raise
+        self._count(fresh)
+
+    # -- durations for oncestream.metrics (only when someone observes) ---------
+
+    def _timed_handler(self, msg: Message, tx: LedgerTx) -> None:
+        began = time.perf_counter()
+        try:
+            self.handler(msg, tx)
+        finally:
+            self.stats.observe("handler", time.perf_counter() - began)
+
+    def _commit(self, tx: LedgerTx) -> None:
+        if not self.stats.observers:
+            tx.commit()
+            return
+        began = time.perf_counter()
+        tx.commit()
+        self.stats.observe("commit", time.perf_counter() - began)
+
+    async def _call_db(self, func: Callable[..., Any], *args: Any) -> Any:
+        if self.inline:
+            return func(*args)
+        return await asyncio.to_thread(func, *args)
+
+    def _call_async_handler(self, msg: Message, tx: LedgerTx) -> None:
+        # On the DB worker thread: the handler's coroutine runs on the event loop
+        # while its DB calls (sync psycopg) block only this thread.
+        assert self.loop is not None
+        coro = self.handler(msg, tx)
+        assert inspect.isawaitable(coro)
+        asyncio.run_coroutine_threadsafe(_awaited(coro), self.loop).result()
+
+
+async def _awaited(awaitable: Awaitable[None]) -> None:
+    await awaitable

@@ -1,0 +1,87 @@
+"""Dead letters: a message that failed ``max_deliver`` times goes to a dead-letter stream."""
+
+from __future__ import annotations
+
+import logging
+
+from ._confirmed import publish_confirmed
+from .._connection import Connection, translate_error
+from .._errors import OncestreamError
+from .._message import Message
+
+__all__ = ["dead_letter_headers", "publish_dead_letter"]
+
+log = logging.getLogger("oncestream.processor")
+
+#: Headers of the original message that must not be replayed on the DLQ publish.
+_DROP = (
+    "Nats-Msg-Id",
+    "Nats-Expected-Stream",
+    "Nats-Expected-Last-Sequence",
+    "Nats-Expected-Last-Subject-Sequence",
+    "Nats-Expected-Last-Msg-Id",
+    "Nats-TTL",
+    "Nats-Rollup",
+)
+
+
+def dead_letter_headers(
+    msg: Message, *, stream: str, consumer: str, seq: int, attempts: int, error: str
+) -> dict[str, str]:
+    """The headers of a dead letter: the original ones plus where and why it failed."""
+    headers = {k: v for k, v in (msg.headers or {}).items() if k not in _DROP}
+    original_id = (msg.headers or {}).get("Nats-Msg-Id")
+    if original_id:
+        headers["Oncestream-Msg-Id"] = original_id
+    headers.update(
+        {
+            "Oncestream-Stream": stream,
+            "Oncestream-Consumer": consumer,
+            "Oncestream-Sequence": str(seq),
+            "Oncestream-Subject": msg.subject,
+            "Oncestream-Attempts": str(attempts),
+            # One line, bounded: headers are not a place for a traceback.
+            "Oncestream-Error": " ".join(error.split())[:1000] or "error",
+            # Deterministic id: a retried dead-letter publish is de-duplicated.
+            "Nats-Msg-Id": f"dlq:{stream}:{seq}",
+        }
+    )
+    return headers
+
+
+async def publish_dead_letter(
+    conn: Connection,
+    subject: str,
+    msg: Message,
+    headers: dict[str, str],
+    *,
+    timeout: float = 2.0,
+    attempts: int = 5,
+) -> int:
+    """Publish one dead letter and wait for its PubAck; return its sequence in the DLQ stream.
+
+    Raises:
+        PublishFailed: no PubAck after ``attempts`` tries (nothing was lost: the
+            caller naks the original, which comes back).
+        JetStreamError: the DLQ stream rejected the message.
+    """
+
+    def failure(last: Exception | None) -> str:
+        error = translate_error(last, what=f"dead-letter publish to {subject}") if last else None
+        return (
+            f"dead letter for {headers.get('Nats-Msg-Id')} not confirmed after {attempts} attempts"
+            + (f": {error}" if isinstance(error, OncestreamError) else "")
+        )
+
+    ack = await publish_confirmed(
+        conn,
+        subject,
+        msg.data,
+        headers,
+        what="dead-letter publish",
+        failure=failure,
+        log=log,
+        timeout=timeout,
+        attempts=attempts,
+    )
+    return int(ack.get("seq", 0))

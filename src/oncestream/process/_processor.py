@@ -1,0 +1,359 @@
+"""Exactly-once processing of a JetStream consumer: :class:`Processor`.
+
+A crash between "effect applied" and "ack sent" makes JetStream redeliver,
+and the double ack only narrows that gap. The Processor closes it with a
+ledger: for every pulled batch it opens one database transaction, records
+each message's key (``(stream, seq)`` or its ``Nats-Msg-Id``), calls
+``handler(msg, tx)`` for the messages not recorded before so the handler
+writes its effects through the same transaction, commits, and only then
+acks. A redelivered message finds its key and is acked without being
+applied again (a "suppressed redelivery").
+
+This module pulls and orders batches; applying a batch (ledger transaction,
+handler calls) lives in :mod:`oncestream._applying`, acknowledging it (acks,
+the double ack of its tail, naks with backoff, dead letters, in-progress
+acks) in :mod:`oncestream._acking`.
+
+Example::
+
+    def handle(msg, tx):
+        tx.execute("INSERT INTO orders (body) VALUES (?)", (msg.data,))
+
+    processor = Processor(conn, "ORDERS", "billing", handle, ledger=SQLiteLedger("billing.db"))
+    await processor.run()          # until processor.request_stop()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from ._acking import Acknowledger
+from ._applying import Applier, Handler
+from .._connection import Connection, connect
+from .._errors import ConfigError, JetStreamError, LedgerUnusable, OperationTimeout
+from .._headers import msg_id_key
+from .._logthrottle import LogThrottle
+from .._names import check_consumer_name, check_stream_name
+from .._options import ConnectOptions
+from ._setup import (
+    FloorHistory,
+    ProcessorOptions,
+    ProcessorStats,
+    check_handler,
+    setup_consumer,
+)
+from ..ledger import Ledger, LedgerEntry
+from .._message import Message
+from ..read._pull import MessageStream
+
+__all__ = ["Handler", "Processor", "ProcessorOptions", "ProcessorStats"]
+
+log = logging.getLogger("oncestream.processor")
+
+
+class Processor:
+    """Apply each message of a durable pull consumer exactly once, through a ledger.
+
+    Args:
+        conn: a :class:`Connection` (not closed by the Processor) or
+            :class:`ConnectOptions` (connected and closed by it).
+        stream: the stream.
+        consumer: durable pull consumer (created with explicit acks if absent).
+        handler: ``handler(msg, tx)``, sync or async; writes effects with
+            ``tx.execute(...)`` / ``tx.connection`` inside the ledger transaction.
+            It must not ack; raising means "failed, retry later". It may be called
+            again for the same message after a rollback, so effects outside ``tx``
+            are at-least-once.
+        ledger: :class:`~oncestream.SQLiteLedger` or :class:`~oncestream.PostgresLedger`.
+        options: :class:`ProcessorOptions`.
+
+    Example::
+
+        async with await connect(opts) as conn:
+            p = Processor(conn, "ORDERS", "billing", handle, ledger=SQLiteLedger("b.db"))
+            await p.run()
+    """
+
+    def __init__(
+        self,
+        conn: Connection | ConnectOptions,
+        stream: str,
+        consumer: str,
+        handler: Handler,
+        *,
+        ledger: Ledger,
+        options: ProcessorOptions | None = None,
+    ) -> None:
+        if not stream or not consumer:
+            raise ConfigError(f"stream and consumer are required, got {stream!r}/{consumer!r}")
+        check_handler(handler, "handler")
+        self._conn_arg = conn
+        self.conn: Connection | None = conn if isinstance(conn, Connection) else None
+        self.stream = check_stream_name(stream)
+        self.consumer = check_consumer_name(consumer)
+        self.handler = handler
+        self.ledger = ledger
+        self.options = options or ProcessorOptions()
+        self.stats = ProcessorStats()
+        self._msg_ids = ledger.key == "msg_id"
+        self._pull: MessageStream | None = None
+        self._stop_requested = False
+        self._running = asyncio.Event()
+        self._done = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._floors = FloorHistory(self.options.prune_grace)
+        self._progress = asyncio.Event()
+        self._pull_log = LogThrottle(log)  # repeated pull timeouts: first 5, then a summary
+        self._applier = Applier(ledger, handler, self.stats)
+        self._acks = Acknowledger(
+            self.stream, self.consumer, self.options, self.stats, lambda: self._stop_requested
+        )
+        self._unsent = _UnsentAcks()
+
+    @property
+    def ack_wait(self) -> float:
+        """The consumer's ack wait in seconds (the configured one until the consumer is set up)."""
+        return self._acks.ack_wait
+
+    # -- lifecycle -----------------------------------------------------
+
+    async def run(self) -> ProcessorStats:
+        """Process until :meth:`request_stop`; then finish the batch, commit, ack and return.
+
+        Raises:
+            ConfigError: the consumer exists with an incompatible config.
+            ConsumerNotFound: it does not exist and ``create`` is off, or it was deleted
+                (a 409, or confirmed by ``CONSUMER.INFO`` after a run of "no responders";
+                a cluster partition or leader election is ridden through).
+            StreamNotFound: the stream was deleted while processing (the server's
+                409 "Consumer Deleted" is confirmed with ``STREAM.INFO``).
+            NoResponders: none for ``unavailable_timeout`` (only when that is set).
+            LedgerUnusable: the ledger's database is corrupt, not a database, read-only
+                or cannot be opened (retrying cannot help; the batch is nak'ed).
+            LedgerError: the ledger cannot be opened.
+        """
+        owned = self.conn is None
+        if self.conn is None:
+            assert isinstance(self._conn_arg, ConnectOptions)
+            self.conn = await connect(self._conn_arg)
+        conn = self.conn
+        try:
+            await self._applier.db(self.ledger.open)
+            await self._setup_consumer(conn)
+            conn.on_reconnect(self._unsent.reconnected)
+            self._pull = MessageStream(
+                conn, self.stream, self.consumer, self.options.pull_options()
+            )
+            await self._pull.start()
+            self._tasks.append(asyncio.create_task(self._acks.keep_alive()))
+            if self.options.prune_interval > 0 and not self.options.bind:
+                self._tasks.append(asyncio.create_task(self._prune_loop()))
+            self._running.set()
+            await self._loop_batches(self._pull)
+        finally:
+            conn.remove_reconnect_listener(self._unsent.reconnected)
+            await self._shutdown()
+            if owned:
+                await conn.close()
+            self._done.set()
+            self._progress.set()
+        return self.stats
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to finish the in-flight batch and return (signal-handler safe)."""
+        self._stop_requested = True
+        if self._pull is not None:
+            self._pull.halt()
+
+    async def stop(self) -> None:
+        """Request a stop and wait until :meth:`run` has returned."""
+        self.request_stop()
+        if self._running.is_set() or self._pull is not None:
+            await self._done.wait()
+
+    async def wait_until(
+        self, predicate: Callable[[ProcessorStats], bool], timeout: float = 30.0
+    ) -> None:
+        """Wait until ``predicate(stats)`` holds, re-checked after every batch.
+
+        Raises:
+            OperationTimeout: ``timeout`` seconds passed first, or the Processor stopped.
+        """
+        try:
+            async with asyncio.timeout(timeout):
+                while not predicate(self.stats):
+                    if self._done.is_set():
+                        raise OperationTimeout(f"processor stopped; stats {self.stats}")
+                    self._progress.clear()
+                    await self._progress.wait()
+        except TimeoutError:
+            raise OperationTimeout(f"condition not met in {timeout}s; stats {self.stats}") from None
+
+    async def wait_running(self, timeout: float = 10.0) -> None:
+        """Wait until the consumer is set up and pulling."""
+        async with asyncio.timeout(timeout):
+            await self._running.wait()
+
+    async def _shutdown(self) -> None:
+        await self._acks.drain()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        pull = self._pull
+        leftover: list[Message] = []
+        if pull is not None:
+            pull.halt()
+            await pull.stop()
+            leftover = pull.take_unprocessed()
+        conn = self.conn
+        reachable = conn is not None and conn.is_connected
+        if reachable and conn is not None and pull is not None:
+            if leftover:
+                # Hand unprocessed messages back now instead of after ack_wait.
+                await self._acks.nak(leftover)
+            try:
+                await conn.flush(timeout=2)  # the acks and naks written reached the server
+            except Exception:
+                reachable = False  # it went away unnoticed so far
+        if not reachable and conn is not None and pull is not None:
+            log.warning("%s", self._unsent.report(len(leftover), self._acks.ack_wait))
+        with contextlib.suppress(Exception):
+            await self._applier.db(self.ledger.close)
+
+    # -- consumer --------------------------------------------------------
+
+    async def _setup_consumer(self, conn: Connection) -> None:
+        opts = self.options
+        self._acks.conn = conn
+        if opts.dead_letter_stream:
+            self._acks.dlq_subject = (
+                opts.dead_letter_subject or f"{opts.dead_letter_stream}.{self.stream}"
+            )
+        self._acks.ack_wait = await setup_consumer(conn, self.stream, self.consumer, opts)
+
+    async def _loop_batches(self, pull: MessageStream) -> None:
+        batch = self.options.batch
+        while not self._stop_requested:
+            try:
+                msgs = await pull.next_batch(batch, timeout=1.0)
+            except OperationTimeout as exc:
+                self.stats.heartbeat_errors += 1
+                self._pull_log.log(logging.WARNING, str(exc), "%s", exc)
+                continue
+            if msgs:
+                await self._process(msgs)
+
+    async def _process(self, msgs: list[Message]) -> None:
+        began = time.perf_counter()
+        by_seq: dict[int, Message] = {}
+        extra_replies: list[str] = []
+        for msg in msgs:
+            try:
+                seq = msg.seq
+            except JetStreamError:
+                log.error("dropping a message with a non-JetStream reply subject %r", msg.reply)
+                continue
+            if seq in by_seq:
+                extra_replies.append(msg.reply)  # the same message delivered twice in one batch
+            else:
+                by_seq[seq] = msg
+        seqs = sorted(by_seq)
+        ordered = [by_seq[s] for s in seqs]
+        stream = self.stream
+        if self._msg_ids:
+            entries = [
+                LedgerEntry(stream, s, msg_id_key(m.raw_headers))
+                for s, m in zip(seqs, ordered, strict=True)
+            ]
+        else:
+            entries = [LedgerEntry(stream, s) for s in seqs]
+        acks = self._acks
+        acks.begin_batch(ordered)
+        try:
+            outcome = await self._applier.apply(entries, ordered)
+        except LedgerUnusable:
+            await acks.nak(ordered)  # nothing was applied: let the next worker have them
+            raise
+        finally:
+            acks.end_batch()
+        if outcome is None:  # the ledger kept failing
+            await acks.nak(ordered, delay=1.0)
+            return
+        done, failures = outcome
+        self.stats.batches += 1
+        replies = [m.reply for m in done] + extra_replies
+        if replies:
+            await acks.ack(replies)
+            if self.conn is not None and not self.conn.is_connected:
+                self._unsent.note([m.seq for m in done])
+        for msg, error in failures:
+            await acks.failed(msg, error)
+        if self.stats.observers:
+            self.stats.observe("batch", time.perf_counter() - began)
+        self._progress.set()
+
+    async def _prune_loop(self) -> None:
+        assert self.conn is not None
+        opts = self.options
+        while True:
+            await asyncio.sleep(opts.prune_interval)
+            try:
+                info = await self.conn.consumer_info(self.stream, self.consumer)
+                floor = int(info.get("ack_floor", {}).get("stream_seq", 0))
+                up_to = self._floors.prunable(floor, time.monotonic())
+                if up_to:
+                    deleted = await self._applier.db(
+                        self.ledger.prune, self.stream, up_to, opts.prune_limit
+                    )
+                    self.stats.pruned += deleted
+                    self._progress.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # pruning is best effort; the next round retries
+                log.debug("ledger pruning skipped: %s", exc)
+
+
+class _UnsentAcks:
+    """Messages acked while the connection was down, since the last reconnect.
+
+    nats-py buffers writes while it reconnects and sends them once it is back;
+    a stop before that drops them, and the server redelivers those messages.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first = 0
+        self.last = 0
+
+    def note(self, seqs: list[int]) -> None:
+        if not seqs:
+            return
+        self.first = min(seqs) if not self.count else min(self.first, *seqs)
+        self.last = max(self.last, *seqs)
+        self.count += len(seqs)
+
+    async def reconnected(self) -> None:
+        self.count = self.first = self.last = 0
+
+    def report(self, not_started: int, ack_wait: float) -> str:
+        """What a stop while the server is unreachable leaves unacknowledged."""
+        unacked = (
+            f"the acks of {self.count} applied messages (stream sequences "
+            f"{self.first}..{self.last}) could not be sent"
+            if self.count
+            else "no ack was written after the connection was lost (acks sent just before "
+            "may not have arrived)"
+        )
+        return (
+            f"stopping while the server is unreachable: {unacked}, and {not_started} "
+            f"pulled messages were not started. The server redelivers them after the ack "
+            f"wait ({ack_wait:g}s); the ledger keeps the applied ones from being applied "
+            "again. Nothing is lost."
+        )

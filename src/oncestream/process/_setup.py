@@ -1,0 +1,173 @@
+"""Consumer set-up of the :class:`~oncestream.Processor`: create or check its durable, the DLQ stream."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._connection import Connection
+from .._errors import ConfigError, ConsumerNotFound, JetStreamError
+from .._names import (
+    check_publish_subject,
+    check_stream_name,
+    check_subject_filter,
+    subject_matches,
+    subjects_overlap,
+)
+from .._options import parse_duration, parse_positive_int
+from ..read import StartPosition
+from ._options import ProcessorOptions
+from ..streams import add_stream
+
+__all__ = ["FloorHistory", "check_handler", "setup_consumer"]
+
+
+async def setup_consumer(
+    conn: Connection, stream: str, consumer: str, opts: ProcessorOptions
+) -> float:
+    """Create or validate the durable consumer (and the DLQ stream); return its ack wait."""
+    if opts.bind:
+        return opts.ack_wait
+    try:
+        info = await conn.consumer_info(stream, consumer)
+    except ConsumerNotFound:
+        if not opts.create:
+            raise
+        info = await _create_consumer(conn, stream, consumer, opts)
+    _validate_consumer(info.get("config", {}), stream, consumer, opts)
+    ack_wait = float(info.get("config", {}).get("ack_wait", opts.ack_wait * 1e9)) / 1e9
+    if opts.dead_letter_stream:
+        subject = opts.dead_letter_subject or f"{opts.dead_letter_stream}.{stream}"
+        await _ensure_dlq_stream(conn, opts.dead_letter_stream, subject)
+    return ack_wait
+
+
+def check_handler(handler: Any, what: str) -> None:
+    """A handler must be callable as ``handler(msg, tx)``.
+
+    Raises:
+        ConfigError: naming ``what``, with the signature found.
+    """
+    if not callable(handler):
+        raise ConfigError(f"{what} must be callable as f(msg, tx), got {handler!r}")
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):
+        return  # no introspection (some builtins): trust it
+    try:
+        signature.bind(object(), object())
+    except TypeError:
+        name = getattr(handler, "__qualname__", type(handler).__name__)
+        raise ConfigError(f"{what} must accept (msg, tx); {name}{signature} does not") from None
+
+
+async def _create_consumer(
+    conn: Connection, stream: str, consumer: str, opts: ProcessorOptions
+) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "durable_name": consumer,
+        "ack_policy": "explicit",
+        "deliver_policy": "all",
+        "ack_wait": int(opts.ack_wait * 1e9),
+        # Unlimited: the Processor dead-letters at max_deliver itself, so a
+        # crash during the last attempt cannot strand a message.
+        "max_deliver": -1,
+        "max_ack_pending": opts.max_ack_pending,
+        "max_waiting": 512,
+    }
+    if opts.filter_subject:
+        config["filter_subject"] = opts.filter_subject
+        subjects = (await conn.stream_info(stream)).get("config", {}).get("subjects") or []
+        if subjects and not any(subjects_overlap(s, opts.filter_subject) for s in subjects):
+            raise ConfigError(
+                f"filter subject {opts.filter_subject!r} matches nothing stream {stream!r} "
+                f"stores (its subjects: {subjects})"
+            )
+    if opts.start is not None:
+        config.update(opts.start.to_config())
+    payload = {"stream_name": stream, "config": config, "action": "create"}
+    try:
+        return await conn.api(f"CONSUMER.CREATE.{stream}.{consumer}", payload)
+    except JetStreamError as exc:
+        if exc.err_code == 10148:  # created concurrently by another instance
+            return await conn.consumer_info(stream, consumer)
+        raise
+
+
+def _validate_consumer(
+    config: dict[str, Any], stream: str, consumer: str, opts: ProcessorOptions
+) -> None:
+    where = f"consumer {stream}/{consumer}"
+    if config.get("deliver_subject"):
+        raise ConfigError(f"{where} is a push consumer; the Processor needs a pull consumer")
+    if config.get("ack_policy") != "explicit":
+        raise ConfigError(
+            f"{where} has ack_policy {config.get('ack_policy')!r}; the Processor needs 'explicit'"
+        )
+    max_deliver = int(config.get("max_deliver", -1) or -1)
+    if 0 < max_deliver <= opts.max_deliver and opts.dead_letter_stream:
+        raise ConfigError(
+            f"{where} has max_deliver {max_deliver}; with a dead-letter stream it must be "
+            f"-1 or > the Processor's max_deliver ({opts.max_deliver}), otherwise "
+            f"the server stops redelivering before the message is dead-lettered"
+        )
+    if opts.start is not None and not opts.start.matches(config):
+        raise ConfigError(
+            f"{where} already exists and starts at {StartPosition.describe_config(config)}, not at "
+            f"{opts.start.describe()}; a start applies only to a consumer being created "
+            f"(drop the start option, or remove the consumer with `oncestream consumer rm`)"
+        )
+    wanted = opts.filter_subject
+    if wanted:
+        filters = [config.get("filter_subject")] if config.get("filter_subject") else []
+        filters += config.get("filter_subjects") or []
+        if filters != [wanted]:
+            raise ConfigError(f"{where} filters {filters or 'nothing'}; expected [{wanted!r}]")
+
+
+async def _ensure_dlq_stream(conn: Connection, name: str, subject: str) -> None:
+    """Create the dead-letter stream, or check that it captures ``subject``."""
+    try:
+        info = await conn.stream_info(name)
+    except JetStreamError as exc:
+        if exc.err_code != 10059:
+            raise
+        subjects = [f"{name}.>"] if subject.startswith(f"{name}.") else [subject]
+        await add_stream(conn, 
+            {"name": name, "subjects": subjects, "storage": "file", "duplicate_window": int(120e9)}
+        )
+        return
+    subjects = info.get("config", {}).get("subjects") or []
+    if not any(subject_matches(pattern, subject) for pattern in subjects):
+        raise ConfigError(
+            f"dead-letter stream {name!r} does not capture the dead-letter subject "
+            f"{subject!r} (its subjects: {subjects or 'none'}); name a stream listening on "
+            f"{subject!r}, or a new stream name (created with subjects ['{name}.>'])"
+        )
+
+
+class FloorHistory:
+    """Ack floors seen over time; what may be pruned is the floor seen ``grace`` seconds ago.
+
+    A redelivered copy of a message can only exist if it was delivered before
+    the ack floor passed it, and it may still sit in another instance's buffer
+    for a while: pruning up to an older floor leaves that copy its ledger row.
+    """
+
+    def __init__(self, grace: float) -> None:
+        self.grace = grace
+        self._samples: list[tuple[float, int]] = []
+
+    def prunable(self, floor: int, now: float) -> int:
+        """Record ``floor`` observed at ``now``; return the sequence to prune up to (0 = none)."""
+        self._samples.append((now, floor))
+        old = [f for t, f in self._samples if now - t >= self.grace]
+        self._samples = [(t, f) for t, f in self._samples if now - t < self.grace]
+        if not old:
+            return 0
+        # Keep the newest old-enough floor: it stays valid for the next rounds.
+        self._samples.insert(0, (now - self.grace, old[-1]))
+        return old[-1]

@@ -1,0 +1,127 @@
+"""Records on one subject of a stream: read the last one back, append the next after it.
+
+Three parts of oncestream keep their state in a stream instead of a local
+file, one subject per owner: a :class:`~oncestream.ProducerSession` (its
+resume position), ``oncestream publish`` (progress records of a file) and
+the Spark sink (committed-batch records). :class:`SubjectLog` is what they
+share: the last record is read back with ``STREAM.MSG.GET last_by_subj`` (or
+a direct get), and a record is appended with a deterministic msg id, so a
+re-sent append is stored once. An *exclusive* append also carries
+``Nats-Expected-Last-Subject-Sequence``: it is stored only if the subject
+still ends where this log last saw it, so two writers can never interleave
+unnoticed.
+
+Example::
+
+    log = SubjectLog(conn, "PROGRESS", "progress.file-1")
+    last = await log.last()                     # a StoredMessage, or None
+    ack = await log.append(b"{...}", msg_id="run-1:7")
+"""
+
+from __future__ import annotations
+
+from .._connection import Connection
+from .._errors import WrongLastSequence
+from ..streams import StoredMessage, last_message
+from ._options import PubAck, PublisherOptions
+from ._publisher import Publisher
+
+__all__ = ["SubjectLog"]
+
+
+class SubjectLog:
+    """The records of one subject of ``stream``, oldest first; this log appends at the end.
+
+    Args:
+        conn: an open connection.
+        stream: the stream that captures ``subject``.
+        subject: the owner's subject.
+        publisher: the Publisher to append with (started on first use); default:
+            one of the log's own, one record in flight, no window guard (the
+            caller's record ids or the exclusive check make re-sends safe).
+        direct: read the last record with a direct get (any replica answers; the
+            stream needs ``allow_direct``) instead of ``STREAM.MSG.GET``.
+
+    Attributes:
+        last_seq: the stream sequence of the last record read or appended (0: none).
+    """
+
+    def __init__(
+        self,
+        conn: Connection,
+        stream: str,
+        subject: str,
+        *,
+        publisher: Publisher | None = None,
+        direct: bool = False,
+    ) -> None:
+        self.conn = conn
+        self.stream = stream
+        self.subject = subject
+        self.direct = direct
+        self.last_seq = 0
+        self._own = publisher is None
+        self.publisher = publisher or Publisher(
+            conn,
+            PublisherOptions(
+                stream=stream, max_inflight=1, ack_timeout=2.0, max_attempts=3, check_window=False
+            ),
+        )
+
+    async def last(self) -> StoredMessage | None:
+        """The subject's last record (None: no record); remembers its sequence.
+
+        Raises:
+            StreamNotFound: the stream does not exist.
+        """
+        found = await last_message(self.conn, self.stream, self.subject, direct=self.direct)
+        self.last_seq = 0 if found is None else found.seq
+        return found
+
+    async def append(
+        self,
+        data: bytes,
+        *,
+        msg_id: str,
+        headers: dict[str, str] | None = None,
+        exclusive: bool = True,
+    ) -> PubAck:
+        """Store ``data`` as the subject's next record; return its PubAck.
+
+        Args:
+            msg_id: the record's deterministic id: an append sent again (a retry,
+                a restarted writer) is stored once.
+            exclusive: only after the record this log last read or appended
+                (``Nats-Expected-Last-Subject-Sequence``).
+
+        Raises:
+            WrongLastSequence: (exclusive) another writer appended in between. When
+                the subject's last record carries ``msg_id`` (this very append,
+                stored by an earlier attempt whose PubAck was lost) it is not
+                raised: the PubAck of that record is returned, ``duplicate`` set.
+            PublishFailed: no PubAck after every retry.
+        """
+        future = await self.publisher.publish(
+            self.subject,
+            data,
+            msg_id=msg_id,
+            headers=headers,
+            expected_stream=self.stream,
+            expected_last_subject_seq=self.last_seq if exclusive else None,
+        )
+        try:
+            ack = await future
+        except WrongLastSequence:
+            # The server checks the expected sequence before de-duplicating: a
+            # re-send of a record already stored lands here, like a rival's write.
+            found = await self.last()
+            if found is not None and found.msg_id == msg_id:
+                return PubAck(self.stream, found.seq, True, None)
+            raise
+        self.last_seq = ack.seq
+        return ack
+
+    async def close(self) -> None:
+        """Close the log's own Publisher (one given to it is left open)."""
+        if self._own:
+            await self.publisher.close()

@@ -1,0 +1,217 @@
+"""The Publisher's table of unacknowledged publishes: deadlines, re-sends, give-ups, 503s.
+
+Every publish waits here for its PubAck. ``pending`` holds those sent and
+awaiting an ack, in send order (every send uses the same ack timeout, so
+deadlines ascend); ``waiting`` holds those whose ack timed out or that were
+answered 503 (no responders), until their backoff has passed and they are
+re-sent with the same msg id. After ``max_attempts`` sends an entry fails
+with :class:`PublishFailed`. ``late`` remembers re-sent tokens so that the
+acks of their extra copies still count as duplicates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from .._connection import Connection
+from .._errors import PublishError, PublishFailed, StreamNotFound
+from ._options import PublisherOptions
+from ._frames import Pending
+
+__all__ = ["ID_IN_PROCESS", "RetryTable"]
+
+log = logging.getLogger("oncestream.publisher")
+
+# Tokens of retried messages remembered to count the acks of their extra copies.
+_LATE_TOKENS = 100_000
+_monotonic = time.monotonic
+
+
+#: JetStream err_code "duplicate message id is in process" (see RetryTable.in_process).
+ID_IN_PROCESS = 10158
+
+
+class RetryTable:
+    """Unacknowledged publishes of one Publisher and the policy for each.
+
+    Args:
+        conn: the connection (asked whether a stream listens, after a 503).
+        options: ack timeout, attempts and backoff.
+        fail: ``fail(entry, exc)`` completes an entry with an error.
+        send: ``send(frame)`` queues a frame for the socket.
+        write: writes the queued frames now.
+    """
+
+    def __init__(
+        self,
+        conn: Connection,
+        options: PublisherOptions,
+        *,
+        fail: Callable[[Pending, BaseException], None],
+        send: Callable[[bytes], None],
+        write: Callable[[], None],
+    ) -> None:
+        self.conn = conn
+        self.options = options
+        self.pending: dict[int, Pending] = {}
+        self.waiting: dict[int, Pending] = {}
+        self.late: dict[int, None] = {}
+        self.retried = 0
+        self._fail = fail
+        self._send = send
+        self._write = write
+        self._probing: set[str] = set()
+        self._probe_tasks: set[asyncio.Task[None]] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self.pending or self.waiting)
+
+    def remember_late(self, token: int) -> None:
+        """Note a re-sent token whose extra copies may still be acknowledged."""
+        late = self.late
+        late[token] = None
+        if len(late) > _LATE_TOKENS:
+            del late[next(iter(late))]
+
+    def in_process(self, token: int, entry: Pending) -> None:
+        """The leader answered 10158 "duplicate message id is in process" to a re-send.
+
+        An earlier send of this msg id is still being replicated (e.g. no quorum):
+        the outcome is unknown, as with no answer, so re-send after an ack timeout
+        (found by the fault campaign, torture/, issue 11; before, the publish failed
+        although the first send was stored once quorum was back).
+        """
+        if entry.attempts >= self.options.max_attempts:
+            self.give_up(entry)
+            return
+        opts = self.options
+        entry.deadline = _monotonic() + opts.ack_timeout + opts.backoff(entry.attempts + 1)
+        self.waiting[token] = entry
+
+    def no_responders(self, token: int, entry: Pending) -> None:
+        """The server answered 503: retry, and ask once whether a stream listens at all."""
+        # A 503 means "no stream listens" for a missing stream, but also happens
+        # while a clustered stream elects a new leader: retry, and ask the
+        # server once which case it is so a missing stream still fails at once.
+        if entry.attempts >= self.options.max_attempts:
+            self._fail(entry, _stream_not_found(entry.subject, entry.attempts))
+            return
+        # An election takes seconds: spend an ack timeout per attempt, as a lost
+        # ack would, so 503s get the retry horizon the window guard checked.
+        opts = self.options
+        entry.deadline = _monotonic() + opts.ack_timeout + opts.backoff(entry.attempts + 1)
+        self.waiting[token] = entry
+        if entry.subject not in self._probing:
+            self._probing.add(entry.subject)
+            task = asyncio.create_task(self._probe_subject(entry.subject))
+            self._probe_tasks.add(task)
+            task.add_done_callback(self._probe_tasks.discard)
+
+    async def _probe_subject(self, subject: str) -> None:
+        try:
+            reply = await self.conn.api("STREAM.NAMES", {"subject": subject})
+        except Exception as exc:  # unknown: keep retrying with backoff
+            log.debug("publisher could not look up the stream of %r: %s", subject, exc)
+            return
+        finally:
+            self._probing.discard(subject)
+        if reply.get("streams"):
+            return
+        for table in (self.waiting, self.pending):
+            doomed = [t for t, e in table.items() if e.subject == subject]
+            for token in doomed:
+                entry = table.pop(token)
+                self._fail(entry, _stream_not_found(subject, entry.attempts))
+
+    def give_up(self, entry: Pending) -> None:
+        """Fail ``entry`` after its last unacknowledged attempt."""
+        self._fail(
+            entry,
+            PublishFailed(
+                f"no PubAck for msg id {entry.msg_id!r} on {entry.subject!r} after "
+                f"{entry.attempts} attempts (ack_timeout={self.options.ack_timeout:g}s); "
+                "it may or may not be stored: re-publish it with the same msg id inside "
+                "the duplicate window",
+                msg_id=entry.msg_id,
+                attempts=entry.attempts,
+            ),
+        )
+
+    def _resend(self, token: int, entry: Pending, now: float) -> None:
+        entry.attempts += 1
+        entry.deadline = now + self.options.ack_timeout
+        self.pending[token] = entry
+        self.retried += 1
+        self._send(entry.cmd)
+
+    def check_timeouts(self) -> None:
+        """Move expired entries to their backoff, re-send those whose backoff passed."""
+        now = _monotonic()
+        opts = self.options
+        expired: list[int] = []
+        for token, entry in self.pending.items():
+            if entry.deadline > now:
+                break
+            expired.append(token)
+        for token in expired:
+            entry = self.pending.pop(token)
+            if entry.attempts >= opts.max_attempts:
+                self.give_up(entry)
+            else:
+                entry.deadline = now + opts.backoff(entry.attempts + 1)
+                self.waiting[token] = entry
+        if self.waiting:
+            due = sorted(t for t, e in self.waiting.items() if e.deadline <= now)
+            for token in due:
+                self._resend(token, self.waiting.pop(token), now)
+            if due:
+                log.debug("publisher re-sent %d unacknowledged messages", len(due))
+                self._write()
+
+    async def run(self) -> None:
+        """Check deadlines a few times per ack timeout (and per shortest backoff), forever."""
+        opts = self.options
+        interval = min(opts.ack_timeout / 4, 0.25)
+        shortest = min(opts.retry_backoff)
+        if shortest > 0:
+            interval = min(interval, shortest / 2)
+        interval = max(interval, 0.005)
+        while True:
+            await asyncio.sleep(interval)
+            if self.pending or self.waiting:
+                self.check_timeouts()
+
+    def resend_all(self) -> None:
+        """After a reconnect: the old connection's acks are lost; re-send in the original order."""
+        now = _monotonic()
+        entries = sorted({**self.pending, **self.waiting}.items())
+        self.pending.clear()
+        self.waiting.clear()
+        for token, entry in entries:
+            if entry.attempts >= self.options.max_attempts:
+                self.give_up(entry)
+            else:
+                self._resend(token, entry, now)
+        if entries:
+            log.info("publisher re-sent %d messages after a reconnect", len(entries))
+        self._write()
+
+    def abandon(self, exc: PublishError) -> None:
+        """Fail every entry with ``exc`` and stop the stream lookups."""
+        for task in list(self._probe_tasks):
+            task.cancel()
+        for entry in [*self.pending.values(), *self.waiting.values()]:
+            self._fail(entry, exc)
+        self.pending.clear()
+        self.waiting.clear()
+
+
+def _stream_not_found(subject: str, attempts: int) -> StreamNotFound:
+    return StreamNotFound(
+        f"no stream listens on subject {subject!r} (no responders after "
+        f"{attempts} attempt{'s' if attempts != 1 else ''})",
+        code=503,
+    )

@@ -1,0 +1,337 @@
+"""Producer sessions: exactly-once publishing that does not depend on the duplicate window.
+
+Msg-id de-duplication only lasts ``duplicate_window``. A producer that
+restarts later (after a crash, a deploy, a long outage) needs another way
+to know what it already stored. A :class:`ProducerSession` owns one subject,
+``<subject_prefix>.<producer_id>``, and writes its source position into
+every message (header ``Oncestream-Source-Pos``). On :meth:`start` it reads
+the last message of that subject back from the stream and resumes after
+its position.
+
+Guarantee: every publish (or, with ``batch_size > 1``, every atomic batch)
+carries ``Nats-Expected-Last-Subject-Sequence`` = the stream sequence of the
+session's previous message, and only one publish or batch is in flight at a
+time. The server therefore stores message *n* only if message *n-1* is the
+newest one on the subject (a batch is stored whole or not at all), so the
+positions on the subject always form a gap-free, duplicate-free, ordered
+prefix of the input; the last one is the resume point. A second producer
+using the same id (a zombie) fails its next publish with
+``WrongLastSequence``. A re-send of the session's own message whose first
+attempt was stored (ack lost) fails the same check; the session recognises
+its own message at the end of the subject and carries on. A stream deleted
+and re-created under a running session fails its next publish with a
+``WrongLastSequence`` that says so (the stream's ``created`` time, read by
+:meth:`start`, changed); :meth:`start` then resumes from what the new stream
+holds. Throughput: one
+round trip per message, or per batch of up to 1000 (the stream needs
+``allow_atomic``, nats-server >= 2.12). Use a
+:class:`~oncestream.publisher.Publisher` when restarts within the window
+are all you need. ``docs/publishing.md`` explains why pipelining single
+messages cannot keep the prefix property.
+
+Example::
+
+    session = ProducerSession(conn, stream="ORDERS", subject_prefix="orders.src",
+                              producer_id="loader-1")
+    resume = await session.start()          # last stored position, or None
+    await session.run(read_input())         # (position, data) pairs; stored ones are skipped
+    await session.close()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import AsyncIterable, Iterable, Mapping
+from dataclasses import replace
+
+from .._connection import Connection
+from .._errors import ConfigError, JetStreamError, OncestreamError, WrongLastSequence
+from .._headers import check_user_headers
+from .._names import check_publish_subject
+from ._batch import (
+    ERR_BATCH_DUPLICATE_MSG_ID,
+    MAX_BATCH,
+    AtomicBatchSender,
+    BatchRecord,
+)
+from ._publisher import PubAck, Publisher, PublisherOptions
+from ..streams._spec import StoredMessage, last_message
+
+__all__ = ["SOURCE_POS_HEADER", "ProducerSession"]
+
+log = logging.getLogger("oncestream.producer")
+
+SOURCE_POS_HEADER = "Oncestream-Source-Pos"
+PRODUCER_HEADER = "Oncestream-Producer"
+
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+
+class ProducerSession:
+    """One producer's exactly-once stream of positioned records, across restarts.
+
+    Args:
+        conn: an open connection.
+        stream: the stream that captures ``<subject_prefix>.<producer_id>``.
+        subject_prefix: e.g. ``"orders.src"``.
+        producer_id: stable id of this producer (letters, digits, ``_``, ``-``).
+        options: retry settings (``stream`` is set to ``stream``; the window
+            guard is off, since the sequence check makes retries safe).
+        batch_size: 1 (default) sends one message per round trip; 2..1000 sends
+            atomic batches of that many records (the stream needs
+            ``allow_atomic``, nats-server >= 2.12), committed all-or-nothing.
+
+    Raises:
+        ConfigError: invalid prefix, producer id or batch size.
+    """
+
+    def __init__(
+        self,
+        conn: Connection,
+        *,
+        stream: str,
+        subject_prefix: str,
+        producer_id: str,
+        options: PublisherOptions | None = None,
+        batch_size: int = 1,
+    ) -> None:
+        check_publish_subject(subject_prefix, "subject_prefix")
+        if not _TOKEN_RE.match(producer_id or ""):
+            raise ConfigError(
+                f"producer_id must be letters, digits, '_' or '-', got {producer_id!r}"
+            )
+        if isinstance(batch_size, bool) or not 1 <= batch_size <= MAX_BATCH:
+            raise ConfigError(f"batch_size must be 1..{MAX_BATCH}, got {batch_size!r}")
+        self.conn = conn
+        self.stream = stream
+        self.batch_size = batch_size
+        self.producer_id = producer_id
+        self.subject = f"{subject_prefix}.{producer_id}"
+        base = options or PublisherOptions()
+        # Every attempt carries the same sequence check, so at most one can be
+        # stored whatever the duplicate window: the window guard does not apply.
+        self.options = replace(base, stream=stream, check_window=False)
+        self._publisher = Publisher(conn, self.options)
+        self.position: int | None = None
+        self.last_seq = 0
+        self.published = 0
+        self.skipped = 0
+        self._started = False
+        self._created = ""  # the stream's creation time when start() read the resume point
+        self._direct = True
+        self._buffer: list[BatchRecord] = []
+        self._batcher = AtomicBatchSender(
+            conn, self.subject, producer_id, self.options, SOURCE_POS_HEADER, PRODUCER_HEADER
+        )
+
+    def msg_id(self, position: int) -> str:
+        """The deterministic msg id of ``position``."""
+        return f"{self.producer_id}:{position}"
+
+    async def start(self) -> int | None:
+        """Read the last stored message of this producer's subject; return its position.
+
+        Returns:
+            The last stored source position, or None when the subject is empty.
+
+        Raises:
+            StreamNotFound: the stream does not exist.
+            ConfigError: the window guard fails, or the last message has no position header.
+        """
+        info = await self.conn.stream_info(self.stream)
+        if self.batch_size > 1:
+            if not info.get("config", {}).get("allow_atomic"):
+                raise ConfigError(
+                    f"batch_size={self.batch_size} needs atomic batch publish: enable "
+                    f"allow_atomic on stream {self.stream!r} (nats-server >= 2.12), or use "
+                    "batch_size=1"
+                )
+            await self._batcher.start()
+        await self._publisher.start()
+        self._created = str(info.get("created") or "")
+        self._direct = bool(info.get("config", {}).get("allow_direct"))
+        found = await self._last()
+        if found is None:
+            self.position, self.last_seq = None, 0
+        else:
+            seq = found.seq
+            raw = found.header(SOURCE_POS_HEADER)
+            if raw is None or not raw.lstrip("-").isdigit():
+                raise ConfigError(
+                    f"the last message on {self.subject!r} (seq {seq}) has no integer "
+                    f"{SOURCE_POS_HEADER} header: the subject is not owned by a ProducerSession"
+                )
+            self.position, self.last_seq = int(raw), seq
+        self._started = True
+        log.info(
+            "producer %s resumes after position %s (stream seq %d)",
+            self.producer_id,
+            self.position,
+            self.last_seq,
+        )
+        return self.position
+
+    async def publish(
+        self, position: int, data: bytes, headers: Mapping[str, str] | None = None
+    ) -> PubAck | None:
+        """Store the record at ``position`` unless it is already stored.
+
+        Positions must increase. Returns the PubAck, or None when ``position``
+        is at or before the resume point (skipped).
+
+        Raises:
+            WrongLastSequence: another writer added to this subject (zombie producer),
+                or the stream was deleted and re-created (the message says which).
+            PublishFailed: no PubAck after every retry.
+            ConfigError: ``start()`` not called (again, after any failed publish), or
+                ``position`` not an int.
+        """
+        if not self._started:
+            raise ConfigError("call ProducerSession.start() before publish()")
+        if isinstance(position, bool) or not isinstance(position, int):
+            raise ConfigError(f"position must be an int, got {position!r}")
+        if headers:
+            check_user_headers(headers)
+        latest = self._buffer[-1][0] if self._buffer else self.position
+        if latest is not None and position <= latest:
+            self.skipped += 1
+            return None
+        if self.batch_size > 1:
+            self._buffer.append((position, data, headers))
+            if len(self._buffer) >= self.batch_size:
+                return await self._commit()
+            return None
+        extra = {SOURCE_POS_HEADER: str(position), PRODUCER_HEADER: self.producer_id}
+        if headers:
+            extra = {**headers, **extra}
+        future = await self._publisher.publish(
+            self.subject,
+            data,
+            msg_id=self.msg_id(position),
+            headers=extra,
+            expected_last_subject_seq=self.last_seq,
+        )
+        try:
+            ack = await future
+        except BaseException as exc:
+            # The stored state is unknown until start() reads the subject again.
+            self._started = False
+            if not isinstance(exc, WrongLastSequence):
+                raise
+            recovered = await self._stored_by_earlier_attempt(position)
+            if recovered is None:
+                raise await self._changed_behind(exc) from exc
+            self._started = True
+            ack = recovered
+        self.last_seq = ack.seq
+        self.position = position
+        self.published += 1
+        return ack
+
+    async def flush(self) -> PubAck | None:
+        """Commit the records buffered for the next atomic batch (batch mode only)."""
+        if not self._buffer:
+            return None
+        return await self._commit()
+
+    async def _commit(self) -> PubAck:
+        records, self._buffer = self._buffer, []
+        last_position = records[-1][0]
+        duplicate = False
+        try:
+            seq = await self._batcher.send(records, self.last_seq)
+        except BaseException as exc:
+            self._started = False
+            if not isinstance(exc, JetStreamError) or not (
+                isinstance(exc, WrongLastSequence) or exc.err_code == ERR_BATCH_DUPLICATE_MSG_ID
+            ):
+                raise
+            recovered = await self._stored_by_earlier_attempt(last_position)
+            if recovered is None:
+                raise await self._changed_behind(exc) from exc
+            self._started = True
+            seq, duplicate = recovered.seq, True
+        self.last_seq = seq
+        self.position = last_position
+        self.published += len(records)
+        return PubAck(self.stream, seq, duplicate, None)
+
+    async def _changed_behind(self, exc: JetStreamError) -> WrongLastSequence:
+        """Why the subject's last message is not the one this session expects.
+
+        The resume point lives in the stream, so the session's only state is where
+        its last message is. A stream deleted and re-created under the same name
+        (its creation time changed) makes that position meaningless; otherwise
+        another writer, a second producer with the same id, added to the subject.
+        """
+        created = ""
+        with contextlib.suppress(OncestreamError):  # the zombie message stays true
+            created = str((await self.conn.stream_info(self.stream)).get("created") or "")
+        if created and self._created and created != self._created:
+            text = (
+                f"producer {self.producer_id!r}: stream {self.stream!r} was deleted and "
+                f"re-created while this session ran (created {self._created} when the session "
+                f"started, {created} now), so what the session stored before is gone with the "
+                "old stream; call start() again to resume from what the new stream holds"
+            )
+        else:
+            text = (
+                f"producer {self.producer_id!r}: {self.subject!r} changed behind this "
+                f"session (expected its last message at seq {self.last_seq}): another "
+                "producer with the same id is writing; stop one of them"
+            )
+        return WrongLastSequence(text, code=exc.code, err_code=exc.err_code)
+
+    async def _stored_by_earlier_attempt(self, position: int) -> PubAck | None:
+        """The ack of ``position`` if an earlier attempt of it is the subject's last message.
+
+        The server checks ``Nats-Expected-Last-Subject-Sequence`` before msg-id
+        de-duplication, so a re-send whose original was stored (its ack lost
+        with a connection) fails with WrongLastSequence instead of being
+        acknowledged as a duplicate. Reading the subject's last message tells
+        the two cases apart.
+        """
+        found = await self._last()
+        if found is None:
+            return None
+        if (
+            found.header(SOURCE_POS_HEADER) == str(position)
+            and found.header(PRODUCER_HEADER) == self.producer_id
+        ):
+            return PubAck(self.stream, found.seq, True, None)
+        return None
+
+    async def _last(self) -> StoredMessage | None:
+        return await last_message(self.conn, self.stream, self.subject, direct=self._direct)
+
+    async def run(
+        self, records: Iterable[tuple[int, bytes]] | AsyncIterable[tuple[int, bytes]]
+    ) -> int:
+        """Publish ``(position, data)`` records in order; return how many were newly stored."""
+        before = self.published
+        if isinstance(records, AsyncIterable):
+            async for position, data in records:
+                await self.publish(position, data)
+        else:
+            for position, data in records:
+                await self.publish(position, data)
+        await self.flush()
+        return self.published - before
+
+    async def close(self) -> None:
+        """Commit any buffered batch, then close the session's Publisher (not the connection)."""
+        try:
+            if self._started:
+                await self.flush()
+        finally:
+            await self._batcher.close()
+            await self._publisher.close()
+
+    async def __aenter__(self) -> ProducerSession:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

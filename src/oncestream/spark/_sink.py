@@ -1,0 +1,510 @@
+"""The ``jetstream`` sink: ``df.write`` / ``df.writeStream.format("jetstream")``.
+
+Each Spark task publishes its rows through one :class:`~oncestream.Publisher`
+(pipelined, every PubAck verified, re-sends with the same msg id) on a
+connection cached per Python worker. Message ids are deterministic, so a
+re-run task or a replayed micro-batch re-sends the same ids:
+
+1. the ``msg_id`` column when present;
+2. else the input lineage ``STREAM:SEQUENCE`` when the rows carry the
+   jetstream source's ``stream`` and ``sequence`` columns (one output row per
+   input row; fan-out needs a ``msg_id`` column and is refused otherwise);
+3. else the row's position: ``scope:batch:partition:row`` (streaming) or
+   ``prefix:p<partition>:r<row>:<hash of subject+data>`` (batch writes).
+
+Beyond the stream's duplicate window, the streaming sink records every
+committed micro-batch (:mod:`oncestream.spark._commits`): a task of a batch
+already committed writes nothing, and a task of a batch whose earlier attempt
+died before the commit first reads what that attempt stored (everything after
+the previous commit's tail) and does not send those ids again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    StructType,
+)
+
+from .._connection import Connection
+from .._errors import ConfigError, JetStreamError, OncestreamError, StreamMismatch
+from .._headers import check_msg_id, is_clean_msg_id
+from .._sync import run_sync, submit_sync
+from ..publish._publisher import AckTally, PubAck, Publisher
+from ..streams._spec import StreamSpec, create_stream_if_missing, overlapping_streams
+from ._commits import (
+    AttemptMarker,
+    CommitRecord,
+    CommitStore,
+    last_seq,
+    stored_ids,
+    tail_of,
+)
+from ._connections import get_connection
+from ._sink_layout import layout_of as _layout
+from ._sink_options import SinkOptions, lineage_id, position_id, row_digest, writer_scope
+from ._sink_options import id_scope as make_id_scope
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["JetStreamBatchWriter", "JetStreamStreamWriter", "SinkCommit"]
+
+log = logging.getLogger("oncestream.spark.sink")
+
+_checked: set[tuple[int, Any]] = set()
+
+#: nats-server's JSStreamSubjectOverlapErr: "subjects overlap with an existing stream".
+_SUBJECTS_OVERLAP = 10065
+
+
+async def _connection(options: SinkOptions) -> Connection:
+    """The process's connection for the sink's connect options (see ``_connections``)."""
+    return await get_connection(options.connect)
+
+
+def _ensure_log_handler() -> None:
+    # Python workers have no logging set up; commit summaries should reach the driver log.
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        log.addHandler(handler)
+        level = os.environ.get("ONCESTREAM_SINK_LOG", "INFO").upper()
+        log.setLevel(level if level in ("DEBUG", "INFO", "WARNING", "ERROR") else "INFO")
+
+
+async def _create_target(conn: Connection, spec: StreamSpec) -> dict[str, Any]:
+    """createStream=true: the target's info, created when missing.
+
+    Raises:
+        ConfigError: ``createStreamSubjects`` overlap another stream's subjects,
+            naming that stream (the server's 10065 error does not).
+    """
+    try:
+        return await create_stream_if_missing(conn, spec)
+    except JetStreamError as exc:
+        if exc.err_code != _SUBJECTS_OVERLAP:
+            raise
+        others = await overlapping_streams(conn, spec.subjects)
+    named = " and ".join(f"stream {n!r} captures {', '.join(s)}" for n, s in others.items())
+    # Raised without the server's error chained: Spark prints the whole Python traceback
+    # inside its own message, and the server's text adds nothing this one lacks.
+    raise ConfigError(
+        f"option 'createStreamSubjects': cannot create stream {spec.name!r} with subjects "
+        f"{', '.join(spec.subjects)}: {named or 'another stream captures them'}, and a "
+        f"subject belongs to one stream only (err_code {_SUBJECTS_OVERLAP}). Write to "
+        f"{', '.join(map(repr, others)) or 'that stream'} (option 'stream', without "
+        "createStream) or choose subjects no other stream captures"
+    ) from None
+
+
+def _read_after(earlier: AttemptMarker, now: AttemptMarker, last: CommitRecord | None) -> int:
+    """The target sequence after which an earlier attempt of this task may have stored rows."""
+    if earlier.target_created not in (None, now.target_created):
+        # The target was re-created since: that attempt's rows went with the old stream,
+        # but a later attempt may have written anywhere in the new one.
+        return 0
+    if earlier.tail_seq is not None:
+        return earlier.tail_seq
+    return last.tail_seq if last is not None else 0  # an earlier version's marker
+
+
+# --------------------------------------------------------------------------- messages
+
+
+@dataclass
+class SinkCommit(WriterCommitMessage):
+    """What one task did; the driver sums these in ``commit``."""
+
+    partition: int
+    batch_id: int
+    scope: str
+    query_id: str | None = None
+    id_scope: str = ""
+    written: int = 0
+    duplicates: int = 0
+    skipped_existing: int = 0
+    skipped_batch: bool = False
+    max_seq: int = 0
+    streams: list[str] = field(default_factory=list)
+
+
+_Rows = tuple[list[str], list[bytes], list[Any], list[str]]
+
+
+@dataclass
+class _TaskState:
+    pub: Publisher
+    futures: list[asyncio.Future[PubAck]]
+    existing: set[str]
+    seen: set[str] | None
+    tally: AckTally = field(default_factory=AckTally)  # acks of the bulk path
+    rows: int = 0
+    skipped: int = 0
+
+
+# --------------------------------------------------------------------------- writers
+
+
+class _JetStreamWriter:
+    """Shared driver-side validation and executor-side publishing."""
+
+    streaming = False
+
+    def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
+        if overwrite:
+            raise ConfigError(
+                "the jetstream sink only appends: overwrite / complete output mode is not "
+                "supported (use outputMode('append') or 'update')"
+            )
+        self.options = SinkOptions.from_spark_options(options)
+        self.layout = _layout(schema, self.options)
+        if self.options.stream is not None:
+            run_sync(self._check_target())
+
+    # -- driver side
+
+    async def _check_target(self) -> None:
+        """Check the target's duplicate window against the retry horizons, once per process."""
+        key = (os.getpid(), self.options)
+        if key in _checked:
+            return
+        opts = self.options
+        stream = opts.stream or ""
+        conn = await _connection(opts)
+        spec = opts.create_stream  # createStream=true: created when missing, never changed
+        info = await (_create_target(conn, spec) if spec else conn.stream_info(stream))
+        window = int(info["config"].get("duplicate_window") or 0) / 1e9
+        horizon = opts.publisher.retry_horizon
+        spark_horizon = horizon * opts.task_max_failures
+        if opts.publisher.check_window:
+            try:
+                opts.publisher.check_window_fits(stream, window)
+            except ConfigError as exc:
+                exc.add_note("Spark options: ackTimeout, maxAttempts; checkWindow=false accepts it")
+                raise
+        if window < spark_horizon:
+            _ensure_log_handler()
+            log.warning(
+                "stream %r: duplicate_window %gs < Spark task retry horizon %gs "
+                "(taskMaxFailures=%d x retry horizon %gs). Task retries after the window "
+                "rely on the sink's stored-id check of the uncommitted tail, not on the window",
+                stream,
+                window,
+                spark_horizon,
+                opts.task_max_failures,
+                horizon,
+            )
+        if self.streaming and opts.checkpoint:
+            # Created here once rather than by racing tasks. The query id is not known
+            # on the driver yet, so nothing query-specific is recorded here: each task
+            # stores the target's tail in its attempt marker instead.
+            await CommitStore(conn, opts.commits_stream).ensure()
+        _checked.add(key)
+
+    # -- executor side
+
+    def _write(self, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        partition = ctx.partitionId() if ctx is not None else 0
+        batch_id, query_id = -1, None
+        if self.streaming and ctx is not None:
+            batch_id = int(ctx.getLocalProperty("streaming.sql.batchId") or -1)
+            query_id = ctx.getLocalProperty("sql.streaming.queryId")
+        scope = writer_scope(query_id, self.options.checkpoint)
+        commit = SinkCommit(
+            partition=partition,
+            batch_id=batch_id,
+            scope=scope,
+            query_id=query_id,
+            id_scope=make_id_scope(query_id, self.options.checkpoint),
+        )
+        try:
+            state = run_sync(self._start(commit))
+            if state is None:
+                for _ in batches:  # already committed: read the input, write nothing
+                    pass
+                return commit
+            # The loop thread publishes batch k while this thread takes batch k+1 from Spark.
+            sending: concurrent.futures.Future[None] | None = None
+            try:
+                for batch in batches:
+                    if batch.num_rows:
+                        rows = self._rows(batch, commit, state.rows)
+                        state.rows += batch.num_rows
+                        if sending is not None:
+                            sending.result()
+                        sending = submit_sync(self._send(state, rows))
+            except Exception:
+                if sending is not None:  # let it end before the task fails
+                    with contextlib.suppress(Exception):
+                        sending.result()
+                raise
+            if sending is not None:
+                sending.result()
+            run_sync(self._finish(state, commit))
+        except OncestreamError:
+            raise
+        except Exception as exc:
+            raise OncestreamError(f"jetstream sink task {partition}: {exc}") from exc
+        return commit
+
+    async def _start(self, commit: SinkCommit) -> _TaskState | None:
+        opts = self.options
+        conn = await _connection(opts)
+        existing: set[str] = set()
+        marking = self.streaming and commit.batch_id >= 0
+        last: CommitRecord | None = None
+        if marking:
+            last = await CommitStore(conn, opts.commits_stream).last(commit.scope, commit.query_id)
+            if last is not None and last.batch_id >= commit.batch_id:
+                commit.skipped_batch = True
+                return None
+        pub = Publisher(conn, opts.publisher)
+        try:
+            await pub.start()
+            if marking:
+                # The task's own Publisher also writes its attempt marker.
+                store = CommitStore(conn, opts.commits_stream, pub)
+                if last is None:
+                    await store.ensure()
+                # Read before the marker is stored, so before this attempt publishes:
+                # whatever any attempt of this batch stores lies after it.
+                tail, created = (None, None)
+                if opts.stream is not None:
+                    tail, created = await tail_of(conn, opts.stream)
+                marker = AttemptMarker(
+                    batch_id=commit.batch_id,
+                    query_id=commit.query_id,
+                    tail_seq=tail,
+                    target_created=created,
+                )
+                earlier = await store.mark_attempt(
+                    commit.scope, commit.partition, marker, last=last
+                )
+                if earlier is not None and opts.stream is not None:
+                    existing = await stored_ids(
+                        conn, opts.stream, _read_after(earlier, marker, last)
+                    )
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await pub.close()
+            raise
+        seen: set[str] | None = set() if self.layout.lineage else None
+        return _TaskState(pub=pub, futures=[], existing=existing, seen=seen)
+
+    def _rows(self, batch: pa.RecordBatch, commit: SinkCommit, offset: int) -> _Rows:
+        """Column lists of one Arrow batch; nulls and types are checked column-wise."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        layout, opts = self.layout, self.options
+        n = batch.num_rows
+        col = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
+        where = f"partition {commit.partition}, rows {offset}..{offset + n - 1}"
+        if layout.subject:
+            subject_col = col["subject"]
+            if subject_col.null_count and opts.subject is not None:
+                subject_col = pc.fill_null(subject_col, opts.subject)
+            if subject_col.null_count:
+                raise ConfigError(f"{where}: a row has a null subject and no 'subject' option")
+            subjects = subject_col.to_pylist()
+        else:
+            subjects = [opts.subject] * n
+        data_col = col["data"]
+        if not layout.data_binary:
+            data_col = data_col.cast(pa.binary())
+        if data_col.null_count:
+            data_col = pc.fill_null(data_col, pa.scalar(b"", pa.binary()))
+        datas = data_col.to_pylist()
+        headers: list[Any] = [None] * n
+        if layout.headers and col["headers"].null_count < n:
+            headers = [
+                {k: v for k, v in h if v is not None} or None if h else None
+                for h in col["headers"].to_pylist()
+            ]
+        prefix = opts.id_prefix
+        if layout.msg_id:
+            if col["msg_id"].null_count:
+                raise ConfigError(f"{where}: a row has a null msg_id")
+            ids = col["msg_id"].to_pylist()
+            for i, msg_id in enumerate(ids):
+                if not is_clean_msg_id(msg_id):
+                    check_msg_id(msg_id, f"{where}: the msg_id of row {offset + i}")
+        elif layout.lineage:
+            if col["stream"].null_count or col["sequence"].null_count:
+                raise ConfigError(f"{where}: a row has a null stream or sequence (lineage id)")
+            streams, seqs = col["stream"].to_pylist(), col["sequence"].to_pylist()
+            ids = [prefix + lineage_id(s, q) for s, q in zip(streams, seqs, strict=True)]
+        elif self.streaming:
+            ids = [
+                prefix + position_id(commit.id_scope, commit.batch_id, commit.partition, offset + i)
+                for i in range(n)
+            ]
+        else:
+            base = f"{prefix or 'batch'}:p{commit.partition}:r"
+            ids = [f"{base}{offset + i}:{row_digest(subjects[i], datas[i])}" for i in range(n)]
+        return subjects, datas, headers, ids
+
+    async def _send(self, state: _TaskState, rows: _Rows) -> None:
+        publish, futures, existing, seen = (
+            state.pub.publish,
+            state.futures,
+            state.existing,
+            state.seen,
+        )
+        expected = self.options.stream
+        if seen is not None:
+            for msg_id in rows[3]:
+                if msg_id in seen:
+                    raise ConfigError(
+                        f"two output rows derive the lineage id {msg_id!r}: one input row fans "
+                        "out to several outputs. Give the sink a 'msg_id' column that is unique "
+                        "per output row"
+                    )
+                seen.add(msg_id)
+        subjects, datas, headers_list, ids = rows
+        same_stream = expected is None or expected == state.pub.options.stream
+        if not existing and same_stream and not any(headers_list):
+            # The common case: one tight loop, no await per row.
+            await state.pub.publish_many(subjects, datas, ids, tally=state.tally)
+            return
+        for subject, data, headers, msg_id in zip(*rows, strict=True):
+            if existing and msg_id in existing:
+                state.skipped += 1
+                continue
+            futures.append(
+                await publish(
+                    subject, data, msg_id=msg_id, headers=headers, expected_stream=expected
+                )
+            )
+
+    async def _finish(self, state: _TaskState, commit: SinkCommit) -> None:
+        pub = state.pub
+        try:
+            await pub.flush()
+            tally = state.tally
+            if tally.errors:
+                raise tally.errors[0]
+            streams: set[str] = set(tally.streams)
+            written, duplicates, max_seq = tally.stored, tally.duplicates, tally.max_seq
+            expected = self.options.stream
+            if expected is not None and streams - {expected}:
+                raise StreamMismatch(
+                    f"PubAck from stream {sorted(streams - {expected})[0]!r}, expected "
+                    f"{expected!r}",
+                    code=400,
+                )
+            for future in state.futures:
+                ack = future.result()  # raises the publish's typed error
+                if expected is not None and ack.stream != expected:
+                    raise StreamMismatch(
+                        f"PubAck from stream {ack.stream!r}, expected {expected!r}", code=400
+                    )
+                streams.add(ack.stream)
+                if ack.duplicate:
+                    duplicates += 1
+                else:
+                    written += 1
+                max_seq = max(max_seq, ack.seq)
+        finally:
+            await pub.close()
+        commit.written, commit.duplicates, commit.max_seq = written, duplicates, max_seq
+        commit.skipped_existing = state.skipped
+        commit.streams = sorted(streams)
+
+    # -- driver side, after all tasks
+
+    @staticmethod
+    def _totals(messages: list[WriterCommitMessage | None]) -> dict[str, int]:
+        done = [m for m in messages if isinstance(m, SinkCommit)]
+        return {
+            "tasks": len(done),
+            "written": sum(m.written for m in done),
+            "duplicates": sum(m.duplicates for m in done),
+            "skipped_existing": sum(m.skipped_existing for m in done),
+            "skipped_tasks": sum(1 for m in done if m.skipped_batch),
+        }
+
+
+class JetStreamBatchWriter(_JetStreamWriter, DataSourceArrowWriter):
+    """``df.write.format("jetstream")``: one Publisher per task, counts logged on commit."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        return self._write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _ensure_log_handler()
+        log.info("jetstream sink committed a batch write: %s", self._totals(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        _ensure_log_handler()
+        log.warning("jetstream sink: batch write aborted after %s", self._totals(messages))
+
+
+class JetStreamStreamWriter(_JetStreamWriter, DataSourceStreamArrowWriter):
+    """``df.writeStream.format("jetstream")``: records each committed micro-batch."""
+
+    streaming = True
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        return self._write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _ensure_log_handler()
+        totals = self._totals(messages)
+        done = [m for m in messages if isinstance(m, SinkCommit)]
+        if done:
+            run_sync(self._record(done[0].scope, batchId, totals, done[0].query_id))
+        # else no task ran, so nothing was written: a later batch's record (or, on a
+        # replay, the markers) covers everything, and the query id is not known here.
+        log.info("jetstream sink committed micro-batch %d: %s", batchId, totals)
+
+    async def _record(
+        self, scope: str, batch_id: int, totals: dict[str, int], query_id: str | None
+    ) -> None:
+        opts = self.options
+        conn = await _connection(opts)
+        store = CommitStore(conn, opts.commits_stream)
+        await store.ensure()
+        tail = await last_seq(conn, opts.stream) if opts.stream else 0
+        record = CommitRecord(
+            batch_id=batch_id,
+            tail_seq=tail,
+            stream=opts.stream or "",
+            written=totals["written"],
+            duplicates=totals["duplicates"],
+            skipped=totals["skipped_existing"],
+            query_id=query_id,
+        )
+        try:
+            await store.record(scope, record)
+        except JetStreamError:
+            raise
+        except OncestreamError as exc:
+            raise OncestreamError(f"recording committed micro-batch {batch_id}: {exc}") from exc
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _ensure_log_handler()
+        log.warning(
+            "jetstream sink: micro-batch %d aborted after %s; Spark will replay it, and "
+            "the replay will not re-send what was stored",
+            batchId,
+            self._totals(messages),
+        )

@@ -1,0 +1,54 @@
+"""Streams: typed specs, administration of streams and consumers, single stored messages.
+
+Example::
+
+    from oncestream.streams import StreamSpec, ensure_stream
+
+    await ensure_stream(conn, StreamSpec(name="ORDERS", subjects=("orders.>",)))
+"""
+
+from ._admin import (
+    StoredMessage,
+    add_stream,
+    consumer_info,
+    delete_consumer,
+    delete_message,
+    delete_stream,
+    get_message,
+    last_message,
+    list_consumers,
+    list_streams,
+    stream_info,
+    update_stream,
+)
+from ._spec import (
+    StreamSource,
+    StreamSpec,
+    create_stream_if_missing,
+    ensure_stream,
+    lineage_id,
+    overlapping_streams,
+    stream_exists,
+)
+
+__all__ = [
+    "StoredMessage",
+    "StreamSource",
+    "StreamSpec",
+    "add_stream",
+    "consumer_info",
+    "create_stream_if_missing",
+    "delete_consumer",
+    "delete_message",
+    "delete_stream",
+    "ensure_stream",
+    "get_message",
+    "last_message",
+    "lineage_id",
+    "list_consumers",
+    "list_streams",
+    "overlapping_streams",
+    "stream_exists",
+    "stream_info",
+    "update_stream",
+]

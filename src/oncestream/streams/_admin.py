@@ -1,0 +1,285 @@
+"""Stream and consumer administration and single-message reads over the JetStream API.
+
+Every call names the stream (and consumer) in its errors, so the CLI verbs can
+print them as they are.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from .._connection import Connection
+from .._errors import ConsumerNotFound, JetStreamError, MessageNotFound, StreamNotFound
+from .._headers import (
+    LAST_SEQUENCE,
+    NUM_PENDING,
+    SEQUENCE,
+    STREAM,
+    SUBJECT,
+    TIME_STAMP,
+    msg_id_of,
+    parse_block,
+)
+from .._names import check_consumer_name, check_stream_name
+
+__all__ = [
+    "StoredMessage",
+    "add_stream",
+    "consumer_info",
+    "delete_consumer",
+    "delete_message",
+    "delete_stream",
+    "get_message",
+    "last_message",
+    "list_consumers",
+    "list_streams",
+    "stream_info",
+    "update_stream",
+]
+
+
+_DIRECT_TAIL = frozenset((STREAM, SUBJECT, SEQUENCE, TIME_STAMP, NUM_PENDING, LAST_SEQUENCE))
+
+
+def _stream_missing(stream: str, exc: StreamNotFound) -> StreamNotFound:
+    return StreamNotFound(f"stream {stream!r} not found", code=exc.code, err_code=exc.err_code)
+
+
+async def stream_info(conn: Connection, stream: str) -> dict[str, Any]:
+    """``STREAM.INFO``.
+
+    Raises:
+        ConfigError: ``stream`` is not a valid name.
+        StreamNotFound: naming ``stream``.
+    """
+    check_stream_name(stream)
+    try:
+        return await conn.stream_info(stream)
+    except StreamNotFound as exc:
+        raise _stream_missing(stream, exc) from exc
+
+
+async def consumer_info(conn: Connection, stream: str, consumer: str) -> dict[str, Any]:
+    """``CONSUMER.INFO``.
+
+    Raises:
+        ConfigError: an invalid name.
+        StreamNotFound / ConsumerNotFound: naming the stream or the consumer.
+    """
+    check_stream_name(stream)
+    check_consumer_name(consumer)
+    try:
+        return await conn.consumer_info(stream, consumer)
+    except StreamNotFound as exc:
+        raise _stream_missing(stream, exc) from exc
+    except ConsumerNotFound as exc:
+        raise ConsumerNotFound(
+            f"consumer {consumer!r} not found on stream {stream!r}",
+            code=exc.code,
+            err_code=exc.err_code,
+        ) from exc
+
+
+async def add_stream(conn: Connection, config: dict[str, Any]) -> dict[str, Any]:
+    """``STREAM.CREATE`` with a raw stream config (durations in nanoseconds); the stream's info."""
+    return await conn.api(f"STREAM.CREATE.{config['name']}", config)
+
+
+async def update_stream(conn: Connection, config: dict[str, Any]) -> dict[str, Any]:
+    """``STREAM.UPDATE`` with a raw stream config; the stream's info."""
+    return await conn.api(f"STREAM.UPDATE.{config['name']}", config)
+
+
+async def delete_stream(conn: Connection, stream: str) -> None:
+    """``STREAM.DELETE``.
+
+    Raises:
+        StreamNotFound: naming ``stream``.
+    """
+    check_stream_name(stream)
+    try:
+        await conn.api(f"STREAM.DELETE.{stream}")
+    except StreamNotFound as exc:
+        raise _stream_missing(stream, exc) from exc
+
+
+async def _paged(conn: Connection, subject: str, field: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    for _ in range(10_000):
+        page = await conn.api(subject, {"offset": len(items)})
+        got = page.get(field) or []
+        items.extend(got)
+        if not got or len(items) >= int(page.get("total", 0)):
+            break
+    return items
+
+
+async def list_streams(conn: Connection) -> list[dict[str, Any]]:
+    """Every stream's info, sorted by name."""
+    infos = await _paged(conn, "STREAM.LIST", "streams")
+    return sorted(infos, key=lambda i: str(i.get("config", {}).get("name", "")))
+
+
+async def list_consumers(conn: Connection, stream: str) -> list[dict[str, Any]]:
+    """Every consumer's info on ``stream``, sorted by name.
+
+    Raises:
+        StreamNotFound: naming ``stream``.
+    """
+    check_stream_name(stream)
+    try:
+        infos = await _paged(conn, f"CONSUMER.LIST.{stream}", "consumers")
+    except StreamNotFound as exc:
+        raise _stream_missing(stream, exc) from exc
+    return sorted(infos, key=lambda i: str(i.get("name", "")))
+
+
+async def delete_consumer(conn: Connection, stream: str, consumer: str) -> None:
+    """``CONSUMER.DELETE``; raises naming the stream or consumer when missing."""
+    await consumer_info(conn, stream, consumer)
+    await conn.api(f"CONSUMER.DELETE.{stream}.{consumer}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredMessage:
+    """One message as its stream stores it, read by sequence or by subject.
+
+    Attributes:
+        stream: the stream holding it.
+        seq: its stream sequence.
+        subject: the subject it was published to.
+        data: the payload.
+        raw_headers: the ``NATS/1.0`` header block as stored (``b""``: none).
+        time: when the stream stored it (None when the read did not say).
+    """
+
+    stream: str
+    seq: int
+    subject: str
+    data: bytes
+    raw_headers: bytes = b""
+    time: datetime | None = None
+
+    @property
+    def headers(self) -> dict[str, list[str]]:
+        """The message's own headers, name -> values (see :func:`oncestream._headers.parse_block`)."""
+        return parse_block(self.raw_headers)
+
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (case-sensitive, as the server compares), or None."""
+        values = self.headers.get(name)
+        return values[0] if values else None
+
+    @property
+    def msg_id(self) -> str | None:
+        """The ``Nats-Msg-Id`` as the server read it, or None."""
+        return msg_id_of(self.raw_headers)
+
+
+def _parse_time(text: str) -> datetime:
+    """A JetStream RFC 3339 time (nanoseconds cut to microseconds), as an aware UTC datetime."""
+    main, _, rest = text.partition(".")
+    frac = "".join(c for c in rest if c.isdigit())[:6]
+    moment = datetime.strptime(main.rstrip("Z"), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+    return moment.replace(microsecond=int(frac.ljust(6, "0")) if frac else 0)
+
+
+async def get_message(
+    conn: Connection,
+    stream: str,
+    *,
+    seq: int | None = None,
+    next_by_subject: str | None = None,
+    last_by_subject: str | None = None,
+) -> StoredMessage:
+    """``STREAM.MSG.GET``: the message at ``seq``, or the first at/after it on a subject.
+
+    Raises:
+        StreamNotFound: naming ``stream``.
+        MessageNotFound: no such message.
+    """
+    body: dict[str, Any] = {}
+    if seq is not None:
+        body["seq"] = seq
+    if next_by_subject:
+        body["next_by_subj"] = next_by_subject
+    if last_by_subject:
+        body["last_by_subj"] = last_by_subject
+    try:
+        reply = await conn.api(f"STREAM.MSG.GET.{stream}", body)
+    except StreamNotFound as exc:
+        raise _stream_missing(stream, exc) from exc
+    return _from_api(stream, reply.get("message") or {})
+
+
+def _from_api(stream: str, msg: dict[str, Any]) -> StoredMessage:
+    return StoredMessage(
+        stream=stream,
+        seq=int(msg.get("seq", 0)),
+        subject=str(msg.get("subject", "")),
+        data=base64.b64decode(msg["data"]) if msg.get("data") else b"",
+        raw_headers=base64.b64decode(msg["hdrs"]) if msg.get("hdrs") else b"",
+        time=_parse_time(str(msg["time"])) if msg.get("time") else None,
+    )
+
+
+async def last_message(
+    conn: Connection, stream: str, subject: str, *, direct: bool = False
+) -> StoredMessage | None:
+    """The last message of ``stream`` on ``subject``, or None when there is none.
+
+    Args:
+        direct: read with a direct get (any replica may answer; the stream needs
+            ``allow_direct``) instead of ``STREAM.MSG.GET`` (the leader answers).
+
+    Raises:
+        StreamNotFound: the stream does not exist.
+        JetStreamError: any other error answer.
+    """
+    if not direct:
+        try:
+            return await get_message(conn, stream, last_by_subject=subject)
+        except MessageNotFound:
+            return None
+    body = orjson.dumps({"last_by_subj": subject})
+    answer = await conn.request(f"{conn.prefix}.DIRECT.GET.{stream}", body)
+    headers: dict[str, str] = answer.headers or {}
+    status = headers.get("Status")
+    if status == "404":
+        return None
+    if status:
+        raise JetStreamError(
+            f"direct get of the last message on {subject!r}: {headers.get('Description', status)}",
+            code=int(status) if status.isdigit() else 0,
+        )
+    own = {k: v for k, v in headers.items() if k not in _DIRECT_TAIL}
+    block = "NATS/1.0\r\n" + "".join(f"{k}: {v}\r\n" for k, v in own.items()) + "\r\n"
+    stamp = headers.get(TIME_STAMP)
+    return StoredMessage(
+        stream=stream,
+        seq=int(headers[SEQUENCE]),
+        subject=headers.get(SUBJECT, subject),
+        data=answer.data,
+        raw_headers=block.encode(),
+        time=_parse_time(stamp) if stamp else None,
+    )
+
+
+async def delete_message(conn: Connection, stream: str, seq: int) -> bool:
+    """``STREAM.MSG.DELETE`` (no erase); False when the message was already gone."""
+    try:
+        await conn.api(f"STREAM.MSG.DELETE.{stream}", {"seq": seq, "no_erase": True})
+    except StreamNotFound as exc:
+        raise _stream_missing(stream, exc) from exc
+    except MessageNotFound:
+        return False
+    except JetStreamError as exc:
+        if exc.err_code == 10057:  # no message at that sequence (deleted, or never stored)
+            return False
+        raise
+    return True

@@ -1,0 +1,218 @@
+"""Streams from a typed spec: create, update or check one; lineage ids.
+
+Stream and consumer administration and single-message reads are in
+:mod:`oncestream.streams._admin`; ranges of messages are read by :mod:`oncestream.read`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .._connection import Connection
+from .._errors import ConfigError, JetStreamError, StreamNotFound
+from .._names import check_stream_name, check_subject_filter
+from .._options import parse_duration, seconds_to_ns
+from ._admin import add_stream, update_stream
+
+__all__ = [
+    "StreamSource",
+    "StreamSpec",
+    "create_stream_if_missing",
+    "ensure_stream",
+    "lineage_id",
+    "overlapping_streams",
+    "stream_exists",
+]
+
+@dataclass(frozen=True, kw_only=True)
+class StreamSource:
+    """A mirror or source of another stream, possibly in another JetStream domain.
+
+    Args:
+        name: the origin stream.
+        domain: the origin's JetStream domain (sets the external API prefix).
+        api_prefix: explicit external API prefix (instead of ``domain``).
+        deliver_prefix: optional external delivery prefix (cross-account).
+        filter_subject: only copy these subjects (sources only).
+    """
+
+    name: str
+    domain: str | None = None
+    api_prefix: str | None = None
+    deliver_prefix: str | None = None
+    filter_subject: str | None = None
+
+    def __post_init__(self) -> None:
+        check_stream_name(self.name, "StreamSource name")
+        if self.filter_subject is not None:
+            check_subject_filter(self.filter_subject, "StreamSource filter_subject")
+        if self.domain and self.api_prefix:
+            raise ConfigError("StreamSource: give domain or api_prefix, not both")
+
+    def to_api(self) -> dict[str, Any]:
+        result: dict[str, Any] = {"name": self.name}
+        prefix = self.api_prefix or (f"$JS.{self.domain}.API" if self.domain else None)
+        if prefix:
+            result["external"] = {"api": prefix}
+            if self.deliver_prefix:
+                result["external"]["deliver"] = self.deliver_prefix
+        if self.filter_subject:
+            result["filter_subject"] = self.filter_subject
+        return result
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamSpec:
+    """What a stream should look like.
+
+    Args:
+        name: stream name (nats-server's rules, see :mod:`oncestream._names`).
+        subjects: subjects it captures (empty for a mirror).
+        storage: ``"file"`` (survives restarts) or ``"memory"``.
+        duplicate_window: time within which equal ``Nats-Msg-Id`` s are dropped
+            (seconds, or a duration string like ``"2m"``).
+        max_age: time to keep messages (0 = forever).
+        max_msgs, max_bytes, max_msgs_per_subject: limits (-1 = none).
+        replicas: 1, 3 or 5 in a cluster.
+        allow_direct: enable direct get (fast reads, last-by-subject lookups).
+        mirror: mirror another stream instead of capturing subjects.
+        sources: aggregate other streams.
+        extra: further raw API config keys.
+
+    Example::
+
+        await ensure_stream(conn, StreamSpec(name="ORDERS", subjects=("orders.>",)))
+    """
+
+    name: str
+    subjects: tuple[str, ...] = ()
+    storage: Literal["file", "memory"] = "file"
+    duplicate_window: float = 120.0
+    max_age: float = 0.0
+    max_msgs: int = -1
+    max_bytes: int = -1
+    max_msgs_per_subject: int = -1
+    replicas: int = 1
+    allow_direct: bool = True
+    mirror: StreamSource | None = None
+    sources: tuple[StreamSource, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_stream_name(self.name, "stream name")
+        for subject in self.subjects:
+            check_subject_filter(subject, f"stream {self.name!r} subject")
+        for name in ("duplicate_window", "max_age"):
+            object.__setattr__(self, name, parse_duration(name, getattr(self, name)))
+        if self.storage not in ("file", "memory"):
+            raise ConfigError(f"storage must be 'file' or 'memory', got {self.storage!r}")
+        if self.mirror is not None and (self.subjects or self.sources):
+            raise ConfigError("a mirror stream cannot also have subjects or sources")
+        if self.mirror is None and not self.sources and not self.subjects:
+            raise ConfigError(f"stream {self.name!r} needs subjects, a mirror or sources")
+        if self.replicas not in (1, 2, 3, 4, 5):
+            raise ConfigError(f"replicas must be 1..5, got {self.replicas!r}")
+
+    def to_api(self) -> dict[str, Any]:
+        """The stream config as the JetStream API expects it."""
+        config: dict[str, Any] = {
+            "name": self.name,
+            "storage": self.storage,
+            "retention": "limits",
+            "discard": "old",
+            "num_replicas": self.replicas,
+            "duplicate_window": seconds_to_ns(self.duplicate_window),
+            "max_age": seconds_to_ns(self.max_age),
+            "max_msgs": self.max_msgs,
+            "max_bytes": self.max_bytes,
+            "max_msgs_per_subject": self.max_msgs_per_subject,
+            "allow_direct": self.allow_direct,
+        }
+        if self.subjects:
+            config["subjects"] = list(self.subjects)
+        if self.mirror is not None:
+            config["mirror"] = self.mirror.to_api()
+            config["mirror_direct"] = self.allow_direct
+        if self.sources:
+            config["sources"] = [source.to_api() for source in self.sources]
+        config.update(self.extra)
+        return config
+
+
+async def stream_exists(conn: Connection, name: str) -> bool:
+    """Whether stream ``name`` exists (other errors of the lookup propagate)."""
+    try:
+        await conn.stream_info(name)
+    except StreamNotFound:
+        return False
+    return True
+
+
+async def create_stream_if_missing(conn: Connection, spec: StreamSpec) -> dict[str, Any]:
+    """Create the stream when it does not exist; an existing one is returned unchanged.
+
+    Returns:
+        The server's stream info.
+    """
+    try:
+        return await conn.stream_info(spec.name)
+    except StreamNotFound:
+        pass
+    try:
+        return await add_stream(conn, spec.to_api())
+    except JetStreamError as exc:  # 10058: created concurrently with another config
+        if exc.err_code != 10058:
+            raise
+        return await conn.stream_info(spec.name)
+
+
+async def overlapping_streams(
+    conn: Connection, subjects: tuple[str, ...]
+) -> dict[str, tuple[str, ...]]:
+    """The existing streams whose subjects overlap any of ``subjects``, with their subjects.
+
+    What a ``subjects overlap with an existing stream`` (10065) refusal does not
+    say: the server's ``STREAM.NAMES`` filter matches the same overlaps.
+
+    Example::
+
+        await overlapping_streams(conn, ("orders.eu.>",))  # {"ORDERS": ("orders.>",)}
+    """
+    found: dict[str, tuple[str, ...]] = {}
+    for subject in subjects:
+        reply = await conn.api("STREAM.NAMES", {"subject": subject})
+        for name in reply.get("streams") or ():
+            if name not in found:
+                info = await conn.stream_info(name)
+                found[name] = tuple(info["config"].get("subjects") or ())
+    return found
+
+
+async def ensure_stream(conn: Connection, spec: StreamSpec) -> dict[str, Any]:
+    """Create the stream, or update it when it exists with a different config.
+
+    Returns:
+        The server's stream info.
+
+    Raises:
+        JetStreamError: if the server refuses the config (e.g. changing storage).
+    """
+    try:
+        await conn.stream_info(spec.name)
+    except StreamNotFound:
+        return await add_stream(conn, spec.to_api())
+    return await update_stream(conn, spec.to_api())
+
+
+def lineage_id(stream: str, sequence: int) -> str:
+    """The message id of an output derived from input ``stream`` / ``sequence``.
+
+    The jetstream sink assigns it to rows that carry the source's ``stream``
+    and ``sequence`` columns; the audit's ``lineage`` key computes it.
+
+    Example::
+
+        lineage_id("ORDERS", 17)  # -> "ORDERS:17"
+    """
+    return f"{stream}:{sequence}"
