@@ -96,13 +96,25 @@ def per_kind(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def landing(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per fault kind: landed, skipped (with the reasons, counted), and the landed share."""
-    landed = Counter(f["kind"] for r in results for f in r["faults"])
+def landing(results: list[dict[str, Any]], by_target: bool = False) -> dict[str, dict[str, Any]]:
+    """Per fault kind: landed, skipped (with the reasons, counted), and the landed share.
+
+    ``by_target``: per ``kind:target`` of the worker faults (``kill:cli``, ...) instead.
+    """
+
+    def key(fault: dict[str, Any]) -> str | None:
+        if not by_target:
+            return str(fault["kind"])
+        if fault["kind"] not in ("kill", "pause"):
+            return None
+        return f"{fault['kind']}:{fault.get('resolved') or fault['target']}"
+
+    landed = Counter(k for r in results for f in r["faults"] if (k := key(f)))
     reasons: dict[str, Counter[str]] = {}
     for r in results:
         for s in r.get("skipped", ()):
-            reasons.setdefault(s["kind"], Counter())[_reason(s["why"])] += 1
+            if k := key(s):
+                reasons.setdefault(k, Counter())[_reason(s["why"])] += 1
     out = {}
     for kind in sorted(landed.keys() | reasons.keys()):
         skipped = sum(reasons.get(kind, Counter()).values())
@@ -155,6 +167,7 @@ def summarize(
             if row["skipped"]
         },
         "landing": per_fault,
+        "landing_workers": landing(results, by_target=True),
         "faults_by_phase": dict(sorted(phases.items())),
         "records": sum(r.get("records", 0) for r in results),
         "acked": sum(r["acked"] for r in results),
@@ -239,6 +252,17 @@ def _markdown(summary: dict[str, Any], results: list[dict[str, Any]], plots: lis
             + "; ".join(f"{why} ({n})" for why, n in row["reasons"].items())
             + " |"
             for k, row in summary["landing"].items()
+        ],
+        "",
+        "Worker faults per target (`cli` is the `oncestream publish` CLI):",
+        "",
+        "| fault | landed | skipped | landed % | why skipped |",
+        "|---|---|---|---|---|",
+        *[
+            f"| {k} | {row['landed']} | {row['skipped']} | {row['landed_pct']} | "
+            + "; ".join(f"{why} ({n})" for why, n in row["reasons"].items())
+            + " |"
+            for k, row in summary["landing_workers"].items()
         ],
         "",
         *_kind_table(summary["per_kind"]),

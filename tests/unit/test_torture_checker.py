@@ -212,6 +212,14 @@ def test_the_report_counts_landed_and_skipped_faults_per_kind_with_reasons() -> 
         "reasons": {"host still reaches it: open": 1},
     }
     assert summary["faults_by_phase"] == {"drain": 1, "run": 1}
+    assert summary["landing_workers"]["kill:cli"] == {
+        "landed": 0,
+        "skipped": 1,
+        "landed_pct": 0.0,
+        "reasons": {"the producer had finished its input": 1},
+    }
+    assert summary["landing_workers"]["kill:pub"]["landed"] == 1
+    assert "partition:s1" not in summary["landing_workers"]
     assert summary["violations"] == {}
     broken = check(_history(KEYS), _state(**_stored({k: 1 for k in KEYS if k != "pub-0"})))
     broken["wall_s"] = 1.0
