@@ -313,8 +313,9 @@ class SparkPart:
                 pass  # the worker ended meanwhile (e.g. its task was cancelled)
 
     async def drain(self, trial: Trial, processed: set[str], timeout: float = 120.0) -> None:
-        """Until the output stream and the table hold every key of ``processed`` (the
-        input); then SIGTERM, which the driver answers by stopping its queries (exit 0)."""
+        """Until the output stream and the table hold every key of ``processed`` (what the
+        job can read; the checker compares its outputs with the input); then SIGTERM,
+        which the driver answers by stopping its queries (exit 0)."""
         assert self.worker is not None
         start = time.monotonic()
         assert trial.topo is not None
@@ -328,7 +329,7 @@ class SparkPart:
                 self.drained_after = round(time.monotonic() - start, 3)
                 break
             await asyncio.sleep(0.5)
-        self.worker.stop(timeout=20.0)
+        self.worker.stop(timeout=60.0)
 
     def db_keys(self) -> list[str]:
         try:
