@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from torture.checker import check, expected_keys, violations
-from torture.report import landing, summarize
+from torture.report import landing, landing_warnings, summarize
 
 KEYS = ["pub-0", "pub-1", "pub-2", "sess-0", "sess-1"]
 
@@ -224,3 +224,13 @@ def test_the_report_counts_landed_and_skipped_faults_per_kind_with_reasons() -> 
     broken = check(_history(KEYS), _state(**_stored({k: 1 for k in KEYS if k != "pub-0"})))
     broken["wall_s"] = 1.0
     assert summarize([result, broken], seed=7)["violations"] == {"lost": 1, "unstored": 1}
+
+
+def test_a_kind_landing_in_fewer_than_90_percent_of_its_attempts_is_warned() -> None:
+    per = {
+        "kill": {"landed": 9, "skipped": 1, "landed_pct": 90.0, "reasons": {}},
+        "degrade": {"landed": 8, "skipped": 2, "landed_pct": 80.0, "reasons": {}},
+        "partition": {"landed": 1, "skipped": 1, "landed_pct": 50.0, "reasons": {}},
+    }
+    # partition: too few attempts for a verdict
+    assert landing_warnings(per) == ["fault kind degrade landed 80.0 % of 10 attempts (< 90%)"]
