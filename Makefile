@@ -71,20 +71,26 @@ bench-scale: setup check-java
 bench-pipeline: setup check-java
 	$(BIN)/python bench/bench_pipeline.py
 
-# Randomized fault campaign (issue 11): needs root (network namespaces, tmpfs).
-# Writes torture/results/<timestamp>/ and torture/results/latest.json; exit 0 only
-# when no acknowledged write was lost, duplicated, applied twice or left unapplied
-# (nor a Spark output row missing or duplicated: SPARK_EVERY=N runs the Spark job
-# in one trial of N, 0 never).
+# Randomized fault campaign (issues 11, 20): needs root (network namespaces, tmpfs).
+# Writes torture/results/<timestamp>/ and torture/results/latest.json. Exit 0 only
+# when every input record of every producer is stored once and applied once in each
+# database (and once in each Spark output: SPARK_EVERY=N runs the Spark job in one
+# trial of N, 0 never; without Java the run stops unless SPARK_EVERY=0), no worker
+# failed and both stream readers agree with the server; 1 names the violations;
+# 2 bad usage or a harness crash (the verdict is unknown).
 # FAULTS=partition-pair,cluster-kill restricts the campaign to those fault kinds
 # (python -m torture --help lists the options; --fault-kinds for FAULTS).
+# SABOTAGE=drop-acked|apply-twice|skip-position|drop-row is the negative control:
+# the system is broken on purpose and the run must exit 1 naming the violation,
+# e.g. make torture TRIALS=1 SABOTAGE=skip-position (drop-row: SPARK_EVERY=1).
 TRIALS ?= 100
 SEED   ?= 7
 FAULTS ?=
 SPARK_EVERY ?= 10
+SABOTAGE ?=
 torture: setup
 	$(BIN)/python -m torture --trials $(TRIALS) --seed $(SEED) --spark-every $(SPARK_EVERY) \
-		$(if $(FAULTS),--fault-kinds $(FAULTS))
+		$(if $(FAULTS),--fault-kinds $(FAULTS)) $(if $(SABOTAGE),--sabotage $(SABOTAGE))
 
 clean:
 	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache src/*.egg-info

@@ -3,7 +3,9 @@
 It shares no code with oncestream or nats-py, so a test can write header bytes
 exactly as given (nats-py trims them, oncestream refuses some) and read the
 server's answers without either library's parsing in between. Only what the
-tests need: CONNECT, SUB, HPUB with a reply subject, and MSG/HMSG frames back.
+tests need: CONNECT, SUB, HPUB with a reply subject, and MSG/HMSG frames back;
+pipelined PUB requests (:meth:`RawClient.request_many`), which the fault
+campaign's independent stream reader (``torture/rawread.py``) uses.
 
 Example::
 
@@ -35,7 +37,8 @@ class RawClient:
         self._ids = itertools.count(1)
 
     async def __aenter__(self) -> RawClient:
-        self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        async with asyncio.timeout(self.timeout):
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
         info = await self._line()
         assert info.startswith(b"INFO "), info
         connect = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True}
@@ -92,3 +95,41 @@ class RawClient:
             frame = await self._reader.readexactly(size + 2)
         body = frame[int(args[-2]) : size] if op == b"HMSG" else frame[:size]
         return dict(json.loads(body)) if body else {"status": frame[:size].decode()}
+
+    async def request_many(
+        self, requests: list[tuple[str, bytes]], window: int = 256
+    ) -> list[tuple[bytes, bytes]]:
+        """Send each ``(subject, payload)`` with its own reply subject, ``window`` at a time.
+
+        Returns ``(header, body)`` per request, in order (``header`` empty for a
+        plain MSG; a status-only answer such as 503 "no responders" has it and an
+        empty body). A request without an answer within ``timeout`` raises TimeoutError.
+        """
+        assert self._reader is not None and self._writer is not None
+        sid = next(self._ids)
+        prefix = f"_RAWM.{sid}."
+        self._writer.write(f"SUB {prefix}* {sid}\r\n".encode())
+        out: list[tuple[bytes, bytes]] = []
+        for first in range(0, len(requests), window):
+            chunk = requests[first : first + window]
+            frames = b"".join(
+                b"PUB %b %b%d %d\r\n%b\r\n"
+                % (subject.encode(), prefix.encode(), first + i, len(payload), payload)
+                for i, (subject, payload) in enumerate(chunk)
+            )
+            self._writer.write(frames)
+            await self._writer.drain()
+            answers: dict[int, tuple[bytes, bytes]] = {}
+            while len(answers) < len(chunk):
+                line = await self._line()
+                op, subject, *args = line.split(b" ")
+                size = int(args[-1])
+                async with asyncio.timeout(self.timeout):
+                    frame = (await self._reader.readexactly(size + 2))[:size]
+                split = int(args[-2]) if op == b"HMSG" else 0
+                index = int(subject.rsplit(b".", 1)[1])
+                answers[index] = (frame[:split], frame[split:])
+            out += [answers[first + i] for i in range(len(chunk))]
+        self._writer.write(f"UNSUB {sid}\r\n".encode())
+        await self._writer.drain()
+        return out

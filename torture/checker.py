@@ -1,29 +1,42 @@
 """Classify one trial from its history and final state.
 
+What every producer had to publish is known up front (``state["inputs"]``:
+positions ``0..n-1``, or the lines of the CLI's input file), so the checks are
+about the input, not only about what a history line says was acknowledged:
+
 * ``lost``: keys with an ``ack`` in the history that are not in the producers' stream.
+* ``unstored``: input records not in the producers' stream after the drain, acked
+  or not (a resume that skipped a position, a Publisher that gave up, a kill
+  between the PubAck and its history line that was then never re-sent...).
 * ``missing_at_hub``: (leaf trials) stored at the leaf, not in the hub's source
   stream after the drain.
 * ``duplicated``: keys stored more than once in any of those streams.
 * ``applied_twice``: keys with more than one effect row in a database.
-* ``missing_effects``: keys stored in the processed stream without an effect
-  row in a database (after the drain).
-* ``unexpected``: effect rows or stored records whose key no producer could
-  have sent, producers that never finished, workers that exited on an error.
+* ``missing_effects``: input records without an effect row in a database.
+* ``unexpected``: effect rows or stored records whose key is no input record.
 * ``spark_missing`` / ``spark_duplicated``: (Spark trials) per Spark output (the
-  ``jetstream`` output stream, the ``foreachBatch`` table), keys of the processed
-  stream absent after the drain / present more than once.
+  ``jetstream`` output stream, the ``foreachBatch`` table), input records absent
+  after the drain (``+key``: a key no input has) / present more than once.
+* ``worker_failures``: a worker that exited with an error (any code but 0, or
+  0 for a processor nobody asked to stop; a SIGKILL by the nemesis is expected),
+  a process that ignored SIGTERM, or a producer that never finished its input,
+  each with the tail of its log.
+* ``reader_mismatch``: per stream, keys the project's reader and the independent
+  reader (:mod:`torture.rawread`) disagree on, plus the difference between what
+  the independent reader read and the server's own ``state.messages``.
 * ``recovery``: per fault, seconds from its heal to the next ack and the next
   applied effect.
+
+Every stream count the checks use is the independent reader's.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
-
-from .nemesis import PRODUCERS
 
 PRODUCED, SOURCED = "T", "TH"  # the producers' stream; the hub's source of it (leaf trials)
 
@@ -39,58 +52,102 @@ def load_history(path: Path) -> list[dict[str, Any]]:
     return sorted(lines, key=lambda line: line["mono"])
 
 
+def expected_keys(inputs: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Every record key of the producers' inputs (key -> producer).
+
+    ``{"positions": n}``: keys ``<producer>-0 .. <producer>-(n-1)``; ``{"file": path,
+    "id_field": f}``: the ``f`` field of each JSON line of the file (the CLI's input).
+    """
+    keys: dict[str, str] = {}
+    for producer, spec in inputs.items():
+        if "positions" in spec:
+            keys |= {f"{producer}-{i}": producer for i in range(int(spec["positions"]))}
+        else:
+            with open(spec["file"], encoding="utf-8") as f:
+                for line in f:
+                    if line.strip():
+                        keys[str(json.loads(line)[spec["id_field"]])] = producer
+    return keys
+
+
 def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any]:
+    expected = expected_keys(state["inputs"])
     acked = {h["key"] for h in history if h["op"] == "ack"}
     streams: dict[str, dict[str, int]] = state["streams"]
+    stored = streams[PRODUCED]
     duplicated: set[str] = set()
-    lost = acked - streams[PRODUCED].keys()
     for counts in streams.values():
         duplicated |= {k for k, n in counts.items() if n > 1}
     # Leaf trials: stored at the leaf but not at the hub after the drain.
     at_hub = streams.get(SOURCED)
-    missing_at_hub = set() if at_hub is None else streams[PRODUCED].keys() - at_hub.keys()
-    processed = streams.get(state["processed_stream"], {})
+    missing_at_hub = set() if at_hub is None else stored.keys() - at_hub.keys()
     applied_twice: dict[str, list[str]] = {}
     missing: dict[str, list[str]] = {}
     for db, effects in state["effects"].items():
         applied_twice[db] = sorted(k for k, n in effects.items() if n > 1)
-        missing[db] = sorted(processed.keys() - effects.keys())
+        missing[db] = sorted(expected.keys() - effects.keys())
     stored_keys = {k for c in streams.values() for k in c}
-    unexpected = sorted(k for k in stored_keys if k.split("-")[0] not in PRODUCERS)
-    unexpected += sorted({k for e in state["effects"].values() for k in e} - processed.keys())
-    spark_missing, spark_duplicated = spark_check(state.get("spark"), processed.keys())
+    unexpected = sorted(stored_keys - expected.keys())
+    unexpected += sorted({k for e in state["effects"].values() for k in e} - expected.keys())
+    spark_missing, spark_duplicated = spark_check(state.get("spark"), expected.keys())
+    failures = [*state.get("worker_failures", ())]
+    failures += [
+        {"worker": u["worker"], "code": None, "why": "never finished its input", **u}
+        for u in state.get("unfinished", ())
+    ]
     notes = []
     if state["kind"] == "leaf" and state.get("sourced_after_s") is None:
         notes.append("the hub's source never caught up with the leaf's stream")
-    if state.get("unfinished"):
-        notes.append(f"producers not finished: {state['unfinished']}")
-    for name, codes in (state.get("worker_exits") or {}).items():
-        notes.append(f"{name} exited {len(codes)}x with {sorted(set(codes))}")
+    for name, n in sorted((state.get("startup_retries") or {}).items()):
+        notes.append(f"{name}: {n} start-up retries (servers unreachable at start)")
+    faults = state["faults"]
     return {
         "index": state["index"],
         "kind": state["kind"],
         "seed": state["seed"],
+        "records": len(expected),
         "acked": len(acked),
         "stored": {s: len(c) for s, c in streams.items()},
-        "lost": sorted(lost),
+        "lost": sorted(acked - stored.keys()),
+        "unstored": sorted(expected.keys() - stored.keys()),
         "missing_at_hub": sorted(missing_at_hub),
         "duplicated": sorted(duplicated),
         "applied_twice": applied_twice,
         "missing_effects": missing,
         "unexpected": unexpected,
+        "worker_failures": failures,
+        "reader_mismatch": reader_mismatch(state.get("reads") or {}),
         "spark": state.get("spark") is not None,
         "spark_ready_after_s": (state.get("spark") or {}).get("ready_after_s"),
         "spark_query_restarts": (state.get("spark") or {}).get("query_restarts"),
         "spark_missing": spark_missing,
         "spark_duplicated": spark_duplicated,
+        "cli_resumes": state.get("cli_resumes", 0),
+        "startup_retries": state.get("startup_retries") or {},
+        "sabotage": state.get("sabotage"),
+        "sabotaged": state.get("sabotaged") or [],
         "notes": notes,
-        "faults": [f for f in state["faults"] if not f.get("skipped")],
-        "skipped_faults": sum(1 for f in state["faults"] if f.get("skipped")),
-        "skipped": [f["kind"] for f in state["faults"] if f.get("skipped")],
-        "recovery": recovery(history, state["faults"]),
+        "faults": [f for f in faults if not f.get("skipped")],
+        "skipped": [
+            {"kind": f["kind"], "target": f.get("resolved") or f["target"], "why": f["why"]}
+            for f in faults
+            if f.get("skipped")
+        ],
+        "recovery": recovery(history, faults),
         "timing": state.get("timing", {}),
         "load": load(history),
     }
+
+
+def reader_mismatch(reads: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Per stream read twice: keys counted differently by the two readers, plus how far
+    the independent reader's total is from the server's ``state.messages``."""
+    out = {}
+    for stream, read in reads.items():
+        raw, project = Counter(read["raw"]), Counter(read["project"])
+        differ = sum(abs(raw[k] - project[k]) for k in raw.keys() | project.keys())
+        out[stream] = differ + abs(sum(raw.values()) - int(read["messages"]))
+    return out
 
 
 def load(history: list[dict[str, Any]]) -> dict[str, float | None]:
@@ -108,12 +165,12 @@ def load(history: list[dict[str, Any]]) -> dict[str, float | None]:
 
 
 def spark_check(
-    spark: dict[str, Any] | None, processed: Any
+    spark: dict[str, Any] | None, expected: Any
 ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """Per Spark output: processed keys it lacks, keys it holds more than once.
+    """Per Spark output: input keys it lacks, keys it holds more than once.
 
-    A key in an output that the processed stream does not hold counts as missing
-    too (listed as ``+key``): the Spark job cannot have read it.
+    A key in an output that no input has counts as missing too (listed as
+    ``+key``): the Spark job cannot have read it.
     """
     missing: dict[str, list[str]] = {}
     duplicated: dict[str, list[str]] = {}
@@ -121,8 +178,8 @@ def spark_check(
         counts: dict[str, int] = (spark or {}).get(output) or {}
         if spark is None:
             continue
-        missing[output] = sorted(set(processed) - counts.keys())
-        missing[output] += sorted(f"+{k}" for k in counts.keys() - set(processed))
+        missing[output] = sorted(set(expected) - counts.keys())
+        missing[output] += sorted(f"+{k}" for k in counts.keys() - set(expected))
         duplicated[output] = sorted(k for k, n in counts.items() if n > 1)
     return missing, duplicated
 
@@ -161,11 +218,14 @@ def recovery(history: list[dict[str, Any]], faults: list[dict[str, Any]]) -> lis
 def violations(result: dict[str, Any]) -> dict[str, int]:
     return {
         "lost": len(result["lost"]),
+        "unstored": len(result.get("unstored", ())),
         "missing_at_hub": len(result.get("missing_at_hub", ())),
         "duplicated": len(result["duplicated"]),
         "applied_twice": sum(len(v) for v in result["applied_twice"].values()),
         "missing_effects": sum(len(v) for v in result["missing_effects"].values()),
         "unexpected": len(result["unexpected"]),
+        "worker_failures": len(result.get("worker_failures", ())),
+        "reader_mismatch": sum((result.get("reader_mismatch") or {}).values()),
         "spark_missing": sum(len(v) for v in (result.get("spark_missing") or {}).values()),
         "spark_duplicated": sum(len(v) for v in (result.get("spark_duplicated") or {}).values()),
     }

@@ -2,6 +2,11 @@
 
 Worker faults (``kill``/``pause`` of a producer or processor, and the Spark kinds)
 stay in :mod:`torture.trial`; this module covers the nats-servers and the links.
+Each fault checks a precondition before it acts (the servers it needs are
+running, not stopped; a link is not already down) and its effect after
+(:class:`Outcome`): the processes are gone or stopped, a probe from the host or
+from a node's namespace gets no answer across a cut, packets go through a
+degrade's shaping classes in both directions, the disk filler ended on ENOSPC.
 Everything a network fault changes lives inside the run's own namespaces
 (``ip link`` in the bridge namespace, ``tc`` on a node's ``eth0``), so deleting
 the namespaces (normal teardown, or :func:`torture.netns.cleanup_stale` after a
@@ -10,10 +15,14 @@ crash) undoes it.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
+from .nemesis import proc_state, wait_state
 from .netns import Net
 from .topology import Topology
 
@@ -34,10 +43,13 @@ def holds(kind: str, target: str) -> set[str]:
 
     Processes by name (a worker, ``srv:<node>``), a node's whole link
     (``link:<node>``), its node-wide shaping (``shape:<node>``), a pair's link
-    (``cut:a|b``, ``shape:a|b``). A pair cut and a node's degrade may overlap
-    (their tc filters are separate and the cut wins).
+    (``cut:a|b``, ``shape:a|b``). A degrade also holds the links it shapes (a
+    partition of its node, or a cut of its pair, would stop the traffic it slows,
+    and the check of its effect would see none); a pair cut and a node's degrade
+    may overlap (their tc filters are separate and the cut wins).
     """
     nodes = target.split("|")
+    pair = "|".join(sorted(nodes))
     if kind in ("server-kill", "server-pause", "disk-full"):
         return {f"srv:{target}"}
     if kind == "cluster-kill":
@@ -45,11 +57,11 @@ def holds(kind: str, target: str) -> set[str]:
     if kind == "partition":
         return {f"link:{target}"}
     if kind == "degrade":
-        return {f"shape:{target}"}
+        return {f"shape:{target}", f"link:{target}"}
     if kind == "partition-pair":
-        return {"cut:" + "|".join(sorted(nodes))}
+        return {f"cut:{pair}"}
     if kind == "degrade-pair":
-        return {"shape:" + "|".join(sorted(nodes))}
+        return {f"shape:{pair}", f"cut:{pair}", *(f"link:{n}" for n in nodes)}
     return {target}  # a worker
 
 
@@ -75,40 +87,116 @@ def resolve(target: str, leader: str | None, busy: set[str], kind: str, turn: in
     return (free or options)[0]
 
 
-def apply(topo: Topology, net: Net, kind: str, target: str) -> str:
-    """Start a server or network fault; returns how it was made."""
-    if kind == "server-kill":
-        topo.servers[target].kill()
-    elif kind == "server-pause":
-        topo.servers[target].pause()
-    elif kind == "cluster-kill":
-        pids = [s.pid for s in topo.servers.values() if s.running() and s.pid is not None]
-        for pid in pids:  # every node at once, then reap
+@dataclass(frozen=True)
+class Outcome:
+    """What starting a fault did.
+
+    ``landed``: its effect was seen (the evidence in ``how``). Otherwise ``why``
+    says what failed; ``retry`` means its precondition does not hold yet and
+    nothing was changed (the trial tries again later); ``touched`` that something
+    was changed and must be healed although the fault did not land.
+    """
+
+    landed: bool
+    how: str = ""
+    why: str = ""
+    retry: bool = False
+    touched: bool = True
+
+
+def not_yet(why: str) -> Outcome:
+    return Outcome(False, why=why, retry=True, touched=False)
+
+
+def _server_down(topo: Topology, node: str, *, stopped_ok: bool) -> str | None:
+    """Why ``node``'s server cannot take a fault now (None: it runs; a network fault
+    also lands on a stopped server, whose kernel still answers on its behalf)."""
+    pid = topo.servers[node].pid
+    state = None if pid is None else proc_state(pid)
+    if state is None:
+        return f"{node}'s server is not running"
+    if state in ("T", "t") and not stopped_ok:
+        return f"{node}'s server is stopped"
+    return None
+
+
+CLIENT_PORT = 4222
+
+
+def apply(topo: Topology, net: Net, kind: str, target: str) -> Outcome:
+    """Start a server or network fault once its precondition holds; check its effect."""
+    nodes = list(topo.servers) if kind == "cluster-kill" else target.split("|")
+    network = kind in ("partition", "partition-pair", "degrade", "degrade-pair")
+    for node in nodes:
+        down = _server_down(topo, node, stopped_ok=network)
+        if down is not None:
+            return not_yet(down)
+    if kind in ("server-kill", "cluster-kill"):
+        pids = {n: topo.servers[n].pid for n in nodes}
+        for pid in pids.values():  # every node at once, then reap
+            assert pid is not None
             os.kill(pid, signal.SIGCONT)
             os.kill(pid, signal.SIGKILL)
-        for server in topo.servers.values():
-            server.kill()
-        return f"SIGKILL {len(pids)} nodes"
-    elif kind == "partition":
+        for node in nodes:
+            topo.servers[node].kill()
+        alive = [n for n, pid in pids.items() if pid is not None and proc_state(pid) is not None]
+        how = f"SIGKILL {', '.join(f'{n} pid {p}' for n, p in pids.items())}"
+        return Outcome(not alive, how, f"still alive after SIGKILL: {alive}" if alive else "")
+    if kind == "server-pause":
+        pid = topo.servers[target].pid
+        assert pid is not None
+        topo.servers[target].pause()
+        state = wait_state(pid, {"T", "t"})
+        return Outcome(state in ("T", "t"), f"SIGSTOP pid {pid}", f"state {state} after SIGSTOP")
+    if kind == "partition":
+        if not net.link_is_up(target):
+            return not_yet(f"{target}'s bridge port is already down")
         net.link_down(target)
-        return "ip link down (bridge port)"
-    elif kind == "degrade":
-        return net.degrade(target)
-    elif kind == "partition-pair":
+        seen = net.probe(net.nodes[target], CLIENT_PORT)
+        how = f"ip link down (bridge port); host -> {target}: {seen}"
+        return Outcome(seen in _CUT, how, "" if seen in _CUT else f"host still reaches it: {seen}")
+    if kind == "partition-pair":
         a, b = target.split("|")
         net.cut(a, b)
-        return "tc bpf drop both ways"
-    elif kind == "degrade-pair":
-        a, b = target.split("|")
-        return net.degrade(a, peer=b)
-    elif kind == "disk-full":
+        ways = _both_ways(net, a, b)
+        how = f"tc bpf drop both ways; {a} -> {b}: {ways[0]}, {b} -> {a}: {ways[1]}"
+        cut = all(w in _CUT for w in ways)
+        return Outcome(cut, how, "" if cut else f"packets still pass: {ways}")
+    if kind in ("degrade", "degrade-pair"):
+        ends = target.split("|")
+        node, peer = ends[0], (ends[1] if len(ends) > 1 else None)
+        how = net.degrade(node, peer=peer)
+        # Traffic through the shaping classes: the workload's, or a probe's.
+        if peer is None:
+            net.probe(net.nodes[node], CLIENT_PORT, timeout=2.0)
+        else:
+            _both_ways(net, node, peer, timeout=2.0)
+        packets = net.shaped_packets(node, peer=peer)
+        shaped = all(n > 0 for n in packets)
+        how += f"; packets shaped per direction so far {packets}"
+        why = "" if shaped else f"no packets through a shaped class: {packets}"
+        return Outcome(shaped, how, why)
+    if kind == "disk-full":
         assert topo.store_mount is not None
-        fill(topo.store_mount / "filler")
-        return "tmpfs filled to ENOSPC"
-    return "ok"
+        code, written = fill(topo.store_mount / "filler")
+        ended = errno.errorcode.get(code, code) if code is not None else "no error"
+        how = f"tmpfs filled: {written // (1 << 20)} MiB written, then {ended}"
+        full = code == errno.ENOSPC
+        return Outcome(full, how, "" if full else f"the filler stopped without ENOSPC ({code})")
+    raise ValueError(f"unknown server fault kind {kind!r}")
 
 
-def heal(topo: Topology, net: Net, kind: str, target: str) -> None:
+_CUT = ("timeout", "unreachable")
+
+
+def _both_ways(net: Net, a: str, b: str, timeout: float = 1.0) -> list[str]:
+    with ThreadPoolExecutor(2) as pool:
+        ab = pool.submit(net.probe, net.nodes[b], CLIENT_PORT, src=a, timeout=timeout)
+        ba = pool.submit(net.probe, net.nodes[a], CLIENT_PORT, src=b, timeout=timeout)
+        return [ab.result(), ba.result()]
+
+
+def heal(topo: Topology, net: Net, kind: str, target: str, outcome: Outcome) -> None:
     if kind == "server-kill":
         topo.restart(target)
     elif kind == "server-pause":
@@ -129,18 +217,40 @@ def heal(topo: Topology, net: Net, kind: str, target: str) -> None:
     elif kind == "disk-full":
         assert topo.store_mount is not None
         (topo.store_mount / "filler").unlink(missing_ok=True)
-        # nats-server 2.15.1 keeps failing writes after ENOSPC even once space is
-        # freed, until it restarts (torture/repro_disk_full.py): the operator's step.
-        topo.restart(target)
+        if outcome.landed:
+            # nats-server 2.15.1 keeps failing writes after ENOSPC even once space is
+            # freed, until it restarts (torture/repro_disk_full.py): the operator's step.
+            topo.restart(target)
 
 
-def fill(path: Path) -> None:
-    """Fill the filesystem holding ``path`` (ENOSPC ends it: that is the fault)."""
+def fill(path: Path) -> tuple[int | None, int]:
+    """Fill the filesystem holding ``path``: (the errno that ended it, bytes written).
+
+    ENOSPC is the fault; any other error means it did not happen.
+    """
     chunk = b"\0" * (1 << 20)
+    written = 0
     try:
         with open(path, "wb") as f:
             while True:
-                f.write(chunk)
+                written += f.write(chunk)
                 f.flush()
+    except OSError as exc:
+        return exc.errno, written
+
+
+def server_log_size(topo: Topology, node: str) -> int:
+    try:
+        return topo.servers[node].log_file.stat().st_size
     except OSError:
-        pass
+        return 0
+
+
+def server_log_has(topo: Topology, node: str, since: int, text: str) -> bool:
+    """Whether ``node``'s server log holds ``text`` after byte ``since``."""
+    try:
+        with open(topo.servers[node].log_file, "rb") as f:
+            f.seek(since)
+            return text.encode() in f.read()
+    except OSError:
+        return False

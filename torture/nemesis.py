@@ -1,13 +1,17 @@
-"""Seeded fault schedules and their execution.
+"""Seeded fault schedules, and the worker processes the faults hit.
 
-A schedule is a list of :class:`Fault` (start offset, duration, kind, target)
-drawn from the campaign seed and the trial's number only, so a trial reruns
-exactly from its seed and index (the schedule; the interleaving with the workload
-is up to the kernel). Which kinds a trial gets is a seeded cycle through its
+A schedule is a list of :class:`Fault` (start offset, duration, kind, target,
+phase) drawn from the campaign seed and the trial's number only, so a trial
+reruns exactly from its seed and index (the schedule; the interleaving with the
+workload is up to the kernel; ``python -m torture --schedule`` prints it without
+running anything). Which kinds a trial gets is a seeded cycle through its
 topology's menu carried over the trials (:func:`cycle_kind`), so 100 trials
-inject every kind a known number of times. Faults overlap freely; one that needs
-something already under a fault (the same process, node or link) waits until it
-heals (see ``Trial``), and is skipped only when the fault phase ends first.
+inject every kind a known number of times. A trial's faults start at start-up
+(the workers are connecting), during the run, and during the drain (producers
+finishing, processors and the hub's source catching up). Faults overlap freely;
+one that needs something already under a fault (the same process, node or link)
+or whose precondition does not hold yet waits (see ``Trial``), and is skipped,
+with the reason, when it cannot start within :data:`MAX_WAIT` seconds.
 """
 
 from __future__ import annotations
@@ -17,12 +21,18 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 PRODUCERS = ("pub", "sess", "cli")
 PROCESSORS = ("lite", "pg1", "pg2")
+#: Seconds a fault may wait past its start for a busy target or a precondition.
+MAX_WAIT = 8.0
+#: Start windows (s from the trial's start): faults at start-up, and in the drain
+#: (``duration`` + this window; the drain does not end before they are healed).
+STARTUP, DRAIN = (0.2, 1.5), (0.0, 1.5)
 
 
 @dataclass(frozen=True)
@@ -31,6 +41,7 @@ class Fault:
     duration: float
     kind: str
     target: str
+    phase: str = "run"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -65,14 +76,14 @@ def fault_menu(topology_kind: str) -> list[tuple[str, str]]:
             menu += [("partition-pair", pair), ("degrade-pair", pair)]
         menu += [("cluster-kill", "all")]
     else:
-        menu += [
-            ("server-kill", "leaf"),
-            ("server-pause", "leaf"),
-            ("partition", "leaf"),
-            ("degrade", "leaf"),
-            ("partition-pair", "leaf|hub"),
-            ("degrade-pair", "leaf|hub"),
-        ]
+        for node in ("leaf", "hub"):
+            menu += [
+                ("server-kill", node),
+                ("server-pause", node),
+                ("partition", node),
+                ("degrade", node),
+            ]
+        menu += [("partition-pair", "leaf|hub"), ("degrade-pair", "leaf|hub")]
     return menu
 
 
@@ -98,6 +109,24 @@ def cycle_kind(campaign_seed: int, group: str, kinds: list[str], position: int) 
 DURATIONS = {"cluster-kill": (2.0, 5.0), "partition-pair": (2.0, 7.0), "degrade-pair": (2.0, 6.0)}
 
 
+def windows(count: int, duration: float) -> list[tuple[str, float, float]]:
+    """(phase, earliest, latest start) of each of ``count`` faults.
+
+    One at start-up, one in the drain (from 3 faults on), the others in equal
+    slices of the run between them, so faults spread out.
+    """
+    lo, hi = STARTUP[1], max(STARTUP[1] + 0.5, duration - 1.5)
+    out: list[tuple[str, float, float]] = []
+    if count >= 2:
+        out.append(("start-up", *STARTUP))
+    middle = count - len(out) - (1 if count >= 3 else 0)
+    width = (hi - lo) / max(1, middle)
+    out += [("run", lo + i * width, lo + (i + 1) * width) for i in range(middle)]
+    if count >= 3:
+        out.append(("drain", duration + DRAIN[0], duration + DRAIN[1]))
+    return out
+
+
 def schedule(
     seed: int,
     topology_kind: str,
@@ -109,13 +138,13 @@ def schedule(
     menu: list[tuple[str, str]] | None = None,
     group: str | None = None,
 ) -> list[Fault]:
-    """``count`` faults starting in ``[2s, duration - 5s]``, ending by ``duration``, seeded.
+    """``count`` faults over start-up, the run and the drain (:func:`windows`), seeded.
 
     The kinds come from :func:`cycle_kind`: the trial is number ``ordinal`` of the
     trials sharing ``group`` (default: the topology kind) in this campaign, so its
     faults are positions ``ordinal * count ...`` of that group's sequence. Targets,
-    start times (one per equal slice of the window, so faults spread out) and
-    lengths come from ``random.Random(seed)``.
+    start times and lengths come from ``random.Random(seed)``. A drain fault never
+    targets a producer (it may have finished its input).
     """
     rng = random.Random(seed)
     menu = fault_menu(topology_kind) if menu is None else menu
@@ -124,33 +153,78 @@ def schedule(
         return []
     base = seed if campaign_seed is None else campaign_seed
     group = group or topology_kind
-    lo, hi = 2.0, max(2.5, duration - 5.0)
-    width = (hi - lo) / count
     faults = []
-    for i in range(count):
+    for i, (phase, lo, hi) in enumerate(windows(count, duration)):
         kind = cycle_kind(base, group, kinds, ordinal * count + i)
         targets = [t for k, t in menu if k == kind]
+        if phase == "drain":
+            targets = [t for t in targets if t not in PRODUCERS] or targets
         target = targets[rng.randrange(len(targets))]
-        start = lo + i * width + rng.uniform(0.0, width)
+        start = rng.uniform(lo, hi)
         low, high = DURATIONS.get(kind, (1.0, 5.0))
-        length = min(rng.uniform(low, high), max(low, duration - start))
-        faults.append(Fault(round(start, 3), round(length, 3), kind, target))
+        length = min(rng.uniform(low, high), max(low, duration + 6.0 - start))
+        faults.append(Fault(round(start, 3), round(length, 3), kind, target, phase))
     return faults
 
 
-class Worker:
-    """A worker subprocess (``python -m torture.workers`` or the CLI), restartable."""
+def proc_state(pid: int) -> str | None:
+    """The kernel's state letter of ``pid`` (R, S, D, T, Z, ...), None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
 
-    def __init__(self, name: str, argv: list[str], log: Path, *, restart_until_done: bool) -> None:
+
+def wait_state(pid: int, wanted: set[str | None], timeout: float = 1.0) -> str | None:
+    """Poll ``pid``'s state until it is one of ``wanted`` (a signal is delivered
+    asynchronously); return the last state seen."""
+    deadline = time.monotonic() + timeout
+    state = proc_state(pid)
+    while state not in wanted and time.monotonic() < deadline:
+        time.sleep(0.01)  # another process's state: nothing to await on
+        state = proc_state(pid)
+    return state
+
+
+#: A CLI run that failed before publishing (no summary line) this many times in a row
+#: is a failure, not a start-up retry.
+MAX_STARTUP_FAILURES = 30
+
+
+class Worker:
+    """A worker subprocess (``python -m torture.workers`` or the CLI), restartable.
+
+    Every exit the harness did not cause is accounted: a producer's exit 0 means
+    its input is done; a SIGKILL by the nemesis (:meth:`nemesis_kill`) and a
+    processor's exit 0 after :meth:`stop` are expected; anything else (a non-zero
+    exit, a processor ending unasked, a process that ignores SIGTERM) is a
+    *failure*, recorded with the tail of that run's log, and the worker is
+    started again so the trial goes on. The one exception is :meth:`startup_exit`:
+    the CLI exiting 1 before it published anything (no server reachable at
+    start-up, say), counted as a start-up retry (up to :data:`MAX_STARTUP_FAILURES`
+    in a row).
+    """
+
+    def __init__(
+        self, name: str, argv: list[str], log: Path, *, restart_until_done: bool, cli: bool = False
+    ) -> None:
         self.name, self.argv, self.log = name, argv, log
         self.restart_until_done = restart_until_done
+        self.cli = cli
         self.proc: subprocess.Popen[bytes] | None = None
-        self.exits: list[int] = []
+        self.failures: list[dict[str, Any]] = []
+        self.startup_retries = 0
+        self._startup_streak = 0
         self.done = False
-        self.paused = False
+        self.stopping = False
+        self._accounted = False  # the current run's exit is accounted
+        self._log_from = 0
 
     def start(self) -> None:
+        self._accounted = False
         with open(self.log, "ab") as log:
+            self._log_from = log.tell()
             self.proc = subprocess.Popen(
                 self.argv,
                 stdout=log,
@@ -160,6 +234,10 @@ class Worker:
                 cwd=Path(__file__).resolve().parent.parent,
             )
 
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.alive() and self.proc is not None else None
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -168,35 +246,91 @@ class Worker:
             os.kill(self.proc.pid, sig)
 
     def kill(self) -> None:
+        """SIGKILL at teardown (not accounted: the trial is over)."""
         self.signal(signal.SIGCONT)
         self.signal(signal.SIGKILL)
         if self.proc is not None:
             self.proc.wait(timeout=10)
-        self.paused = False
+
+    def nemesis_kill(self) -> int | None:
+        """SIGKILL as a fault; the exit code (-9 when the kill did it, None if not running).
+
+        An exit that beat the signal (a producer finishing) is accounted as usual.
+        """
+        if self.proc is None or self.proc.poll() is not None:
+            return None
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGKILL)
+        code = self.proc.wait(timeout=10)
+        self._accounted = True
+        if code != -signal.SIGKILL:
+            self._exited(code)
+        return code
 
     def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM (processors finish their batch), SIGKILL after ``timeout``."""
-        if self.proc is None or self.proc.poll() is not None:
+        """SIGTERM (processors finish their batch); exit 0 is expected, anything else
+        (or still running after ``timeout``, then SIGKILLed) is a failure."""
+        self.stopping = True
+        if self.proc is None or self._settle():
             return
         self.signal(signal.SIGCONT)
         self.signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout=timeout)
+            code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
+            self._accounted = True
+            self._fail(None, f"still running {timeout:g}s after SIGTERM; SIGKILLed")
+            return
+        self._accounted = True
+        if code != 0:
+            self._fail(code, "exit code after SIGTERM")
 
     def supervise(self, in_fault: bool) -> None:
-        """Restart after an unplanned exit (recorded); mark producers done on exit 0."""
-        if self.proc is None or self.proc.poll() is None or in_fault:
+        """Account an exit and start the worker again unless it is done."""
+        if self.done or in_fault or self.stopping:
             return
-        code = self.proc.returncode
+        if self._settle() and not self.done:
+            self.start()
+
+    def _settle(self) -> bool:
+        """Account the current run's exit (once); whether it has exited."""
+        if self.proc is None or self.proc.poll() is None:
+            return False
+        if not self._accounted:
+            self._accounted = True
+            self._exited(self.proc.returncode)
+        return True
+
+    def _exited(self, code: int) -> None:
         if code == 0 and self.restart_until_done:
             self.done = True
             return
-        if code != -signal.SIGKILL:
-            self.exits.append(code)
-        if not self.done:
-            self.start()
+        if self.cli and code == 1 and self.startup_exit():
+            self.startup_retries += 1
+            self._startup_streak += 1
+            if self._startup_streak <= MAX_STARTUP_FAILURES:
+                return
+        self._startup_streak = 0
+        self._fail(code, "exited unasked" if code == 0 else "exit code")
+
+    def startup_exit(self) -> bool:
+        """This run of the CLI failed before publishing: an error, and no summary line."""
+        text = self.run_log()
+        return "error:" in text and "': stored " not in text
+
+    def run_log(self) -> str:
+        """What the current (or last) run wrote to the log."""
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(self._log_from)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def _fail(self, code: int | None, why: str) -> None:
+        tail = self.run_log().splitlines()[-15:]
+        self.failures.append({"worker": self.name, "code": code, "why": why, "log_tail": tail})
 
 
 def python_argv(role: str, cfg: dict[str, Any]) -> list[str]:

@@ -13,11 +13,15 @@ Faults: ``link_down``/``link_up`` set the node's bridge-side veth down (the
 node is cut from everyone, clients included); ``cut``/``uncut`` partition two
 nodes only (each drops what it sends to the other: a classic-BPF ``tc`` filter
 into a ``blackhole`` class of an HTB root on its ``eth0``; clients still reach
-both); ``degrade`` makes a node's link, or the link between two nodes, slow and
-lossy (an HTB class of a few Mbit/s with a short queue, plus random loss: netem
-where the kernel has it, else a classic-BPF filter on the kernel's per-packet
-random number, since this CI kernel has neither ``sch_netem`` nor ``act_gact``).
-All of it lives inside the run's namespaces and goes with them.
+both); ``degrade`` makes a node's link (in both directions: its ``eth0`` shapes
+what it sends, its bridge port what it receives), or the link between two nodes,
+slow and lossy (an HTB class of a few Mbit/s with a short queue, plus random
+loss: netem where the kernel has it, else a classic-BPF filter on the kernel's
+per-packet random number, since this CI kernel has neither ``sch_netem`` nor
+``act_gact``). All of it lives inside the run's namespaces and goes with them.
+:meth:`Net.probe` (a TCP connection from the host or from a node's namespace)
+and :meth:`Net.shaped_packets` (the shaping classes' counters) let the harness
+check that a fault took effect.
 
 Everything created is written to a state file under :data:`STATE_DIR` *before*
 it is created; :func:`cleanup_stale` (run at the start of each campaign) removes
@@ -27,10 +31,13 @@ recording process is gone.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -39,6 +46,36 @@ STATE_DIR = Path(os.environ.get("TORTURE_STATE_DIR", "/run/oncestream-torture"))
 #: tc filter priorities (lower runs first) per fault, plus the peer's slot (0 = everyone).
 CUT, LOSS, SHAPE = 20, 40, 60
 _SKF_AD_RANDOM = 0xFFFFF000 + 56  # classic BPF ancillary load: a per-packet random u32
+_UNREACHABLE = {errno.EHOSTUNREACH, errno.ENETUNREACH}
+
+
+def class_packets(shown: str, classid: str) -> int:
+    """Packets sent through ``classid`` in ``tc -s class show`` text (0 if absent).
+
+    (iproute2 6.1 prints no JSON for class statistics.)
+    """
+    blocks = re.split(r"\n(?=class )", shown)
+    for block in blocks:
+        if block.split()[2:3] == [classid]:
+            sent = re.search(r"Sent \d+ bytes (\d+) pkt", block)
+            return int(sent.group(1)) if sent else 0
+    return 0
+
+
+def _probe_in(ns: str, dst: str, port: int, timeout: float) -> str:
+    """:meth:`Net.probe` from inside namespace ``ns`` (bash's /dev/tcp, bounded by timeout)."""
+    cmd = ["ip", "netns", "exec", ns, "timeout", f"{timeout:g}", "bash", "-c",
+           f"exec 3<>/dev/tcp/{dst}/{port}"]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 10, check=False)
+    if result.returncode == 0:
+        return "open"
+    if result.returncode == 124:
+        return "timeout"
+    if "refused" in result.stderr:
+        return "refused"
+    if "No route" in result.stderr or "unreachable" in result.stderr:
+        return "unreachable"
+    return f"error: {result.stderr.strip()[-200:]}"
 
 
 def drop_bytecode(dst: str | None, pct: float) -> str:
@@ -102,7 +139,7 @@ def _remove(state: dict[str, Any]) -> None:
 
 def cleanup_stale() -> list[str]:
     """Remove leftovers of earlier runs whose harness process is gone; return their run ids."""
-    removed = []
+    removed: list[str] = []
     if not STATE_DIR.is_dir():
         return removed
     for path in sorted(STATE_DIR.glob("*.json")):
@@ -140,7 +177,7 @@ class Net:
         self.run_id = run_id
         self.state_file = STATE_DIR / f"{run_id}.json"
         self.nodes: dict[str, str] = {}  # node -> address
-        self._shaped: set[str] = set()  # nodes with the HTB root on eth0
+        self._shaped: set[tuple[str, str]] = set()  # (namespace, device) with the HTB root
         self.bridge_ns = self._ns_name("br")
         # Choose the subnet and record it under one lock: two campaigns (e.g. the CI
         # smoke next to `make torture`) starting a trial at the same moment must not
@@ -244,95 +281,151 @@ class Net:
     def link_up(self, node: str) -> None:
         _ip("ip", "link", "set", "dev", f"v{node}", "up", ns=self.bridge_ns)
 
-    def _htb(self, node: str) -> None:
-        """An HTB root on ``node``'s ``eth0`` (once per node), default class 1:1 unshaped,
+    def _dev(self, node: str, *, inbound: bool = False) -> tuple[str, str]:
+        """(namespace, device) whose egress carries what ``node`` sends (its ``eth0``) or,
+        ``inbound``, what it receives (its veth peer on the bridge)."""
+        return (self.bridge_ns, f"v{node}") if inbound else (self._ns_name(node), "eth0")
+
+    def _htb(self, ns: str, dev: str) -> None:
+        """An HTB root on ``dev`` (once per device), default class 1:1 unshaped,
         class 1:99 a ``blackhole`` qdisc (every packet classified there is dropped)."""
-        if node in self._shaped:
+        if (ns, dev) in self._shaped:
             return
-        ns = self._ns_name(node)
-        _ip("tc", "qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "htb",
+        _ip("tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb",
             "default", "1", "r2q", "100000", ns=ns)  # fmt: skip
         for cls in ("1:1", "1:99"):
-            _ip("tc", "class", "replace", "dev", "eth0", "parent", "1:", "classid", cls,
+            _ip("tc", "class", "replace", "dev", dev, "parent", "1:", "classid", cls,
                 "htb", "rate", "10gbit", ns=ns)  # fmt: skip
-        _ip("tc", "qdisc", "replace", "dev", "eth0", "parent", "1:99", "handle", "99:",
+        _ip("tc", "qdisc", "replace", "dev", dev, "parent", "1:99", "handle", "99:",
             "blackhole", ns=ns)  # fmt: skip
-        self._shaped.add(node)
+        self._shaped.add((ns, dev))
 
     def _slot(self, peer: str | None) -> int:
         """0 for the whole node, else the peer's host number (1-based, < 20)."""
         return 0 if peer is None else int(self.nodes[peer].rsplit(".", 1)[1])
 
-    def _filter(self, node: str, prio: int, classid: str, *, dst: str | None, pct: float) -> None:
+    def _filter(
+        self, ns: str, dev: str, prio: int, classid: str, *, dst: str | None, pct: float
+    ) -> None:
         bytecode = drop_bytecode(dst, pct)
-        _ip("tc", "filter", "replace", "dev", "eth0", "parent", "1:", "protocol", "ip",
+        _ip("tc", "filter", "replace", "dev", dev, "parent", "1:", "protocol", "ip",
             "prio", str(prio), "bpf", "bytecode", bytecode, "classid", classid,
-            ns=self._ns_name(node))  # fmt: skip
+            ns=ns)  # fmt: skip
 
-    def _unfilter(self, node: str, prio: int) -> None:
-        _ip("tc", "filter", "del", "dev", "eth0", "parent", "1:", "prio", str(prio),
-            ns=self._ns_name(node), check=False)  # fmt: skip
+    def _unfilter(self, ns: str, dev: str, prio: int) -> None:
+        _ip("tc", "filter", "del", "dev", dev, "parent", "1:", "prio", str(prio),
+            ns=ns, check=False)  # fmt: skip
 
     def cut(self, a: str, b: str) -> None:
         """Partition ``a`` from ``b`` only: each side drops every IPv4 packet to the other
         (a classic-BPF tc filter into the blackhole class); clients still reach both."""
         for x, y in ((a, b), (b, a)):
-            self._htb(x)
-            self._filter(x, CUT + self._slot(y), "1:99", dst=self.nodes[y], pct=100.0)
+            ns, dev = self._dev(x)
+            self._htb(ns, dev)
+            self._filter(ns, dev, CUT + self._slot(y), "1:99", dst=self.nodes[y], pct=100.0)
 
     def uncut(self, a: str, b: str) -> None:
         for x, y in ((a, b), (b, a)):
-            self._unfilter(x, CUT + self._slot(y))
+            self._unfilter(*self._dev(x), CUT + self._slot(y))
+
+    def _shaped_links(self, node: str, peer: str | None) -> list[tuple[str, str, int, str | None]]:
+        """(namespace, device, slot, destination) of each direction a degrade shapes:
+        between two nodes, each one's ``eth0`` towards the other; a whole node, its
+        ``eth0`` (what it sends) and its bridge port (what it receives)."""
+        if peer is None:
+            return [(*self._dev(node), 0, None), (*self._dev(node, inbound=True), 0, None)]
+        return [
+            (*self._dev(node), self._slot(peer), self.nodes[peer]),
+            (*self._dev(peer), self._slot(node), self.nodes[node]),
+        ]
 
     def degrade(
         self, node: str, *, peer: str | None = None, loss_pct: float = 5.0, delay_ms: int = 150
     ) -> str:
-        """A slow, lossy link: from ``node`` to everyone, or (``peer``) between two nodes in
-        both directions; returns how.
+        """A slow, lossy link: to and from ``node`` (everyone), or (``peer``) between two
+        nodes, both directions; returns how.
 
-        Each side's egress to the other goes through an HTB class of low rate (a few
+        Each direction's egress goes through an HTB class of low rate (a few
         Mbit/s: queueing latency under load) whose queue holds ``delay_ms`` of it
         (tail drops beyond). The child qdisc is ``netem`` (delay and random loss) where
         the kernel has it; without ``sch_netem`` (this CI's kernel), random loss is a
         classic-BPF tc filter sending ``loss_pct`` % of the packets (the kernel's
         per-packet random number) to the blackhole class.
         """
-        pairs = [(node, None)] if peer is None else [(node, peer), (peer, node)]
         how = ""
-        for x, y in pairs:
-            how = self._degrade_one(x, y, loss_pct, delay_ms)
+        for ns, dev, slot, dst in self._shaped_links(node, peer):
+            rate_kbit = 2048 if peer is None else 4096
+            how = self._degrade_one(ns, dev, slot, dst, rate_kbit, loss_pct, delay_ms)
         return how
 
-    def _degrade_one(self, node: str, peer: str | None, loss_pct: float, delay_ms: int) -> str:
-        self._htb(node)
-        ns, slot = self._ns_name(node), self._slot(peer)
-        dst = None if peer is None else self.nodes[peer]
+    def _degrade_one(
+        self,
+        ns: str,
+        dev: str,
+        slot: int,
+        dst: str | None,
+        rate_kbit: int,
+        loss_pct: float,
+        delay_ms: int,
+    ) -> str:
+        self._htb(ns, dev)
         classid = f"1:{SHAPE + slot}"
-        rate_kbit = 2048 if peer is None else 4096
-        _ip("tc", "class", "replace", "dev", "eth0", "parent", "1:", "classid", classid,
+        _ip("tc", "class", "replace", "dev", dev, "parent", "1:", "classid", classid,
             "htb", "rate", f"{rate_kbit}kbit", "ceil", f"{rate_kbit}kbit", ns=ns)  # fmt: skip
-        netem = ["tc", "qdisc", "replace", "dev", "eth0", "parent", classid, "netem"]
+        netem = ["tc", "qdisc", "replace", "dev", dev, "parent", classid, "netem"]
         netem += ["delay", f"{delay_ms}ms", f"{max(1, delay_ms // 4)}ms", "loss", f"{loss_pct}%"]
         if _ip(*netem, ns=ns, check=False).returncode == 0:
             how = f"htb {rate_kbit}kbit + netem delay {delay_ms}ms loss {loss_pct}%"
         else:
             limit = max(3000, rate_kbit * 1000 // 8 * delay_ms // 1000)  # bytes
-            _ip("tc", "qdisc", "replace", "dev", "eth0", "parent", classid, "bfifo",
+            _ip("tc", "qdisc", "replace", "dev", dev, "parent", classid, "bfifo",
                 "limit", str(limit), ns=ns)  # fmt: skip
             if loss_pct:
-                self._filter(node, LOSS + slot, "1:99", dst=dst, pct=loss_pct)
+                self._filter(ns, dev, LOSS + slot, "1:99", dst=dst, pct=loss_pct)
             how = f"htb {rate_kbit}kbit, queue {delay_ms}ms, bpf random loss {loss_pct}%"
-        self._filter(node, SHAPE + slot, classid, dst=dst, pct=100.0)
-        return how
+        self._filter(ns, dev, SHAPE + slot, classid, dst=dst, pct=100.0)
+        return f"{how}, both directions"
 
     def degrade_clear(self, node: str, *, peer: str | None = None) -> None:
-        pairs = [(node, None)] if peer is None else [(node, peer), (peer, node)]
-        for x, y in pairs:
-            slot = self._slot(y)
-            self._unfilter(x, LOSS + slot)
-            self._unfilter(x, SHAPE + slot)
-            _ip("tc", "class", "del", "dev", "eth0", "classid", f"1:{SHAPE + slot}",
-                ns=self._ns_name(x), check=False)  # fmt: skip
+        for ns, dev, slot, _ in self._shaped_links(node, peer):
+            self._unfilter(ns, dev, LOSS + slot)
+            self._unfilter(ns, dev, SHAPE + slot)
+            _ip("tc", "class", "del", "dev", dev, "classid", f"1:{SHAPE + slot}",
+                ns=ns, check=False)  # fmt: skip
+
+    def shaped_packets(self, node: str, *, peer: str | None = None) -> list[int]:
+        """Packets each direction of a degrade sent through its shaping class so far."""
+        out = []
+        for ns, dev, slot, _ in self._shaped_links(node, peer):
+            shown = _ip("tc", "-s", "class", "show", "dev", dev, ns=ns, check=False).stdout
+            out.append(class_packets(shown, f"1:{SHAPE + slot}"))
+        return out
+
+    def link_is_up(self, node: str) -> bool:
+        shown = _ip("ip", "-j", "link", "show", "dev", f"v{node}", ns=self.bridge_ns, check=False)
+        try:
+            links = json.loads(shown.stdout or "[]")
+        except ValueError:
+            return False
+        return bool(links) and "UP" in links[0].get("flags", [])
+
+    def probe(self, dst: str, port: int, *, src: str | None = None, timeout: float = 1.0) -> str:
+        """Try a TCP connection to ``dst:port`` from the host or from ``src``'s namespace.
+
+        ``open`` (connected), ``refused`` (a reset came back: packets pass),
+        ``timeout`` or ``unreachable`` (nothing came back: the path is cut).
+        """
+        if src is None:
+            try:
+                with socket.create_connection((dst, port), timeout=timeout):
+                    return "open"
+            except ConnectionRefusedError:
+                return "refused"
+            except TimeoutError:
+                return "timeout"
+            except OSError as exc:
+                return "unreachable" if exc.errno in _UNREACHABLE else f"error: {exc}"
+        return _probe_in(self._ns_name(src), dst, port, timeout)
 
     def teardown(self) -> None:
         """Remove everything this run created (idempotent)."""

@@ -12,7 +12,7 @@ stream into a ``jetstream`` output stream and, through the transactional
   from its checkpoints.
 * ``spark-pause``: SIGSTOP / SIGCONT of the same processes.
 * ``pyworker-kill``: SIGKILL of one Spark Python worker, found by walking the
-  JVM's process tree in /proc and killed by PID (skipped when none exists).
+  JVM's process tree in /proc and killed by PID (the fault waits for one to exist).
 * ``pyworker-pause``: SIGSTOP of one such worker, SIGCONT of the same PID at the heal.
 """
 
@@ -33,22 +33,13 @@ from typing import TYPE_CHECKING, Any
 from oncestream import connect
 from oncestream.streams._spec import StreamSpec, ensure_stream
 
-from .nemesis import Fault, Worker
+from .faults import Outcome, not_yet
+from .nemesis import Fault, Worker, wait_state
 
 if TYPE_CHECKING:
     from .trial import Trial
 
 KINDS = ("spark-kill", "spark-pause", "pyworker-kill", "pyworker-pause")
-SEQUENCE = (
-    "pyworker-kill",
-    "pyworker-pause",
-    "spark-pause",
-    "pyworker-kill",
-    "pyworker-pause",
-    "spark-kill",
-    "spark-pause",
-    "spark-kill",
-)
 TARGET = "spark"
 OUT_STREAM, OUT_SUBJECT = "SO", "so"
 COMMITS_STREAM = "SPARK_COMMITS"
@@ -60,22 +51,36 @@ def runs_spark(index: int, every: int) -> bool:
     return every > 0 and index % every == (index // every) % every
 
 
+def spark_order(rng: random.Random) -> list[str]:
+    """Two of each Spark kind in a seeded order: the four Python-worker faults, in any
+    order, come before the first ``spark-kill`` (a restarted driver has no Python
+    worker for 20 s or more), mixed with zero to two ``spark-pause``; the rest
+    (the second kill, the remaining pauses) follow in any order."""
+    before = ["pyworker-kill", "pyworker-kill", "pyworker-pause", "pyworker-pause"]
+    pauses = ["spark-pause", "spark-pause"]
+    k = rng.randint(0, 2)
+    before += pauses[:k]
+    rng.shuffle(before)
+    after = ["spark-kill", *pauses[k:]]
+    rng.shuffle(after)
+    return [*before, "spark-kill", *after]
+
+
 def spark_schedule(seed: int, duration: float, only: tuple[str, ...] = ()) -> list[Fault]:
-    """Two faults of each Spark kind per Spark trial, in disjoint slots, seeded.
+    """Two faults of each Spark kind per Spark trial (:func:`spark_order`), in disjoint
+    slots of the run, seeded.
 
     ``only``: the campaign's ``--fault-kinds`` (the Spark kinds among them; none
-    when it names other kinds only; all when empty).
-
-    Both ``pyworker-kill`` and ``pyworker-pause`` come before the first ``spark-kill`` (a restarted
-    driver has no Python worker for 20 s or more); the second ``spark-kill`` and
-    ``spark-pause`` hit the driver while it restarts and recovers from its
-    checkpoints (which costs little more than one restart).
+    when it names other kinds only; all when empty). A ``spark-kill`` or
+    ``spark-pause`` after the first kill hits the driver while it restarts and
+    recovers from its checkpoints.
     """
     rng = random.Random(seed ^ 0x5BA2)
+    order = spark_order(rng)
     lo, hi = 1.5, max(4.5, duration - 3.0)
-    slot = (hi - lo) / len(SEQUENCE)
+    slot = (hi - lo) / len(order)
     faults = []
-    for i, kind in enumerate(SEQUENCE):
+    for i, kind in enumerate(order):
         start = lo + i * slot + rng.uniform(0.0, slot * 0.3)  # ends within its slot
         length = slot * (0.5 if kind == "pyworker-kill" else rng.uniform(0.3, 0.6))
         length = min(0.5 if kind == "pyworker-kill" else 4.0, length)
@@ -153,7 +158,7 @@ def _parent(pid: int) -> int:
 class SparkWorker(Worker):
     """The driver: signals reach its process group and every process below it."""
 
-    def _tree(self) -> list[int]:
+    def tree(self) -> list[int]:
         if self.proc is None or self.proc.poll() is not None:
             return []
         return [self.proc.pid, *descendants(self.proc.pid)]
@@ -162,20 +167,30 @@ class SparkWorker(Worker):
         if sig == signal.SIGTERM:  # graceful stop: the driver stops its queries itself
             super().signal(sig)
             return
-        for pid in self._tree():
+        for pid in self.tree():
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
 
     def kill(self) -> None:
-        tree = self._tree()
+        tree = self.tree()
         super().kill()
-        for pid in tree[1:]:  # the Python daemon's group outlives a killed JVM briefly
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _kill_all(tree[1:])  # the Python daemon's group outlives a killed JVM briefly
+
+    def nemesis_kill(self) -> int | None:
+        tree = self.tree()
+        code = super().nemesis_kill()
+        _kill_all(tree[1:])
+        return code
+
+
+def _kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 class SparkPart:
@@ -251,28 +266,39 @@ class SparkPart:
         if self.ready_file.exists():
             self.ready_after = round(time.monotonic() - self.t0, 3)
 
-    def apply(self, fault: Fault) -> str:
+    def apply(self, fault: Fault) -> Outcome:
+        """Start a Spark fault once its target exists; check that it took effect."""
         assert self.worker is not None
-        if fault.kind == "spark-kill":
-            tree = self.worker._tree()
-            self.worker.kill()
-            return f"ok: {len(tree)} processes"
-        elif fault.kind == "spark-pause":
+        if fault.kind in ("spark-kill", "spark-pause"):
+            tree = self.worker.tree()
+            if not tree:
+                return not_yet("the Spark driver is not running")
+            if fault.kind == "spark-kill":
+                self.worker.nemesis_kill()
+                alive = [p for p in tree if wait_state(p, {None, "Z"}) not in (None, "Z")]
+                how = f"SIGKILL {len(tree)} processes (driver pid {tree[0]})"
+                return Outcome(not alive, how, f"still alive: {alive}" if alive else "")
             self.worker.signal(signal.SIGSTOP)
-        else:
-            assert self.worker.proc is not None
-            workers = python_workers(self.worker.proc.pid) if self.worker.alive() else []
-            if not workers:
-                return "skipped: no Spark Python worker"
-            pool = [w for w in workers if _busy(w[1])] or workers
-            pid, cmd = pool[self.rng.randrange(len(pool))]
-            if fault.kind == "pyworker-pause":
-                os.kill(pid, signal.SIGSTOP)
-                self.paused[fault] = pid
-            else:
-                os.kill(pid, signal.SIGKILL)
-            return f"pid {pid} ({cmd.strip()[-60:]})"
-        return "ok"
+            states = {p: wait_state(p, {"T", "t", None, "Z"}) for p in tree}
+            running = [p for p, st in states.items() if st not in ("T", "t", None, "Z")]
+            stopped = states[tree[0]] in ("T", "t") and not running
+            how = f"SIGSTOP {len(tree)} processes (driver pid {tree[0]})"
+            return Outcome(stopped, how, "" if stopped else f"not stopped: {running or tree[:1]}")
+        proc = self.worker.proc
+        workers = python_workers(proc.pid) if proc is not None and self.worker.alive() else []
+        if not workers:
+            return not_yet("no Spark Python worker yet")
+        pool = [w for w in workers if _busy(w[1])] or workers
+        pid, cmd = pool[self.rng.randrange(len(pool))]
+        how = f"pid {pid} ({cmd.strip()[-60:]})"
+        if fault.kind == "pyworker-pause":
+            os.kill(pid, signal.SIGSTOP)
+            self.paused[fault] = pid
+            state = wait_state(pid, {"T", "t", None})
+            return Outcome(state in ("T", "t"), how, f"state {state} after SIGSTOP")
+        os.kill(pid, signal.SIGKILL)
+        state = wait_state(pid, {None, "Z"})
+        return Outcome(state in (None, "Z"), how, f"state {state} after SIGKILL")
 
     def heal(self, fault: Fault) -> None:
         assert self.worker is not None
@@ -287,7 +313,9 @@ class SparkPart:
                 pass  # the worker ended meanwhile (e.g. its task was cancelled)
 
     async def drain(self, trial: Trial, processed: set[str], timeout: float = 120.0) -> None:
-        """Until the output stream and the table hold every processed key; then SIGTERM."""
+        """Until the output stream and the table hold every key of ``processed`` (what the
+        job can read; the checker compares its outputs with the input); then SIGTERM,
+        which the driver answers by stopping its queries (exit 0)."""
         assert self.worker is not None
         start = time.monotonic()
         assert trial.topo is not None
@@ -301,7 +329,7 @@ class SparkPart:
                 self.drained_after = round(time.monotonic() - start, 3)
                 break
             await asyncio.sleep(0.5)
-        self.worker.stop(timeout=20.0)
+        self.worker.stop(timeout=60.0)
 
     def db_keys(self) -> list[str]:
         try:
@@ -310,11 +338,20 @@ class SparkPart:
         except sqlite3.Error:
             return []
 
-    async def final(self, trial: Trial) -> dict[str, Any]:
-        assert trial.topo is not None
-        out = await trial._keys(trial.topo.processor_target(), OUT_STREAM)
+    def drop_row(self) -> str | None:
+        """Sabotage ``drop-row``: delete one row of the ``foreachBatch`` table behind the
+        job's back (after its drain); the key of the row, None when the table is empty."""
+        with sqlite3.connect(self.db) as db:
+            row = db.execute(f"SELECT rowid, key FROM {TABLE} ORDER BY rowid LIMIT 1").fetchone()
+            if row is None:
+                return None
+            db.execute(f"DELETE FROM {TABLE} WHERE rowid = ?", (row[0],))
+        return str(row[1])
+
+    def final(self, stream: dict[str, int]) -> dict[str, Any]:
+        """The outputs (``stream``: the output stream's keys, read by the trial) and timings."""
         return {
-            "stream": dict(Counter(out)),
+            "stream": stream,
             "db": dict(Counter(self.db_keys())),
             "ready_after_s": self.ready_after,
             "drained_after_s": self.drained_after,

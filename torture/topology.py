@@ -33,6 +33,7 @@ KINDS = ("single", "cluster", "leaf", "cluster-sync")
 CLIENT, ROUTE, LEAF, HTTP = 4222, 6222, 7422, 8222
 STREAM, SUBJECT = "T", "t"
 HUB_STREAM = "TH"
+PROGRESS_STREAM, PROGRESS_SUBJECT = "ONCESTREAM_PUBLISH_PROGRESS", "oncestream.publish.progress"
 TMPFS_BYTES = 48 * 1024 * 1024
 
 
@@ -159,8 +160,19 @@ class Topology:
         # A fresh cluster drops API requests until it has a meta leader (~0.4 s): a
         # short request timeout retries soon instead of waiting the default 5 s.
         options = replace(self.connect_options(self.producer_target()), request_timeout=1.5)
+        # The CLI's progress stream, as `oncestream publish` would create it on first use.
+        # Created here because the CLI, started while the disk is full, reports the
+        # failed creation as a configuration error (exit 2): docs/guarantees.md, finding 9.
+        progress = StreamSpec(
+            name=PROGRESS_STREAM,
+            subjects=(f"{PROGRESS_SUBJECT}.>",),
+            max_msgs_per_subject=4,
+            duplicate_window=60.0,
+            replicas=replicas,
+        )
         async with await connect(options) as conn:
             await ensure_stream(conn, spec)
+            await ensure_stream(conn, progress)
         if self.kind == "leaf":
             origin = StreamSource(name=STREAM, domain="leaf")
             hub = self.connect_options(self.processor_target())

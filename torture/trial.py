@@ -1,4 +1,21 @@
-"""One trial: servers in namespaces, producers, processors, the nemesis, drain, final state."""
+"""One trial: servers in namespaces, producers, processors, the nemesis, drain, final state.
+
+Timeline (seconds from the trial's start ``t0``, taken once the servers, the
+streams and, in Spark trials, the Spark driver are ready, so every producer's
+pacing and every fault happen while the whole pipeline runs):
+
+* every worker starts at ``t0``; the producers are paced over ``duration``
+  (the ``Publisher`` and the ``ProducerSession`` from ``t0``, catching up after a
+  restart; the CLI with ``oncestream publish --rate`` from its own start);
+* faults start at start-up, during the run and during the drain
+  (:func:`torture.nemesis.schedule`); each checks its precondition and its effect,
+  and one that did not land is logged as skipped with the reason;
+* the drain begins at ``duration``: it ends once every producer finished its
+  input, the hub's source caught up (leaf trials), the processors applied every
+  stored record, and no fault is pending or active; then the processors are
+  stopped with SIGTERM, the Spark job drains, and the final state is read (every
+  stream twice: the project's reader and :mod:`torture.rawread`).
+"""
 
 from __future__ import annotations
 
@@ -18,12 +35,30 @@ from oncestream.read._range import read_stream
 
 from . import faults as server_faults
 from . import spark as sparkpart
-from .nemesis import PROCESSORS, Fault, Worker, fault_menu, python_argv, schedule
+from .faults import Outcome, not_yet
+from .nemesis import (
+    MAX_WAIT,
+    PROCESSORS,
+    PRODUCERS,
+    Fault,
+    Worker,
+    fault_menu,
+    python_argv,
+    wait_state,
+)
+from .nemesis import schedule as fault_schedule
 from .netns import Net
+from .rawread import delete_msg, read_raw, record_key
 from .topology import HUB_STREAM, STREAM, SUBJECT, Topology
 from .workers import EFFECTS, EFFECTS_COLUMNS
 
 TICK = 0.1
+#: The drain gives up (and the checker counts what is missing) after this long.
+DRAIN_TIMEOUT = 120.0
+#: Negative-control modes (``--sabotage``): each breaks the system's effect once, in a
+#: way only the checker's real checks can notice.
+SABOTAGE = ("drop-acked", "apply-twice", "skip-position", "drop-row")
+CLI_INPUT = "cli-input.jsonl"
 
 
 class Trial:
@@ -43,16 +78,25 @@ class Trial:
         ordinal: int = 0,
         fault_kinds: tuple[str, ...] = (),
         spark: bool = False,
+        sabotage: str | None = None,
     ) -> None:
         self.index, self.seed, self.kind, self.out = index, seed, kind, out
         self.run_id, self.duration, self.rate = f"{run_id}{index:02d}", duration, rate
-        # -- tfaults: the fault schedule (a seeded cycle over the menu, see nemesis.schedule)
-        menu = [(k, t) for k, t in fault_menu(kind) if not fault_kinds or k in fault_kinds]
-        self.faults = schedule(
-            seed, kind, duration, faults, campaign_seed=campaign_seed, ordinal=ordinal, menu=menu
+        self.sabotage = sabotage
+        self.faults = planned_faults(
+            seed=seed,
+            kind=kind,
+            duration=duration,
+            faults=faults,
+            campaign_seed=campaign_seed,
+            ordinal=ordinal,
+            fault_kinds=fault_kinds,
+            spark=spark,
+            sabotage=sabotage,
         )
         self.timing: dict[str, float] = {}
         self._retry_at: dict[Fault, float] = {}
+        self._waiting: dict[Fault, str] = {}
         self._leader: str | None = None
         self.pg_admin = pg_admin
         self.dir = out / f"trial-{index:03d}-{kind}"
@@ -64,12 +108,17 @@ class Trial:
         self.topo: Topology | None = None
         self.net: Net | None = None
         self.count = int(rate * duration)
+        self.inputs: dict[str, dict[str, Any]] = {
+            "pub": {"positions": self.count},
+            "sess": {"positions": self.count // 2},
+            "cli": {"file": str(self.dir / CLI_INPUT), "id_field": "id"},
+        }
         self.sourced_after: float | None = None
+        self._sabotaged = False
+        self._sabotage_task: asyncio.Task[None] | None = None
+        self._t0 = 0.0
         # -- tspark: one in --spark-every trials also runs the Spark job (torture/spark.py)
         self.spark = sparkpart.SparkPart(self.dir, seed) if spark else None
-        if self.spark is not None:
-            extra = sparkpart.spark_schedule(seed, duration, fault_kinds)
-            self.faults = sorted([*self.faults, *extra], key=lambda f: f.start)
 
     # -- setup -------------------------------------------------------------------------
 
@@ -87,19 +136,21 @@ class Trial:
             pg.execute(f"CREATE TABLE {EFFECTS} {EFFECTS_COLUMNS}")
         return url
 
-    def _workers(self, pg_url: str | None) -> None:
+    def _workers(self, pg_url: str | None, t0_wall: float) -> None:
+        """Every worker, paced from ``t0_wall`` (the trial's start, wall clock)."""
         assert self.topo is not None
         prod = self.topo.producer_target()
         proc = self.topo.processor_target()
         hist = str(self.history)
-        base = {**prod, "stream": STREAM, "subject": SUBJECT, "history": hist}
+        base = {**prod, "stream": STREAM, "subject": SUBJECT, "history": hist, "t0": t0_wall}
         # The ProducerSession waits for each ack (~350/s on an R3 `sync_interval: always`
         # stream here), so it runs at half the Publisher's rate and has room to catch up.
         for name, role, share in (("pub", "publisher", 1), ("sess", "session", 2)):
-            count, rate = self.count // share, self.rate / share
-            cfg = {**base, "name": name, "count": count, "rate": rate, "t0": time.time()}
+            cfg = {**base, "name": name, "count": self.count // share, "rate": self.rate / share}
+            if name == "sess" and self.sabotage == "skip-position":
+                cfg |= {"sabotage": self.sabotage, "marker": str(self.dir / "sabotage-skip")}
             self._add(name, python_argv(role, cfg), done=True)
-        lines = self.dir / "cli-input.jsonl"
+        lines = self.dir / CLI_INPUT
         with open(lines, "w") as f:
             for i in range(self.count // 2):
                 f.write(json.dumps({"id": f"cli-{i}", "n": i}) + "\n")
@@ -118,12 +169,14 @@ class Trial:
             "2s",
             "--max-attempts",
             "10",
+            "--rate",
+            f"{self.rate / 2:g}",
         ]
         for url in prod["servers"]:
             cli += ["-s", url]
         if prod["domain"]:
             cli += ["--domain", prod["domain"]]
-        self._add("cli", cli, done=True)
+        self._add("cli", cli, done=True, cli=True)
         ledgers = {"lite": str(self.dir / "lite.db")}
         if pg_url:
             ledgers |= {"pg1": pg_url, "pg2": pg_url}
@@ -136,10 +189,13 @@ class Trial:
                 "consumer": "lite" if name == "lite" else "pg",
                 "history": hist,
             }
+            if name == "lite" and self.sabotage == "apply-twice":
+                cfg |= {"sabotage": self.sabotage, "sabotage_key": "pub-10"}
             self._add(name, python_argv("processor", cfg), done=False)
 
-    def _add(self, name: str, argv: list[str], *, done: bool) -> None:
-        self.workers[name] = Worker(name, argv, self.dir / f"{name}.log", restart_until_done=done)
+    def _add(self, name: str, argv: list[str], *, done: bool, cli: bool = False) -> None:
+        log = self.dir / f"{name}.log"
+        self.workers[name] = Worker(name, argv, log, restart_until_done=done, cli=cli)
 
     def _note(self, op: str, key: str, result: str, **extra: Any) -> None:
         line = {
@@ -153,8 +209,6 @@ class Trial:
         }
         with open(self.history, "a") as f:
             f.write(json.dumps(line) + "\n")
-
-    # -- faults ------------------------------------------------------------------------
 
     # -- tfaults: faults (servers and links in torture/faults.py) -------------------------
 
@@ -174,77 +228,156 @@ class Trial:
             leader = ("c1", "c2", "c3")[turn % 3]
         return server_faults.resolve(fault.target, leader, self.busy, fault.kind, turn)
 
-    async def _apply(self, fault: Fault, target: str) -> str:
+    async def _apply(self, fault: Fault, target: str) -> Outcome:
         assert self.topo is not None and self.net is not None
-        if fault.kind in sparkpart.KINDS and self.spark is not None:
-            return self.spark.apply(fault)
-        if fault.kind == "kill":
-            self.workers[target].kill()
-        elif fault.kind == "pause":
-            self.workers[target].signal(signal.SIGSTOP)
-        else:
-            return await asyncio.to_thread(
-                server_faults.apply, self.topo, self.net, fault.kind, target
-            )
-        return "ok"
+        if fault.kind in sparkpart.KINDS:
+            assert self.spark is not None
+            return await asyncio.to_thread(self.spark.apply, fault)
+        if fault.phase == "sabotage" and not any(
+            h["op"] == "ack" and h["process"] == target for h in _read_history(self.history)
+        ):  # skip-position: the kill must come after a stored record, to resume after it
+            return not_yet(f"no ack of {target} yet")
+        if fault.kind in ("kill", "pause"):
+            return await asyncio.to_thread(self._apply_worker, fault.kind, self.workers[target])
+        outcome = await asyncio.to_thread(
+            server_faults.apply, self.topo, self.net, fault.kind, target
+        )
+        return outcome
 
-    def _heal(self, fault: Fault, target: str) -> None:
+    def _apply_worker(self, kind: str, worker: Worker) -> Outcome:
+        """SIGKILL / SIGSTOP of a worker that is running; its effect checked in /proc."""
+        if worker.done:
+            return Outcome(False, why="the producer had finished its input", touched=False)
+        pid = worker.pid
+        if pid is None:
+            return not_yet("the worker is not running (being restarted)")
+        if kind == "kill":
+            code = worker.nemesis_kill()
+            killed = code == -signal.SIGKILL
+            return Outcome(
+                killed, f"SIGKILL pid {pid}", "" if killed else f"it exited {code} first"
+            )
+        worker.signal(signal.SIGSTOP)
+        state = wait_state(pid, {"T", "t", None, "Z"})
+        stopped = state in ("T", "t")
+        return Outcome(stopped, f"SIGSTOP pid {pid}", "" if stopped else f"state {state}")
+
+    def _heal(self, fault: Fault, target: str, outcome: Outcome) -> None:
         assert self.topo is not None and self.net is not None
-        if fault.kind in sparkpart.KINDS and self.spark is not None:
-            return self.spark.heal(fault)
-        if fault.kind == "kill":
+        if fault.kind in sparkpart.KINDS:
+            assert self.spark is not None
+            self.spark.heal(fault)
+        elif fault.kind == "kill":
             worker = self.workers[target]
             if not worker.done and not worker.alive():
                 worker.start()
         elif fault.kind == "pause":
             self.workers[target].signal(signal.SIGCONT)
         else:
-            server_faults.heal(self.topo, self.net, fault.kind, target)
+            server_faults.heal(self.topo, self.net, fault.kind, target, outcome)
+
+    def _skip(self, fault: Fault, target: str | None, why: str, how: str = "") -> None:
+        entry = {**fault.as_dict(), "resolved": target, "skipped": True, "why": why}
+        if how:
+            entry["how"] = how
+        self.fault_log.append(entry)
+        self._note("skip", f"{fault.kind}:{target}", why)
 
     async def _start_due(self, now: float, pending: list[Fault], active: list[Any]) -> None:
-        """Start the faults that are due; one whose target is busy (or whose leader is
-        unknown) waits and retries every 0.5 s, skipped only when the phase ends first."""
+        """Start the faults that are due. One whose target is busy, whose leader is
+        unknown or whose precondition does not hold yet retries every 0.5 s, and is
+        skipped (with the last reason) after :data:`MAX_WAIT` s; one whose effect was
+        not seen is healed at once and skipped."""
         for fault in [f for f in pending if f.start <= now]:
             if self._retry_at.get(fault, 0.0) > now:
                 continue
             turn = self.faults.index(fault)
             target = await self._resolve(fault, turn, now)
             held = server_faults.holds(fault.kind, target) if target else set()
-            if target is None or held & self.busy:
-                if now + 0.5 < self.duration:
-                    self._retry_at[fault] = now + 0.5
+            outcome: Outcome | None = None
+            if target is None:
+                why = "no stream leader known"
+            elif held & self.busy:
+                why = f"target busy ({', '.join(sorted(held & self.busy))})"
+            else:
+                size = self._server_log_size(fault, target)
+                outcome = await self._apply(fault, target)
+                why = outcome.why
+                if outcome.landed:
+                    pending.remove(fault)
+                    self.busy |= held
+                    entry = {**fault.as_dict(), "resolved": target, "how": outcome.how}
+                    entry["waited_s"] = round(now - fault.start, 3)
+                    entry["role_guessed"] = target != fault.target and self._leader is None
+                    entry["wall_start"], entry["mono_start"] = time.time(), time.monotonic()
+                    entry["log_from"] = size
+                    self._note("fault", f"{fault.kind}:{target}", outcome.how)
+                    ends = time.monotonic() - self._t0 + fault.duration
+                    active.append((ends, fault, target, entry, held, outcome))
                     continue
-                pending.remove(fault)
-                entry = {**fault.as_dict(), "resolved": target, "skipped": True}
-                entry["why"] = "no stream leader" if target is None else "target busy"
-                self.fault_log.append(entry)
+                if outcome.touched:  # done but not seen: undo it, then report it
+                    await asyncio.to_thread(self._heal, fault, target, outcome)
+                if not outcome.retry:
+                    pending.remove(fault)
+                    self._skip(fault, target, why, outcome.how)
+                    continue
+            if now - fault.start < MAX_WAIT:
+                self._retry_at[fault] = now + 0.5
+                self._waiting[fault] = why
                 continue
             pending.remove(fault)
-            self.busy |= held
-            entry = {**fault.as_dict(), "resolved": target, "waited_s": round(now - fault.start, 3)}
-            entry["role_guessed"] = target != fault.target and self._leader is None
-            entry["how"] = await self._apply(fault, target)
-            if entry["how"].startswith("skipped"):  # tspark: e.g. no Spark Python worker yet
-                entry["skipped"], entry["why"] = True, entry.pop("how")
-                self.busy -= held
-                self.fault_log.append(entry)
-                continue
-            entry["wall_start"], entry["mono_start"] = time.time(), time.monotonic()
-            self._note("fault", f"{fault.kind}:{target}", entry["how"])
-            ends = time.monotonic() - self._t0 + fault.duration
-            active.append((ends, fault, target, entry, held))
+            self._skip(fault, target, f"not started within {MAX_WAIT:g}s: {why}")
 
-    def _heal_due(self, now: float, active: list[Any]) -> None:
-        for item in [a for a in active if a[0] <= now]:
+    def _server_log_size(self, fault: Fault, target: str) -> int:
+        if fault.kind != "disk-full" or self.topo is None:
+            return 0
+        return server_faults.server_log_size(self.topo, target)
+
+    async def _heal_due(self, now: float, active: list[Any], *, every: bool = False) -> None:
+        for item in [a for a in active if every or a[0] <= now]:
             active.remove(item)
-            _, fault, target, entry, held = item
-            self._heal(fault, target)
+            _, fault, target, entry, held, outcome = item
+            if fault.kind == "disk-full" and self.topo is not None:
+                entry["server_enospc"] = server_faults.server_log_has(
+                    self.topo, target, entry.pop("log_from"), "no space left on device"
+                )
+            entry.pop("log_from", None)
+            await asyncio.to_thread(self._heal, fault, target, outcome)
             self.busy -= held
             entry["wall_end"], entry["mono_end"] = time.time(), time.monotonic()
             self._note("heal", f"{fault.kind}:{target}", "ok")
             self.fault_log.append(entry)
 
     # -- tfaults: end ----------------------------------------------------------------------
+
+    # -- sabotage (the negative control) -------------------------------------------------
+
+    def _sabotage_tick(self, now: float) -> None:
+        """``drop-acked``: once half of the run is over, delete one acknowledged message
+        of the producers' stream behind the system's back (``STREAM.MSG.DELETE``), in the
+        background (a server under a fault may not answer for a while)."""
+        if self.sabotage != "drop-acked" or self._sabotaged or now < self.duration / 2:
+            return
+        if self._sabotage_task is None or self._sabotage_task.done():
+            self._sabotage_task = asyncio.create_task(self._drop_acked())
+
+    async def _drop_acked(self) -> None:
+        acked = [
+            h
+            for h in _read_history(self.history)
+            if h["op"] == "ack" and h["process"] == "pub" and "seq" in h
+        ]
+        if not acked:
+            await asyncio.sleep(0.5)
+            return
+        victim = acked[len(acked) // 2]
+        assert self.topo is not None
+        target = self.topo.producer_target()
+        if await delete_msg(target["servers"], STREAM, victim["seq"], domain=target["domain"]):
+            self._sabotaged = True
+            self._note("sabotage", victim["key"], f"drop-acked (seq {victim['seq']})")
+        else:
+            await asyncio.sleep(0.5)
 
     # -- run ---------------------------------------------------------------------------
 
@@ -268,18 +401,18 @@ class Trial:
 
     async def _run(self) -> dict[str, Any]:
         assert self.topo is not None
-        self._started = time.monotonic()
+        started = time.monotonic()
         if self.spark is not None:  # tspark: the JVM boots while the servers start
             self.workers[sparkpart.TARGET] = self.spark.start(self)
         self.topo.start()
         await self.topo.create_streams()
         pg_url = self._pg_url()
-        self._workers(pg_url)
         if self.spark is not None:
             await self.spark.create_streams(self)
             await self.spark.wait_ready()
         t0 = self._t0 = time.monotonic()
-        self.timing["setup_s"] = round(t0 - self._started, 3)
+        self.timing["setup_s"] = round(t0 - started, 3)
+        self._workers(pg_url, time.time())
         self._note("trial", self.kind, "start", seed=self.seed)
         for worker in self.workers.values():
             if not worker.alive():  # the Spark driver is up already
@@ -287,81 +420,75 @@ class Trial:
         pending = list(self.faults)
         active: list[Any] = []
         watch = asyncio.create_task(self._watch_leader()) if self.topo.clustered else None
+        # The drain's look (several requests, slow while a server is down) runs in the
+        # background, so faults keep starting and healing on time; only a look begun
+        # with no fault pending or active can end the drain.
+        check: asyncio.Task[bool] | None = None
+        quiet = False
+        next_check = 0.0
         try:
-            while time.monotonic() - t0 < self.duration or active or pending:
+            while True:
                 now = time.monotonic() - t0
                 await self._start_due(now, pending, active)
-                self._heal_due(now, active)
+                await self._heal_due(now, active)
                 self._supervise()
+                self._sabotage_tick(now)
+                if now >= self.duration:
+                    if "run_s" not in self.timing:
+                        self.timing["run_s"] = round(now, 3)
+                        self._note("trial", self.kind, "drain")
+                    if check is not None and check.done():
+                        if check.result() and quiet and not pending and not active:
+                            break
+                        check = None
+                    if check is None and time.monotonic() >= next_check:
+                        next_check = time.monotonic() + 0.5
+                        quiet = not pending and not active
+                        check = asyncio.create_task(self._drained(now))
+                    if now > self.duration + DRAIN_TIMEOUT:
+                        self._note("trial", self.kind, "drain-timeout")
+                        break
                 await asyncio.sleep(TICK)
         finally:
-            if watch is not None:
-                watch.cancel()
-        self._note("trial", self.kind, "faults-over")
-        self.timing["faults_s"] = round(time.monotonic() - t0, 3)
-        await self._drain()
-        self.timing["drain_s"] = round(time.monotonic() - t0 - self.timing["faults_s"], 3)
-        return await self._final_state(pg_url)
+            for task in (watch, check, self._sabotage_task):
+                if task is not None:
+                    task.cancel()
+        await self._heal_due(0.0, active, every=True)
+        for fault in pending:
+            self._skip(fault, None, f"the drain ended first: {self._waiting.get(fault, '')}")
+        self._note("trial", self.kind, "drained")
+        self.timing["drain_s"] = round(time.monotonic() - t0 - self.timing["run_s"], 3)
+        for name in PROCESSORS:
+            if name in self.workers:
+                self.workers[name].stop()
+        if self.spark is not None:  # tspark: until it wrote what it can read
+            target = self.topo.processor_target()
+            await self.spark.drain(self, set(await self._keys(target, target["stream"])))
+            self._note("trial", self.kind, "spark-drained")
+            if self.sabotage == "drop-row":
+                key = self.spark.drop_row()
+                self._note("sabotage", str(key), "drop-row (foreachBatch table)")
+        return await self._final_state()
 
     def _supervise(self) -> None:
         for name, worker in self.workers.items():
             worker.supervise(in_fault=name in self.busy)
 
-    async def _drain(self, timeout: float = 120.0) -> None:
-        """Producers finish, then processors catch up with the processed stream."""
+    async def _drained(self, now: float) -> bool:
+        """One look: producers done, the hub caught up, every stored record applied."""
         assert self.topo is not None
-        deadline = time.monotonic() + timeout
-        producers = [w for w in self.workers.values() if w.restart_until_done]
-        while time.monotonic() < deadline and not all(w.done for w in producers):
-            self._supervise()
-            await asyncio.sleep(0.2)
-        if self.workers["cli"].done:
-            with open(self.history, "a") as f:
-                for i in range(self.count // 2):  # exit 0: every line is stored and acked
-                    f.write(
-                        json.dumps(
-                            {
-                                "wall": time.time(),
-                                "mono": time.monotonic(),
-                                "process": "cli",
-                                "op": "ack",
-                                "key": f"cli-{i}",
-                                "result": "exit 0",
-                            }
-                        )
-                        + "\n"
-                    )
+        if not all(w.done for w in self.workers.values() if w.restart_until_done):
+            return False
         if self.kind == "leaf":
-            await self._wait_sourced(deadline)
+            at_leaf = await self._count(self.topo.producer_target(), STREAM)
+            at_hub = await self._count(self.topo.processor_target(), HUB_STREAM)
+            if not at_leaf or at_hub < at_leaf:
+                return False
+            if self.sourced_after is None:
+                self.sourced_after = round(now - self.duration, 3)
         target = self.topo.processor_target()
-        stream = target["stream"]
-        while time.monotonic() < deadline:
-            self._supervise()
-            stored = await self._count(target, stream)
-            if stored and all(len(c) >= stored for c in self._effects_now().values()):
-                break
-            await asyncio.sleep(0.5)
-        self._note("trial", self.kind, "drained")
-        for name in PROCESSORS:
-            if name in self.workers:
-                self.workers[name].stop()
-        if self.spark is not None:  # tspark
-            await self.spark.drain(self, set(await self._keys(target, stream)))
-            self._note("trial", self.kind, "spark-drained")
-
-    async def _wait_sourced(self, deadline: float) -> None:
-        """Wait (bounded) until the hub's stream holds every record of the leaf's."""
-        assert self.topo is not None
-        start = time.monotonic()
-        leaf, hub = self.topo.producer_target(), self.topo.processor_target()
-        while time.monotonic() < deadline:
-            self._supervise()
-            at_leaf = await self._count(leaf, STREAM)
-            at_hub = await self._count(hub, HUB_STREAM)
-            if at_leaf and at_hub >= at_leaf:
-                self.sourced_after = round(time.monotonic() - start, 3)
-                return
-            await asyncio.sleep(0.5)
+        stored = await self._count(target, target["stream"])
+        return bool(stored) and all(len(c) >= stored for c in self._effects_now().values())
 
     def _effects_now(self) -> dict[str, set[str]]:
         out = {}
@@ -398,66 +525,124 @@ class Trial:
             return 0
         return int((info.get("state") or {}).get("messages", 0))
 
-    async def _keys(self, target: dict[str, Any], stream: str) -> list[str]:
+    async def _keys(
+        self, target: dict[str, Any], stream: str, *, strict: bool = False
+    ) -> list[str]:
+        """Keys of ``stream`` through the project's reader ([] on an error unless ``strict``)."""
         assert self.topo is not None
         keys: list[str] = []
         try:
             async with await connect(self.topo.connect_options(target)) as conn:
                 async for chunk in read_stream(conn, stream):
-                    keys += [_key(bytes(r.data)) for r in chunk]
+                    keys += [record_key(bytes(r.data)) for r in chunk]
         except Exception:
+            if strict:
+                raise
             return []
         return keys
 
-    async def _final_state(self, pg_url: str | None) -> dict[str, Any]:
+    async def _read_both(self, target: dict[str, Any], stream: str) -> dict[str, Any]:
+        """``stream`` through both readers, and the server's own count."""
+        raw = await read_raw(target["servers"], stream, domain=target.get("domain"))
+        project = Counter(await self._keys(target, stream, strict=True))
+        return {"raw": dict(raw.keys), "project": dict(project), "messages": raw.messages}
+
+    async def _final_state(self) -> dict[str, Any]:
         assert self.topo is not None
-        streams = {STREAM: Counter(await self._keys(self.topo.producer_target(), STREAM))}
+        reads = {STREAM: await self._read_both(self.topo.producer_target(), STREAM)}
         if self.kind == "leaf":
-            target = self.topo.processor_target()
-            streams[HUB_STREAM] = Counter(await self._keys(target, HUB_STREAM))
+            reads[HUB_STREAM] = await self._read_both(self.topo.processor_target(), HUB_STREAM)
         rows = self._effect_rows()
         with open(self.history, "a") as f:
             for db, entries in rows.items():
                 for key, proc, wall, mono in entries:
-                    f.write(
-                        json.dumps(
-                            {
-                                "wall": wall,
-                                "mono": mono,
-                                "process": proc,
-                                "op": "apply",
-                                "key": key,
-                                "result": db,
-                            }
-                        )
-                        + "\n"
-                    )
+                    line = {"wall": wall, "mono": mono, "process": proc, "op": "apply"}
+                    f.write(json.dumps({**line, "key": key, "result": db}) + "\n")
+        spark = None
+        if self.spark is not None:
+            out = await self._read_both(self.topo.processor_target(), sparkpart.OUT_STREAM)
+            reads[sparkpart.OUT_STREAM] = out
+            spark = self.spark.final(out["raw"])
+        cli = self.workers["cli"]
         state = {
             "index": self.index,
             "seed": self.seed,
             "kind": self.kind,
+            "inputs": self.inputs,
             "processed_stream": self.topo.processor_target()["stream"],
-            "streams": {s: dict(c) for s, c in streams.items()},
+            "streams": {s: r["raw"] for s, r in reads.items() if s != sparkpart.OUT_STREAM},
+            "reads": reads,
             "effects": {db: dict(Counter(r[0] for r in e)) for db, e in rows.items()},
             "faults": self.fault_log,
             "sourced_after_s": self.sourced_after,
-            "spark": None if self.spark is None else await self.spark.final(self),
+            "spark": spark,
             "timing": self.timing,
-            "worker_exits": {n: w.exits for n, w in self.workers.items() if w.exits},
+            "worker_failures": [f for w in self.workers.values() for f in w.failures],
             "unfinished": [
-                n for n, w in self.workers.items() if w.restart_until_done and not w.done
+                {"worker": n, "log_tail": w.run_log().splitlines()[-15:]}
+                for n, w in self.workers.items()
+                if w.restart_until_done and not w.done
+            ],
+            "startup_retries": _startup_retries(self.history, self.workers),
+            "cli_resumes": cli.log.read_text(errors="replace").count("resuming ")
+            if cli.log.exists()
+            else 0,
+            "sabotage": self.sabotage,
+            "sabotaged": [
+                {"key": h["key"], "how": h["result"]}
+                for h in _read_history(self.history)
+                if h["op"] == "sabotage"
             ],
         }
         (self.dir / "final-state.json").write_text(json.dumps(state))
         return state
 
 
-def _key(data: bytes) -> str:
-    """The record key: the payload, or the ``id`` field of a CLI JSON record."""
-    text = data.decode(errors="replace")
-    if text.startswith("{"):
-        try:
-            return str(json.loads(text)["id"])
-        except (ValueError, KeyError):
-            return text
-    return text
+def planned_faults(
+    *,
+    seed: int,
+    kind: str,
+    duration: float,
+    faults: int,
+    campaign_seed: int | None,
+    ordinal: int,
+    fault_kinds: tuple[str, ...],
+    spark: bool,
+    sabotage: str | None = None,
+) -> list[Fault]:
+    """A trial's whole fault schedule, from its seed and options alone (``--schedule``)."""
+    menu = [(k, t) for k, t in fault_menu(kind) if not fault_kinds or k in fault_kinds]
+    planned = fault_schedule(
+        seed, kind, duration, faults, campaign_seed=campaign_seed, ordinal=ordinal, menu=menu
+    )
+    if spark:
+        planned += sparkpart.spark_schedule(seed, duration, fault_kinds)
+    if sabotage == "skip-position":  # a resume to skip a position in
+        planned.append(Fault(round(duration * 0.4, 3), 1.0, "kill", "sess", "sabotage"))
+    return sorted(planned, key=lambda f: f.start)
+
+
+def _read_history(path: Path) -> list[dict[str, Any]]:
+    out = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for raw in f:
+                try:
+                    out.append(json.loads(raw))
+                except ValueError:
+                    continue
+    except OSError:
+        return []
+    return out
+
+
+def _startup_retries(history: Path, workers: dict[str, Worker]) -> dict[str, int]:
+    """Start-up retries per worker: inside the Python workers, CLI runs restarted."""
+    counts = Counter(h["key"] for h in _read_history(history) if h["op"] == "startup-retry")
+    for name, worker in workers.items():
+        if worker.startup_retries:
+            counts[name] += worker.startup_retries
+    return dict(counts)
+
+
+__all__ = ["PRODUCERS", "SABOTAGE", "Trial", "planned_faults"]

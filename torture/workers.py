@@ -10,6 +10,19 @@ worker's history file (one JSON line, written with one ``write`` on an
 producer resumes from its own history: keys without a recorded ack are sent
 again with the same msg id (the stream's duplicate window or the session's
 sequence check keeps them single).
+
+Start-up (connecting, the producer's or the consumer's set-up) is retried for up
+to :data:`STARTUP_BUDGET` seconds, as a supervised service would be restarted: a
+worker started while its servers are down or cut off must not count as a
+failure. Each retry is a ``startup-retry`` history line. Past start-up, any
+error ends the worker with exit 1 (the trial counts it as a failure), and so
+does a publish that failed for good: a producer exits 0 only when every record
+of its input was acknowledged.
+
+``cfg["sabotage"]`` breaks the system under test on purpose, for the campaign's
+negative control (``python -m torture --sabotage KIND``): ``skip-position`` (the
+session skips one position when it resumes) and ``apply-twice`` (the processor
+applies one effect twice).
 """
 
 from __future__ import annotations
@@ -20,7 +33,9 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
 from oncestream import (
     ConnectOptions,
@@ -38,6 +53,7 @@ from oncestream import (
 #: The effects table: no unique constraint, so an effect applied twice shows as two rows.
 EFFECTS = "effects"
 EFFECTS_COLUMNS = "(key TEXT NOT NULL, proc TEXT, wall REAL, mono REAL)"
+T = TypeVar("T")
 
 
 class History:
@@ -87,6 +103,24 @@ def _connect_options(cfg: dict[str, Any]) -> ConnectOptions:
     )
 
 
+#: Seconds a worker keeps retrying its start-up before it fails.
+STARTUP_BUDGET = 60.0
+
+
+async def _startup(history: History, what: str, make: Callable[[], Awaitable[T]]) -> T:
+    """``make()`` until it succeeds, for at most :data:`STARTUP_BUDGET` seconds."""
+    deadline = time.monotonic() + STARTUP_BUDGET
+    while True:
+        try:
+            return await make()
+        except OncestreamError as exc:
+            if time.monotonic() > deadline:
+                raise
+            history.write("startup-retry", what, f"{type(exc).__name__}: {exc}"[:300])
+            print(f"start-up of {what}: {type(exc).__name__}: {exc}; retrying", flush=True)
+            await asyncio.sleep(0.5)
+
+
 async def _paced(rate: float, i: int, t0: float) -> None:
     """Wait until record ``i`` is due: ``t0`` is the trial's start (wall clock), so a
     restarted producer catches up with the schedule instead of starting it again."""
@@ -96,25 +130,33 @@ async def _paced(rate: float, i: int, t0: float) -> None:
         await asyncio.sleep(delay)
 
 
-async def run_publisher(cfg: dict[str, Any]) -> None:
+async def run_publisher(cfg: dict[str, Any]) -> int:
     name, count, rate = cfg["name"], int(cfg["count"]), float(cfg["rate"])
     history = History(cfg["history"], name)
     done = acked_keys(cfg["history"])
-    conn = await connect(_connect_options(cfg))
-    pub = Publisher(
-        conn,
-        PublisherOptions(
-            stream=cfg["stream"],
-            max_inflight=256,
-            ack_timeout=2.0,
-            max_attempts=30,
-            retry_backoff=(0.1, 0.5, 1.0),
-        ),
+    options = PublisherOptions(
+        stream=cfg["stream"],
+        max_inflight=256,
+        ack_timeout=2.0,
+        max_attempts=30,
+        retry_backoff=(0.1, 0.5, 1.0),
     )
-    await pub.start()
+
+    async def started() -> tuple[Any, Publisher]:
+        conn = await connect(_connect_options(cfg))
+        try:
+            pub = Publisher(conn, options)
+            await pub.start()
+        except BaseException:
+            await conn.close()
+            raise
+        return conn, pub
+
+    conn, pub = await _startup(history, name, started)
     subject = f"{cfg['subject']}.{name}"
     t0 = float(cfg.get("t0", time.time()))
     pending: set[asyncio.Future[Any]] = set()
+    failed: list[str] = []
     for i in range(count):
         key = f"{name}-{i}"
         if key in done:
@@ -125,6 +167,7 @@ async def run_publisher(cfg: dict[str, Any]) -> None:
         def on_ack(f: asyncio.Future[Any], key: str = key, sent: float = sent) -> None:
             pending.discard(f)
             if f.cancelled() or f.exception() is not None:
+                failed.append(key)
                 history.write("fail", key, type(f.exception()).__name__)
                 return
             ack = f.result()
@@ -144,22 +187,42 @@ async def run_publisher(cfg: dict[str, Any]) -> None:
         await asyncio.wait(pending, timeout=120)
     await pub.close()
     await conn.close()
+    if failed or pending:
+        print(f"publisher {name}: {len(failed)} publishes failed, {len(pending)} unanswered")
+        return 1
+    return 0
 
 
-async def run_session(cfg: dict[str, Any]) -> None:
+async def run_session(cfg: dict[str, Any]) -> int:
     name, count, rate = cfg["name"], int(cfg["count"]), float(cfg["rate"])
     history = History(cfg["history"], name)
-    conn = await connect(_connect_options(cfg))
-    session = ProducerSession(
-        conn,
-        stream=cfg["stream"],
-        subject_prefix=cfg["subject"],
-        producer_id=name,
-        options=PublisherOptions(ack_timeout=2.0, max_attempts=30, retry_backoff=(0.1, 0.5, 1.0)),
-    )
-    resume = await session.start()
+    options = PublisherOptions(ack_timeout=2.0, max_attempts=30, retry_backoff=(0.1, 0.5, 1.0))
+
+    async def started() -> tuple[Any, ProducerSession, int | None]:
+        conn = await connect(_connect_options(cfg))
+        try:
+            session = ProducerSession(
+                conn,
+                stream=cfg["stream"],
+                subject_prefix=cfg["subject"],
+                producer_id=name,
+                options=options,
+            )
+            resume = await session.start()
+        except BaseException:
+            await conn.close()
+            raise
+        return conn, session, resume
+
+    conn, session, resume = await _startup(history, name, started)
     t0 = float(cfg.get("t0", time.time()))
     first = 0 if resume is None else resume + 1
+    marker = Path(cfg.get("marker") or os.devnull)
+    if cfg.get("sabotage") == "skip-position" and resume is not None and not marker.exists():
+        # The negative control: a resume that skips one position (it was never sent).
+        marker.write_text(f"{name}-{first}\n")
+        history.write("sabotage", f"{name}-{first}", "skip-position")
+        first += 1
     for i in range(first, count):
         sent = time.monotonic()
         ack = await session.publish(i, f"{name}-{i}".encode())
@@ -175,38 +238,68 @@ async def run_session(cfg: dict[str, Any]) -> None:
         await _paced(rate, i, t0)
     await session.close()
     await conn.close()
+    return 0
 
 
-async def run_processor(cfg: dict[str, Any]) -> None:
+async def run_processor(cfg: dict[str, Any]) -> int:
     name, table = cfg["name"], cfg["table"]
-    ledger: SQLiteLedger | PostgresLedger
-    if cfg["ledger"].startswith("postgresql://"):
-        ledger = PostgresLedger(cfg["ledger"])
-        ph = "%s"
-    else:
-        ledger = SQLiteLedger(cfg["ledger"])
-        ph = "?"
-    ledger.open()
-    with ledger.transaction() as tx:
-        tx.execute(f"CREATE TABLE IF NOT EXISTS {table} {EFFECTS_COLUMNS}")
+    history = History(cfg["history"], name)
+    postgres = cfg["ledger"].startswith("postgresql://")
+    ph = "%s" if postgres else "?"
     insert = f"INSERT INTO {table} (key, proc, wall, mono) VALUES ({ph}, {ph}, {ph}, {ph})"
+    twice = cfg.get("sabotage_key") if cfg.get("sabotage") == "apply-twice" else None
 
     def handler(msg: Any, tx: Any) -> None:
         text = bytes(msg.data).decode()
         key = str(json.loads(text)["id"]) if text.startswith("{") else text
         tx.execute(insert, (key, name, time.time(), time.monotonic()))
+        if key == twice:  # the negative control: one effect applied a second time
+            tx.execute(insert, (key, name, time.time(), time.monotonic()))
+            history.write("sabotage", key, "apply-twice")
 
-    conn = await connect(_connect_options(cfg))
     options = ProcessorOptions(
         batch=100, ack_wait=3.0, expires=2.0, max_deliver=1000, backoff=(0.2,), prune_interval=0
     )
-    processor = Processor(
-        conn, cfg["stream"], cfg["consumer"], handler, ledger=ledger, options=options
-    )
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, processor.request_stop)
-    await processor.run()
+    current: list[Processor] = []
+    stopping: list[bool] = []
+
+    def on_sigterm() -> None:  # also during start-up: stop as soon as it runs
+        stopping.append(True)
+        for processor in current:
+            processor.request_stop()
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+
+    async def started() -> tuple[Any, Processor, asyncio.Task[Any]]:
+        ledger: SQLiteLedger | PostgresLedger
+        ledger = PostgresLedger(cfg["ledger"]) if postgres else SQLiteLedger(cfg["ledger"])
+        ledger.open()
+        with ledger.transaction() as tx:
+            tx.execute(f"CREATE TABLE IF NOT EXISTS {table} {EFFECTS_COLUMNS}")
+        conn = await connect(_connect_options(cfg))
+        processor = Processor(
+            conn, cfg["stream"], cfg["consumer"], handler, ledger=ledger, options=options
+        )
+        current[:] = [processor]
+        if stopping:
+            processor.request_stop()
+        running = asyncio.create_task(processor.run())
+        ready = asyncio.create_task(processor.wait_running(timeout=3600))
+        await asyncio.wait({running, ready}, return_when=asyncio.FIRST_COMPLETED)
+        if ready.done() and not ready.cancelled() and ready.exception() is None:
+            return conn, processor, running
+        ready.cancel()
+        try:
+            await running  # ended before it was set up: its error is a start-up failure
+            raise OncestreamError("the processor ended during its set-up")
+        finally:
+            await conn.close()
+
+    conn, _, running = await _startup(history, name, started)
+    await running
     await conn.close()
+    return 0
 
 
 ROLES = {"publisher": run_publisher, "session": run_session, "processor": run_processor}
@@ -216,11 +309,10 @@ def main() -> int:
     role, raw = sys.argv[1], sys.argv[2]
     cfg = json.loads(raw)
     try:
-        asyncio.run(ROLES[role](cfg))
+        return asyncio.run(ROLES[role](cfg))
     except OncestreamError as exc:
         print(f"{role} {cfg.get('name')}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":

@@ -137,6 +137,14 @@ async def test_option_and_stream_errors_exit_non_zero(
     )
     assert missing.exit_code == 2 and "stream 'ORDERS' (--stream) not found" in missing.stderr
 
+    for bad in ("0", "-5", "nan", "inf"):
+        paced = await invoke(
+            base_args(nats_server, file, "--subject", "orders.x", "--id-field", "id", "--rate", bad)
+        )
+        assert paced.exit_code == 2, paced.output
+        assert "--rate must be a positive number of records per second" in paced.stderr
+        assert bad in paced.stderr.lower()
+
     await make_stream("ORDERS", ("orders.>",), duplicate_window=1.0)
     guard = await invoke(base_args(nats_server, file, "--subject", "orders.x", "--id-field", "id"))
     assert guard.exit_code == 2 and "duplicate_window 1s" in guard.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import re
 import shutil
 import signal
 import sys
@@ -137,6 +138,42 @@ async def test_rerun_after_crash_and_window_stores_each_record_once(
     assert "resuming" in again_err
     ids = await _ids(url)
     assert len(ids) == total and set(ids.values()) == {1}
+
+
+async def test_paced_run_killed_mid_way_resumes_and_stores_each_record_once(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """``--rate``: the run keeps the pace, records progress while it waits, and a
+    SIGKILL mid-way followed by a re-run past the window stores every record once."""
+    url = nats_server.url
+    await _stream(url)
+    total, rate = 300, 100
+    file = _write(tmp_path / "paced.jsonl", total)
+    args = _args(url, file, "--rate", str(rate))
+    proc = await _start(args)
+    try:
+        await _wait_stored(url, 10, proc)
+        began = time.monotonic()
+        await _wait_stored(url, 110, proc)
+        took = time.monotonic() - began
+    finally:
+        proc.kill()
+    await _finish(proc)
+    assert took >= 0.9, f"100 records at --rate {rate} took {took:.2f}s"
+    await asyncio.sleep(WINDOW + 0.5)  # past the window: only the progress record protects
+    began = time.monotonic()
+    again, again_err = await _run(args)
+    took = time.monotonic() - began
+    assert again == 0, again_err
+    assert "resuming" in again_err, again_err
+    ids = await _ids(url)
+    assert len(ids) == total and set(ids.values()) == {1}
+    # The re-run paces the lines it publishes, not those the killed run confirmed.
+    found = re.search(r"resuming .* after line ([\d,]+)", again_err)
+    assert found is not None, again_err
+    confirmed = int(found.group(1).replace(",", ""))
+    assert 10 <= confirmed < total, again_err
+    assert took >= (total - confirmed - 5) / rate * 0.9, (took, again_err)
 
 
 async def test_plain_rerun_after_window_adds_nothing_and_changed_file_is_refused(

@@ -1,14 +1,21 @@
-"""The fault campaign's scheduler (torture/nemesis.py): coverage by construction, reruns."""
+"""The fault campaign's scheduler (torture/nemesis.py): coverage by construction, reruns,
+faults at start-up, during the run and during the drain."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 from torture.__main__ import ordinal
 from torture.faults import holds, resolve
-from torture.nemesis import fault_menu, menu_kinds, schedule
-from torture.netns import drop_bytecode
+from torture.nemesis import PRODUCERS, fault_menu, menu_kinds, schedule
+from torture.netns import class_packets, drop_bytecode
 from torture.topology import KINDS
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_kind_of_every_menu_at_least_10_times_in_100_trials() -> None:
@@ -26,9 +33,54 @@ def test_a_trial_reruns_from_its_seed_and_index_alone() -> None:
     a = schedule(7003, "cluster", 12.0, 5, campaign_seed=7, ordinal=0)
     b = schedule(7003, "cluster", 12.0, 5, campaign_seed=7, ordinal=0)
     assert a == b
+    assert a != schedule(7004, "cluster", 12.0, 5, campaign_seed=7, ordinal=0)
+    assert [f.phase for f in a] == ["start-up", "run", "run", "run", "drain"]
     for fault in a:
-        assert 2.0 <= fault.start <= 7.0
-        assert fault.start + fault.duration <= max(12.0, fault.start + 2.0) + 1e-6
+        assert fault.start + fault.duration <= 12.0 + 6.0 + 1e-6
+
+
+def test_faults_start_at_start_up_during_the_run_and_in_the_drain() -> None:
+    for seed in range(200):
+        for kind in KINDS:
+            faults = schedule(seed, kind, 12.0, 5, campaign_seed=seed % 7, ordinal=seed % 5)
+            starts: dict[str, list[float]] = {"start-up": [], "run": [], "drain": []}
+            for f in faults:
+                starts[f.phase].append(f.start)
+            assert all(0.2 <= s <= 1.5 for s in starts["start-up"])
+            assert all(1.5 <= s <= 10.5 for s in starts["run"])
+            assert all(12.0 <= s <= 13.5 for s in starts["drain"])
+            # a drain fault never targets a producer: it may have finished its input
+            assert all(f.target not in PRODUCERS for f in faults if f.phase == "drain")
+    assert [f.phase for f in schedule(1, "single", 8.0, 3)] == ["start-up", "run", "drain"]
+    assert [f.phase for f in schedule(1, "single", 8.0, 1)] == ["run"]
+
+
+def test_leaf_trials_kill_and_cut_the_hub_too() -> None:
+    menu = fault_menu("leaf")
+    for kind in ("server-kill", "server-pause", "partition", "degrade"):
+        assert (kind, "hub") in menu and (kind, "leaf") in menu
+
+
+def test_schedule_command_prints_the_same_schedule_twice(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "torture", "--schedule", "--trials", "8", "--seed", "23",
+            "--spark-every", "4", "--sabotage", "skip-position"]  # fmt: skip
+    first = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == again.stdout
+    rows = [json.loads(line) for line in first.stdout.splitlines()]
+    assert [r["index"] for r in rows[:-1]] == list(range(8)) and "schedule_sha256" in rows[-1]
+    assert sum(r["spark"] for r in rows[:-1]) == 2
+    # the sabotage's forced kill of the session (a resume to skip a position in)
+    assert all(
+        {"kind": "kill", "target": "sess", "phase": "sabotage"}.items() <= f.items()
+        for r in rows[:-1]
+        for f in r["faults"]
+        if f["phase"] == "sabotage"
+    )
+    other = subprocess.run([*argv[:6], "24", *argv[7:]], cwd=ROOT, capture_output=True,
+                           text=True, timeout=60)  # fmt: skip
+    assert other.stdout != first.stdout
 
 
 def test_ordinal_counts_trials_of_the_same_kind() -> None:
@@ -44,6 +96,23 @@ def test_roles_and_what_a_fault_holds() -> None:
     assert resolve("leaf|hub", None, set(), "partition-pair", 0) == "leaf|hub"
     assert holds("cluster-kill", "all") == {"srv:c1", "srv:c2", "srv:c3"}
     assert holds("partition-pair", "c1|c3") == holds("partition-pair", "c3|c1")
+    # a degrade waits for (and blocks) a cut of the links it shapes: its effect needs traffic
+    assert holds("degrade", "c1") & holds("partition", "c1")
+    assert holds("degrade-pair", "c1|c3") & holds("partition-pair", "c3|c1")
+    assert holds("degrade-pair", "c1|c3") & holds("partition", "c3")
+    assert not holds("degrade", "c1") & holds("partition-pair", "c1|c2")
+
+
+def test_shaped_packets_are_read_from_tc_class_statistics() -> None:
+    shown = (
+        "class htb 1:1 root prio 0 rate 10Gbit ceil 10Gbit burst 0b cburst 0b \n"
+        " Sent 123 bytes 4 pkt (dropped 0, overlimits 0 requeues 0) \n"
+        "class htb 1:60 root leaf 8001: prio 0 rate 2048Kbit ceil 2048Kbit \n"
+        " Sent 5000 bytes 17 pkt (dropped 0, overlimits 0 requeues 0) \n"
+    )
+    assert class_packets(shown, "1:60") == 17
+    assert class_packets(shown, "1:1") == 4
+    assert class_packets(shown, "1:61") == 0
 
 
 def test_drop_bytecode_is_classic_bpf_for_tc() -> None:
@@ -65,9 +134,9 @@ def test_coverage_warnings_name_kinds_below_10_in_100_trials() -> None:
     rows = [result("single", [k for k, _ in full][:14]) for _ in range(99)]
     rows.append(result("single", [], spark=True))
     warnings = coverage_warnings(rows)
-    assert "fault kind disk-full injected 0 times (< 10)" in warnings
-    assert "fault kind spark-kill injected 0 times (< 10)" in warnings
-    assert "single trials: disk-full injected 0 times (< 10)" in warnings
+    assert "fault kind disk-full landed 0 times (< 10)" in warnings
+    assert "fault kind spark-kill landed 0 times (< 10)" in warnings
+    assert "single trials: disk-full landed 0 times (< 10)" in warnings
     assert not [w for w in warnings if " kill " in w or " pause " in w], warnings
     assert coverage_warnings(rows[:50]) == []  # fewer than 100 trials: no verdict
     assert coverage_warnings(rows, ("kill", "pause")) == []  # restricted campaign

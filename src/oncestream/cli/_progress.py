@@ -187,24 +187,34 @@ class ProgressStore:
         """
         async with self._lock:
             token = f"{record.run}:{record.reserved}:{record.line}:{int(record.done)}"
-            future = await self._pub.publish(
-                self.subject,
-                record.to_json(),
-                msg_id=token,
-                expected_last_subject_seq=self.last_seq,
+            for _ in range(2):
+                future = await self._pub.publish(
+                    self.subject,
+                    record.to_json(),
+                    msg_id=token,
+                    expected_last_subject_seq=self.last_seq,
+                )
+                try:
+                    ack = await future
+                except WrongLastSequence as exc:
+                    stored = await self.last()
+                    if stored is not None and stored == record:
+                        return  # an earlier attempt of this very write was stored
+                    if stored is not None and stored.run == record.run:
+                        # This run's own earlier write, reported as failed (no PubAck
+                        # during an outage) but stored: write again after it.
+                        continue
+                    raise ConcurrentRun(
+                        f"another publish of {record.file!r} to stream {record.stream!r} "
+                        "wrote progress while this one ran; run one publish of a file at a "
+                        "time (re-run this command when the other one has finished)"
+                    ) from exc
+                self.last_seq = ack.seq
+                return
+            raise ConcurrentRun(
+                f"progress of {record.file!r} to stream {record.stream!r} kept moving while "
+                "this run wrote it; run one publish of a file at a time"
             )
-            try:
-                ack = await future
-            except WrongLastSequence as exc:
-                stored = await self.last()
-                if stored is not None and stored == record:
-                    return  # an earlier attempt of this very write was stored
-                raise ConcurrentRun(
-                    f"another publish of {record.file!r} to stream {record.stream!r} wrote "
-                    "progress while this one ran; run one publish of a file at a time "
-                    "(re-run this command when the other one has finished)"
-                ) from exc
-            self.last_seq = ack.seq
 
     async def close(self) -> None:
         try:

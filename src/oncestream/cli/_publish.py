@@ -9,6 +9,7 @@ de-duplication inside the stream's duplicate window only.
 from __future__ import annotations
 
 import io
+import math
 import os
 import sys
 import time
@@ -189,6 +190,7 @@ async def _run(
     progress_stream: str | None,
     fresh: bool,
     hasher: PrefixHasher | None,
+    rate: float | None = None,
 ) -> int:
     stream = pub_options.stream
     assert stream is not None
@@ -264,6 +266,7 @@ async def _run(
                     state=state,
                     on_line=lambda line: progress.update(task, completed=line),
                     say=_say,
+                    rate=rate,
                 )
                 await drain(pub, tally, state, options.connect_timeout)
                 progress.update(task, completed=state.read_to)
@@ -353,6 +356,11 @@ def publish_command(
     max_attempts: int = typer.Option(
         _DEFAULTS.max_attempts, "--max-attempts", help="Sends per message."
     ),
+    rate: float | None = typer.Option(
+        None,
+        "--rate",
+        help="At most this many records per second (default: as fast as PubAcks come back).",
+    ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
     resume: bool | None = typer.Option(
         None,
@@ -414,6 +422,8 @@ def publish_command(
         )
     if resume is None:
         resume = True
+    if rate is not None and not (math.isfinite(rate) and rate > 0):
+        raise ConfigError(f"--rate must be a positive number of records per second, got {rate!r}")
     pub_options = PublisherOptions(
         stream=stream,
         max_inflight=max_inflight,
@@ -465,6 +475,7 @@ def publish_command(
                 progress_stream=progress_stream if resume else None,
                 fresh=fresh,
                 hasher=hasher,
+                rate=rate,
             )
         )
     finally:

@@ -153,6 +153,16 @@ async def plan_resume(
             "Re-run with --fresh to publish from line 1 (records stored before, outside "
             "the duplicate window, are stored again)"
         )
+    if last_seq < previous.scan_from and created and created == previous.stream_created:
+        # The same stream (its creation time) cannot end before a sequence it acknowledged:
+        # this is one replica's own state, which nats-server lets every member answer
+        # while the stream has no leader. Nothing was published: the work failed, re-run.
+        raise OncestreamError(
+            f"stream {stream!r} answered that it ends at sequence {last_seq}, before the "
+            f"recorded {previous.scan_from}, although it is the same stream (created "
+            f"{created}): a replica answered while the stream had no leader (an election, "
+            "a partition). Nothing was published; re-run the same command"
+        )
     if last_seq < previous.scan_from:
         raise ConfigError(
             f"stream {stream!r} ends at sequence {last_seq}, before the recorded "

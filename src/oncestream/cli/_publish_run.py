@@ -15,6 +15,7 @@ summary and how to resume.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import secrets
 import signal
@@ -301,8 +302,12 @@ async def publish_records(
     state: RunState,
     on_line: Callable[[int], None],
     say: Callable[[str], None],
+    rate: float | None = None,
 ) -> None:
-    """Publish ``items`` until the input ends or the run must stop (see module docstring)."""
+    """Publish ``items`` until the input ends or the run must stop (see module docstring).
+
+    ``rate``: at most this many records per second, counted from this call (``--rate``).
+    """
 
     def malformed(line: int, text: object) -> bool:
         """Count a bad record; True when the run stops on it (``--on-error stop``)."""
@@ -317,6 +322,7 @@ async def publish_records(
         return False
 
     count = 0
+    paced_from = time.monotonic()
     for item in items:
         if state.interrupted or tally.fatal is not None:
             break
@@ -363,8 +369,27 @@ async def publish_records(
             confirmed.advance(tally.max_seq)
             keeper.maybe_snapshot()
             await asyncio.sleep(0)
+        if rate is not None:
+            await _pace(paced_from + count / rate, state, confirmed, keeper, tally)
     else:
         state.eof = True
+
+
+async def _pace(
+    due: float, state: RunState, confirmed: Confirmed, keeper: ProgressKeeper, tally: Tally
+) -> None:
+    """Wait until ``due`` (monotonic) for ``--rate``; Ctrl-C ends the wait.
+
+    Progress is recorded while waiting (at most every second), so a slow run
+    killed mid-way resumes close to where it was.
+    """
+    if due <= time.monotonic():
+        return
+    confirmed.advance(tally.max_seq)
+    keeper.maybe_snapshot()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(due - time.monotonic()):
+            await state.wake.wait()
 
 
 async def drain(pub: Publisher, tally: Tally, state: RunState, budget: float) -> None:

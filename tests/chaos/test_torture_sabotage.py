@@ -1,0 +1,66 @@
+"""The fault campaign's negative control: a broken system must fail the campaign.
+
+Each ``--sabotage`` mode breaks the system under test once, behind its back, in
+one short trial (a single server; drop-row also runs the Spark job), and the run
+must exit 1 naming the violation in its output and in ``latest.json``:
+
+* ``drop-acked``: one acknowledged message deleted from the stream (``lost``);
+* ``apply-twice``: one effect applied a second time (``applied_twice``);
+* ``skip-position``: the ``ProducerSession`` skips one position when it resumes
+  after a kill (``unstored``): nothing was acked for it, so the old check, which
+  only looked at acknowledged keys, passed it;
+* ``drop-row``: one row of the Spark ``foreachBatch`` table deleted (``spark_missing``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
+    pytest.mark.skipif(shutil.which("ip") is None, reason="iproute2 (ip) not installed"),
+]
+
+
+@pytest.mark.parametrize(
+    ("mode", "violation", "spark_every"),
+    [
+        ("drop-acked", "lost", "0"),
+        ("apply-twice", "applied_twice", "0"),
+        ("skip-position", "unstored", "0"),
+        ("drop-row", "spark_missing", "1"),
+    ],
+)
+def test_sabotage_fails_the_campaign_naming_the_violation(
+    tmp_path: Path, mode: str, violation: str, spark_every: str
+) -> None:
+    argv = [sys.executable, "-m", "torture", "--trials", "1", "--kinds", "single",
+            "--seed", "7", "--duration", "6", "--faults", "3", "--rate", "40",
+            "--no-postgres", "--spark-every", spark_every, "--sabotage", mode,
+            "--out", str(tmp_path)]  # fmt: skip
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    output = result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 1, output
+    latest = json.loads((tmp_path / "latest.json").read_text())
+    assert latest["status"] == "done" and latest["sabotage"] == mode
+    assert latest["sabotaged"], latest  # it did break something
+    assert latest["violations"].get(violation, 0) >= 1, latest["violations"]
+    assert f"VIOLATIONS: {violation}=" in result.stdout or f", {violation}=" in result.stdout
+    if mode == "skip-position":
+        # What the old checker looked at sees nothing: no acked key is missing, and
+        # every record of the processed stream has its effect.
+        assert latest["lost"] == 0
+        state = json.loads(next(tmp_path.glob("*/trial-000-*/final-state.json")).read_text())
+        processed = state["streams"][state["processed_stream"]].keys()
+        assert all(processed <= effects.keys() for effects in state["effects"].values())
+        skipped = latest["sabotaged"][0]["key"]
+        assert skipped.startswith("sess-") and skipped not in processed

@@ -1,0 +1,114 @@
+"""`oncestream publish`'s progress records under cluster faults (found by the fault campaign,
+issue 20): neither a lost PubAck of its own progress write nor a replica's stale
+``STREAM.INFO`` may stop a run as bad usage (exit 2)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from pathlib import Path
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from oncestream import Connection, ConnectOptions, OncestreamError, connect
+from oncestream._errors import ConfigError
+from oncestream._progress import (
+    PROGRESS_STREAM,
+    ConcurrentRun,
+    ProgressStore,
+    PublishProgress,
+    progress_key,
+)
+from oncestream.cli import app
+from oncestream.cli._app import exit_code_for
+from oncestream.cli._publish_input import PrefixHasher, SubjectTemplate, file_facts
+from oncestream.cli._publish_plan import plan_resume
+from oncestream.server import NatsServer
+
+
+def _record(run: str, line: int) -> PublishProgress:
+    return PublishProgress(
+        stream="ORDERS",
+        stream_created="2026-01-01T00:00:00Z",
+        file="/data/orders.jsonl",
+        sha256="0" * 64,
+        size=100,
+        subject="orders.x",
+        ids="field:id",
+        line=line,
+        scan_from=line,
+        reserved=line + 10,
+        done=False,
+        run=run,
+    )
+
+
+async def test_own_progress_write_stored_without_its_pub_ack_is_not_a_concurrent_run(
+    nats_server: NatsServer, conn: Connection
+) -> None:
+    key = progress_key("ORDERS", "/data/orders.jsonl")
+    store = ProgressStore(conn, PROGRESS_STREAM, key)
+    await store.ensure()
+    assert await store.last() is None
+    await store.write(_record("a", 1))
+    # A write of this same run stored while its PubAck was lost (a background snapshot
+    # during a partition): `store` still expects the subject at its own last write.
+    async with await connect(ConnectOptions(servers=(nats_server.url,))) as other_conn:
+        twin = ProgressStore(other_conn, PROGRESS_STREAM, key)
+        await twin.last()
+        await twin.write(_record("a", 2))
+        await store.write(_record("a", 3))  # was: ConcurrentRun, exit 2
+        assert await twin.last() == _record("a", 3)
+        # Another run writing in between still is a concurrent run.
+        other = ProgressStore(other_conn, PROGRESS_STREAM, key)
+        await other.last()
+        await other.write(_record("b", 4))
+        with pytest.raises(ConcurrentRun, match="another publish"):
+            await store.write(_record("a", 5))
+
+
+async def test_a_stale_stream_info_of_the_same_stream_is_a_failure_to_retry_not_bad_usage(
+    nats_server: NatsServer, conn: Connection, make_stream, tmp_path: Path
+) -> None:
+    await make_stream("ORDERS", ("orders.>",))
+    path = tmp_path / "orders.jsonl"
+    path.write_text("".join(orjson.dumps({"id": f"o{i}"}).decode() + "\n" for i in range(5)))
+    args = ["publish", str(path), "--stream", "ORDERS", "--subject", "orders.x",
+            "--id-field", "id", "-s", nats_server.url, "--no-progress"]  # fmt: skip
+    first = await asyncio.to_thread(CliRunner().invoke, app, args)  # it runs its own loop
+    assert first.exit_code == 0, first.output
+    with path.open("a") as f:  # a resumable run: lines after the published ones
+        f.write(orjson.dumps({"id": "o5"}).decode() + "\n")
+    info = await conn.stream_info("ORDERS")
+    assert info["state"]["last_seq"] == 5
+
+    async def plan(stream_info: dict[str, object]) -> object:
+        with path.open("rb") as source:
+            hasher = PrefixHasher(str(path))
+            try:
+                return await plan_resume(
+                    conn,
+                    info=stream_info,
+                    facts=file_facts(str(path), source),
+                    template=SubjectTemplate("orders.x"),
+                    ids="field:id",
+                    progress_stream=PROGRESS_STREAM,
+                    fresh=False,
+                    run="second",
+                    hasher=hasher,
+                )
+            finally:
+                hasher.close()
+
+    resumed = await plan(info)
+    assert getattr(resumed, "skip_to", None) == 5
+    # What a replica that has not caught up answers while the stream has no leader:
+    # the same stream (same creation time), an older last sequence.
+    stale = copy.deepcopy(info)
+    stale["state"] |= {"last_seq": 0, "messages": 0, "first_seq": 0}
+    with pytest.raises(OncestreamError, match="a replica answered") as caught:
+        await plan(stale)
+    assert not isinstance(caught.value, ConfigError)
+    assert exit_code_for(caught.value) == 1  # the work failed: re-run, not a usage error

@@ -1,0 +1,132 @@
+"""``python -m torture``'s verdicts and exit codes, with the trial replaced by a stand-in.
+
+0 no violation, 1 violations (named in the output and in latest.json), 2 a harness
+crash (latest.json says so; never an old verdict) or Spark trials without Java.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torture.__main__ as torture_main
+from torture.trial import planned_faults
+
+KEYS = ["pub-0", "pub-1", "sess-0"]
+
+
+class _Trial:
+    """Writes a history and returns a final state; ``stored`` is what the stream holds."""
+
+    stored: dict[str, int] = dict.fromkeys(KEYS, 1)
+    crash = False
+
+    def __init__(self, **kw: Any) -> None:
+        self.kw = kw
+        names = ("seed", "kind", "duration", "faults", "campaign_seed", "ordinal")
+        plan = {n: kw[n] for n in names}
+        self.faults = planned_faults(
+            **plan, fault_kinds=kw["fault_kinds"], spark=kw["spark"], sabotage=kw["sabotage"]
+        )
+        self.dir = kw["out"] / f"trial-{kw['index']:03d}-{kw['kind']}"
+        self.history = self.dir / "history.jsonl"
+
+    async def run(self) -> dict[str, Any]:
+        if self.crash:
+            raise RuntimeError("the harness tripped over itself")
+        self.dir.mkdir(parents=True)
+        lines = [{"mono": 0.0, "process": "nemesis", "op": "trial", "key": "single"}]
+        lines += [
+            {"mono": 1.0 + i, "process": k.split("-")[0], "op": "ack", "key": k, "latency": 0.01}
+            for i, k in enumerate(KEYS)
+        ]
+        self.history.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        stored = dict(self.stored)
+        return {
+            "index": self.kw["index"],
+            "seed": self.kw["seed"],
+            "kind": self.kw["kind"],
+            "inputs": {"pub": {"positions": 2}, "sess": {"positions": 1}},
+            "processed_stream": "T",
+            "streams": {"T": stored},
+            "reads": {"T": {"raw": stored, "project": stored, "messages": len(stored)}},
+            "effects": {"sqlite": dict.fromkeys(KEYS, 1)},
+            "faults": [],
+        }
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> type[_Trial]:
+    class Trial(_Trial):
+        pass
+
+    monkeypatch.setattr(torture_main, "Trial", Trial)
+    monkeypatch.setattr(torture_main, "cleanup_stale", list)
+    monkeypatch.setattr(torture_main.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(torture_main, "java_available", lambda: True)
+    return Trial
+
+
+def _run(tmp_path: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    argv = ["--trials", "1", "--kinds", "single", "--duration", "6", "--no-postgres",
+            "--spark-every", "0", "--out", str(tmp_path), *extra]  # fmt: skip
+    code = torture_main.main(argv)
+    return code, json.loads((tmp_path / "latest.json").read_text())
+
+
+def test_no_violation_exits_0(
+    fake: type[_Trial], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, latest = _run(tmp_path)
+    assert code == 0, capsys.readouterr()
+    assert latest["status"] == "done" and latest["violations"] == {}
+    assert latest["records"] == 3 and "schedule_sha256" in latest and latest["code"]
+    assert "no violations" in capsys.readouterr().out
+
+
+def test_a_violation_exits_1_and_is_named(
+    fake: type[_Trial], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.stored = {"pub-0": 1, "sess-0": 1}
+    code, latest = _run(tmp_path)
+    assert code == 1
+    assert latest["status"] == "done"
+    assert latest["violations"] == {"lost": 1, "unstored": 1}
+    assert "VIOLATIONS: lost=1, unstored=1" in capsys.readouterr().out
+
+
+def test_a_harness_crash_exits_2_and_says_so_in_latest_json(
+    fake: type[_Trial], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "latest.json").write_text(json.dumps({"status": "done", "violations": {}}))
+    fake.crash = True
+    code, latest = _run(tmp_path)
+    assert code == 2
+    assert latest["status"] == "crashed" and latest["trials_done"] == 0
+    assert "the harness tripped over itself" in latest["error"]
+    assert "verdict is unknown" in capsys.readouterr().err
+
+
+def test_spark_trials_without_java_stop_the_run_unless_spark_is_off(
+    fake: type[_Trial],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(torture_main, "java_available", lambda: False)
+    code = torture_main.main(["--trials", "2", "--spark-every", "1", "--out", str(tmp_path)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "Java 17+ or pyspark is missing" in err and "SPARK_EVERY=0" in err
+    assert not (tmp_path / "latest.json").exists()
+    code, latest = _run(tmp_path)  # --spark-every 0: Java is not needed
+    assert code == 0 and latest["spark_trials"] == 0
+
+
+def test_drop_row_needs_a_spark_trial(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        torture_main.parse(["--trials", "1", "--spark-every", "0", "--sabotage", "drop-row"])
+    assert exit_.value.code == 2
+    assert "drop-row needs a Spark trial" in capsys.readouterr().err
