@@ -38,7 +38,7 @@ format: setup
 # the adapter's fallback path (src/oncestream/_nats) must stay correct.
 FALLBACK_TESTS := tests/integration/test_nats_adapter.py tests/integration/test_publisher.py \
 	tests/integration/test_processor.py tests/integration/test_pull.py \
-	tests/integration/test_range_reader.py tests/spark/test_source_batch.py
+	tests/spark/test_partition_reader.py tests/spark/test_source_batch.py
 
 test: setup check-java lint
 	$(BIN)/pytest

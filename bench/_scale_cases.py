@@ -25,8 +25,8 @@ from bench.bench_process import processor, sqlite_ledger
 from bench.bench_publish import measure_publisher_async
 
 from oncestream import ConnectOptions, PostgresLedger, connect
-from oncestream.publish._session import ProducerSession
-from oncestream.streams._spec import StreamSpec
+from oncestream.publish import ProducerSession
+from oncestream.streams import StreamSpec
 
 CASES = (
     "publisher",

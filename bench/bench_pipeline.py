@@ -49,8 +49,7 @@ from oncestream import ConnectOptions, connect
 from oncestream.audit._audit import compare, read_stream
 from oncestream.demo._pipeline import ORDER_SCHEMA
 from oncestream.demo._workload import REGIONS
-from oncestream.streams._spec import StreamSpec, ensure_stream
-from oncestream.streams import delete_stream
+from oncestream.streams import StreamSpec, delete_stream, ensure_stream
 
 HERE = Path(__file__).resolve().parent
 ROLES = HERE / "_pipeline_roles.py"

@@ -31,7 +31,7 @@ from oncestream import (
     SQLiteLedger,
     connect,
 )
-from oncestream.streams._spec import StreamSpec, ensure_stream
+from oncestream.streams import StreamSpec, ensure_stream
 
 TOTAL = int(os.environ.get("BENCH_PROCESS_MESSAGES", "100000"))
 ACK_SYNC_MESSAGES = int(os.environ.get("BENCH_PROCESS_ACK_SYNC_MESSAGES", "15000"))

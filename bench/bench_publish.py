@@ -20,9 +20,8 @@ import nats
 from bench._common import PAYLOAD_128, fresh_server, report
 
 from oncestream import ConnectOptions, connect
-from oncestream.publish._publisher import Publisher, PublisherOptions
-from oncestream.streams._spec import StreamSpec, ensure_stream
-from oncestream.streams import delete_stream
+from oncestream.publish import Publisher, PublisherOptions
+from oncestream.streams import StreamSpec, delete_stream, ensure_stream
 
 N_SYNC = int(os.environ.get("BENCH_PUBLISH_SYNC", "20000"))
 N_ASYNC = int(os.environ.get("BENCH_PUBLISH_ASYNC", "200000"))

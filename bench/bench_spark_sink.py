@@ -31,8 +31,7 @@ from bench._cpu import CpuSampler
 from bench.bench_publish import measure_publisher
 
 from oncestream import ConnectOptions, connect
-from oncestream.streams._spec import StreamSpec, ensure_stream
-from oncestream.streams import delete_stream
+from oncestream.streams import StreamSpec, delete_stream, ensure_stream
 
 ROWS = int(os.environ.get("BENCH_SINK_ROWS", "1000000"))
 BASELINE = int(os.environ.get("BENCH_SINK_BASELINE", "300000"))

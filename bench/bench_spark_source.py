@@ -27,7 +27,7 @@ from bench._common import PAYLOAD_128, fresh_server, report
 
 from oncestream._connection import Connection, connect
 from oncestream._options import ConnectOptions
-from oncestream.streams._spec import StreamSpec, ensure_stream
+from oncestream.streams import StreamSpec, ensure_stream
 
 GROUP = "spark-source"
 MESSAGES = int(os.environ.get("BENCH_SPARK_SOURCE_MESSAGES", "1000000"))

@@ -38,7 +38,7 @@ from bench.bench_publish import measure_publisher_async
 
 from oncestream import ConnectOptions, connect
 from oncestream.server import NatsServer
-from oncestream.streams._spec import ensure_stream
+from oncestream.streams import ensure_stream
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

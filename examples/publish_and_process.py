@@ -24,7 +24,7 @@ from oncestream import (
     connect,
 )
 from oncestream.server import NatsServer
-from oncestream.streams._spec import StreamSpec, ensure_stream
+from oncestream.streams import StreamSpec, ensure_stream
 
 ORDERS = 10_000
 

@@ -17,7 +17,7 @@ import time
 import oncestream.spark
 from oncestream import ConnectOptions, Publisher, PublisherOptions, connect
 from oncestream.server import NatsServer
-from oncestream.streams._spec import StreamSpec, ensure_stream
+from oncestream.streams import StreamSpec, ensure_stream
 
 
 async def publish_backlog(url: str, messages: int) -> None:

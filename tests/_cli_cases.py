@@ -48,7 +48,7 @@ from typer.testing import CliRunner
 
 from oncestream import ConnectOptions, connect
 from oncestream._headers import msg_id_of
-from oncestream.streams._spec import StreamSpec, ensure_stream
+from oncestream.streams import StreamSpec, ensure_stream
 
 __all__ = ["Case", "CliEnv", "Outcome", "Running", "run_case"]
 

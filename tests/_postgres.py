@@ -13,7 +13,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -22,6 +21,7 @@ from collections import deque
 from pathlib import Path
 
 from tests._procs import stop_group
+from tests._support import free_port
 
 _READY = "database system is ready to accept connections"
 
@@ -40,19 +40,13 @@ def find_pg_bin() -> Path:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class PostgresServer:
     """One PostgreSQL instance; :attr:`url` is a superuser DSN to database ``postgres``."""
 
     def __init__(self) -> None:
         self.bin = find_pg_bin()
         self.dir = Path(tempfile.mkdtemp(prefix="oncestream-pg-"))
-        self.port = _free_port()
+        self.port = free_port()
         self._proc: subprocess.Popen[bytes] | None = None
         self._tail: deque[str] = deque(maxlen=30)
         self._as: list[str] = []

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from oncestream import Connection, OperationTimeout
-from oncestream.publish._publisher import Publisher, PublisherOptions
+from oncestream.publish import Publisher, PublisherOptions
 
 
 async def wait_messages(

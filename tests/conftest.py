@@ -11,7 +11,7 @@ import pytest
 
 from oncestream import Connection, ConnectOptions, connect
 from oncestream.server import HubLeaf, NatsServer, ServerConfig
-from oncestream.streams._spec import StreamSpec, ensure_stream
+from oncestream.streams import StreamSpec, ensure_stream
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 

@@ -19,9 +19,9 @@ import subprocess
 from pathlib import Path
 
 from oncestream import ConnectOptions, OncestreamError, connect
-from oncestream.publish._publisher import Publisher, PublisherOptions
+from oncestream.publish import Publisher, PublisherOptions
 from oncestream.server import JetStreamConfig, NatsServer, ServerConfig
-from oncestream.streams._spec import StreamSpec, ensure_stream
+from oncestream.streams import StreamSpec, ensure_stream
 
 M = Path("/tmp/oncestream-repro-disk/store")
 

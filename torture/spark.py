@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from oncestream import connect
-from oncestream.streams._spec import StreamSpec, ensure_stream
+from oncestream.streams import StreamSpec, ensure_stream
 
 from .faults import Outcome, not_yet
 from .nemesis import Fault, Worker, wait_state
@@ -324,8 +324,8 @@ class SparkPart:
             self.worker.supervise(in_fault=False)
             db = set(self.db_keys())
             # STREAM.INFO's count first (cheap), the keys themselves once it is reached
-            counted = processed <= db and await trial._count(target, OUT_STREAM) >= len(processed)
-            if counted and processed <= set(await trial._keys(target, OUT_STREAM)):
+            counted = processed <= db and await trial.count(target, OUT_STREAM) >= len(processed)
+            if counted and processed <= set(await trial.keys(target, OUT_STREAM)):
                 self.drained_after = round(time.monotonic() - start, 3)
                 break
             await asyncio.sleep(0.5)

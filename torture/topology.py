@@ -24,7 +24,7 @@ from oncestream.server import (
     NatsServer,
     ServerConfig,
 )
-from oncestream.streams._spec import StreamSource, StreamSpec, ensure_stream
+from oncestream.streams import StreamSource, StreamSpec, ensure_stream
 
 from .netns import Net
 

@@ -1,7 +1,10 @@
 """oncestream: exactly-once data pipelines on NATS JetStream, in Python and PySpark.
 
-The public API is what ``__all__`` lists; everything in a module whose name
-starts with an underscore is private and may change.
+The everyday names are here; each component's folder (``oncestream.streams``,
+``oncestream.read``, ``oncestream.publish``, ``oncestream.process``,
+``oncestream.audit``, ``oncestream.ledger``, ``oncestream.server``,
+``oncestream.spark``) lists all of its public names in its own ``__all__``.
+Modules whose name starts with an underscore are private and may change.
 """
 
 from ._connection import Connection, connect
@@ -30,15 +33,28 @@ from ._errors import (
     WrongLastMsgId,
     WrongLastSequence,
 )
-from ._options import ConnectOptions
-from .read._start import StartPosition
-from .audit._audit import AuditReport, KeySpec, OutputReport, OutputSpec
-from .ledger import Ledger, LedgerTx, PostgresLedger, SQLiteLedger, ledger_from_url
 from ._message import Message, MessageMetadata
-from .process._processor import Processor, ProcessorOptions, ProcessorStats
-from .publish._session import ProducerSession
-from .publish._publisher import PubAck, Publisher, PublisherOptions, PublisherStats
-from .read._pull import MessageStream, PullOptions, pull_messages
+from ._options import ConnectOptions
+from .audit import AuditReport, KeySpec, OutputReport, OutputSpec, audit
+from .ledger import Ledger, LedgerTx, PostgresLedger, SQLiteLedger, ledger_from_url
+from .process import (
+    DeadLetter,
+    Processor,
+    ProcessorOptions,
+    ProcessorStats,
+    list_dead_letters,
+    replay_dead_letters,
+)
+from .publish import ProducerSession, PubAck, Publisher, PublisherOptions, PublisherStats
+from .read import (
+    MessageStream,
+    PullOptions,
+    StartPosition,
+    iter_messages,
+    pull_messages,
+    read_stream,
+)
+from .streams import StoredMessage, StreamSource, StreamSpec, ensure_stream, lineage_id
 
 __version__ = "0.1.0"
 
@@ -51,6 +67,7 @@ __all__ = [
     "Connection",
     "ConsumerNotFound",
     "DataLossError",
+    "DeadLetter",
     "JetStreamError",
     "KeySpec",
     "Ledger",
@@ -83,14 +100,24 @@ __all__ = [
     "SQLiteLedger",
     "ServerError",
     "StartPosition",
+    "StoredMessage",
     "StreamMismatch",
     "StreamNotFound",
+    "StreamSource",
+    "StreamSpec",
     "TlsNotOffered",
     "TooManyInflight",
     "WrongLastMsgId",
     "WrongLastSequence",
     "__version__",
+    "audit",
     "connect",
+    "ensure_stream",
+    "iter_messages",
     "ledger_from_url",
+    "lineage_id",
+    "list_dead_letters",
     "pull_messages",
+    "read_stream",
+    "replay_dead_letters",
 ]

@@ -122,16 +122,22 @@ class Connection:
 
     Create it with :func:`connect`. JetStream API calls go through :meth:`api`,
     core-NATS work through :meth:`request`, :meth:`publish` and the frame
-    methods, so errors arrive typed. The raw nats-py client stays available as
-    :attr:`nc` for what oncestream does not wrap (e.g. nats-py's own JetStream
-    context in tests).
+    methods, so errors arrive typed.
+
+    Attributes:
+        nc: the escape hatch: the underlying nats-py ``Client``, for what
+            oncestream does not wrap (say, nats-py's own JetStream context). What
+            is done through it bypasses oncestream's error translation and
+            guarantees; closing the Connection closes it.
+        options: the options it was made with.
+        prefix: the JetStream API prefix (``$JS.API``, ``$JS.<domain>.API``, ...).
     """
 
     def __init__(self, nc: Client, options: ConnectOptions, wire: Wire | None = None) -> None:
         self.nc = nc
         self.options = options
         self.prefix = options.js_prefix
-        self.wire = wire if wire is not None else Wire(nc, fast=False, reason="no probe")
+        self._wire = wire if wire is not None else Wire(nc, fast=False, reason="no probe")
         self.permission_errors: list[str] = []
         self.reconnects = 0
         self._reconnect_listeners: list[Callback] = []
@@ -183,6 +189,24 @@ class Connection:
                 "subscribe to _INBOX.>"
             )
         return PermissionDenied(f"{what}: not permitted for this user ({text})")
+
+    @property
+    def fast_path(self) -> tuple[bool, str]:
+        """Whether frames bypass nats-py's public API, and why (see :mod:`oncestream._nats`)."""
+        return self._wire.fast, self._wire.reason
+
+    @property
+    def multi_value_headers(self) -> bool:
+        """Whether a header may carry several values on this connection (not on the fallback)."""
+        return bool(self._wire.multi_value_headers)
+
+    def write_now(self, frames: list[bytes]) -> None:
+        """Queue complete ``PUB``/``HPUB`` frames for the socket at once, without awaiting.
+
+        Raises whatever the transport raises while disconnected (the frames are
+        dropped: the Publisher re-sends what is unacknowledged after a reconnect).
+        """
+        self._wire.write_now(frames)
 
     @property
     def max_payload(self) -> int:
@@ -265,14 +289,14 @@ class Connection:
     async def subscribe_frames(self, subject: str, target: FrameTarget) -> FrameSubscription:
         """Subscribe ``subject``; raw frames go to ``target`` (see :mod:`oncestream._nats`)."""
         try:
-            return await self.wire.subscribe_frames(subject, target)
+            return await self._wire.subscribe_frames(subject, target)
         except Exception as exc:
             raise translate_error(exc, what=f"subscribe {subject}") from exc
 
     async def send_frames(self, frames: bytes, *, what: str = "publish") -> None:
         """Send complete PUB/HPUB frames through the client's outgoing buffer."""
         try:
-            await self.wire.send(frames)
+            await self._wire.send(frames)
         except Exception as exc:
             raise translate_error(exc, what=what) from exc
 
@@ -282,7 +306,7 @@ class Connection:
         An ack that does not arrive only causes a redelivery.
         """
         try:
-            await self.wire.publish_many(subjects, payload)
+            await self._wire.publish_many(subjects, payload)
         except Exception as exc:
             log.debug("bulk publish to %d subjects failed: %s", len(subjects), exc)
 

@@ -42,7 +42,9 @@ __all__ = [
     "EXPECTED_STREAM",
     "LAST_SEQUENCE",
     "MSG_ID",
+    "MSG_TTL",
     "NUM_PENDING",
+    "ROLLUP",
     "SEQUENCE",
     "STREAM",
     "SUBJECT",
@@ -70,6 +72,8 @@ EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
 BATCH_ID = "Nats-Batch-Id"
 BATCH_SEQ = "Nats-Batch-Sequence"
 BATCH_COMMIT = "Nats-Batch-Commit"
+MSG_TTL = "Nats-TTL"
+ROLLUP = "Nats-Rollup"
 # Appended by the server to direct-get replies, in this order (the last two
 # only in batched replies).
 STREAM = "Nats-Stream"

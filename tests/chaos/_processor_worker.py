@@ -20,9 +20,9 @@ import time
 from collections.abc import Sequence
 
 from oncestream import ConnectOptions, Processor, ProcessorOptions, SQLiteLedger, connect
+from oncestream.ledger import LedgerTx
 from oncestream.process._acking import Acknowledger
 from oncestream.process._applying import Applier
-from oncestream.ledger import LedgerTx
 
 CRASH_AT = os.environ.get("CRASH_AT", "")
 CRASH_AFTER = int(os.environ.get("CRASH_AFTER", "0") or 0)

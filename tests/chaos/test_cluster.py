@@ -27,9 +27,9 @@ from oncestream import (
     connect,
     pull_messages,
 )
-from oncestream.publish._publisher import Publisher, PublisherOptions
+from oncestream.publish import Publisher, PublisherOptions
 from oncestream.server import Cluster, wait_for
-from oncestream.streams._spec import StreamSpec, ensure_stream
+from oncestream.streams import StreamSpec, ensure_stream
 from tests._scenario import assert_exactly_once, publish_ids, stream_ids, wait_messages
 from tests.handlers import record
 
@@ -139,7 +139,6 @@ async def test_kill_stream_leader_during_publish(cluster: Cluster) -> None:
 
 
 def test_kill_node_during_spark_read(cluster: Cluster, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    pytest.importorskip("oncestream.spark.source")
     from oncestream._sync import run_sync
 
     ids = [f"s-{i}" for i in range(3000)]

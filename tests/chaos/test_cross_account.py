@@ -20,9 +20,9 @@ import pytest
 
 from oncestream import ConnectOptions, PermissionDenied, connect
 from oncestream.server import HubLeaf
+from oncestream.streams import delete_stream
 from oncestream.streams._spec import StreamSource, StreamSpec, ensure_stream, seconds_to_ns
 from tests._scenario import assert_exactly_once, publish_ids, wait_messages
-from oncestream.streams import delete_stream
 
 N = 3000
 PREFIX = "JS.acc@hub.API"
@@ -113,7 +113,7 @@ def test_cli_denial_in_own_domain_exits_2_at_once(topo: HubLeaf) -> None:
 
 
 async def test_processor_binds_through_imported_prefix(topo: HubLeaf, tmp_path: Path) -> None:
-    processor_module = pytest.importorskip("oncestream.processor")
+    from oncestream import process as processor_module
     from oncestream.ledger import SQLiteLedger
 
     ids = [f"x-{i}" for i in range(N)]

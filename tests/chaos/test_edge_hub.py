@@ -17,7 +17,7 @@ import pytest
 
 from oncestream import Connection, Publisher, PublisherOptions, connect
 from oncestream.server import HubLeaf
-from oncestream.streams._spec import StreamSource, StreamSpec, ensure_stream
+from oncestream.streams import StreamSource, StreamSpec, ensure_stream
 from tests._scenario import assert_exactly_once, publish_ids, stream_ids, wait_messages
 
 N = 10_000
@@ -121,7 +121,6 @@ async def test_hub_killed_mid_transfer(topo: HubLeaf) -> None:
 
 
 def test_spark_reads_hub_aggregate_exactly_once(topo: HubLeaf, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    pytest.importorskip("oncestream.spark.source")
     from oncestream._sync import run_sync
 
     ids = [f"spark-{i}" for i in range(2000)]

@@ -18,6 +18,7 @@ import pytest
 
 from oncestream import Connection
 from oncestream.server import NatsServer
+from tests._support import effects
 
 ROOT = Path(__file__).resolve().parents[2]
 STREAM = "WORK"
@@ -61,18 +62,6 @@ def _kill(proc: subprocess.Popen[str]) -> None:
     for pipe in (proc.stdout, proc.stderr):
         if pipe is not None:
             pipe.close()
-
-
-def _effects(db: Path) -> tuple[int, int]:
-    if not db.exists():
-        return 0, 0
-    con = sqlite3.connect(db, timeout=10)
-    try:
-        return con.execute("SELECT count(*), count(DISTINCT id) FROM effects").fetchone()
-    except sqlite3.OperationalError:
-        return 0, 0
-    finally:
-        con.close()
 
 
 def _ledger_rows(db: Path) -> int:
@@ -135,12 +124,12 @@ async def _run_kill_test(
             _kill(proc)
         assert proc.returncode == -signal.SIGKILL, f"{mode}: worker exited {proc.returncode}"
         killed += 1
-        effects = _effects(db)
-        print(f"kill {killed} ({mode}, {env}): effects so far {effects}")
+        counts = effects(db)
+        print(f"kill {killed} ({mode}, {env}): effects so far {counts}")
         # Atomicity at the crash point: every ledger row has its effect and vice versa.
-        assert _ledger_rows(db) == effects[0] == effects[1]
+        assert _ledger_rows(db) == counts[0] == counts[1]
     assert killed == kills
-    count_mid, _ = _effects(db)
+    count_mid, _ = effects(db)
     # A kill costs about 2,000 messages on average here (up to 4,000 at a hook, more for a
     # long random wait); the total leaves room for ten of them with margin.
     assert count_mid < total, "the kills all happened after the work was done"
@@ -163,7 +152,7 @@ async def _run_kill_test(
         _kill(proc)
     assert stats_line is not None
     stats = json.loads(stats_line.split(" ", 1)[1])
-    count, distinct = _effects(db)
+    count, distinct = effects(db)
     assert distinct == total, f"lost {total - distinct} effects"
     assert count == total, f"{count - total} duplicated effects"
     assert stats["applied"] + stats["suppressed"] > 0

@@ -23,7 +23,7 @@ from oncestream import (
 from oncestream.server import NatsServer, OperatorSetup
 from oncestream.server._jwt import new_keypair
 from oncestream.spark._options import connect_options as spark_connect_options
-from oncestream.streams._spec import StreamSpec, ensure_stream
+from oncestream.streams import StreamSpec, ensure_stream
 from tests import server_configs
 
 SECRET = "pa55-W0rd-xyzzy"

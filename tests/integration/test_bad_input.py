@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 
 from oncestream import Connection, ConsumerNotFound, Processor, SQLiteLedger
-from oncestream.ledger import LedgerTx
 from oncestream._message import Message
-from oncestream.publish._publisher import Publisher, PublisherOptions
+from oncestream.ledger import LedgerTx
+from oncestream.publish import Publisher, PublisherOptions
 from oncestream.server import NatsServer
+from oncestream.streams import delete_stream
 from tests import server_configs
 from tests._cli_cases import Case, CliEnv, Outcome, Running, run_case
-from oncestream.streams import delete_stream
 
 CONFIG, FAILED = 2, 1
 ROOT = os.geteuid() == 0
@@ -115,7 +115,7 @@ def _worker(
 def _publish(env: CliEnv, stream: str, count: int, *, url: str | None = None) -> None:
     async def main() -> None:
         from oncestream import ConnectOptions, connect
-        from oncestream.streams._spec import StreamSpec, ensure_stream
+        from oncestream.streams import StreamSpec, ensure_stream
 
         async with await connect(ConnectOptions(servers=(url or env.url,))) as conn:
             spec = StreamSpec(name=stream, subjects=(f"{stream.lower()}.>",))

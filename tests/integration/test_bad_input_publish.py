@@ -20,8 +20,8 @@ import orjson
 import pytest
 
 from oncestream.server import NatsServer
-from tests._cli_cases import Case, CliEnv, Outcome, Running, run_case
 from oncestream.streams import add_stream
+from tests._cli_cases import Case, CliEnv, Outcome, Running, run_case
 
 OK, FAILED, CONFIG = 0, 1, 2
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from oncestream import ConnectOptions, connect
 from oncestream.cli import app
 from oncestream.server import NatsServer
-from oncestream.streams._spec import StreamSpec, ensure_stream
+from oncestream.streams import StreamSpec, ensure_stream
 
 
 async def _setup(url: str) -> None:

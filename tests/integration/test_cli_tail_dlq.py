@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from oncestream import Connection, ConnectOptions, Processor, ProcessorOptions, SQLiteLedger
-from oncestream.streams._admin import iter_messages
 from oncestream.process._replay import DeadLetter, _publish, list_dead_letters
+from oncestream.read import iter_messages
 from tests.integration._cli import cli, cli_json, publish, with_conn
 
 BROKEN = {b"3", b"5", b"8"}

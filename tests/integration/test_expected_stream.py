@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 
 from oncestream import Connection, StreamMismatch
-from oncestream.publish._session import ProducerSession
-from oncestream.publish._publisher import Publisher, PublisherOptions
+from oncestream.publish import ProducerSession, Publisher, PublisherOptions
 from tests.integration.test_publisher import read_back
 
 

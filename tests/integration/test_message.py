@@ -19,12 +19,11 @@ from oncestream import (
     SQLiteLedger,
     pull_messages,
 )
+from tests._support import fill_stream
 
 
 async def _publish(conn: Connection, subject: str, count: int) -> None:
-    js = conn.nc.jetstream()
-    for i in range(count):
-        await js.publish(subject, b"%d" % i, headers={"Nats-Msg-Id": f"id-{i}", "K": "v"})
+    await fill_stream(conn, subject, count, headers=lambda i: {"Nats-Msg-Id": f"id-{i}", "K": "v"})
 
 
 async def test_a_handler_receives_a_message_with_metadata(

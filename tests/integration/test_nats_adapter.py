@@ -16,17 +16,17 @@ import oncestream._nats as adapter
 from oncestream import Connection, ConnectOptions, connect
 from oncestream._nats._public import header_block, split_frames
 from oncestream.audit._audit import read_stream
-from oncestream.publish._publisher import Publisher, PublisherOptions
-from oncestream.read._pull import PullOptions, pull_messages
+from oncestream.publish import Publisher, PublisherOptions
+from oncestream.read import PullOptions, pull_messages
 
 
 def test_the_path_follows_the_environment(conn: Connection) -> None:
     forced = not adapter.fastpath_wanted()
-    assert conn.wire.fast is not forced
+    assert conn.fast_path[0] is not forced
     if forced:
-        assert adapter.FASTPATH_ENV in conn.wire.reason
+        assert adapter.FASTPATH_ENV in conn.fast_path[1]
     else:
-        assert conn.wire.reason == "internals probed"
+        assert conn.fast_path[1] == "internals probed"
 
 
 def test_frames_split_back_into_publish_arguments() -> None:
@@ -70,8 +70,8 @@ async def test_a_failed_probe_falls_back(
     monkeypatch.setattr(nats.aio.client.Client, "_send_command", _send_command)
     with caplog.at_level("INFO", logger="oncestream.nats"):
         async with await connect(options) as conn:
-            assert not conn.wire.fast
-            assert "_send_command" in conn.wire.reason
+            assert not conn.fast_path[0]
+            assert "_send_command" in conn.fast_path[1]
             await conn.flush()
     assert "public-API path" in caplog.text
 
@@ -82,7 +82,7 @@ async def test_public_path_publishes_reads_and_acks(
     monkeypatch.setenv(adapter.FASTPATH_ENV, "0")
     await make_stream("PUBLIC", ("public.>",))
     async with await connect(options) as conn:
-        assert not conn.wire.fast
+        assert not conn.fast_path[0]
         async with Publisher(conn, PublisherOptions(stream="PUBLIC")) as pub:
             futures = [
                 await pub.publish("public.a", b"m%d" % i, msg_id=f"id-{i}", headers={"X": str(i)})

@@ -18,7 +18,7 @@ import pytest
 
 from oncestream import ConnectOptions, PermissionDenied, Publisher, PublisherOptions, connect
 from oncestream.server import NatsServer, User
-from oncestream.streams._spec import StreamSpec, ensure_stream
+from oncestream.streams import StreamSpec, ensure_stream
 from tests import server_configs
 
 FAST = 10.0  # seconds: well below the 28 s retry horizon, with room for a loaded CI machine

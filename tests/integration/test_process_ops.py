@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from oncestream import ConfigError, Processor, ProcessorOptions, SQLiteLedger
-from oncestream.process._setup import setup_consumer
-from oncestream.read._start import StartPosition
 from oncestream.cli._process_extras import RecentRate
+from oncestream.process._setup import setup_consumer
+from oncestream.read import StartPosition
+from tests._support import fill_stream, free_port
 from tests.handlers import record
 from tests.integration._cli import cli
 
@@ -28,8 +29,7 @@ CLI = [sys.executable, "-c", "from oncestream.cli import main; main()"]
 
 async def _fill(conn, make_stream, n: int) -> None:  # type: ignore[no-untyped-def]
     await make_stream("P", ("p.>",))
-    js = conn.nc.jetstream()
-    await asyncio.gather(*[await js.publish_async("p.x", b"%d" % i) for i in range(1, n + 1)])
+    await fill_stream(conn, "p.x", n, start=1)
 
 
 async def test_start_positions(conn, make_stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -82,12 +82,6 @@ def test_recent_rate_forgets_old_activity() -> None:
     assert rate.update(1500, now=25) == pytest.approx(500 / 15, rel=0.01)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _scrape(port: int) -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
@@ -104,7 +98,7 @@ def _scrape(port: int) -> dict[str, float]:
 
 async def test_metrics_endpoint_while_processing(nats_server, conn, make_stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
     await _fill(conn, make_stream, 200)
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
     proc = await asyncio.create_subprocess_exec(
         *CLI, "process", "--handler", "tests.handlers:record_unless_7", "--stream", "P",

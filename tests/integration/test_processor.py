@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,21 +16,8 @@ from oncestream import (
     SQLiteLedger,
 )
 from oncestream.ledger import LedgerEntry
+from tests._support import effects, fill_stream
 from tests.handlers import always_fails, record
-
-
-async def _publish(conn, count: int, subject: str = "jobs.x") -> None:  # type: ignore[no-untyped-def]
-    js = conn.nc.jetstream()
-    pending = [await js.publish_async(subject, b"%d" % i) for i in range(count)]
-    await asyncio.gather(*pending)
-
-
-def _effects(db: Path) -> tuple[int, int]:
-    con = sqlite3.connect(db)
-    try:
-        return con.execute("SELECT count(*), count(DISTINCT id) FROM effects").fetchone()
-    finally:
-        con.close()
 
 
 async def _run_until(
@@ -56,7 +41,7 @@ async def test_applies_each_message_once_and_suppresses_recorded(
     conn, make_stream, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
     await make_stream("JOBS", ("jobs.>",))
-    await _publish(conn, 1000)
+    await fill_stream(conn, "jobs.x", 1000)
     ledger = SQLiteLedger(tmp_path / "l.db")
     # As if a previous run committed seq 1..10 and crashed before acking them.
     ledger.open()
@@ -66,7 +51,7 @@ async def test_applies_each_message_once_and_suppresses_recorded(
     proc = Processor(conn, "JOBS", "w", record, ledger=ledger, options=_opts())
     await _run_until(proc, lambda s: s.applied + s.suppressed >= 1000)
     assert (proc.stats.applied, proc.stats.suppressed) == (990, 10)
-    assert _effects(tmp_path / "l.db") == (990, 990)
+    assert effects(tmp_path / "l.db") == (990, 990)
     info = await conn.consumer_info("JOBS", "w")
     assert info["num_ack_pending"] == 0 and info["num_pending"] == 0
     assert info["config"]["ack_policy"] == "explicit"
@@ -77,7 +62,7 @@ async def test_one_failure_in_a_batch_loses_and_doubles_nothing(
     conn, make_stream, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
     await make_stream("JOBS", ("jobs.>",))
-    await _publish(conn, 300)
+    await fill_stream(conn, "jobs.x", 300)
     attempts: dict[int, int] = {}
 
     def flaky(msg, tx) -> None:  # type: ignore[no-untyped-def]
@@ -91,14 +76,14 @@ async def test_one_failure_in_a_batch_loses_and_doubles_nothing(
     ledger = SQLiteLedger(tmp_path / "l.db")
     proc = Processor(conn, "JOBS", "w", flaky, ledger=ledger, options=_opts(backoff=(0.1,)))
     await _run_until(proc, lambda s: s.applied >= 300)
-    assert _effects(tmp_path / "l.db") == (300, 300)
+    assert effects(tmp_path / "l.db") == (300, 300)
     assert proc.stats.failed == 1 and attempts[150] == 3
     assert all(attempts[n] <= 2 for n in range(300) if n != 150)
 
 
 async def test_async_handler_and_in_progress_acks(conn, options, make_stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
     await make_stream("JOBS", ("jobs.>",))
-    await _publish(conn, 3)
+    await fill_stream(conn, "jobs.x", 3)
 
     async def slow(msg, tx) -> None:  # type: ignore[no-untyped-def]
         if int(msg.data) == 1:
@@ -117,7 +102,7 @@ async def test_async_handler_and_in_progress_acks(conn, options, make_stream, tm
     await _run_until(proc, lambda s: s.applied >= 3)
     info = await conn.consumer_info("JOBS", "w")
     assert info["num_redelivered"] == 0
-    assert _effects(tmp_path / "l.db") == (3, 3)
+    assert effects(tmp_path / "l.db") == (3, 3)
 
 
 async def test_always_failing_message_is_dead_lettered(conn, make_stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -144,7 +129,7 @@ async def test_always_failing_message_is_dead_lettered(conn, make_stream, tmp_pa
 
 async def test_server_restart_during_processing(nats_server, conn, make_stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
     await make_stream("JOBS", ("jobs.>",))
-    await _publish(conn, 3000)
+    await fill_stream(conn, "jobs.x", 3000)
 
     def slow_record(msg, tx) -> None:  # type: ignore[no-untyped-def]
         record(msg, tx)
@@ -177,7 +162,7 @@ async def test_server_restart_during_processing(nats_server, conn, make_stream, 
         await proc.stop()
         await task
     assert conn.reconnects >= 1
-    assert _effects(tmp_path / "l.db") == (3000, 3000)
+    assert effects(tmp_path / "l.db") == (3000, 3000)
 
 
 async def test_existing_consumer_is_validated(conn, make_stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -210,7 +195,7 @@ async def test_bind_makes_no_api_calls(conn, make_stream, tmp_path) -> None:  # 
         "CONSUMER.CREATE.JOBS.b",
         {"stream_name": "JOBS", "config": {"durable_name": "b", "ack_policy": "explicit"}},
     )
-    await _publish(conn, 20)
+    await fill_stream(conn, "jobs.x", 20)
     calls: list[str] = []
     real_api = conn.api
 
@@ -232,7 +217,7 @@ async def test_bind_makes_no_api_calls(conn, make_stream, tmp_path) -> None:  # 
     finally:
         conn.api = real_api  # type: ignore[method-assign]
     assert calls == []
-    assert _effects(tmp_path / "l.db") == (20, 20)
+    assert effects(tmp_path / "l.db") == (20, 20)
 
 
 async def test_msg_id_key_suppresses_republish_outside_window(conn, make_stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -246,16 +231,16 @@ async def test_msg_id_key_suppresses_republish_outside_window(conn, make_stream,
     proc = Processor(conn, "JOBS", "w", record, ledger=ledger, options=_opts())
     await _run_until(proc, lambda s: s.applied + s.suppressed >= 2)
     assert (proc.stats.applied, proc.stats.suppressed) == (1, 1)
-    assert _effects(tmp_path / "l.db") == (1, 1)
+    assert effects(tmp_path / "l.db") == (1, 1)
 
 
 async def test_ledger_is_pruned_below_the_ack_floor(conn, make_stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
     await make_stream("JOBS", ("jobs.>",))
-    await _publish(conn, 200)
+    await fill_stream(conn, "jobs.x", 200)
     ledger = SQLiteLedger(tmp_path / "l.db")
     options = _opts(prune_interval=0.2, prune_grace=0.3, prune_limit=150)
     proc = Processor(conn, "JOBS", "w", record, ledger=ledger, options=options)
     await _run_until(proc, lambda s: s.applied >= 200 and s.pruned >= 200, timeout=20)
     with SQLiteLedger(tmp_path / "l.db") as check:
         assert check.applied_count("JOBS") == 0
-    assert _effects(tmp_path / "l.db") == (200, 200)  # effects stay, ledger rows go
+    assert effects(tmp_path / "l.db") == (200, 200)  # effects stay, ledger rows go

@@ -6,9 +6,9 @@ import asyncio
 import sqlite3
 
 from oncestream import ConnectOptions, Processor, ProcessorOptions, SQLiteLedger, connect
+from oncestream.streams import add_stream
 from tests import server_configs
 from tests.handlers import record
-from oncestream.streams import add_stream
 
 
 async def test_bind_across_accounts_with_api_prefix(server_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]

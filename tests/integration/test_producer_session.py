@@ -8,10 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from oncestream import ConfigError, Connection, ConnectOptions, WrongLastSequence, connect
-from oncestream.publish._session import SOURCE_POS_HEADER, ProducerSession
-from oncestream.publish._publisher import Publisher, PublisherOptions
-from tests.integration.test_publisher import read_back
+from oncestream.publish import SOURCE_POS_HEADER, ProducerSession, Publisher, PublisherOptions
 from oncestream.streams import delete_stream
+from tests.integration.test_publisher import read_back
 
 # Short ack timeouts keep retries quick (sessions do not need the window guard).
 FAST = PublisherOptions(ack_timeout=0.2, max_attempts=2, retry_backoff=(0.1,))
@@ -142,7 +141,7 @@ async def test_stream_recreated_under_a_running_session(conn: Connection, make_s
 
 
 async def test_session_and_publisher_through_a_jetstream_domain(server_factory, tmp_path) -> None:
-    from oncestream.streams._spec import StreamSpec, ensure_stream
+    from oncestream.streams import StreamSpec, ensure_stream
     from tests import server_configs
 
     server = server_factory(server_configs.jetstream(tmp_path / "hub", domain="hub"), "hub")

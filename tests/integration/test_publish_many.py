@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from oncestream import ConfigError, StreamMismatch, TooManyInflight
-from oncestream.publish._publisher import AckTally, Publisher, PublisherOptions
+from oncestream.publish import AckTally, Publisher, PublisherOptions
 
 from .test_publisher import assert_exactly_once, read_back
 

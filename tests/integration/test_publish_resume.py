@@ -21,7 +21,7 @@ import orjson
 
 from oncestream import ConnectOptions, connect
 from oncestream.server import NatsServer
-from oncestream.streams._spec import StreamSpec, ensure_stream
+from oncestream.streams import StreamSpec, ensure_stream
 from tests.integration.test_publisher import read_back
 
 WINDOW = 1.5

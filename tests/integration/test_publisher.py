@@ -22,7 +22,7 @@ from oncestream import (
     TooManyInflight,
     WrongLastSequence,
 )
-from oncestream.publish._publisher import PubAck, Publisher, PublisherOptions
+from oncestream.publish import PubAck, Publisher, PublisherOptions
 from oncestream.server import NatsServer
 
 
@@ -239,7 +239,7 @@ async def test_closed_server_fails_with_publish_failed(nats_server, conn, make_s
 async def test_multi_valued_header_is_sent_as_one_line_per_value(conn, make_stream) -> None:
     await make_stream("HDR", ("hdr.>",))
     async with Publisher(conn, PublisherOptions(stream="HDR")) as pub:
-        if not conn.wire.multi_value_headers:
+        if not conn.multi_value_headers:
             # nats-py's public API (the adapter's fallback) carries one value per name.
             with pytest.raises(ConfigError, match="one value per header name"):
                 await pub.publish("hdr.a", b"x", msg_id="h-1", headers={"X-Tag": ["a", "b"]})

@@ -15,8 +15,9 @@ from oncestream import (
     connect,
     pull_messages,
 )
-from tests import server_configs
 from oncestream.streams import add_stream, delete_stream
+from tests import server_configs
+from tests._support import fill_stream
 
 
 async def _consumer(conn, stream: str, name: str = "c") -> None:  # type: ignore[no-untyped-def]
@@ -24,12 +25,6 @@ async def _consumer(conn, stream: str, name: str = "c") -> None:  # type: ignore
         f"CONSUMER.CREATE.{stream}.{name}",
         {"stream_name": stream, "config": {"durable_name": name, "ack_policy": "explicit"}},
     )
-
-
-async def _publish(conn, subject: str, count: int, start: int = 0) -> None:  # type: ignore[no-untyped-def]
-    js = conn.nc.jetstream()
-    for i in range(start, start + count):
-        await js.publish(subject, b"%d" % i)
 
 
 async def _collect(stream, count: int, timeout: float = 10) -> list:  # type: ignore[no-untyped-def,type-arg]
@@ -43,7 +38,7 @@ async def _collect(stream, count: int, timeout: float = 10) -> list:  # type: ig
 async def test_iterates_everything_with_refills(conn, make_stream) -> None:  # type: ignore[no-untyped-def]
     await make_stream("P", ("p.>",))
     await _consumer(conn, "P")
-    await _publish(conn, "p.x", 250)
+    await fill_stream(conn, "p.x", 250)
     seen: list[int] = []
     async with pull_messages(conn, "P", "c", PullOptions(batch=40, expires=5)) as messages:
         async for msg in messages:
@@ -71,7 +66,7 @@ async def test_missed_heartbeats_surface_and_recover(nats_server, conn, make_str
         finally:
             nats_server.resume()
         assert stream.heartbeats_missed >= 1
-        await _publish(conn, "h.x", 3)
+        await fill_stream(conn, "h.x", 3)
         got = []
         for _ in range(20):
             try:
@@ -164,7 +159,7 @@ async def test_repulls_after_server_restart(nats_server, conn, make_stream) -> N
     await _consumer(conn, "R")
     stream = await pull_messages(conn, "R", "c", PullOptions(batch=10, expires=30)).start()
     try:
-        await _publish(conn, "r.x", 2)
+        await fill_stream(conn, "r.x", 2)
         first = await _collect(stream, 2)
         for msg in first:
             await msg.ack()
@@ -176,7 +171,7 @@ async def test_repulls_after_server_restart(nats_server, conn, make_stream) -> N
         conn.on_reconnect(on_reconnect)
         nats_server.restart()
         await asyncio.wait_for(reconnected.wait(), 20)
-        await _publish(conn, "r.x", 2, start=2)
+        await fill_stream(conn, "r.x", 2, start=2)
         # The pull pending on the old server process is gone; only a re-pull delivers.
         got = await _collect(stream, 2)
         assert [m.metadata.stream_seq for m in got] == [3, 4]
@@ -189,7 +184,7 @@ async def test_pull_through_a_domain(server_factory, tmp_path) -> None:  # type:
     async with await connect(ConnectOptions(servers=(server.url,), domain="hub")) as conn:
         await add_stream(conn, {"name": "DM", "subjects": ["dm.>"], "storage": "file"})
         await _consumer(conn, "DM")
-        await _publish(conn, "dm.x", 5)
+        await fill_stream(conn, "dm.x", 5)
         async with pull_messages(conn, "DM", "c", PullOptions(batch=5, expires=5)) as stream:
             got = await _collect(stream, 5)
         assert len(got) == 5

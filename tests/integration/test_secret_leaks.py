@@ -39,7 +39,7 @@ from oncestream import (
     connect,
 )
 from oncestream._dsn import parse_dsn
-from oncestream.audit._audit import KeySpec, OutputSpec
+from oncestream.audit import KeySpec, OutputSpec
 from oncestream.ledger import ledger_from_dsn, ledger_from_url
 from oncestream.server import ClusterConfig, LeafRemote, NatsServer
 from tests import server_configs
@@ -165,9 +165,9 @@ def offline_cases(pw: str) -> Iterator[tuple[str, Callable[[], Any], Expect | st
         "ok",
     )
     try:
+        from oncestream.spark import transactional
         from oncestream.spark._sink_options import SinkOptions
         from oncestream.spark._source_options import SourceOptions
-        from oncestream.spark._foreach_batch import transactional
     except ImportError:  # pragma: no cover - the spark extra is part of `make test`
         return
     # A ',' splits the servers list: a password holding one must be percent-encoded there.
@@ -268,7 +268,7 @@ def network_cases(pw: str, nats_url: str, pg_role: str) -> list[Case]:
 
 
 def _read_count(url: str) -> int:
-    from oncestream.ledger._readonly import read_applied_count
+    from oncestream.ledger import read_applied_count
 
     return read_applied_count(url, "S")
 
@@ -329,7 +329,7 @@ def cli_rows(pw: str, auth_url: str, plain_url: str) -> list[tuple[str, list[str
 
 
 async def _stream(url: str) -> None:
-    from oncestream.streams._spec import StreamSpec, ensure_stream
+    from oncestream.streams import StreamSpec, ensure_stream
 
     async with await connect(ConnectOptions(servers=(url,))) as conn:
         await ensure_stream(conn, StreamSpec(name="LEAKS", subjects=("leaks.>",)))

@@ -9,7 +9,7 @@ import pytest
 
 from oncestream import ConfigError, ConnectError, ConnectOptions, connect
 from oncestream.server import NatsServer, ServerConfig
-from oncestream.streams._spec import StreamSpec, ensure_stream
+from oncestream.streams import StreamSpec, ensure_stream
 from tests import server_configs
 
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from oncestream import ConnectOptions, connect
 from oncestream.server import NatsServer
-from oncestream.streams._spec import StreamSpec, ensure_stream
-from oncestream.streams import delete_stream
+from oncestream.streams import StreamSpec, delete_stream, ensure_stream
 
 
 async def _created(url: str, stream: str) -> str:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from tests._support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = (
@@ -23,12 +24,6 @@ def _block() -> str:
     return match.group(1)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _metric(output: str, name: str) -> list[float]:
     return [float(v) for v in re.findall(rf"^{name}\{{[^}}]*\}} (\S+)$", output, re.M)]
 
@@ -37,7 +32,7 @@ def test_readme_walkthrough(nats_server, tmp_path) -> None:  # type: ignore[no-u
     script = _block()
     assert "oncestream stream add ORDERS" in script and "dlq replay" in script
     code = script.replace("nats://127.0.0.1:4222", nats_server.url)
-    code = code.replace("9464", str(_free_port()))
+    code = code.replace("9464", str(free_port()))
     env = dict(os.environ, COLUMNS="200", HOME=str(tmp_path))
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     work = tmp_path / "cwd"

@@ -4,7 +4,6 @@ pyspark install, bound to 127.0.0.1, each process in its own session (stopped by
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -14,14 +13,9 @@ from pathlib import Path
 import pyspark
 
 from tests._procs import stop_group
+from tests._support import free_port
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: float) -> None:

@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from oncestream._connection import Connection
+from oncestream import Connection
+from tests._support import fill_stream
 
 
 async def publish(
     conn: Connection, subject: str, count: int, *, start: int = 0, headers: bool = False
 ) -> None:
     """Publish ``count`` messages ``m<i>`` to ``subject``, awaiting every JetStream ack."""
-    js = conn.nc.jetstream()
-    futures = []
-    for i in range(start, start + count):
-        hdrs = {"Nats-Msg-Id": f"id-{i}", "X-Index": str(i)} if headers else None
-        futures.append(js.publish(subject, b"m%d" % i, headers=hdrs))
-    await asyncio.gather(*futures)
+    await fill_stream(
+        conn,
+        subject,
+        count,
+        start=start,
+        data=lambda i: b"m%d" % i,
+        headers=(lambda i: {"Nats-Msg-Id": f"id-{i}", "X-Index": str(i)}) if headers else None,
+    )
 
 
 def source_options(url: str, stream: str, **extra: Any) -> dict[str, str]:

@@ -9,10 +9,10 @@ from typing import Any
 import orjson
 
 from oncestream import ConnectOptions, connect
-from oncestream.audit._audit import AuditReport, OutputSpec, audit
-from oncestream.publish._publisher import Publisher, PublisherOptions
-from oncestream.read._range import read_stream
-from oncestream.streams._spec import StreamSpec, ensure_stream
+from oncestream.audit import AuditReport, OutputSpec, audit
+from oncestream.publish import Publisher, PublisherOptions
+from oncestream.read import read_stream
+from oncestream.streams import StreamSpec, ensure_stream
 
 
 def make_streams(url: str, *specs: StreamSpec) -> None:

@@ -11,7 +11,7 @@ from oncestream import connect
 from oncestream._sync import run_sync
 from oncestream.server import NatsServer, OperatorSetup
 from oncestream.spark._options import connect_options as spark_connect_options
-from oncestream.streams._spec import StreamSpec, ensure_stream
+from oncestream.streams import StreamSpec, ensure_stream
 from tests import server_configs
 from tests._scenario import publish_ids
 

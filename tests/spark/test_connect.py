@@ -18,7 +18,7 @@ import pytest
 
 from oncestream import ConnectOptions, connect
 from oncestream.server import NatsServer
-from oncestream.streams._spec import StreamSpec, ensure_stream
+from oncestream.streams import StreamSpec, ensure_stream
 from tests import server_configs
 
 pytestmark = pytest.mark.timeout(300)

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from oncestream._connection import Connection
-from oncestream.audit._audit import OutputSpec, audit
+from oncestream.audit import OutputSpec, audit
 from oncestream.server import NatsServer
 from tests.spark._cluster import SPARK_HOME, standalone_cluster
 from tests.spark._helpers import publish

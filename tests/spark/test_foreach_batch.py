@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from oncestream import ConfigError
-from oncestream.spark._foreach_batch import transactional
+from oncestream.spark import transactional
 
 
 def _rows(target: str, sql: str) -> list[tuple[Any, ...]]:

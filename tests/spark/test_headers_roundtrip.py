@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from oncestream import ConnectOptions, Publisher, PublisherOptions, connect
 from oncestream.server import NatsServer
-from oncestream.streams._spec import StreamSpec
+from oncestream.streams import StreamSpec
 from tests.spark._sink_helpers import make_streams, stream_state
 
 # Clean ids (see _headers.check_msg_id) with spaces inside, non-ASCII, a zero-width space.

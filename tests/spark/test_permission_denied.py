@@ -10,7 +10,6 @@ from oncestream.server import HubLeaf
 
 
 def test_batch_read_denied_in_own_domain_fails_fast(topo: HubLeaf, spark) -> None:  # type: ignore[no-untyped-def]
-    pytest.importorskip("oncestream.spark.source")
     user, password = topo.credentials("IMPORT_CLIENT")
     start = time.monotonic()
     with pytest.raises(Exception, match=r"PermissionDenied|not permitted") as info:

@@ -8,7 +8,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from oncestream.server import NatsServer
-from oncestream.streams._spec import StreamSpec
+from oncestream.streams import StreamSpec
 from tests.spark._sink_helpers import make_streams, publish_orders, run_audit, stream_state
 
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from oncestream.server import NatsServer
-from oncestream.streams._spec import StreamSpec
+from oncestream.streams import StreamSpec
 from tests.spark._sink_helpers import (
     make_streams,
     order_ids_on,

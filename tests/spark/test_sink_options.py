@@ -14,8 +14,8 @@ from pyspark.sql.types import (
 )
 
 from oncestream import ConfigError
-from oncestream.spark._sink_options import SinkOptions, lineage_id, position_id, writer_scope
 from oncestream.spark._sink import _layout
+from oncestream.spark._sink_options import SinkOptions, lineage_id, position_id, writer_scope
 
 URL = "nats://127.0.0.1:4222"
 

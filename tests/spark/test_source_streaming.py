@@ -11,8 +11,8 @@ import pytest
 
 from oncestream._connection import Connection
 from oncestream.server import NatsServer
-from tests.spark._helpers import publish, source_options
 from oncestream.streams import delete_stream
+from tests.spark._helpers import publish, source_options
 
 pytestmark = pytest.mark.timeout(240)
 

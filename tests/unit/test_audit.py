@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from oncestream import ConfigError
-from oncestream.audit._outputs import _spark_committed_files as committed_files
 from oncestream.audit._audit import KeySpec, OutputSpec, compare, parse_timestamp
+from oncestream.audit._outputs import _spark_committed_files as committed_files
 
 
 def test_compare_counts_every_kind_of_problem() -> None:

@@ -351,3 +351,153 @@ def test_spark_and_audit_do_not_import_each_other() -> None:
         if {_component(module), _component(target)} == {"oncestream.spark", "oncestream.audit"}
     ]
     assert ties == []
+
+
+# --------------------------------------------------------------------------- layout
+
+#: Components by layer (docs/architecture.md): a module imports its own component, the
+#: foundation (root modules and ``_nats``) and components of lower layers only: never
+#: a component of its own layer or above, not even for type annotations.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("streams", "ledger"),
+    ("read", "server"),
+    ("publish",),
+    ("process",),
+    ("audit",),
+    ("metrics", "spark"),
+    ("demo",),
+    ("cli",),
+)
+_LEVEL = {f"oncestream.{c}": i for i, layer in enumerate(LAYERS, start=1) for c in layer}
+
+
+def _all_nodes(tree: ast.Module) -> Iterator[ast.AST]:
+    return ast.walk(tree)  # type-only imports count for the layering
+
+
+def _imports(name: str, path: Path, tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """``(line, imported module path)`` of every import of ``oncestream`` code in the module."""
+    is_package = path.name == "__init__.py"
+    for node in _all_nodes(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = _resolve(name, is_package, node)[-1]
+            if base.startswith("oncestream"):
+                yield node.lineno, base
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("oncestream"):
+                    yield node.lineno, alias.name
+
+
+def layer_violations(name: str, path: Path, tree: ast.Module) -> list[str]:
+    """Imports of a component of the same or a higher layer, and of another's private file."""
+    own = _component(name)
+    found = []
+    for line, target in _imports(name, path, tree):
+        other = _component(target)
+        if other == own or other not in _LEVEL or own == "oncestream":
+            continue
+        if own in _LEVEL and _LEVEL[other] >= _LEVEL[own]:
+            found.append(f"line {line}: {target} (layer {_LEVEL[other]} >= {_LEVEL[own]})")
+        elif own not in _LEVEL:
+            found.append(f"line {line}: the foundation imports {target}")
+        if target != other and target.split(".")[2].startswith("_"):
+            found.append(f"line {line}: {target} is a private file of {other}; import {other}")
+    return found
+
+
+def test_the_layer_rule_catches_upward_private_and_type_only_imports() -> None:
+    snippet = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from ..process import Processor\n"
+        "from ..read._range import RangeReader\n"
+    )
+    path = SRC / "publish" / "_x.py"
+    hits = layer_violations("oncestream.publish._x", path, snippet)
+    assert any("oncestream.process" in h for h in hits)  # upward, type-only
+    assert any("private file" in h for h in hits)  # read's private file, not its face
+
+
+def test_imports_point_down_and_go_through_faces() -> None:
+    offenders = {
+        module: hits
+        for module, path, tree in _sources()
+        if (hits := layer_violations(module, path, tree))
+    }
+    assert offenders == {}, offenders
+
+
+def test_root_holds_the_foundation_only() -> None:
+    root = sorted(p.name for p in SRC.glob("*.py"))
+    assert len(root) <= 14, root
+    components = {p.name for p in SRC.iterdir() if (p / "__init__.py").is_file()}
+    assert {c for layer in LAYERS for c in layer} - {"metrics"} <= components
+
+
+def test_no_two_classes_share_a_name() -> None:
+    seen: dict[str, str] = {}
+    clashes = []
+    for module, _path, tree in _sources():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                if node.name in seen:
+                    clashes.append((node.name, seen[node.name], module))
+                seen.setdefault(node.name, module)
+    assert clashes == []
+
+
+def test_header_names_are_written_once() -> None:
+    """Every ``Nats-*`` header name is a constant of ``_headers``; no other module spells it."""
+    offenders = []
+    for module, _path, tree in _sources():
+        if module == "oncestream._headers":
+            continue
+        docstrings = {
+            id(n.body[0].value)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and n.body
+            and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str | bytes)
+                and id(node) not in docstrings
+                and (b"Nats-Msg-Id" if isinstance(node.value, bytes) else "Nats-Msg-Id")
+                in node.value  # type: ignore[operator]
+            ):
+                offenders.append(f"{module}:{node.lineno}")
+    assert offenders == []
+
+
+def test_no_source_file_needs_a_review_for_length() -> None:
+    """800 lines is a flag for a review, not a target (docs/architecture.md)."""
+    long = {p.name: n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > 800}
+    assert long == {}
+
+
+def test_torture_and_bench_do_not_reach_into_private_attributes() -> None:
+    root = SRC.parents[1]
+    package_names = set().union(*(_own_names(tree) for _m, _p, tree in _sources()))
+    for folder in ("torture", "bench"):
+        files = sorted((root / folder).rglob("*.py"))
+        trees = {p: ast.parse(p.read_text(encoding="utf-8")) for p in files}
+        defined = {p: _own_names(t) for p, t in trees.items()}
+        offenders = {}
+        for path, tree in trees.items():
+            others = package_names | set().union(*(n for q, n in defined.items() if q != path))
+            if hits := foreign_private_access(tree, others):
+                offenders[str(path.relative_to(root))] = hits
+        assert offenders == {}, offenders
+
+
+def test_architecture_doc_names_every_module() -> None:
+    doc = (SRC.parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = sorted(
+        str(p.relative_to(SRC))
+        for p in SRC.rglob("*.py")
+        if p.name != "__init__.py" and p.stem not in doc
+    )
+    assert missing == []

@@ -131,8 +131,8 @@ def test_the_audited_file_is_the_ledger_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``sqlite:///var/x.db`` is ``./var/x.db`` for both; ``sqlite:////...`` is absolute."""
+    from oncestream.audit import KeySpec
     from oncestream.audit._outputs import sql_keys
-    from oncestream.audit._audit import KeySpec
     from oncestream.ledger import LedgerEntry
 
     monkeypatch.chdir(tmp_path)

@@ -10,7 +10,7 @@ import pytest
 from oncestream import ConfigError, ConnectOptions, ProcessorOptions, PublisherOptions, PullOptions
 from oncestream._options import parse_duration
 from oncestream.spark._source_options import SourceOptions
-from oncestream.streams._spec import StreamSpec
+from oncestream.streams import StreamSpec
 
 GOOD = [
     (2, 2.0),

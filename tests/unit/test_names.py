@@ -87,10 +87,10 @@ def test_bad_subjects(subject: str) -> None:
 
 def test_every_entry_point_uses_the_same_rules() -> None:
     """The four former checks (stream spec, publisher, Spark source, sink) now agree."""
-    from oncestream.publish._publisher import PublisherOptions
+    from oncestream.publish import PublisherOptions
     from oncestream.spark._sink_options import SinkOptions
     from oncestream.spark._source_options import SourceOptions
-    from oncestream.streams._spec import StreamSpec
+    from oncestream.streams import StreamSpec
 
     url = "nats://127.0.0.1:4222"
     for bad in ("a.b", "bad name", "x/y", ""):

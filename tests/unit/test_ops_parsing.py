@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from oncestream import ConfigError, StartPosition
-from oncestream.read._start import describe_config, parse_time
+from oncestream._options import parse_time
 from oncestream.cli._dlq import parse_range
 from oncestream.cli._tail import preview
 from oncestream.process._replay import subject_matches
@@ -41,7 +41,7 @@ def test_start_position() -> None:
     assert not StartPosition(seq=7).matches(
         {"deliver_policy": "by_start_sequence", "opt_start_seq": 8}
     )
-    assert describe_config({"deliver_policy": "new"}) == "new messages only"
+    assert StartPosition.describe_config({"deliver_policy": "new"}) == "new messages only"
     with pytest.raises(ConfigError, match="at most one start position"):
         StartPosition(seq=3, new_only=True)
     with pytest.raises(ConfigError, match="start seq must be a sequence >= 1"):

@@ -15,7 +15,7 @@ from oncestream import (
     ProcessorOptions,
     PullOptions,
 )
-from oncestream.read._pull import MessageStream
+from oncestream.read import MessageStream
 
 
 def _stream(batch: int = 100) -> MessageStream:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 
+import pytest
+
 import oncestream
 from oncestream import _errors
 
@@ -36,8 +38,95 @@ def test_message_type_is_public() -> None:
     """Handlers and pulls hand out oncestream's own message type, not nats-py's ``Msg``."""
     import typing
 
-    from oncestream.process._processor import Handler
+    from oncestream.process import Handler
 
     assert {"Message", "MessageMetadata"} <= set(oncestream.__all__)
     assert typing.get_args(Handler)[0][0] is oncestream.Message
     assert oncestream.MessageStream.next_batch.__annotations__["return"] == "list[Message]"
+
+
+#: Every public module: the package and each component's face.
+PUBLIC_MODULES = (
+    "oncestream",
+    "oncestream.audit",
+    "oncestream.cli",
+    "oncestream.demo",
+    "oncestream.ledger",
+    "oncestream.metrics",
+    "oncestream.process",
+    "oncestream.publish",
+    "oncestream.read",
+    "oncestream.server",
+    "oncestream.spark",
+    "oncestream.streams",
+)
+
+
+def _public_names(module: object) -> set[str]:
+    """What ``from module import *`` would bind without ``__all__``: no modules, no future flags."""
+    import __future__
+
+    import types
+
+    names = set()
+    for name, value in vars(module).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(value, types.ModuleType | __future__._Feature):
+            continue
+        names.add(name)
+    return names
+
+
+@pytest.mark.parametrize("name", PUBLIC_MODULES)
+def test_all_equals_the_public_names(name: str) -> None:
+    """Both ways: every name in ``__all__`` exists, every public name is in ``__all__``."""
+    module = importlib.import_module(name)
+    exported = set(module.__all__)
+    missing = {n for n in exported if not hasattr(module, n)}
+    assert missing == set(), f"{name}.__all__ names what it lacks: {missing}"
+    unlisted = _public_names(module) - exported
+    assert unlisted == set(), f"{name} has public names outside __all__: {unlisted}"
+
+
+def test_every_public_class_lives_in_a_private_file() -> None:
+    """httpx's convention: classes are defined in ``_x.py`` files and re-exported by faces."""
+    import inspect
+
+    for name in PUBLIC_MODULES:
+        module = importlib.import_module(name)
+        for export in module.__all__:
+            obj = getattr(module, export)
+            if inspect.isclass(obj) and obj.__module__.startswith("oncestream"):
+                leaf = obj.__module__.rsplit(".", 1)[-1]
+                assert leaf.startswith("_"), f"{name}.{export} is defined in {obj.__module__}"
+
+
+def test_the_everyday_names_are_at_the_root() -> None:
+    everyday = {
+        "StreamSpec",
+        "ensure_stream",
+        "audit",
+        "read_stream",
+        "iter_messages",
+        "replay_dead_letters",
+        "list_dead_letters",
+        "Publisher",
+        "Processor",
+        "ProducerSession",
+        "connect",
+    }
+    assert everyday <= set(oncestream.__all__)
+
+
+def test_no_test_skips_itself_on_an_import() -> None:
+    """``importorskip`` of our own modules turned into silent skips when a module moved."""
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parents[1]
+    offenders = [
+        str(p.relative_to(tests))
+        for p in tests.rglob("*.py")
+        if "importorskip(" in p.read_text(encoding="utf-8") and p.name != "test_public_api.py"
+    ]
+    assert offenders == []

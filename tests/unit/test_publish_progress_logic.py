@@ -10,7 +10,7 @@ from oncestream import ConfigError
 from oncestream.cli._progress import PublishProgress, progress_key
 from oncestream.cli._publish_input import Record, RecordError, SubjectTemplate, record_id
 from oncestream.cli._publish_run import Confirmed
-from oncestream.publish._publisher import PubAck
+from oncestream.publish import PubAck
 
 
 def _done(loop: asyncio.AbstractEventLoop, seq: int | None) -> asyncio.Future[PubAck]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from oncestream import ConfigError
-from oncestream.publish._publisher import PubAck, PublisherOptions, PublisherStats
+from oncestream.publish import PubAck, PublisherOptions, PublisherStats
 from oncestream.spark._options import publisher_options
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from oncestream import reader
+from oncestream.read import _range as reader
 
 
 class _Conn:

@@ -8,7 +8,7 @@ import pytest
 
 from oncestream import ConfigError, ConnectOptions, PostgresLedger, SQLiteLedger
 from oncestream._private import redact_url
-from oncestream.audit._audit import OutputSpec
+from oncestream.audit import OutputSpec
 from oncestream.ledger import ledger_from_url
 from oncestream.server import (
     Authorization,
@@ -49,9 +49,9 @@ def _objects(tmp_path: Path) -> list[object]:
         hub_leaf_accounts(passwords={"acc": PW, "admin": PW, "import_client": PW}),
     ]
     try:
+        from oncestream.spark import transactional
         from oncestream.spark._sink_options import SinkOptions
         from oncestream.spark._source_options import SourceOptions
-        from oncestream.spark._foreach_batch import transactional
     except ImportError:  # pragma: no cover - spark extra not installed
         return objects
     spark_opts = {"servers": url, "password": PW, "user": "u"}

@@ -24,15 +24,15 @@ from typing import Any, Literal
 
 import orjson
 
-from ._keys import KeySpec
-from ._outputs import parquet_keys, sql_keys
 from .._connection import Connection
 from .._dsn import Dsn, parse_dsn
 from .._errors import ConfigError, StreamNotFound
 from .._names import check_stream_name
 from .._private import redact_url, redacted_repr
-from ..read._range import StreamRecord, read_stream
-from ..streams._spec import lineage_id
+from ..read import StreamRecord, read_stream
+from ..streams import lineage_id
+from ._keys import KeySpec
+from ._outputs import parquet_keys, sql_keys
 
 __all__ = [
     "AuditReport",

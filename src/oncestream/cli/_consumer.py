@@ -7,12 +7,12 @@ from typing import Annotated, Any
 
 import typer
 
-from ..streams._admin import consumer_info, delete_consumer, list_consumers, stream_info
 from .._connection import connect
 from .._errors import ConfigError, OperationTimeout
 from .._names import check_consumer_name, check_stream_name
-from .._options import ConnectOptions, parse_duration
-from ..read._start import StartPosition, parse_time
+from .._options import ConnectOptions, parse_duration, parse_time
+from ..read import StartPosition
+from ..streams import consumer_info, delete_consumer, list_consumers, stream_info
 from ._app import app, cli_errors, console, run_async
 from ._connect_flags import with_connect_options
 from ._name_args import consumer_name, stream_name, subject_filter

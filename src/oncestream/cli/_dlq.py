@@ -7,12 +7,11 @@ from typing import Annotated, Any
 import orjson
 import typer
 
-from ..streams._admin import StoredMessage, get_message, stream_info
 from .._connection import connect
 from .._errors import ConfigError, MessageNotFound
-from .._options import ConnectOptions
-from ..read._start import rfc3339
-from ..process._replay import DeadLetter, list_dead_letters, replay_dead_letters
+from .._options import ConnectOptions, rfc3339
+from ..process import DeadLetter, list_dead_letters, replay_dead_letters
+from ..streams import StoredMessage, get_message, stream_info
 from ._app import app, cli_errors, console, run_async
 from ._connect_flags import with_connect_options
 from ._name_args import stream_name
@@ -149,7 +148,15 @@ def _stored(letter: DeadLetter) -> StoredMessage:
         seq=letter.seq,
         subject=letter.dlq_subject,
         time=letter.time,
-        headers=letter.headers,
+        raw_headers=(
+            "NATS/1.0\r\n"
+            + "".join(
+                f"{name}: {value}\r\n"
+                for name, values in letter.headers.items()
+                for value in values
+            )
+            + "\r\n"
+        ).encode(),
         data=letter.data,
     )
 

@@ -16,10 +16,8 @@ from .._connection import connect
 from .._errors import ConfigError
 from .._names import check_consumer_name, check_stream_name, check_subject_filter
 from .._options import ConnectOptions, parse_duration
-from ..process._setup import check_handler
-from ..ledger import ledger_from_url
-from ..ledger._readonly import check_ledger_target
-from ..process._processor import Handler, Processor, ProcessorOptions, ProcessorStats
+from ..ledger import check_ledger_target, ledger_from_url
+from ..process import Handler, Processor, ProcessorOptions, ProcessorStats, check_handler
 from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
 from ._process_extras import RecentRate, metrics_endpoint, start_position

@@ -9,8 +9,9 @@ from collections import deque
 from typing import Any
 
 from .._errors import ConfigError
-from ..read._start import StartPosition, parse_time
-from ..process._processor import Processor
+from .._options import parse_time
+from ..process import Processor
+from ..read import StartPosition
 
 log = logging.getLogger("oncestream.cli.process")
 

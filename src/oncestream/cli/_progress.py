@@ -20,7 +20,7 @@ progress stream (``ONCESTREAM_PUBLISH_PROGRESS``) and appends a
   stream's creation time (a re-created stream is refused).
 
 A re-run reads the last record, scans the target stream after ``scan_from``
-for msg ids (:func:`stored_ids`; the scan is bounded by the stream's last
+for msg ids (:func:`oncestream.read.stored_ids`; the scan is bounded by the stream's last
 sequence) and publishes only the lines after ``line`` whose id is not there.
 Writes carry ``Nats-Expected-Last-Subject-Sequence``, so two runs of the same
 file cannot interleave their records unnoticed.
@@ -29,7 +29,6 @@ file cannot interleave their records unnoticed.
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import logging
 from dataclasses import asdict, dataclass, replace
@@ -41,14 +40,11 @@ from .._connection import Connection
 from .._errors import (
     ConfigError,
     JetStreamError,
-    MessageNotFound,
     PermissionDenied,
     WrongLastSequence,
 )
-from .._headers import msg_id_key
-from ..publish._publisher import Publisher, PublisherOptions
-from ..streams._spec import StreamSpec, stream_exists
-from ..streams import add_stream
+from ..publish import SubjectLog
+from ..streams import StreamSpec, add_stream, stream_exists
 
 __all__ = [
     "PROGRESS_STREAM",
@@ -56,7 +52,6 @@ __all__ = [
     "ProgressStore",
     "PublishProgress",
     "progress_key",
-    "stored_ids",
 ]
 
 log = logging.getLogger("oncestream.progress")
@@ -64,7 +59,6 @@ log = logging.getLogger("oncestream.progress")
 PROGRESS_STREAM = "ONCESTREAM_PUBLISH_PROGRESS"
 PROGRESS_SUBJECT = "oncestream.publish.progress"
 _VERSION = 1
-_SCAN_CONCURRENCY = 128
 
 
 class ConcurrentRun(ConfigError):
@@ -123,14 +117,13 @@ class ProgressStore:
         self.conn = conn
         self.stream = stream
         self.subject = f"{PROGRESS_SUBJECT}.{key}"
-        self.last_seq = 0
         self._lock = asyncio.Lock()
-        self._pub = Publisher(
-            conn,
-            PublisherOptions(
-                stream=stream, max_inflight=1, ack_timeout=2.0, max_attempts=2, check_window=False
-            ),
-        )
+        self._log = SubjectLog(conn, stream, self.subject)
+
+    @property
+    def last_seq(self) -> int:
+        """The sequence of the last record read or written (0: none)."""
+        return self._log.last_seq
 
     async def ensure(self, replicas: int = 1) -> None:
         """Create the progress stream if it does not exist.
@@ -161,20 +154,14 @@ class ProgressStore:
 
     async def last(self) -> PublishProgress | None:
         """The last record of this pair, or None."""
-        try:
-            reply = await self.conn.api(
-                f"STREAM.MSG.GET.{self.stream}", {"last_by_subj": self.subject}
-            )
-        except MessageNotFound:
-            self.last_seq = 0
+        found = await self._log.last()
+        if found is None:
             return None
-        message = reply["message"]
-        self.last_seq = int(message["seq"])
         try:
-            return PublishProgress.from_json(base64.b64decode(message.get("data") or b""))
+            return PublishProgress.from_json(found.data)
         except (ValueError, TypeError) as exc:
             raise ConfigError(
-                f"the progress record at {self.stream!r} seq {self.last_seq} is unreadable "
+                f"the progress record at {self.stream!r} seq {found.seq} is unreadable "
                 f"({exc}); publish with --fresh to start over"
             ) from exc
 
@@ -188,18 +175,11 @@ class ProgressStore:
         async with self._lock:
             token = f"{record.run}:{record.reserved}:{record.line}:{int(record.done)}"
             for _ in range(2):
-                future = await self._pub.publish(
-                    self.subject,
-                    record.to_json(),
-                    msg_id=token,
-                    expected_last_subject_seq=self.last_seq,
-                )
                 try:
-                    ack = await future
+                    await self._log.append(record.to_json(), msg_id=token)
+                    return
                 except WrongLastSequence as exc:
                     stored = await self.last()
-                    if stored is not None and stored == record:
-                        return  # an earlier attempt of this very write was stored
                     if stored is not None and stored.run == record.run:
                         # This run's own earlier write, reported as failed (no PubAck
                         # during an outage) but stored: write again after it.
@@ -209,8 +189,6 @@ class ProgressStore:
                         "wrote progress while this one ran; run one publish of a file at a "
                         "time (re-run this command when the other one has finished)"
                     ) from exc
-                self.last_seq = ack.seq
-                return
             raise ConcurrentRun(
                 f"progress of {record.file!r} to stream {record.stream!r} kept moving while "
                 "this run wrote it; run one publish of a file at a time"
@@ -218,37 +196,6 @@ class ProgressStore:
 
     async def close(self) -> None:
         try:
-            await self._pub.close()
+            await self._log.close()
         except Exception as exc:  # the connection may be gone; nothing is pending
             log.debug("progress publisher close: %s", exc)
-
-
-async def stored_ids(conn: Connection, stream: str, after: int, until: int) -> set[str]:
-    """Msg ids of the messages ``stream`` holds at sequences ``after+1 .. until``.
-
-    The range is read with concurrent ``STREAM.MSG.GET`` requests (deleted
-    sequences are skipped), so it works without ``allow_direct``.
-    """
-    ids: set[str] = set()
-
-    async def get(seq: int) -> None:
-        try:
-            reply = await conn.api(f"STREAM.MSG.GET.{stream}", {"seq": seq})
-        except MessageNotFound:
-            return
-        hdrs = reply["message"].get("hdrs")
-        if hdrs:
-            found = msg_id_key(base64.b64decode(hdrs))
-            if found is not None:
-                ids.add(found)
-
-    seq = after + 1
-    while seq <= until:
-        stop = min(until, seq + _SCAN_CONCURRENCY - 1)
-        await asyncio.gather(*(get(s) for s in range(seq, stop + 1)))
-        seq = stop + 1
-    if until > after:
-        log.info(
-            "stream %s: %d msg ids after seq %d (scanned to %d)", stream, len(ids), after, until
-        )
-    return ids

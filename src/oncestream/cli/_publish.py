@@ -32,10 +32,10 @@ from .._connection import connect
 from .._errors import ConfigError, PermissionDenied, PublishFailed
 from .._names import check_stream_name
 from .._options import ConnectOptions, parse_duration
-from ._progress import PROGRESS_STREAM
-from ..publish._publisher import Publisher, PublisherOptions
+from ..publish import Publisher, PublisherOptions
 from ._app import EXIT_CONFIG, EXIT_FAILURE, app, cli_errors, console, err_console, run_async
 from ._connect_flags import with_connect_options
+from ._progress import PROGRESS_STREAM
 from ._publish_input import (
     FileFacts,
     InputFormat,

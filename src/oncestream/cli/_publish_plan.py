@@ -17,7 +17,8 @@ from typing import Any
 
 from .._connection import Connection
 from .._errors import ConfigError, OncestreamError, PermissionDenied, StreamNotFound
-from ._progress import ProgressStore, PublishProgress, progress_key, stored_ids
+from ..read import stored_ids
+from ._progress import ProgressStore, PublishProgress, progress_key
 from ._publish_input import FileFacts, PrefixHasher, SubjectTemplate
 from ._publish_run import Tally
 

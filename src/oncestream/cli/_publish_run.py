@@ -34,8 +34,8 @@ from .._errors import (
     StreamMismatch,
     StreamNotFound,
 )
+from ..publish import PubAck, Publisher
 from ._progress import ConcurrentRun, ProgressStore, PublishProgress
-from ..publish._publisher import PubAck, Publisher
 from ._publish_input import (
     IdRefused,
     PrefixHasher,

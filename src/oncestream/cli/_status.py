@@ -7,12 +7,12 @@ from typing import Any
 import orjson
 import typer
 
-from ..streams._admin import consumer_info, stream_info
 from .._connection import Connection, connect
 from .._errors import ConfigError
 from .._names import check_consumer_name, check_stream_name
 from .._options import ConnectOptions
-from ..ledger._readonly import read_applied_count
+from ..ledger import read_applied_count
+from ..streams import consumer_info, stream_info
 from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
 from ._output import print_table, rows_table

@@ -7,17 +7,22 @@ from typing import Annotated, Any
 
 import typer
 
-from ..streams._admin import list_streams, stream_info
 from .._connection import connect
 from .._errors import ConfigError
-from .._options import ConnectOptions, parse_duration
-from ..streams._spec import StreamSpec, seconds_to_ns
+from .._options import ConnectOptions, parse_duration, seconds_to_ns
+from ..streams import (
+    StreamSpec,
+    add_stream,
+    delete_stream,
+    list_streams,
+    stream_info,
+    update_stream,
+)
 from ._app import app, cli_errors, console, run_async
 from ._connect_flags import with_connect_options
 from ._name_args import stream_name, subject_filter
 from ._output import confirm, kv_table, print_json, print_output, rows_table
 from ._rows import stream_row
-from ..streams import add_stream, delete_stream, update_stream
 
 stream_app = typer.Typer(
     name="stream",

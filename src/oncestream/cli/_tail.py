@@ -12,11 +12,11 @@ from typing import Annotated, Any
 import orjson
 import typer
 
-from ..streams._admin import StoredMessage, get_message, iter_messages, stream_info
 from .._connection import Connection, connect
 from .._errors import ConfigError, MessageNotFound, StreamNotFound
-from .._options import ConnectOptions
-from ..read._start import parse_time, rfc3339
+from .._options import ConnectOptions, parse_time, rfc3339
+from ..read import iter_messages
+from ..streams import StoredMessage, get_message, stream_info
 from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
 from ._name_args import stream_name, subject_filter

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from .._connection import connect
 from .._options import ConnectOptions
-from ..publish._publisher import Publisher, PublisherOptions
+from ..publish import Publisher, PublisherOptions
 from ._workload import Expected, order_stream
 
 __all__ = ["ProducerReport", "produce"]

@@ -20,9 +20,9 @@ from .._connection import Connection, connect
 from .._errors import ConfigError, OncestreamError
 from .._options import ConnectOptions
 from .._sync import run_sync
-from ..audit._audit import AuditReport, OutputSpec, audit
+from ..audit import AuditReport, OutputSpec, audit
 from ..server import JetStreamConfig, NatsServer, ServerConfig
-from ..streams._spec import StreamSpec, ensure_stream
+from ..streams import StreamSpec, ensure_stream
 from ._datadir import DemoDir
 from ._pipeline import Pipeline
 from ._producer import ProducerReport, produce
@@ -339,8 +339,9 @@ def _warm_up(spark: Any) -> None:
     """Start the Python workers and import what the pipeline's tasks need, before timing."""
 
     def touch(batches: Any) -> Any:
-        import oncestream.spark._reader
-        import oncestream.spark.sink  # noqa: F401
+        import oncestream.spark
+
+        oncestream.spark.warm_worker()
 
         yield from batches
 

@@ -5,11 +5,10 @@ lazily) share the :class:`Ledger` contract. :func:`ledger_from_url` builds one
 from ``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or ``postgresql://...``.
 """
 
-from __future__ import annotations
-
-from .._dsn import Dsn, parse_dsn
 from ._base import KeyMode, Ledger, LedgerEntry, LedgerTx
+from ._from_url import ledger_from_dsn, ledger_from_url
 from ._postgres import PostgresLedger
+from ._readonly import check_ledger_target, read_applied_count
 from ._sqlite import SQLiteLedger
 
 __all__ = [
@@ -19,33 +18,8 @@ __all__ = [
     "LedgerTx",
     "PostgresLedger",
     "SQLiteLedger",
+    "check_ledger_target",
     "ledger_from_dsn",
     "ledger_from_url",
+    "read_applied_count",
 ]
-
-
-def ledger_from_url(url: str, *, key: KeyMode = "sequence") -> Ledger:
-    """Build a ledger from a database URL, with SQLAlchemy's meaning.
-
-    ``sqlite:///relative/path.db`` (three slashes: relative to the working
-    directory), ``sqlite:////absolute/path.db`` (four slashes), a plain file
-    path, or ``postgresql://user@host:port/db`` (``postgres://`` too). The
-    same forms mean the same files for ``oncestream audit`` and
-    ``foreachBatch`` (see :mod:`oncestream._dsn`).
-
-    Raises:
-        ConfigError: for any other form, naming the (redacted) URL and the allowed forms.
-
-    Example::
-
-        ledger = ledger_from_url("sqlite:///orders.db")  # ./orders.db
-    """
-    return ledger_from_dsn(parse_dsn(url, "ledger URL"), key=key)
-
-
-def ledger_from_dsn(dsn: Dsn, *, key: KeyMode = "sequence", tables: bool = True) -> Ledger:
-    """The ledger for an already parsed database URL (``tables=False``: transactions only)."""
-    if dsn.kind == "postgresql":
-        return PostgresLedger(dsn.url, key=key, tables=tables)
-    assert dsn.path is not None
-    return SQLiteLedger(dsn.path, key=key, tables=tables)

@@ -18,11 +18,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from .._connection import Connection
-from ._deadletter import dead_letter_headers, publish_dead_letter
 from .._errors import OncestreamError
 from .._logthrottle import LogThrottle
-from ._setup import ProcessorOptions, ProcessorStats
 from .._message import Message
+from ._deadletter import dead_letter_headers, publish_dead_letter
+from ._options import ProcessorOptions, ProcessorStats
 
 __all__ = ["Acknowledger"]
 

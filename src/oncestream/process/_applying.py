@@ -22,9 +22,9 @@ from typing import Any
 
 from .._errors import LedgerError, LedgerUnusable
 from .._logthrottle import LogThrottle
-from ._setup import ProcessorStats
-from ..ledger import Ledger, LedgerEntry, LedgerTx
 from .._message import Message
+from ..ledger import Ledger, LedgerEntry, LedgerTx
+from ._options import ProcessorStats
 
 __all__ = ["Applier", "Handler", "Outcome"]
 

@@ -11,6 +11,7 @@ import orjson
 
 from .._connection import Connection
 from .._errors import JetStreamError, NoResponders, PublishFailed, jetstream_error
+from .._headers import MSG_ID
 
 __all__ = ["publish_confirmed"]
 
@@ -57,6 +58,4 @@ async def publish_confirmed(
             log.debug("%s attempt %d to %s failed: %s", what, attempt, subject, exc)
         await asyncio.sleep(delay)
         delay = min(delay * 2, 2.0)
-    raise PublishFailed(
-        failure(last), msg_id=headers.get("Nats-Msg-Id"), attempts=attempts
-    ) from last
+    raise PublishFailed(failure(last), msg_id=headers.get(MSG_ID), attempts=attempts) from last

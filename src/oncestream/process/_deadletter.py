@@ -4,25 +4,19 @@ from __future__ import annotations
 
 import logging
 
-from ._confirmed import publish_confirmed
 from .._connection import Connection, translate_error
 from .._errors import OncestreamError
+from .._headers import MSG_ID, MSG_TTL, ROLLUP
 from .._message import Message
+from ._confirmed import publish_confirmed
 
 __all__ = ["dead_letter_headers", "publish_dead_letter"]
 
 log = logging.getLogger("oncestream.processor")
 
-#: Headers of the original message that must not be replayed on the DLQ publish.
-_DROP = (
-    "Nats-Msg-Id",
-    "Nats-Expected-Stream",
-    "Nats-Expected-Last-Sequence",
-    "Nats-Expected-Last-Subject-Sequence",
-    "Nats-Expected-Last-Msg-Id",
-    "Nats-TTL",
-    "Nats-Rollup",
-)
+#: Headers of the original message that must not be replayed on the DLQ publish (the
+#: write-time checks Nats-Expected-*/Nats-Batch-* are not in ``Message.headers`` at all).
+_DROP = (MSG_ID, MSG_TTL, ROLLUP)
 
 
 def dead_letter_headers(
@@ -30,7 +24,7 @@ def dead_letter_headers(
 ) -> dict[str, str]:
     """The headers of a dead letter: the original ones plus where and why it failed."""
     headers = {k: v for k, v in (msg.headers or {}).items() if k not in _DROP}
-    original_id = (msg.headers or {}).get("Nats-Msg-Id")
+    original_id = msg.msg_id
     if original_id:
         headers["Oncestream-Msg-Id"] = original_id
     headers.update(
@@ -43,7 +37,7 @@ def dead_letter_headers(
             # One line, bounded: headers are not a place for a traceback.
             "Oncestream-Error": " ".join(error.split())[:1000] or "error",
             # Deterministic id: a retried dead-letter publish is de-duplicated.
-            "Nats-Msg-Id": f"dlq:{stream}:{seq}",
+            MSG_ID: f"dlq:{stream}:{seq}",
         }
     )
     return headers
@@ -68,9 +62,8 @@ async def publish_dead_letter(
 
     def failure(last: Exception | None) -> str:
         error = translate_error(last, what=f"dead-letter publish to {subject}") if last else None
-        return (
-            f"dead letter for {headers.get('Nats-Msg-Id')} not confirmed after {attempts} attempts"
-            + (f": {error}" if isinstance(error, OncestreamError) else "")
+        return f"dead letter for {headers.get(MSG_ID)} not confirmed after {attempts} attempts" + (
+            f": {error}" if isinstance(error, OncestreamError) else ""
         )
 
     ack = await publish_confirmed(

@@ -31,24 +31,19 @@ import logging
 import time
 from collections.abc import Callable
 
-from ._acking import Acknowledger
-from ._applying import Applier, Handler
 from .._connection import Connection, connect
 from .._errors import ConfigError, JetStreamError, LedgerUnusable, OperationTimeout
 from .._headers import msg_id_key
 from .._logthrottle import LogThrottle
+from .._message import Message
 from .._names import check_consumer_name, check_stream_name
 from .._options import ConnectOptions
-from ._setup import (
-    FloorHistory,
-    ProcessorOptions,
-    ProcessorStats,
-    check_handler,
-    setup_consumer,
-)
 from ..ledger import Ledger, LedgerEntry
-from .._message import Message
-from ..read._pull import MessageStream
+from ..read import MessageStream
+from ._acking import Acknowledger
+from ._applying import Applier, Handler
+from ._options import ProcessorOptions, ProcessorStats
+from ._setup import FloorHistory, check_handler, setup_consumer
 
 __all__ = ["Handler", "Processor", "ProcessorOptions", "ProcessorStats"]
 

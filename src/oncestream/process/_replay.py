@@ -29,11 +29,13 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ..streams._admin import StoredMessage, delete_message, iter_messages, stream_info
-from ._confirmed import publish_confirmed
 from .._connection import Connection, translate_error
 from .._errors import ConfigError
+from .._headers import MSG_ID
 from .._names import subject_matches
+from ..read import iter_messages
+from ..streams import StoredMessage, delete_message, stream_info
+from ._confirmed import publish_confirmed
 
 __all__ = [
     "DeadLetter",
@@ -110,12 +112,12 @@ class DeadLetter:
         headers = {
             k: v[0]
             for k, v in self.headers.items()
-            if v and not k.lower().startswith(_DROP_PREFIX) and k != "Nats-Msg-Id"
+            if v and not k.lower().startswith(_DROP_PREFIX) and k != MSG_ID
         }
         if self.msg_id:
             headers["Oncestream-Msg-Id"] = self.msg_id
         headers[REPLAY_OF] = self.replay_of
-        headers["Nats-Msg-Id"] = self.replay_id
+        headers[MSG_ID] = self.replay_id
         return headers
 
 
@@ -198,7 +200,7 @@ async def _publish(
     def failure(last: Exception | None) -> str:
         assert last is not None
         return (
-            f"publish of {headers.get('Nats-Msg-Id')} to {subject!r} not confirmed after "
+            f"publish of {headers.get(MSG_ID)} to {subject!r} not confirmed after "
             f"{attempts} attempts: {translate_error(last, what=subject)}"
         )
 
@@ -269,7 +271,7 @@ async def replay_dead_letters(
                     {
                         MARKER: str(letter.seq),
                         MARKER_AFTER: str(after),
-                        "Nats-Msg-Id": f"replay-marker:{dlq_stream}:{letter.seq}",
+                        MSG_ID: f"replay-marker:{dlq_stream}:{letter.seq}",
                     },
                 )
                 marker = _Marker(int(str(ack.get("seq", 0))), after)

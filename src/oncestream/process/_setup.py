@@ -1,26 +1,19 @@
-"""Consumer set-up of the :class:`~oncestream.Processor`: create or check its durable, the DLQ stream."""
+"""Consumer set-up of the :class:`~oncestream.Processor`: its durable consumer, the DLQ stream."""
 
 from __future__ import annotations
 
 import inspect
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from .._connection import Connection
 from .._errors import ConfigError, ConsumerNotFound, JetStreamError
 from .._names import (
-    check_publish_subject,
-    check_stream_name,
-    check_subject_filter,
     subject_matches,
     subjects_overlap,
 )
-from .._options import parse_duration, parse_positive_int
 from ..read import StartPosition
-from ._options import ProcessorOptions
 from ..streams import add_stream
+from ._options import ProcessorOptions
 
 __all__ = ["FloorHistory", "check_handler", "setup_consumer"]
 
@@ -136,8 +129,9 @@ async def _ensure_dlq_stream(conn: Connection, name: str, subject: str) -> None:
         if exc.err_code != 10059:
             raise
         subjects = [f"{name}.>"] if subject.startswith(f"{name}.") else [subject]
-        await add_stream(conn, 
-            {"name": name, "subjects": subjects, "storage": "file", "duplicate_window": int(120e9)}
+        await add_stream(
+            conn,
+            {"name": name, "subjects": subjects, "storage": "file", "duplicate_window": int(120e9)},
         )
         return
     subjects = info.get("config", {}).get("subjects") or []

@@ -31,8 +31,8 @@ from .._headers import (
     build_block,
 )
 from .._nats import FrameSubscription
-from ._options import PublisherOptions
 from ._frames import check_subject
+from ._options import PublisherOptions
 
 __all__ = ["ERR_BATCH_DUPLICATE_MSG_ID", "MAX_BATCH", "AtomicBatchSender", "BatchRecord"]
 

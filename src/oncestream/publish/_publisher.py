@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 
 import orjson
 
@@ -35,8 +36,6 @@ from .._errors import (
 )
 from .._headers import check_msg_id
 from .._nats import FrameSubscription, exception_retrieved, status_code
-from ._retry import ID_IN_PROCESS, RetryTable
-from ._options import KeyFunction, PubAck, PublisherOptions, PublisherStats
 from ._frames import (
     AckTally,
     HeaderValues,
@@ -49,6 +48,8 @@ from ._frames import (
     too_large,
     too_many_inflight,
 )
+from ._options import KeyFunction, PubAck, PublisherOptions, PublisherStats
+from ._retry import ID_IN_PROCESS, RetryTable
 
 __all__ = ["AckTally", "KeyFunction", "PubAck", "Publisher", "PublisherOptions", "PublisherStats"]
 
@@ -164,7 +165,7 @@ class Publisher:
                 f"its reply inbox {inbox}* ({denial}); the user needs permission to subscribe "
                 "to _INBOX.>"
             )
-        self._multi_values = conn.wire.multi_value_headers
+        self._multi_values = conn.multi_value_headers
         conn.on_reconnect(self._on_reconnect)
         conn.on_permission_denied(self._on_denied)
         self._ticker = asyncio.create_task(self._table.run(), name="oncestream-publisher-ticker")
@@ -477,7 +478,7 @@ class Publisher:
         out, self._out, self._out_size = self._out, [], 0
         try:
             # Dropped while disconnected: the reconnect handler re-sends everything pending.
-            self.conn.wire.write_now(out)
+            self.conn.write_now(out)
         except Exception as exc:
             log.debug("publisher write failed (will retry after reconnect): %s", exc)
 

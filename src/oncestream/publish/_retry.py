@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 from .._connection import Connection
 from .._errors import PublishError, PublishFailed, StreamNotFound
-from ._options import PublisherOptions
 from ._frames import Pending
+from ._options import PublisherOptions
 
 __all__ = ["ID_IN_PROCESS", "RetryTable"]
 

@@ -50,6 +50,7 @@ from .._connection import Connection
 from .._errors import ConfigError, JetStreamError, OncestreamError, WrongLastSequence
 from .._headers import check_user_headers
 from .._names import check_publish_subject
+from ..streams import StoredMessage
 from ._batch import (
     ERR_BATCH_DUPLICATE_MSG_ID,
     MAX_BATCH,
@@ -57,7 +58,7 @@ from ._batch import (
     BatchRecord,
 )
 from ._publisher import PubAck, Publisher, PublisherOptions
-from ..streams._spec import StoredMessage, last_message
+from ._records import SubjectLog
 
 __all__ = ["SOURCE_POS_HEADER", "ProducerSession"]
 
@@ -114,8 +115,9 @@ class ProducerSession:
         # stored whatever the duplicate window: the window guard does not apply.
         self.options = replace(base, stream=stream, check_window=False)
         self._publisher = Publisher(conn, self.options)
+        # Where the session's records are: the last one read back, the next appended.
+        self._log = SubjectLog(conn, stream, self.subject, publisher=self._publisher)
         self.position: int | None = None
-        self.last_seq = 0
         self.published = 0
         self.skipped = 0
         self._started = False
@@ -125,6 +127,15 @@ class ProducerSession:
         self._batcher = AtomicBatchSender(
             conn, self.subject, producer_id, self.options, SOURCE_POS_HEADER, PRODUCER_HEADER
         )
+
+    @property
+    def last_seq(self) -> int:
+        """The stream sequence of the session's last stored record (0: none yet)."""
+        return self._log.last_seq
+
+    @last_seq.setter
+    def last_seq(self, seq: int) -> None:
+        self._log.last_seq = seq
 
     def msg_id(self, position: int) -> str:
         """The deterministic msg id of ``position``."""
@@ -206,26 +217,17 @@ class ProducerSession:
         extra = {SOURCE_POS_HEADER: str(position), PRODUCER_HEADER: self.producer_id}
         if headers:
             extra = {**headers, **extra}
-        future = await self._publisher.publish(
-            self.subject,
-            data,
-            msg_id=self.msg_id(position),
-            headers=extra,
-            expected_last_subject_seq=self.last_seq,
-        )
+        expected = self.last_seq
         try:
-            ack = await future
+            # An earlier attempt of this very record, stored with its PubAck lost, is
+            # recognised by the log (its msg id is the subject's last): a duplicate ack.
+            ack = await self._log.append(data, msg_id=self.msg_id(position), headers=extra)
         except BaseException as exc:
             # The stored state is unknown until start() reads the subject again.
             self._started = False
-            if not isinstance(exc, WrongLastSequence):
-                raise
-            recovered = await self._stored_by_earlier_attempt(position)
-            if recovered is None:
-                raise await self._changed_behind(exc) from exc
-            self._started = True
-            ack = recovered
-        self.last_seq = ack.seq
+            if isinstance(exc, WrongLastSequence):
+                raise await self._changed_behind(exc, expected) from exc
+            raise
         self.position = position
         self.published += 1
         return ack
@@ -239,6 +241,7 @@ class ProducerSession:
     async def _commit(self) -> PubAck:
         records, self._buffer = self._buffer, []
         last_position = records[-1][0]
+        expected = self.last_seq
         duplicate = False
         try:
             seq = await self._batcher.send(records, self.last_seq)
@@ -250,7 +253,7 @@ class ProducerSession:
                 raise
             recovered = await self._stored_by_earlier_attempt(last_position)
             if recovered is None:
-                raise await self._changed_behind(exc) from exc
+                raise await self._changed_behind(exc, expected) from exc
             self._started = True
             seq, duplicate = recovered.seq, True
         self.last_seq = seq
@@ -258,7 +261,7 @@ class ProducerSession:
         self.published += len(records)
         return PubAck(self.stream, seq, duplicate, None)
 
-    async def _changed_behind(self, exc: JetStreamError) -> WrongLastSequence:
+    async def _changed_behind(self, exc: JetStreamError, expected: int) -> WrongLastSequence:
         """Why the subject's last message is not the one this session expects.
 
         The resume point lives in the stream, so the session's only state is where
@@ -279,7 +282,7 @@ class ProducerSession:
         else:
             text = (
                 f"producer {self.producer_id!r}: {self.subject!r} changed behind this "
-                f"session (expected its last message at seq {self.last_seq}): another "
+                f"session (expected its last message at seq {expected}): another "
                 "producer with the same id is writing; stop one of them"
             )
         return WrongLastSequence(text, code=exc.code, err_code=exc.err_code)
@@ -294,17 +297,13 @@ class ProducerSession:
         the two cases apart.
         """
         found = await self._last()
-        if found is None:
-            return None
-        if (
-            found.header(SOURCE_POS_HEADER) == str(position)
-            and found.header(PRODUCER_HEADER) == self.producer_id
-        ):
+        if found is not None and found.msg_id == self.msg_id(position):
             return PubAck(self.stream, found.seq, True, None)
         return None
 
     async def _last(self) -> StoredMessage | None:
-        return await last_message(self.conn, self.stream, self.subject, direct=self._direct)
+        self._log.direct = self._direct
+        return await self._log.last()
 
     async def run(
         self, records: Iterable[tuple[int, bytes]] | AsyncIterable[tuple[int, bytes]]

@@ -51,11 +51,11 @@ from .._errors import (
 )
 from .._headers import first_values, parse_block, split_status
 from .._logthrottle import LogThrottle
+from .._message import Message
 from .._names import check_consumer_name, check_stream_name
 from .._nats import FrameSubscription
-from ._options import PullOptions
 from .._retry import stream_missing
-from .._message import Message
+from ._options import PullOptions
 
 __all__ = ["MessageStream", "PullOptions", "pull_messages"]
 

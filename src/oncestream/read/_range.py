@@ -39,9 +39,9 @@ from .._errors import (
     OperationTimeout,
 )
 from .._headers import SEQUENCE, SUBJECT, TIME_STAMP, direct_value, msg_id_key, own_block
+from .._message import ack_layout
 from .._nats import FrameSink, FrameSubscription, status_code
 from .._retry import Unavailable, retrying, stream_missing
-from .._message import ack_layout
 from ..streams import StoredMessage
 
 __all__ = [
@@ -533,7 +533,7 @@ def _stored(stream: str, chunk: FrameSink, index: int, direct: bool) -> StoredMe
             subject=subject.decode("utf-8", "replace") if subject else "",
             data=bytes(chunk.datas[index]),
             raw_headers=own_block(raw, direct=True),
-            time=_time(stamp.decode()) if stamp else None,
+            time=_time(stamp.decode() if stamp else "1970-01-01T00:00:00Z"),
         )
     tokens = chunk.replies[index].split(b".")
     layout = ack_layout(len(tokens))

@@ -12,6 +12,7 @@ from .._options import parse_time, rfc3339
 
 __all__ = ["StartPosition"]
 
+
 @dataclass(frozen=True, kw_only=True)
 class StartPosition:
     """Where a consumer being created starts; at most one of the fields is set.

@@ -13,7 +13,7 @@ Example::
         print(server.url)
 """
 
-from ._cluster import Cluster, Topology, monitor, stop_pid, wait_for
+from ._cluster import Cluster, Topology, free_ports, monitor, stop_pid, wait_for
 from ._config import JetStreamConfig, ServerConfig, render
 from ._hubleaf import HubLeaf, hub_leaf_accounts
 from ._jwt import OperatorSetup
@@ -34,6 +34,7 @@ from ._topology import (
 )
 
 __all__ = [
+    "free_ports",
     "Account",
     "AccountsConfig",
     "Authorization",

@@ -195,7 +195,7 @@ class HubLeaf(Topology):
         (mirror) and ``aggregate`` (source) of it, and the durable pull consumer
         ``dur`` on ``aggregate`` that ``IMPORT_CLIENT`` may use."""
         from .._connection import connect
-        from ..streams._spec import StreamSource, StreamSpec, ensure_stream
+        from ..streams import StreamSource, StreamSpec, ensure_stream
 
         async with await connect(self.options("leaf")) as leaf:
             await ensure_stream(leaf, StreamSpec(name="test", subjects=("test", "test.>")))

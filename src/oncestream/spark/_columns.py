@@ -10,8 +10,8 @@ import pyarrow.compute as pc
 
 from .._errors import OncestreamError
 from .._headers import MSG_ID, parse_block
-from .._nats import FrameSink
 from .._message import ack_layout
+from .._nats import FrameSink
 
 __all__ = ["ARROW_SCHEMA", "to_batch"]
 

@@ -27,10 +27,9 @@ from typing import Self
 import orjson
 
 from .._connection import Connection
-from .._errors import JetStreamError, PublishError, StreamNotFound
-from ..publish._publisher import PubAck, Publisher, PublisherOptions
-from ..read._range import read_stream
-from ..streams._spec import StreamSpec, ensure_stream, last_message, stream_exists
+from .._errors import PublishError, StreamNotFound
+from ..publish import PubAck, Publisher, PublisherOptions, SubjectLog
+from ..streams import StreamSpec, ensure_stream, stream_exists
 from ._connections import get_publisher
 
 __all__ = [
@@ -40,7 +39,6 @@ __all__ = [
     "CommitRecord",
     "CommitStore",
     "last_seq",
-    "stored_ids",
     "tail_of",
 ]
 
@@ -176,15 +174,23 @@ class CommitStore:
             return None
         return found
 
+    async def _log(self, subject: str) -> SubjectLog:
+        pub = self.publisher
+        if pub is None:
+            pub = await get_publisher(
+                self.conn, PublisherOptions(stream=self.stream, check_window=False)
+            )
+        return SubjectLog(self.conn, self.stream, subject, publisher=pub)
+
     async def _last(self, scope: str) -> CommitRecord | None:
         try:
-            found = await last_message(self.conn, self.stream, self.subject(scope))
+            found = await (await self._log(self.subject(scope))).last()
         except StreamNotFound:
             return None
         return None if found is None else CommitRecord.from_json(found.data)
 
     async def _last_marker(self, subject: str) -> AttemptMarker | None:
-        found = await last_message(self.conn, self.stream, subject)
+        found = await (await self._log(subject)).last()
         return None if found is None else AttemptMarker.from_json(found.data)
 
     async def mark_attempt(
@@ -264,15 +270,7 @@ class CommitStore:
         )
 
     async def _publish(self, subject: str, data: bytes, msg_id: str) -> PubAck:
-        pub = self.publisher
-        if pub is None:
-            options = PublisherOptions(stream=self.stream, check_window=False)
-            pub = await get_publisher(self.conn, options)
-        future = await pub.publish(subject, data, msg_id=msg_id, expected_stream=self.stream)
-        ack = await future
-        if ack.stream != self.stream:
-            raise JetStreamError(f"commit record stored in {ack.stream!r}, not {self.stream!r}")
-        return ack
+        return await (await self._log(subject)).append(data, msg_id=msg_id, exclusive=False)
 
 
 async def last_seq(conn: Connection, stream: str) -> int:
@@ -284,15 +282,3 @@ async def tail_of(conn: Connection, stream: str) -> tuple[int, str | None]:
     """The stream's current last sequence and its creation time."""
     info = await conn.stream_info(stream)
     return int(info["state"].get("last_seq", 0)), str(info.get("created") or "") or None
-
-
-async def stored_ids(conn: Connection, stream: str, after: int) -> set[str]:
-    """Msg ids stored in ``stream`` after sequence ``after`` (what a failed attempt wrote)."""
-    tail = await last_seq(conn, stream)
-    if tail <= after:
-        return set()
-    ids: set[str] = set()
-    async for chunk in read_stream(conn, stream, start_seq=after + 1):
-        ids.update(r.msg_id for r in chunk if r.msg_id)
-    log.info("stream %s: %d ids after sequence %d will not be re-sent", stream, len(ids), after)
-    return ids

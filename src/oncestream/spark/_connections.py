@@ -11,7 +11,7 @@ import threading
 
 from .._connection import Connection, connect
 from .._options import ConnectOptions
-from ..publish._publisher import Publisher, PublisherOptions
+from ..publish import Publisher, PublisherOptions
 
 __all__ = ["close_connections", "get_connection", "get_publisher"]
 

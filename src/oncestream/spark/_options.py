@@ -16,8 +16,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from .._errors import ConfigError
+from .._headers import MSG_ID
 from .._options import ConnectOptions, parse_bool, parse_duration, parse_positive_int
-from ..publish._publisher import PublisherOptions
+from ..publish import PublisherOptions
 
 __all__ = [
     "CONNECT_OPTIONS",
@@ -114,7 +115,7 @@ KAFKA_OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
         "DataFrame has one",
     ),
     "kafka.acks": ((), "every publish waits for the stream's PubAck"),
-    "kafka.enable.idempotence": ((), "every publish carries a deterministic Nats-Msg-Id"),
+    "kafka.enable.idempotence": ((), f"every publish carries a deterministic {MSG_ID}"),
     "kafka.transactional.id": (
         (),
         "exactly-once comes from deterministic message ids ('idPrefix') and committed-batch "

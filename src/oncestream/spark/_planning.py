@@ -12,7 +12,7 @@ from .._connection import Connection
 from .._errors import MessageNotFound, StreamNotFound
 from .._names import subjects_overlap
 from .._retry import leader_stream_info, retrying
-from ..read._range import nth_sequence as _nth_sequence
+from ..read import nth_sequence as _nth_sequence
 from ._offsets import created_of
 from ._reader import check_retention
 from ._source_options import EARLIEST, LATEST, RETRY_BUDGET, SourceOptions

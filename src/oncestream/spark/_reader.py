@@ -1,6 +1,6 @@
 """Read a sequence range of a stream into Arrow record batches (runs on executors).
 
-The reading itself is :class:`oncestream.reader.RangeReader` (shared with the
+The reading itself is :class:`oncestream.read.RangeReader` (shared with the
 audit and the sink); this module adds the Arrow conversion and the
 retention check of the source's ``failOnDataLoss`` option.
 """
@@ -15,8 +15,7 @@ from .._connection import Connection
 from .._errors import DataLossError
 from .._options import ConnectOptions
 from .._retry import leader_stream_info, retrying
-from ..read._range import RangeReader as CoreRangeReader
-from ..read._range import delete_consumer_later
+from ..read import RangeReader, delete_consumer_later
 from ._columns import ARROW_SCHEMA, to_batch
 from ._connections import close_connections
 from ._connections import get_connection as _get_connection
@@ -25,7 +24,7 @@ from ._source_options import RETRY_BUDGET
 
 __all__ = [
     "ARROW_SCHEMA",
-    "RangeReader",
+    "PartitionReader",
     "check_retention",
     "close_connections",
     "delete_consumer_later",
@@ -105,16 +104,16 @@ async def check_retention(
 # --------------------------------------------------------------------------- reader
 
 
-class RangeReader(CoreRangeReader):
-    """:class:`oncestream.reader.RangeReader` yielding Arrow record batches of the source schema.
+class PartitionReader(RangeReader):
+    """:class:`oncestream.read.RangeReader` yielding Arrow record batches of the source schema.
 
     Args:
         include_headers: fill the ``headers`` column.
-        (the rest as for :class:`oncestream.reader.RangeReader`)
+        (the rest as for :class:`oncestream.read.RangeReader`)
 
     Example::
 
-        reader = RangeReader(conn, "ORDERS", 1, 1000, (), direct=True)
+        reader = PartitionReader(conn, "ORDERS", 1, 1000, (), direct=True)
         while (batch := await reader.next_batch()) is not None:
             ...
     """

@@ -44,14 +44,14 @@ from .._connection import Connection
 from .._errors import ConfigError, JetStreamError, OncestreamError, StreamMismatch
 from .._headers import check_msg_id, is_clean_msg_id
 from .._sync import run_sync, submit_sync
-from ..publish._publisher import AckTally, PubAck, Publisher
-from ..streams._spec import StreamSpec, create_stream_if_missing, overlapping_streams
+from ..publish import AckTally, PubAck, Publisher
+from ..read import stored_ids
+from ..streams import StreamSpec, create_stream_if_missing, overlapping_streams
 from ._commits import (
     AttemptMarker,
     CommitRecord,
     CommitStore,
     last_seq,
-    stored_ids,
     tail_of,
 )
 from ._connections import get_connection

@@ -14,8 +14,8 @@ from typing import Any
 from .._errors import ConfigError
 from .._names import check_publish_subject, check_stream_name
 from .._options import ConnectOptions, parse_bool, parse_duration, parse_positive_int
-from ..publish._publisher import PublisherOptions
-from ..streams._spec import StreamSpec, lineage_id
+from ..publish import PublisherOptions
+from ..streams import StreamSpec, lineage_id
 from ._commits import COMMITS_STREAM
 from ._options import (
     CONNECT_OPTIONS,

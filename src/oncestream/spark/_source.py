@@ -5,7 +5,7 @@ Offsets are ``{stream: last_sequence_read}`` plus each stream's creation time
 same name is noticed); they live in Spark's checkpoint, nothing is acked and no
 durable consumer exists. A micro-batch ``(start, end]`` is split into sequence
 ranges that executors read with
-:class:`~oncestream.spark._reader.RangeReader`; the stream is an immutable
+:class:`~oncestream.spark._reader.PartitionReader`; the stream is an immutable
 log, so reading a range again yields the same rows (see docs/spark-source.md).
 """
 
@@ -49,7 +49,7 @@ from ._planning import (
     stream_filters,
     stream_infos,
 )
-from ._reader import RangeReader, check_retention, get_connection
+from ._reader import PartitionReader, check_retention, get_connection
 from ._source_options import LATEST, SourceOptions
 
 __all__ = [
@@ -79,7 +79,7 @@ def _read(options: SourceOptions, partition: JetStreamPartition) -> Iterator[pa.
     if partition.first > partition.last:
         return
 
-    async def open_reader() -> RangeReader:
+    async def open_reader() -> PartitionReader:
         conn = await get_connection(options.connect)
         first = await check_retention(
             conn,
@@ -90,7 +90,7 @@ def _read(options: SourceOptions, partition: JetStreamPartition) -> Iterator[pa.
             retry_timeout=options.retry_timeout,
             created=partition.created,
         )
-        return RangeReader(
+        return PartitionReader(
             conn,
             partition.stream,
             first,

@@ -46,6 +46,9 @@ __all__ = [
 _DIRECT_TAIL = frozenset((STREAM, SUBJECT, SEQUENCE, TIME_STAMP, NUM_PENDING, LAST_SEQUENCE))
 
 
+_EPOCH = "1970-01-01T00:00:00Z"
+
+
 def _stream_missing(stream: str, exc: StreamNotFound) -> StreamNotFound:
     return StreamNotFound(f"stream {stream!r} not found", code=exc.code, err_code=exc.err_code)
 
@@ -155,19 +158,19 @@ class StoredMessage:
         subject: the subject it was published to.
         data: the payload.
         raw_headers: the ``NATS/1.0`` header block as stored (``b""``: none).
-        time: when the stream stored it (None when the read did not say).
+        time: when the stream stored it.
     """
 
     stream: str
     seq: int
     subject: str
     data: bytes
+    time: datetime
     raw_headers: bytes = b""
-    time: datetime | None = None
 
     @property
     def headers(self) -> dict[str, list[str]]:
-        """The message's own headers, name -> values (see :func:`oncestream._headers.parse_block`)."""
+        """The message's own headers, name -> values (``_headers.parse_block``)."""
         return parse_block(self.raw_headers)
 
     def header(self, name: str) -> str | None:
@@ -224,7 +227,7 @@ def _from_api(stream: str, msg: dict[str, Any]) -> StoredMessage:
         subject=str(msg.get("subject", "")),
         data=base64.b64decode(msg["data"]) if msg.get("data") else b"",
         raw_headers=base64.b64decode(msg["hdrs"]) if msg.get("hdrs") else b"",
-        time=_parse_time(str(msg["time"])) if msg.get("time") else None,
+        time=_parse_time(str(msg.get("time") or _EPOCH)),
     )
 
 
@@ -266,7 +269,7 @@ async def last_message(
         subject=headers.get(SUBJECT, subject),
         data=answer.data,
         raw_headers=block.encode(),
-        time=_parse_time(stamp) if stamp else None,
+        time=_parse_time(stamp or _EPOCH),
     )
 
 

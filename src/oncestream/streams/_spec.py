@@ -25,6 +25,7 @@ __all__ = [
     "stream_exists",
 ]
 
+
 @dataclass(frozen=True, kw_only=True)
 class StreamSource:
     """A mirror or source of another stream, possibly in another JetStream domain.

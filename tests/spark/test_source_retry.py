@@ -17,10 +17,15 @@ from oncestream._options import ConnectOptions
 from oncestream._retry import Unavailable
 from oncestream.server import NatsServer
 from oncestream.spark._planning import stream_infos
-from oncestream.spark._reader import ARROW_SCHEMA, RangeReader, close_connections, get_connection
+from oncestream.spark._reader import (
+    ARROW_SCHEMA,
+    close_connections,
+    get_connection,
+)
+from oncestream.spark._reader import PartitionReader as RangeReader
 from oncestream.spark._source_options import SourceOptions
-from tests.spark._helpers import publish
 from oncestream.streams import delete_stream
+from tests.spark._helpers import publish
 
 # Short request timeouts so a paused server is noticed quickly; the budget is ample.
 IDLE = 0.4

@@ -36,9 +36,9 @@ from prometheus_client.core import (
     Metric,
 )
 
-from ._errors import ConfigError
-from .process._processor import Processor
-from .publish._publisher import Publisher
+from .._errors import ConfigError
+from ..process import Processor
+from ..publish import Publisher
 
 __all__ = ["LATENCY_BUCKETS", "Instrumentation", "MetricsServer", "instrument", "serve_metrics"]
 

@@ -1,4 +1,4 @@
-"""The executor-side range reader against a real server: both wire paths, exact ranges."""
+"""The Spark executor-side reader (PartitionReader) on a real server: both wire paths."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from oncestream._errors import DataLossError
 from oncestream._options import ConnectOptions
 from oncestream.spark._reader import (
     ARROW_SCHEMA,
-    RangeReader,
+    PartitionReader,
     check_retention,
     close_connections,
     get_connection,
@@ -22,7 +22,7 @@ from tests.spark._helpers import publish
 
 
 async def _read_all(conn: Connection, stream: str, first: int, last: int, **kw: Any) -> pa.Table:
-    reader = RangeReader(conn, stream, first, last, kw.pop("subjects", ()), **kw)
+    reader = PartitionReader(conn, stream, first, last, kw.pop("subjects", ()), **kw)
     batches = []
     try:
         while (batch := await reader.next_batch()) is not None:
@@ -145,7 +145,7 @@ async def test_domain_prefix_is_used(server_factory: Any, tmp_path: Any) -> None
     from oncestream._connection import connect
     from oncestream.spark._planning import plan_partitions, stream_infos
     from oncestream.spark._source_options import SourceOptions
-    from oncestream.streams._spec import StreamSpec, ensure_stream
+    from oncestream.streams import StreamSpec, ensure_stream
     from tests import server_configs
 
     server = server_factory(server_configs.jetstream(tmp_path / "hub", domain="hub"), "hub")
