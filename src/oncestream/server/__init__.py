@@ -34,7 +34,6 @@ from ._topology import (
 )
 
 __all__ = [
-    "free_ports",
     "Account",
     "AccountsConfig",
     "Authorization",
@@ -55,6 +54,7 @@ __all__ = [
     "Topology",
     "User",
     "find_nats_server",
+    "free_ports",
     "hub_leaf_accounts",
     "monitor",
     "render",
