@@ -324,8 +324,10 @@ class SparkPart:
             self.worker.supervise(in_fault=False)
             db = set(self.db_keys())
             # STREAM.INFO's count first (cheap), the keys themselves once it is reached
-            counted = processed <= db and await trial.count(target, OUT_STREAM) >= len(processed)
-            if counted and processed <= set(await trial.keys(target, OUT_STREAM)):
+            counted = processed <= db and await trial.message_count(target, OUT_STREAM) >= len(
+                processed
+            )
+            if counted and processed <= set(await trial.stream_keys(target, OUT_STREAM)):
                 self.drained_after = round(time.monotonic() - start, 3)
                 break
             await asyncio.sleep(0.5)

@@ -463,7 +463,7 @@ class Trial:
                 self.workers[name].stop()
         if self.spark is not None:  # tspark: until it wrote what it can read
             target = self.topo.processor_target()
-            await self.spark.drain(self, set(await self.keys(target, target["stream"])))
+            await self.spark.drain(self, set(await self.stream_keys(target, target["stream"])))
             self._note("trial", self.kind, "spark-drained")
             if self.sabotage == "drop-row":
                 key = self.spark.drop_row()
@@ -480,14 +480,14 @@ class Trial:
         if not all(w.done for w in self.workers.values() if w.restart_until_done):
             return False
         if self.kind == "leaf":
-            at_leaf = await self.count(self.topo.producer_target(), STREAM)
-            at_hub = await self.count(self.topo.processor_target(), HUB_STREAM)
+            at_leaf = await self.message_count(self.topo.producer_target(), STREAM)
+            at_hub = await self.message_count(self.topo.processor_target(), HUB_STREAM)
             if not at_leaf or at_hub < at_leaf:
                 return False
             if self.sourced_after is None:
                 self.sourced_after = round(now - self.duration, 3)
         target = self.topo.processor_target()
-        stored = await self.count(target, target["stream"])
+        stored = await self.message_count(target, target["stream"])
         return bool(stored) and all(len(c) >= stored for c in self._effects_now().values())
 
     def _effects_now(self) -> dict[str, set[str]]:
@@ -515,7 +515,7 @@ class Trial:
                 rows["postgres"] = []
         return rows
 
-    async def count(self, target: dict[str, Any], stream: str) -> int:
+    async def message_count(self, target: dict[str, Any], stream: str) -> int:
         """Messages in ``stream`` (STREAM.INFO: cheap to poll, unlike reading it all)."""
         assert self.topo is not None
         try:
@@ -525,7 +525,9 @@ class Trial:
             return 0
         return int((info.get("state") or {}).get("messages", 0))
 
-    async def keys(self, target: dict[str, Any], stream: str, *, strict: bool = False) -> list[str]:
+    async def stream_keys(
+        self, target: dict[str, Any], stream: str, *, strict: bool = False
+    ) -> list[str]:
         """Keys of ``stream`` through the project's reader ([] on an error unless ``strict``)."""
         assert self.topo is not None
         keys: list[str] = []
@@ -542,7 +544,7 @@ class Trial:
     async def _read_both(self, target: dict[str, Any], stream: str) -> dict[str, Any]:
         """``stream`` through both readers, and the server's own count."""
         raw = await read_raw(target["servers"], stream, domain=target.get("domain"))
-        project = Counter(await self.keys(target, stream, strict=True))
+        project = Counter(await self.stream_keys(target, stream, strict=True))
         return {"raw": dict(raw.keys), "project": dict(project), "messages": raw.messages}
 
     async def _final_state(self) -> dict[str, Any]:
