@@ -16,6 +16,7 @@ Run as root: ``.venv/bin/python -m torture.repro_disk_full``. Expected output::
 
 import asyncio
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 
 from oncestream import ConnectOptions, OncestreamError, connect
@@ -26,8 +27,10 @@ from oncestream.streams import StreamSpec, ensure_stream
 M = Path("/tmp/oncestream-repro-disk/store")
 
 
-async def publish(srv, ids, create=False):
-    out = []
+async def publish(
+    srv: NatsServer, ids: Iterable[int], create: bool = False
+) -> tuple[list[tuple[int, int | str]], int]:
+    out: list[tuple[int, int | str]] = []
     async with await connect(ConnectOptions(servers=(srv.url,))) as conn:
         if create:
             await ensure_stream(conn, StreamSpec(name="T", subjects=("t.>",)))
@@ -43,7 +46,7 @@ async def publish(srv, ids, create=False):
     return out, n
 
 
-def fill():
+def fill() -> str:
     try:
         with open(M / "filler", "wb") as f:
             while True:
@@ -51,6 +54,7 @@ def fill():
                 f.flush()
     except OSError as e:
         return str(e)
+    return "no error"  # unreachable: the loop ends with ENOSPC
 
 
 M.mkdir(parents=True, exist_ok=True)

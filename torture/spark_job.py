@@ -165,7 +165,7 @@ def run(cfg: dict[str, Any]) -> int:
             _log("ready")
             ready = True
         try:
-            spark.streams.awaitAnyTermination(1.0)
+            spark.streams.awaitAnyTermination(1)
         except Exception:
             pass  # a failed query: restarted above
         spark.streams.resetTerminated()

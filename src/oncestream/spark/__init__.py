@@ -11,6 +11,8 @@ Example::
           .load())
 """
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
 from ._lag import lag
 from ._register import register, warm_worker
 from ._session import check_java, local_session
@@ -23,6 +25,10 @@ __all__ = [
     "transactional",
     "warm_worker",
 ]
+
+
+if _TYPE_CHECKING:
+    from ._foreach_batch import transactional
 
 
 def __getattr__(name: str) -> object:
