@@ -243,7 +243,7 @@ class Connection:
             OperationTimeout: no answer within ``timeout`` (default ``request_timeout``).
         """
         try:
-            await self.nc.flush(timeout=timeout or self.options.request_timeout)  # type: ignore[arg-type]
+            await self._wire.flush(timeout or self.options.request_timeout)
         except Exception as exc:
             raise translate_error(exc, what="flush") from exc
 

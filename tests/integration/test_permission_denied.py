@@ -71,3 +71,18 @@ async def test_a_denied_reply_inbox_is_named_not_a_timeout(server: NatsServer) -
         with pytest.raises(PermissionDenied, match="reply inbox"):
             await conn.request("perm.ok.x", b"")
         assert time.monotonic() - start < FAST
+
+
+@pytest.mark.parametrize("fast", ["1", "0"], ids=["fast-path", "public-api"])
+async def test_flush_returns_after_every_command_written_before(
+    server: NatsServer, fast: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nats-py writes its PING ahead of queued commands; our flush must not (3 in 200 lost)."""
+    monkeypatch.setenv("ONCESTREAM_NATS_FASTPATH", fast)
+    async with await connect(_as(server, "nosub")) as conn:
+        assert conn.fast_path[0] is (fast == "1")
+        for i in range(60):
+            subject = f"_INBOX.flush{i}.*"
+            await conn.subscribe_frames(subject, lambda *frame: None)
+            await conn.flush()
+            assert conn.subscription_denial(subject) is not None, f"round {i}"

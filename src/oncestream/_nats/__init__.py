@@ -152,7 +152,26 @@ def _client_ready(nc: Any) -> str | None:
         return "the client's transport has no writelines()"
     if not hasattr(nc, "_flush_queue"):
         return "the client has no _flush_queue"
+    if not isinstance(getattr(nc, "_pending", None), list) or not isinstance(
+        getattr(nc, "_pending_data_size", None), int
+    ):
+        return "the client has no _pending command list"
     return None
+
+
+def _write_pending(nc: Any) -> None:
+    """Write nats-py's queued commands (SUB, UNSUB, PUB) to the transport now.
+
+    nats-py queues commands for its flusher task but writes PING and our raw
+    frames straight to the transport, so either could overtake a queued SUB:
+    a PubAck addressed to an inbox the server does not know yet, a flush whose
+    PONG comes before the server has even seen the subscription. This is the
+    flusher's own step, done inline; nothing awaits in between.
+    """
+    if nc._pending_data_size > 0 and nc._transport is not None:
+        nc._transport.writelines(nc._pending[:])
+        nc._pending = []
+        nc._pending_data_size = 0
 
 
 async def attach(nc: Any) -> Wire:
@@ -233,6 +252,22 @@ class Wire:
         """Whether a header name may carry several values (not on the public API)."""
         return self.fast
 
+    async def flush(self, timeout: float) -> None:
+        """Round trip to the server after every command written or queued before.
+
+        nats-py's own ``flush`` writes its PING ahead of the commands still queued
+        for its flusher task, so the PONG could come before the server saw them
+        (and before the error it sends for a refused SUB). On the public-API path,
+        a second round trip comes after the flusher has written them.
+        """
+        nc = self.nc
+        if self.fast and nc.is_connected:
+            _write_pending(nc)
+            await nc.flush(timeout=timeout)
+            return
+        await nc.flush(timeout=timeout)
+        await nc.flush(timeout=timeout)
+
     async def subscribe_frames(self, subject: str, target: FrameTarget) -> FrameSubscription:
         """Subscribe ``subject``; its frames go to ``target`` as raw bytes.
 
@@ -262,6 +297,7 @@ class Wire:
         if self.fast:
             transport = nc._transport
             if transport is not None:
+                _write_pending(nc)  # a queued SUB (a new reply inbox) goes first
                 transport.writelines(frames)
             return
         self._backlog.extend(frames)
