@@ -37,19 +37,9 @@ CONNECTION_PANEL = "Connection"
 
 
 def _metavar(param: Any) -> str:
-    if getattr(param, "metavar", None):
-        return str(param.metavar)
-    descriptor = getattr(param, "type_descriptor", None)
-    annotation = getattr(descriptor, "annotation", None)
-    if annotation is None and hasattr(param, "type"):  # plain click parameters
-        annotation = {"integer": int, "float": float}.get(getattr(param.type, "name", ""))
-    text = str(annotation)
-    if annotation is int or "int" in text.split("[")[-1].split("|")[0]:
-        return "N"
-    if annotation is float or "float" in text:
-        return "X"
-    word = str(param.opts[0]).lstrip("-").split("-")[-1]
-    return word.upper()
+    from oncestream.cli._help import metavar
+
+    return metavar(param)
 
 
 def _param(param: Any) -> str | None:

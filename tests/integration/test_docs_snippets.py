@@ -1,4 +1,7 @@
-"""Every ```python and ```sh block of README.md and docs/*.md runs (CONVENTIONS.md).
+"""Every ```python and ```sh block of docs/*.md runs (CONVENTIONS.md).
+
+README.md's blocks run in tests/integration/test_readme_first_hour.py: in
+order, twice, against one server, their output checked against the README.
 
 - A fresh embedded nats-server per block; ``nats://127.0.0.1:4222`` in the block
   is replaced by its URL. Each block runs in its own temp directory.
@@ -57,7 +60,7 @@ class Block:
 
 def _blocks() -> list[Block]:
     found: list[Block] = []
-    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+    for path in sorted((ROOT / "docs").glob("*.md")):
         text = path.read_text()
         for match in FENCE.finditer(text):
             lang = match.group(1)

@@ -191,3 +191,39 @@ async def test_metrics_helper_for_publisher_and_processor(conn, make_stream, tmp
         assert "oncestream_publisher_acked_total{" not in await asyncio.to_thread(scrape)
     finally:
         server.close()
+
+
+async def test_applied_total_counts_this_process_as_its_help_says(
+    conn, make_stream, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """A restarted worker's counter starts at 0, as docs/metrics.md and the HELP line say."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from oncestream import Publisher, PublisherOptions
+    from oncestream.metrics import instrument
+
+    await make_stream("Q", ("q.>",))
+    ledger = str(tmp_path / "q.db")
+    scraped = []
+    async with Publisher(conn, PublisherOptions(stream="Q")) as pub:
+        for first, last in ((1, 7), (8, 10)):  # 7 for the first worker, 3 for the next
+            for i in range(first, last + 1):
+                await pub.publish("q.x", b"%d" % i, msg_id=f"q{i}")
+            await pub.flush()
+            registry = CollectorRegistry()
+            proc = Processor(conn, "Q", "w", record, ledger=SQLiteLedger(ledger))
+            metrics = instrument(proc, registry)
+            task = asyncio.create_task(proc.run())
+            await proc.wait_caught_up(timeout=30)
+            scraped.append(generate_latest(registry).decode())
+            await proc.stop()
+            await task
+            metrics.close()
+    assert "Counted by this process since it started." in scraped[1]
+    applied = [
+        line.rsplit(" ", 1)[1]
+        for text in scraped
+        for line in text.splitlines()
+        if line.startswith("oncestream_processor_applied_total{")
+    ]
+    assert applied == ["7.0", "3.0"]

@@ -1,9 +1,10 @@
 """Subprocess driver for tests/spark/test_connect.py: one Spark Connect session.
 
-Usage: ``python tests/spark/_connect_job.py URL WORKDIR``
+Usage: ``python tests/spark/_connect_job.py URL WORKDIR REMOTE``
 
 A process can hold either a classic session or a Connect one, so this runs
-apart from the shared test session. Through ``remote("local[2]")`` it checks
+apart from the shared test session. Through ``remote(REMOTE)`` (a separately
+started server's ``sc://host:port``, or ``local[2]``) it checks
 the workers (register), batch-reads stream ``IN``, batch-writes to ``BATCH_OUT``,
 and runs a streaming query ``IN`` -> ``STREAM_OUT``; prints one JSON line per step.
 """
@@ -19,9 +20,9 @@ from pyspark.sql import SparkSession
 import oncestream.spark
 
 
-def main(url: str, work: str) -> None:
+def main(url: str, work: str, remote: str) -> None:
     started = time.monotonic()
-    spark = SparkSession.builder.remote("local[2]").getOrCreate()
+    spark = SparkSession.builder.remote(remote).getOrCreate()
     print("SESSION", json.dumps({"type": type(spark).__module__}), flush=True)
     mark = time.monotonic()
     oncestream.spark.register(spark)
@@ -70,4 +71,4 @@ def main(url: str, work: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], sys.argv[3])

@@ -1,14 +1,21 @@
-"""`oncestream demo --messages 20000` in a subprocess: exit 0, nothing lost or doubled."""
+"""`oncestream demo --messages 20000 --hard-faults` in a subprocess: exit 0, nothing lost
+or doubled, and nothing on the console but the demo's own lines (issue 22)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+#: Java/Spark start-up and log4j lines, Python tracebacks: none may reach the console.
+NOISE = re.compile(
+    r"Traceback \(most recent call last\)|Using incubator modules|log4j|NativeCodeLoader"
+    r"| WARN |WARNING: |Exception in thread|ConnectionResetError|Picked up _?JAVA"
+)
 
 
 def test_demo_small_run_is_exactly_once(tmp_path: Path) -> None:
@@ -19,6 +26,7 @@ def test_demo_small_run_is_exactly_once(tmp_path: Path) -> None:
             "demo",
             "--messages",
             "20000",
+            "--hard-faults",
             "--json",
             "--data-dir",
             str(tmp_path / "demo"),
@@ -47,4 +55,11 @@ def test_demo_small_run_is_exactly_once(tmp_path: Path) -> None:
     assert enriched["unexpected"] == 0
     assert summary["revenue_ok"] is True
     assert summary["faults"], "the demo must inject its query kill"
+    assert any("nats-server" in fault for fault in map(str, summary["faults"])), summary["faults"]
+    noise = [line for line in text.splitlines() if NOISE.search(line)]
+    assert noise == [], noise
+    stamped = [line for line in text.splitlines() if re.match(r"\[[^\]]*\d:\d\d\]", line)]
+    assert stamped and all(re.match(r"\[\d\d:\d\d:\d\d\] ", line) for line in stamped), stamped
+    sent = summary["publishes_sent"]
+    assert sent >= 20000 + summary["resent_by_publisher"], summary
     assert not (tmp_path / "demo").exists(), "without --keep the data directory is removed"

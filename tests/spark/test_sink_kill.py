@@ -12,10 +12,12 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from oncestream.server import NatsServer
+from oncestream.spark._session import scratch_root
 from oncestream.streams import StreamSpec
 from tests.spark._sink_helpers import (
     make_streams,
@@ -27,12 +29,29 @@ from tests.spark._sink_helpers import (
 
 JOB = Path(__file__).with_name("_sink_driver_job.py")
 ROOT = Path(__file__).resolve().parents[2]
+#: PIDs of the drivers run_job started, in order.
+DRIVERS: list[int] = []
 
 
-def run_job(url: str, checkpoint: Path, ids: str, kill: str, subject: str = "out.orders") -> int:
+def spark_temp_entries() -> set[str]:
+    """What a Spark JVM leaves in the system temp directory when it is killed."""
+    prefixes = ("spark-", "blockmgr-", "artifacts-", "liblz4-java", "snappy-", "libzstd-jni")
+    return {p.name for p in Path(tempfile.gettempdir()).iterdir() if p.name.startswith(prefixes)}
+
+
+def run_job(
+    url: str,
+    checkpoint: Path,
+    ids: str,
+    kill: str,
+    subject: str = "out.orders",
+    spark_log: Path | None = None,
+) -> int:
     # This checkout's sources first: the venv may have another checkout installed (worktrees).
     path = os.pathsep.join((str(ROOT / "src"), str(ROOT)))
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=path)
+    if spark_log is not None:
+        env["ONCESTREAM_SPARK_LOG"] = str(spark_log)
     proc = subprocess.Popen(
         [sys.executable, str(JOB), url, str(checkpoint), ids, kill, subject],
         env=env,
@@ -40,6 +59,7 @@ def run_job(url: str, checkpoint: Path, ids: str, kill: str, subject: str = "out
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+    DRIVERS.append(proc.pid)
     try:
         _, err = proc.communicate(timeout=240)
     except subprocess.TimeoutExpired:
@@ -48,6 +68,9 @@ def run_job(url: str, checkpoint: Path, ids: str, kill: str, subject: str = "out
         raise
     if proc.returncode not in (0, -9):
         raise AssertionError(err.decode(errors="replace")[-3000:])
+    if spark_log is not None:  # Spark's own lines went to the file, none to the console
+        assert "NativeCodeLoader" in spark_log.read_text(errors="replace")
+        assert b"NativeCodeLoader" not in err and b" WARN " not in err, err[-2000:]
     return proc.returncode
 
 
@@ -60,10 +83,16 @@ def test_killed_before_commit_inside_dedup_window(nats_server: NatsServer, tmp_p
     )
     publish_orders(url, "IN", "in.orders", 2000)
     checkpoint = tmp_path / "chk"
+    temp_before = spark_temp_entries()
     assert run_job(url, checkpoint, "lineage", "before:1") == -9
+    # The killed JVM's scratch files are in its driver's folder, not loose in /tmp.
+    killed = scratch_root() / str(DRIVERS[-1])
+    assert any(p.name.startswith("blockmgr-") for p in killed.iterdir()), list(killed.iterdir())
     # Batch 1 was written, neither the sink nor Spark committed it.
     assert stream_state(url, "OUT")["messages"] == 1000
-    assert run_job(url, checkpoint, "lineage", "none") == 0
+    assert run_job(url, checkpoint, "lineage", "none", spark_log=tmp_path / "spark.log") == 0
+    assert not killed.exists(), "the next local_session removes a killed driver's scratch"
+    assert spark_temp_entries() - temp_before == set()
     report = run_audit(url, "IN", "stream:OUT", key="lineage")
     assert report.ok, report.to_dict()
     assert stream_state(url, "OUT")["messages"] == 2000

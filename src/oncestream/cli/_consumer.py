@@ -2,27 +2,26 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any
 
 import typer
 
 from .._connection import connect
-from .._errors import ConfigError, OperationTimeout
+from .._errors import ConfigError, ConsumerNotFound
 from .._names import check_consumer_name, check_stream_name
 from .._options import ConnectOptions, parse_duration, parse_time
 from ..read import StartPosition
 from ..streams import consumer_info, delete_consumer, list_consumers, stream_info
-from ._app import app, cli_errors, console, run_async
+from ._app import app, cli_errors, console, poll_until, run_async
 from ._connect_flags import with_connect_options
+from ._help import new_typer
 from ._name_args import consumer_name, stream_name, subject_filter
 from ._output import confirm, kv_table, print_json, print_output, rows_table
-from ._rows import consumer_row
+from ._rows import config_differences, consumer_row
 
-consumer_app = typer.Typer(
+consumer_app = new_typer(
     name="consumer",
     help="Create, list, inspect, wait for and remove durable pull consumers.",
-    no_args_is_help=True,
 )
 app.add_typer(consumer_app)
 
@@ -126,15 +125,27 @@ def add_command(
     if filter_subject:
         config["filter_subject"] = filter_subject
 
-    async def main() -> dict[str, Any]:
+    async def main() -> tuple[bool, dict[str, Any]]:
         async with await connect(options) as conn:
             await stream_info(conn, stream)
-            payload = {"stream_name": stream, "config": config, "action": "create"}
-            return await conn.api(f"CONSUMER.CREATE.{stream}.{name}", payload)
+            try:
+                existing = await consumer_info(conn, stream, name)
+            except ConsumerNotFound:
+                payload = {"stream_name": stream, "config": config, "action": "create"}
+                return True, await conn.api(f"CONSUMER.CREATE.{stream}.{name}", payload)
+            differing = config_differences(existing.get("config") or {}, config)
+            if differing:
+                raise ConfigError(
+                    f"consumer {stream}/{name} already exists with another configuration "
+                    f"({'; '.join(differing)}); remove it first with `oncestream consumer rm "
+                    f"{stream} {name}` (its position is lost), or pick another name"
+                )
+            return False, existing
 
-    info = run_async(main())
+    created, info = run_async(main())
     if not as_json:
-        console.print(f"created consumer {stream}/{name}", highlight=False)
+        what = "created consumer" if created else "consumer already exists with this configuration:"
+        console.print(f"{what} {stream}/{name}", highlight=False)
     _show(info, as_json)
 
 
@@ -217,18 +228,15 @@ def wait_command(
 
     async def main() -> dict[str, Any]:
         async with await connect(options) as conn:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + limit
-            while True:
-                info = await consumer_info(conn, stream, name)
-                if not info.get("num_pending") and not info.get("num_ack_pending"):
-                    return info
-                if loop.time() >= deadline:
-                    raise OperationTimeout(
-                        f"consumer {stream}/{name} still has {info.get('num_pending', 0)} "
-                        f"pending and {info.get('num_ack_pending', 0)} unacked after {timeout}"
-                    )
-                await asyncio.sleep(min(0.2, max(deadline - loop.time(), 0)))
+            return await poll_until(
+                lambda: consumer_info(conn, stream, name),
+                lambda info: not info.get("num_pending") and not info.get("num_ack_pending"),
+                timeout=limit,
+                failure=lambda info: (
+                    f"consumer {stream}/{name} still has {info.get('num_pending', 0)} "
+                    f"pending and {info.get('num_ack_pending', 0)} unacked after {timeout}"
+                ),
+            )
 
     info = run_async(main())
     if as_json:

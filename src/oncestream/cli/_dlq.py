@@ -14,14 +14,14 @@ from ..process import DeadLetter, list_dead_letters, replay_dead_letters
 from ..streams import StoredMessage, get_message, stream_info
 from ._app import app, cli_errors, console, run_async
 from ._connect_flags import with_connect_options
+from ._help import new_typer
 from ._name_args import stream_name
 from ._output import confirm, kv_table, print_json, print_table, rows_table
 from ._tail import message_json, preview
 
-dlq_app = typer.Typer(
+dlq_app = new_typer(
     name="dlq",
     help="List, show and replay the dead letters of a Processor.",
-    no_args_is_help=True,
 )
 app.add_typer(dlq_app)
 

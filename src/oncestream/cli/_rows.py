@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["consumer_row", "stream_row"]
+__all__ = [
+    "BOOKKEEPING_PREFIX",
+    "config_differences",
+    "consumer_row",
+    "hidden_note",
+    "stream_row",
+]
+
+#: Streams oncestream keeps its own records in (publish progress, the Spark sink's
+#: commit records): hidden from listings unless asked for (docs/operations.md).
+BOOKKEEPING_PREFIX = "ONCESTREAM_"
 
 
 def stream_row(info: dict[str, Any], *, settings: bool = True) -> dict[str, Any]:
@@ -48,3 +58,41 @@ def consumer_row(info: dict[str, Any], *, with_filter: bool = True) -> dict[str,
         }
     )
     return row
+
+
+#: Config keys holding nanoseconds (shown as durations in differences).
+_NANOS = frozenset(
+    ("duplicate_window", "max_age", "ack_wait", "idle_heartbeat", "inactive_threshold")
+)
+
+
+def _shown(key: str, value: Any) -> str:
+    if key in _NANOS and isinstance(value, int):
+        return f"{value / 1e9:g}s"
+    return repr(value)
+
+
+def config_differences(existing: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """``"key: <existing> here, <wanted> asked"`` for each key of ``wanted`` the config lacks.
+
+    A key the server left out of ``existing`` matches an empty or zero value;
+    lists compare as sets (the server may reorder subjects).
+    """
+    out = []
+    for key, value in wanted.items():
+        have = existing.get(key)
+        if isinstance(value, list | tuple) and isinstance(have, list | tuple):
+            same = set(map(str, value)) == set(map(str, have))
+        else:
+            same = have == value or (have is None and value in (None, False, 0, "", [], {}))
+        if not same:
+            out.append(f"{key}: {_shown(key, have)} here, {_shown(key, value)} asked")
+    return out
+
+
+def hidden_note(hidden: int) -> str | None:
+    """The line saying how many bookkeeping streams a listing left out (None: none)."""
+    if not hidden:
+        return None
+    streams = "stream" if hidden == 1 else "streams"
+    return f"({hidden} oncestream bookkeeping {streams} not shown; --all shows them)"

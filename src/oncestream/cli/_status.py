@@ -12,34 +12,35 @@ from .._errors import ConfigError
 from .._names import check_consumer_name, check_stream_name
 from .._options import ConnectOptions
 from ..ledger import read_applied_count
-from ..streams import consumer_info, stream_info
-from ._app import app, cli_errors, run_async
+from ..streams import consumer_info, list_consumers, list_streams, stream_info
+from ._app import app, cli_errors, console, run_async
 from ._connect_flags import with_connect_options
 from ._output import print_table, rows_table
-from ._rows import consumer_row, stream_row
+from ._rows import BOOKKEEPING_PREFIX, consumer_row, hidden_note, stream_row
 from ._watch import watch
 
 
-async def _paged(conn: Connection, subject: str, field: str, body: dict[str, Any]) -> list[Any]:
-    items: list[Any] = []
-    for _ in range(1000):
-        page = await conn.api(subject, {**body, "offset": len(items)})
-        items.extend(page.get(field) or [])
-        if not page.get(field) or len(items) >= int(page.get("total", 0)):
-            break
-    return items
-
-
 async def collect(
-    conn: Connection, stream: str | None, consumer: str | None, ledger_url: str | None
+    conn: Connection,
+    stream: str | None,
+    consumer: str | None,
+    ledger_url: str | None,
+    *,
+    show_all: bool = False,
 ) -> dict[str, Any]:
-    """The report as plain data (what ``--json`` prints)."""
+    """The report as plain data (what ``--json`` prints).
+
+    Without STREAM: every stream but oncestream's bookkeeping ones (``show_all``:
+    those too); ``hidden`` counts the ones left out.
+    """
     if stream is None:
-        infos = await _paged(conn, "STREAM.LIST", "streams", {})
-        return {"streams": [stream_row(i, settings=False) for i in infos]}
+        infos = await list_streams(conn)
+        rows = [stream_row(i, settings=False) for i in infos]
+        shown = [r for r in rows if show_all or not str(r["stream"]).startswith(BOOKKEEPING_PREFIX)]
+        return {"streams": shown, "hidden": len(rows) - len(shown)}
     report: dict[str, Any] = {"stream": stream_row(await stream_info(conn, stream), settings=False)}
     if consumer is None:
-        infos = await _paged(conn, f"CONSUMER.LIST.{stream}", "consumers", {})
+        infos = await list_consumers(conn, stream)
         report["consumers"] = [consumer_row(i, with_filter=False) for i in infos]
         if ledger_url:  # the ledger counts per stream: report it with the stream
             report["stream"]["ledger_applied"] = read_applied_count(ledger_url, stream)
@@ -69,6 +70,9 @@ def status_command(
     ),
     interval: float = typer.Option(2.0, "--interval", help="Seconds between --watch refreshes."),
     count: int | None = typer.Option(None, "--count", help="Stop --watch after N refreshes."),
+    show_all: bool = typer.Option(
+        False, "--all", "-a", help="Also list oncestream's bookkeeping streams (ONCESTREAM_*)."
+    ),
     *,
     options: ConnectOptions,
 ) -> None:
@@ -81,12 +85,12 @@ def status_command(
     if consumer is not None:
         check_consumer_name(consumer, "CONSUMER")
     if watch:
-        _watch_command(stream, consumer, ledger, interval, count, as_json, options)
+        _watch_command(stream, consumer, ledger, interval, count, as_json, options, show_all)
         return
 
     async def main() -> dict[str, Any]:
         async with await connect(options) as conn:
-            return await collect(conn, stream, consumer, ledger)
+            return await collect(conn, stream, consumer, ledger, show_all=show_all)
 
     report = run_async(main())
     if as_json:
@@ -94,6 +98,9 @@ def status_command(
         return
     if "streams" in report:
         print_table(rows_table("streams", report["streams"], empty="none defined"))
+        note = hidden_note(report["hidden"])
+        if note:
+            console.print(note, highlight=False, markup=False)
     else:
         print_table(rows_table(f"stream {stream}", [report["stream"]]))
     if "consumers" in report:
@@ -108,6 +115,7 @@ def _watch_command(
     count: int | None,
     as_json: bool,
     options: ConnectOptions,
+    show_all: bool,
 ) -> None:
     if as_json:
         raise ConfigError("--watch and --json cannot be combined; use --json in a loop")
@@ -119,7 +127,7 @@ def _watch_command(
     async def main() -> None:
         async with await connect(options) as conn:
             await watch(
-                lambda: collect(conn, stream, consumer, ledger),
+                lambda: collect(conn, stream, consumer, ledger, show_all=show_all),
                 title=stream or "",
                 interval=interval,
                 count=count,

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from .._connection import connect
-from .._errors import ConfigError
+from .._errors import ConfigError, JetStreamError, StreamNotFound
 from .._options import ConnectOptions, parse_duration, seconds_to_ns
 from ..streams import (
     StreamSpec,
@@ -18,18 +18,21 @@ from ..streams import (
     stream_info,
     update_stream,
 )
-from ._app import app, cli_errors, console, run_async
+from ._app import app, cli_errors, console, poll_until, run_async
 from ._connect_flags import with_connect_options
+from ._help import new_typer
 from ._name_args import stream_name, subject_filter
 from ._output import confirm, kv_table, print_json, print_output, rows_table
-from ._rows import stream_row
+from ._rows import BOOKKEEPING_PREFIX, config_differences, hidden_note, stream_row
 
-stream_app = typer.Typer(
+stream_app = new_typer(
     name="stream",
     help="Create, list, inspect, edit, purge and remove streams.",
-    no_args_is_help=True,
 )
 app.add_typer(stream_app)
+
+#: JetStream: "stream name already in use with a different configuration".
+STREAM_NAME_IN_USE = 10058
 
 Name = Annotated[str, typer.Argument(help="Stream name.", callback=stream_name)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
@@ -181,13 +184,30 @@ def add_command(
     config = StreamSpec(name=name, subjects=subject_list).to_api()
     config.update(changes)
 
-    async def main() -> dict[str, Any]:
+    async def main() -> tuple[bool, dict[str, Any]]:
         async with await connect(options) as conn:
-            return await add_stream(conn, config)
+            try:
+                existing = await stream_info(conn, name)
+            except StreamNotFound:
+                try:
+                    return True, await add_stream(conn, config)
+                except JetStreamError as exc:
+                    if exc.err_code != STREAM_NAME_IN_USE:
+                        raise
+                    existing = await stream_info(conn, name)  # created meanwhile
+            differing = config_differences(existing.get("config") or {}, config)
+            if differing:
+                raise ConfigError(
+                    f"stream {name} already exists with another configuration "
+                    f"({'; '.join(differing)}); change it with `oncestream stream edit {name} "
+                    "...`, or remove it first with `oncestream stream rm`"
+                )
+            return False, existing
 
-    info = run_async(main())
+    created, info = run_async(main())
     if not as_json:
-        console.print(f"created stream {name}", highlight=False)
+        what = "created stream" if created else "stream already exists with this configuration:"
+        console.print(f"{what} {name}", highlight=False)
     _show(info, as_json)
 
 
@@ -234,7 +254,17 @@ def edit_command(
 @stream_app.command("ls")
 @cli_errors
 @with_connect_options
-def ls_command(as_json: Json = False, *, options: ConnectOptions) -> None:
+def ls_command(
+    as_json: Json = False,
+    show_all: Annotated[
+        bool,
+        typer.Option(
+            "--all", "-a", help="Also list oncestream's bookkeeping streams (ONCESTREAM_*)."
+        ),
+    ] = False,
+    *,
+    options: ConnectOptions,
+) -> None:
     """List every stream with its subjects, messages, bytes and consumers."""
 
     async def main() -> list[dict[str, Any]]:
@@ -242,7 +272,55 @@ def ls_command(as_json: Json = False, *, options: ConnectOptions) -> None:
             return [stream_row(i) for i in await list_streams(conn)]
 
     rows = run_async(main())
-    print_output(rows, as_json, rows_table("streams", rows, empty="none defined"))
+    shown = [r for r in rows if show_all or not str(r["stream"]).startswith(BOOKKEEPING_PREFIX)]
+    print_output(shown, as_json, rows_table("streams", shown, empty="none defined"))
+    note = hidden_note(len(rows) - len(shown))
+    if note and not as_json:
+        console.print(note, highlight=False, markup=False)
+
+
+@stream_app.command("wait")
+@cli_errors
+@with_connect_options
+def wait_command(
+    name: Name,
+    messages: Annotated[
+        int, typer.Option("--messages", help="Wait until the stream holds at least N messages.")
+    ],
+    timeout: Annotated[
+        str, typer.Option("--timeout", metavar="DURATION", help="Give up after this long.")
+    ] = "60s",
+    as_json: Json = False,
+    *,
+    options: ConnectOptions,
+) -> None:
+    """Wait until stream NAME holds at least --messages messages (a mirror or source caught up).
+
+    Exits 1 when --timeout passes first.
+    """
+    if messages < 0:
+        raise ConfigError(f"--messages must be >= 0, got {messages}")
+    limit = parse_duration("--timeout", timeout)
+
+    def held(info: dict[str, Any]) -> int:
+        return int(info.get("state", {}).get("messages", 0))
+
+    async def main() -> dict[str, Any]:
+        async with await connect(options) as conn:
+            return await poll_until(
+                lambda: stream_info(conn, name),
+                lambda info: held(info) >= messages,
+                timeout=limit,
+                failure=lambda info: (
+                    f"stream {name} holds {held(info)} messages after {timeout}, not {messages}"
+                ),
+            )
+
+    info = run_async(main())
+    if as_json:
+        print_json(info)
+        return
+    console.print(f"stream {name} holds {held(info)} messages", highlight=False)
 
 
 @stream_app.command("info")

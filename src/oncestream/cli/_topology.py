@@ -19,10 +19,10 @@ from .._private import private_dir, write_private
 from .._sync import run_sync
 from ..server import Cluster, HubLeaf, Topology, monitor, stop_pid
 from ._app import app, cli_errors, console
+from ._help import new_typer
 
-topology_app = typer.Typer(
+topology_app = new_typer(
     help="Run a local multi-server topology (hub + leaf, or a 3-node cluster).",
-    no_args_is_help=True,
 )
 app.add_typer(topology_app, name="topology")
 
@@ -103,7 +103,9 @@ def _print_state(state: dict[str, Any], directory: Path) -> None:
         acc = users.get("ACC", {})
         console.print(
             "streams: test (leaf) -> test-mirror, aggregate (hub); consumer aggregate/dur\n"
-            f"try (export NATS_PASSWORD=$(jq -r .users.ACC.password {directory / STATE_FILE})):\n"
+            "try, with the password read from the state file:\n"
+            f'  export NATS_PASSWORD="$(python -c "import json; print(json.load(open('
+            f"'{directory / STATE_FILE}'))['users']['ACC']['password'])\")\"\n"
             f"  oncestream publish FILE --stream test --subject test --id-field id "
             f"--server {leaf['url']} --user {acc.get('user')} --domain leaf\n"
             f"  oncestream status aggregate --server {hub['url']} --user {acc.get('user')} "

@@ -23,6 +23,8 @@ class ProducerReport:
     duplicates_dropped: int = 0
     resent_on_purpose: int = 0
     replayed_after_restart: int = 0
+    #: Extra attempts the Publisher made itself (an ack timeout, a reconnect).
+    retried_by_publisher: int = 0
     restarts: int = 0
     seconds: float = 0.0
 
@@ -79,6 +81,7 @@ async def produce(
                 # Restart: the new process resumes from a checkpoint `replay` orders back.
                 await pub.close()
                 report.duplicates_dropped += pub.stats.duplicates
+                report.retried_by_publisher += pub.stats.retried
                 await conn.close()
                 conn = await connect(options.replace(name="oncestream-demo-producer"))
                 pub = Publisher(conn, popts)
@@ -101,6 +104,7 @@ async def produce(
                         await asyncio.sleep(ahead)
         await pub.flush()
         report.duplicates_dropped += pub.stats.duplicates
+        report.retried_by_publisher += pub.stats.retried
     finally:
         try:
             await pub.close()

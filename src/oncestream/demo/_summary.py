@@ -26,7 +26,8 @@ def summary_dict(result: DemoResult) -> dict[str, Any]:
     return {
         "ok": result.ok,
         "orders": result.producer.orders,
-        "publishes_sent": result.producer.sent,
+        "publishes_sent": result.producer.sent + result.producer.retried_by_publisher,
+        "resent_by_publisher": result.producer.retried_by_publisher,
         "duplicates_dropped_by_server": result.producer.duplicates_dropped,
         "stored_in_orders": result.stored_orders,
         "enriched": {
@@ -59,11 +60,17 @@ def print_summary(result: DemoResult, console: Console) -> None:
     inputs.add_column(justify="left")
     inputs.add_column(justify="right")
     inputs.add_row("orders generated", f"{producer.orders:,}")
-    inputs.add_row("publishes sent (with re-sends)", f"{producer.sent:,}")
+    inputs.add_row(
+        "publishes sent (with re-sends)", f"{producer.sent + producer.retried_by_publisher:,}"
+    )
     inputs.add_row("  deliberate duplicate re-sends", f"{producer.resent_on_purpose:,}")
     inputs.add_row(
         f"  re-published after {producer.restarts} producer restart",
         f"{producer.replayed_after_restart:,}",
+    )
+    inputs.add_row(
+        "  re-sent by the Publisher (ack timeouts, reconnects)",
+        f"{producer.retried_by_publisher:,}",
     )
     inputs.add_row("duplicates dropped by the server", f"{producer.duplicates_dropped:,}")
     inputs.add_row("orders stored in ORDERS", f"{result.stored_orders:,}")
@@ -109,7 +116,13 @@ def print_summary(result: DemoResult, console: Console) -> None:
         if result.ok
         else "[bold red]AUDIT FAILED[/]"
     )
-    console.print(Panel(Group(inputs, outputs, revenue, figures), title=verdict, expand=False))
+    panel = Panel(Group(inputs, outputs, revenue, figures), title=verdict, expand=False)
+    if console.is_terminal:
+        console.print(panel)
+    else:
+        # A log or a pipe: as wide as the panel needs, never a cell value split.
+        width = console.measure(panel, options=console.options.update(width=100_000)).maximum
+        Console(file=console.file, width=width, no_color=True, highlight=False).print(panel)
     if result.config.keep:
         console.print(f"data kept in [bold]{result.data_dir}[/]:")
         console.print("  jetstream/          the nats-server store (ORDERS, ORDERS_ENRICHED)")

@@ -70,6 +70,9 @@ _PUBLISHER_COUNTERS = (
     ("retried", "Extra publish attempts."),
     ("failed", "Messages that failed after all retries."),
 )
+#: Counters start at 0 with each process, as Prometheus counters do; the
+#: ledger's all-time total is ``oncestream status --ledger`` (docs/metrics.md).
+_PER_PROCESS = " Counted by this process since it started."
 _HISTOGRAMS = {
     "batch": ("batch_duration_seconds", "Time to apply, commit and ack one pulled batch."),
     "handler": ("handler_duration_seconds", "Time of one handler call."),
@@ -191,7 +194,9 @@ class _Collector:
             item._refresh_for_scrape()
         labels = ["stream", "consumer"]
         for name, attr, doc in _PROCESSOR_COUNTERS:
-            family = CounterMetricFamily(f"oncestream_processor_{name}", doc, labels=labels)
+            family = CounterMetricFamily(
+                f"oncestream_processor_{name}", doc + _PER_PROCESS, labels=labels
+            )
             for item in processors:
                 proc = item.target
                 assert isinstance(proc, Processor)
@@ -219,7 +224,9 @@ class _Collector:
                 gauge.add_metric([proc.stream, proc.consumer], getattr(item.consumer, attr))
             yield gauge
         for name, doc in _PUBLISHER_COUNTERS:
-            family = CounterMetricFamily(f"oncestream_publisher_{name}", doc, labels=["stream"])
+            family = CounterMetricFamily(
+                f"oncestream_publisher_{name}", doc + _PER_PROCESS, labels=["stream"]
+            )
             for item in publishers:
                 pub = item.target
                 assert isinstance(pub, Publisher)

@@ -145,7 +145,8 @@ class ProcessorStats:
     heartbeat_errors: int = 0
     pruned: int = 0
     in_progress_acks: int = 0
-    started: float = field(default_factory=time.monotonic)
+    #: ``time.monotonic()`` at creation: the base of ``as_dict()``'s elapsed and rate.
+    started: float = field(default_factory=time.monotonic, repr=False)
     #: ``observer(kind, seconds)`` for "batch", "handler" and "commit" durations
     #: (what :mod:`oncestream.metrics` turns into histograms); empty costs nothing.
     observers: list[Callable[[str, float], None]] = field(default_factory=list, repr=False)

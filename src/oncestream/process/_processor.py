@@ -188,6 +188,36 @@ class Processor:
         except TimeoutError:
             raise OperationTimeout(f"condition not met in {timeout}s; stats {self.stats}") from None
 
+    async def wait_caught_up(self, timeout: float = 30.0) -> ProcessorStats:
+        """Wait until the consumer has nothing left: no message pending, none awaiting its ack.
+
+        The server's counts (``CONSUMER.INFO``), asked after every batch and at
+        least every second; the stats are returned. A Processor that finds
+        nothing to do (a re-run: everything was applied before) returns at once.
+
+        Raises:
+            OperationTimeout: ``timeout`` seconds passed first, or the Processor stopped.
+        """
+        try:
+            async with asyncio.timeout(timeout):
+                await self._running.wait()
+                assert self.conn is not None
+                while True:
+                    if self._done.is_set():
+                        raise OperationTimeout(f"processor stopped; stats {self.stats}")
+                    self._progress.clear()
+                    info = await self.conn.consumer_info(self.stream, self.consumer)
+                    if not info.get("num_pending") and not info.get("num_ack_pending"):
+                        return self.stats
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(1.0):
+                            await self._progress.wait()
+        except TimeoutError:
+            raise OperationTimeout(
+                f"consumer {self.stream}/{self.consumer} not caught up in {timeout}s; "
+                f"stats {self.stats}"
+            ) from None
+
     async def wait_running(self, timeout: float = 10.0) -> None:
         """Wait until the consumer is set up and pulling."""
         async with asyncio.timeout(timeout):

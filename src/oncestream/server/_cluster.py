@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -127,13 +128,26 @@ def stop_pid(pid: int, config_file: str, timeout: float = 10.0) -> bool:
         return False
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _pid_is_server(pid, config_file):
+    # Not the command line: a process that is exiting shows an empty one for a while
+    # (its memory is gone first) and still holds its ports and files.
+    while _running(pid):
         if time.monotonic() >= deadline:
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
             deadline = time.monotonic() + timeout
         time.sleep(_POLL)
         _reap(pid)
     return True
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not finished exiting (a zombie has)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    state = stat.rpartition(")")[2].split()[0]
+    return state not in ("Z", "X")
 
 
 def _reap(pid: int) -> None:

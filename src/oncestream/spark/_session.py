@@ -7,6 +7,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._errors import ConfigError
@@ -14,7 +16,14 @@ from .._errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["check_java", "local_session"]
+__all__ = [
+    "LOG_ENV",
+    "check_java",
+    "local_session",
+    "scratch_root",
+    "spark_log_path",
+    "sweep_scratch",
+]
 
 _JAVA_HINT = (
     "install Java 17 or newer (Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless) "
@@ -43,6 +52,74 @@ def check_java() -> str:
     return java
 
 
+#: Where Spark's own console output goes: a file path, or "console" to keep it there.
+LOG_ENV = "ONCESTREAM_SPARK_LOG"
+
+
+def spark_log_path() -> Path | None:
+    """The file the JVM's console output goes to (None: the console), from ``ONCESTREAM_SPARK_LOG``.
+
+    Default: ``oncestream-spark-<uid>.log`` in the temporary directory.
+    """
+    value = os.environ.get(LOG_ENV, "").strip()
+    if value.lower() in ("console", "-"):
+        return None
+    if value:
+        return Path(value).expanduser()
+    return Path(tempfile.gettempdir()) / f"oncestream-spark-{os.getuid()}.log"
+
+
+def scratch_root() -> Path:
+    """Where :func:`local_session` JVMs keep their scratch files, one folder per process.
+
+    ``oncestream-spark-<uid>.scratch/<pid>/`` in the temporary directory: Spark's
+    ``spark-*`` and ``blockmgr-*`` folders (``spark.local.dir``) and the JVM's own
+    temporary files (``java.io.tmpdir``: native libraries, ``artifacts-*``). A JVM
+    that is killed cannot remove them; :func:`sweep_scratch` does, later.
+    """
+    return Path(tempfile.gettempdir()) / f"oncestream-spark-{os.getuid()}.scratch"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_scratch() -> list[Path]:
+    """Remove the scratch folders of processes that are gone (killed drivers); return them.
+
+    Only folders named by a PID under :func:`scratch_root` are touched: that
+    folder holds nothing but what :func:`local_session` created.
+    """
+    removed = []
+    root = scratch_root()
+    for entry in root.iterdir() if root.is_dir() else ():
+        if entry.name.isdigit() and not _alive(int(entry.name)):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def _scratch_settings(conf: dict[str, str]) -> dict[str, str]:
+    if "spark.local.dir" in conf or os.environ.get("SPARK_LOCAL_DIRS"):
+        return {}  # the caller chose where Spark's scratch goes
+    sweep_scratch()
+    mine = scratch_root() / str(os.getpid())
+    (mine / "tmp").mkdir(parents=True, exist_ok=True)
+    scratch_root().chmod(0o700)
+    options = f"-Djava.io.tmpdir={mine / 'tmp'}"
+    extra = conf.get("spark.driver.extraJavaOptions")
+    return {
+        "spark.local.dir": str(mine),
+        "spark.driver.extraJavaOptions": f"{extra} {options}" if extra else options,
+    }
+
+
 def local_session(
     app_name: str = "oncestream",
     *,
@@ -56,6 +133,14 @@ def local_session(
     are unset, so Spark's Python workers import the same oncestream as the driver (a
     script run with a venv's python without activating the venv otherwise starts the
     workers with the system ``python3``); :func:`oncestream.spark.register` checks it.
+
+    The JVM's start-up lines and Spark's own log (log4j warnings, per-batch
+    notes) go to a log file instead of the console, so a script prints what it
+    prints: :func:`spark_log_path` (``ONCESTREAM_SPARK_LOG=console`` keeps them
+    on the console). Errors still reach Python as exceptions. Spark's scratch
+    files go to a folder of this process under :func:`scratch_root` (unless
+    ``spark.local.dir`` or ``SPARK_LOCAL_DIRS`` says otherwise); folders of
+    processes that were killed are removed at the next start.
 
     Args:
         app_name: Spark application name.
@@ -75,23 +160,38 @@ def local_session(
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
-    builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master)
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.sql.streaming.stopActiveRunOnRestart", "true")
-    )
-    for key, value in (conf or {}).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    settings = {
+        "spark.app.name": app_name,
+        "spark.master": master,
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.python.worker.reuse": "true",
+        "spark.sql.streaming.stopActiveRunOnRestart": "true",
+        **(conf or {}),
+    }
+    if SparkContext._active_spark_context is None:
+        settings.update(_scratch_settings(settings))
+    spark_conf = SparkConf().setAll(list(settings.items()))
+    log_path = spark_log_path()
+    if log_path is not None and SparkContext._active_spark_context is None:
+        from pyspark.java_gateway import launch_gateway
+
+        # The JVM writes its start-up warnings and log4j's console appender to its own
+        # stdout/stderr, inherited from this process: give it the log file instead.
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            gateway = launch_gateway(  # type: ignore[no-untyped-call]
+                spark_conf, popen_kwargs={"stdout": log, "stderr": log}
+            )
+        SparkContext(conf=spark_conf, gateway=gateway)
+    spark = SparkSession.builder.config(conf=spark_conf).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if register:
         from . import register as register_source
