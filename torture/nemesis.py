@@ -223,16 +223,25 @@ class Worker:
 
     def start(self) -> None:
         self._accounted = False
-        with open(self.log, "ab") as log:
-            self._log_from = log.tell()
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdout=log,
-                stderr=log,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                cwd=Path(__file__).resolve().parent.parent,
-            )
+        # A torture.workers process starts with SIGTERM blocked (the mask is inherited)
+        # and unblocks it once its handler is installed: a SIGTERM that arrives while
+        # it is still starting (a stop right after a restart) waits for the handler
+        # instead of killing it before it could stop cleanly (an exit -15, no log).
+        block = {signal.SIGTERM} if "torture.workers" in self.argv else set()
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, block)
+        try:
+            with open(self.log, "ab") as log:
+                self._log_from = log.tell()
+                self.proc = subprocess.Popen(
+                    self.argv,
+                    stdout=log,
+                    stderr=log,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    cwd=Path(__file__).resolve().parent.parent,
+                )
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     @property
     def pid(self) -> int | None:

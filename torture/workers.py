@@ -270,6 +270,7 @@ async def run_processor(cfg: dict[str, Any]) -> int:
             processor.request_stop()
 
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked by the harness
 
     async def started() -> tuple[Any, Processor, asyncio.Task[Any]]:
         ledger: SQLiteLedger | PostgresLedger
@@ -308,6 +309,8 @@ ROLES = {"publisher": run_publisher, "session": run_session, "processor": run_pr
 def main() -> int:
     role, raw = sys.argv[1], sys.argv[2]
     cfg = json.loads(raw)
+    if role != "processor":  # producers stop on SIGTERM's default action
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     try:
         return asyncio.run(ROLES[role](cfg))
     except OncestreamError as exc:

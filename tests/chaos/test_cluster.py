@@ -24,10 +24,11 @@ from oncestream import (
     ProcessorOptions,
     PullOptions,
     SQLiteLedger,
+    WrongLastSequence,
     connect,
     pull_messages,
 )
-from oncestream.publish import Publisher, PublisherOptions
+from oncestream.publish import Publisher, PublisherOptions, SubjectLog
 from oncestream.server import Cluster, wait_for
 from oncestream.streams import StreamSpec, ensure_stream
 from tests._scenario import assert_exactly_once, publish_ids, stream_ids, wait_messages
@@ -331,3 +332,70 @@ async def test_processor_rides_through_its_consumer_without_responders(
         f"\ncluster: consumer host {host} down for {pull.no_responders_total} no-responders "
         f"answers ({pull.consumer_checks} CONSUMER.INFO checks); {n} applied exactly once"
     )
+
+
+async def test_exclusive_append_refused_while_its_own_attempt_is_in_flight(
+    cluster: Cluster,
+) -> None:
+    """Found by the seed-7 campaign (issue 20, trials 13 and 55): a replicated stream
+    refuses an append with ``Nats-Expected-Last-Subject-Sequence`` (10164, "wrong last
+    sequence" without a sequence) while another write to the subject is in flight,
+    here the append's own first attempt, stuck without quorum. The subject still ends
+    where the writer expected, so that is no rival: the append is asked again and,
+    once the followers are back, its single stored copy is acked."""
+    async with await connect(cluster.options()) as conn:
+        await _create(conn)
+        leader = await _stream_leader(conn)
+    followers = [n for n in cluster.node_names if n != leader]
+    async with await connect(ConnectOptions(servers=(cluster.url(leader),))) as conn:
+        log = SubjectLog(conn, STREAM, "orders.log", ack_timeout=0.3, max_attempts=100)
+        assert (await log.append(b"0", msg_id="rec-0")).seq == 1
+        for node in followers:
+            cluster.servers[node].pause()
+        try:
+            append = asyncio.create_task(log.append(b"1", msg_id="rec-1"))
+            await asyncio.wait([append], timeout=2.0)
+            assert not append.done(), append.exception()
+        finally:
+            for node in followers:
+                cluster.servers[node].resume()
+        ack = await asyncio.wait_for(append, 30)
+        assert ack.seq == 2
+        assert (await conn.stream_info(STREAM))["state"]["messages"] == 2
+        await log.close()
+
+
+async def test_exclusive_append_waits_out_a_write_in_flight(cluster: Cluster) -> None:
+    """Found by the seed-7 campaign (issue 20, trials 13 and 55: a ProducerSession failed
+    with "changed behind this session", err_code 10164, and its worker exited 1). A
+    replicated stream's leader refuses an exclusive append (10164) while another write
+    to the subject is in flight, here a write proposed without quorum. The subject
+    still ends where the writer expected, so that is no rival's write yet: the append
+    is asked again rather than failed. Once the write in flight is settled (the
+    followers are back) the append fails only because that write landed, naming the
+    sequence it took; the append's own record is not stored."""
+    async with await connect(cluster.options()) as conn:
+        await _create(conn)
+        leader = await _stream_leader(conn)
+    followers = [n for n in cluster.node_names if n != leader]
+    conn = await connect(ConnectOptions(servers=(cluster.url(leader),)))
+    try:
+        log = SubjectLog(conn, STREAM, "orders.log", ack_timeout=1.0, max_attempts=30)
+        assert (await log.append(b"0", msg_id="rec-0")).seq == 1
+        for node in followers:
+            cluster.servers[node].pause()
+        try:
+            # A rival write without quorum: in flight at the leader.
+            await conn.nc.publish("orders.log", b"rival", headers={"Nats-Msg-Id": "rival"})
+            append = asyncio.create_task(log.append(b"1", msg_id="rec-1"))
+            await asyncio.wait([append], timeout=2.0)
+            assert not append.done(), append.exception()  # refused (10164), asked again
+        finally:
+            for node in followers:
+                cluster.servers[node].resume()
+        with pytest.raises(WrongLastSequence, match="wrong last sequence: 2"):
+            await asyncio.wait_for(append, 60)
+        assert sorted(await stream_ids(conn, STREAM)) == ["rec-0", "rival"]
+        await log.close()
+    finally:
+        await conn.close()

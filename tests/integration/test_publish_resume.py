@@ -289,3 +289,31 @@ async def test_progress_stream_that_cannot_be_created_is_a_clear_error(
     assert ok == 0, err
     again, err = await _run([*args, "--progress-stream", "ALL"])
     assert again == 0 and "nothing to publish" in err, err
+
+
+async def test_progress_records_ride_out_an_outage_the_publishes_ride_out(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """Found by the seed-7 campaign (issue 20, trials 36 and 72): the progress records
+    had their own 3 x 2 s retry horizon, so a server paused for longer stopped the run
+    (exit 1, "no PubAck ... on 'oncestream.publish.progress...'") although its data
+    publishes (--ack-timeout x --max-attempts) would have ridden it out."""
+    url = nats_server.url
+    async with await connect(ConnectOptions(servers=(url,))) as conn:
+        await ensure_stream(conn, StreamSpec(name="T", subjects=("t.>",), duplicate_window=60))
+    total = 12_000  # a progress record reserves the next 10,000 lines at line 10,001
+    file = _write(tmp_path / "paced.jsonl", total)
+    patient = ["--ack-timeout", "1s", "--max-attempts", "15", "--rate", "2000"]
+    proc = await _start(_args(url, file, *patient))
+    try:
+        await _wait_stored(url, 9_700, proc)  # the pause begins just before line 10,001
+    finally:
+        nats_server.pause()
+    try:
+        await asyncio.sleep(7.5)  # the outage itself: longer than the old 6 s horizon
+    finally:
+        nats_server.resume()
+    code, err = await _finish(proc, timeout=90)
+    assert code == 0, err
+    ids = await _ids(url)
+    assert len(ids) == total and set(ids.values()) == {1}

@@ -106,3 +106,27 @@ def test_a_cli_run_failing_before_it_published_is_a_start_up_retry(tmp_path: Pat
     worker.supervise(in_fault=False)
     assert worker.startup_retries == 0 and [f["code"] for f in worker.failures] == [1]
     worker.kill()
+
+
+#: A worker that needs a moment to start (imports), then stops cleanly on SIGTERM
+#: once its handler is installed, as torture.workers' processor does.
+_SLOW_STARTER = """
+import asyncio, signal, sys, time
+time.sleep(0.5)
+async def main():
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    await stop.wait()
+asyncio.run(main())
+"""
+
+
+def test_a_sigterm_during_a_workers_start_up_waits_for_its_handler(tmp_path: Path) -> None:
+    """A stop right after a (re)start: exit 0, not -15 (trials 42 and 64 of the seed-7 run)."""
+    argv = [sys.executable, "-c", _SLOW_STARTER, "torture.workers"]
+    worker = Worker("pg1", argv, tmp_path / "pg1.log", restart_until_done=False)
+    worker.start()
+    worker.stop(timeout=20)  # at once: the child is still sleeping, its handler not set
+    assert worker.failures == []
+    assert worker.proc is not None and worker.proc.returncode == 0

@@ -113,12 +113,24 @@ class ProgressStore:
         key: :func:`progress_key` of the pair.
     """
 
-    def __init__(self, conn: Connection, stream: str, key: str) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        stream: str,
+        key: str,
+        *,
+        ack_timeout: float = 5.0,
+        max_attempts: int = 5,
+    ) -> None:
         self.conn = conn
         self.stream = stream
         self.subject = f"{PROGRESS_SUBJECT}.{key}"
         self._lock = asyncio.Lock()
-        self._log = SubjectLog(conn, stream, self.subject)
+        # As patient as the run's own publishes (--ack-timeout, --max-attempts): a
+        # server outage the records ride out must not stop the run at a progress record.
+        self._log = SubjectLog(
+            conn, stream, self.subject, ack_timeout=ack_timeout, max_attempts=max_attempts
+        )
 
     @property
     def last_seq(self) -> int:

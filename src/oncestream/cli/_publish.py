@@ -212,6 +212,8 @@ async def _run(
                 fresh=fresh,
                 run=new_run_id(),
                 hasher=hasher,
+                ack_timeout=pub_options.ack_timeout,
+                max_attempts=pub_options.max_attempts,
             )
         if plan.done:
             _say(

@@ -108,6 +108,8 @@ async def plan_resume(
     fresh: bool,
     run: str,
     hasher: PrefixHasher,
+    ack_timeout: float = 5.0,
+    max_attempts: int = 5,
 ) -> ResumePlan:
     """Read the file's last progress record and decide where this run starts.
 
@@ -118,7 +120,13 @@ async def plan_resume(
     state = info.get("state", {})
     last_seq = int(state.get("last_seq", 0))
     created = str(info.get("created", ""))
-    store = ProgressStore(conn, progress_stream, progress_key(stream, facts.path))
+    store = ProgressStore(
+        conn,
+        progress_stream,
+        progress_key(stream, facts.path),
+        ack_timeout=ack_timeout,
+        max_attempts=max_attempts,
+    )
     replicas = int(info.get("config", {}).get("num_replicas") or 1)
     await store.ensure(replicas)
     previous = await store.last()

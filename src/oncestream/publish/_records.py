@@ -20,6 +20,8 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
+
 from .._connection import Connection
 from .._errors import WrongLastSequence
 from ..streams import StoredMessage, last_message
@@ -27,6 +29,9 @@ from ._options import PubAck, PublisherOptions
 from ._publisher import Publisher
 
 __all__ = ["SubjectLog"]
+
+#: Appends refused while the subject still ends where expected (another write in flight).
+_IN_FLIGHT_RETRIES = 8
 
 
 class SubjectLog:
@@ -39,6 +44,7 @@ class SubjectLog:
         publisher: the Publisher to append with (started on first use); default:
             one of the log's own, one record in flight, no window guard (the
             caller's record ids or the exclusive check make re-sends safe).
+        ack_timeout, max_attempts: the retry settings of the log's own Publisher.
         direct: read the last record with a direct get (any replica answers; the
             stream needs ``allow_direct``) instead of ``STREAM.MSG.GET``.
 
@@ -54,6 +60,8 @@ class SubjectLog:
         *,
         publisher: Publisher | None = None,
         direct: bool = False,
+        ack_timeout: float = 2.0,
+        max_attempts: int = 3,
     ) -> None:
         self.conn = conn
         self.stream = stream
@@ -64,7 +72,11 @@ class SubjectLog:
         self.publisher = publisher or Publisher(
             conn,
             PublisherOptions(
-                stream=stream, max_inflight=1, ack_timeout=2.0, max_attempts=3, check_window=False
+                stream=stream,
+                max_inflight=1,
+                ack_timeout=ack_timeout,
+                max_attempts=max_attempts,
+                check_window=False,
             ),
         )
 
@@ -99,27 +111,41 @@ class SubjectLog:
                 the subject's last record carries ``msg_id`` (this very append,
                 stored by an earlier attempt whose PubAck was lost) it is not
                 raised: the PubAck of that record is returned, ``duplicate`` set.
+                A refusal while the subject still ends where expected (a replicated
+                stream refuses while another write to it is in flight: 10164) is
+                asked again, up to 8 times.
             PublishFailed: no PubAck after every retry.
         """
-        future = await self.publisher.publish(
-            self.subject,
-            data,
-            msg_id=msg_id,
-            headers=headers,
-            expected_stream=self.stream,
-            expected_last_subject_seq=self.last_seq if exclusive else None,
-        )
-        try:
-            ack = await future
-        except WrongLastSequence:
-            # The server checks the expected sequence before de-duplicating: a
-            # re-send of a record already stored lands here, like a rival's write.
-            found = await self.last()
-            if found is not None and found.msg_id == msg_id:
-                return PubAck(self.stream, found.seq, True, None)
-            raise
-        self.last_seq = ack.seq
-        return ack
+        expected = self.last_seq
+        attempt = 0
+        while True:
+            attempt += 1
+            future = await self.publisher.publish(
+                self.subject,
+                data,
+                msg_id=msg_id,
+                headers=headers,
+                expected_stream=self.stream,
+                expected_last_subject_seq=expected if exclusive else None,
+            )
+            try:
+                ack = await future
+            except WrongLastSequence:
+                # The server checks the expected sequence before de-duplicating: a
+                # re-send of a record already stored lands here, like a rival's write.
+                found = await self.last()
+                if found is not None and found.msg_id == msg_id:
+                    return PubAck(self.stream, found.seq, True, None)
+                if (found.seq if found else 0) != expected or attempt >= _IN_FLIGHT_RETRIES:
+                    raise
+                # The subject still ends where it did: nothing was stored in between.
+                # A replicated stream refuses (10164) while another write to the subject
+                # is in flight, such as an earlier attempt of this very append: once it
+                # is stored (then found above) or dropped, asking again settles it.
+                await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
+                continue
+            self.last_seq = ack.seq
+            return ack
 
     async def close(self) -> None:
         """Close the log's own Publisher (one given to it is left open)."""
