@@ -40,9 +40,11 @@ FALLBACK_TESTS := tests/integration/test_nats_adapter.py tests/integration/test_
 	tests/integration/test_processor.py tests/integration/test_pull.py \
 	tests/spark/test_partition_reader.py tests/spark/test_source_batch.py
 
+# Two workers, one test file each at a time (module fixtures stay whole; each worker
+# has its own SparkSession): most tests wait on servers and JVMs, not on the CPU.
 test: setup check-java lint
-	$(BIN)/pytest
-	ONCESTREAM_NATS_FASTPATH=0 $(BIN)/pytest -q -p no:cacheprovider $(FALLBACK_TESTS)
+	$(BIN)/pytest -n 2 --dist loadfile
+	ONCESTREAM_NATS_FASTPATH=0 $(BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider $(FALLBACK_TESTS)
 
 soak: setup check-java
 	$(BIN)/pytest -m soak -p no:cacheprovider

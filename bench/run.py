@@ -90,7 +90,11 @@ def main() -> int:
                 str(record.get("unit", "")),
                 "\n".join(ratios),
             )
-    console.print(table)
+    if console.is_terminal:
+        console.print(table)
+    else:  # a log or a pipe: as wide as the table needs, no cell cut or folded
+        width = console.measure(table, options=console.options.update(width=100_000)).maximum
+        Console(width=width, no_color=True, highlight=False).print(table)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / time.strftime("bench-%Y%m%d-%H%M%S.json")
     out.write_text(json.dumps(results, indent=2))

@@ -17,6 +17,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import time
 from collections import deque
 from dataclasses import replace
 from pathlib import Path
@@ -275,8 +276,19 @@ class NatsServer:
         return self.start()
 
     def pause(self) -> None:
-        """SIGSTOP the server: connections stay open but nothing is answered."""
+        """SIGSTOP the server: connections stay open but nothing is answered.
+
+        Returns once the kernel shows the process stopped: a signal is delivered
+        asynchronously, and a request sent right after ``pause()`` must not be
+        answered by a server that had not stopped yet (a loaded machine).
+        """
         self._signal(signal.SIGSTOP)
+        assert self._proc is not None
+        deadline = time.monotonic() + 5.0
+        while _state(self._proc.pid) not in ("T", "t", None):
+            if time.monotonic() > deadline:
+                raise ServerError(f"nats-server pid {self._proc.pid} did not stop after SIGSTOP")
+            time.sleep(0.001)  # another process's state: no event to await
 
     def resume(self) -> None:
         """SIGCONT a paused server."""
@@ -329,3 +341,12 @@ class NatsServer:
         state = f"pid={self.pid}" if self.running() else "stopped"
         port = self._port if self._port != -1 else "?"
         return f"NatsServer({self._host}:{port}, {state}, dir={str(self.work_dir)!r})"
+
+
+def _state(pid: int) -> str | None:
+    """The kernel's state letter of ``pid`` (R, S, T, Z, ...); None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[0]
