@@ -128,7 +128,10 @@ class RawClient:
                     frame = (await self._reader.readexactly(size + 2))[:size]
                 split = int(args[-2]) if op == b"HMSG" else 0
                 index = int(subject.rsplit(b".", 1)[1])
-                answers[index] = (frame[:split], frame[split:])
+                # A second answer to an earlier request (two leaders answering across
+                # an election) must neither count for this window nor replace the first.
+                if first <= index < first + len(chunk) and index not in answers:
+                    answers[index] = (frame[:split], frame[split:])
             out += [answers[first + i] for i in range(len(chunk))]
         self._writer.write(f"UNSUB {sid}\r\n".encode())
         await self._writer.drain()
