@@ -56,6 +56,13 @@ def test_demo_small_run_is_exactly_once(tmp_path: Path) -> None:
     assert summary["revenue_ok"] is True
     assert summary["faults"], "the demo must inject its query kill"
     assert any("nats-server" in fault for fault in map(str, summary["faults"])), summary["faults"]
+    lines = text.splitlines()
+    # One line per event, as a log file or CI shows it: no wrapping, no source path.
+    assert not [line for line in lines if "_runner.py" in line]
+    assert any(
+        line.endswith("fault: killed streaming query 'enriched' in the middle of a micro-batch")
+        for line in lines
+    ), text[-3000:]
     noise = [line for line in text.splitlines() if NOISE.search(line)]
     assert noise == [], noise
     stamped = [line for line in text.splitlines() if re.match(r"\[[^\]]*\d:\d\d\]", line)]

@@ -102,8 +102,13 @@ class _Demo:
         self.restarts = 0
         self.queries: dict[str, StreamingQuery] = {}
 
+    def say(self, text: str) -> None:
+        """One line, ``[HH:MM:SS] text``: never wrapped, no source path (a log, a pipe)."""
+        line = f"[{time.strftime('%H:%M:%S')}] {text}"
+        self.console.print(line, soft_wrap=True, markup=False, highlight=False)
+
     def event(self, text: str) -> None:
-        self.console.log(text)
+        self.say(text)
         if text.startswith("fault:"):
             self.faults.append(text.removeprefix("fault: "))
 
@@ -136,7 +141,7 @@ class _Demo:
         self.event("fault: killed streaming query 'enriched' in the middle of a micro-batch")
         self._start(pipeline, "enriched")
         self.restarts += 1
-        self.console.log("restarted query 'enriched' from its checkpoint")
+        self.say("restarted query 'enriched' from its checkpoint")
 
     def _stop_all(self) -> None:
         # Between micro-batches, so the final stop does not abort a batch being committed.
@@ -154,7 +159,7 @@ class _Demo:
             reason = (str(query.exception() or "stopped").strip().splitlines() or ["?"])[0][:300]
             if self.restarts >= _MAX_RESTARTS:
                 raise OncestreamError(f"query {name!r} keeps failing: {reason}")
-            self.console.log(f"query '{name}' stopped ({reason}); restarting from its checkpoint")
+            self.say(f"query '{name}' stopped ({reason}); restarting from its checkpoint")
             self._start(pipeline, name)
             self.restarts += 1
 
@@ -174,7 +179,7 @@ class _Demo:
         spark = None
         try:
             server.start()
-            self.console.log(f"nats-server ready at {server.url} (pid {server.pid})")
+            self.say(f"nats-server ready at {server.url} (pid {server.pid})")
             options = ConnectOptions(servers=(server.url,), reconnect_wait=0.2)
             conn = run_sync(connect(options))
             for spec in (
@@ -182,7 +187,7 @@ class _Demo:
                 StreamSpec(name="ORDERS_ENRICHED", subjects=("enriched.orders.>",)),
             ):
                 run_sync(ensure_stream(conn, spec))
-            self.console.log("streams ORDERS and ORDERS_ENRICHED created (duplicate window 2 min)")
+            self.say("streams ORDERS and ORDERS_ENRICHED created (duplicate window 2 min)")
             # The summary reports what matters; Spark's and the sink's own logs would
             # print over the progress bars (a killed query logs its aborted batch).
             os.environ.setdefault("ONCESTREAM_SINK_LOG", "ERROR")
@@ -194,7 +199,7 @@ class _Demo:
             spark = local_session("oncestream-demo")
             spark.sparkContext.setLogLevel("OFF")
             _warm_up(spark)
-            self.console.log(f"Spark {spark.version} local[2] ready (Python workers warmed up)")
+            self.say(f"Spark {spark.version} local[2] ready (Python workers warmed up)")
             pipeline = Pipeline(
                 spark=spark,
                 url=server.url,
@@ -249,7 +254,7 @@ class _Demo:
 
         self._start(pipeline, "enriched")
         self._start(pipeline, "revenue")
-        self.console.log(
+        self.say(
             "streaming queries 'enriched' (-> ORDERS_ENRICHED) and 'revenue' (-> Parquet) started"
         )
         thread = threading.Thread(target=producer_thread, name="demo-producer", daemon=True)
@@ -290,12 +295,10 @@ class _Demo:
                     server.kill()
                     self.event("fault: SIGKILLed the nats-server")
                     server.restart()
-                    self.console.log(
-                        f"nats-server restarted on the same port and store (pid {server.pid})"
-                    )
+                    self.say(f"nats-server restarted on the same port and store (pid {server.pid})")
                 if not warm.is_set() and min(enriched, revenue_rows) >= first_slice:
                     warm.set()
-                    self.console.log(
+                    self.say(
                         f"pipeline produced its first {first_slice:,} outputs; "
                         "the producer continues at its rate"
                     )
@@ -313,7 +316,7 @@ class _Demo:
         warm.set()
         thread.join(timeout=30)
         self._stop_all()
-        self.console.log("pipeline caught up; queries stopped; auditing")
+        self.say("pipeline caught up; queries stopped; auditing")
         report = run_sync(
             audit(
                 conn, "ORDERS", [OutputSpec.parse("stream:ORDERS_ENRICHED")], key="field:order_id"

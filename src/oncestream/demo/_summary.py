@@ -88,9 +88,7 @@ def print_summary(result: DemoResult, console: Console) -> None:
         f"[{style}]{enriched['duplicated']:,}[/]",
         f"[{style}]{enriched['unexpected']:,}[/]",
     )
-    revenue = Table(
-        title="per-region revenue (Parquet) vs the generated orders", title_justify="left"
-    )
+    revenue = Table(title="revenue by region: Parquet vs generated", title_justify="left")
     for column in ("region", "orders", "revenue", "matches"):
         revenue.add_column(column, justify="left" if column == "region" else "right")
     for row in result.revenue:
