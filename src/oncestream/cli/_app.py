@@ -6,7 +6,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -26,6 +26,7 @@ from ._help import HelpGroup, new_typer
 __all__ = [
     "EXIT_CONFIG",
     "EXIT_FAILURE",
+    "WaitTimeout",
     "app",
     "console",
     "err_console",
@@ -101,6 +102,12 @@ def cli_errors(func: Callable[..., T]) -> Callable[..., T]:
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run a command's coroutine; the command's :func:`cli_errors` translates its errors."""
     return asyncio.run(coro)
+
+
+#: ``--timeout`` of the ``wait`` verbs (``stream wait``, ``consumer wait``).
+WaitTimeout = Annotated[
+    str, typer.Option("--timeout", metavar="DURATION", help="Give up after this long.")
+]
 
 
 async def poll_until(

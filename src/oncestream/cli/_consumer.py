@@ -12,7 +12,7 @@ from .._names import check_consumer_name, check_stream_name
 from .._options import ConnectOptions, parse_duration, parse_time
 from ..read import StartPosition
 from ..streams import consumer_info, delete_consumer, list_consumers, stream_info
-from ._app import app, cli_errors, console, poll_until, run_async
+from ._app import WaitTimeout, app, cli_errors, console, poll_until, run_async
 from ._connect_flags import with_connect_options
 from ._help import new_typer
 from ._name_args import consumer_name, stream_name, subject_filter
@@ -213,9 +213,7 @@ def rm_command(
 def wait_command(
     stream: Stream,
     name: Name,
-    timeout: Annotated[
-        str, typer.Option("--timeout", metavar="DURATION", help="Give up after this long.")
-    ] = "60s",
+    timeout: WaitTimeout = "60s",
     as_json: Json = False,
     *,
     options: ConnectOptions,

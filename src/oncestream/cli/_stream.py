@@ -18,7 +18,7 @@ from ..streams import (
     stream_info,
     update_stream,
 )
-from ._app import app, cli_errors, console, poll_until, run_async
+from ._app import WaitTimeout, app, cli_errors, console, poll_until, run_async
 from ._connect_flags import with_connect_options
 from ._help import new_typer
 from ._name_args import stream_name, subject_filter
@@ -287,9 +287,7 @@ def wait_command(
     messages: Annotated[
         int, typer.Option("--messages", help="Wait until the stream holds at least N messages.")
     ],
-    timeout: Annotated[
-        str, typer.Option("--timeout", metavar="DURATION", help="Give up after this long.")
-    ] = "60s",
+    timeout: WaitTimeout = "60s",
     as_json: Json = False,
     *,
     options: ConnectOptions,

@@ -33,7 +33,7 @@ from .._errors import ServerError
 from .._options import ConnectOptions
 from .._private import private_dir
 from ._config import JetStreamConfig, ServerConfig
-from ._process import NatsServer, find_nats_server
+from ._process import NatsServer, _state, find_nats_server
 from ._topology import AccountsConfig, ClusterConfig
 
 __all__ = ["Cluster", "Topology", "free_ports", "monitor", "stop_pid", "wait_for"]
@@ -142,12 +142,7 @@ def stop_pid(pid: int, config_file: str, timeout: float = 10.0) -> bool:
 
 def _running(pid: int) -> bool:
     """Whether ``pid`` is a process that has not finished exiting (a zombie has)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    state = stat.rpartition(")")[2].split()[0]
-    return state not in ("Z", "X")
+    return _state(pid) not in (None, "Z", "X")
 
 
 def _reap(pid: int) -> None:
