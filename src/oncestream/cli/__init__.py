@@ -9,6 +9,8 @@ from __future__ import annotations
 from . import (
     _audit,  # noqa: F401
     _consumer,  # noqa: F401
+    _consumer_edit,  # noqa: F401
+    _consumer_reset,  # noqa: F401
     _demo,  # noqa: F401
     _dlq,  # noqa: F401
     _process,  # noqa: F401

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import orjson
@@ -9,7 +10,7 @@ import typer
 
 from .._connection import connect
 from .._errors import ConfigError, MessageNotFound
-from .._options import ConnectOptions, rfc3339
+from .._options import ConnectOptions, parse_duration, rfc3339
 from ..process import DeadLetter, list_dead_letters, replay_dead_letters
 from ..streams import StoredMessage, get_message, stream_info
 from ._app import app, cli_errors, console, run_async
@@ -60,6 +61,40 @@ def parse_range(value: str | None) -> tuple[int | None, int | None]:
     ):
         raise ConfigError(f"--seq must be N or FIRST-LAST with 1 <= FIRST <= LAST, got {value!r}")
     return first, last
+
+
+def replay_time(at: str | None, within: str | None) -> datetime | None:
+    """The time of a scheduled replay from ``--at`` (ISO 8601) or ``--in`` (a duration).
+
+    Raises:
+        ConfigError: both given, a value in neither form, or a time not in the future.
+    """
+    if at is None and within is None:
+        return None
+    if at is not None and within is not None:
+        raise ConfigError("dlq replay: give --at or --in, not both")
+    now = datetime.now(UTC)
+    if within is not None:
+        seconds = parse_duration("--in", within)
+        if seconds < 1:
+            raise ConfigError(f"--in must be at least 1s, got {within!r}")
+        moment = now + timedelta(seconds=seconds)
+    else:
+        assert at is not None
+        try:
+            moment = datetime.fromisoformat(at.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise ConfigError(
+                f"--at must be an ISO 8601 time like 2026-11-22T15:00:00Z, got {at!r} "
+                "(for a delay use --in 10m)"
+            ) from None
+        moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        if moment <= now:
+            raise ConfigError(f"--at {at!r} is not in the future; replay now without --at")
+    # The server's @at has whole seconds: round up, never earlier than asked.
+    if moment.microsecond:
+        moment = moment.replace(microsecond=0) + timedelta(seconds=1)
+    return moment
 
 
 def letter_row(letter: DeadLetter) -> dict[str, Any]:
@@ -170,6 +205,18 @@ def replay_command(
     all_letters: Annotated[bool, typer.Option("--all", help="Every dead letter.")] = False,
     subject: Subject = None,
     error: Error = None,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at",
+            metavar="TIME",
+            help="Let the server publish them at TIME (ISO 8601, 2026-11-22T15:00:00Z).",
+        ),
+    ] = None,
+    within: Annotated[
+        str | None,
+        typer.Option("--in", metavar="DURATION", help="Let the server publish them in 10m, 2h..."),
+    ] = None,
     force: Annotated[bool, typer.Option("--force", "-f", help="Do not ask.")] = False,
     as_json: Json = False,
     *,
@@ -178,12 +225,22 @@ def replay_command(
     """Republish dead letters to their original subject exactly once, then delete them.
 
     Select with --seq, --subject, --error, or --all. A re-run replays nothing twice.
+    A dead letter whose subject moved to another stream is refused (exit 1).
+
+    --at / --in schedule the replay on the server (nats-server 2.12+ message
+    schedules): it fires at that time even if no client runs then. The original
+    stream needs allow_msg_schedules and must capture oncestream.schedule.<STREAM>.>
+    (`oncestream stream edit STREAM --allow-msg-schedules --subjects ...`); otherwise
+    the replay is refused (exit 2) and nothing happens. The published message
+    carries Oncestream-Replay-Of but, unlike an immediate replay, no Nats-Msg-Id
+    (the server drops it).
     """
     if not (all_letters or seq or subject or error):
         raise ConfigError("dlq replay: select dead letters with --seq, --subject, --error or --all")
     if all_letters and (seq or subject or error):
         raise ConfigError("dlq replay: --all cannot be combined with --seq/--subject/--error")
     first, last = parse_range(seq)
+    when = replay_time(at, within)
 
     async def count() -> int:
         async with await connect(options) as conn:
@@ -194,17 +251,23 @@ def replay_command(
 
     selected = run_async(count())
     if selected:
-        confirm(f"Replay {selected:,} dead letters from {dlq}?", force=force, what=f"replay {dlq}")
+        later = f" at {rfc3339(when)}" if when else ""
+        confirm(
+            f"Replay {selected:,} dead letters from {dlq}{later}?",
+            force=force,
+            what=f"replay {dlq}",
+        )
 
     async def main() -> dict[str, Any]:
         async with await connect(options) as conn:
             report = await replay_dead_letters(
-                conn, dlq, first=first, last=last, subject=subject, error=error
+                conn, dlq, first=first, last=last, subject=subject, error=error, at=when
             )
             return {
                 "selected": report.selected,
                 "replayed": report.replayed,
                 "already_replayed": report.already_replayed,
+                **({"scheduled_at": rfc3339(when)} if when else {}),
             }
 
     empty: dict[str, Any] = {"selected": 0, "replayed": [], "already_replayed": []}
@@ -212,8 +275,11 @@ def replay_command(
     if as_json:
         print_json(result)
         return
+    scheduled = when is not None and bool(result["replayed"])
+    verb = "scheduled" if scheduled else "replayed"
+    later = f" for {rfc3339(when)} (the server publishes them)" if when and scheduled else ""
     console.print(
-        f"replayed {len(result['replayed']):,} dead letters from {dlq}"
+        f"{verb} {len(result['replayed']):,} dead letters from {dlq}{later}"
         + (
             f" ({len(result['already_replayed'])} had been republished before and were removed)"
             if result["already_replayed"]

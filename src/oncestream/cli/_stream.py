@@ -1,4 +1,4 @@
-"""`oncestream stream add|ls|info|edit|rm|purge`: stream administration, like ``nats stream``."""
+"""`oncestream stream add|ls|info|edit|get|rm|purge`: stream administration (like ``nats``)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ from typing import Annotated, Any
 import typer
 
 from .._connection import connect
-from .._errors import ConfigError, JetStreamError, StreamNotFound
-from .._options import ConnectOptions, parse_duration, seconds_to_ns
+from .._errors import ConfigError, JetStreamError, MessageNotFound, StreamNotFound
+from .._options import ConnectOptions, parse_duration, rfc3339, seconds_to_ns
 from ..streams import (
+    StoredMessage,
     StreamSpec,
     add_stream,
     delete_stream,
+    get_message,
     list_streams,
     stream_info,
     update_stream,
@@ -22,8 +24,9 @@ from ._app import WaitTimeout, app, cli_errors, console, poll_until, run_async
 from ._connect_flags import with_connect_options
 from ._help import new_typer
 from ._name_args import stream_name, subject_filter
-from ._output import confirm, kv_table, print_json, print_output, rows_table
+from ._output import confirm, kv_table, print_json, print_output, print_table, rows_table
 from ._rows import BOOKKEEPING_PREFIX, config_differences, hidden_note, stream_row
+from ._tail import message_json, preview
 
 stream_app = new_typer(
     name="stream",
@@ -71,6 +74,15 @@ AllowDirect = Annotated[
     typer.Option("--allow-direct/--no-allow-direct", help="Direct get (fast reads)."),
 ]
 
+AllowSchedules = Annotated[
+    bool,
+    typer.Option(
+        "--allow-msg-schedules",
+        help="Allow message schedules (nats-server 2.12+; cannot be turned off again): "
+        "what `dlq replay --at/--in` needs.",
+    ),
+]
+
 _CHOICES = {
     "storage": ("file", "memory"),
     "retention": ("limits", "interest", "workqueue"),
@@ -111,6 +123,7 @@ def stream_details(info: dict[str, Any]) -> dict[str, Any]:
         "max msgs per subject": config.get("max_msgs_per_subject", -1),
         "max msg size": config.get("max_msg_size", -1),
         "allow direct": bool(config.get("allow_direct", False)),
+        "allow msg schedules": bool(config.get("allow_msg_schedules", False)),
         "messages": state.get("messages", 0),
         "bytes": state.get("bytes", 0),
         "first seq": state.get("first_seq", 0),
@@ -145,6 +158,7 @@ def _changes(args: Mapping[str, Any]) -> dict[str, Any]:
         "max_msgs_per_subject": args["max_msgs_per_subject"],
         "max_msg_size": args["max_msg_size"],
         "allow_direct": args["allow_direct"],
+        "allow_msg_schedules": True if args["allow_msg_schedules"] else None,
     }
     if dupe_window is not None:
         changes["duplicate_window"] = seconds_to_ns(parse_duration("--dupe-window", dupe_window))
@@ -172,6 +186,7 @@ def add_command(
     max_msgs_per_subject: MaxPerSubject = None,
     max_msg_size: MaxMsgSize = None,
     allow_direct: AllowDirect = None,
+    allow_msg_schedules: AllowSchedules = False,
     as_json: Json = False,
     *,
     options: ConnectOptions,
@@ -228,6 +243,7 @@ def edit_command(
     max_msgs_per_subject: MaxPerSubject = None,
     max_msg_size: MaxMsgSize = None,
     allow_direct: AllowDirect = None,
+    allow_msg_schedules: AllowSchedules = False,
     as_json: Json = False,
     *,
     options: ConnectOptions,
@@ -332,6 +348,64 @@ def info_command(name: Name, as_json: Json = False, *, options: ConnectOptions) 
             return await stream_info(conn, name)
 
     _show(run_async(main()), as_json)
+
+
+@stream_app.command("get")
+@cli_errors
+@with_connect_options
+def get_command(
+    name: Name,
+    seq: Annotated[int | None, typer.Argument(help="Stream sequence of the message.")] = None,
+    last_for: Annotated[
+        str | None,
+        typer.Option(
+            "--last-for",
+            metavar="SUBJECT",
+            help="The last message stored on SUBJECT (wildcards ok) instead of SEQ.",
+            callback=subject_filter,
+        ),
+    ] = None,
+    as_json: Json = False,
+    *,
+    options: ConnectOptions,
+) -> None:
+    """One stored message of stream NAME, by SEQ or --last-for SUBJECT: its subject,
+    sequence, time, headers and data.
+
+    --json prints ``data`` when the payload is UTF-8 text, else ``data_base64``.
+    Exits 1 when there is no such message.
+    """
+    if (seq is None) == (last_for is None):
+        raise ConfigError("stream get: give a sequence SEQ or --last-for SUBJECT (one of them)")
+    if seq is not None and seq < 1:
+        raise ConfigError(f"stream get: SEQ must be a stream sequence >= 1, got {seq}")
+
+    async def main() -> StoredMessage:
+        async with await connect(options) as conn:
+            await stream_info(conn, name)
+            try:
+                return await get_message(conn, name, seq=seq, last_by_subject=last_for)
+            except MessageNotFound as exc:
+                what = f"message {seq}" if seq is not None else f"message on {last_for!r}"
+                raise MessageNotFound(
+                    f"no {what} in stream {name!r}", code=exc.code, err_code=exc.err_code
+                ) from None
+
+    msg = run_async(main())
+    if as_json:
+        print_json(message_json(msg))
+        return
+    details = {
+        "subject": msg.subject,
+        "seq": msg.seq,
+        "time": rfc3339(msg.time),
+        "size": len(msg.data),
+        "data": preview(msg.data, 4000),
+    }
+    print_table(kv_table(f"stream {name} #{msg.seq}", details))
+    for header, values in msg.headers.items():
+        for value in values:
+            console.print(f"  {header}: {value}", markup=False, highlight=False)
 
 
 @stream_app.command("rm")

@@ -6,7 +6,7 @@ import logging
 
 from .._connection import Connection, translate_error
 from .._errors import OncestreamError
-from .._headers import MSG_ID, MSG_TTL, ROLLUP
+from .._headers import EXPECTED_STREAM, MSG_ID, MSG_TTL, ROLLUP
 from .._message import Message
 from ._confirmed import publish_confirmed
 
@@ -51,8 +51,12 @@ async def publish_dead_letter(
     *,
     timeout: float = 2.0,
     attempts: int = 5,
+    expected_stream: str | None = None,
 ) -> int:
     """Publish one dead letter and wait for its PubAck; return its sequence in the DLQ stream.
+
+    With ``expected_stream`` (the dead-letter stream) it carries ``Nats-Expected-Stream``:
+    a dead-letter subject that another stream captures is refused, not stored there.
 
     Raises:
         PublishFailed: no PubAck after ``attempts`` tries (nothing was lost: the
@@ -66,6 +70,8 @@ async def publish_dead_letter(
             f": {error}" if isinstance(error, OncestreamError) else ""
         )
 
+    if expected_stream:
+        headers = {**headers, EXPECTED_STREAM: expected_stream}
     ack = await publish_confirmed(
         conn,
         subject,

@@ -16,6 +16,28 @@ still present (a crash between republish and delete) looks for the
 trusting the duplicate window, which may have expired. Run one replay of a
 dead-letter stream at a time.
 
+Each republish carries ``Nats-Expected-Stream: <original stream>``: when the
+subject moved to another stream since the message died, the replay is refused
+(:class:`~oncestream.StreamMismatch`, naming the subject and both streams)
+instead of storing it in a stream that never had it.
+
+Scheduled replay (``at=``, nats-server 2.12+ message schedules): instead of the
+republish, a schedule message is stored in the original stream on
+``oncestream.schedule.<stream>.<dead-letter stream>.<seq>`` with
+``Nats-Schedule: @at <time>`` and ``Nats-Schedule-Target: <original subject>``;
+the server publishes the dead letter at that time, even if no client runs
+then. The stream must allow message schedules and capture
+``oncestream.schedule.<stream>.>``. The dead letter is deleted once the schedule
+is stored (the same marker protocol covers a crash in between; a pending
+schedule counts as replayed). The server copies the schedule's headers to the
+message it publishes except ``Nats-Msg-Id``, ``Nats-Expected-*``, ``Nats-TTL``
+and ``Nats-Rollup``, and adds ``Nats-Scheduler`` (the schedule subject) and
+``Nats-Schedule-Next: purge``: the published message carries
+``Oncestream-Replay-Of`` (and ``Oncestream-Msg-Id``) but not the replay's
+``Nats-Msg-Id``. It is published once (the schedule is purged as it fires); a
+consumer of the stream that does not filter out ``oncestream.schedule.>`` also
+receives the schedule message itself.
+
 Example::
 
     async with await connect(opts) as conn:
@@ -27,14 +49,20 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from .._connection import Connection, translate_error
-from .._errors import ConfigError
-from .._headers import MSG_ID
+from .._errors import ConfigError, StreamMismatch
+from .._headers import EXPECTED_STREAM, MSG_ID
 from .._names import subject_matches
 from ..read import iter_messages
-from ..streams import StoredMessage, delete_message, stream_info
+from ..streams import (
+    StoredMessage,
+    delete_message,
+    last_message,
+    require_server,
+    stream_info,
+)
 from ._confirmed import publish_confirmed
 
 __all__ = [
@@ -51,6 +79,14 @@ MARKER = "Oncestream-Replay-Marker"
 MARKER_AFTER = "Oncestream-Replay-After"
 REPLAY_OF = "Oncestream-Replay-Of"
 _DROP_PREFIX = "oncestream-"
+
+#: Schedule messages of a scheduled replay live on ``<this>.<stream>.<dlq>.<seq>``.
+SCHEDULE_PREFIX = "oncestream.schedule"
+#: nats-server headers of a message schedule (server/stream.go).
+SCHEDULE = "Nats-Schedule"
+SCHEDULE_TARGET = "Nats-Schedule-Target"
+#: The first nats-server release with message schedules (``allow_msg_schedules``).
+SCHEDULES_SINCE = (2, 12)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,6 +143,11 @@ class DeadLetter:
     def replay_of(self) -> str:
         return f"{self.dlq_stream}:{self.seq}"
 
+    @property
+    def schedule_subject(self) -> str:
+        """Where a scheduled replay of this dead letter stores its schedule message."""
+        return f"{SCHEDULE_PREFIX}.{self.stream}.{self.dlq_stream}.{self.seq}"
+
     def replay_headers(self) -> dict[str, str]:
         """The original headers (first values) plus the replay id and origin."""
         headers = {
@@ -123,11 +164,15 @@ class DeadLetter:
 
 @dataclass
 class ReplayReport:
-    """What :func:`replay_dead_letters` did, by dead-letter sequence."""
+    """What :func:`replay_dead_letters` did, by dead-letter sequence.
+
+    ``scheduled_at``: the time the server publishes them (a scheduled replay), or None.
+    """
 
     replayed: list[int] = field(default_factory=list)
     already_replayed: list[int] = field(default_factory=list)
     selected: int = 0
+    scheduled_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -217,12 +262,83 @@ async def _publish(
 
 
 async def _already_in_target(conn: Connection, letter: DeadLetter, after: int) -> bool:
+    pending = await last_message(conn, letter.stream, letter.schedule_subject)
+    if (
+        pending is not None
+        and pending.seq > after
+        and pending.header(REPLAY_OF) == letter.replay_of
+    ):
+        return True  # a scheduled replay whose schedule has not fired yet
     async for msg in iter_messages(
         conn, letter.stream, start_seq=after + 1, subject=letter.subject
     ):
         if msg.header(REPLAY_OF) == letter.replay_of:
             return True
     return False
+
+
+async def _holders(conn: Connection, subject: str) -> list[str]:
+    reply = await conn.api("STREAM.NAMES", {"subject": subject})
+    return [str(name) for name in reply.get("streams") or ()]
+
+
+def _moved(letter: DeadLetter, holders: list[str]) -> str:
+    now = (
+        f"stream {', '.join(repr(h) for h in holders)} holds it now"
+        if holders
+        else "no stream captures it now"
+    )
+    return (
+        f"cannot replay {letter.dlq_stream} seq {letter.seq}: subject {letter.subject!r} "
+        f"is not in its original stream {letter.stream!r} any more ({now}); nothing was "
+        f"replayed there (Nats-Expected-Stream: {letter.stream})"
+    )
+
+
+async def _check_target(conn: Connection, letter: DeadLetter) -> None:
+    """Refuse a dead letter whose subject moved to another stream (or whose stream is gone)."""
+    holders = await _holders(conn, letter.subject)
+    if letter.stream not in holders:
+        raise StreamMismatch(_moved(letter, holders), code=400, err_code=10060)
+
+
+async def _check_schedules(conn: Connection, letter: DeadLetter) -> None:
+    """Refuse a scheduled replay the server or the original stream cannot do."""
+    require_server(conn, SCHEDULES_SINCE, "scheduled replay (message schedules)")
+    config = (await stream_info(conn, letter.stream)).get("config", {})
+    subjects = [str(x) for x in config.get("subjects") or ()]
+    wanted = f"{SCHEDULE_PREFIX}.{letter.stream}.>"
+    enable = (
+        f"`oncestream stream edit {letter.stream} --allow-msg-schedules --subjects "
+        f"'{','.join([*subjects, wanted])}'`"
+    )
+    if not config.get("allow_msg_schedules"):
+        raise ConfigError(
+            f"stream {letter.stream!r} does not allow message schedules "
+            f"(allow_msg_schedules), which a scheduled replay needs; enable them with {enable} "
+            "(they cannot be turned off again), or replay now without --at/--in"
+        )
+    if not any(subject_matches(pattern, letter.schedule_subject) for pattern in subjects):
+        raise ConfigError(
+            f"stream {letter.stream!r} does not capture {wanted!r}, where a scheduled replay "
+            f"stores its schedules; add it with {enable}"
+        )
+
+
+async def _republish(
+    conn: Connection, letter: DeadLetter, at: datetime | None
+) -> dict[str, object]:
+    headers = {**letter.replay_headers(), EXPECTED_STREAM: letter.stream}
+    subject = letter.subject
+    if at is not None:
+        headers[SCHEDULE] = f"@at {at.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+        headers[SCHEDULE_TARGET] = letter.subject
+        subject = letter.schedule_subject
+    try:
+        return await _publish(conn, subject, letter.data, headers)
+    except StreamMismatch as exc:  # the subject moved after the check
+        holders = await _holders(conn, subject)
+        raise StreamMismatch(_moved(letter, holders), code=exc.code, err_code=exc.err_code) from exc
 
 
 async def replay_dead_letters(
@@ -233,13 +349,23 @@ async def replay_dead_letters(
     last: int | None = None,
     subject: str | None = None,
     error: str | None = None,
+    at: datetime | None = None,
 ) -> ReplayReport:
     """Republish the selected dead letters to their original subjects, exactly once, and
     delete each from ``dlq_stream`` once its republish is acknowledged.
 
+    Args:
+        at: schedule the republish for this time on the server (nats-server 2.12+
+            message schedules; see the module docs) instead of publishing now.
+
     Raises:
-        StreamNotFound: naming the dead-letter or the original stream.
-        ConfigError: a message in the selection is not a dead letter written by oncestream.
+        StreamNotFound: naming the dead-letter stream.
+        StreamMismatch: a dead letter's subject is not in its original stream any more
+            (moved to another stream, or the stream is gone); the message names the
+            subject and the streams. Nothing is replayed to another stream.
+        ConfigError: a message in the selection is not a dead letter written by
+            oncestream; with ``at``: the server or the stream cannot schedule
+            (the message says how to enable it).
         PublishFailed / JetStreamError: a republish failed (what was done so far stays
             done; a re-run continues without duplicates).
     """
@@ -251,12 +377,19 @@ async def replay_dead_letters(
             await delete_message(conn, dlq_stream, stale.seq)
             del markers[seq]
     chosen = _select(letters, first=first, last=last, subject=subject, error=error)
-    report = ReplayReport(selected=len(chosen))
-    for letter in chosen:
+    report = ReplayReport(selected=len(chosen), scheduled_at=at)
+    checked: set[tuple[str, str]] = set()
+    for letter in chosen:  # every check before the first replay
         if not letter.stream or not letter.subject:
             raise ConfigError(
                 f"{dlq_stream} seq {letter.seq} has no Oncestream-Stream/-Subject headers"
             )
+        if (letter.stream, letter.subject) not in checked:
+            await _check_target(conn, letter)
+            if at is not None:
+                await _check_schedules(conn, letter)
+            checked.add((letter.stream, letter.subject))
+    for letter in chosen:
         marker = markers.get(letter.seq)
         if marker is not None and await _already_in_target(conn, letter, marker.after):
             report.already_replayed.append(letter.seq)
@@ -272,12 +405,14 @@ async def replay_dead_letters(
                         MARKER: str(letter.seq),
                         MARKER_AFTER: str(after),
                         MSG_ID: f"replay-marker:{dlq_stream}:{letter.seq}",
+                        EXPECTED_STREAM: dlq_stream,
                     },
                 )
                 marker = _Marker(int(str(ack.get("seq", 0))), after)
-            await _publish(conn, letter.subject, letter.data, letter.replay_headers())
+            await _republish(conn, letter, at)
             report.replayed.append(letter.seq)
         await delete_message(conn, dlq_stream, letter.seq)
         await delete_message(conn, dlq_stream, marker.seq)
-        log.info("replayed %s seq %d to %s", dlq_stream, letter.seq, letter.subject)
+        when = f" scheduled for {at.isoformat()}" if at is not None else ""
+        log.info("replayed %s seq %d to %s%s", dlq_stream, letter.seq, letter.subject, when)
     return report

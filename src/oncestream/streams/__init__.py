@@ -18,9 +18,12 @@ from ._admin import (
     last_message,
     list_consumers,
     list_streams,
+    seq_at_time,
     stream_info,
+    update_consumer,
     update_stream,
 )
+from ._reset import ConsumerReset, ResetTarget, reset_consumer
 from ._spec import (
     StreamSource,
     StreamSpec,
@@ -30,8 +33,11 @@ from ._spec import (
     overlapping_streams,
     stream_exists,
 )
+from ._version import require_server, server_version
 
 __all__ = [
+    "ConsumerReset",
+    "ResetTarget",
     "StoredMessage",
     "StreamSource",
     "StreamSpec",
@@ -48,7 +54,12 @@ __all__ = [
     "list_consumers",
     "list_streams",
     "overlapping_streams",
+    "require_server",
+    "reset_consumer",
+    "seq_at_time",
+    "server_version",
     "stream_exists",
     "stream_info",
+    "update_consumer",
     "update_stream",
 ]

@@ -26,6 +26,7 @@ from .._headers import (
     parse_block,
 )
 from .._names import check_consumer_name, check_stream_name
+from .._options import rfc3339
 
 __all__ = [
     "StoredMessage",
@@ -38,7 +39,9 @@ __all__ = [
     "last_message",
     "list_consumers",
     "list_streams",
+    "seq_at_time",
     "stream_info",
+    "update_consumer",
     "update_stream",
 ]
 
@@ -148,6 +151,30 @@ async def delete_consumer(conn: Connection, stream: str, consumer: str) -> None:
     await conn.api(f"CONSUMER.DELETE.{stream}.{consumer}")
 
 
+async def update_consumer(
+    conn: Connection, stream: str, consumer: str, changes: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Change settings of an existing consumer (``CONSUMER.CREATE`` with action ``update``).
+
+    Args:
+        changes: raw consumer config keys and their new values (durations in
+            nanoseconds); the other settings stay as they are.
+
+    Returns:
+        The consumer's info before and after.
+
+    Raises:
+        StreamNotFound / ConsumerNotFound: naming the stream or the consumer.
+        JetStreamError: the server refused, e.g. ``ack policy can not be updated``
+            (err_code 10012) for a setting fixed at creation.
+    """
+    before = await consumer_info(conn, stream, consumer)
+    config = {**(before.get("config") or {}), **changes}
+    payload = {"stream_name": stream, "config": config, "action": "update"}
+    after = await conn.api(f"CONSUMER.CREATE.{stream}.{consumer}", payload)
+    return before, after
+
+
 @dataclass(frozen=True, kw_only=True)
 class StoredMessage:
     """One message as its stream stores it, read by sequence or by subject.
@@ -199,8 +226,12 @@ async def get_message(
     seq: int | None = None,
     next_by_subject: str | None = None,
     last_by_subject: str | None = None,
+    start_time: datetime | None = None,
 ) -> StoredMessage:
     """``STREAM.MSG.GET``: the message at ``seq``, or the first at/after it on a subject.
+
+    With ``start_time`` (and ``next_by_subject``, ``">"`` for any subject): the first
+    message stored at or after that time.
 
     Raises:
         StreamNotFound: naming ``stream``.
@@ -213,11 +244,48 @@ async def get_message(
         body["next_by_subj"] = next_by_subject
     if last_by_subject:
         body["last_by_subj"] = last_by_subject
+    if start_time is not None:
+        body["start_time"] = rfc3339(start_time)
     try:
         reply = await conn.api(f"STREAM.MSG.GET.{stream}", body)
     except StreamNotFound as exc:
         raise _stream_missing(stream, exc) from exc
     return _from_api(stream, reply.get("message") or {})
+
+
+async def seq_at_time(conn: Connection, stream: str, moment: datetime) -> int:
+    """The sequence of the first message stored at or after ``moment``; the stream's last
+    sequence + 1 when none was (the sequence the next message will get).
+
+    Asks the server (``STREAM.MSG.GET`` with ``start_time``); nats-server 2.15.1 answers
+    a time after the last message with the stream's first message, so an answer older
+    than ``moment`` is checked with a binary search over message times.
+
+    Raises:
+        StreamNotFound: naming ``stream``.
+    """
+    try:
+        msg = await get_message(conn, stream, next_by_subject=">", start_time=moment)
+    except MessageNotFound:
+        msg = None
+    if msg is not None and msg.time >= moment:
+        return msg.seq
+    state = (await stream_info(conn, stream)).get("state", {})
+    lo, hi = max(int(state.get("first_seq", 1) or 1), 1), int(state.get("last_seq", 0)) + 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        try:
+            found = await get_message(conn, stream, seq=mid, next_by_subject=">")
+        except MessageNotFound:
+            hi = mid
+            continue
+        if found.seq >= hi:
+            hi = mid
+        elif found.time >= moment:
+            hi = found.seq
+        else:
+            lo = found.seq + 1
+    return lo
 
 
 def _from_api(stream: str, msg: dict[str, Any]) -> StoredMessage:

@@ -1,0 +1,142 @@
+"""`oncestream consumer reset`: move a durable consumer to another stream sequence."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from .._connection import connect
+from .._errors import ConfigError
+from .._options import ConnectOptions, parse_time
+from ..streams import ConsumerReset, ResetTarget, reset_consumer
+from ._app import cli_errors, console, run_async
+from ._connect_flags import with_connect_options
+from ._consumer import Json, Name, Stream, consumer_app
+from ._output import confirm, print_json
+
+_TARGETS = "--to-seq, --to-time, --to-start or --to-end"
+
+
+def _state(info: dict[str, Any]) -> dict[str, int]:
+    return {
+        "delivered_seq": int(info.get("delivered", {}).get("stream_seq", 0)),
+        "ack_floor_seq": int(info.get("ack_floor", {}).get("stream_seq", 0)),
+        "pending": int(info.get("num_pending", 0)),
+        "ack_pending": int(info.get("num_ack_pending", 0)),
+    }
+
+
+def _as_json(done: ConsumerReset) -> dict[str, Any]:
+    return {
+        "stream": done.stream,
+        "consumer": done.consumer,
+        "target": done.target.describe(),
+        "seq": done.seq,
+        "dry_run": done.dry_run,
+        "refusal": done.refusal,
+        "before": _state(done.before),
+        "after": _state(done.after),
+    }
+
+
+@consumer_app.command("reset")
+@cli_errors
+@with_connect_options
+def reset_command(
+    stream: Stream,
+    name: Name,
+    to_seq: Annotated[
+        int | None, typer.Option("--to-seq", metavar="N", help="Deliver from stream sequence N.")
+    ] = None,
+    to_time: Annotated[
+        str | None,
+        typer.Option(
+            "--to-time",
+            metavar="TIME",
+            help="Deliver from the first message stored at or after TIME "
+            "(ISO 8601 like 2026-11-22T15:00:00Z, or a duration ago like 10m).",
+        ),
+    ] = None,
+    to_start: Annotated[
+        bool, typer.Option("--to-start", help="Deliver everything the stream still holds.")
+    ] = False,
+    to_end: Annotated[
+        bool,
+        typer.Option("--to-end", help="Skip everything stored so far (deliver only new ones)."),
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the target sequence; change nothing.")
+    ] = False,
+    force: Annotated[bool, typer.Option("--force", "-f", help="Do not ask.")] = False,
+    as_json: Json = False,
+    *,
+    options: ConnectOptions,
+) -> None:
+    """Move consumer NAME of STREAM to another stream sequence (nats-server 2.14+).
+
+    Give exactly one of --to-seq, --to-time, --to-start, --to-end. The consumer's
+    pending and unacknowledged messages are dropped and it delivers from the new
+    sequence on; its ack floor becomes that sequence - 1. A Processor's consumer
+    moved back redelivers messages its ledger already has: they are acked, not
+    applied again. Allowed for deliver policy all, and for a start sequence or
+    time at or after the configured one; exits 1 when the server refuses.
+    """
+    given = [
+        flag
+        for flag, value in (
+            ("--to-seq", to_seq is not None),
+            ("--to-time", to_time is not None),
+            ("--to-start", to_start),
+            ("--to-end", to_end),
+        )
+        if value
+    ]
+    if len(given) != 1:
+        got = f"got {' and '.join(given)}" if given else "got none"
+        raise ConfigError(f"consumer reset: give exactly one of {_TARGETS} ({got})")
+    if to_seq is not None and to_seq < 1:
+        raise ConfigError(f"--to-seq must be a stream sequence >= 1, got {to_seq}")
+    if to_time is not None:
+        parse_time("--to-time", to_time)  # names the value and the forms allowed
+    target = ResetTarget(seq=to_seq, time=to_time, start=to_start, end=to_end)
+
+    async def plan() -> ConsumerReset:
+        async with await connect(options) as conn:
+            return await reset_consumer(conn, stream, name, target, dry_run=True)
+
+    planned = run_async(plan())
+    if dry_run:
+        if as_json:
+            print_json(_as_json(planned))
+            return
+        state = _state(planned.before)
+        console.print(
+            f"dry run: would reset consumer {stream}/{name} to seq {planned.seq} "
+            f"({target.describe()}); now delivered up to {state['delivered_seq']}, "
+            f"ack floor {state['ack_floor_seq']}, {state['pending']} pending, "
+            f"{state['ack_pending']} unacked"
+            + (f"; the server would refuse: {planned.refusal}" if planned.refusal else ""),
+            highlight=False,
+        )
+        return
+    confirm(
+        f"Reset consumer {stream}/{name} to seq {planned.seq}?",
+        force=force,
+        what=f"reset {stream}/{name}",
+    )
+
+    async def main() -> ConsumerReset:
+        async with await connect(options) as conn:
+            # The target again: --to-end / --to-time move with the stream meanwhile.
+            return await reset_consumer(conn, stream, name, target)
+
+    done = run_async(main())
+    if as_json:
+        print_json(_as_json(done))
+        return
+    after = _state(done.after)
+    console.print(
+        f"reset consumer {stream}/{name} to seq {done.seq}: {after['pending']} pending",
+        highlight=False,
+    )

@@ -1,0 +1,168 @@
+"""`oncestream consumer reset` and `consumer edit` against a real nats-server (2.14+)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from oncestream import ConnectOptions, Processor, ProcessorOptions, SQLiteLedger
+from oncestream.streams import ResetTarget, reset_consumer
+from tests.integration._cli import cli, cli_json, publish, with_conn
+
+
+def _pending(url: str, stream: str, name: str) -> int:
+    return int(cli_json(url, "consumer", "info", stream, name)["num_pending"])
+
+
+def test_consumer_reset(nats_server) -> None:  # type: ignore[no-untyped-def]
+    url = nats_server.url
+    cli_json(url, "stream", "add", "R", "--subjects", "r.>")
+    publish(url, "r.a", [b"%d" % i for i in range(1, 11)])
+    cli_json(url, "consumer", "add", "R", "c")
+    assert _pending(url, "R", "c") == 10
+
+    planned = cli(url, "consumer", "reset", "R", "c", "--to-seq", "4", "--dry-run")
+    assert planned.exit_code == 0, planned.stderr
+    assert "dry run: would reset consumer R/c to seq 4" in planned.stdout
+    assert _pending(url, "R", "c") == 10  # nothing changed
+
+    def reset(*args: str) -> dict[str, Any]:
+        return cli_json(url, "consumer", "reset", "R", "c", *args, "--force")  # type: ignore[no-any-return]
+
+    assert reset("--to-end")["seq"] == 11 and _pending(url, "R", "c") == 0
+    done = reset("--to-seq", "4")
+    assert done["seq"] == 4 and done["after"]["ack_floor_seq"] == 3
+    assert _pending(url, "R", "c") == 7
+    assert reset("--to-start")["seq"] == 1 and _pending(url, "R", "c") == 10
+    sixth = cli_json(url, "stream", "get", "R", "6")
+    assert reset("--to-time", sixth["time"])["seq"] == 6 and _pending(url, "R", "c") == 5
+    assert reset("--to-time", "2999-01-01T00:00:00Z")["seq"] == 11
+    assert reset("--to-time", "1h")["seq"] == 1  # everything was stored in the last hour
+    text = cli(url, "consumer", "reset", "R", "c", "--to-seq", "2", "--force")
+    assert text.exit_code == 0 and "reset consumer R/c to seq 2: 9 pending" in text.stdout
+
+    # The library function, as the CLI uses it.
+    async def back_to_start(conn: Any) -> int:
+        return (await reset_consumer(conn, "R", "c", ResetTarget(start=True))).seq
+
+    assert with_conn(url, back_to_start) == 1
+
+    # The server refuses: deliver policy new, and a start sequence above the target.
+    cli_json(url, "consumer", "add", "R", "fresh", "--deliver", "new")
+    refused = cli(url, "consumer", "reset", "R", "fresh", "--to-seq", "1", "--force")
+    assert refused.exit_code == 1
+    assert "refused to reset consumer R/fresh to seq 1: invalid reset" in refused.stderr
+    assert "deliver_policy 'new'" in refused.stderr
+    dry = cli(url, "consumer", "reset", "R", "fresh", "--to-seq", "1", "--dry-run")
+    assert dry.exit_code == 0 and "the server would refuse" in dry.stdout
+    cli_json(url, "consumer", "add", "R", "later", "--deliver", "5")
+    below = cli(url, "consumer", "reset", "R", "later", "--to-seq", "3", "--force")
+    assert below.exit_code == 1 and "below start seq" in below.stderr
+    assert cli_json(url, "consumer", "reset", "R", "later", "--to-seq", "7", "--force")["seq"] == 7
+
+
+def test_consumer_reset_usage(nats_server) -> None:  # type: ignore[no-untyped-def]
+    url = nats_server.url
+    cli_json(url, "stream", "add", "R", "--subjects", "r.>")
+    cli_json(url, "consumer", "add", "R", "c")
+    for args, said in (
+        ([], "exactly one of --to-seq, --to-time, --to-start or --to-end (got none)"),
+        (["--to-start", "--to-end"], "(got --to-start and --to-end)"),
+        (["--to-seq", "0"], "--to-seq must be a stream sequence >= 1, got 0"),
+        (["--to-time", "soon"], "--to-time must be an ISO 8601 time"),
+        (["--to-end"], "refusing to reset R/c without --force"),  # stdin is not a terminal
+    ):
+        result = cli(url, "consumer", "reset", "R", "c", *args)
+        assert result.exit_code == 2 and said in result.stderr, (args, result.stderr)
+    assert "'soon'" in cli(url, "consumer", "reset", "R", "c", "--to-time", "soon").stderr
+    missing = cli(url, "consumer", "reset", "R", "nope", "--to-end", "--force")
+    assert missing.exit_code == 2 and "consumer 'nope' not found on stream 'R'" in missing.stderr
+
+
+def _run_processor(url: str, db: Path, until: Any) -> Any:
+    def handle(msg: Any, tx: Any) -> None:
+        tx.execute("CREATE TABLE IF NOT EXISTS effects (id INTEGER NOT NULL)")
+        tx.execute("INSERT INTO effects (id) VALUES (?)", (int(msg.data),))
+
+    async def main() -> Any:
+        processor = Processor(
+            ConnectOptions(servers=(url,)), "P", "billing", handle,
+            ledger=SQLiteLedger(str(db)), options=ProcessorOptions(batch=10),
+        )  # fmt: skip
+        task = asyncio.create_task(processor.run())
+        await processor.wait_until(until, 30)
+        await processor.stop()
+        return await task
+
+    return asyncio.run(main())
+
+
+def test_reset_of_a_processors_consumer_is_safe(nats_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Moved back before every message it applied, the Processor applies none of them again."""
+    url, db, count = nats_server.url, tmp_path / "effects.db", 25
+    cli_json(url, "stream", "add", "P", "--subjects", "p.>")
+    publish(url, "p.x", [b"%d" % i for i in range(1, count + 1)])
+    first = _run_processor(url, db, lambda s: s.applied >= count)
+    assert first.applied == count
+    assert cli(url, "consumer", "wait", "P", "billing", "--timeout", "10s").exit_code == 0
+
+    moved = cli_json(url, "consumer", "reset", "P", "billing", "--to-time", "1h", "--force")
+    assert moved["seq"] == 1 and moved["after"]["pending"] == count
+
+    again = _run_processor(url, db, lambda s: s.suppressed + s.applied >= count)
+    assert (again.applied, again.suppressed) == (0, count)
+    assert cli(url, "consumer", "wait", "P", "billing", "--timeout", "10s").exit_code == 0
+    con = sqlite3.connect(db)
+    try:
+        rows = [r[0] for r in con.execute("SELECT id FROM effects ORDER BY id")]
+    finally:
+        con.close()
+    assert rows == list(range(1, count + 1))  # each effect exactly once
+
+
+def test_consumer_edit(nats_server) -> None:  # type: ignore[no-untyped-def]
+    url = nats_server.url
+    cli_json(url, "stream", "add", "E", "--subjects", "e.>")
+    cli_json(url, "consumer", "add", "E", "c", "--ack-wait", "30s", "--max-deliver", "5")
+    edited = cli(url, "consumer", "edit", "E", "c", "--ack-wait", "10s", "--max-ack-pending", "50",
+                 "--description", "billing")  # fmt: skip
+    assert edited.exit_code == 0, edited.stderr
+    assert edited.stdout.splitlines() == [
+        "updated consumer E/c:",
+        "  ack_wait: 30s -> 10s",
+        "  description: - -> 'billing'",
+        "  max_ack_pending: 10000 -> 50",
+    ]
+    config = cli_json(url, "consumer", "info", "E", "c")["config"]
+    assert config["ack_wait"] == 10 * 10**9 and config["max_ack_pending"] == 50
+    assert config["description"] == "billing" and config["max_deliver"] == 5  # untouched
+    # A backoff: the server sets ack_wait to its first delay, and the diff says so.
+    backoff = cli_json(url, "consumer", "edit", "E", "c", "--backoff", "2s,5s")
+    assert backoff["changed"] == ["ack_wait: 10s -> 2s", "backoff: none -> [2s, 5s]"]
+    as_json = cli_json(url, "consumer", "edit", "E", "c", "--max-deliver", "8", "--backoff", "none")
+    assert as_json["changed"] == ["backoff: [2s, 5s] -> none", "max_deliver: 5 -> 8"]
+
+    fixed = cli(url, "consumer", "edit", "E", "c", "--ack", "all")
+    assert fixed.exit_code == 1
+    assert "refused to update consumer E/c: ack policy can not be updated" in fixed.stderr
+    assert "remove and re-create it" in fixed.stderr
+    assert cli_json(url, "consumer", "info", "E", "c")["config"]["ack_policy"] == "explicit"
+
+    for args, said in (
+        ([], "nothing to change"),
+        (["--max-deliver", "0"], "--max-deliver must be -1 or >= 1, got 0"),
+        (["--ack-wait", "soon"], "--ack-wait must be a duration"),
+        (["--ack", "maybe"], "--ack must be explicit, all or none, got 'maybe'"),
+        (["--backoff", "1s,1s,1s,1s,1s,1s,1s,1s,1s"], "--backoff has 9 delays"),
+    ):
+        result = cli(url, "consumer", "edit", "E", "c", *args)
+        assert result.exit_code == 2 and said in result.stderr, (args, result.stderr)
+    missing = cli(url, "consumer", "edit", "E", "nope", "--max-deliver", "3")
+    assert missing.exit_code == 2 and "consumer 'nope' not found" in missing.stderr
+    assert (
+        json.loads(cli(url, "consumer", "info", "E", "c", "--json").stdout)["config"]["max_deliver"]
+        == 8
+    )
