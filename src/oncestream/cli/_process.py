@@ -18,6 +18,7 @@ from .._names import check_consumer_name, check_stream_name, check_subject_filte
 from .._options import ConnectOptions, parse_duration
 from ..ledger import check_ledger_target, ledger_from_url
 from ..process import Handler, Processor, ProcessorOptions, ProcessorStats, check_handler
+from ..read import check_group_name
 from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
 from ._process_extras import RecentRate, metrics_endpoint, start_position
@@ -110,6 +111,28 @@ def process_command(
     metrics_host: str = typer.Option(
         "127.0.0.1", "--metrics-host", help="Address the metrics endpoint binds to."
     ),
+    standby: bool = typer.Option(
+        False,
+        "--standby",
+        help="Active/standby: one instance of the group applies, the others wait and take "
+        "over when it stops pulling (pinned priority group; server 2.14+).",
+    ),
+    takeover_after: str = typer.Option(
+        f"{_DEFAULTS.pinned_ttl:g}s",
+        "--takeover-after",
+        help="With --standby: how long the active instance may stay silent before a standby "
+        "takes over (the bound on the takeover time; >= 2s).",
+    ),
+    overflow_min_pending: int | None = typer.Option(
+        None,
+        "--overflow-min-pending",
+        help="Spill-over worker: pull only while at least N messages wait (overflow policy).",
+    ),
+    priority_group: str = typer.Option(
+        "oncestream",
+        "--priority-group",
+        help="Priority group name for --standby / --overflow-min-pending.",
+    ),
     *,
     options: ConnectOptions,
 ) -> None:
@@ -127,6 +150,7 @@ def process_command(
 
     if progress < 0:
         raise ConfigError(f"--progress must be >= 0 seconds (0: no progress lines), got {progress}")
+    priority = _priority_options(standby, takeover_after, overflow_min_pending, priority_group)
 
     async def main() -> ProcessorStats:
         conn_options = options.replace(name=f"oncestream-process-{consumer}")
@@ -146,6 +170,7 @@ def process_command(
             filter_subject=filter_subject,
             bind=bind,
             start=start_position(start_seq, start_time, new_only),
+            **priority,
         )
         async with await connect(conn_options) as conn:
             processor = Processor(conn, stream, consumer, func, ledger=store, options=proc_options)
@@ -167,6 +192,32 @@ def process_command(
         return stats
 
     run_async(main())
+
+
+def _priority_options(
+    standby: bool, takeover_after: str, overflow_min_pending: int | None, group: str
+) -> dict[str, Any]:
+    """ProcessorOptions fields for --standby / --overflow-min-pending (validated here)."""
+    ttl = parse_duration("--takeover-after", takeover_after)
+    if standby and overflow_min_pending is not None:
+        raise ConfigError("--standby and --overflow-min-pending exclude each other; pick one")
+    if overflow_min_pending is not None:
+        if overflow_min_pending < 1:
+            raise ConfigError(f"--overflow-min-pending must be >= 1, got {overflow_min_pending}")
+        return {
+            "priority_group": check_group_name(group, "--priority-group"),
+            "policy": "overflow",
+            "min_pending": overflow_min_pending,
+        }
+    if not standby:
+        return {}
+    if ttl < 2:
+        raise ConfigError(f"--takeover-after must be at least 2s, got {takeover_after!r}")
+    return {
+        "priority_group": check_group_name(group, "--priority-group"),
+        "policy": "pinned",
+        "pinned_ttl": ttl,
+    }
 
 
 async def _report(processor: Processor, interval: float) -> None:

@@ -161,6 +161,9 @@ class Ledger(abc.ABC):
 
     #: The driver's parameter placeholder (``?`` for sqlite3, ``%s`` for psycopg).
     placeholder: str = "?"
+    #: Appended to a read that must hold its row until the transaction ends
+    #: (PostgreSQL's ``FOR SHARE``; SQLite's write transactions already exclude others).
+    row_lock: str = ""
 
     @abc.abstractmethod
     def _fetchone(self, sql: str, params: Sequence[Any]) -> Any:

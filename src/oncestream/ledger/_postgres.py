@@ -123,6 +123,7 @@ class PostgresLedger(Ledger):
 
     inline = False
     placeholder = "%s"
+    row_lock = " FOR SHARE"
 
     def __init__(
         self,

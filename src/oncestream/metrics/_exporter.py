@@ -62,6 +62,14 @@ _PROCESSOR_COUNTERS = (
     ("in_progress_acks", "in_progress_acks", "In-progress acks (+WPI) sent for slow batches."),
     ("batches", "batches", "Batches committed (one ledger transaction each)."),
     ("ledger_errors", "ledger_errors", "Ledger transactions that failed and were retried."),
+    (
+        "late_acks",
+        "late_acks",
+        "Redeliveries (delivery count > 1) of messages already applied: an ack the server "
+        "took too late or never got; suppressed by the ledger.",
+    ),
+    ("takeovers", "takeovers", "Times this instance became the active one of a pinned group."),
+    ("demotions", "demotions", "Times it stopped being the active one (the pin moved on)."),
 )
 _PUBLISHER_COUNTERS = (
     ("sent", "Messages handed to the Publisher."),

@@ -190,7 +190,13 @@ class Acknowledger:
             msg, stream=self.stream, consumer=self.consumer, seq=seq, attempts=attempts, error=text
         )
         try:
-            await publish_dead_letter(self.conn, self.dlq_subject, msg, headers)
+            await publish_dead_letter(
+                self.conn,
+                self.dlq_subject,
+                msg,
+                headers,
+                expected_stream=self.options.dead_letter_stream,
+            )
         except OncestreamError as exc:
             log.error(
                 "dead letter for %s seq %d not stored (%s); retrying later", self.stream, seq, exc

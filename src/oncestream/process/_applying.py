@@ -69,6 +69,10 @@ class Applier:
         self.lock = asyncio.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._lock_log = LogThrottle(log)
+        #: Called first in every batch transaction (a pinned Processor's owner check);
+        #: what it raises rolls the batch back and ends :meth:`apply`.
+        self.fence: Callable[[LedgerTx], None] | None = None
+        self._late_log = LogThrottle(log, burst=1, interval=60.0)
 
     async def db(self, func: Callable[..., Any], *args: Any) -> Any:
         """Run a ledger call other than a batch (open, prune, close) on a worker thread.
@@ -138,6 +142,8 @@ class Applier:
         if tx is None:
             tx = self.ledger.begin()
         try:
+            if self.fence is not None:
+                self.fence(tx)
             fresh = tx.claim(entries)
             handler = self.handler if not self.stats.observers else self._timed_handler
             index = 0
@@ -149,7 +155,7 @@ class Applier:
                 raise self._handler_error(index, exc) from exc
             if commit:
                 self._commit(tx)
-                self._count(fresh)
+                self._count(fresh, msgs)
         except BaseException:
             tx.rollback()
             raise
@@ -211,18 +217,38 @@ class Applier:
             with contextlib.suppress(Exception):
                 await commit
             raise
-        self._count(fresh)
+        self._count(fresh, msgs)
 
-    def _count(self, fresh: list[bool]) -> None:
+    def _count(self, fresh: list[bool], msgs: Sequence[Message]) -> None:
         applied = sum(fresh)
         self.stats.applied += applied
+        if applied == len(fresh):
+            return
         self.stats.suppressed += len(fresh) - applied
+        late = 0
+        for is_fresh, msg in zip(fresh, msgs, strict=True):
+            if not is_fresh and msg.metadata.num_delivered > 1:
+                late += 1
+        if late:
+            self.stats.late_acks += late
+            self._late_log.log(
+                logging.WARNING,
+                "late acks",
+                "%d redeliveries of messages already applied and acked (%d so far): the "
+                "server redelivered before it took the ack (ack wait too short for the "
+                "batch, or the ack lost with the connection). The ledger suppressed them; "
+                "nothing was applied twice",
+                late,
+                self.stats.late_acks,
+            )
 
     async def _run_batch_async(
         self, entries: Sequence[LedgerEntry], msgs: Sequence[Message]
     ) -> None:
         tx = await (self._begin() if self.inline else self._call_db(self.ledger.begin))
         try:
+            if self.fence is not None:
+                await self._call_db(self.fence, tx)
             fresh = await self._call_db(tx.claim, entries)
             for index, msg in enumerate(msgs):
                 if not fresh[index]:
@@ -242,7 +268,7 @@ class Applier:
         except BaseException:
             await self._call_db(tx.rollback)
             raise
-        self._count(fresh)
+        self._count(fresh, msgs)
 
     # -- durations for oncestream.metrics (only when someone observes) ---------
 

@@ -10,9 +10,11 @@ from typing import Any
 from .._errors import ConfigError
 from .._names import check_publish_subject, check_stream_name, check_subject_filter
 from .._options import parse_duration, parse_positive_int
-from ..read import PullOptions, StartPosition
+from ..read import PullOptions, StartPosition, check_group_name
 
 __all__ = ["ProcessorOptions", "ProcessorStats"]
+
+_POLICIES = ("pinned", "overflow")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +54,20 @@ class ProcessorOptions:
             sequence, a time or new messages only); None starts at the beginning and
             accepts an existing consumer as it is. When given and the consumer
             exists with another start, the Processor refuses (ConfigError).
+        priority_group: run in this priority group of the consumer (server 2.11+;
+            the consumer is created with it, an existing one must list it).
+            None: every instance pulls (the ledger still applies each message once).
+        policy: with ``priority_group``: ``"pinned"`` (one active instance, the
+            others standby; a standby takes over when the active one stops pulling
+            for ``pinned_ttl``: killed, frozen, cut off; needs server 2.14+ for the
+            consumer reset of a takeover) or ``"overflow"`` (spill-over workers that
+            only pull while the consumer is ``min_pending``/``min_ack_pending`` behind).
+        pinned_ttl: seconds without a pull request from the active instance after
+            which the server moves the pin to a standby (the consumer's
+            ``priority_timeout``): the bound on the takeover time. Every batch must
+            finish well within it (the active one refreshes its pin while idle and
+            between batches, not inside a handler call that blocks the event loop).
+        min_pending, min_ack_pending: the overflow condition (at least one > 0).
 
     Raises:
         ConfigError: naming the bad value.
@@ -78,6 +94,11 @@ class ProcessorOptions:
     prune_limit: int = 10_000
     max_ack_pending: int = 10_000
     start: StartPosition | None = None
+    priority_group: str | None = None
+    policy: str = "pinned"
+    pinned_ttl: float = 10.0
+    min_pending: int = 0
+    min_ack_pending: int = 0
 
     def __post_init__(self) -> None:
         for name in ("batch", "max_deliver", "double_ack_attempts", "prune_limit"):
@@ -115,18 +136,66 @@ class ProcessorOptions:
         for name in ("expires", "idle_heartbeat"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, parse_duration(name, getattr(self, name)))
+        self._check_priority()
         # Validates batch/expires/heartbeat together.
         self.pull_options()
 
+    def _check_priority(self) -> None:
+        if self.policy not in _POLICIES:
+            raise ConfigError(f"policy must be 'pinned' or 'overflow', got {self.policy!r}")
+        ttl = parse_duration("pinned_ttl", self.pinned_ttl)
+        if ttl < 2:
+            raise ConfigError(f"pinned_ttl must be at least 2s, got {self.pinned_ttl!r}")
+        object.__setattr__(self, "pinned_ttl", ttl)
+        for name in ("min_pending", "min_ack_pending"):
+            object.__setattr__(
+                self, name, parse_positive_int(name, getattr(self, name), allow_zero=True)
+            )
+        if self.priority_group is None:
+            if self.min_pending or self.min_ack_pending:
+                raise ConfigError("min_pending/min_ack_pending need priority_group (overflow)")
+            return
+        check_group_name(self.priority_group, "priority_group")
+        if self.policy == "overflow" and not (self.min_pending or self.min_ack_pending):
+            raise ConfigError(
+                "policy 'overflow' needs min_pending or min_ack_pending > 0 (when this "
+                "instance starts pulling); got both 0"
+            )
+        if self.policy == "pinned" and (self.min_pending or self.min_ack_pending):
+            raise ConfigError(
+                "min_pending/min_ack_pending apply to policy 'overflow', not 'pinned'"
+            )
+        if self.bind:
+            raise ConfigError(
+                "priority_group needs the consumer API (takeover resets the consumer); "
+                "it cannot be combined with bind=True"
+            )
+
+    @property
+    def pinned(self) -> bool:
+        """True for an active/standby member of a pinned priority group."""
+        return self.priority_group is not None and self.policy == "pinned"
+
     def pull_options(self) -> PullOptions:
         """The continuous-pull settings derived from these options."""
+        expires, refresh = self.expires, None
+        if self.pinned:
+            # The active instance must ask again well within pinned_ttl, idle or not.
+            refresh = self.pinned_ttl / 3
+            expires = max(1.0, min(expires, self.pinned_ttl / 2))
+        overflow = self.priority_group is not None and not self.pinned
         return PullOptions(
             batch=self.batch,
             max_bytes=self.max_bytes,
-            expires=self.expires,
+            expires=expires,
             idle_heartbeat=self.idle_heartbeat,
             unavailable_timeout=self.unavailable_timeout,
             confirm_missing=not self.bind,  # bind makes no CONSUMER.INFO call
+            group=self.priority_group,
+            pinned=self.pinned,
+            pin_refresh=refresh,
+            min_pending=self.min_pending if overflow else 0,
+            min_ack_pending=self.min_ack_pending if overflow else 0,
         )
 
 
@@ -145,6 +214,16 @@ class ProcessorStats:
     heartbeat_errors: int = 0
     pruned: int = 0
     in_progress_acks: int = 0
+    #: Redeliveries (delivery count > 1) of messages the ledger already holds: the
+    #: server redelivered although the message had been applied and acked (a late
+    #: or lost ack; the server confirms a double ack even then, nats-server #4786).
+    late_acks: int = 0
+    #: Stored message schedules (``Nats-Schedule``) acked without calling the handler.
+    schedules_skipped: int = 0
+    #: Times this instance became the active one of a pinned priority group.
+    takeovers: int = 0
+    #: Times it stopped being the active one (the pin moved on).
+    demotions: int = 0
     #: ``time.monotonic()`` at creation: the base of ``as_dict()``'s elapsed and rate.
     started: float = field(default_factory=time.monotonic, repr=False)
     #: ``observer(kind, seconds)`` for "batch", "handler" and "commit" durations

@@ -32,7 +32,13 @@ import time
 from collections.abc import Callable
 
 from .._connection import Connection, connect
-from .._errors import ConfigError, JetStreamError, LedgerUnusable, OperationTimeout
+from .._errors import (
+    ConfigError,
+    JetStreamError,
+    LedgerUnusable,
+    OncestreamError,
+    OperationTimeout,
+)
 from .._headers import msg_id_key
 from .._logthrottle import LogThrottle
 from .._message import Message
@@ -43,11 +49,21 @@ from ..read import MessageStream
 from ._acking import Acknowledger
 from ._applying import Applier, Handler
 from ._options import ProcessorOptions, ProcessorStats
+from ._pinning import (
+    OwnerCheck,
+    Superseded,
+    fence_name,
+    require_reset,
+    reset_to_ack_floor,
+    take_over,
+)
 from ._setup import FloorHistory, check_handler, setup_consumer
 
 __all__ = ["Handler", "Processor", "ProcessorOptions", "ProcessorStats"]
 
 log = logging.getLogger("oncestream.processor")
+
+_SCHEDULE = b"\r\nNats-Schedule:"
 
 
 class Processor:
@@ -108,6 +124,10 @@ class Processor:
             self.stream, self.consumer, self.options, self.stats, lambda: self._stop_requested
         )
         self._unsent = _UnsentAcks()
+        #: Pinned priority group: the pin this instance applies under (None: standby).
+        self.active_pin: str | None = None
+        #: ``time.time()`` of the last takeover (0.0: never).
+        self.took_over_at = 0.0
 
     @property
     def ack_wait(self) -> float:
@@ -138,6 +158,9 @@ class Processor:
         conn = self.conn
         try:
             await self._applier.db(self.ledger.open)
+            if self.options.pinned:
+                require_reset(conn, "a pinned priority group")
+                self._applier.fence = self._owner_check(None)
             await self._setup_consumer(conn)
             conn.on_reconnect(self._unsent.reconnected)
             self._pull = MessageStream(
@@ -265,15 +288,99 @@ class Processor:
 
     async def _loop_batches(self, pull: MessageStream) -> None:
         batch = self.options.batch
+        pinned = self.options.pinned
         while not self._stop_requested:
+            pull = self._pull or pull
             try:
                 msgs = await pull.next_batch(batch, timeout=1.0)
             except OperationTimeout as exc:
                 self.stats.heartbeat_errors += 1
                 self._pull_log.log(logging.WARNING, str(exc), "%s", exc)
                 continue
+            if pinned and pull.pin_id != self.active_pin and not self._stop_requested:
+                # Delivered under a pin this instance does not apply under: a new pin
+                # (take over first) or none any more (the pin moved on).
+                if pull.pin_id is None:
+                    self._demote(pull, "the server moved the pin to another instance")
+                else:
+                    await self._take_over(pull, pull.pin_id)
+                continue
             if msgs:
                 await self._process(msgs)
+
+    # -- pinned priority group ---------------------------------------------
+
+    def _owner_check(self, pin: str | None) -> OwnerCheck:
+        assert self.options.priority_group is not None
+        name = fence_name(self.stream, self.consumer, self.options.priority_group)
+        return OwnerCheck(self.ledger, name, pin)
+
+    async def _take_over(self, pull: MessageStream, pin: str) -> None:
+        """Become the active instance under ``pin`` (see :mod:`oncestream.process._pinning`)."""
+        assert self.conn is not None
+        began = time.monotonic()
+        pull.halt()
+        await pull.stop()  # messages delivered before the reset never reach the new inbox
+        pull.take_unprocessed()
+        check = self._owner_check(pin)
+        previous = await self._applier.db(take_over, self.ledger, check.name, pin)
+        self._applier.fence = check
+        try:
+            restart = await reset_to_ack_floor(self.conn, self.stream, self.consumer)
+        except OncestreamError as exc:
+            # Without the reset, older unacknowledged messages would come after newer
+            # ones: stay a standby; the pin expires unused and is handed out again.
+            log.error(
+                "%s/%s: takeover abandoned, the consumer reset failed (%s); waiting as a standby",
+                self.stream,
+                self.consumer,
+                exc,
+            )
+            self._applier.fence = self._owner_check(None)
+            self._pull = await self._new_pull(None)
+            self._pull.forget_pin_later(pin)
+            return
+        self._pull = await self._new_pull(pin)
+        self.active_pin = pin
+        self.took_over_at = time.time()
+        self.stats.takeovers += 1
+        log.warning(
+            "%s/%s: this instance is now the active one of priority group %r (previous "
+            "owner %s); consumer reset to sequence %d, takeover took %.0f ms",
+            self.stream,
+            self.consumer,
+            self.options.priority_group,
+            "none" if previous is None else "another instance",
+            restart,
+            (time.monotonic() - began) * 1000,
+        )
+        self._progress.set()
+
+    def _demote(self, pull: MessageStream, why: str) -> None:
+        """Stop applying: drop what was delivered under the old pin and wait as a standby."""
+        dropped = len(pull.take_unprocessed())
+        pull.forget_pin()
+        if self.active_pin is not None:
+            self.stats.demotions += 1
+            log.warning(
+                "%s/%s: no longer the active instance (%s); %d buffered messages left to "
+                "the new one, waiting as a standby",
+                self.stream,
+                self.consumer,
+                why,
+                dropped,
+            )
+        self.active_pin = None
+        self._applier.fence = self._owner_check(None)
+        self._progress.set()
+
+    async def _new_pull(self, pin: str | None) -> MessageStream:
+        assert self.conn is not None
+        pull = MessageStream(
+            self.conn, self.stream, self.consumer, self.options.pull_options(), pin_id=pin
+        )
+        await pull.start()
+        return pull
 
     async def _process(self, msgs: list[Message]) -> None:
         began = time.perf_counter()
@@ -287,6 +394,11 @@ class Processor:
                 continue
             if seq in by_seq:
                 extra_replies.append(msg.reply)  # the same message delivered twice in one batch
+            elif msg.raw_headers and _SCHEDULE in msg.raw_headers:
+                # A stored message schedule (e.g. `dlq replay --in`): the server publishes
+                # the message it schedules when it fires; the schedule itself is not data.
+                extra_replies.append(msg.reply)
+                self.stats.schedules_skipped += 1
             else:
                 by_seq[seq] = msg
         seqs = sorted(by_seq)
@@ -306,6 +418,10 @@ class Processor:
         except LedgerUnusable:
             await acks.nak(ordered)  # nothing was applied: let the next worker have them
             raise
+        except Superseded as exc:
+            assert self._pull is not None
+            self._demote(self._pull, str(exc))
+            return
         finally:
             acks.end_batch()
         if outcome is None:  # the ledger kept failing

@@ -81,6 +81,11 @@ async def _create_consumer(
             )
     if opts.start is not None:
         config.update(opts.start.to_config())
+    if opts.priority_group is not None:
+        config["priority_groups"] = [opts.priority_group]
+        config["priority_policy"] = _SERVER_POLICY[opts.policy]
+        if opts.pinned:
+            config["priority_timeout"] = int(opts.pinned_ttl * 1e9)
     payload = {"stream_name": stream, "config": config, "action": "create"}
     try:
         return await conn.api(f"CONSUMER.CREATE.{stream}.{consumer}", payload)
@@ -113,12 +118,37 @@ def _validate_consumer(
             f"{opts.start.describe()}; a start applies only to a consumer being created "
             f"(drop the start option, or remove the consumer with `oncestream consumer rm`)"
         )
+    _validate_priority(config, where, opts)
     wanted = opts.filter_subject
     if wanted:
         filters = [config.get("filter_subject")] if config.get("filter_subject") else []
         filters += config.get("filter_subjects") or []
         if filters != [wanted]:
             raise ConfigError(f"{where} filters {filters or 'nothing'}; expected [{wanted!r}]")
+
+
+_SERVER_POLICY = {"pinned": "pinned_client", "overflow": "overflow"}
+
+
+def _validate_priority(config: dict[str, Any], where: str, opts: ProcessorOptions) -> None:
+    groups = config.get("priority_groups") or []
+    policy = config.get("priority_policy") or "none"
+    if opts.priority_group is None:
+        if policy != "none":
+            raise ConfigError(
+                f"{where} has priority policy {policy!r} with groups {groups}; pass "
+                f"priority_group (CLI: --standby for pinned_client) to process it"
+            )
+        return
+    wanted = _SERVER_POLICY[opts.policy]
+    if policy != wanted or opts.priority_group not in groups:
+        raise ConfigError(
+            f"{where} has priority policy {policy!r} with groups {groups or 'none'}, not "
+            f"{wanted!r} with group {opts.priority_group!r}; a consumer's priority policy "
+            f"cannot be changed: use another consumer name, or remove this one with "
+            f"`oncestream consumer rm` (its acked position is lost; the ledger keeps "
+            f"applied messages from being applied again)"
+        )
 
 
 async def _ensure_dlq_stream(conn: Connection, name: str, subject: str) -> None:

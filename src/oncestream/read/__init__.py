@@ -8,7 +8,7 @@ Example::
         print(msg.seq, msg.subject, msg.data)
 """
 
-from ._options import PullOptions
+from ._options import PullOptions, check_group_name
 from ._pull import MessageStream, pull_messages
 from ._range import (
     RangeReader,
@@ -27,6 +27,7 @@ __all__ = [
     "RangeReader",
     "StartPosition",
     "StreamRecord",
+    "check_group_name",
     "delete_consumer_later",
     "iter_messages",
     "nth_sequence",

@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .._errors import ConfigError
 from .._options import parse_duration, parse_positive_int
 
-__all__ = ["PullOptions"]
+__all__ = ["PullOptions", "check_group_name"]
+
+#: The server's rule for priority group names (nats-server consumer.go ``validGroupName``).
+_GROUP_NAME = re.compile(r"[a-zA-Z0-9/_=-]{1,16}")
+
+
+def check_group_name(name: object, what: str = "priority group") -> str:
+    """Return ``name`` if the server accepts it as a priority group name.
+
+    Raises:
+        ConfigError: naming the value and the rule (1-16 of ``a-zA-Z0-9/_=-``).
+    """
+    if not isinstance(name, str) or not _GROUP_NAME.fullmatch(name):
+        raise ConfigError(
+            f"{what} must be 1-16 characters of a-z, A-Z, 0-9, '/', '_', '=', '-', got {name!r}"
+        )
+    return name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,6 +48,17 @@ class PullOptions:
             confirmed missing consumer or stream raises :class:`ConsumerNotFound`.
             False makes no API call (a Processor with ``bind=True``): then only
             ``unavailable_timeout`` ends a run of them.
+        group: the consumer's priority group to pull in (server 2.11+; the
+            consumer must list it in ``priority_groups``). None: no group.
+        pinned: the consumer's policy is ``pinned_client``: the stream keeps the
+            ``Nats-Pin-Id`` the server hands out and sends it with every request
+            (see :attr:`MessageStream.pin_id`); needs ``group``.
+        pin_refresh: with ``pinned``, the longest gap between two pull requests
+            in seconds (the server releases the pin after the consumer's
+            ``priority_timeout`` without one). Default: ``expires``.
+        min_pending, min_ack_pending: for an ``overflow`` policy: this stream
+            only receives messages while the consumer has at least this many
+            pending (undelivered) / ack-pending messages (0 = no condition).
 
     Raises:
         ConfigError: naming the bad value.
@@ -43,6 +71,11 @@ class PullOptions:
     idle_heartbeat: float | None = None
     unavailable_timeout: float | None = None
     confirm_missing: bool = True
+    group: str | None = None
+    pinned: bool = False
+    pin_refresh: float | None = None
+    min_pending: int = 0
+    min_ack_pending: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "batch", parse_positive_int("batch", self.batch))
@@ -78,6 +111,26 @@ class PullOptions:
                 f"got {self.idle_heartbeat!r}"
             )
         object.__setattr__(self, "idle_heartbeat", heartbeat)
+        self._check_group()
+
+    def _check_group(self) -> None:
+        if self.group is not None:
+            check_group_name(self.group)
+        for name in ("min_pending", "min_ack_pending"):
+            object.__setattr__(
+                self, name, parse_positive_int(name, getattr(self, name), allow_zero=True)
+            )
+        if (self.pinned or self.min_pending or self.min_ack_pending) and self.group is None:
+            raise ConfigError("pinned, min_pending and min_ack_pending need a priority group")
+        if self.pinned and (self.min_pending or self.min_ack_pending):
+            raise ConfigError(
+                "min_pending/min_ack_pending apply to the overflow policy, not to pinned"
+            )
+        if self.pin_refresh is not None:
+            refresh = parse_duration("pin_refresh", self.pin_refresh)
+            if refresh <= 0:
+                raise ConfigError(f"pin_refresh must be > 0 seconds, got {self.pin_refresh!r}")
+            object.__setattr__(self, "pin_refresh", refresh)
 
     @property
     def heartbeat(self) -> float:

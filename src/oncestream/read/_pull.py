@@ -19,7 +19,12 @@ subscription so the server can deliver while the caller works:
   backoff; after 5 in a row the stream asks ``CONSUMER.INFO``, and only a
   confirmed missing consumer (:class:`ConsumerNotFound`) or stream
   (:class:`StreamNotFound`) ends the iteration;
-- after a reconnect every outstanding request is assumed lost and re-issued.
+- after a reconnect every outstanding request is assumed lost and re-issued;
+- in a priority group (``PullOptions.group``) every request names the group;
+  with the ``pinned_client`` policy the stream keeps the ``Nats-Pin-Id`` the
+  server puts on the messages it delivers to the pinned client, sends it with
+  every request, and forgets it on a "423 Nats-Pin-Id mismatch" (another
+  client holds the pin now; this one waits as a standby).
 
 Example::
 
@@ -68,6 +73,7 @@ _NO_RESPONDERS_CHECK = 5
 #: Longest delay between re-pulls while nothing responds (seconds).
 _MAX_HOLD = 2.0
 _DESCRIPTION = "Description"
+_PIN_HEADER = b"\r\nNats-Pin-Id:"
 
 
 def _status_headers(block: bytes) -> dict[str, str]:
@@ -103,10 +109,19 @@ class MessageStream:
     Attributes:
         no_responders_total: "503 no responders" answers received so far.
         consumer_checks: ``CONSUMER.INFO`` checks made after runs of them.
+        pin_id: with ``PullOptions.pinned``, the pin the server gave this client
+            (None: not pinned, a standby).
+        pins_lost: "423" answers: the pin moved to another client.
     """
 
     def __init__(
-        self, conn: Connection, stream: str, consumer: str, options: PullOptions | None = None
+        self,
+        conn: Connection,
+        stream: str,
+        consumer: str,
+        options: PullOptions | None = None,
+        *,
+        pin_id: str | None = None,
     ) -> None:
         self.conn = conn
         self.stream = check_stream_name(stream)
@@ -138,6 +153,12 @@ class MessageStream:
         self._hold_until = 0.0
         self._received = 0
         self._seen_received = 0
+        self.pin_id = pin_id
+        self.pins_lost = 0
+        #: Pins this stream held and lost: a late message still carrying one is not a new pin.
+        self._lost_pins: set[str] = set()
+        self._pinned = self.options.pinned
+        self._last_pull = 0.0
 
     async def start(self) -> MessageStream:
         """Subscribe the inbox and send the first pull request."""
@@ -156,6 +177,8 @@ class MessageStream:
         # A counter, not a clock read: the heartbeat watcher notices it moving.
         self._received += 1
         if reply:
+            if self._pinned and headers:
+                self._note_pin(headers)
             self._pending_msgs -= 1
             if self._track_bytes:
                 self._pending_bytes -= len(data) + len(subject) + len(reply)
@@ -173,6 +196,28 @@ class MessageStream:
                 self._wakeup.set()
             return
         self._on_status(_status_headers(headers) if headers else {})
+
+    def forget_pin(self) -> None:
+        """Pull as a standby from now on; the pin held so far is never taken up again."""
+        if self.pin_id is not None:
+            self._lost_pins.add(self.pin_id)
+        self.pin_id = None
+        self._repull_needed = True
+        self._wakeup.set()
+
+    def forget_pin_later(self, pin: str) -> None:
+        """Never take up ``pin`` (one this client gave up without using it)."""
+        self._lost_pins.add(pin)
+
+    def _note_pin(self, headers: bytes) -> None:
+        at = headers.find(_PIN_HEADER)
+        if at < 0:
+            return
+        start = at + len(_PIN_HEADER)
+        end = headers.find(b"\r\n", start)
+        pin = bytes(headers[start : end if end >= 0 else len(headers)]).strip().decode()
+        if pin and pin != self.pin_id and pin not in self._lost_pins:
+            self.pin_id = pin
 
     def _on_status(self, headers: dict[str, str]) -> None:
         status = headers.get(_STATUS, "")
@@ -193,6 +238,23 @@ class MessageStream:
                 self._pending_bytes = max(0, self._pending_bytes - unused_bytes)
             else:
                 self._pending_msgs = self._pending_bytes = 0
+            self._repull_needed = True
+            self._wakeup.set()
+            return
+        if status == "423":
+            # The pin moved to another client (ours expired, or an UNPIN): pull as a
+            # standby from now on; what is buffered was delivered under the old pin.
+            if self.pin_id is not None:
+                self.pins_lost += 1
+                log.warning(
+                    "pull from %s/%s: the server moved the pin to another client (%s)",
+                    self.stream,
+                    self.consumer,
+                    description or "423",
+                )
+                self._lost_pins.add(self.pin_id)
+            self.pin_id = None
+            self._pending_msgs = self._pending_bytes = 0
             self._repull_needed = True
             self._wakeup.set()
             return
@@ -341,12 +403,14 @@ class MessageStream:
         self._repull_needed = True
         self._wakeup.set()
 
-    async def _pull(self) -> None:
+    async def _pull(self, *, at_least_one: bool = False) -> None:
         if self._stopped or self._draining or time.monotonic() < self._hold_until:
             return
         want = self.options.batch - self._pending_msgs
         if want <= 0:
-            return
+            if not at_least_one:
+                return
+            want = 1
         request: dict[str, Any] = {
             "batch": want,
             "expires": int(self.options.expires * 1e9),
@@ -354,17 +418,41 @@ class MessageStream:
         }
         if self.options.max_bytes:
             request["max_bytes"] = max(1, self.options.max_bytes - self._pending_bytes)
+        if self.options.group is not None:
+            self._group_fields(request)
         self._repull_needed = False
         self._pending_msgs += want
         if self.options.max_bytes:
             self._pending_bytes = self.options.max_bytes
         self.pulls += 1
+        self._last_pull = time.monotonic()
         try:
             await self.conn.publish(self._next_subject, orjson.dumps(request), reply=self._inbox)
         except Exception as exc:
             # Disconnected: the reconnect hook pulls again.
             self._pending_msgs -= want
             log.debug("pull request not sent: %s", exc)
+
+    def _group_fields(self, request: dict[str, Any]) -> None:
+        opts = self.options
+        request["group"] = opts.group
+        if self.pin_id is not None:
+            request["id"] = self.pin_id
+        if opts.min_pending:
+            request["min_pending"] = opts.min_pending
+        if opts.min_ack_pending:
+            request["min_ack_pending"] = opts.min_ack_pending
+
+    async def _refresh_pin(self) -> None:
+        """A pinned client that sent no request for ``pin_refresh`` seconds sends one.
+
+        The server releases a pin after the consumer's ``priority_timeout``
+        without a request carrying it; a full buffer (a long batch) sends none.
+        """
+        refresh = self.options.pin_refresh or self.options.expires
+        if self.pin_id is None or time.monotonic() - self._last_pull < refresh:
+            return
+        await self._pull(at_least_one=True)
 
     async def _maybe_refill(self) -> None:
         if self._repull_needed or self._pending_msgs < self._refill_at:
@@ -384,6 +472,8 @@ class MessageStream:
             if self._received != self._seen_received:
                 self._seen_received = self._received
                 self._last_activity = time.monotonic()
+            if self._pinned:
+                await self._refresh_pin()
             if time.monotonic() - self._last_activity > 2 * heartbeat:
                 self.heartbeats_missed += 1
                 self._errors.append(
@@ -532,7 +622,12 @@ class MessageStream:
 
 
 def pull_messages(
-    conn: Connection, stream: str, consumer: str, options: PullOptions | None = None
+    conn: Connection,
+    stream: str,
+    consumer: str,
+    options: PullOptions | None = None,
+    *,
+    pin_id: str | None = None,
 ) -> MessageStream:
     """A continuous pull on an existing durable pull consumer.
 
@@ -544,6 +639,7 @@ def pull_messages(
         conn: a connection (its JetStream prefix/domain is used for the pull subject).
         stream: stream name.
         consumer: durable pull consumer name.
-        options: batch, max bytes, threshold, expiry and heartbeat.
+        options: batch, max bytes, threshold, expiry, heartbeat, priority group.
+        pin_id: a pin this client already holds (pinned priority groups).
     """
-    return MessageStream(conn, stream, consumer, options)
+    return MessageStream(conn, stream, consumer, options, pin_id=pin_id)

@@ -23,7 +23,7 @@ from ._admin import (
     update_consumer,
     update_stream,
 )
-from ._reset import ConsumerReset, ResetTarget, reset_consumer
+from ._reset import RESET_SINCE, ConsumerReset, ResetTarget, reset_consumer
 from ._spec import (
     StreamSource,
     StreamSpec,
@@ -36,6 +36,7 @@ from ._spec import (
 from ._version import require_server, server_version
 
 __all__ = [
+    "RESET_SINCE",
     "ConsumerReset",
     "ResetTarget",
     "StoredMessage",

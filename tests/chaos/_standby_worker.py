@@ -1,0 +1,73 @@
+"""Subprocess worker for the active/standby tests: a Processor in a pinned priority group.
+
+Usage: python -m tests.chaos._standby_worker URL DB NAME STREAM CONSUMER PINNED_TTL
+(environment: ``BATCH``, ``HANDLER_SLEEP`` seconds per message)
+
+The handler inserts ``(seq, subject, worker, at)`` into ``effects`` in the
+shared SQLite ledger (no unique key: a second application would show; the
+rowid is the order of application across both workers). Prints ``READY``
+once pulling, the Processor's takeover/demotion log lines as they happen
+(``oncestream.processor`` on stdout), and ``STATS {json}`` on a SIGTERM exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from oncestream import ConnectOptions, Processor, ProcessorOptions, SQLiteLedger, connect
+
+NAME = ""
+#: Seconds per handler call (a slow new active leaves the old one a window to misbehave).
+HANDLER_SLEEP = float(os.environ.get("HANDLER_SLEEP", "0"))
+
+
+def handler(msg: Any, tx: Any) -> None:
+    tx.execute(
+        "INSERT INTO effects (seq, subject, worker, at) VALUES (?, ?, ?, ?)",
+        (msg.seq, msg.subject, NAME, time.time()),
+    )
+    if HANDLER_SLEEP:
+        time.sleep(HANDLER_SLEEP)
+
+
+async def main(url: str, db: str, name: str, stream: str, consumer: str, ttl: str) -> None:
+    global NAME
+    NAME = name
+    handler_log = logging.StreamHandler(sys.stdout)
+    handler_log.setFormatter(logging.Formatter("LOG %(message)s"))
+    logging.getLogger("oncestream.processor").addHandler(handler_log)
+    logging.getLogger("oncestream.processor").setLevel(logging.WARNING)
+    ledger = SQLiteLedger(db)
+    ledger.open()
+    ledger.connection.execute(
+        "CREATE TABLE IF NOT EXISTS effects (seq INTEGER NOT NULL, subject TEXT NOT NULL, "
+        "worker TEXT NOT NULL, at REAL NOT NULL)"
+    )
+    conn = await connect(ConnectOptions(servers=(url,), reconnect_wait=0.1))
+    options = ProcessorOptions(
+        batch=int(os.environ.get("BATCH", "50")),
+        ack_wait=30.0,  # longer than the takeover: only the reset can bring held messages back
+        prune_interval=0,
+        priority_group="main",
+        pinned_ttl=float(ttl),
+    )
+    processor = Processor(conn, stream, consumer, handler, ledger=ledger, options=options)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, processor.request_stop)
+    task = asyncio.create_task(processor.run())
+    await processor.wait_running(timeout=20)
+    print("READY", flush=True)
+    stats = await task
+    print("STATS " + json.dumps(stats.as_dict()), flush=True)
+    await conn.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:7]))

@@ -1,0 +1,235 @@
+"""Processors in a priority group against a real server: pinned (active/standby) and overflow.
+
+The takeover after SIGKILL/SIGSTOP of a worker process is tests/chaos/test_standby_takeover.py;
+here: the options, one active instance at a time, the owner check that keeps a
+superseded instance from applying, overflow workers, and the late-ack counter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nats.aio.client import ServerVersion
+from prometheus_client import CollectorRegistry
+
+from oncestream import ConfigError, Connection, Processor, ProcessorOptions, SQLiteLedger, connect
+from oncestream.ledger import LedgerEntry
+from oncestream.metrics import instrument
+from oncestream.process._pinning import OwnerCheck, Superseded, fence_name, require_reset
+from tests._support import effects, fill_stream
+from tests.handlers import record
+
+
+def _opts(**kw: Any) -> ProcessorOptions:
+    base: dict[str, Any] = {"batch": 50, "ack_wait": 30, "prune_interval": 0}
+    base.update(kw)
+    return ProcessorOptions(**base)
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"priority_group": "no spaces"}, "priority_group must be 1-16 characters"),
+        ({"priority_group": "x" * 17}, "priority_group must be 1-16 characters"),
+        ({"priority_group": "g", "policy": "sticky"}, "policy must be 'pinned' or 'overflow'"),
+        ({"priority_group": "g", "pinned_ttl": 1}, "pinned_ttl must be at least 2s"),
+        ({"priority_group": "g", "policy": "overflow"}, "needs min_pending or min_ack_pending"),
+        ({"priority_group": "g", "min_pending": 5}, "apply to policy 'overflow'"),
+        ({"min_pending": 5}, "need priority_group"),
+        ({"priority_group": "g", "bind": True}, "cannot be combined with bind=True"),
+    ],
+)
+def test_bad_priority_options_are_named(kw: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _opts(**kw)
+
+
+def test_pinned_pulls_well_within_the_pin_ttl() -> None:
+    pull = _opts(priority_group="g", pinned_ttl=6, expires=30).pull_options()
+    assert (pull.group, pull.pinned, pull.expires, pull.pin_refresh) == ("g", True, 3.0, 2.0)
+
+
+def test_servers_without_the_reset_api_are_refused() -> None:
+    class Old:
+        class nc:
+            connected_server_version = ServerVersion("2.13.4")
+
+    with pytest.raises(
+        ConfigError, match=r"needs nats-server 2.14 or newer; this server is 2.13.4"
+    ):
+        require_reset(Old(), "a pinned priority group")  # type: ignore[arg-type]
+
+
+async def _start(proc: Processor) -> asyncio.Task[Any]:
+    task = asyncio.create_task(proc.run())
+    await proc.wait_running()
+    return task
+
+
+async def test_one_active_instance_applies_and_a_standby_takes_over_when_it_stops(
+    conn: Connection, options, make_stream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    await make_stream("JOBS", ("jobs.>",))
+    db = tmp_path / "l.db"
+    opts = _opts(priority_group="g", pinned_ttl=2)
+    a = Processor(conn, "JOBS", "w", record, ledger=SQLiteLedger(db), options=opts)
+    task_a = await _start(a)
+    await fill_stream(conn, "jobs.x", 100)
+    await a.wait_until(lambda s: s.applied == 100)
+    async with await connect(options) as conn_b:
+        b = Processor(conn_b, "JOBS", "w", record, ledger=SQLiteLedger(db), options=opts)
+        task_b = await _start(b)
+        await fill_stream(conn, "jobs.x", 100, start=100)
+        await a.wait_until(lambda s: s.applied == 200)
+        assert (b.stats.applied, b.stats.takeovers, b.active_pin) == (0, 0, None)
+        info = await conn.consumer_info("JOBS", "w")
+        assert info["config"]["priority_policy"] == "pinned_client"
+        assert [g["pinned_client_id"] for g in info["priority_groups"]] == [a.active_pin]
+        await a.stop()
+        await task_a
+        await fill_stream(conn, "jobs.x", 100, start=200)
+        await b.wait_until(lambda s: s.applied == 100, timeout=20)
+        assert b.stats.takeovers == 1 and b.active_pin is not None
+        await b.stop()
+        await task_b
+    assert effects(db) == (300, 300)
+
+
+async def test_a_superseded_instance_rolls_its_batch_back(
+    conn: Connection, make_stream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """The owner check: the old active one's next batch is not applied, the new one's is."""
+    await make_stream("JOBS", ("jobs.>",))
+    db = tmp_path / "l.db"
+    a = Processor(
+        conn, "JOBS", "w", record, ledger=SQLiteLedger(db), options=_opts(priority_group="g")
+    )
+    task = await _start(a)
+    await fill_stream(conn, "jobs.x", 10)
+    await a.wait_until(lambda s: s.applied == 10)
+    old_pin = a.active_pin
+    assert old_pin is not None
+    # Another instance takes over (the first step of its takeover: the ledger's owner row).
+    from oncestream.process._pinning import take_over
+
+    name = fence_name("JOBS", "w", "g")
+    assert take_over(SQLiteLedger(db).__enter__(), name, "pin-of-b") == old_pin
+    await fill_stream(conn, "jobs.x", 5, start=10)
+    await a.wait_until(lambda s: s.demotions == 1, timeout=10)
+    assert a.stats.applied == 10 and a.active_pin is None
+    await a.stop()
+    await task
+    assert effects(db) == (10, 10)
+    ledger = SQLiteLedger(db)
+    with ledger:
+        tx = ledger.begin()
+        with pytest.raises(Superseded, match="another instance took over"):
+            OwnerCheck(ledger, name, old_pin)(tx)
+        OwnerCheck(ledger, name, "pin-of-b")(tx)  # the owner passes
+        tx.rollback()
+        assert not ledger.is_applied(LedgerEntry("JOBS", 11))
+
+
+async def test_overflow_instance_pulls_only_while_the_consumer_is_behind(
+    conn: Connection, make_stream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    await make_stream("JOBS", ("jobs.>",))
+    opts = _opts(priority_group="spill", policy="overflow", min_pending=500, batch=100)
+    proc = Processor(
+        conn, "JOBS", "w", record, ledger=SQLiteLedger(tmp_path / "l.db"), options=opts
+    )
+    task = await _start(proc)
+    await fill_stream(conn, "jobs.x", 50)
+    info = await conn.consumer_info("JOBS", "w")
+    for _ in range(100):  # until the server holds the request (bounded)
+        if info["num_waiting"]:
+            break
+        info = await conn.consumer_info("JOBS", "w")
+    assert info["config"]["priority_policy"] == "overflow"
+    assert (info["num_waiting"], info["num_pending"], proc.stats.applied) == (1, 50, 0)
+    await fill_stream(conn, "jobs.x", 950, start=50)
+    await proc.wait_until(lambda s: s.applied >= 500, timeout=20)
+    await proc.stop()
+    await task
+    remaining = (await conn.consumer_info("JOBS", "w"))["num_pending"]
+    assert remaining < 500 + 100  # it stopped being fed once the backlog fell below min_pending
+
+
+async def test_an_existing_consumer_with_another_policy_is_refused(
+    conn: Connection, make_stream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    await make_stream("JOBS", ("jobs.>",))
+    ledger = SQLiteLedger(tmp_path / "l.db")
+    plain = Processor(conn, "JOBS", "w", record, ledger=ledger, options=_opts())
+    task = await _start(plain)
+    await plain.stop()
+    await task
+    pinned = Processor(conn, "JOBS", "w", record, ledger=ledger, options=_opts(priority_group="g"))
+    with pytest.raises(ConfigError, match=r"priority policy 'none' .* cannot be changed"):
+        await pinned.run()
+
+
+async def test_redeliveries_of_applied_messages_count_as_late_acks(
+    conn: Connection, make_stream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """An ack that never reached the server: the redelivery is suppressed and counted."""
+    await make_stream("JOBS", ("jobs.>",))
+    await fill_stream(conn, "jobs.x", 20)
+    db = tmp_path / "l.db"
+    first = Processor(conn, "JOBS", "w", record, ledger=SQLiteLedger(db), options=_opts(ack_wait=1))
+
+    async def lost(replies: list[str]) -> None:  # the acks are lost on the way
+        return None
+
+    first._acks.ack = lost  # type: ignore[method-assign]
+    task = await _start(first)
+    await first.wait_until(lambda s: s.applied == 20)
+    await first.wait_until(lambda s: s.suppressed == 20, timeout=10)  # redelivered after 1s
+    await first.stop()
+    await task
+    assert first.stats.late_acks == 20
+    registry = CollectorRegistry()
+    exported = instrument(first, registry)
+    assert (
+        registry.get_sample_value(
+            "oncestream_processor_late_acks_total", {"stream": "JOBS", "consumer": "w"}
+        )
+        == 20
+    )
+    exported.close()
+    assert effects(db) == (20, 20)
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT count(*) FROM oncestream_applied").fetchone()[0] == 20
+    con.close()
+
+
+def test_the_owner_check_holds_its_row_until_the_batch_ends_on_postgres(
+    postgres_url: str,
+) -> None:
+    """PostgreSQL: a takeover waits for a batch that passed the owner check (FOR SHARE)."""
+    import threading
+
+    from oncestream import PostgresLedger
+    from oncestream.process._pinning import take_over
+
+    name = fence_name("JOBS", "w", "g")
+    old, new = PostgresLedger(postgres_url), PostgresLedger(postgres_url)
+    with old, new:
+        assert take_over(old, name, "pin-a") is None
+        tx = old.begin()
+        OwnerCheck(old, name, "pin-a")(tx)  # the old owner's batch is under way
+        done = threading.Event()
+        thread = threading.Thread(target=lambda: (take_over(new, name, "pin-b"), done.set()))
+        thread.start()
+        assert not done.wait(0.5), "the takeover did not wait for the batch in flight"
+        tx.commit()
+        assert done.wait(10)
+        thread.join()
+        tx = old.begin()
+        with pytest.raises(Superseded):
+            OwnerCheck(old, name, "pin-a")(tx)
+        tx.rollback()
