@@ -21,6 +21,7 @@ from .._connection import Connection
 from .._errors import OncestreamError
 from .._logthrottle import LogThrottle
 from .._message import Message
+from ..tracing import Tracer
 from ._deadletter import dead_letter_headers, publish_dead_letter
 from ._options import ProcessorOptions, ProcessorStats
 
@@ -72,6 +73,9 @@ class Acknowledger:
         self._inflight: list[str] = []
         self._inflight_since = 0.0
         self._failure_log = LogThrottle(log)  # identical failures: first 5, then a summary
+        #: Spans of failed messages' outcomes (``retried``, ``dead_lettered``).
+        self.tracer: Tracer | None = None
+        self.batch_started_ns = 0
 
     # -- the batch being applied (for in-progress acks)
 
@@ -160,6 +164,7 @@ class Acknowledger:
         if attempts >= opts.max_deliver:
             if self.dlq_subject:
                 if await self._dead_letter(msg, seq, attempts, text):
+                    self._trace(msg, "dead_lettered")
                     return
             else:
                 self._failure_log.log(
@@ -183,6 +188,13 @@ class Acknowledger:
                 text,
             )
         await self.nak([msg], opts.backoff[min(attempts, len(opts.backoff)) - 1])
+        self._trace(msg, "retried")
+
+    def _trace(self, msg: Message, outcome: str) -> None:
+        if self.tracer is not None:
+            self.tracer.consumed(
+                [msg], outcome, self.batch_started_ns, stream=self.stream, consumer=self.consumer
+            )
 
     async def _dead_letter(self, msg: Message, seq: int, attempts: int, text: str) -> bool:
         assert self.conn is not None

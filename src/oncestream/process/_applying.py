@@ -24,6 +24,7 @@ from .._errors import LedgerError, LedgerUnusable
 from .._logthrottle import LogThrottle
 from .._message import Message
 from ..ledger import Ledger, LedgerEntry, LedgerTx
+from ..tracing import Tracer
 from ._options import ProcessorStats
 
 __all__ = ["Applier", "Handler", "Outcome"]
@@ -73,6 +74,10 @@ class Applier:
         #: what it raises rolls the batch back and ends :meth:`apply`.
         self.fence: Callable[[LedgerTx], None] | None = None
         self._late_log = LogThrottle(log, burst=1, interval=60.0)
+        #: Spans of the outcomes (set by a Processor with ``tracing``), and where they start.
+        self.tracer: Tracer | None = None
+        self.batch_started_ns = 0
+        self.stream = self.consumer = ""
 
     async def db(self, func: Callable[..., Any], *args: Any) -> Any:
         """Run a ledger call other than a batch (open, prune, close) on a worker thread.
@@ -222,6 +227,8 @@ class Applier:
     def _count(self, fresh: list[bool], msgs: Sequence[Message]) -> None:
         applied = sum(fresh)
         self.stats.applied += applied
+        if self.tracer is not None:
+            self._trace(fresh, msgs)
         if applied == len(fresh):
             return
         self.stats.suppressed += len(fresh) - applied
@@ -269,6 +276,19 @@ class Applier:
             await self._call_db(tx.rollback)
             raise
         self._count(fresh, msgs)
+
+    def _trace(self, fresh: list[bool], msgs: Sequence[Message]) -> None:
+        assert self.tracer is not None
+        for outcome, wanted in (("applied", True), ("duplicate_suppressed", False)):
+            chosen = [m for f, m in zip(fresh, msgs, strict=True) if f is wanted]
+            if chosen:
+                self.tracer.consumed(
+                    chosen,
+                    outcome,
+                    self.batch_started_ns,
+                    stream=self.stream,
+                    consumer=self.consumer,
+                )
 
     # -- durations for oncestream.metrics (only when someone observes) ---------
 

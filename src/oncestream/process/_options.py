@@ -68,6 +68,9 @@ class ProcessorOptions:
             finish well within it (the active one refreshes its pin while idle and
             between batches, not inside a handler call that blocks the event loop).
         min_pending, min_ack_pending: the overflow condition (at least one > 0).
+        tracing: a CONSUMER span per message, a child of the ``traceparent`` in its
+            headers, with the ledger's outcome (:mod:`oncestream.tracing`; needs
+            ``oncestream[otel]``). Off: no cost.
 
     Raises:
         ConfigError: naming the bad value.
@@ -99,8 +102,11 @@ class ProcessorOptions:
     pinned_ttl: float = 10.0
     min_pending: int = 0
     min_ack_pending: int = 0
+    tracing: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.tracing, bool):
+            raise ConfigError(f"tracing must be True or False, got {self.tracing!r}")
         for name in ("batch", "max_deliver", "double_ack_attempts", "prune_limit"):
             object.__setattr__(self, name, parse_positive_int(name, getattr(self, name)))
         object.__setattr__(

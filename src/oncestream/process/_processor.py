@@ -46,6 +46,7 @@ from .._names import check_consumer_name, check_stream_name
 from .._options import ConnectOptions
 from ..ledger import Ledger, LedgerEntry
 from ..read import MessageStream
+from ..tracing import tracer
 from ._acking import Acknowledger
 from ._applying import Applier, Handler
 from ._options import ProcessorOptions, ProcessorStats
@@ -124,6 +125,10 @@ class Processor:
             self.stream, self.consumer, self.options, self.stats, lambda: self._stop_requested
         )
         self._unsent = _UnsentAcks()
+        self._tracer = tracer(self.options.tracing, "processor")
+        if self._tracer is not None:
+            self._applier.tracer = self._acks.tracer = self._tracer
+            self._applier.stream, self._applier.consumer = self.stream, self.consumer
         #: Pinned priority group: the pin this instance applies under (None: standby).
         self.active_pin: str | None = None
         #: ``time.time()`` of the last takeover (0.0: never).
@@ -384,6 +389,8 @@ class Processor:
 
     async def _process(self, msgs: list[Message]) -> None:
         began = time.perf_counter()
+        if self._tracer is not None:
+            self._applier.batch_started_ns = self._acks.batch_started_ns = time.time_ns()
         by_seq: dict[int, Message] = {}
         extra_replies: list[str] = []
         for msg in msgs:

@@ -35,6 +35,9 @@ class PublisherOptions:
         stream: the target stream; enables the window guard in ``start()``.
         check_window: raise :class:`ConfigError` in ``start()`` when
             :attr:`retry_horizon` exceeds the stream's ``duplicate_window``.
+        tracing: a PRODUCER span per message with its ``traceparent`` in the
+            message's headers (:mod:`oncestream.tracing`; needs ``oncestream[otel]``).
+            Off: no header, no cost.
 
     Raises:
         ConfigError: naming the bad value and what is allowed.
@@ -47,8 +50,11 @@ class PublisherOptions:
     retry_backoff: tuple[float, ...] = (0.05, 0.25, 1.0)
     stream: str | None = None
     check_window: bool = True
+    tracing: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.tracing, bool):
+            raise ConfigError(f"tracing must be True or False, got {self.tracing!r}")
         if isinstance(self.max_inflight, bool) or not isinstance(self.max_inflight, int):
             raise ConfigError(f"max_inflight must be an integer >= 1, got {self.max_inflight!r}")
         if self.max_inflight < 1:
