@@ -51,6 +51,26 @@ def test_offsets_json() -> None:
     assert parse(stream="A", startingOffsets="EARLIEST").starting == {"A": EARLIEST}
 
 
+def test_kafka_offsets_json_per_partition() -> None:
+    """Kafka's ``{"topic": {"partition": offset}}``: a stream is the one partition "0"."""
+    opts = parse(
+        stream="A,B",
+        startingOffsets='{"A": {"0": 23}, "B": {"0": -1}}',
+        endingOffsets='{"A": {"0": 40}}',
+    )
+    assert opts.starting == {"A": 23, "B": LATEST}
+    assert opts.ending == {"A": 40, "B": LATEST}
+    assert parse(stream="A", startingOffsets='{"A": {"0": -2}}').starting == {"A": EARLIEST}
+
+
+def test_kafka_trigger_options() -> None:
+    opts = parse(stream="A", maxOffsetsPerTrigger="7", minOffsetsPerTrigger="3")
+    assert (opts.max_messages_per_trigger, opts.min_messages_per_trigger) == (7, 3)
+    assert opts.trigger_delay == 900.0  # Kafka's default, 15 minutes
+    assert parse(stream="A", minOffsetsPerTrigger="3", maxTriggerDelay="30s").trigger_delay == 30
+    assert parse(stream="A", endingTimestamp="1700000000000").ending_timestamp == 1.7e9
+
+
 def test_starting_timestamp() -> None:
     assert parse(stream="A", startingTimestamp="1700000000000").starting_timestamp == 1.7e9
     iso = parse(stream="A", startingTimestamp="2023-11-14T22:13:20Z").starting_timestamp
@@ -83,9 +103,39 @@ def test_starting_timestamp() -> None:
         ({"stream": "A", "readMethod": "fast"}, r"readMethod.*'consumer' or 'direct'.*'fast'"),
         ({"stream": "A", "subjects": "a b"}, r"'a b' is not a valid subject"),
         (
-            {"stream": "A", "maxOffsetsPerTrigger": "5"},
-            r"OffsetsPerTrigger.*'maxMessagesPerTrigger'",
+            {"stream": "A", "maxOffsetsPerTrigger": "5", "maxMessagesPerTrigger": "5"},
+            r"either 'maxOffsetsPerTrigger' \(Kafka's name\) or 'maxMessagesPerTrigger'",
         ),
+        ({"stream": "A", "maxOffsetsPerTrigger": "0"}, r"'maxOffsetsPerTrigger'.*> 0, got '0'"),
+        ({"stream": "A", "minOffsetsPerTrigger": "x"}, r"'minOffsetsPerTrigger'.*integer.*'x'"),
+        (
+            {"stream": "A", "minOffsetsPerTrigger": "5", "maxTriggerDelay": "900"},
+            r"'maxTriggerDelay' needs a unit.*'900'.*milliseconds",
+        ),
+        (
+            {"stream": "A", "minOffsetsPerTrigger": "5", "maxTriggerDelay": "soon"},
+            r"'maxTriggerDelay' must be a duration.*'soon'",
+        ),
+        ({"stream": "A", "maxTriggerDelay": "1m"}, r"'maxTriggerDelay' applies only with"),
+        ({"stream": "A", "endingTimestamp": "later"}, r"endingTimestamp.*epoch.*'later'"),
+        ({"stream": "A", "endingTimestamp": "-5"}, r"endingTimestamp.*>= 0.*'-5'"),
+        (
+            {"stream": "A", "endingTimestamp": "1", "endingOffsets": "latest"},
+            r"either 'endingOffsets' or 'endingTimestamp'",
+        ),
+        (
+            {"stream": "A", "startingTimestamp": "2000", "endingTimestamp": "1000"},
+            r"'endingTimestamp' \(1000 ms\) is before 'startingTimestamp' \(2000 ms\)",
+        ),
+        (
+            {"stream": "A", "startingOffsets": '{"A": {"1": 5}}'},
+            r"stream 'A' is one ordered log, Kafka's single partition \"0\".*got partitions '1'",
+        ),
+        (
+            {"stream": "A", "endingOffsets": '{"A": {"0": 5, "1": 7}}'},
+            r"endingOffsets.*got partitions '0', '1'",
+        ),
+        ({"stream": "A", "startingOffsets": '{"A": {"0": 0}}'}, r"sequence >= 1.*got 0"),
     ],
 )
 def test_invalid_options(options: dict[str, str], pattern: str) -> None:

@@ -79,9 +79,18 @@ KAFKA_OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "assign": (("stream", "subjects"), f"{_NO_PARTITIONS}; name the stream and subjects"),
     "topic": (("stream", "subject"), "publish to 'subject'; 'stream' is the expected stream"),
-    "maxOffsetsPerTrigger": (("maxMessagesPerTrigger",), "messages per micro-batch"),
-    "minOffsetsPerTrigger": ((), "micro-batches are not delayed to collect a minimum"),
-    "maxTriggerDelay": ((), "micro-batches are not delayed to collect a minimum"),
+    "maxOffsetsPerTrigger": (
+        ("maxOffsetsPerTrigger", "maxMessagesPerTrigger"),
+        "messages per micro-batch",
+    ),
+    "minOffsetsPerTrigger": (
+        ("minOffsetsPerTrigger", "maxTriggerDelay"),
+        "a micro-batch waits for this many new messages",
+    ),
+    "maxTriggerDelay": (
+        ("maxTriggerDelay", "minOffsetsPerTrigger"),
+        "how long a micro-batch waits for 'minOffsetsPerTrigger'",
+    ),
     "startingOffsetsByTimestamp": (
         ("startingTimestamp",),
         "one timestamp (epoch milliseconds or ISO-8601) for every stream",
@@ -90,8 +99,11 @@ KAFKA_OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
         (),
         "reads start at the first message at or after 'startingTimestamp'",
     ),
-    "endingOffsetsByTimestamp": ((), "batch reads end at 'endingOffsets' (sequences)"),
-    "endingTimestamp": ((), "batch reads end at 'endingOffsets' (sequences)"),
+    "endingOffsetsByTimestamp": (
+        ("endingTimestamp",),
+        "one timestamp (epoch milliseconds or ISO-8601) for every stream",
+    ),
+    "endingTimestamp": (("endingTimestamp",), "batch reads end before the first message at it"),
     "maxRecordsPerPartition": ((), "split reads with 'minPartitions'"),
     "groupIdPrefix": (
         (),
@@ -180,9 +192,9 @@ def check_known(options: Mapping[str, Any], known: Iterable[str], side: Side) ->
 
     Example::
 
-        check_known({"maxOffsetsPerTrigger": "10"}, ["maxMessagesPerTrigger"], "source")
-        # ConfigError: unknown option 'maxOffsetsPerTrigger' for the jetstream source:
-        #   Kafka's option; use 'maxMessagesPerTrigger' (messages per micro-batch) ...
+        check_known({"startingOffsetsByTimestamp": "{}"}, ["startingTimestamp"], "source")
+        # ConfigError: unknown option for the jetstream source: 'startingOffsetsByTimestamp':
+        #   Kafka's 'startingOffsetsByTimestamp'; use 'startingTimestamp' here (...) ...
     """
     canonical = {name.lower(): name for name in (*known, *SPARK_INTERNAL)}
     problems = []

@@ -12,6 +12,7 @@ from .._connection import Connection
 from .._errors import MessageNotFound, StreamNotFound
 from .._names import subjects_overlap
 from .._retry import leader_stream_info, retrying
+from ..read import RangeReader
 from ..read import nth_sequence as _nth_sequence
 from ._offsets import created_of
 from ._reader import check_retention
@@ -20,11 +21,14 @@ from ._source_options import EARLIEST, LATEST, RETRY_BUDGET, SourceOptions
 __all__ = [
     "MAX_PARTITION_SEQUENCES",
     "JetStreamPartition",
+    "count_messages",
     "first_last",
     "nth_sequence",
     "plan_partitions",
     "plan_ranges",
+    "resolve_end",
     "resolve_start",
+    "sequence_at",
     "share",
     "stream_filters",
     "stream_infos",
@@ -141,6 +145,28 @@ def first_last(info: dict[str, Any]) -> tuple[int, int]:
     return int(state.get("first_seq", 0)), int(state.get("last_seq", 0))
 
 
+async def sequence_at(
+    conn: Connection, stream: str, when: float, options: SourceOptions
+) -> int | None:
+    """The first sequence of ``stream`` stored at or after ``when`` (epoch seconds), or None.
+
+    One ``STREAM.MSG.GET`` by ``start_time``; transient errors are retried for
+    ``options.retry_timeout``.
+    """
+    moment = datetime.fromtimestamp(when, UTC)
+    body = {"start_time": moment.isoformat().replace("+00:00", "Z")}
+    try:
+        reply = await retrying(
+            lambda: conn.api(f"STREAM.MSG.GET.{stream}", body),
+            budget=options.retry_timeout,
+            budget_source=RETRY_BUDGET,
+            what=f"STREAM.MSG.GET {stream!r}",
+        )
+    except MessageNotFound:
+        return None
+    return int(reply["message"]["seq"])
+
+
 async def resolve_start(
     conn: Connection, options: SourceOptions, infos: dict[str, dict[str, Any]], *, streaming: bool
 ) -> dict[str, int]:
@@ -149,20 +175,8 @@ async def resolve_start(
     for stream, info in infos.items():
         first_seq, last_seq = first_last(info)
         if options.starting_timestamp is not None:
-            when = datetime.fromtimestamp(options.starting_timestamp, UTC)
-            body = {"start_time": when.isoformat().replace("+00:00", "Z")}
-            try:
-                reply = await retrying(
-                    lambda stream=stream, body=body: conn.api(  # type: ignore[misc]
-                        f"STREAM.MSG.GET.{stream}", body
-                    ),
-                    budget=options.retry_timeout,
-                    budget_source=RETRY_BUDGET,
-                    what=f"STREAM.MSG.GET {stream!r}",
-                )
-                out[stream] = int(reply["message"]["seq"]) - 1
-            except MessageNotFound:
-                out[stream] = last_seq
+            seq = await sequence_at(conn, stream, options.starting_timestamp, options)
+            out[stream] = last_seq if seq is None else seq - 1
             continue
         default = LATEST if streaming else EARLIEST
         spec = options.starting.get(stream, default)
@@ -172,6 +186,26 @@ async def resolve_start(
             out[stream] = last_seq
         else:
             out[stream] = spec - 1
+    return out
+
+
+async def resolve_end(
+    conn: Connection, options: SourceOptions, infos: dict[str, dict[str, Any]]
+) -> dict[str, int]:
+    """A batch read's last sequence per stream, from endingOffsets/endingTimestamp.
+
+    As in Kafka, ``endingTimestamp`` ends each stream before its first message
+    stored at or after that time, or at its end when there is none.
+    """
+    out: dict[str, int] = {}
+    for stream, info in infos.items():
+        last_seq = first_last(info)[1]
+        if options.ending_timestamp is not None:
+            seq = await sequence_at(conn, stream, options.ending_timestamp, options)
+            out[stream] = last_seq if seq is None else min(seq - 1, last_seq)
+            continue
+        spec = options.ending_for(stream)
+        out[stream] = last_seq if spec == LATEST else spec - 1
     return out
 
 
@@ -252,6 +286,45 @@ def share(avail: dict[str, int], budget: int) -> dict[str, int]:
         biggest = max(avail, key=lambda s: avail[s])
         shares[biggest] = min(avail[biggest], max(1, budget))
     return shares
+
+
+async def count_messages(
+    conn: Connection,
+    stream: str,
+    after: int,
+    last: int,
+    at_most: int,
+    subjects: tuple[str, ...],
+    *,
+    retry_timeout: float = 0.0,
+) -> int:
+    """How many messages of sequences ``(after, last]`` match ``subjects``, counting to ``at_most``.
+
+    Walks a ``headers_only`` consumer, as :func:`nth_sequence` does: no payloads
+    travel, one small frame per message, and the walk stops at ``at_most``.
+    """
+    if last <= after or at_most <= 0:
+        return 0
+    reader = RangeReader(
+        conn,
+        stream,
+        after + 1,
+        last,
+        subjects,
+        direct=False,
+        limit=at_most,
+        headers_only=True,
+        retry_timeout=retry_timeout,
+        idle_timeout=conn.options.request_timeout * 2,
+        budget_source=RETRY_BUDGET,
+    )
+    got = 0
+    try:
+        while (chunk := await reader.next_chunk()) is not None:
+            got += len(chunk.datas)
+    finally:
+        await reader.close()
+    return min(got, at_most)
 
 
 async def nth_sequence(

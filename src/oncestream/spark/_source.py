@@ -12,6 +12,7 @@ log, so reading a range again yields the same rows (see docs/spark-source.md).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from pyspark.sql.streaming.datasource import (
     ReadLimit,
     ReadMaxBytes,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import (
@@ -36,21 +38,23 @@ from pyspark.sql.types import (
 )
 
 from .._connection import Connection
-from .._errors import DataLossError
+from .._errors import ConfigError, DataLossError
 from .._sync import run_sync
 from ._offsets import RECREATED_FIX, created_of, make_offset, recreated_text, split_offset
 from ._planning import (
     JetStreamPartition,
+    count_messages,
     first_last,
     nth_sequence,
     plan_partitions,
+    resolve_end,
     resolve_start,
     share,
     stream_filters,
     stream_infos,
 )
 from ._reader import PartitionReader, check_retention, get_connection
-from ._source_options import LATEST, SourceOptions
+from ._source_options import SourceOptions
 
 __all__ = [
     "SCHEMA",
@@ -133,10 +137,7 @@ class JetStreamBatchReader(DataSourceReader):
             conn = await get_connection(self.options.connect)
             infos = await stream_infos(conn, self.options)
             start = await resolve_start(conn, self.options, infos, streaming=False)
-            end: dict[str, int] = {}
-            for stream, info in infos.items():
-                spec = self.options.ending_for(stream)
-                end[stream] = first_last(info)[1] if spec == LATEST else spec - 1
+            end = await resolve_end(conn, self.options, infos)
             return await plan_partitions(conn, self.options, infos, start, end)
 
         planned = run_sync(plan())
@@ -158,7 +159,10 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     ``maxMessagesPerTrigger`` bounds each micro-batch in messages (exactly, also
     under subject filters and interior deletes); ``maxBytesPerTrigger`` is
     converted to messages with the streams' average message size (see
-    docs/spark-source.md).
+    docs/spark-source.md). ``minOffsetsPerTrigger`` skips a trigger (its end
+    offset is its start) until that many new messages exist or
+    ``maxTriggerDelay`` passed since the last batch, as Kafka's source does;
+    ``Trigger.AvailableNow`` reads everything regardless of the minimum.
 
     Args:
         options: Spark's string options (validated here, in the driver).
@@ -170,8 +174,15 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.options = SourceOptions.from_spark_options(options)
+        if self.options.ending or self.options.ending_timestamp is not None:
+            raise ConfigError(
+                "options 'endingOffsets' and 'endingTimestamp' apply to batch reads "
+                "(spark.read) only, as in Kafka; a streaming query reads what arrives until "
+                "it is stopped (Trigger.AvailableNow stops at the streams' heads)"
+            )
         self.schema = schema
         self._available_now: dict[str, int] | None = None
+        self._last_trigger: float | None = None  # monotonic time of the last batch (min rows)
         self._unverified: set[str] = set()  # streams warned about: offset without created
 
     # -- helpers (driver) ----------------------------------------------------------
@@ -203,7 +214,15 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         )
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        """``ReadMaxRows`` / ``ReadMaxBytes`` from the options, else everything available."""
+        """``ReadMinRows`` / ``ReadMaxRows`` / ``ReadMaxBytes`` from the options, else all.
+
+        PySpark has no composite read limit, so with ``minOffsetsPerTrigger`` the
+        limit is ``ReadMinRows`` and :meth:`latestOffset` applies the maximum
+        options itself (as it does ``maxTriggerDelay``, which ``ReadMinRows``
+        cannot carry).
+        """
+        if self.options.min_messages_per_trigger is not None:
+            return ReadMinRows(self.options.min_messages_per_trigger)
         if self.options.max_messages_per_trigger is not None:
             return ReadMaxRows(self.options.max_messages_per_trigger)
         if self.options.max_bytes_per_trigger is not None:
@@ -239,6 +258,10 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             # batch skips them (failOnDataLoss=false) or fails on them (true).
             effective = max(begin[stream], first_seq - 1)
             avail[stream] = max(0, head - effective)
+        if isinstance(limit, ReadMinRows) and self._delay_batch(
+            limit.min_rows, conn, infos, begin, avail
+        ):
+            return {s: begin[s] for s in infos}
         budget = self._budget(limit, infos)
         if budget is None or sum(avail.values()) <= budget:
             return {s: max(heads[s], begin[s]) for s in infos}
@@ -255,6 +278,70 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             else:
                 out[stream] = effective + shares[stream]
         return out
+
+    def _delay_batch(
+        self,
+        min_rows: int,
+        conn: Connection,
+        infos: dict[str, Any],
+        begin: dict[str, int],
+        avail: dict[str, int],
+    ) -> bool:
+        """Whether to skip this trigger for ``minOffsetsPerTrigger`` (Kafka's ``delayBatch``).
+
+        A trigger runs when ``maxTriggerDelay`` passed since the last one that ran
+        (always the first after a start, as in Kafka) or when at least
+        ``min_rows`` new messages exist; either restarts the delay. Messages are
+        counted like ``maxMessagesPerTrigger`` counts them: exactly, also under
+        subject filters and interior deletes. ``Trigger.AvailableNow`` never
+        waits: its end is fixed, and a skipped trigger would end the query early.
+        """
+        if self._available_now is not None:
+            return False
+        now = time.monotonic()
+        if self._last_trigger is None or now - self._last_trigger >= self.options.trigger_delay:
+            self._last_trigger = now
+            return False
+        if self._new_messages(min_rows, conn, infos, begin, avail) < min_rows:
+            return True
+        self._last_trigger = now
+        return False
+
+    def _new_messages(
+        self,
+        at_most: int,
+        conn: Connection,
+        infos: dict[str, Any],
+        begin: dict[str, int],
+        avail: dict[str, int],
+    ) -> int:
+        """The new messages after ``begin`` in all streams, counted up to ``at_most``."""
+        total = sum(avail.values())
+        exact = self.options.subjects or any(
+            int(i["state"].get("num_deleted", 0)) for i in infos.values()
+        )
+        if total < at_most or not exact:
+            return total  # sequences bound messages from above: fewer is fewer
+        counted = 0
+        for stream, info in infos.items():
+            if not avail[stream] or counted >= at_most:
+                continue
+            filters = stream_filters(self.options.subjects, info) if self.options.subjects else ()
+            if self.options.subjects and not filters:
+                continue
+            first_seq, head = first_last(info)
+            counted += run_sync(
+                count_messages(
+                    conn,
+                    stream,
+                    max(begin[stream], first_seq - 1),
+                    head,
+                    at_most - counted,
+                    filters,
+                    retry_timeout=self.options.retry_timeout,
+                )
+            )
+        return counted
 
     def _end_by_messages(
         self, conn: Connection, stream: str, info: dict[str, Any], after: int, count: int

@@ -15,10 +15,24 @@ from .._options import ConnectOptions, parse_bool, parse_duration, parse_positiv
 from ._options import CONNECT_OPTIONS, check_known, connect_options
 from ._options import lowered as _lowered
 
-__all__ = ["EARLIEST", "LATEST", "RETRY_BUDGET", "SOURCE_OPTIONS", "SourceOptions", "StartSpec"]
+__all__ = [
+    "DEFAULT_MAX_TRIGGER_DELAY",
+    "EARLIEST",
+    "LATEST",
+    "RETRY_BUDGET",
+    "SOURCE_OPTIONS",
+    "SourceOptions",
+    "StartSpec",
+]
 
 EARLIEST = -2
 LATEST = -1
+
+#: Kafka's default ``maxTriggerDelay``: 15 minutes.
+DEFAULT_MAX_TRIGGER_DELAY = 900.0
+
+#: The one partition of a stream in Kafka's per-partition JSON (``{"ORDERS": {"0": 23}}``).
+PARTITION = "0"
 
 #: What sets the retry budget of the source's reads and planning (named in timeouts).
 RETRY_BUDGET = "option 'retryTimeout'"
@@ -34,7 +48,11 @@ SOURCE_OPTIONS = (
     "startingOffsets",
     "startingTimestamp",
     "endingOffsets",
+    "endingTimestamp",
     "maxMessagesPerTrigger",
+    "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
     "maxBytesPerTrigger",
     "minPartitions",
     "failOnDataLoss",
@@ -45,8 +63,29 @@ SOURCE_OPTIONS = (
 )
 
 
+def _position(name: str, stream: str, value: Any) -> Any:
+    """A stream's position in the JSON of ``name``: flat, or Kafka's ``{"0": position}``.
+
+    A stream is one ordered log, Kafka's single partition ``"0"``; naming other
+    partitions is refused.
+    """
+    if not isinstance(value, dict):
+        return value
+    if set(value) != {PARTITION}:
+        got = ", ".join(repr(k) for k in value) or "none"
+        raise ConfigError(
+            f"option {name!r}: stream {stream!r} is one ordered log, Kafka's single partition "
+            f'"0" ({{"{stream}": {{"0": 23}}}} or {{"{stream}": 23}}), got partitions {got}; '
+            "split reads with 'minPartitions'"
+        )
+    return value[PARTITION]
+
+
 def _parse_offsets(name: str, value: str, streams: tuple[str, ...], *, ending: bool) -> StartSpec:
-    """Parse ``earliest`` / ``latest`` / JSON ``{"STREAM": seq}`` into a per-stream spec."""
+    """Parse ``earliest`` / ``latest`` / JSON ``{"STREAM": seq}`` into a per-stream spec.
+
+    Kafka's per-partition form ``{"STREAM": {"0": seq}}`` is accepted too.
+    """
     text = value.strip()
     allowed = "'latest' or a JSON object" if ending else "'earliest', 'latest' or a JSON object"
     example = f'{{"{streams[0]}": 1042}}'
@@ -63,12 +102,13 @@ def _parse_offsets(name: str, value: str, streams: tuple[str, ...], *, ending: b
     if not isinstance(parsed, dict) or not parsed:
         raise ConfigError(f"option {name!r} must be {allowed} like {example}, got {value!r}")
     spec: StartSpec = {}
-    for key, seq in parsed.items():
+    for key, raw in parsed.items():
         if key not in streams:
             raise ConfigError(
                 f"option {name!r} names stream {key!r}, which is not in option 'stream' "
                 f"({', '.join(streams)})"
             )
+        seq = _position(name, key, raw)
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < -2 or seq == 0:
             raise ConfigError(
                 f"option {name!r}: the position of stream {key!r} must be a sequence >= 1, "
@@ -82,7 +122,7 @@ def _parse_offsets(name: str, value: str, streams: tuple[str, ...], *, ending: b
     return spec
 
 
-def _parse_timestamp(value: str) -> float:
+def _parse_timestamp(name: str, value: str) -> float:
     """Milliseconds since the epoch (Kafka style) or an ISO-8601 time -> epoch seconds."""
     text = value.strip()
     try:
@@ -92,17 +132,33 @@ def _parse_timestamp(value: str) -> float:
             moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:
             raise ConfigError(
-                "option 'startingTimestamp' must be milliseconds since the epoch or an "
+                f"option {name!r} must be milliseconds since the epoch or an "
                 f"ISO-8601 time like '2024-05-01T12:00:00Z', got {value!r}"
             ) from None
         if moment.tzinfo is None:
             raise ConfigError(
-                f"option 'startingTimestamp' needs a time zone (e.g. a trailing 'Z'), got {value!r}"
+                f"option {name!r} needs a time zone (e.g. a trailing 'Z'), got {value!r}"
             ) from None
         return moment.timestamp()
     if millis < 0:
-        raise ConfigError(f"option 'startingTimestamp' must be >= 0 milliseconds, got {value!r}")
+        raise ConfigError(f"option {name!r} must be >= 0 milliseconds, got {value!r}")
     return millis / 1000.0
+
+
+def _parse_trigger_delay(value: str) -> float:
+    """Kafka's ``maxTriggerDelay`` with a unit; a bare number is ambiguous and refused.
+
+    Kafka reads ``"900"`` as milliseconds, oncestream's durations as seconds.
+    """
+    text = value.strip()
+    try:
+        float(text)
+    except ValueError:
+        return parse_duration("option 'maxTriggerDelay'", text)
+    raise ConfigError(
+        f"option 'maxTriggerDelay' needs a unit, like '15m', '30s' or '500ms', got {value!r} "
+        "(Kafka reads a bare number as milliseconds, oncestream durations as seconds)"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,7 +185,10 @@ class SourceOptions:
     starting: StartSpec = field(default_factory=dict)
     starting_timestamp: float | None = None
     ending: StartSpec = field(default_factory=dict)
+    ending_timestamp: float | None = None
     max_messages_per_trigger: int | None = None
+    min_messages_per_trigger: int | None = None
+    max_trigger_delay: float | None = None
     max_bytes_per_trigger: int | None = None
     min_partitions: int | None = None
     fail_on_data_loss: bool = True
@@ -153,6 +212,29 @@ class SourceOptions:
             )
         if self.starting and self.starting_timestamp is not None:
             raise ConfigError("give either 'startingOffsets' or 'startingTimestamp', not both")
+        if self.ending and self.ending_timestamp is not None:
+            raise ConfigError("give either 'endingOffsets' or 'endingTimestamp', not both")
+        if (
+            self.starting_timestamp is not None
+            and self.ending_timestamp is not None
+            and self.ending_timestamp < self.starting_timestamp
+        ):
+            raise ConfigError(
+                f"option 'endingTimestamp' ({self.ending_timestamp * 1000:.0f} ms) is before "
+                f"'startingTimestamp' ({self.starting_timestamp * 1000:.0f} ms): the ending "
+                "timestamp must be >= the starting one"
+            )
+        if self.max_trigger_delay is not None:
+            if self.min_messages_per_trigger is None:
+                raise ConfigError(
+                    "option 'maxTriggerDelay' applies only with 'minOffsetsPerTrigger' (how long "
+                    "a micro-batch may wait for that minimum); set both, or neither"
+                )
+            if isinstance(self.max_trigger_delay, bool) or not self.max_trigger_delay >= 0:
+                raise ConfigError(
+                    "option 'maxTriggerDelay' must be a duration >= 0s like '15m', "
+                    f"got {self.max_trigger_delay!r}"
+                )
         for stream, end in self.ending.items():
             start = self.starting.get(stream, EARLIEST)
             if start > 0 and end > 0 and end < start:
@@ -163,6 +245,7 @@ class SourceOptions:
                 )
         for name, value in (
             ("maxMessagesPerTrigger", self.max_messages_per_trigger),
+            ("minOffsetsPerTrigger", self.min_messages_per_trigger),
             ("maxBytesPerTrigger", self.max_bytes_per_trigger),
             ("minPartitions", self.min_partitions),
             ("fetchBatch", self.fetch_batch),
@@ -174,6 +257,13 @@ class SourceOptions:
                 "option 'retryTimeout' must be a duration from 0s (no retries) to 1h, "
                 f"got {self.retry_timeout!r}"
             )
+
+    @property
+    def trigger_delay(self) -> float:
+        """Seconds a micro-batch waits for ``minOffsetsPerTrigger`` (Kafka's default: 15 min)."""
+        if self.max_trigger_delay is None:
+            return DEFAULT_MAX_TRIGGER_DELAY
+        return self.max_trigger_delay
 
     def starting_for(self, stream: str) -> int:
         """The configured start of ``stream``: a sequence, EARLIEST or LATEST."""
@@ -209,13 +299,31 @@ class SourceOptions:
                 "startingOffsets", lowered["startingoffsets"], streams, ending=False
             )
         if lowered.get("startingtimestamp"):
-            kwargs["starting_timestamp"] = _parse_timestamp(lowered["startingtimestamp"])
+            kwargs["starting_timestamp"] = _parse_timestamp(
+                "startingTimestamp", lowered["startingtimestamp"]
+            )
         if lowered.get("endingoffsets"):
             kwargs["ending"] = _parse_offsets(
                 "endingOffsets", lowered["endingoffsets"], streams, ending=True
             )
+        if lowered.get("endingtimestamp"):
+            kwargs["ending_timestamp"] = _parse_timestamp(
+                "endingTimestamp", lowered["endingtimestamp"]
+            )
+        if lowered.get("maxtriggerdelay"):
+            kwargs["max_trigger_delay"] = _parse_trigger_delay(lowered["maxtriggerdelay"])
+        given = [
+            k for k in ("maxOffsetsPerTrigger", "maxMessagesPerTrigger") if lowered.get(k.lower())
+        ]
+        if len(given) == 2:
+            raise ConfigError(
+                "give either 'maxOffsetsPerTrigger' (Kafka's name) or 'maxMessagesPerTrigger', "
+                "not both: they are the same limit"
+            )
         for key, attr in (
             ("maxMessagesPerTrigger", "max_messages_per_trigger"),
+            ("maxOffsetsPerTrigger", "max_messages_per_trigger"),
+            ("minOffsetsPerTrigger", "min_messages_per_trigger"),
             ("maxBytesPerTrigger", "max_bytes_per_trigger"),
             ("minPartitions", "min_partitions"),
             ("fetchBatch", "fetch_batch"),
