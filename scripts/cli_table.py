@@ -21,7 +21,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 #: Verbs in the order a user meets them; verbs not named here follow alphabetically.
 ORDER = ("demo", "server", "stream", "publish", "process", "consumer", "tail", "dlq",
-         "status", "audit", "topology")  # fmt: skip
+         "status", "metrics", "audit", "topology")  # fmt: skip
 DOCS = {
     "demo": "docs/demo.md",
     "stream": "docs/operations.md",
@@ -32,6 +32,7 @@ DOCS = {
     "publish": "docs/publishing.md",
     "audit": "docs/audit.md",
     "topology": "docs/topologies.md",
+    "metrics": "docs/metrics.md",
 }
 CONNECTION_PANEL = "Connection"
 

@@ -1,5 +1,5 @@
-"""`oncestream process` additions: where a new consumer starts, the metrics endpoint, and
-the progress rate over a recent window."""
+"""`oncestream process` additions: where a new consumer starts, the metrics endpoint (also
+`publish`'s), and the progress rate over a recent window."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from .._errors import ConfigError
 from .._options import parse_time
 from ..process import Processor
+from ..publish import Publisher
 from ..read import StartPosition
 
 log = logging.getLogger("oncestream.cli.process")
@@ -48,14 +49,14 @@ def start_position(
     )
 
 
-def metrics_endpoint(processor: Processor, port: int | None, host: str) -> Any:
-    """Serve the processor's metrics on ``host:port`` (None: no endpoint)."""
+def metrics_endpoint(target: Processor | Publisher, port: int | None, host: str) -> Any:
+    """Serve a Processor's or Publisher's metrics on ``host:port`` (None: no endpoint)."""
     if port is None:
         return None
     from ..metrics import instrument, serve_metrics
 
     server = serve_metrics(port, host)
-    instrument(processor)
+    instrument(target)
     log.info("metrics on %s", server.url)
     return server
 

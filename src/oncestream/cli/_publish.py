@@ -35,6 +35,7 @@ from .._options import ConnectOptions, parse_duration
 from ..publish import Publisher, PublisherOptions
 from ._app import EXIT_CONFIG, EXIT_FAILURE, app, cli_errors, console, err_console, run_async
 from ._connect_flags import with_connect_options
+from ._process_extras import metrics_endpoint
 from ._progress import PROGRESS_STREAM
 from ._publish_input import (
     FileFacts,
@@ -191,6 +192,7 @@ async def _run(
     fresh: bool,
     hasher: PrefixHasher | None,
     rate: float | None = None,
+    metrics: tuple[int | None, str] = (None, "127.0.0.1"),
 ) -> int:
     stream = pub_options.stream
     assert stream is not None
@@ -232,6 +234,7 @@ async def _run(
                 "stored after the recorded point will not be sent again"
             )
         pub = Publisher(conn, pub_options)
+        exporter = metrics_endpoint(pub, *metrics)
         await pub.start()
         tally = Tally(max_seq=int(info.get("state", {}).get("last_seq", 0)))
         confirmed = Confirmed(plan.skip_to, tally.max_seq, plan.inherited_to, plan.inherited_floor)
@@ -281,6 +284,8 @@ async def _run(
             remove_sigint()
             if plan.store is not None:
                 await plan.store.close()
+            if exporter is not None:
+                exporter.close()
         seconds = time.monotonic() - state.started
         refused = (
             await refused_subject(conn, stream, tally) if is_config_failure(tally.fatal) else ""
@@ -364,6 +369,12 @@ def publish_command(
         help="At most this many records per second (default: as fast as PubAcks come back).",
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
+    metrics_port: int | None = typer.Option(
+        None, "--metrics-port", help="Serve Prometheus metrics on this port (/metrics)."
+    ),
+    metrics_host: str = typer.Option(
+        "127.0.0.1", "--metrics-host", help="Address the metrics endpoint binds to."
+    ),
     resume: bool | None = typer.Option(
         None,
         "--resume/--no-resume",
@@ -478,6 +489,7 @@ def publish_command(
                 fresh=fresh,
                 hasher=hasher,
                 rate=rate,
+                metrics=(metrics_port, metrics_host),
             )
         )
     finally:

@@ -12,7 +12,7 @@ from .._errors import ConfigError
 from .._names import check_consumer_name, check_stream_name
 from .._options import ConnectOptions
 from ..ledger import read_applied_count
-from ..streams import consumer_info, list_consumers, list_streams, stream_info
+from ..streams import consumer_info, list_consumers, list_streams, stream_info, upstream_rows
 from ._app import app, cli_errors, console, run_async
 from ._connect_flags import with_connect_options
 from ._output import print_table, rows_table
@@ -38,7 +38,11 @@ async def collect(
         rows = [stream_row(i, settings=False) for i in infos]
         shown = [r for r in rows if show_all or not str(r["stream"]).startswith(BOOKKEEPING_PREFIX)]
         return {"streams": shown, "hidden": len(rows) - len(shown)}
-    report: dict[str, Any] = {"stream": stream_row(await stream_info(conn, stream), settings=False)}
+    info = await stream_info(conn, stream)
+    report: dict[str, Any] = {"stream": stream_row(info, settings=False)}
+    upstreams = upstream_rows(info)
+    if upstreams:  # a mirror, or a stream sourcing others (a hub): how far each is behind
+        report["upstreams"] = upstreams
     if consumer is None:
         infos = await list_consumers(conn, stream)
         report["consumers"] = [consumer_row(i, with_filter=False) for i in infos]
@@ -66,7 +70,11 @@ def status_command(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
     watch: bool = typer.Option(
-        False, "--watch", "-w", help="Refresh until Ctrl-C, with per-second rates."
+        False,
+        "--watch",
+        "-w",
+        help="Refresh until Ctrl-C, with per-second rates, each consumer's lag and the time "
+        "to catch up (with --json: one JSON object per refresh and line).",
     ),
     interval: float = typer.Option(2.0, "--interval", help="Seconds between --watch refreshes."),
     count: int | None = typer.Option(None, "--count", help="Stop --watch after N refreshes."),
@@ -103,6 +111,8 @@ def status_command(
             console.print(note, highlight=False, markup=False)
     else:
         print_table(rows_table(f"stream {stream}", [report["stream"]]))
+    if report.get("upstreams"):
+        print_table(rows_table(f"mirror and sources of {stream}", report["upstreams"]))
     if "consumers" in report:
         print_table(rows_table(f"consumers of {stream}", report["consumers"]))
 
@@ -117,8 +127,6 @@ def _watch_command(
     options: ConnectOptions,
     show_all: bool,
 ) -> None:
-    if as_json:
-        raise ConfigError("--watch and --json cannot be combined; use --json in a loop")
     if interval <= 0:
         raise ConfigError(f"--interval must be > 0 seconds, got {interval}")
     if count is not None and count < 1:
@@ -131,6 +139,7 @@ def _watch_command(
                 title=stream or "",
                 interval=interval,
                 count=count,
+                as_json=as_json,
             )
 
     run_async(main())

@@ -1,4 +1,7 @@
-"""Prometheus metrics for a Processor or a Publisher (the optional ``metrics`` extra).
+"""Prometheus metrics for a Processor, a Publisher and streams (the optional ``metrics`` extra).
+
+Every metric is listed in docs/metrics.md; a Spark query's are exported by
+``oncestream.spark.instrument_query``.
 
 Example::
 
@@ -15,5 +18,14 @@ from ._exporter import (
     instrument,
     serve_metrics,
 )
+from ._streams import StreamsInstrumentation, instrument_streams
 
-__all__ = ["LATENCY_BUCKETS", "Instrumentation", "MetricsServer", "instrument", "serve_metrics"]
+__all__ = [
+    "LATENCY_BUCKETS",
+    "Instrumentation",
+    "MetricsServer",
+    "StreamsInstrumentation",
+    "instrument",
+    "instrument_streams",
+    "serve_metrics",
+]

@@ -127,8 +127,12 @@ class Instrumentation:
         self._collector = collector
         self.histograms = {kind: _Histogram(LATENCY_BUCKETS) for kind in _HISTOGRAMS}
         self.consumer = _ConsumerState()
+        #: Publisher: seconds from a message's last send to its PubAck.
+        self.ack_histogram = _Histogram(LATENCY_BUCKETS)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
+        if isinstance(target, Publisher):
+            target.ack_observer = self.ack_histogram.observe
         if isinstance(target, Processor):
             target.stats.observers.append(self._observe)
             try:
@@ -175,6 +179,10 @@ class Instrumentation:
         if isinstance(self.target, Processor):
             with contextlib.suppress(ValueError):
                 self.target.stats.observers.remove(self._observe)
+        if isinstance(self.target, Publisher) and (
+            self.target.ack_observer == self.ack_histogram.observe
+        ):
+            self.target.ack_observer = None
         self._collector.remove(self)
 
 
@@ -240,6 +248,27 @@ class _Collector:
                 assert isinstance(pub, Publisher)
                 family.add_metric([_publisher_stream(pub)], getattr(pub.stats, name))
             yield family
+        inflight = GaugeMetricFamily(
+            "oncestream_publisher_inflight_messages",
+            "Messages sent whose PubAck has not arrived yet.",
+            labels=["stream"],
+        )
+        for item in publishers:
+            pub = item.target
+            assert isinstance(pub, Publisher)
+            inflight.add_metric([_publisher_stream(pub)], float(pub.inflight))
+        yield inflight
+        acks = HistogramMetricFamily(
+            "oncestream_publisher_ack_duration_seconds",
+            "Time from a message's last send to its PubAck.",
+            labels=["stream"],
+        )
+        for item in publishers:
+            pub = item.target
+            assert isinstance(pub, Publisher)
+            buckets, total = item.ack_histogram.cumulative()
+            acks.add_metric([_publisher_stream(pub)], buckets, total)
+        yield acks
 
 
 def _publisher_stream(pub: Publisher) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import orjson
 
@@ -122,6 +122,9 @@ class Publisher:
         # server refuses (StreamMismatch) one whose subject another stream captures.
         self._expect = self.options.stream
         self._fast_hpub, self._fast_len = id_only_frame(self._expect)
+        #: Called with the seconds from a message's last send to its PubAck
+        #: (oncestream.metrics sets it; None costs one check per ack).
+        self.ack_observer: Callable[[float], None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -547,6 +550,8 @@ class Publisher:
         self._acked += 1
         if duplicate:
             self._duplicates += 1
+        if self.ack_observer is not None:
+            self.ack_observer(max(_monotonic() - entry.deadline + self._ack_timeout, 0.0))
         if entry.attempts > 1:
             self._table.remember_late(token)
         if not isinstance(future, AckTally) and not future.done():

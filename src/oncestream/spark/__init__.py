@@ -19,6 +19,7 @@ from ._session import check_java, local_session
 
 __all__ = [
     "check_java",
+    "instrument_query",
     "lag",
     "local_session",
     "register",
@@ -29,6 +30,7 @@ __all__ = [
 
 if _TYPE_CHECKING:
     from ._foreach_batch import transactional
+    from ._metrics import instrument_query
 
 
 def __getattr__(name: str) -> object:
@@ -37,4 +39,8 @@ def __getattr__(name: str) -> object:
         from ._foreach_batch import transactional
 
         return transactional
+    if name == "instrument_query":
+        from ._metrics import instrument_query
+
+        return instrument_query
     raise AttributeError(f"module 'oncestream.spark' has no attribute {name!r}")

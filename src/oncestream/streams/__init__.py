@@ -33,6 +33,7 @@ from ._spec import (
     overlapping_streams,
     stream_exists,
 )
+from ._upstreams import upstream_rows
 from ._version import require_server, server_version
 
 __all__ = [
@@ -63,4 +64,5 @@ __all__ = [
     "stream_info",
     "update_consumer",
     "update_stream",
+    "upstream_rows",
 ]
