@@ -30,6 +30,8 @@ def test_demo_small_run_is_exactly_once(tmp_path: Path) -> None:
             "--json",
             "--data-dir",
             str(tmp_path / "demo"),
+            "--plot",
+            str(tmp_path / "latency.png"),
         ],
         env=env,
         cwd=ROOT,
@@ -70,3 +72,5 @@ def test_demo_small_run_is_exactly_once(tmp_path: Path) -> None:
     sent = summary["publishes_sent"]
     assert sent >= 20000 + summary["resent_by_publisher"], summary
     assert not (tmp_path / "demo").exists(), "without --keep the data directory is removed"
+    assert summary["latency_plot"] == str(tmp_path / "latency.png")
+    assert (tmp_path / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

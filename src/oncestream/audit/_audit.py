@@ -124,6 +124,9 @@ class OutputReport:
     duplicated_samples: list[str] = field(default_factory=list)
     unexpected_samples: list[str] = field(default_factory=list)
     latency_ms: dict[str, float] | None = None
+    #: ``(output time, latency ms)`` per record of a stream output, by output time
+    #: (for a plot; not in :meth:`to_dict`).
+    latency_points: list[tuple[float, float]] = field(default_factory=list, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -132,6 +135,7 @@ class OutputReport:
 
     def to_dict(self) -> dict[str, Any]:
         data = dict(self.__dict__)
+        del data["latency_points"]
         data["ok"] = self.ok
         return data
 
@@ -296,7 +300,11 @@ async def audit(
         else:
             found = await asyncio.to_thread(sql_keys, out.database, out.table or "", spec)
         report = compare(str(out), expected, found, samples=samples)
-        lags = [(t - in_times[k]) * 1000 for k, t in out_times.items() if k in in_times]
+        points = sorted(
+            (t, (t - in_times[k]) * 1000) for k, t in out_times.items() if k in in_times
+        )
+        lags = [lag for _, lag in points]
+        report.latency_points = points
         if lags:
             report.latency_ms = {
                 "p50": round(_percentile(lags, 0.50), 1),

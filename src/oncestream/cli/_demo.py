@@ -24,6 +24,12 @@ def demo_command(
     ),
     timeout: float = typer.Option(600.0, help="Give up after this many seconds."),
     as_json: bool = typer.Option(False, "--json", help="Also print the summary as JSON."),
+    plot: Path | None = typer.Option(
+        None,
+        "--plot",
+        help="Write the end-to-end latency plot (PNG) here (a new file; default with "
+        "--keep: latency.png in the data directory).",
+    ),
 ) -> None:
     """Publish orders, run a Spark pipeline through faults, audit it: 0 missing, 0 duplicated."""
     from ..demo import DemoConfig, print_summary, run_demo, summary_dict
@@ -35,6 +41,7 @@ def demo_command(
         data_dir=data_dir,
         rate=rate or None,
         timeout=timeout,
+        plot=plot,
     )
     result = run_demo(config, console)
     print_summary(result, console)

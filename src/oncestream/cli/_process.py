@@ -19,6 +19,7 @@ from .._options import ConnectOptions, parse_duration
 from ..ledger import check_ledger_target, ledger_from_url
 from ..process import Handler, Processor, ProcessorOptions, ProcessorStats, check_handler
 from ..read import check_group_name
+from ..tracing import configure_from_env
 from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
 from ._process_extras import RecentRate, metrics_endpoint, start_position
@@ -133,6 +134,12 @@ def process_command(
         "--priority-group",
         help="Priority group name for --standby / --overflow-min-pending.",
     ),
+    trace: bool = typer.Option(
+        False,
+        "--trace",
+        help="A span per message, child of its traceparent, with the ledger's outcome "
+        "(needs oncestream[otel]; exporter from OTEL_TRACES_EXPORTER).",
+    ),
     *,
     options: ConnectOptions,
 ) -> None:
@@ -170,8 +177,11 @@ def process_command(
             filter_subject=filter_subject,
             bind=bind,
             start=start_position(start_seq, start_time, new_only),
+            tracing=trace,
             **priority,
         )
+        if trace:
+            configure_from_env(f"oncestream-process-{consumer}")
         async with await connect(conn_options) as conn:
             processor = Processor(conn, stream, consumer, func, ledger=store, options=proc_options)
             exporter = metrics_endpoint(processor, metrics_port, metrics_host)

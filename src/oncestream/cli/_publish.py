@@ -33,6 +33,7 @@ from .._errors import ConfigError, PermissionDenied, PublishFailed
 from .._names import check_stream_name
 from .._options import ConnectOptions, parse_duration
 from ..publish import Publisher, PublisherOptions
+from ..tracing import configure_from_env
 from ._app import EXIT_CONFIG, EXIT_FAILURE, app, cli_errors, console, err_console, run_async
 from ._connect_flags import with_connect_options
 from ._process_extras import metrics_endpoint
@@ -393,6 +394,12 @@ def publish_command(
         "--progress-stream",
         help="Stream for progress records (created when missing).",
     ),
+    trace: bool = typer.Option(
+        False,
+        "--trace",
+        help="A span and a W3C traceparent header per record (needs oncestream[otel]; "
+        "exporter from OTEL_TRACES_EXPORTER: otlp, console or none).",
+    ),
     *,
     options: ConnectOptions,
 ) -> None:
@@ -442,7 +449,10 @@ def publish_command(
         max_inflight=max_inflight,
         ack_timeout=parse_duration("--ack-timeout", ack_timeout),
         max_attempts=max_attempts,
+        tracing=trace,
     )
+    if trace:
+        configure_from_env("oncestream-publish")
     template = SubjectTemplate(subject)
     facts: FileFacts | None = None
     hasher: PrefixHasher | None = None

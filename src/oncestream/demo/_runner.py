@@ -25,6 +25,7 @@ from ..server import JetStreamConfig, NatsServer, ServerConfig
 from ..streams import StreamSpec, ensure_stream
 from ._datadir import DemoDir
 from ._pipeline import Pipeline
+from ._plot import check_plot_path, save_latency_plot
 from ._producer import ProducerReport, produce
 from ._workload import Expected
 
@@ -51,6 +52,8 @@ class DemoConfig:
             only what the demo creates is ever deleted.
         rate: orders per second the producer publishes (None: as fast as it can).
         timeout: seconds before the demo gives up waiting for the pipeline.
+        plot: where to write the end-to-end latency plot (PNG; must not exist).
+            Default: ``latency.png`` in the data directory when ``keep``, else none.
     """
 
     messages: int = 200_000
@@ -59,8 +62,11 @@ class DemoConfig:
     data_dir: Path | None = None
     rate: float | None = 5000.0
     timeout: float = 600.0
+    plot: Path | None = None
 
     def __post_init__(self) -> None:
+        if self.plot is not None:
+            check_plot_path(self.plot)
         if self.messages < 1000:
             raise ConfigError(f"messages must be >= 1000, got {self.messages!r}")
         if self.rate is not None and self.rate <= 0:
@@ -84,6 +90,9 @@ class DemoResult:
     pipeline_seconds: float = 0.0
     total_seconds: float = 0.0
     revenue_path: str = ""
+    #: The latency plot written, or why none was.
+    plot_path: str = ""
+    plot_note: str = ""
 
     @property
     def revenue_ok(self) -> bool:
@@ -208,6 +217,7 @@ class _Demo:
             )
             result = self._run_pipeline(server, options, conn, pipeline)
             result.data_dir = data_dir
+            self._plot(result, data_dir)
             result.total_seconds = time.monotonic() - started
             return result
         finally:
@@ -221,6 +231,19 @@ class _Demo:
             server.close()
             if not config.keep:
                 demo_dir.cleanup()
+
+    def _plot(self, result: DemoResult, data_dir: Path) -> None:
+        config = self.config
+        path = config.plot or (data_dir / "latency.png" if config.keep else None)
+        if path is None:
+            result.plot_note = "run with --keep or --plot PATH for a latency plot"
+            return
+        points = result.audit.outputs[0].latency_points if result.audit.outputs else []
+        note = save_latency_plot(points, path, f"end-to-end latency, {len(points):,} orders")
+        if note is None:
+            result.plot_path = str(path)
+        else:
+            result.plot_note = f"no latency plot: {note}"
 
     def _run_pipeline(
         self, server: NatsServer, options: ConnectOptions, conn: Connection, pipeline: Pipeline

@@ -46,6 +46,7 @@ def summary_dict(result: DemoResult) -> dict[str, Any]:
         "total_seconds": round(result.total_seconds, 2),
         "orders_per_second": round(result.producer.orders / seconds, 1),
         "latency_ms": latency,
+        "latency_plot": result.plot_path or None,
         "data_dir": str(result.data_dir) if result.config.keep else None,
         "revenue_path": result.revenue_path if result.config.keep else None,
     }
@@ -108,6 +109,7 @@ def print_summary(result: DemoResult, console: Console) -> None:
             f"{latency['p50'] / 1000:.2f} s / {latency['p99'] / 1000:.2f} s",
         )
     figures.add_row("total demo time", f"{result.total_seconds:.1f} s")
+    figures.add_row("latency plot", result.plot_path or result.plot_note)
 
     verdict = (
         "[bold green]exactly once: 0 missing, 0 duplicated[/]"

@@ -36,6 +36,7 @@ from .._errors import (
 )
 from .._headers import check_msg_id
 from .._nats import FrameSubscription, exception_retrieved, status_code
+from ..tracing import tracer
 from ._frames import (
     AckTally,
     HeaderValues,
@@ -122,6 +123,7 @@ class Publisher:
         # server refuses (StreamMismatch) one whose subject another stream captures.
         self._expect = self.options.stream
         self._fast_hpub, self._fast_len = id_only_frame(self._expect)
+        self._tracer = tracer(self.options.tracing, "publisher")
         #: Called with the seconds from a message's last send to its PubAck
         #: (oncestream.metrics sets it; None costs one check per ack).
         self.ack_observer: Callable[[float], None] | None = None
@@ -284,6 +286,9 @@ class Publisher:
         subject_bytes = self._subjects.get(subject)
         if subject_bytes is None:
             subject_bytes = self._check_subject(subject)
+        span = None
+        if self._tracer is not None:
+            headers, span = self._tracer.start_publish(subject, msg_id, headers)
         if expected_stream is None:
             expected_stream = self._expect
         if (
@@ -345,6 +350,8 @@ class Publisher:
         elif not self._write_scheduled:
             self._write_scheduled = True
             self._loop.call_soon(self._write_out)  # type: ignore[union-attr]
+        if span is not None:
+            future.add_done_callback(self._tracer.ack_callback(span))  # type: ignore[union-attr]
         return future
 
     async def publish_many(
@@ -369,6 +376,8 @@ class Publisher:
                 f"publish_many: {len(subjects)} subjects, {len(datas)} data and "
                 f"{len(msg_ids)} msg ids (one each per message)"
             )
+        if self._tracer is not None:
+            return await self._publish_each(subjects, datas, msg_ids, tally)
         futures: list[asyncio.Future[PubAck]] = []
         append_future = futures.append
         sent = 0
@@ -421,6 +430,23 @@ class Publisher:
             if self._out and not self._write_scheduled:
                 self._write_scheduled = True
                 loop.call_soon(self._write_out)  # type: ignore[union-attr]
+        return futures
+
+    async def _publish_each(
+        self,
+        subjects: Sequence[str],
+        datas: Sequence[bytes],
+        msg_ids: Sequence[str],
+        tally: AckTally | None,
+    ) -> list[asyncio.Future[PubAck]]:
+        """publish_many with tracing: one span and one traceparent per message."""
+        futures = []
+        for subject, data, msg_id in zip(subjects, datas, msg_ids, strict=True):
+            future = await self.publish(subject, data, msg_id=msg_id)
+            if tally is None:
+                futures.append(future)
+            else:
+                future.add_done_callback(_tally_callback(tally))
         return futures
 
     async def flush(self, timeout: float | None = None) -> None:
@@ -595,3 +621,17 @@ class Publisher:
             if not waiter.done():
                 waiter.set_result(None)
         self._permit_waiters = []
+
+
+def _tally_callback(tally: AckTally) -> Callable[[asyncio.Future[PubAck]], None]:
+    def done(future: asyncio.Future[PubAck]) -> None:
+        if future.cancelled():
+            return
+        error = future.exception()
+        if error is not None:
+            tally.errors.append(error)
+        else:
+            ack = future.result()
+            tally.add(ack.stream, ack.seq, ack.duplicate)
+
+    return done

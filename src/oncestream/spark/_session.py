@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigError
 
@@ -193,8 +193,30 @@ def local_session(
         SparkContext(conf=spark_conf, gateway=gateway)
     spark = SparkSession.builder.config(conf=spark_conf).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    _quiet_accumulator_server(spark.sparkContext)
     if register:
         from . import register as register_source
 
         register_source(spark)
     return spark
+
+
+def _quiet_accumulator_server(context: Any) -> None:
+    """Stop the driver's accumulator server printing a traceback for a closed connection.
+
+    A task stopped mid-batch (a query stopped or killed) closes its accumulator
+    update connection early; pyspark's socketserver then prints ``EOFError``
+    with a traceback on stderr, which is noise, not an error of the job. Other
+    errors are still reported as before. (pyspark private: ``_accumulatorServer``.)
+    """
+    server = getattr(context, "_accumulatorServer", None)
+    if server is None or not hasattr(server, "handle_error"):
+        return
+    original = server.handle_error
+
+    def handle_error(request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], EOFError | ConnectionResetError | BrokenPipeError):
+            return
+        original(request, client_address)
+
+    server.handle_error = handle_error
