@@ -66,6 +66,7 @@ from ._publish_run import (
     is_config_failure,
     new_run_id,
     publish_records,
+    read_off_loop,
     remove_sigint,
 )
 
@@ -253,6 +254,7 @@ async def _run(
             disable=not show_progress,
         )
         total = facts.lines if facts is not None else None
+        items = read_items(source, fmt, skip_to=plan.skip_to, needed=needed)
         install_sigint(state)
         try:
             with progress:
@@ -261,7 +263,7 @@ async def _run(
                 await publish_records(
                     conn,
                     pub,
-                    read_items(source, fmt, skip_to=plan.skip_to, needed=needed),
+                    items if facts is not None else read_off_loop(items),
                     subject=subject,
                     id_field=id_field,
                     skip_on_error=skip_on_error,

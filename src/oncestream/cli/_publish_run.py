@@ -19,9 +19,10 @@ import contextlib
 import functools
 import secrets
 import signal
+import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
 from .._connection import Connection
@@ -56,6 +57,7 @@ __all__ = [
     "is_config_failure",
     "new_run_id",
     "publish_records",
+    "read_off_loop",
     "remove_sigint",
 ]
 
@@ -287,10 +289,53 @@ def remove_sigint() -> None:
         pass
 
 
+_Item = Record | RecordError | int
+#: Items read ahead by the reader thread of a pipe (bounded: the reader waits).
+_READ_AHEAD = 1024
+_END = object()
+
+
+async def read_off_loop(items: Iterator[_Item]) -> AsyncIterator[_Item]:
+    """Iterate ``items`` on a reader thread: a pipe that stays open and idle
+    (``tail -F log | oncestream publish -``) must not stop the event loop, which
+    sends what is queued and receives the PubAcks meanwhile."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[object] = asyncio.Queue(_READ_AHEAD)
+
+    def read() -> None:
+        try:
+            for item in items:
+                asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
+            outcome: object = _END
+        except BaseException as exc:  # handed to the loop, raised there
+            outcome = exc
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+            asyncio.run_coroutine_threadsafe(queue.put(outcome), loop).result()
+
+    # A daemon: a run that stops early leaves it blocked on the pipe; exiting ends it.
+    threading.Thread(target=read, name="oncestream-publish-reader", daemon=True).start()
+    while True:
+        item = await queue.get()
+        if item is _END:
+            return
+        if isinstance(item, BaseException):
+            raise item
+        yield item  # type: ignore[misc]
+
+
+async def _in_order(items: Iterator[_Item] | AsyncIterator[_Item]) -> AsyncIterator[_Item]:
+    if isinstance(items, AsyncIterator):
+        async for item in items:
+            yield item
+    else:
+        for item in items:
+            yield item
+
+
 async def publish_records(
     conn: Connection,
     pub: Publisher,
-    items: Iterator[Record | RecordError | int],
+    items: Iterator[_Item] | AsyncIterator[_Item],
     *,
     subject: SubjectTemplate,
     id_field: str | None,
@@ -323,7 +368,7 @@ async def publish_records(
 
     count = 0
     paced_from = time.monotonic()
-    for item in items:
+    async for item in _in_order(items):
         if state.interrupted or tally.fatal is not None:
             break
         if isinstance(item, int):
