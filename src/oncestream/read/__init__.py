@@ -13,6 +13,7 @@ from ._pull import MessageStream, pull_messages
 from ._range import (
     RangeReader,
     StreamRecord,
+    count_sequences,
     delete_consumer_later,
     iter_messages,
     nth_sequence,
@@ -28,6 +29,7 @@ __all__ = [
     "StartPosition",
     "StreamRecord",
     "check_group_name",
+    "count_sequences",
     "delete_consumer_later",
     "iter_messages",
     "nth_sequence",

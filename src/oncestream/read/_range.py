@@ -415,14 +415,48 @@ async def nth_sequence(
         ``(sequence, exhausted)``: the n-th (or, if fewer exist, the last) matching
         sequence or None when none matches, and whether fewer than ``n`` exist.
     """
+    count, seen = await _walk(conn, stream, after, n, subjects, None, retry_timeout, budget_source)
+    return seen, count < n
+
+
+async def count_sequences(
+    conn: Connection,
+    stream: str,
+    after: int,
+    last: int,
+    at_most: int,
+    subjects: tuple[str, ...],
+    *,
+    retry_timeout: float = 0.0,
+    budget_source: str = "the caller's retry budget",
+) -> int:
+    """How many messages of sequences ``(after, last]`` match ``subjects``, up to ``at_most``."""
+    if last <= after or at_most <= 0:
+        return 0
+    count, _ = await _walk(
+        conn, stream, after, at_most, subjects, last, retry_timeout, budget_source
+    )
+    return min(count, at_most)
+
+
+async def _walk(
+    conn: Connection,
+    stream: str,
+    after: int,
+    limit: int,
+    subjects: tuple[str, ...],
+    last: int | None,
+    retry_timeout: float,
+    budget_source: str,
+) -> tuple[int, int | None]:
     reader = RangeReader(
         conn,
         stream,
         after + 1,
-        _UNBOUNDED,
+        _UNBOUNDED if last is None else last,
         subjects,
         direct=False,
-        limit=n,
+        limit=limit,
         headers_only=True,
         retry_timeout=retry_timeout,
         idle_timeout=conn.options.request_timeout * 2,
@@ -434,7 +468,7 @@ async def nth_sequence(
             got += len(chunk.datas)
     finally:
         await reader.close()
-    return reader.last_seen, got < n
+    return got, reader.last_seen
 
 
 # --------------------------------------------------------------------------- records

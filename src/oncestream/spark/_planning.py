@@ -12,7 +12,7 @@ from .._connection import Connection
 from .._errors import MessageNotFound, StreamNotFound
 from .._names import subjects_overlap
 from .._retry import leader_stream_info, retrying
-from ..read import RangeReader
+from ..read import count_sequences
 from ..read import nth_sequence as _nth_sequence
 from ._offsets import created_of
 from ._reader import check_retention
@@ -303,28 +303,16 @@ async def count_messages(
     Walks a ``headers_only`` consumer, as :func:`nth_sequence` does: no payloads
     travel, one small frame per message, and the walk stops at ``at_most``.
     """
-    if last <= after or at_most <= 0:
-        return 0
-    reader = RangeReader(
+    return await count_sequences(
         conn,
         stream,
-        after + 1,
+        after,
         last,
+        at_most,
         subjects,
-        direct=False,
-        limit=at_most,
-        headers_only=True,
         retry_timeout=retry_timeout,
-        idle_timeout=conn.options.request_timeout * 2,
         budget_source=RETRY_BUDGET,
     )
-    got = 0
-    try:
-        while (chunk := await reader.next_chunk()) is not None:
-            got += len(chunk.datas)
-    finally:
-        await reader.close()
-    return min(got, at_most)
 
 
 async def nth_sequence(
