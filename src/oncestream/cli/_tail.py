@@ -6,17 +6,16 @@ import asyncio
 import base64
 import contextlib
 import signal
-from datetime import datetime
 from typing import Annotated, Any
 
 import orjson
 import typer
 
 from .._connection import Connection, connect
-from .._errors import ConfigError, MessageNotFound, StreamNotFound
+from .._errors import ConfigError, StreamNotFound
 from .._options import ConnectOptions, parse_time, rfc3339
 from ..read import iter_messages
-from ..streams import StoredMessage, get_message, stream_info
+from ..streams import StoredMessage, seq_at_time, stream_info
 from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
 from ._name_args import stream_name, subject_filter
@@ -96,31 +95,7 @@ async def resolve_start(conn: Connection, stream: str, start: str, subject: str 
         if not count.isdigit() or int(count) < 1:
             raise ConfigError(f"--from last:N needs N >= 1, got {start!r}")
         return await _last_n(conn, stream, int(count), subject, first, last)
-    return await seq_at_time(conn, stream, parse_time("--from", text), first, last)
-
-
-async def seq_at_time(
-    conn: Connection, stream: str, moment: datetime, first: int, last: int
-) -> int:
-    """The first sequence stored at or after ``moment`` (``last + 1`` if none): a binary
-    search over message times (stored times only grow with the sequence)."""
-    lo, hi = first, last + 1
-    for _ in range(200):
-        if lo >= hi:
-            break
-        mid = (lo + hi) // 2
-        try:
-            msg = await get_message(conn, stream, seq=mid, next_by_subject=">")
-        except MessageNotFound:
-            hi = mid
-            continue
-        if msg.seq >= hi:
-            hi = mid
-        elif msg.time >= moment:
-            hi = msg.seq
-        else:
-            lo = msg.seq + 1
-    return lo
+    return await seq_at_time(conn, stream, parse_time("--from", text))
 
 
 async def _last_n(
