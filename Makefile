@@ -8,7 +8,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup demo test lint format bench bench-ref bench-scale bench-pipeline soak torture check-java clean
+.PHONY: setup demo test lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture check-java clean
 
 setup: $(STAMP)
 
@@ -64,6 +64,17 @@ bench/go/natsref: bench/go/main.go
 	    golang-go golang-github-nats-io-go-nats-dev >/dev/null; fi
 	cd bench/go && $(GO_ENV) go build -o natsref .
 
+# oncestream beside its peers (issue 26): Kafka (KRaft, from Maven Central; needs Debian's
+# maven once) with Spark's kafka source and sink, `nats bench` and the current nats.go
+# jetstream package + orbit.go (Go module proxy), nats.go 1.22 (bench-ref). Installs what
+# is missing into .peers/ (ignored; ~2-3 min the first time, printed), then: the table and
+# docs/img/peers.png (PEERS_N=1e6), the fault table, and re-records Kafka's answers to the
+# Kafka-habit queries in tests/spark/kafka_habits.json (compared by make test).
+bench-peers: setup check-java bench-ref
+	$(BIN)/python bench/peers/run.py
+	$(BIN)/python bench/peers/faults.py
+	$(BIN)/python bench/peers/habits.py
+
 # Every path at SCALE_NS (default 1e5,1e6,1e7) with RSS and store size; nats.go
 # beside it when bench-ref is built. SCALE_NS=1e4 for a quick check.
 bench-scale: setup check-java
@@ -95,4 +106,4 @@ torture: setup
 		$(if $(FAULTS),--fault-kinds $(FAULTS)) $(if $(SABOTAGE),--sabotage $(SABOTAGE))
 
 clean:
-	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache src/*.egg-info
+	rm -rf $(VENV) .peers build .mypy_cache .pytest_cache .ruff_cache src/*.egg-info

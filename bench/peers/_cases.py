@@ -1,0 +1,264 @@
+"""One bench-peers case that runs in Python (oncestream, or Spark with either format).
+
+Usage: ``python bench/peers/_cases.py CASE --format jetstream|kafka --target URL --n N
+--server-pid PID``; prints one ``CASE-JSON {...}`` line: ``rate`` (msg/s over the
+timed part), ``seconds``, ``client_cpu`` (CPU seconds of this process tree in the
+timed part: driver, JVM, Python workers) and ``server_cpu`` (of PID, same window).
+
+Cases (the same query for both formats; only the format's options differ):
+
+- ``publisher``: oncestream ``Publisher`` with msg ids (jetstream only);
+- ``processor``: oncestream ``Processor`` + SQLite ledger (jetstream only);
+- ``spark-read``: ``spark.read`` of the N stored messages into Spark's ``noop`` sink,
+  2 tasks (``minPartitions=2``), the second of two reads timed (JIT warm);
+- ``spark-write``: ``df.write`` of N 128-byte rows from 2 tasks, each with an id
+  (jetstream ``msg_id`` / Kafka ``key``; Kafka's producer is idempotent, acks=all),
+  after a 100,000-row warm-up write elsewhere;
+- ``pipeline``: ``readStream`` of the N stored messages -> ``writeStream`` into another
+  stream/topic, ``Trigger.AvailableNow``, N/10 per micro-batch, checkpointed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench._cpu import CpuSampler, cpu_seconds
+from bench._scale_cases import scale_spec
+
+from oncestream import ConnectOptions, connect
+from oncestream.streams import StreamSpec, ensure_stream
+
+STREAM, SUBJECT, TOPIC = "SCALE", "scale.x", "scale"
+CASES = ("publisher", "processor", "spark-read", "spark-write", "pipeline")
+
+
+class Window:
+    """Client (this tree) and server CPU seconds and wall time of the timed part."""
+
+    def __init__(self, server_pid: int) -> None:
+        self.server_pid = server_pid
+
+    def __enter__(self) -> Window:
+        self.sampler = CpuSampler(interval=0.2).start()
+        self.server0 = cpu_seconds(self.server_pid)
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.t0
+        self.server = cpu_seconds(self.server_pid) - self.server0
+        self.client = sum(self.sampler.stop().values())
+
+    def result(self, n: int, **extra: Any) -> dict[str, Any]:
+        return {
+            "rate": n / self.seconds,
+            "seconds": round(self.seconds, 3),
+            "client_cpu": round(self.client, 3),
+            "server_cpu": round(self.server, 3),
+            **extra,
+        }
+
+
+async def _ensure(url: str, spec: StreamSpec) -> None:
+    async with await connect(ConnectOptions(servers=(url,))) as conn:
+        await ensure_stream(conn, spec)
+
+
+async def _stored(url: str, stream: str) -> int:
+    async with await connect(ConnectOptions(servers=(url,))) as conn:
+        return int((await conn.stream_info(stream))["state"]["messages"])
+
+
+def _spark(fmt: str) -> Any:
+    from oncestream.spark import local_session
+
+    conf = {"spark.driver.memory": "2g", "spark.python.worker.memory": "256m"}
+    if fmt == "kafka":
+        from bench.peers.kafka import spark_kafka_jars
+
+        conf["spark.jars"] = ",".join(str(p) for p in spark_kafka_jars()[1])
+    spark = local_session(f"bench-peers-{fmt}", conf=conf)
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _source_options(fmt: str, target: str, name: str) -> dict[str, str]:
+    if fmt == "kafka":
+        return {
+            "kafka.bootstrap.servers": target,
+            "subscribe": name.lower(),
+            "startingOffsets": "earliest",
+        }
+    return {"servers": target, "stream": name, "startingOffsets": "earliest"}
+
+
+def _kafka_count(spark: Any, target: str, topic: str) -> int:
+    return int(
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", target)
+        .option("subscribe", topic)
+        .load()
+        .count()
+    )
+
+
+def spark_read(args: argparse.Namespace) -> dict[str, Any]:
+    spark = _spark(args.format)
+    opts = {**_source_options(args.format, args.target, STREAM), "minPartitions": "2"}
+
+    def read() -> None:
+        spark.read.format(args.format).options(**opts).load().select(
+            "data" if args.format == "jetstream" else "value"
+        ).write.format("noop").mode("overwrite").save()
+
+    read()  # warm-up: the same read
+    with Window(args.server_pid) as w:
+        read()
+    spark.stop()
+    return w.result(args.n, tasks=2)
+
+
+def spark_write(args: argparse.Namespace) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    spark = _spark(args.format)
+    kafka = args.format == "kafka"
+
+    def frame(n: int, prefix: str, subject: str) -> Any:
+        data = F.expr("cast(lpad(cast(id as string), 128, 'x') as binary)")
+        key = F.concat(F.lit(prefix), F.col("id").cast("string"))
+        if kafka:
+            return spark.range(0, n, numPartitions=2).select(key.alias("key"), data.alias("value"))
+        return spark.range(0, n, numPartitions=2).select(
+            F.lit(subject).alias("subject"), data.alias("data"), key.alias("msg_id")
+        )
+
+    def write(df: Any, name: str) -> None:
+        if kafka:
+            df.write.format("kafka").option("kafka.bootstrap.servers", args.target).option(
+                "topic", name.lower()
+            ).save()
+        else:
+            df.write.format("jetstream").option("servers", args.target).option("stream", name).mode(
+                "append"
+            ).save()
+
+    if not kafka:
+        asyncio.run(_ensure(args.target, StreamSpec(name="WARM", subjects=("warm.>",))))
+        asyncio.run(_ensure(args.target, scale_spec(STREAM, duplicate_window=120, storage="file")))
+    write(frame(100_000, "warm-", "warm.x"), "WARM")
+    df = frame(args.n, "r-", SUBJECT)
+    with Window(args.server_pid) as w:
+        write(df, STREAM)
+    stored = (
+        _kafka_count(spark, args.target, TOPIC)
+        if kafka
+        else asyncio.run(_stored(args.target, STREAM))
+    )
+    spark.stop()
+    if stored != args.n:
+        raise SystemExit(f"stored {stored} of {args.n}")
+    return w.result(args.n, tasks=2)
+
+
+def pipeline(args: argparse.Namespace) -> dict[str, Any]:
+    spark = _spark(args.format)
+    kafka = args.format == "kafka"
+    per_batch = str(max(1, args.n // 10))
+    opts = _source_options(args.format, args.target, STREAM)
+    opts["maxOffsetsPerTrigger" if kafka else "maxMessagesPerTrigger"] = per_batch
+    source = spark.readStream.format(args.format).options(**opts).load()
+    checkpoint = tempfile.mkdtemp(prefix="bench-peers-chk-")
+    if kafka:
+        out = (
+            source.selectExpr("key", "value")
+            .writeStream.format("kafka")
+            .option("kafka.bootstrap.servers", args.target)
+            .option("topic", "out")
+        )
+    else:
+        asyncio.run(_ensure(args.target, StreamSpec(name="OUT", subjects=("out.>",))))
+        out = (
+            source.selectExpr("'out.x' AS subject", "data", "stream", "sequence")
+            .writeStream.format("jetstream")
+            .option("servers", args.target)
+            .option("stream", "OUT")
+        )
+    with Window(args.server_pid) as w:
+        query = out.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+        query.awaitTermination()
+    if query.exception() is not None:
+        raise SystemExit(f"query failed: {query.exception()}")
+    stored = (
+        _kafka_count(spark, args.target, "out")
+        if kafka
+        else asyncio.run(_stored(args.target, "OUT"))
+    )
+    spark.stop()
+    if stored != args.n:
+        raise SystemExit(f"pipeline wrote {stored} of {args.n}")
+    return w.result(args.n, per_batch=int(per_batch))
+
+
+def publisher(args: argparse.Namespace) -> dict[str, Any]:
+    from bench.bench_publish import measure_publisher_async
+
+    with Window(args.server_pid) as w:
+        asyncio.run(
+            measure_publisher_async(args.target, args.n, STREAM, fresh=False, subject=SUBJECT)
+        )
+    return w.result(args.n)
+
+
+def processor(args: argparse.Namespace) -> dict[str, Any]:
+    from bench.bench_process import processor as run_processor
+    from bench.bench_process import sqlite_ledger
+
+    work = Path(tempfile.mkdtemp(prefix="bench-peers-"))
+
+    async def run() -> int:
+        async with await connect(ConnectOptions(servers=(args.target,))) as conn:
+            ledger = sqlite_ledger(work)
+            _, rows = await run_processor(
+                conn, args.n, work, stream=STREAM, consumer="peers", ledger=ledger
+            )
+            return rows
+
+    with Window(args.server_pid) as w:
+        rows = asyncio.run(run())
+    if rows != args.n:
+        raise SystemExit(f"processor applied {rows} of {args.n}")
+    return w.result(args.n)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("case", choices=CASES)
+    parser.add_argument("--format", choices=("jetstream", "kafka"), default="jetstream")
+    parser.add_argument("--target", required=True, help="NATS URL or Kafka bootstrap servers")
+    parser.add_argument("--n", type=int, required=True)
+    parser.add_argument("--server-pid", type=int, required=True)
+    args = parser.parse_args()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    run = {
+        "publisher": publisher,
+        "processor": processor,
+        "spark-read": spark_read,
+        "spark-write": spark_write,
+        "pipeline": pipeline,
+    }[args.case]
+    print("CASE-JSON " + json.dumps(run(args)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
