@@ -51,6 +51,11 @@ def run_script(script: Path, console: Console) -> list[dict[str, object]]:
     return results
 
 
+def _value(value: float) -> str:
+    """Rates as whole numbers; small figures (seconds, percentages) with two decimals."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.2f}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("only", nargs="*", help="run only scripts whose name contains these")
@@ -86,7 +91,7 @@ def main() -> int:
             table.add_row(
                 group,
                 str(record["case"]) + (" (baseline)" if record.get("baseline") else ""),
-                f"{float(record['value']):,.0f}",  # type: ignore[arg-type]
+                _value(float(record["value"])),  # type: ignore[arg-type]
                 str(record.get("unit", "")),
                 "\n".join(ratios),
             )
