@@ -361,6 +361,11 @@ class Trial:
         if self._sabotage_task is None or self._sabotage_task.done():
             self._sabotage_task = asyncio.create_task(self._drop_acked())
 
+    def _sabotage_due(self) -> bool:
+        """``drop-acked`` has not landed yet: the drain waits for it (up to its timeout);
+        a negative control that ends before its sabotage lands proves nothing."""
+        return self.sabotage == "drop-acked" and not self._sabotaged
+
     async def _drop_acked(self) -> None:
         acked = [
             h
@@ -438,7 +443,13 @@ class Trial:
                         self.timing["run_s"] = round(now, 3)
                         self._note("trial", self.kind, "drain")
                     if check is not None and check.done():
-                        if check.result() and quiet and not pending and not active:
+                        if (
+                            check.result()
+                            and quiet
+                            and not pending
+                            and not active
+                            and not self._sabotage_due()
+                        ):
                             break
                         check = None
                     if check is None and time.monotonic() >= next_check:

@@ -31,20 +31,24 @@ pytestmark = [
 ]
 
 
+# skip-position runs without other faults: its kill must land while the session producer
+# still runs and after it stored a record, and under a loaded machine the seeded server
+# faults delayed the producer's first PubAck until its input was done (the kill was then
+# skipped, and the control proved nothing). The other modes land among the faults.
 @pytest.mark.parametrize(
-    ("mode", "violation", "spark_every"),
+    ("mode", "violation", "spark_every", "faults"),
     [
-        ("drop-acked", "lost", "0"),
-        ("apply-twice", "applied_twice", "0"),
-        ("skip-position", "unstored", "0"),
-        ("drop-row", "spark_missing", "1"),
+        ("drop-acked", "lost", "0", "3"),
+        ("apply-twice", "applied_twice", "0", "3"),
+        ("skip-position", "unstored", "0", "0"),
+        ("drop-row", "spark_missing", "1", "3"),
     ],
 )
 def test_sabotage_fails_the_campaign_naming_the_violation(
-    tmp_path: Path, mode: str, violation: str, spark_every: str
+    tmp_path: Path, mode: str, violation: str, spark_every: str, faults: str
 ) -> None:
     argv = [sys.executable, "-m", "torture", "--trials", "1", "--kinds", "single",
-            "--seed", "7", "--duration", "6", "--faults", "3", "--rate", "40",
+            "--seed", "7", "--duration", "6", "--faults", faults, "--rate", "40",
             "--no-postgres", "--spark-every", spark_every, "--sabotage", mode,
             "--out", str(tmp_path)]  # fmt: skip
     result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240)
