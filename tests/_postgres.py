@@ -15,12 +15,11 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 from collections import deque
 from pathlib import Path
 
-from tests._procs import stop_group
+from tests._procs import start_logged, stop_group
 from tests._support import free_port
 
 _READY = "database system is ready to accept connections"
@@ -78,42 +77,32 @@ class PostgresServer:
             capture_output=True,
             timeout=120,
         )
-        self._proc = subprocess.Popen(
-            [
-                *self._as,
-                str(self.bin / "postgres"),
-                "-D",
-                str(data),
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(self.port),
-                "-k",
-                str(self.dir),
-                "-c",
-                "fsync=off",
-                "-c",
-                "max_connections=100",
-            ],
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        ready = threading.Event()
-
-        def pump() -> None:
-            assert self._proc is not None and self._proc.stderr is not None
-            for raw in self._proc.stderr:
-                line = raw.decode(errors="replace").rstrip()
-                self._tail.append(line)
-                if _READY in line:
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=pump, daemon=True).start()
-        if not ready.wait(timeout) or self._proc.poll() is not None:
-            self.stop()
-            raise RuntimeError("PostgreSQL did not start:\n" + "\n".join(self._tail))
+        try:
+            self._proc = start_logged(
+                [
+                    *self._as,
+                    str(self.bin / "postgres"),
+                    "-D",
+                    str(data),
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                    "-k",
+                    str(self.dir),
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "max_connections=100",
+                ],
+                _READY,
+                self._tail,
+                timeout=timeout,
+                what="PostgreSQL",
+            )
+        except RuntimeError:
+            self.stop()  # its directory too
+            raise
         return self
 
     def password_role(self, name: str, password: str) -> str:

@@ -1,10 +1,13 @@
-"""Stopping the process groups tests start (by PID, never by name)."""
+"""Starting and stopping the process groups tests start (by PID, never by name)."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import threading
+from collections import deque
+from collections.abc import Sequence
 
 
 def stop_group(proc: subprocess.Popen[bytes], sig: signal.Signals, *, timeout: float) -> None:
@@ -17,3 +20,35 @@ def stop_group(proc: subprocess.Popen[bytes], sig: signal.Signals, *, timeout: f
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+
+
+def start_logged(
+    argv: Sequence[str], ready: str, tail: deque[str], *, timeout: float, what: str
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own process group; return once a stderr line contains ``ready``.
+
+    Every stderr line goes to ``tail`` (for error messages), also after start-up.
+
+    Raises:
+        RuntimeError: it exited or printed no ``ready`` line within ``timeout`` seconds
+            (it is stopped), with ``what`` and its last lines.
+    """
+    proc = subprocess.Popen(
+        list(argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    seen = threading.Event()
+
+    def pump() -> None:
+        assert proc.stderr is not None
+        for raw in proc.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            tail.append(line)
+            if ready in line:
+                seen.set()
+        seen.set()  # exited: the caller's check reports it
+
+    threading.Thread(target=pump, daemon=True).start()
+    if not seen.wait(timeout) or proc.poll() is not None:
+        stop_group(proc, signal.SIGTERM, timeout=15)
+        raise RuntimeError(f"{what} did not start:\n" + "\n".join(tail))
+    return proc

@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -23,7 +22,7 @@ from pathlib import Path
 from string import Template
 from typing import Any, TypeVar
 
-from tests._procs import stop_group
+from tests._procs import start_logged, stop_group
 from tests._support import free_port
 
 CONFIG = Path(__file__).parent / "prometheus" / "scrape.yml"
@@ -64,34 +63,24 @@ class PrometheusServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 60.0) -> PrometheusServer:
-        self._proc = subprocess.Popen(
-            [
-                self.binary,
-                f"--config.file={self.config}",
-                f"--storage.tsdb.path={self.dir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--web.console.templates=/nonexistent",
-                "--web.console.libraries=/nonexistent",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        ready = threading.Event()
-
-        def pump() -> None:
-            assert self._proc is not None and self._proc.stderr is not None
-            for raw in self._proc.stderr:
-                line = raw.decode(errors="replace").rstrip()
-                self._tail.append(line)
-                if _READY in line:
-                    ready.set()
-            ready.set()  # exited: start() reports it
-
-        threading.Thread(target=pump, daemon=True).start()
-        if not ready.wait(timeout) or self._proc.poll() is not None:
-            self.stop()
-            raise RuntimeError("Prometheus did not start:\n" + self.log())
+        try:
+            self._proc = start_logged(
+                [
+                    self.binary,
+                    f"--config.file={self.config}",
+                    f"--storage.tsdb.path={self.dir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--web.console.templates=/nonexistent",
+                    "--web.console.libraries=/nonexistent",
+                ],
+                _READY,
+                self._tail,
+                timeout=timeout,
+                what="Prometheus",
+            )
+        except RuntimeError:
+            self.stop()  # its directory too
+            raise
         return self
 
     def log(self) -> str:
