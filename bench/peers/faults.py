@@ -126,15 +126,20 @@ def _orders(n: int) -> list[str]:
     return [f"o{i:06d}" for i in range(n)]
 
 
+def _orders_in(url: str, count: int) -> None:
+    """Streams IN and OUT (a 2 min duplicate window), and ``count`` orders in IN."""
+    make_streams(
+        url,
+        StreamSpec(name="IN", subjects=("in.>",)),
+        StreamSpec(name="OUT", subjects=("out.>",), duplicate_window=120.0),
+    )
+    publish_orders(url, "IN", "in.orders", count)
+
+
 def sink_kill_jetstream(work: Path) -> dict[str, Any]:
     with NatsServer() as server:
         url = server.url
-        make_streams(
-            url,
-            StreamSpec(name="IN", subjects=("in.>",)),
-            StreamSpec(name="OUT", subjects=("out.>",), duplicate_window=120.0),
-        )
-        publish_orders(url, "IN", "in.orders", 2000)
+        _orders_in(url, 2000)
         job = [
             sys.executable,
             str(ROOT / "tests" / "spark" / "_sink_driver_job.py"),
@@ -232,12 +237,7 @@ def _server_kill(server: Any, fmt: str, target: str, work: Path) -> dict[str, An
 def server_kill_jetstream(work: Path) -> dict[str, Any]:
     with NatsServer() as server:
         url = server.url
-        make_streams(
-            url,
-            StreamSpec(name="IN", subjects=("in.>",)),
-            StreamSpec(name="OUT", subjects=("out.>",), duplicate_window=120.0),
-        )
-        publish_orders(url, "IN", "in.orders", 5000)
+        _orders_in(url, 5000)
         record = _server_kill(server, "jetstream", url, work)
         return {**record, **_tally(order_ids_on(url, "OUT", "out.orders"), _orders(5000))}
 

@@ -162,9 +162,10 @@ def _py(case: str, fmt: str = "jetstream") -> Callable[[str, int, int], list[str
     return cmd
 
 
-def _natsgo(flag: str) -> Callable[[str, int, int], list[str]]:
+def _go_program(binary: Path, flag: str) -> Callable[[str, int, int], list[str]]:
+    """The argv of a Go reference program (both take the same flags) for one case."""
     return lambda url, n, _: [
-        str(NATSGO),
+        str(binary),
         "-url",
         url,
         "-n",
@@ -176,22 +177,14 @@ def _natsgo(flag: str) -> Callable[[str, int, int], list[str]]:
         "-cases",
         flag,
     ]
+
+
+def _natsgo(flag: str) -> Callable[[str, int, int], list[str]]:
+    return _go_program(NATSGO, flag)
 
 
 def _natsref(flag: str) -> Callable[[str, int, int], list[str]]:
-    return lambda url, n, _: [
-        str(NATSREF),
-        "-url",
-        url,
-        "-n",
-        str(n),
-        "-stream",
-        "SCALE",
-        "-subject",
-        "scale.x",
-        "-cases",
-        flag,
-    ]
+    return _go_program(NATSREF, flag)
 
 
 def _java(main: str, *args: str) -> list[str]:
