@@ -34,13 +34,14 @@ class Tracer:
     def __init__(self, component: str) -> None:
         trace = _require()
         from opentelemetry import propagate
-        from opentelemetry.trace import SpanKind, Status, StatusCode
+        from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
         self.component = component
         self._tracer = trace.get_tracer(_SCOPE)
         self._propagate = propagate
         self._kind = SpanKind
         self._status = (Status, StatusCode)
+        self._in_context = set_span_in_context
 
     # -- producers ------------------------------------------------------
 
@@ -60,9 +61,7 @@ class Tracer:
             },
         )
         carrier: dict[str, Any] = dict(headers or {})
-        from opentelemetry.trace import set_span_in_context
-
-        self._propagate.inject(carrier, context=set_span_in_context(span))
+        self._propagate.inject(carrier, context=self._in_context(span))
         return carrier, span
 
     def end_publish(self, span: Span, stream: str | None, seq: int | None, duplicate: bool) -> None:
