@@ -252,11 +252,8 @@ class MessageStream:
                     self.consumer,
                     description or "423",
                 )
-                self._lost_pins.add(self.pin_id)
-            self.pin_id = None
             self._pending_msgs = self._pending_bytes = 0
-            self._repull_needed = True
-            self._wakeup.set()
+            self.forget_pin()
             return
         if status == "409":
             lowered = description.lower()
