@@ -1,4 +1,9 @@
-"""Publisher under faults: a paused server (acks time out) and a SIGKILLed, restarted one."""
+"""Publisher under faults: a paused server (acks time out) and a SIGKILLed, restarted one.
+
+Each runs on both ingest paths: pipelined acks, and fast-ingest batches
+(``ingest="fast"`` on a stream with ``allow_batched``; it refuses to start
+rather than fall back, so the fast variant cannot silently test the other).
+"""
 
 from __future__ import annotations
 
@@ -22,11 +27,17 @@ async def _until(condition, timeout: float, what: str) -> None:  # type: ignore[
         await asyncio.sleep(0.01)
 
 
+INGEST = pytest.mark.parametrize("ingest", ["acks", "fast"])
+
+
+@INGEST
 async def test_paused_server_retries_report_duplicates_and_store_once(
-    nats_server: NatsServer, conn: Connection, make_stream
+    nats_server: NatsServer, conn: Connection, make_stream, ingest: str
 ) -> None:
-    await make_stream("PAUSE", ("pause.>",), duplicate_window=60)
-    opts = PublisherOptions(stream="PAUSE", ack_timeout=0.3, max_attempts=20, retry_backoff=(0.05,))
+    await make_stream("PAUSE", ("pause.>",), duplicate_window=60, allow_batched=ingest == "fast")
+    opts = PublisherOptions(
+        stream="PAUSE", ack_timeout=0.3, max_attempts=20, retry_backoff=(0.05,), ingest=ingest
+    )
     ids = [f"p{i}" for i in range(400)]
     async with Publisher(conn, opts) as pub:
         for msg_id in ids[:200]:
@@ -50,11 +61,21 @@ async def test_paused_server_retries_report_duplicates_and_store_once(
 
 
 async def _publish_through_kills(
-    server: NatsServer, conn: Connection, make_stream, *, total: int, kills: int
+    server: NatsServer,
+    conn: Connection,
+    make_stream,
+    *,
+    total: int,
+    kills: int,
+    ingest: str = "acks",
 ) -> None:
-    await make_stream("CRASH", ("crash.>",), duplicate_window=120)
+    await make_stream("CRASH", ("crash.>",), duplicate_window=120, allow_batched=ingest == "fast")
     opts = PublisherOptions(
-        stream="CRASH", ack_timeout=1.0, max_attempts=12, retry_backoff=(0.05, 0.25, 1.0)
+        stream="CRASH",
+        ack_timeout=1.0,
+        max_attempts=12,
+        retry_backoff=(0.05, 0.25, 1.0),
+        ingest=ingest,
     )
     ids = [f"k{i}" for i in range(total)]
     async with Publisher(conn, opts) as pub:
@@ -83,18 +104,24 @@ async def _publish_through_kills(
     assert_exactly_once(await read_back(conn, "CRASH"), set(ids))
 
 
+@INGEST
 async def test_sigkill_restart_mid_publish_stores_every_id_once(
-    nats_server: NatsServer, conn: Connection, make_stream
+    nats_server: NatsServer, conn: Connection, make_stream, ingest: str
 ) -> None:
-    await _publish_through_kills(nats_server, conn, make_stream, total=20_000, kills=1)
+    await _publish_through_kills(
+        nats_server, conn, make_stream, total=20_000, kills=1, ingest=ingest
+    )
 
 
 @pytest.mark.soak
 @pytest.mark.timeout(900)
+@INGEST
 async def test_soak_repeated_sigkill_during_publish(
-    nats_server: NatsServer, conn: Connection, make_stream
+    nats_server: NatsServer, conn: Connection, make_stream, ingest: str
 ) -> None:
-    await _publish_through_kills(nats_server, conn, make_stream, total=300_000, kills=5)
+    await _publish_through_kills(
+        nats_server, conn, make_stream, total=300_000, kills=5, ingest=ingest
+    )
 
 
 @pytest.mark.parametrize("batch_size", [1, 200])

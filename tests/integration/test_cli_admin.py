@@ -27,6 +27,10 @@ def test_stream_lifecycle(nats_server) -> None:  # type: ignore[no-untyped-def]
     assert edited["config"]["max_msgs"] == 1000  # untouched settings stay
     shown = cli(url, "stream", "info", "ORDERS")
     assert shown.exit_code == 0 and "duplicate window" in shown.stdout and "300s" in shown.stdout
+    # The command ingest='fast' names when a stream refuses batches (Publisher.start).
+    batched = cli_json(url, "stream", "edit", "ORDERS", "--allow-batched")
+    assert batched["config"]["allow_batched"] is True
+    assert "allow batched" in cli(url, "stream", "info", "ORDERS").stdout
 
     refused = cli(url, "stream", "purge", "ORDERS")
     assert refused.exit_code == 2 and "--force" in refused.stderr

@@ -472,10 +472,21 @@ def test_header_names_are_written_once() -> None:
     assert offenders == []
 
 
+#: Files reviewed past the flag: why they stay whole, and the length reviewed (a file
+#: that grows past it is flagged again).
+REVIEWED_LONG = {
+    # publish() and publish_many() on both ingest paths (pipelined acks, fast-ingest
+    # batches) with the reply handler they feed: the per-message code in one place,
+    # as the issue-24 review decided (the batch bookkeeping is in _fast_ingest.py).
+    "_publisher.py": 1000,
+}
+
+
 def test_no_source_file_needs_a_review_for_length() -> None:
     """800 lines is a flag for a review, not a target (docs/architecture.md)."""
     long = {p.name: n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > 800}
-    assert long == {}
+    unreviewed = {name: n for name, n in long.items() if n > REVIEWED_LONG.get(name, 800)}
+    assert unreviewed == {}
 
 
 def test_torture_and_bench_do_not_reach_into_private_attributes() -> None:

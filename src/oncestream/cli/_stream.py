@@ -73,6 +73,13 @@ AllowDirect = Annotated[
     bool | None,
     typer.Option("--allow-direct/--no-allow-direct", help="Direct get (fast reads)."),
 ]
+AllowBatched = Annotated[
+    bool | None,
+    typer.Option(
+        "--allow-batched/--no-allow-batched",
+        help="Fast-ingest batches (nats-server 2.14+): Publishers then send them by default.",
+    ),
+]
 
 AllowSchedules = Annotated[
     bool,
@@ -123,6 +130,7 @@ def stream_details(info: dict[str, Any]) -> dict[str, Any]:
         "max msgs per subject": config.get("max_msgs_per_subject", -1),
         "max msg size": config.get("max_msg_size", -1),
         "allow direct": bool(config.get("allow_direct", False)),
+        "allow batched": bool(config.get("allow_batched", False)),
         "allow msg schedules": bool(config.get("allow_msg_schedules", False)),
         "messages": state.get("messages", 0),
         "bytes": state.get("bytes", 0),
@@ -158,6 +166,7 @@ def _changes(args: Mapping[str, Any]) -> dict[str, Any]:
         "max_msgs_per_subject": args["max_msgs_per_subject"],
         "max_msg_size": args["max_msg_size"],
         "allow_direct": args["allow_direct"],
+        "allow_batched": args["allow_batched"],
         "allow_msg_schedules": True if args["allow_msg_schedules"] else None,
     }
     if dupe_window is not None:
@@ -186,6 +195,7 @@ def add_command(
     max_msgs_per_subject: MaxPerSubject = None,
     max_msg_size: MaxMsgSize = None,
     allow_direct: AllowDirect = None,
+    allow_batched: AllowBatched = None,
     allow_msg_schedules: AllowSchedules = False,
     as_json: Json = False,
     *,
@@ -243,6 +253,7 @@ def edit_command(
     max_msgs_per_subject: MaxPerSubject = None,
     max_msg_size: MaxMsgSize = None,
     allow_direct: AllowDirect = None,
+    allow_batched: AllowBatched = None,
     allow_msg_schedules: AllowSchedules = False,
     as_json: Json = False,
     *,

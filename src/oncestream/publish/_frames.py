@@ -136,6 +136,17 @@ class AckTally:
         self.streams: set[str] = set()
         self.errors: list[BaseException] = []
 
+    def add_batched(self, stream: str, count: int) -> None:
+        """Count ``count`` messages a fast-ingest flow ack confirmed (no sequence, no flag)."""
+        self.stored += count
+        if stream not in self.streams:
+            self.streams.add(stream)
+
+    def saw_seq(self, seq: int) -> None:
+        """A stream sequence at or after every message counted so far (a batch's last)."""
+        if seq > self.max_seq:
+            self.max_seq = seq
+
     def add(self, stream: str, seq: int, duplicate: bool) -> None:
         """Count one PubAck."""
         if duplicate:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from .._errors import ConfigError
 from .._names import check_stream_name
@@ -38,6 +39,13 @@ class PublisherOptions:
         tracing: a PRODUCER span per message with its ``traceparent`` in the
             message's headers (:mod:`oncestream.tracing`; needs ``oncestream[otel]``).
             Off: no header, no cost.
+        ingest: ``"auto"`` sends first attempts as fast-ingest batches (one flow
+            ack per window instead of a PubAck per message) when the server is
+            2.14+ and ``stream`` sets ``allow_batched``, else with pipelined
+            acks; ``"fast"`` requires batches (``start()`` raises
+            :class:`ConfigError` naming why they are unavailable); ``"acks"``
+            always waits for each message's PubAck (its stream sequence and
+            duplicate flag). See :mod:`oncestream.publish._fast_ingest`.
 
     Raises:
         ConfigError: naming the bad value and what is allowed.
@@ -51,8 +59,11 @@ class PublisherOptions:
     stream: str | None = None
     check_window: bool = True
     tracing: bool = False
+    ingest: Literal["auto", "fast", "acks"] = "auto"
 
     def __post_init__(self) -> None:
+        if self.ingest not in ("auto", "fast", "acks"):
+            raise ConfigError(f"ingest must be 'auto', 'fast' or 'acks', got {self.ingest!r}")
         if not isinstance(self.tracing, bool):
             raise ConfigError(f"tracing must be True or False, got {self.tracing!r}")
         if isinstance(self.max_inflight, bool) or not isinstance(self.max_inflight, int):
@@ -119,12 +130,17 @@ class PubAck:
 
     ``duplicate`` is True when the stream already held a message with the
     same msg id (inside its duplicate window) and kept only that one.
+
+    ``batch`` is the fast-ingest batch id when a flow ack confirmed the
+    message (``PublisherOptions.ingest``): the server confirms a range, so
+    ``seq`` is then 0 and ``duplicate`` False, also for a de-duplicated copy.
     """
 
     stream: str
     seq: int
     duplicate: bool = False
     domain: str | None = None
+    batch: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -36,7 +36,16 @@ from .._errors import (
 )
 from .._headers import check_msg_id
 from .._nats import FrameSubscription, exception_retrieved, status_code
+from ..streams import server_version
 from ..tracing import tracer
+from ._fast_ingest import (
+    LINGER,
+    BatchTable,
+    FastBatch,
+    choose_ingest,
+    fast_template,
+    rereply,
+)
 from ._frames import (
     AckTally,
     HeaderValues,
@@ -60,6 +69,7 @@ log = logging.getLogger("oncestream.publisher")
 WRITE_BATCH_BYTES = 64 * 1024
 # One HPUB frame: subject, reply inbox + token, header length, total length, headers, data.
 _HPUB = b"HPUB %b %b%d %d %d\r\n%b%b\r\n"
+_FI_HPUB, _FI_HPUB_START = fast_template(_HPUB)
 _new_object = object.__new__
 _Future = asyncio.Future
 # Deadlines use the clock of asyncio's default loop, without the method call.
@@ -123,6 +133,21 @@ class Publisher:
         # server refuses (StreamMismatch) one whose subject another stream captures.
         self._expect = self.options.stream
         self._fast_hpub, self._fast_len = id_only_frame(self._expect)
+        self._fi_hpub, self._fi_hpub_start = fast_template(self._fast_hpub)
+        #: "fast" (first attempts in fast-ingest batches) or "acks", chosen in start().
+        self.ingest = "acks"
+        self._fast = BatchTable(
+            b"",
+            self._ack_timeout,
+            settle=self._confirm,
+            fail=self._fail,
+            to_acks=self._to_acks,
+            send=self._send_now,
+            wake=self._wake_all,
+            refuse=self._refuse_batches,
+        )
+        self._linger: asyncio.TimerHandle | None = None
+        self._linger_sent = 0
         self._tracer = tracer(self.options.tracing, "publisher")
         #: Called with the seconds from a message's last send to its PubAck
         #: (oncestream.metrics sets it; None costs one check per ack).
@@ -144,36 +169,52 @@ class Publisher:
         if self._closed:
             raise PublishError("this Publisher is closed")
         opts = self.options
+        config: dict[str, object] = {}
         if opts.stream is not None:
             info = await self.conn.stream_info(opts.stream)
-            window = int(info.get("config", {}).get("duplicate_window") or 0) / 1e9
+            config = info.get("config", {})
+            window = int(config.get("duplicate_window") or 0) / 1e9  # type: ignore[call-overload]
             self.duplicate_window = window
             if opts.check_window:
                 opts.check_window_fits(opts.stream, window)
-        self._loop = asyncio.get_running_loop()
         conn = self.conn
+        self.ingest, why = choose_ingest(opts.ingest, opts.stream, config, server_version(conn))
+        if opts.ingest == "fast" and self.ingest != "fast":
+            raise ConfigError(
+                f"ingest='fast' needs fast-ingest batches, but {why}: enable them with "
+                f"`oncestream stream edit {opts.stream or 'STREAM'} --allow-batched` "
+                "(nats-server 2.14+), or use ingest='auto'"
+            )
+        _log_ingest_once(opts.stream, self.ingest, why)
+        self._loop = asyncio.get_running_loop()
         self._max_payload = conn.max_payload
         inbox = conn.new_inbox() + "."
         self._inbox = inbox.encode()
         self._inbox_len = len(self._inbox)
-        # Replies bypass nats-py's Msg objects where the adapter can (see _nats).
-        self._sub = await conn.subscribe_frames(inbox + "*", self._on_reply)
+        # Replies bypass nats-py's Msg objects where the adapter can (see _nats). Fast
+        # batches reply to <inbox>F.<batch id>.<flow>.ok.<seq>.<op>.$FI, hence ">".
+        wildcard = inbox + (">" if self.ingest == "fast" else "*")
+        self._sub = await conn.subscribe_frames(wildcard, self._on_reply)
         # The server must know the reply subscription before the first ack; it
         # reports a refused subscription before it answers the flush's PING.
         await conn.flush()
-        denial = conn.subscription_denial(inbox + "*")
+        denial = conn.subscription_denial(wildcard)
         if denial is not None:
             await self._sub.unsubscribe()
             self._sub = None
             raise PermissionDenied(
                 f"the Publisher cannot receive PubAcks: the server refused the subscription to "
-                f"its reply inbox {inbox}* ({denial}); the user needs permission to subscribe "
+                f"its reply inbox {wildcard} ({denial}); the user needs permission to subscribe "
                 "to _INBOX.>"
             )
         self._multi_values = conn.multi_value_headers
         conn.on_reconnect(self._on_reconnect)
         conn.on_permission_denied(self._on_denied)
-        self._ticker = asyncio.create_task(self._table.run(), name="oncestream-publisher-ticker")
+        self._fast.inbox = self._inbox
+        tick = self._fast_tick if self.ingest == "fast" else None
+        self._ticker = asyncio.create_task(
+            self._table.run(tick), name="oncestream-publisher-ticker"
+        )
         self._started = True
 
     async def close(self) -> None:
@@ -190,6 +231,9 @@ class Publisher:
         finally:
             self._closed = True
             self._started = False
+            if self._linger is not None:
+                self._linger.cancel()
+                self._linger = None
             if self._ticker is not None:
                 self._ticker.cancel()
                 try:
@@ -316,6 +360,49 @@ class Publisher:
         size = hdr_len + len(data)
         if size > self._max_payload:
             raise too_large(msg_id, subject, size, self._max_payload)
+        if (
+            self.ingest == "fast"
+            and expected_stream == self._expect
+            and expected_last_seq is None
+            and expected_last_subject_seq is None
+            and expected_last_msg_id is None
+        ):
+            batch = self._fast.open
+            if (
+                batch is not None
+                and batch.seq < batch.window_end
+                and self._inflight < self._max_inflight
+            ):
+                if self._inflight == 0:
+                    self._idle.clear()
+                self._inflight += 1
+            else:
+                batch = await self._fast_slot(subject_bytes)
+            if batch is not None:
+                batch.seq = seq = batch.seq + 1
+                if hdr is None:
+                    template = self._fi_hpub if seq > 1 else self._fi_hpub_start
+                    cmd = template % (
+                        subject_bytes,
+                        batch.prefix,
+                        seq,
+                        hdr_len,
+                        size,
+                        id_bytes,
+                        data,
+                    )
+                else:
+                    template = _FI_HPUB if seq > 1 else _FI_HPUB_START
+                    cmd = template % (subject_bytes, batch.prefix, seq, hdr_len, size, hdr, data)
+                future: asyncio.Future[PubAck] = _Future(loop=self._loop)
+                batch.entries[seq] = Pending(
+                    cmd, future, msg_id, subject, _monotonic() + self._ack_timeout
+                )
+                self._sent += 1
+                self._queue_fast(cmd)
+                if span is not None:
+                    future.add_done_callback(self._tracer.ack_callback(span))  # type: ignore[union-attr]
+                return future
         if self._inflight >= self._max_inflight:
             if not self.options.backpressure:
                 raise too_many_inflight(self._inflight, self._max_inflight)
@@ -338,7 +425,7 @@ class Publisher:
             )
         else:
             cmd = _HPUB % (subject_bytes, self._inbox, token, hdr_len, size, hdr, data)
-        future: asyncio.Future[PubAck] = _Future(loop=self._loop)
+        future = _Future(loop=self._loop)
         self._pending[token] = Pending(
             cmd, future, msg_id, subject, _monotonic() + self._ack_timeout
         )
@@ -378,6 +465,8 @@ class Publisher:
             )
         if self._tracer is not None:
             return await self._publish_each(subjects, datas, msg_ids, tally)
+        if self.ingest == "fast":
+            return await self._publish_many_fast(subjects, datas, msg_ids, tally)
         futures: list[asyncio.Future[PubAck]] = []
         append_future = futures.append
         sent = 0
@@ -432,6 +521,97 @@ class Publisher:
                 loop.call_soon(self._write_out)  # type: ignore[union-attr]
         return futures
 
+    async def _publish_many_fast(
+        self,
+        subjects: Sequence[str],
+        datas: Sequence[bytes],
+        msg_ids: Sequence[str],
+        tally: AckTally | None,
+    ) -> list[asyncio.Future[PubAck]]:
+        """publish_many into fast-ingest batches (first attempts; see _fast_ingest)."""
+        futures: list[asyncio.Future[PubAck]] = []
+        append_future = futures.append
+        sent = 0
+        cache = self._subjects
+        fixed = self._fast_len
+        append_t, start_t = self._fi_hpub, self._fi_hpub_start
+        loop, max_payload, timeout = self._loop, self._max_payload, self._ack_timeout
+        max_inflight = self._max_inflight
+        batch = self._fast.open
+        out = self._out
+        try:
+            for index, (subject, data, msg_id) in enumerate(
+                zip(subjects, datas, msg_ids, strict=True)
+            ):
+                if type(msg_id) is not str or not (
+                    msg_id.isprintable() and msg_id and msg_id[0] != " " and msg_id[-1] != " "
+                ):
+                    check_msg_id(msg_id)  # is_clean_msg_id inlined; this names the reason
+                subject_bytes = cache.get(subject)
+                if subject_bytes is None:
+                    subject_bytes = self._check_subject(subject)
+                id_bytes = msg_id.encode()
+                hdr_len = fixed + len(id_bytes)
+                size = hdr_len + len(data)
+                if size > max_payload:
+                    raise too_large(msg_id, subject, size, max_payload)
+                if (
+                    batch is None
+                    or batch is not self._fast.open
+                    or batch.seq >= batch.window_end
+                    or self._inflight >= max_inflight
+                ):
+                    batch = await self._fast_slot(subject_bytes)
+                    out = self._out  # _write_out swapped the list
+                    max_payload = self._max_payload
+                    if batch is None:  # batches were turned off meanwhile
+                        self._sent += sent
+                        sent = 0
+                        rest = await self.publish_many(
+                            subjects[index:], datas[index:], msg_ids[index:], tally=tally
+                        )
+                        return futures + rest
+                else:
+                    if self._inflight == 0:
+                        self._idle.clear()
+                    self._inflight += 1
+                if tally is not None and tally not in batch.tallies:
+                    batch.tallies.append(tally)
+                sent += 1
+                batch.seq = seq = batch.seq + 1
+                cmd = (append_t if seq > 1 else start_t) % (
+                    subject_bytes,
+                    batch.prefix,
+                    seq,
+                    hdr_len,
+                    size,
+                    id_bytes,
+                    data,
+                )
+                if tally is None:
+                    future: asyncio.Future[PubAck] = _Future(loop=loop)
+                    batch.entries[seq] = Pending(
+                        cmd, future, msg_id, subject, _monotonic() + timeout
+                    )
+                    append_future(future)
+                else:
+                    batch.entries[seq] = Pending(
+                        cmd, tally, msg_id, subject, _monotonic() + timeout
+                    )
+                out.append(cmd)
+                self._out_size += len(cmd)
+                if self._out_size >= WRITE_BATCH_BYTES:
+                    self._write_out()
+                    out = self._out
+        finally:
+            self._sent += sent
+            if self._out and not self._write_scheduled:
+                self._write_scheduled = True
+                loop.call_soon(self._write_out)  # type: ignore[union-attr]
+            if sent and self._linger is None:
+                self._arm_linger()
+        return futures
+
     async def _publish_each(
         self,
         subjects: Sequence[str],
@@ -458,6 +638,8 @@ class Publisher:
                 of the first failure since the previous flush whose future nobody
                 retrieved; a note gives the number of such failures.
         """
+        if self._fast.open is not None:
+            self._fast.end(self._fast.open)
         self._write_out()
         if self._inflight:
             try:
@@ -527,6 +709,9 @@ class Publisher:
         try:
             token = int(subject[self._inbox_len :])
         except ValueError:
+            if self._fast.batches:
+                status = status_code(headers) if headers is not None else None
+                self._fast.reply(bytes(subject[self._inbox_len + 2 :]), data, status)
             return
         entry = self._pending.pop(token, None)
         if entry is None:
@@ -599,7 +784,11 @@ class Publisher:
         """The server refused a publish (no PubAck will come): fail that subject's publishes now."""
         if kind != "publish":
             return
-        for table in (self._pending, self._waiting):
+        for table in (
+            self._pending,
+            self._waiting,
+            *(b.entries for b in self._fast.batches.values()),
+        ):
             doomed = [t for t, e in table.items() if e.subject.lower() == subject]
             for token in doomed:
                 entry = table.pop(token)
@@ -609,6 +798,9 @@ class Publisher:
         if self._closed or not self._started:
             return
         self._max_payload = self.conn.max_payload
+        # The batches' unconfirmed messages join the ack path's re-send, in send order
+        # (the server may still hold those batches: they end by its inactivity timeout).
+        self._fast.drop_all()
         self._table.resend_all()
 
     def _queue(self, cmd: bytes) -> None:
@@ -616,11 +808,159 @@ class Publisher:
         self._out_size += len(cmd)
 
     def _abandon(self, exc: PublishError) -> None:
+        self._fast.fail_all(exc)
         self._table.abandon(exc)
         for waiter in self._permit_waiters:
             if not waiter.done():
                 waiter.set_result(None)
         self._permit_waiters = []
+
+    # ------------------------------------------------------------------ fast-ingest batches
+
+    async def _fast_slot(self, subject: bytes) -> FastBatch | None:
+        """The open batch once it may take one more message (counted in flight).
+
+        Opens a batch when none is open; waits while its flow window or
+        ``max_inflight`` is full. None when batches were turned off meanwhile
+        (the server refused them): the caller uses the ack path.
+        """
+        while True:
+            if self._closed:
+                raise PublishError("this Publisher is closed")
+            if self.ingest != "fast":
+                return None
+            batch = self._fast.open
+            if batch is None:
+                batch = self._fast.new(subject)
+                if batch is None:
+                    return None  # the server stopped answering batches: ack path for now
+            if batch.seq < batch.window_end and self._inflight < self._max_inflight:
+                if self._inflight == 0:
+                    self._idle.clear()
+                self._inflight += 1
+                return batch
+            if self._inflight >= self._max_inflight and not self.options.backpressure:
+                raise too_many_inflight(self._inflight, self._max_inflight)
+            # The queued frames must reach the server, or no flow ack will come.
+            self._write_out()
+            waiter: asyncio.Future[None] = self._loop.create_future()  # type: ignore[union-attr]
+            self._permit_waiters.append(waiter)
+            await waiter
+
+    def _queue_fast(self, cmd: bytes) -> None:
+        self._out.append(cmd)
+        self._out_size += len(cmd)
+        if self._out_size >= WRITE_BATCH_BYTES:
+            self._write_out()
+        elif not self._write_scheduled:
+            self._write_scheduled = True
+            self._loop.call_soon(self._write_out)  # type: ignore[union-attr]
+        if self._linger is None:
+            self._arm_linger()
+
+    def _arm_linger(self) -> None:
+        self._linger_sent = self._sent
+        self._linger = self._loop.call_later(LINGER, self._on_linger)  # type: ignore[union-attr]
+
+    def _on_linger(self) -> None:
+        """End the open batch once nothing was published for LINGER (its tail is then acked)."""
+        self._linger = None
+        batch = self._fast.open
+        if batch is None or self._closed:
+            return
+        if self._sent != self._linger_sent or self._permit_waiters:
+            self._arm_linger()  # still publishing, or waiting for a flow ack that will come
+            return
+        self._fast.end(batch)
+
+    def _fast_tick(self) -> None:
+        self._fast.tick(stalled=bool(self._permit_waiters))
+
+    def _send_now(self, frame: bytes) -> None:
+        self._queue(frame)
+        self._write_out()
+
+    def _refuse_batches(self, exc: JetStreamError) -> None:
+        if self.ingest == "fast":
+            self.ingest = "acks"
+            log.warning(
+                "publisher to stream %r: fast-ingest batches refused (%s, err_code %d); "
+                "using pipelined acks from now on",
+                self._expect,
+                exc,
+                exc.err_code,
+            )
+
+    def _wake_all(self) -> None:
+        waiters, self._permit_waiters = self._permit_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _to_acks(self, entries: list[Pending], *, send: bool = True) -> None:
+        """Re-send ``entries`` as their next attempt on the pipelined-ack path."""
+        if not entries:
+            return
+        inbox, table = self._inbox, self._table
+        for entry in entries:
+            self._token = token = self._token + 1
+            entry.cmd = rereply(entry.cmd, inbox + b"%d" % token)
+            table.adopt(token, entry, send=send)
+        if send:
+            log.debug("publisher re-sent %d messages a fast batch did not confirm", len(entries))
+            self._write_out()
+
+    def _confirm(self, batch: FastBatch, entries: list[Pending]) -> None:
+        """Resolve entries a flow ack (or the batch's PubAck) confirmed as stored."""
+        if not entries:
+            return
+        ack = _new_object(PubAck)
+        fields = ack.__dict__
+        fields["stream"] = stream = self._expect or ""
+        fields["seq"] = 0
+        fields["duplicate"] = False
+        fields["domain"] = None
+        fields["batch"] = batch.id.decode()
+        observer = self.ack_observer
+        now = _monotonic() + self._ack_timeout
+        tally: AckTally | None = None
+        run = 0
+        for entry in entries:
+            future = entry.future
+            if type(future) is AckTally:  # publish_many(tally=): count runs, not messages
+                if future is not tally:
+                    if tally is not None:
+                        tally.add_batched(stream, run)
+                    tally, run = future, 0
+                run += 1
+            elif not future.done():  # type: ignore[union-attr]
+                future.set_result(ack)  # type: ignore[union-attr]
+            if observer is not None:
+                observer(max(now - entry.deadline, 0.0))
+        if tally is not None:
+            tally.add_batched(stream, run)
+        count = len(entries)
+        self._acked += count
+        self._inflight -= count
+        if self._inflight == 0:
+            self._idle.set()
+        if self._permit_waiters:
+            self._wake_all()
+
+
+def _log_ingest_once(stream: str | None, ingest: str, why: str) -> None:
+    """Log the Publisher's ingest path once per process and stream (a Spark task each)."""
+    key = (stream, ingest)
+    if key in _LOGGED:
+        return
+    _LOGGED.add(key)
+    if ingest == "fast":
+        log.info("publisher to stream %r: fast-ingest batches (%s)", stream, why)
+    else:
+        log.info("publisher to stream %r: pipelined acks (%s)", stream, why)
+
+
+_LOGGED: set[tuple[str | None, str]] = set()
 
 
 def _tally_callback(tally: AckTally) -> Callable[[asyncio.Future[PubAck]], None]:

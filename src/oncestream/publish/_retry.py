@@ -140,6 +140,20 @@ class RetryTable:
             ),
         )
 
+    def adopt(self, token: int, entry: Pending, *, send: bool = True) -> None:
+        """Take over an entry the fast-ingest batch did not confirm, as its next attempt.
+
+        ``entry.cmd`` must already reply to ``token``. With ``send`` it is queued
+        now (the caller writes); without, it waits in ``pending`` for
+        :meth:`resend_all` (after a reconnect). A last attempt gives up instead.
+        """
+        if entry.attempts >= self.options.max_attempts:
+            self.give_up(entry)
+        elif send:
+            self._resend(token, entry, _monotonic())
+        else:
+            self.pending[token] = entry
+
     def _resend(self, token: int, entry: Pending, now: float) -> None:
         entry.attempts += 1
         entry.deadline = now + self.options.ack_timeout
@@ -171,8 +185,11 @@ class RetryTable:
                 log.debug("publisher re-sent %d unacknowledged messages", len(due))
                 self._write()
 
-    async def run(self) -> None:
-        """Check deadlines a few times per ack timeout (and per shortest backoff), forever."""
+    async def run(self, tick: Callable[[], None] | None = None) -> None:
+        """Check deadlines a few times per ack timeout (and per shortest backoff), forever.
+
+        ``tick()``, when given, runs at every check (the fast-ingest batches' timeouts).
+        """
         opts = self.options
         interval = min(opts.ack_timeout / 4, 0.25)
         shortest = min(opts.retry_backoff)
@@ -183,6 +200,8 @@ class RetryTable:
             await asyncio.sleep(interval)
             if self.pending or self.waiting:
                 self.check_timeouts()
+            if tick is not None:
+                tick()
 
     def resend_all(self) -> None:
         """After a reconnect: the old connection's acks are lost; re-send in the original order."""

@@ -77,6 +77,10 @@ class StreamSpec:
         max_msgs, max_bytes, max_msgs_per_subject: limits (-1 = none).
         replicas: 1, 3 or 5 in a cluster.
         allow_direct: enable direct get (fast reads, last-by-subject lookups).
+        allow_batched: accept fast-ingest batches (nats-server 2.14+; a
+            :class:`~oncestream.Publisher` then sends them by default, see
+            ``PublisherOptions.ingest``). Raises the stream's required API level,
+            so servers older than 2.14 in a cluster cannot host it.
         mirror: mirror another stream instead of capturing subjects.
         sources: aggregate other streams.
         extra: further raw API config keys.
@@ -96,6 +100,7 @@ class StreamSpec:
     max_msgs_per_subject: int = -1
     replicas: int = 1
     allow_direct: bool = True
+    allow_batched: bool = False
     mirror: StreamSource | None = None
     sources: tuple[StreamSource, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
@@ -112,6 +117,8 @@ class StreamSpec:
             raise ConfigError("a mirror stream cannot also have subjects or sources")
         if self.mirror is None and not self.sources and not self.subjects:
             raise ConfigError(f"stream {self.name!r} needs subjects, a mirror or sources")
+        if self.allow_batched and self.mirror is not None:
+            raise ConfigError("a mirror stream cannot allow batched publishing (allow_batched)")
         if self.replicas not in (1, 2, 3, 4, 5):
             raise ConfigError(f"replicas must be 1..5, got {self.replicas!r}")
 
@@ -137,6 +144,8 @@ class StreamSpec:
             config["mirror_direct"] = self.allow_direct
         if self.sources:
             config["sources"] = [source.to_api() for source in self.sources]
+        if self.allow_batched:
+            config["allow_batched"] = True
         config.update(self.extra)
         return config
 

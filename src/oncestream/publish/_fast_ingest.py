@@ -1,0 +1,370 @@
+"""Fast-ingest batches (ADR-50, nats-server >= 2.14): one flow ack per window, not one PubAck each.
+
+A stream with ``allow_batched: true`` accepts a *fast batch*: ordinary
+publishes whose reply subject carries the batch state,
+``<inbox>F.<batch id>.<flow>.ok.<batch seq>.<op>.$FI``. The server stores each
+message as it arrives (a fast batch is not atomic), applies every header
+check and the ``Nats-Msg-Id`` de-duplication to each one on its own, and
+answers with ``{"type":"ack","seq":S,"msgs":M}`` every M messages: everything
+of the batch up to S is stored. The client keeps at most
+``MAX_OUTSTANDING_ACKS`` windows outstanding (the server enforces none) and
+ends the batch with an empty end-of-batch message (op 3), answered by a
+PubAck with ``batch`` and ``count``.
+
+The Publisher sends a message's *first* attempt in the open batch. Anything
+the batch does not confirm (a reported gap, a plain error reply, a batch the
+server forgot after a restart or its 10 s inactivity timeout, a reconnect, no
+flow ack within ``ack_timeout``) is re-sent with the same msg id on the
+pipelined-ack path, where the duplicate window de-duplicates it exactly as
+any retry. Gap mode ``ok`` keeps the batch going past a lost or refused
+message, so one bad message fails alone with its typed error.
+
+What the server confirms is a range, not a sequence per message: a PubAck
+resolved by a flow ack has ``seq`` 0 and ``batch`` set, and ``duplicate`` is
+False even for a de-duplicated copy. Callers that need each message's
+sequence (the CLI's resume record, producer sessions) use ``ingest="acks"``
+or per-message ``Nats-Expected-Last-*`` checks, which always take the
+pipelined-ack path.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from .._errors import JetStreamError, jetstream_error
+from ._frames import Pending
+
+__all__ = [
+    "BATCH_LEVEL_ERRORS",
+    "ERR_BATCH_UNKNOWN",
+    "ERR_TOO_MANY_REQUESTS",
+    "FAST_INGEST_SINCE",
+    "FLOW",
+    "LINGER",
+    "MAX_OUTSTANDING_ACKS",
+    "BatchTable",
+    "FastBatch",
+    "choose_ingest",
+    "control_frame",
+    "fast_template",
+    "parse_reply",
+    "rereply",
+]
+
+log = logging.getLogger("oncestream.publisher")
+_monotonic = time.monotonic
+
+FAST_INGEST_SINCE = (2, 14)
+#: The most messages the server may store between two flow acks (the server's own
+#: cap for a stream with one fast batch is 500; it halves it per extra batch).
+FLOW = 500
+#: Flow windows the client may have outstanding before it waits (ADR-50 advises 1-2).
+MAX_OUTSTANDING_ACKS = 2
+#: Seconds without a new publish after which the open batch is ended (EOB), so that
+#: the tail of a burst is confirmed at once rather than at the next window.
+LINGER = 0.002
+
+#: nats-server's error codes for a fast batch as a whole.
+ERR_BATCH_DISABLED = 10205  # the stream does not allow batched publishing (any more)
+ERR_BATCH_UNKNOWN = 10208  # the server forgot the batch: restart, or 10 s inactivity
+ERR_BATCH_INFLIGHT = 10211  # too many batches in flight on the stream or server
+BATCH_LEVEL_ERRORS = frozenset({ERR_BATCH_DISABLED, ERR_BATCH_UNKNOWN, ERR_BATCH_INFLIGHT})
+#: The stream's ingest queue was full and dropped this one message (HTTP 429).
+ERR_TOO_MANY_REQUESTS = 10167
+
+_OP_START, _OP_APPEND, _OP_EOB, _OP_PING = b"0", b"1", b"3", b"4"
+_SUFFIX = b".$FI"
+
+
+def choose_ingest(
+    requested: str, stream: str | None, config: dict[str, Any], version: tuple[int, ...] | None
+) -> tuple[str, str]:
+    """``("fast" | "acks", why)`` for a Publisher's ``ingest`` option and its target stream.
+
+    Args:
+        requested: ``"auto"``, ``"fast"`` or ``"acks"``.
+        stream: the target stream (None: no stream option, so no stream config).
+        config: the stream's config from its info (``{}`` without a stream).
+        version: the connected server's version, None when it did not say.
+    """
+    if requested == "acks":
+        return "acks", "ingest='acks'"
+    if stream is None:
+        return "acks", "no target stream (the stream option) to check for allow_batched"
+    if version is not None and version[:2] < FAST_INGEST_SINCE:
+        return "acks", (
+            f"nats-server {'.'.join(map(str, version))} is older than "
+            f"{FAST_INGEST_SINCE[0]}.{FAST_INGEST_SINCE[1]}"
+        )
+    if not config.get("allow_batched"):
+        return "acks", f"stream {stream!r} does not set allow_batched"
+    return "fast", f"stream {stream!r} allows batched publishing"
+
+
+def fast_template(template: bytes) -> tuple[bytes, bytes]:
+    """Append and start variants of an ``HPUB subject <inbox><token> ...`` template.
+
+    The reply's ``%b%d`` (inbox, token) becomes ``%b%d.1.$FI`` (batch prefix,
+    batch sequence, op append) and ``%b%d.0.$FI`` (op start).
+    """
+    head, sep, rest = template.partition(b"\r\n")
+    assert head.count(b"%b%d ") == 1, head
+    append = head.replace(b"%b%d ", b"%b%d." + _OP_APPEND + _SUFFIX + b" ")
+    start = head.replace(b"%b%d ", b"%b%d." + _OP_START + _SUFFIX + b" ")
+    return append + sep + rest, start + sep + rest
+
+
+def rereply(cmd: bytes, reply: bytes) -> bytes:
+    """The same PUB/HPUB frame with another reply subject (a re-send on the ack path)."""
+    head, sep, rest = cmd.partition(b"\r\n")
+    parts = head.split(b" ")
+    parts[2] = reply
+    return b" ".join(parts) + sep + rest
+
+
+def control_frame(subject: bytes, prefix: bytes, seq: int, op: bytes) -> bytes:
+    """An empty end-of-batch (op 3) or ping (op 4) message of a batch."""
+    return b"PUB %b %b%d.%b%b 0\r\n\r\n" % (subject, prefix, seq, op, _SUFFIX)
+
+
+def parse_reply(tail: bytes) -> tuple[bytes, int] | None:
+    """``(batch id, batch seq)`` of a reply subject after ``<inbox>F.``; None if not ours."""
+    parts = tail.split(b".")
+    if len(parts) != 6 or parts[5] != b"$FI":
+        return None
+    try:
+        return parts[0], int(parts[3])
+    except ValueError:
+        return None
+
+
+class FastBatch:
+    """One fast batch: its reply prefix, the messages not yet confirmed, its flow window.
+
+    ``seq`` is the last batch sequence sent; ``window_end`` the last one that
+    may be sent before the next flow ack (1 until the server's first reply,
+    which ADR-50 requires the client to wait for); ``entries`` the
+    unconfirmed messages by batch sequence, in send order.
+    """
+
+    __slots__ = (
+        "acked",
+        "ending",
+        "entries",
+        "id",
+        "prefix",
+        "seq",
+        "subject",
+        "tallies",
+        "window_end",
+    )
+
+    def __init__(self, inbox: bytes) -> None:
+        self.id = secrets.token_hex(8).encode()
+        self.prefix = b"%bF.%b.%d.ok." % (inbox, self.id, FLOW)
+        self.seq = 0
+        self.window_end = 1
+        #: Entries up to here are confirmed (or were moved to the ack path).
+        self.acked = 0
+        self.ending = False
+        self.entries: dict[int, Pending] = {}
+        #: The subject of the first message: end-of-batch and ping go there (the
+        #: stream must capture the subject of every message of the batch).
+        self.subject = b""
+        #: AckTally objects of publish_many calls in this batch (for the final seq).
+        self.tallies: list[Any] = []
+
+    def eob(self) -> bytes:
+        """The end-of-batch frame; the batch takes no more messages."""
+        self.ending = True
+        return control_frame(self.subject, self.prefix, self.seq + 1, _OP_EOB)
+
+    def ping(self) -> bytes:
+        """A ping: the server answers with its latest flow ack, or reports a gap."""
+        return control_frame(self.subject, self.prefix, self.seq, _OP_PING)
+
+    def take_upto(self, seq: int) -> list[Pending]:
+        """Remove and return the unconfirmed entries with batch sequence <= ``seq``."""
+        if seq <= self.acked:
+            return []
+        pop = self.entries.pop
+        done = [pop(key, None) for key in range(self.acked + 1, seq + 1)]
+        self.acked = seq
+        return [entry for entry in done if entry is not None]
+
+    def take_range(self, first: int, end: int) -> list[Pending]:
+        """Remove and return the entries with ``first <= batch sequence < end``."""
+        entries = self.entries
+        return [entries.pop(key) for key in range(first, end) if key in entries]
+
+
+class BatchTable:
+    """A Publisher's fast batches: the open one, those ending, and what their replies mean.
+
+    Args:
+        inbox: the Publisher's reply inbox (every batch's reply prefix starts with it).
+        ack_timeout: seconds a message may wait for its flow ack before its batch
+            is given up (its unconfirmed messages go to the ack path).
+        settle: ``settle(batch, entries)`` resolves entries confirmed as stored.
+        fail: ``fail(entry, exc)`` completes an entry with an error.
+        to_acks: ``to_acks(entries, send=)`` re-sends entries on the ack path.
+        send: ``send(frame)`` writes a control frame (end-of-batch, ping) now.
+        wake: ``wake()`` lets publishes waiting for a window re-check.
+        refuse: ``refuse(exc)``: the stream refuses batches; stop opening them.
+    """
+
+    def __init__(
+        self,
+        inbox: bytes,
+        ack_timeout: float,
+        *,
+        settle: Callable[[FastBatch, list[Pending]], None],
+        fail: Callable[[Pending, BaseException], None],
+        to_acks: Callable[..., None],
+        send: Callable[[bytes], None],
+        wake: Callable[[], None],
+        refuse: Callable[[JetStreamError], None],
+    ) -> None:
+        self.inbox = inbox
+        self.ack_timeout = ack_timeout
+        self.batches: dict[bytes, FastBatch] = {}
+        self.open: FastBatch | None = None
+        #: No new batch before this (monotonic): after a batch got no flow ack in
+        #: ack_timeout, or a reconnect, the ack path keeps the producer going.
+        self.paused_until = 0.0
+        self._settle, self._fail, self._to_acks = settle, fail, to_acks
+        self._send, self._wake, self._refuse = send, wake, refuse
+
+    def new(self, subject: bytes) -> FastBatch | None:
+        """Open a batch whose control messages go to ``subject``; None while paused."""
+        if self.paused_until > _monotonic():
+            return None
+        batch = self.open = FastBatch(self.inbox)
+        batch.subject = subject
+        self.batches[batch.id] = batch
+        return batch
+
+    def end(self, batch: FastBatch) -> None:
+        """Send the end-of-batch message; its PubAck confirms the rest (or names a gap)."""
+        if self.open is batch:
+            self.open = None
+        if batch.ending:
+            return
+        if batch.seq == 0:
+            self.batches.pop(batch.id, None)
+            return
+        self._send(batch.eob())
+        self._wake()
+
+    def drop(self, batch: FastBatch, *, send: bool = True) -> None:
+        """Give up on a batch: its unconfirmed messages go to the ack path, same msg ids."""
+        self.batches.pop(batch.id, None)
+        if self.open is batch:
+            self.open = None
+        entries = [batch.entries[key] for key in sorted(batch.entries)]
+        batch.entries.clear()
+        self._to_acks(entries, send=send)
+        self._wake()
+
+    def drop_all(self) -> None:
+        """After a reconnect: every unconfirmed message joins the ack path's re-send."""
+        for batch in list(self.batches.values()):
+            # The server may still hold the batch: it ends by its inactivity timeout.
+            self.drop(batch, send=False)
+        self.paused_until = _monotonic() + self.ack_timeout
+
+    def fail_all(self, exc: BaseException) -> None:
+        """Fail every unconfirmed message with ``exc`` (the Publisher closes)."""
+        for batch in self.batches.values():
+            for entry in batch.entries.values():
+                self._fail(entry, exc)
+            batch.entries.clear()
+        self.batches.clear()
+        self.open = None
+
+    def reply(self, tail: bytes, data: bytes | bytearray, status: bytes | None) -> None:
+        """A reply to ``<inbox>F.<tail>``: a flow ack, gap, error or the batch's PubAck."""
+        parsed = parse_reply(tail)
+        if parsed is None:
+            return
+        batch = self.batches.get(parsed[0])
+        if batch is None:
+            return  # a batch given up on: its messages are on the ack path
+        seq = parsed[1]
+        if status == b"503":  # no responders: retried (and looked up) on the ack path
+            entry = batch.entries.pop(seq, None)
+            if entry is not None:
+                self._to_acks([entry])
+            return
+        try:
+            response = orjson.loads(data)
+            kind = response.get("type")
+            if kind == "ack":
+                acked = int(response["seq"])
+                self._settle(batch, batch.take_upto(acked))
+                batch.window_end = acked + max(1, int(response["msgs"])) * MAX_OUTSTANDING_ACKS
+                self._wake()
+            elif kind == "gap":
+                lost = batch.take_range(int(response["last_seq"]), int(response["seq"]))
+                log.debug("fast batch gap: re-sending %d messages on the ack path", len(lost))
+                self._to_acks(lost)
+            elif kind == "err":
+                entry = batch.entries.pop(int(response["seq"]), None)
+                if entry is not None:
+                    self._fail(entry, jetstream_error(response["error"]))
+            elif "batch" in response:  # the batch's PubAck: it ended
+                self.batches.pop(batch.id, None)
+                if self.open is batch:
+                    self.open = None
+                if "seq" in response:
+                    for tally in batch.tallies:
+                        tally.saw_seq(int(response["seq"]))
+                self._settle(batch, batch.take_upto(int(response.get("count", 0))))
+                self.drop(batch)  # anything after count was not stored
+            elif "error" in response:
+                self._error(batch, seq, jetstream_error(response["error"]))
+            else:  # a server that treated $FI as a plain reply stored just this message
+                entry = batch.entries.pop(seq, None)
+                if entry is not None:
+                    self._settle(batch, [entry])
+        except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):
+            log.debug("malformed fast-batch reply %r", bytes(data[:200]))
+
+    def _error(self, batch: FastBatch, seq: int, exc: JetStreamError) -> None:
+        """A plain error reply to message ``seq`` of a batch."""
+        if exc.err_code in BATCH_LEVEL_ERRORS:
+            if exc.err_code != ERR_BATCH_UNKNOWN:  # refused, not forgotten
+                self._refuse(exc)
+            self.drop(batch)
+            return
+        entry = batch.entries.pop(seq, None)
+        if entry is None:
+            return
+        if exc.err_code == ERR_TOO_MANY_REQUESTS:  # dropped by a full ingest queue
+            self._to_acks([entry])
+        else:
+            self._fail(entry, exc)
+
+    def tick(self, stalled: bool) -> None:
+        """Ping a batch without recent flow acks; give up on one past the ack timeout."""
+        if not self.batches:
+            return
+        now = _monotonic()
+        for batch in list(self.batches.values()):
+            if not batch.entries:
+                if batch.ending:
+                    self.batches.pop(batch.id, None)  # nothing left to confirm
+                continue
+            oldest = batch.entries[min(batch.entries)]
+            if oldest.deadline <= now:
+                log.debug("no flow ack within ack_timeout: fast batch given up")
+                self.paused_until = now + self.ack_timeout
+                self.drop(batch)
+            elif stalled and oldest.deadline - now < self.ack_timeout * 2 / 3:
+                self._send(batch.ping())
