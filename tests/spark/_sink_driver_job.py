@@ -27,6 +27,7 @@ from oncestream.spark._sink import JetStreamStreamWriter
 def main() -> None:
     url, checkpoint, ids, kill = sys.argv[1:5]
     subject = sys.argv[5] if len(sys.argv) > 5 else "out.orders"
+    ingest = sys.argv[6] if len(sys.argv) > 6 else "auto"
     mode, _, at = kill.partition(":")
     kill_batch = int(at) if at else -1
 
@@ -73,6 +74,7 @@ def main() -> None:
         .option("stream", "OUT")
         .option("ackTimeout", "200ms")
         .option("maxAttempts", "3")
+        .option("ingest", ingest)
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start()

@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from oncestream.server import NatsServer
 from oncestream.spark._session import scratch_root
 from oncestream.streams import StreamSpec
@@ -39,6 +41,7 @@ def run_job(
     kill: str,
     subject: str = "out.orders",
     spark_log: Path | None = None,
+    ingest: str = "auto",
 ) -> int:
     # This checkout's sources first: the venv may have another checkout installed (worktrees).
     path = os.pathsep.join((str(ROOT / "src"), str(ROOT)))
@@ -46,7 +49,7 @@ def run_job(
     if spark_log is not None:
         env["ONCESTREAM_SPARK_LOG"] = str(spark_log)
     proc = subprocess.Popen(
-        [sys.executable, str(JOB), url, str(checkpoint), ids, kill, subject],
+        [sys.executable, str(JOB), url, str(checkpoint), ids, kill, subject, ingest],
         env=env,
         start_new_session=True,
         stdout=subprocess.DEVNULL,
@@ -67,45 +70,61 @@ def run_job(
     return proc.returncode
 
 
-def test_killed_before_commit_inside_dedup_window(nats_server: NatsServer, tmp_path: Path) -> None:
+#: The sink on both Publisher paths; "fast" refuses to run without batches (no silent fallback).
+INGEST = pytest.mark.parametrize("ingest", ["acks", "fast"])
+
+
+@INGEST
+def test_killed_before_commit_inside_dedup_window(
+    nats_server: NatsServer, tmp_path: Path, ingest: str
+) -> None:
     url = nats_server.url
     make_streams(
         url,
         StreamSpec(name="IN", subjects=("in.>",)),
-        StreamSpec(name="OUT", subjects=("out.>",), duplicate_window=120.0),
+        StreamSpec(
+            name="OUT",
+            subjects=("out.>",),
+            duplicate_window=120.0,
+            allow_batched=ingest == "fast",
+        ),
     )
     publish_orders(url, "IN", "in.orders", 2000)
     checkpoint = tmp_path / "chk"
-    assert run_job(url, checkpoint, "lineage", "before:1") == -9
+    assert run_job(url, checkpoint, "lineage", "before:1", ingest=ingest) == -9
     # The killed JVM's scratch files are in its driver's folder, not loose in /tmp.
     killed = scratch_root() / str(DRIVERS[-1])
     assert any(p.name.startswith("blockmgr-") for p in killed.iterdir()), list(killed.iterdir())
     # Batch 1 was written, neither the sink nor Spark committed it.
     assert stream_state(url, "OUT")["messages"] == 1000
-    assert run_job(url, checkpoint, "lineage", "none", spark_log=tmp_path / "spark.log") == 0
+    log = tmp_path / "spark.log"
+    assert run_job(url, checkpoint, "lineage", "none", spark_log=log, ingest=ingest) == 0
     assert not killed.exists(), "the next local_session removes a killed driver's scratch"
     report = run_audit(url, "IN", "stream:OUT", key="lineage")
     assert report.ok, report.to_dict()
     assert stream_state(url, "OUT")["messages"] == 2000
 
 
-def test_killed_outside_dedup_window(nats_server: NatsServer, tmp_path: Path) -> None:
+@INGEST
+def test_killed_outside_dedup_window(nats_server: NatsServer, tmp_path: Path, ingest: str) -> None:
     """Position ids, a 1 s window and restarts after it expired: only the sink's records help."""
     url = nats_server.url
     make_streams(
         url,
         StreamSpec(name="IN", subjects=("in.>",)),
-        StreamSpec(name="OUT", subjects=("out.>",), duplicate_window=1.0),
+        StreamSpec(
+            name="OUT", subjects=("out.>",), duplicate_window=1.0, allow_batched=ingest == "fast"
+        ),
     )
     publish_orders(url, "IN", "in.orders", 2000)
     checkpoint = tmp_path / "chk"
-    assert run_job(url, checkpoint, "position", "before:1") == -9
+    assert run_job(url, checkpoint, "position", "before:1", ingest=ingest) == -9
     assert stream_state(url, "OUT")["messages"] == 1000
     time.sleep(1.5)  # let the 1 s duplicate window expire: the server can no longer help
-    assert run_job(url, checkpoint, "position", "after:2") == -9
+    assert run_job(url, checkpoint, "position", "after:2", ingest=ingest) == -9
     assert stream_state(url, "OUT")["messages"] == 1500
     time.sleep(1.5)
-    assert run_job(url, checkpoint, "position", "none") == 0
+    assert run_job(url, checkpoint, "position", "none", ingest=ingest) == 0
     report = run_audit(url, "IN", "stream:OUT", key="field:order_id")
     assert report.ok, report.to_dict()
     assert stream_state(url, "OUT")["messages"] == 2000

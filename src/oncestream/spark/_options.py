@@ -56,6 +56,7 @@ PUBLISHER_OPTIONS = {
     "retryBackoff": "retry_backoff",
     "stream": "stream",
     "checkWindow": "check_window",
+    "ingest": "ingest",
 }
 
 #: Options Spark itself may pass to a data source.

@@ -49,6 +49,7 @@ SINK_OPTIONS = (
     "createStreamStorage",
     "createStreamReplicas",
     "createStreamDuplicateWindow",
+    "createStreamAllowBatched",
 )
 
 
@@ -100,7 +101,8 @@ class SinkOptions:
         checkpoint: the query's ``checkpointLocation`` (Spark passes it along).
         create_stream: the target stream to create when it is missing
             (``createStream=true`` with ``createStreamSubjects``, ``createStreamStorage``,
-            ``createStreamReplicas``, ``createStreamDuplicateWindow``); an existing
+            ``createStreamReplicas``, ``createStreamDuplicateWindow``,
+            ``createStreamAllowBatched``); an existing
             stream is never changed.
 
     Raises:
@@ -171,6 +173,7 @@ _CREATE_KEYS = {
     "createstreamstorage": "createStreamStorage",
     "createstreamreplicas": "createStreamReplicas",
     "createstreamduplicatewindow": "createStreamDuplicateWindow",
+    "createstreamallowbatched": "createStreamAllowBatched",
 }
 
 
@@ -204,12 +207,16 @@ def _create_stream_spec(lowered: Mapping[str, str], stream: str | None) -> Strea
     window = parse_duration(
         "createStreamDuplicateWindow", lowered.get("createstreamduplicatewindow", "2m")
     )
+    batched = parse_bool(
+        "createStreamAllowBatched", lowered.get("createstreamallowbatched", "false")
+    )
     return StreamSpec(
         name=stream,
         subjects=subjects,
         storage="memory" if storage == "memory" else "file",
         replicas=replicas,
         duplicate_window=window,
+        allow_batched=batched,
     )
 
 
