@@ -30,18 +30,22 @@ from oncestream.streams import StreamSpec
 
 CASES = (
     "publisher",
+    "publisher-fast",
     "producer-batch",
     "processor-sqlite",
     "processor-postgres",
     "spark-source",
     "spark-sink",
+    "spark-sink-fast",
 )
-WRITE_CASES = ("publisher", "producer-batch", "spark-sink")
+WRITE_CASES = ("publisher", "publisher-fast", "producer-batch", "spark-sink", "spark-sink-fast")
+#: Cases on a stream with allow_batched: the Publisher's fast-ingest path (required, not auto).
+FAST_CASES = ("publisher-fast", "spark-sink-fast")
 SUBJECT = "scale.x"
 
 
 def scale_spec(
-    name: str, *, duplicate_window: float, storage: str, atomic: bool = False
+    name: str, *, duplicate_window: float, storage: str, atomic: bool = False, batched: bool = False
 ) -> StreamSpec:
     """The one stream config every case (and nats.go) runs against."""
     return StreamSpec(
@@ -49,6 +53,7 @@ def scale_spec(
         subjects=("scale.>",),
         storage=storage,  # type: ignore[arg-type]
         duplicate_window=duplicate_window,
+        allow_batched=batched,
         extra={"allow_atomic": True} if atomic else {},
     )
 
@@ -142,11 +147,14 @@ async def _processor(url: str, n: int, stream: str, pg_url: str | None) -> dict[
 
 def run_case(args: argparse.Namespace) -> dict[str, Any]:
     conf = spark_conf(args.spark_memory)
-    if args.case == "publisher":
+    if args.case in ("publisher", "publisher-fast"):
+        ingest = "fast" if args.case == "publisher-fast" else "acks"
         rate = asyncio.run(
-            measure_publisher_async(args.url, args.n, args.stream, fresh=False, subject=SUBJECT)
+            measure_publisher_async(
+                args.url, args.n, args.stream, fresh=False, subject=SUBJECT, ingest=ingest
+            )
         )
-        return {"rate": rate}
+        return {"rate": rate, "ingest": ingest}
     if args.case == "producer-batch":
         return asyncio.run(_producer(args.url, args.n, args.stream, args.batch))
     if args.case == "processor-sqlite":
@@ -161,11 +169,22 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
         got = spark_read(args.url, args.n, stream=args.stream, methods=("consumer",), conf=conf)
         rate, seconds = got["consumer"]
         return {"rate": rate, "seconds": seconds, "spark_memory": args.spark_memory}
-    if args.case == "spark-sink":
+    if args.case in ("spark-sink", "spark-sink-fast"):
         from bench.bench_spark_sink import sink_rate
 
-        spec = scale_spec(args.stream, duplicate_window=args.duplicate_window, storage=args.storage)
-        rate = sink_rate(args.url, args.n, stream=args.stream, partitions=2, conf=conf, spec=spec)
+        fast = args.case == "spark-sink-fast"
+        spec = scale_spec(
+            args.stream, duplicate_window=args.duplicate_window, storage=args.storage, batched=fast
+        )
+        rate = sink_rate(
+            args.url,
+            args.n,
+            stream=args.stream,
+            partitions=2,
+            conf=conf,
+            spec=spec,
+            ingest="fast" if fast else "acks",
+        )
         return {"rate": rate, "spark_memory": args.spark_memory, "tasks": 2}
     raise SystemExit(f"unknown case {args.case!r} (allowed: {', '.join(CASES)})")
 

@@ -8,12 +8,22 @@ from typing import Any
 #: Which nats.go case each oncestream path is compared with (same N, same server config).
 PEER = {
     "publisher": "nats.go publish",
+    "publisher-fast": "nats.go publish",
+    "spark-sink-fast": "nats.go publish",
     "producer-batch": "nats.go publish",
     "spark-sink": "nats.go publish",
     "spark-source": "nats.go ordered",
     "processor-sqlite": "nats.go fetch+ack",
     "processor-postgres": "nats.go fetch+ack",
 }
+
+
+#: The sink beside the Publisher on the same ingest path (the issue-24 bar: >= 1.0x).
+SAME_PATH = {"spark-sink": "publisher", "spark-sink-fast": "publisher-fast"}
+
+
+def _us(value: Any) -> str:
+    return "" if value is None else f"{value:.2f}"
 
 
 def _mib(value: Any) -> str:
@@ -57,18 +67,22 @@ def write_markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         " 128-byte messages.\n"
     )
     lines.append(
-        "| path | N | rate (msg/s) | vs nats.go | vs smallest N | client peak RSS (MiB) |"
+        "| path | N | rate (msg/s) | vs nats.go | vs smallest N | CPU client (µs/msg) |"
+        " CPU server (µs/msg) | client peak RSS (MiB) |"
         " vs smallest N | server peak RSS (MiB) | store (MiB) | ledger after pruning | notes |"
     )
-    lines.append("|---|---:|---:|---|---:|---:|---:|---:|---:|---|---|")
+    lines.append("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for r in records:
         if "error" in r:
-            lines.append(f"| {r['path']} | {r['n']:,} | failed | | | | | | | | {_notes(r)} |")
+            lines.append(f"| {r['path']} | {r['n']:,} | failed | | | | | | | | | | {_notes(r)} |")
             continue
         peer = PEER.get(r["path"])
         ratio = ""
         if peer and (peer, r["n"]) in rate:
             ratio = f"{r['rate'] / rate[(peer, r['n'])]:.2f}x {peer}"
+        own = SAME_PATH.get(r["path"])
+        if own and (own, r["n"]) in rate:
+            ratio += f"; {r['rate'] / rate[(own, r['n'])]:.2f}x {own}"
         base = smallest[r["path"]]
         scale = f"{r['rate'] / base['rate']:.2f}x" if base is not r else ""
         rss = ""
@@ -76,6 +90,7 @@ def write_markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             rss = f"{r['client_rss_mib'] / base['client_rss_mib']:.2f}x"
         lines.append(
             f"| {r['path']} | {r['n']:,} | {r['rate']:,.0f} | {ratio} | {scale} |"
+            f" {_us(r.get('client_cpu_us'))} | {_us(r.get('server_cpu_us'))} |"
             f" {_mib(r.get('client_rss_mib'))} | {rss} | {_mib(r.get('server_rss_mib'))} |"
             f" {_mib(r.get('store_mib'))} | {_ledger(r)} | {_notes(r)} |"
         )

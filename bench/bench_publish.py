@@ -73,18 +73,25 @@ async def _nats_py_async(url: str, n: int) -> float:
 
 
 async def measure_publisher_async(
-    url: str, n: int, stream: str = "BPUB", *, fresh: bool = True, subject: str | None = None
+    url: str,
+    n: int,
+    stream: str = "BPUB",
+    *,
+    fresh: bool = True,
+    subject: str | None = None,
+    ingest: str = "auto",
 ) -> float:
     """Publish ``n`` unique 128-byte messages with the Publisher; msg/s.
 
     ``fresh``: (re)create ``stream`` with the default spec first; False publishes into
     the existing stream (whose subjects must capture ``subject``, default ``<stream>.x``).
+    ``ingest``: the Publisher's path (``"fast"`` needs a stream with allow_batched).
     """
     if fresh:
         await _fresh_stream(url, stream)
     subject = subject or f"{stream.lower()}.x"
     async with await connect(ConnectOptions(servers=(url,))) as conn:
-        pub = Publisher(conn, PublisherOptions(stream=stream))
+        pub = Publisher(conn, PublisherOptions(stream=stream, ingest=ingest))  # type: ignore[arg-type]
         await pub.start()
         start = time.perf_counter()
         for i in range(n):

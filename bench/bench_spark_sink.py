@@ -65,6 +65,7 @@ def sink_rate(
     spec: StreamSpec | None = None,
     cpu: dict[str, float] | None = None,
     repeats: int = 1,
+    ingest: str = "auto",
 ) -> float:
     """Rows/s of ``df.write.format("jetstream")`` of ``rows`` 128-byte rows (after a warm-up).
 
@@ -91,7 +92,7 @@ def sink_rate(
         def write(df: object) -> None:
             df.write.format("jetstream").option("servers", url).option(  # type: ignore[attr-defined]
                 "stream", stream
-            ).mode("append").save()
+            ).option("ingest", ingest).mode("append").save()
 
         asyncio.run(_stream(url, stream, spec=spec))
         # Start and import the Python workers, and let the JVM compile the write path

@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -32,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._scale_cases import CASES, WRITE_CASES, scale_spec
+from bench._scale_cases import CASES, FAST_CASES, WRITE_CASES, scale_spec
 from bench._scale_report import plot, write_markdown
 from bench.bench_publish import measure_publisher_async
 
@@ -73,26 +74,63 @@ def _tree(pid: int) -> list[int]:
     return pids
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of ``pid`` (its own threads, not its children)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
 class Poller:
-    """Peak summed RSS of a process tree and peak RSS of the server, sampled every 100 ms."""
+    """Peak RSS and CPU seconds of a process tree and of the server, sampled every 100 ms.
+
+    ``client_cpu`` is the last sample of every process seen in its tree (the
+    JVM and Python workers of the Spark cases included; a process's last
+    < 100 ms before it exits are missed; run_measured takes the larger of it
+    and the exact CPU of what the case process reaped); the server's is the
+    difference of its CPU seconds from the start of the case to the end.
+    Both include start-up (a Python interpreter's imports, a JVM's), which
+    weighs at 10^5 and fades by 10^6.
+    """
 
     def __init__(self, client: int, server: int | None) -> None:
         self.client, self.server = client, server
         self.client_peak = self.server_peak = 0
+        self.cpu: dict[int, float] = {}
+        self.server_start = _cpu_seconds(server) if server else None
+        self.server_cpu = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.client_peak = max(self.client_peak, sum(_rss_kib(p) for p in _tree(self.client)))
+            tree = _tree(self.client)
+            self.client_peak = max(self.client_peak, sum(_rss_kib(p) for p in tree))
+            for pid in tree:
+                seconds = _cpu_seconds(pid)
+                if seconds is not None:
+                    self.cpu[pid] = seconds
             if self.server:
                 self.server_peak = max(self.server_peak, _rss_kib(self.server))
             self._stop.wait(0.1)
 
+    @property
+    def client_cpu(self) -> float:
+        return sum(self.cpu.values())
+
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+        if self.server and self.server_start is not None:
+            end = _cpu_seconds(self.server)
+            self.server_cpu = (end - self.server_start) if end is not None else 0.0
 
 
 def _store_bytes(server: NatsServer) -> int:
@@ -106,6 +144,7 @@ def run_measured(cmd: list[str], server: NatsServer, timeout: float) -> dict[str
     """Run one case process; its CASE-JSON / nats.go JSON plus RSS figures."""
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(HERE.parent))
     started = time.monotonic()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     poller = Poller(proc.pid, server.pid)
     out = err = ""
@@ -117,24 +156,46 @@ def run_measured(cmd: list[str], server: NatsServer, timeout: float) -> dict[str
         err += f"\ntimed out after {timeout:.0f}s"
     finally:
         poller.stop()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # Exact for the case process and whatever it reaped; the samples add a JVM it did not.
+    reaped = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    client_cpu = max(reaped, poller.client_cpu)
     record: dict[str, Any] = {"wall_seconds": round(time.monotonic() - started, 2)}
     line = next((x for x in out.splitlines() if x.startswith(("CASE-JSON ", '{"case"'))), None)
     if proc.returncode != 0 or line is None:
         record["error"] = (err or out)[-1500:]
         return record
     record.update(json.loads(line.removeprefix("CASE-JSON ")))
+    n = int(record.get("messages") or record.get("n") or 0) or _n_of(cmd)
+    if n:
+        record["client_cpu_us"] = round(client_cpu / n * 1e6, 2)
+        record["server_cpu_us"] = round(poller.server_cpu / n * 1e6, 2)
     record["client_rss_mib"] = round(poller.client_peak / 1024, 1)
     record["server_rss_mib"] = round(poller.server_peak / 1024, 1)
     record["store_mib"] = round(_store_bytes(server) / MIB, 1)
     return record
 
 
+def _n_of(cmd: list[str]) -> int:
+    """The N of a case's command line (``--n N`` or nats.go's ``-n N``)."""
+    for flag in ("--n", "-n"):
+        if flag in cmd:
+            return int(cmd[cmd.index(flag) + 1])
+    return 0
+
+
 async def make_stream(
-    url: str, *, duplicate_window: float, storage: str, atomic: bool = False
+    url: str, *, duplicate_window: float, storage: str, atomic: bool = False, batched: bool = False
 ) -> None:
     """Create stream SCALE with the one config every case runs against (``scale_spec``)."""
     async with await connect(ConnectOptions(servers=(url,))) as conn:
-        spec = scale_spec(STREAM, duplicate_window=duplicate_window, storage=storage, atomic=atomic)
+        spec = scale_spec(
+            STREAM,
+            duplicate_window=duplicate_window,
+            storage=storage,
+            atomic=atomic,
+            batched=batched,
+        )
         await ensure_stream(conn, spec)
 
 
@@ -190,21 +251,24 @@ def measure_n(n: int, cases: list[str], args: argparse.Namespace, pg: Postgres |
             print(f"    FAILED: {rec['error'][-600:]}", flush=True)
         else:
             print(
-                f"    {rec['rate']:,.0f} msg/s, client {rec['client_rss_mib']} MiB,"
-                f" server {rec['server_rss_mib']} MiB, store {rec['store_mib']} MiB",
+                f"    {rec['rate']:,.0f} msg/s, CPU client {rec.get('client_cpu_us')} us/msg,"
+                f" server {rec.get('server_cpu_us')} us/msg; RSS client"
+                f" {rec['client_rss_mib']} MiB, server {rec['server_rss_mib']} MiB,"
+                f" store {rec['store_mib']} MiB",
                 flush=True,
             )
         records.append(rec)
 
     for case in [c for c in cases if c in WRITE_CASES or c == "nats.go publish"]:
         with NatsServer() as server:
-            if case != "spark-sink":  # the sink recreates the stream itself, same spec
+            if not case.startswith("spark-sink"):  # the sink recreates it itself, same spec
                 asyncio.run(
                     make_stream(
                         server.url,
                         duplicate_window=args.duplicate_window,
                         storage=args.storage,
                         atomic=case == "producer-batch",
+                        batched=case in FAST_CASES,
                     )
                 )
             add(case, server)
