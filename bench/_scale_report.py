@@ -82,7 +82,7 @@ def write_markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             ratio = f"{r['rate'] / rate[(peer, r['n'])]:.2f}x {peer}"
         own = SAME_PATH.get(r["path"])
         if own and (own, r["n"]) in rate:
-            ratio += f"; {r['rate'] / rate[(own, r['n'])]:.2f}x {own}"
+            ratio += ("; " if ratio else "") + f"{r['rate'] / rate[(own, r['n'])]:.2f}x {own}"
         base = smallest[r["path"]]
         scale = f"{r['rate'] / base['rate']:.2f}x" if base is not r else ""
         rss = ""
