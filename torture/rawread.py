@@ -18,6 +18,7 @@ import base64
 import json
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,19 +85,27 @@ async def read_raw(
 
 
 async def _read(url: str, stream: str, domain: str | None) -> RawRead:
+    keys: Counter[str] = Counter()
+    state = await _walk(url, stream, domain, lambda _seq, key: keys.update((key,)))
+    return RawRead(keys, int(state["messages"]), int(state["first_seq"]), int(state["last_seq"]))
+
+
+async def _walk(
+    url: str, stream: str, domain: str | None, visit: Callable[[int, str], object]
+) -> dict[str, Any]:
+    """``visit(seq, key)`` for every stored message of ``stream``; its ``STREAM.INFO`` state."""
     prefix = api(domain)
     async with RawClient(url, timeout=10.0) as raw:
         info = await _request(raw, f"{prefix}.STREAM.INFO.{stream}", {})
         if "error" in info:
             raise RuntimeError(f"STREAM.INFO {stream}: {info['error']}")
-        state = info["state"]
+        state: dict[str, Any] = info["state"]
         first, last = int(state["first_seq"]), int(state["last_seq"])
         subject = f"{prefix}.STREAM.MSG.GET.{stream}"
         seqs = list(range(first, last + 1)) if int(state["messages"]) else []
         answers = await raw.request_many(
             [(subject, json.dumps({"seq": s}).encode()) for s in seqs], window=512
         )
-        keys: Counter[str] = Counter()
         for seq, (header, payload) in zip(seqs, answers, strict=True):
             if not payload:
                 raise RuntimeError(f"seq {seq}: no answer ({header[:60]!r})")
@@ -109,8 +118,24 @@ async def _read(url: str, stream: str, domain: str | None) -> RawRead:
             message = answer["message"]
             if int(message["seq"]) != seq:
                 raise RuntimeError(f"asked for seq {seq}, got {message['seq']}")
-            keys[record_key(base64.b64decode(message.get("data") or ""))] += 1
-    return RawRead(keys, int(state["messages"]), first, last)
+            visit(seq, record_key(base64.b64decode(message.get("data") or "")))
+    return state
+
+
+async def seq_of(servers: list[str], stream: str, key: str, *, domain: str | None) -> int | None:
+    """The stream sequence holding record ``key`` (None: not stored, or no server answered).
+
+    The ``drop-acked`` sabotage needs it for records confirmed by a fast-ingest
+    flow ack, which confirms a range and names no sequence per message.
+    """
+    found: list[int] = []
+    for url in servers:
+        try:
+            await _walk(url, stream, domain, lambda seq, k: found.append(seq) if k == key else None)
+        except (OSError, TimeoutError, RuntimeError, ValueError):
+            continue
+        return found[0] if found else None
+    return None
 
 
 async def delete_msg(servers: list[str], stream: str, seq: int, *, domain: str | None) -> bool:

@@ -154,8 +154,14 @@ class Topology:
 
     async def _create_streams(self) -> None:
         replicas = 3 if self.clustered else 1
+        # allow_batched: the producers' Publishers send first attempts as fast-ingest
+        # batches (issue 24), so the campaign's faults land on that path.
         spec = StreamSpec(
-            name=STREAM, subjects=(f"{SUBJECT}.>",), replicas=replicas, duplicate_window=300.0
+            name=STREAM,
+            subjects=(f"{SUBJECT}.>",),
+            replicas=replicas,
+            duplicate_window=300.0,
+            allow_batched=True,
         )
         # A fresh cluster drops API requests until it has a meta leader (~0.4 s): a
         # short request timeout retries soon instead of waiting the default 5 s.

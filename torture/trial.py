@@ -48,7 +48,7 @@ from .nemesis import (
 )
 from .nemesis import schedule as fault_schedule
 from .netns import Net
-from .rawread import delete_msg, read_raw, record_key
+from .rawread import delete_msg, read_raw, record_key, seq_of
 from .topology import HUB_STREAM, STREAM, SUBJECT, Topology
 from .workers import EFFECTS, EFFECTS_COLUMNS
 
@@ -378,9 +378,14 @@ class Trial:
         victim = acked[len(acked) // 2]
         assert self.topo is not None
         target = self.topo.producer_target()
-        if await delete_msg(target["servers"], STREAM, victim["seq"], domain=target["domain"]):
+        seq = int(victim["seq"])
+        if seq == 0:  # confirmed by a fast-ingest flow ack: a range, no sequence of its own
+            seq = (
+                await seq_of(target["servers"], STREAM, victim["key"], domain=target["domain"]) or 0
+            )
+        if seq and await delete_msg(target["servers"], STREAM, seq, domain=target["domain"]):
             self._sabotaged = True
-            self._note("sabotage", victim["key"], f"drop-acked (seq {victim['seq']})")
+            self._note("sabotage", victim["key"], f"drop-acked (seq {seq})")
         else:
             await asyncio.sleep(0.5)
 

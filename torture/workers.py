@@ -140,6 +140,7 @@ async def run_publisher(cfg: dict[str, Any]) -> int:
         ack_timeout=2.0,
         max_attempts=30,
         retry_backoff=(0.1, 0.5, 1.0),
+        ingest="fast",  # the stream allows batches (topology.py): refuse to fall back
     )
 
     async def started() -> tuple[Any, Publisher]:

@@ -452,6 +452,9 @@ def publish_command(
         ack_timeout=parse_duration("--ack-timeout", ack_timeout),
         max_attempts=max_attempts,
         tracing=trace,
+        # The resume record keeps the stream sequence each record was stored at,
+        # which fast-ingest batches do not report per message.
+        ingest="acks",
     )
     if trace:
         configure_from_env("oncestream-publish")

@@ -113,7 +113,8 @@ class ProducerSession:
         base = options or PublisherOptions()
         # Every attempt carries the same sequence check, so at most one can be
         # stored whatever the duplicate window: the window guard does not apply.
-        self.options = replace(base, stream=stream, check_window=False)
+        # Each record's stored sequence is the next one's expectation: PubAcks, no batches.
+        self.options = replace(base, stream=stream, check_window=False, ingest="acks")
         self._publisher = Publisher(conn, self.options)
         # Where the session's records are: the last one read back, the next appended.
         self._log = SubjectLog(conn, stream, self.subject, publisher=self._publisher)
