@@ -86,11 +86,15 @@ async def test_a_lone_publish_is_confirmed_without_waiting_for_more(conn, make_s
     assert len(await read_back(conn, "FILONE")) == 3
 
 
+@pytest.mark.parametrize("other_batched", [True, False])
 async def test_a_subject_of_another_stream_fails_typed_and_stores_nothing_there(
-    conn, make_stream
+    conn, make_stream, other_batched: bool
 ) -> None:
+    # Only a batch's first message carries Nats-Expected-Stream: a later one that
+    # reaches another stream is refused there as part of a batch that stream never saw
+    # (or as a batch at all, when it does not allow them), and the re-send carries it.
     await make_stream("FIMINE", ("fimine.>",), allow_batched=True)
-    await make_stream("FIOTHER", ("fiother.>",), allow_batched=True)
+    await make_stream("FIOTHER", ("fiother.>",), allow_batched=other_batched)
     opts = PublisherOptions(stream="FIMINE", ingest="fast")
     async with Publisher(conn, opts) as pub:
         first = await pub.publish("fiother.x", b"wrong", msg_id="o0")  # opens the batch
@@ -102,9 +106,38 @@ async def test_a_subject_of_another_stream_fails_typed_and_stores_nothing_there(
                 await future
         await asyncio.gather(*good)
         await pub.flush()  # both failures were retrieved above: nothing left to raise
+        # One stray message does not turn batches off for the rest.
+        assert pub.ingest == "fast"
     info = await conn.stream_info("FIOTHER")
     assert info["state"]["messages"] == 0
     assert_exactly_once(await read_back(conn, "FIMINE"), {f"g{i}" for i in range(100)})
+
+
+@pytest.mark.parametrize("other_batched", [True, False])
+async def test_a_stray_subject_after_the_batch_went_bare_is_refused_and_re_sent_typed(
+    conn, make_stream, other_batched: bool
+) -> None:
+    # Past its first flow ack a batch's messages leave Nats-Expected-Stream out; one of
+    # them on another stream's subject must still store nothing there.
+    await make_stream("FIBARE", ("fibare.>",), allow_batched=True)
+    await make_stream("FISTRAY", ("fistray.>",), allow_batched=other_batched)
+    n, stray = 9000, 7000
+    subjects = ["fibare.x"] * n
+    subjects[stray] = "fistray.x"
+    ids = [f"b{i}" for i in range(n)]
+    async with Publisher(conn, PublisherOptions(stream="FIBARE", ingest="fast")) as pub:
+        futures = await pub.publish_many(subjects, [b"z"] * n, ids)
+        with pytest.raises(StreamMismatch):
+            await futures[stray]
+        await asyncio.gather(*futures[:stray], *futures[stray + 1 :])
+        await pub.flush()
+        assert pub.ingest == "fast"
+    assert (await conn.stream_info("FISTRAY"))["state"]["messages"] == 0
+    stored = await read_back(conn, "FIBARE")
+    assert_exactly_once(stored, set(ids) - {ids[stray]})
+    # The first message of the batch carried the header, the late ones did not.
+    assert stored[0].headers.get("Nats-Expected-Stream") == "FIBARE"
+    assert "Nats-Expected-Stream" not in stored[-1].headers
 
 
 async def test_per_message_expectations_take_the_ack_path_and_return_the_sequence(

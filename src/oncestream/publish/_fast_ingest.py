@@ -123,11 +123,24 @@ def fast_template(template: bytes) -> tuple[bytes, bytes]:
     return append + sep + rest, start + sep + rest
 
 
-def rereply(cmd: bytes, reply: bytes) -> bytes:
-    """The same PUB/HPUB frame with another reply subject (a re-send on the ack path)."""
+def rereply(cmd: bytes, reply: bytes, expect: bytes = b"") -> bytes:
+    """The same PUB/HPUB frame with another reply subject (a re-send on the ack path).
+
+    ``expect`` is the ``Nats-Expected-Stream: NAME\r\n`` line: added to an HPUB
+    frame's headers when they lack it (a batch's later messages are sent without
+    it, see :func:`~oncestream.publish._frames.id_only_frame`'s caller), so no
+    re-send can land in another stream.
+    """
     head, sep, rest = cmd.partition(b"\r\n")
     parts = head.split(b" ")
     parts[2] = reply
+    if expect and parts[0] == b"HPUB":
+        hdr_len = int(parts[3])
+        if expect not in rest[:hdr_len]:
+            end = hdr_len - 2  # before the blank line that ends the header block
+            rest = rest[:end] + expect + rest[end:]
+            parts[3] = b"%d" % (hdr_len + len(expect))
+            parts[4] = b"%d" % (int(parts[4]) + len(expect))
     return b" ".join(parts) + sep + rest
 
 
@@ -158,6 +171,7 @@ class FastBatch:
 
     __slots__ = (
         "acked",
+        "bare",
         "ending",
         "entries",
         "id",
@@ -173,6 +187,12 @@ class FastBatch:
         self.prefix = b"%bF.%b.%d.ok." % (inbox, self.id, FLOW)
         self.seq = 0
         self.window_end = 1
+        #: Whether later messages may leave out Nats-Expected-Stream: set by the first
+        #: flow ack past message 1, which (carrying the header) was then stored in the
+        #: batch's stream, so that stream is ours. Until then every message carries it:
+        #: a batch whose first message reached another stream lives there, and that
+        #: stream would store the rest (a refused message 1 ends the batch, see reply).
+        self.bare = False
         #: Entries up to here are confirmed (or were moved to the ack path).
         self.acked = 0
         self.ending = False
@@ -214,6 +234,7 @@ class BatchTable:
         inbox: the Publisher's reply inbox (every batch's reply prefix starts with it).
         ack_timeout: seconds a message may wait for its flow ack before its batch
             is given up (its unconfirmed messages go to the ack path).
+        stream: the target stream (errors from other streams concern one message).
         settle: ``settle(batch, entries)`` resolves entries confirmed as stored.
         fail: ``fail(entry, exc)`` completes an entry with an error.
         to_acks: ``to_acks(entries, send=)`` re-sends entries on the ack path.
@@ -227,6 +248,7 @@ class BatchTable:
         inbox: bytes,
         ack_timeout: float,
         *,
+        stream: str | None = None,
         settle: Callable[[FastBatch, list[Pending]], None],
         fail: Callable[[Pending, BaseException], None],
         to_acks: Callable[..., None],
@@ -236,6 +258,9 @@ class BatchTable:
     ) -> None:
         self.inbox = inbox
         self.ack_timeout = ack_timeout
+        #: The Publisher's target stream: an error answered by any other stream is about
+        #: one message that reached it, not about the batch.
+        self.stream = stream
         self.batches: dict[bytes, FastBatch] = {}
         self.open: FastBatch | None = None
         #: No new batch before this (monotonic): after a batch got no flow ack in
@@ -300,6 +325,17 @@ class BatchTable:
         if batch is None:
             return  # a batch given up on: its messages are on the ack path
         seq = parsed[1]
+        try:
+            self._reply(batch, seq, data, status)
+        finally:
+            if seq == 1 and (status is not None or b"error" in data) and batch.id in self.batches:
+                # Message 1 was refused: the batch lives in another stream, or in none
+                # (no flow ack may ever come). Give it up; the next publish opens another.
+                self.drop(batch)
+
+    def _reply(
+        self, batch: FastBatch, seq: int, data: bytes | bytearray, status: bytes | None
+    ) -> None:
         if status == b"503":  # no responders: retried (and looked up) on the ack path
             entry = batch.entries.pop(seq, None)
             if entry is not None:
@@ -310,6 +346,8 @@ class BatchTable:
             kind = response.get("type")
             if kind == "ack":
                 acked = int(response["seq"])
+                if acked >= 1:
+                    batch.bare = True
                 self._settle(batch, batch.take_upto(acked))
                 batch.window_end = acked + max(1, int(response["msgs"])) * MAX_OUTSTANDING_ACKS
                 self._wake()
@@ -331,6 +369,14 @@ class BatchTable:
                 self._settle(batch, batch.take_upto(int(response.get("count", 0))))
                 self.drop(batch)  # anything after count was not stored
             elif "error" in response:
+                if self.stream and response.get("stream") not in (None, self.stream):
+                    # Another stream refused one message: it was not stored anywhere, and
+                    # the batch is fine. The ack path's re-send, with the header, gets the
+                    # typed StreamMismatch.
+                    entry = batch.entries.pop(seq, None)
+                    if entry is not None:
+                        self._to_acks([entry])
+                    return
                 self._error(batch, seq, jetstream_error(response["error"]))
             else:  # a server that treated $FI as a plain reply stored just this message
                 entry = batch.entries.pop(seq, None)

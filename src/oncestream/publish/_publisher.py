@@ -34,7 +34,7 @@ from .._errors import (
     PublishError,
     jetstream_error,
 )
-from .._headers import check_msg_id
+from .._headers import EXPECTED_STREAM, check_msg_id
 from .._nats import FrameSubscription, exception_retrieved, status_code
 from ..streams import server_version
 from ..tracing import tracer
@@ -133,12 +133,24 @@ class Publisher:
         # server refuses (StreamMismatch) one whose subject another stream captures.
         self._expect = self.options.stream
         self._fast_hpub, self._fast_len = id_only_frame(self._expect)
+        # Once a fast batch's first message (with Nats-Expected-Stream) is confirmed
+        # stored, its later messages leave the header out (FastBatch.bare): one that
+        # reaches another stream names a batch that stream never saw, and is refused
+        # (err 10208) unstored. That saves the server a header check and 25-40 bytes per
+        # message (~6% more msg/s); every re-send on the ack path carries it again.
+        bare, bare_len = id_only_frame(None)
         self._fi_hpub, self._fi_hpub_start = fast_template(self._fast_hpub)
+        self._fi_bare = fast_template(bare)[0]
+        self._fi_shrink = self._fast_len - bare_len
+        self._expect_line = b""
+        if self._expect is not None:
+            self._expect_line = b"%b: %b\r\n" % (EXPECTED_STREAM.encode(), self._expect.encode())
         #: "fast" (first attempts in fast-ingest batches) or "acks", chosen in start().
         self.ingest = "acks"
         self._fast = BatchTable(
             b"",
             self._ack_timeout,
+            stream=self._expect,
             settle=self._confirm,
             fail=self._fail,
             to_acks=self._to_acks,
@@ -381,16 +393,27 @@ class Publisher:
             if batch is not None:
                 batch.seq = seq = batch.seq + 1
                 if hdr is None:
-                    template = self._fi_hpub if seq > 1 else self._fi_hpub_start
-                    cmd = template % (
-                        subject_bytes,
-                        batch.prefix,
-                        seq,
-                        hdr_len,
-                        size,
-                        id_bytes,
-                        data,
-                    )
+                    if batch.bare:
+                        shrink = self._fi_shrink
+                        cmd = self._fi_bare % (
+                            subject_bytes,
+                            batch.prefix,
+                            seq,
+                            hdr_len - shrink,
+                            size - shrink,
+                            id_bytes,
+                            data,
+                        )
+                    else:
+                        cmd = (self._fi_hpub if seq > 1 else self._fi_hpub_start) % (
+                            subject_bytes,
+                            batch.prefix,
+                            seq,
+                            hdr_len,
+                            size,
+                            id_bytes,
+                            data,
+                        )
                 else:
                     template = _FI_HPUB if seq > 1 else _FI_HPUB_START
                     cmd = template % (subject_bytes, batch.prefix, seq, hdr_len, size, hdr, data)
@@ -533,8 +556,8 @@ class Publisher:
         append_future = futures.append
         sent = 0
         cache = self._subjects
-        fixed = self._fast_len
-        append_t, start_t = self._fi_hpub, self._fi_hpub_start
+        fixed, shrink = self._fast_len, self._fi_shrink
+        append_t, start_t, bare_t = self._fi_hpub, self._fi_hpub_start, self._fi_bare
         loop, max_payload, timeout = self._loop, self._max_payload, self._ack_timeout
         max_inflight = self._max_inflight
         batch = self._fast.open
@@ -579,15 +602,26 @@ class Publisher:
                     batch.tallies.append(tally)
                 sent += 1
                 batch.seq = seq = batch.seq + 1
-                cmd = (append_t if seq > 1 else start_t) % (
-                    subject_bytes,
-                    batch.prefix,
-                    seq,
-                    hdr_len,
-                    size,
-                    id_bytes,
-                    data,
-                )
+                if batch.bare:
+                    cmd = bare_t % (
+                        subject_bytes,
+                        batch.prefix,
+                        seq,
+                        hdr_len - shrink,
+                        size - shrink,
+                        id_bytes,
+                        data,
+                    )
+                else:
+                    cmd = (append_t if seq > 1 else start_t) % (
+                        subject_bytes,
+                        batch.prefix,
+                        seq,
+                        hdr_len,
+                        size,
+                        id_bytes,
+                        data,
+                    )
                 if tally is None:
                     future: asyncio.Future[PubAck] = _Future(loop=loop)
                     batch.entries[seq] = Pending(
@@ -901,10 +935,10 @@ class Publisher:
         """Re-send ``entries`` as their next attempt on the pipelined-ack path."""
         if not entries:
             return
-        inbox, table = self._inbox, self._table
+        inbox, table, expect = self._inbox, self._table, self._expect_line
         for entry in entries:
             self._token = token = self._token + 1
-            entry.cmd = rereply(entry.cmd, inbox + b"%d" % token)
+            entry.cmd = rereply(entry.cmd, inbox + b"%d" % token, expect)
             table.adopt(token, entry, send=send)
         if send:
             log.debug("publisher re-sent %d messages a fast batch did not confirm", len(entries))
