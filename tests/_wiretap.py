@@ -4,7 +4,10 @@ Tests use it to prove what reached the wire: that a password never left the
 client towards a server without TLS, or that the first bytes after the
 server's INFO were a TLS ClientHello. The upstream can be switched and the
 open connections cut, so a client reconnects to another server through the
-same address (a downgrade on reconnect).
+same address (a downgrade on reconnect). Either direction can be held (bytes
+wait in the relay): held replies and then a cut lose acks the server sent
+for what it stored; held requests and then a cut lose what the client sent
+before the server saw it.
 
 Example::
 
@@ -43,6 +46,10 @@ class WireTap:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._closed = False
+        # Per direction (True: client -> server): set while bytes flow.
+        self._flowing = {True: threading.Event(), False: threading.Event()}
+        for event in self._flowing.values():
+            event.set()
         self._accepting = threading.Thread(target=self._accept, daemon=True)
         self._accepting.start()
 
@@ -57,9 +64,22 @@ class WireTap:
         for sock in sockets:
             _close(sock)
 
+    def hold(self, *, replies: bool = True, requests: bool = False) -> None:
+        """Keep what servers send (``replies``) / clients send (``requests``) in the relay."""
+        if replies:
+            self._flowing[False].clear()
+        if requests:
+            self._flowing[True].clear()
+
+    def release(self) -> None:
+        """Let held bytes flow again (those of cut connections are gone)."""
+        for event in self._flowing.values():
+            event.set()
+
     def close(self) -> None:
         """Stop accepting, cut every connection and join the relay threads."""
         self._closed = True
+        self.release()
         _close(self._listener)
         self.cut()
         self._accepting.join(timeout=5)
@@ -102,6 +122,7 @@ class WireTap:
     ) -> None:
         try:
             while chunk := source.recv(65536):
+                self._flowing[record].wait()
                 if record:
                     with self._lock:
                         self.sent += chunk

@@ -1,4 +1,4 @@
-"""Publishing exactly once: the pipelined Publisher, producer sessions, records on a subject.
+"""Publishing exactly once: the pipelined Publisher, atomic chunks, producer sessions, records.
 
 Example::
 
@@ -8,6 +8,8 @@ Example::
         await pub.publish("orders.eu", b"{}", msg_id="order-1")
 """
 
+from ._atomic import AtomicPublisher, AtomicStats
+from ._batch import MAX_BATCH, check_atomic
 from ._frames import AckTally
 from ._options import KeyFunction, PubAck, PublisherOptions, PublisherStats
 from ._publisher import Publisher
@@ -15,8 +17,11 @@ from ._records import SubjectLog
 from ._session import SOURCE_POS_HEADER, ProducerSession
 
 __all__ = [
+    "MAX_BATCH",
     "SOURCE_POS_HEADER",
     "AckTally",
+    "AtomicPublisher",
+    "AtomicStats",
     "KeyFunction",
     "ProducerSession",
     "PubAck",
@@ -24,4 +29,5 @@ __all__ = [
     "PublisherOptions",
     "PublisherStats",
     "SubjectLog",
+    "check_atomic",
 ]

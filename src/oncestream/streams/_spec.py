@@ -81,6 +81,9 @@ class StreamSpec:
             :class:`~oncestream.Publisher` then sends them by default, see
             ``PublisherOptions.ingest``). Raises the stream's required API level,
             so servers older than 2.14 in a cluster cannot host it.
+        allow_atomic: accept atomic batches, stored all-or-nothing (nats-server
+            2.12+; ``ProducerSession(batch_size>1)``, ``AtomicPublisher``, the
+            Spark sink's ``ingest=atomic``).
         mirror: mirror another stream instead of capturing subjects.
         sources: aggregate other streams.
         extra: further raw API config keys.
@@ -101,6 +104,7 @@ class StreamSpec:
     replicas: int = 1
     allow_direct: bool = True
     allow_batched: bool = False
+    allow_atomic: bool = False
     mirror: StreamSource | None = None
     sources: tuple[StreamSource, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
@@ -119,6 +123,8 @@ class StreamSpec:
             raise ConfigError(f"stream {self.name!r} needs subjects, a mirror or sources")
         if self.allow_batched and self.mirror is not None:
             raise ConfigError("a mirror stream cannot allow batched publishing (allow_batched)")
+        if self.allow_atomic and self.mirror is not None:
+            raise ConfigError("a mirror stream cannot allow atomic batches (allow_atomic)")
         if self.replicas not in (1, 2, 3, 4, 5):
             raise ConfigError(f"replicas must be 1..5, got {self.replicas!r}")
 
@@ -146,6 +152,8 @@ class StreamSpec:
             config["sources"] = [source.to_api() for source in self.sources]
         if self.allow_batched:
             config["allow_batched"] = True
+        if self.allow_atomic:
+            config["allow_atomic"] = True
         config.update(self.extra)
         return config
 

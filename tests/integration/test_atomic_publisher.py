@@ -1,0 +1,161 @@
+"""AtomicPublisher against a real nats-server: every id once, lost commit acks settled, not re-sent.
+
+The fault cases run the client through a TCP relay (tests/_wiretap.py) in front of
+the server, against a stream whose duplicate window (1 s) is shorter than the
+fault: the server cannot drop a second copy, so only the publisher's settle probe
+and read-back keep each chunk stored once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from oncestream import ConfigError, Connection, ConnectOptions, connect
+from oncestream.publish import AtomicPublisher, PublisherOptions
+from oncestream.server import NatsServer
+from tests._wiretap import WireTap
+from tests.integration.test_publisher import read_back
+
+WINDOW = 1.0
+
+
+def rows(n: int, prefix: str = "id", start: int = 0) -> tuple[list[str], list[bytes], list[str]]:
+    ids = [f"{prefix}-{i}" for i in range(start, start + n)]
+    return [f"at.{i % 3}" for i in range(start, start + n)], [i.encode() for i in ids], ids
+
+
+async def stored_counts(conn: Connection, stream: str) -> Counter[str | None]:
+    return Counter(m.msg_id for m in await read_back(conn, stream))
+
+
+async def until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 20) -> None:
+    """Wait for a condition the test cannot be told about (polled, not slept through)."""
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+async def test_every_id_once_in_pipelined_chunks(conn: Connection, make_stream) -> None:
+    await make_stream("AT", ("at.>",), allow_atomic=True)
+    subjects, datas, ids = rows(10_500)
+    headers = [{"X-Row": str(i)} if i % 1000 == 7 else None for i in range(len(ids))]
+    opts = PublisherOptions(stream="AT")
+    async with AtomicPublisher(conn, opts, chunk_size=1000, max_inflight=4) as pub:
+        for start in range(0, len(ids), 3000):  # calls of any size; chunks within each
+            end = start + 3000
+            await pub.publish(
+                subjects[start:end], datas[start:end], ids[start:end], headers[start:end]
+            )
+    assert (pub.stats.stored, pub.stats.duplicates, pub.stats.lost_acks) == (10_500, 0, 0)
+    assert pub.stats.batches == 11 and pub.stats.max_seq == 10_500  # 3 x (3 x 1000) + 2
+    stored = await read_back(conn, "AT")
+    assert [m.msg_id for m in stored] == ids
+    assert stored[7].headers["X-Row"] == "7" and stored[7].data == b"id-7"
+
+
+async def test_ids_stored_before_are_duplicates_one_row_at_a_time(
+    conn: Connection, make_stream
+) -> None:
+    """10201 for a chunk whose repeated ids are older than its floor: rows go one per batch."""
+    await make_stream("AT", ("at.>",), allow_atomic=True)
+    opts = PublisherOptions(stream="AT")
+    async with AtomicPublisher(conn, opts, chunk_size=100) as first:
+        await first.publish(*rows(150))
+    async with AtomicPublisher(conn, opts, chunk_size=100) as again:
+        await again.publish(*rows(200, start=100))  # ids 100..149 are stored already
+    assert (again.stats.stored, again.stats.duplicates) == (150, 50)
+    counts = await stored_counts(conn, "AT")
+    assert len(counts) == 300 and set(counts.values()) == {1}
+
+
+async def test_needs_allow_atomic(conn: Connection, make_stream) -> None:
+    await make_stream("PLAIN", ("plain.>",))
+    pub = AtomicPublisher(conn, PublisherOptions(stream="PLAIN"))
+    with pytest.raises(ConfigError, match=r"'PLAIN'.*stream edit PLAIN --allow-atomic"):
+        await pub.start()
+    with pytest.raises(ConfigError, match=r"chunk_size must be 1\.\.1000, got 1001"):
+        AtomicPublisher(conn, PublisherOptions(stream="PLAIN"), chunk_size=1001)
+
+
+#: What the fault loses, and what the publisher must then do.
+FAULTS = {
+    # The server is stopped before it reads the batches; after SIGCONT it commits them
+    # and answers the probes: the late commit acks arrive first and decide.
+    "server-stopped": {"lost_acks": True, "read_backs": 0, "resent": 0},
+    # The server commits every batch at once; its acks wait in the relay until the
+    # connection is cut, past the window: only the read-back shows they are stored.
+    "acks-lost": {"lost_acks": True, "read_backs": True, "resent": 0},
+    # The batches wait in the relay and die with the connection: read back as absent,
+    # they are sent again, once.
+    "batches-lost": {"lost_acks": True, "read_backs": True, "resent": 4},
+}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_lost_commit_ack_settles_and_reads_back_instead_of_resending(
+    nats_server: NatsServer, conn: Connection, make_stream, fault: str
+) -> None:
+    await make_stream("AT", ("at.>",), duplicate_window=WINDOW, allow_atomic=True)
+    subjects, datas, ids = rows(400)
+    with WireTap(nats_server.port) as tap:
+        client = await connect(ConnectOptions(servers=(tap.url(),), reconnect_wait=0.05))
+        # Probes every 0.3 s for up to 6 s: the fault lasts longer than the window.
+        opts = PublisherOptions(stream="AT", ack_timeout=0.3, max_attempts=20)
+        pub = AtomicPublisher(client, opts, chunk_size=100, max_inflight=4)
+        await pub.start()
+
+        async def stored() -> int:
+            return int((await conn.stream_info("AT"))["state"]["messages"])
+
+        async def all_lost() -> bool:
+            return pub.stats.lost_acks >= 4
+
+        try:
+            if fault == "server-stopped":
+                nats_server.pause()
+            else:
+                tap.hold(replies=True, requests=fault == "batches-lost")
+            await pub.publish(subjects, datas, ids)  # 4 chunks, 4 in flight: all sent
+            flushed = asyncio.create_task(pub.flush())
+            if fault == "acks-lost":
+                await until(lambda: _equals(stored, 400), "the server storing every batch")
+            committed = time.monotonic()
+            await until(all_lost, "every chunk's ack timeout")
+            # Past the window a blind re-send would be stored a second time.
+            await asyncio.sleep(max(0.0, committed + WINDOW + 0.3 - time.monotonic()))
+            if fault == "server-stopped":
+                nats_server.resume()
+            else:
+                tap.cut()  # held bytes die with the connection
+                tap.release()
+            stats = await flushed
+        finally:
+            if fault == "server-stopped":
+                nats_server.resume()
+            await pub.close()
+            await client.close()
+    counts = await stored_counts(conn, "AT")
+    duplicated = {k: v for k, v in counts.items() if v > 1}
+    assert not duplicated, (
+        f"{len(duplicated)} ids stored twice, e.g. {sorted(map(str, duplicated))[:3]}"
+    )
+    assert set(counts) == set(ids)
+    expected = FAULTS[fault]
+    assert stats.stored == 400 and stats.duplicates == 0
+    assert bool(stats.lost_acks) is expected["lost_acks"]
+    if expected["read_backs"] is True:
+        assert stats.read_backs >= 1
+    else:
+        assert stats.read_backs == expected["read_backs"]
+    assert stats.resent == expected["resent"], stats
+
+
+async def _equals(get: Callable[[], Awaitable[int]], value: int) -> bool:
+    return await get() == value
