@@ -31,6 +31,13 @@ def test_stream_lifecycle(nats_server) -> None:  # type: ignore[no-untyped-def]
     batched = cli_json(url, "stream", "edit", "ORDERS", "--allow-batched")
     assert batched["config"]["allow_batched"] is True
     assert "allow batched" in cli(url, "stream", "info", "ORDERS").stdout
+    # The command the sink's ingest=atomic names when a stream refuses atomic batches.
+    atomic = cli_json(url, "stream", "edit", "ORDERS", "--allow-atomic")
+    assert atomic["config"]["allow_atomic"] is True and atomic["config"]["allow_batched"]
+    assert "allow atomic" in cli(url, "stream", "info", "ORDERS").stdout
+    added = cli_json(url, "stream", "add", "ATOMIC", "--subjects", "atomic.>", "--allow-atomic")
+    assert added["config"]["allow_atomic"] is True
+    assert cli_json(url, "stream", "rm", "ATOMIC", "--force")["deleted"] == "ATOMIC"
 
     refused = cli(url, "stream", "purge", "ORDERS")
     assert refused.exit_code == 2 and "--force" in refused.stderr

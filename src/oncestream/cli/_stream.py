@@ -80,6 +80,14 @@ AllowBatched = Annotated[
         help="Fast-ingest batches (nats-server 2.14+): Publishers then send them by default.",
     ),
 ]
+AllowAtomic = Annotated[
+    bool | None,
+    typer.Option(
+        "--allow-atomic/--no-allow-atomic",
+        help="Atomic batches, stored all-or-nothing (nats-server 2.12+): what the Spark "
+        "sink's ingest=atomic and batched producer sessions need.",
+    ),
+]
 
 AllowSchedules = Annotated[
     bool,
@@ -131,6 +139,7 @@ def stream_details(info: dict[str, Any]) -> dict[str, Any]:
         "max msg size": config.get("max_msg_size", -1),
         "allow direct": bool(config.get("allow_direct", False)),
         "allow batched": bool(config.get("allow_batched", False)),
+        "allow atomic": bool(config.get("allow_atomic", False)),
         "allow msg schedules": bool(config.get("allow_msg_schedules", False)),
         "messages": state.get("messages", 0),
         "bytes": state.get("bytes", 0),
@@ -167,6 +176,7 @@ def _changes(args: Mapping[str, Any]) -> dict[str, Any]:
         "max_msg_size": args["max_msg_size"],
         "allow_direct": args["allow_direct"],
         "allow_batched": args["allow_batched"],
+        "allow_atomic": args["allow_atomic"],
         "allow_msg_schedules": True if args["allow_msg_schedules"] else None,
     }
     if dupe_window is not None:
@@ -196,6 +206,7 @@ def add_command(
     max_msg_size: MaxMsgSize = None,
     allow_direct: AllowDirect = None,
     allow_batched: AllowBatched = None,
+    allow_atomic: AllowAtomic = None,
     allow_msg_schedules: AllowSchedules = False,
     as_json: Json = False,
     *,
@@ -254,6 +265,7 @@ def edit_command(
     max_msg_size: MaxMsgSize = None,
     allow_direct: AllowDirect = None,
     allow_batched: AllowBatched = None,
+    allow_atomic: AllowAtomic = None,
     allow_msg_schedules: AllowSchedules = False,
     as_json: Json = False,
     *,
