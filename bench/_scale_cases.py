@@ -21,7 +21,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import PAYLOAD_128
-from bench.bench_process import processor, sqlite_ledger
+from bench.bench_process import insert_rows, processor, sqlite_ledger
 from bench.bench_publish import measure_publisher_async
 
 from oncestream import ConnectOptions, PostgresLedger, connect
@@ -33,6 +33,7 @@ CASES = (
     "publisher-fast",
     "producer-batch",
     "processor-sqlite",
+    "processor-sqlite-batch",
     "processor-postgres",
     "spark-source",
     "spark-sink",
@@ -92,14 +93,22 @@ def _pg_insert(msg: Any, tx: Any) -> None:
     tx.execute("INSERT INTO effects (body) VALUES (%s)", (msg.data,))
 
 
-async def _processor(url: str, n: int, stream: str, pg_url: str | None) -> dict[str, Any]:
+async def _processor(
+    url: str, n: int, stream: str, pg_url: str | None, *, batched: bool = False
+) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     extra: dict[str, Any] = {}
     async with await connect(ConnectOptions(servers=(url,))) as conn:
         if pg_url is None:
             ledger: Any = sqlite_ledger(work)
             rate, rows = await processor(
-                conn, n, work, stream=stream, consumer="scale_sqlite", ledger=ledger
+                conn,
+                n,
+                work,
+                stream=stream,
+                consumer="scale_sqlite_batch" if batched else "scale_sqlite",
+                ledger=ledger,
+                batch_handler=insert_rows if batched else None,
             )
         else:
             ledger = PostgresLedger(pg_url)
@@ -157,8 +166,9 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
         return {"rate": rate, "ingest": ingest}
     if args.case == "producer-batch":
         return asyncio.run(_producer(args.url, args.n, args.stream, args.batch))
-    if args.case == "processor-sqlite":
-        return asyncio.run(_processor(args.url, args.n, args.stream, None))
+    if args.case in ("processor-sqlite", "processor-sqlite-batch"):
+        batched = args.case == "processor-sqlite-batch"
+        return asyncio.run(_processor(args.url, args.n, args.stream, None, batched=batched))
     if args.case == "processor-postgres":
         if not args.pg_url:
             raise SystemExit("processor-postgres needs --pg-url")

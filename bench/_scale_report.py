@@ -14,6 +14,7 @@ PEER = {
     "spark-sink": "nats.go publish",
     "spark-source": "nats.go ordered",
     "processor-sqlite": "nats.go fetch+ack",
+    "processor-sqlite-batch": "nats.go fetch+ack",
     "processor-postgres": "nats.go fetch+ack",
 }
 

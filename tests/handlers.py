@@ -26,3 +26,9 @@ def record_unless_7(msg: Any, tx: Any) -> None:
     if int(msg.data) % 7 == 0:
         raise ValueError(f"refusing {int(msg.data)}")
     record(msg, tx)
+
+
+def record_many(msgs: Any, tx: Any) -> None:
+    """A batch handler: :func:`record` for a whole transaction in one ``executemany``."""
+    tx.execute("CREATE TABLE IF NOT EXISTS effects (id BIGINT NOT NULL)")
+    tx.executemany(f"INSERT INTO effects (id) VALUES ({_mark(tx)})", [(int(m.data),) for m in msgs])

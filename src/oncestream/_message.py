@@ -258,13 +258,14 @@ class Message:
         if metadata is not None:
             return metadata.stream_seq
         reply = self.reply
-        if reply.startswith("$JS.ACK."):
-            dots = reply.count(".")
+        if reply[:8] == "$JS.ACK.":
+            tokens = reply.split(".")  # one pass (count + a bounded split took two)
+            count = len(tokens)
             try:
-                if dots == 8:
-                    return int(reply.split(".", 8)[_V1_SEQ])
-                if dots in (10, 11):
-                    return int(reply.split(".", 8)[_V2_SEQ])
+                if count == 9:
+                    return int(tokens[_V1_SEQ])
+                if count in (11, 12):
+                    return int(tokens[_V2_SEQ])
             except ValueError:
                 pass
         return self.metadata.stream_seq  # raises the full error

@@ -69,7 +69,11 @@ def _ledger_rows(db: Path) -> int:
         return 0
     con = sqlite3.connect(db, timeout=10)
     try:
-        return int(con.execute("SELECT count(*) FROM oncestream_applied").fetchone()[0])
+        return int(
+            con.execute(
+                "SELECT coalesce(sum(last_seq - first_seq + 1), 0) FROM oncestream_applied_runs"
+            ).fetchone()[0]
+        )
     except sqlite3.OperationalError:
         return 0
     finally:

@@ -8,7 +8,6 @@ superseded instance from applying, overflow workers, and the late-ack counter.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -202,9 +201,8 @@ async def test_redeliveries_of_applied_messages_count_as_late_acks(
     )
     exported.close()
     assert effects(db) == (20, 20)
-    con = sqlite3.connect(db)
-    assert con.execute("SELECT count(*) FROM oncestream_applied").fetchone()[0] == 20
-    con.close()
+    with SQLiteLedger(db) as ledger:
+        assert ledger.applied_count() == 20
 
 
 def test_the_owner_check_holds_its_row_until_the_batch_ends_on_postgres(

@@ -141,9 +141,11 @@ def test_the_audited_file_is_the_ledger_file(
         with ledger_from_url(url) as ledger:
             tx = ledger.begin()
             tx.claim([LedgerEntry("S", 1), LedgerEntry("S", 2)])
+            tx.execute("CREATE TABLE out (stream TEXT)")
+            tx.execute("INSERT INTO out VALUES ('S'), ('S')")
             tx.commit()
-        spec = OutputSpec.parse(f"sql:{url}#oncestream_applied")
-        keys = sql_keys(spec.database, "oncestream_applied", KeySpec.parse("field:stream"))
+        spec = OutputSpec.parse(f"sql:{url}#out")
+        keys = sql_keys(spec.database, "out", KeySpec.parse("field:stream"))
         assert keys == ["S", "S"]
     assert (tmp_path / "var" / "x.db").exists() and (tmp_path / "abs.db").exists()
 

@@ -36,4 +36,4 @@ def test_tables_false_creates_no_ledger_tables(tmp_path: Path) -> None:
     assert _tables(db) == {"mine"}
     with ledger_from_dsn(parse_dsn(f"sqlite:///{db}")):
         pass
-    assert {"oncestream_applied", "oncestream_msg_ids"} <= _tables(db)
+    assert {"oncestream_applied_runs", "oncestream_msg_ids"} <= _tables(db)

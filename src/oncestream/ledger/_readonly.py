@@ -9,11 +9,16 @@ from urllib.parse import quote
 from .._dsn import parse_dsn
 from .._errors import ConfigError, LedgerError
 from .._private import redact_url, scrub
-from ._sqlite import write_problem
+from ._sqlite import OLD_TABLE, RUNS, write_problem
 
 __all__ = ["check_ledger_target", "read_applied_count"]
 
 _COUNT = "SELECT count(*) FROM oncestream_applied WHERE stream = "
+#: SQLite: the runs, plus the rows of a ledger no newer oncestream has opened yet.
+_SQLITE_COUNT = (
+    f"SELECT (SELECT coalesce(sum(last_seq - first_seq + 1), 0) FROM {RUNS} WHERE stream = ?)"
+    f" + (SELECT count(*) FROM {OLD_TABLE} WHERE stream = ?)"
+)
 
 
 def read_applied_count(url: str, stream: str) -> int:
@@ -36,7 +41,14 @@ def read_applied_count(url: str, stream: str) -> int:
         try:
             con = sqlite3.connect(f"file:{quote(os.path.abspath(dsn.path))}?mode=ro", uri=True)
             try:
-                row = con.execute(_COUNT + "?", (stream,)).fetchone()
+                tables = {
+                    name
+                    for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")
+                }
+                if RUNS in tables:
+                    row = con.execute(_SQLITE_COUNT, (stream, stream)).fetchone()
+                else:  # written by an oncestream before runs (or not a ledger: raises)
+                    row = con.execute(_COUNT + "?", (stream,)).fetchone()
             finally:
                 con.close()
         except sqlite3.DatabaseError as exc:

@@ -8,13 +8,14 @@ Example::
     await proc.run()
 """
 
-from ._applying import Handler
+from ._applying import BatchHandler, Handler
 from ._options import ProcessorOptions, ProcessorStats
 from ._processor import Processor
 from ._replay import DeadLetter, ReplayReport, list_dead_letters, replay_dead_letters
 from ._setup import check_handler
 
 __all__ = [
+    "BatchHandler",
     "DeadLetter",
     "Handler",
     "Processor",

@@ -3,11 +3,12 @@
 The :class:`~oncestream.Processor` hands each pulled batch (sorted by stream
 sequence, one message per sequence) to :class:`Applier`. It opens one ledger
 transaction, claims every message's key, calls ``handler(msg, tx)`` for the
-fresh ones and commits. When the handler fails for one message the batch is
-rolled back and applied again one message per transaction, so the failure
-costs only that message. A database failure is retried a few times; after
-that the caller hands the batch back for redelivery. What happens to the
-messages afterwards (acks, naks, dead letters) is :mod:`oncestream._acking`'s job.
+fresh ones (or ``batch_handler(fresh, tx)`` once) and commits. When the
+handler fails the batch is rolled back and applied again one message per
+transaction, so the failure costs only that message. A database failure is
+retried a few times; after that the caller hands the batch back for
+redelivery. What happens to the messages afterwards (acks, naks, dead
+letters) is :mod:`oncestream._acking`'s job.
 """
 
 from __future__ import annotations
@@ -27,13 +28,17 @@ from ..ledger import Ledger, LedgerEntry, LedgerTx
 from ..tracing import Tracer
 from ._options import ProcessorStats
 
-__all__ = ["Applier", "Handler", "Outcome"]
+__all__ = ["Applier", "BatchHandler", "Handler", "Outcome"]
 
 log = logging.getLogger("oncestream.processor")
 
 #: ``handler(msg, tx)``; may be a coroutine function. ``msg`` is a :class:`Message`
 #: (subject, data, headers, parsed JetStream ``metadata``); effects go through ``tx``.
 Handler = Callable[[Message, LedgerTx], Awaitable[None] | None]
+#: ``batch_handler(msgs, tx)``: the messages of one transaction not applied before, in
+#: stream order (never empty); may be a coroutine function. One call per transaction,
+#: so effects can be written in bulk (``tx.executemany``).
+BatchHandler = Callable[[list[Message], LedgerTx], Awaitable[None] | None]
 
 #: The messages applied (or found already applied), and the ones whose handler failed.
 Outcome = tuple[list[Message], list[tuple[Message, BaseException]]]
@@ -60,9 +65,18 @@ class Applier:
         stats: counters to update (``applied``, ``suppressed``, ``ledger_errors``).
     """
 
-    def __init__(self, ledger: Ledger, handler: Handler, stats: ProcessorStats) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        handler: Handler | BatchHandler,
+        stats: ProcessorStats,
+        *,
+        batched: bool = False,
+    ) -> None:
         self.ledger = ledger
-        self.handler = handler
+        self.handler: Any = handler
+        #: The handler takes a transaction's fresh messages at once (a BatchHandler).
+        self.batched = batched
         self.stats = stats
         self.is_async = inspect.iscoroutinefunction(handler)
         self.inline = ledger.inline
@@ -153,9 +167,14 @@ class Applier:
             handler = self.handler if not self.stats.observers else self._timed_handler
             index = 0
             try:
-                for index, msg in enumerate(msgs):
-                    if fresh[index]:
-                        handler(msg, tx)
+                if self.batched:
+                    todo = _fresh_only(fresh, msgs)
+                    if todo:
+                        handler(todo, tx)
+                else:
+                    for index, msg in enumerate(msgs):
+                        if fresh[index]:
+                            handler(msg, tx)
             except Exception as exc:
                 raise self._handler_error(index, exc) from exc
             if commit:
@@ -257,15 +276,19 @@ class Applier:
             if self.fence is not None:
                 await self._call_db(self.fence, tx)
             fresh = await self._call_db(tx.claim, entries)
-            for index, msg in enumerate(msgs):
-                if not fresh[index]:
-                    continue
+            calls: list[tuple[int, Message | list[Message]]]
+            if self.batched:
+                todo = _fresh_only(fresh, msgs)
+                calls = [(0, todo)] if todo else []
+            else:
+                calls = [(i, m) for i, m in enumerate(msgs) if fresh[i]]
+            for index, arg in calls:
                 began = time.perf_counter()
                 try:
                     if self.inline:
-                        await self.handler(msg, tx)  # type: ignore[misc]
+                        await self.handler(arg, tx)
                     else:
-                        await self._call_db(self._call_async_handler, msg, tx)
+                        await self._call_db(self._call_async_handler, arg, tx)
                 except Exception as exc:
                     raise self._handler_error(index, exc) from exc
                 finally:
@@ -292,7 +315,7 @@ class Applier:
 
     # -- durations for oncestream.metrics (only when someone observes) ---------
 
-    def _timed_handler(self, msg: Message, tx: LedgerTx) -> None:
+    def _timed_handler(self, msg: Message | list[Message], tx: LedgerTx) -> None:
         began = time.perf_counter()
         try:
             self.handler(msg, tx)
@@ -312,7 +335,7 @@ class Applier:
             return func(*args)
         return await asyncio.to_thread(func, *args)
 
-    def _call_async_handler(self, msg: Message, tx: LedgerTx) -> None:
+    def _call_async_handler(self, msg: Message | list[Message], tx: LedgerTx) -> None:
         # On the DB worker thread: the handler's coroutine runs on the event loop
         # while its DB calls (sync psycopg) block only this thread.
         assert self.loop is not None
@@ -323,3 +346,10 @@ class Applier:
 
 async def _awaited(awaitable: Awaitable[None]) -> None:
     await awaitable
+
+
+def _fresh_only(fresh: list[bool], msgs: Sequence[Message]) -> list[Message]:
+    """The messages ``fresh`` marks as not applied before (all of them, usually)."""
+    if all(fresh):
+        return list(msgs)
+    return [msg for is_fresh, msg in zip(fresh, msgs, strict=True) if is_fresh]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -48,7 +49,7 @@ from ..ledger import Ledger, LedgerEntry
 from ..read import MessageStream
 from ..tracing import tracer
 from ._acking import Acknowledger
-from ._applying import Applier, Handler
+from ._applying import Applier, BatchHandler, Handler
 from ._options import ProcessorOptions, ProcessorStats
 from ._pinning import (
     OwnerCheck,
@@ -60,11 +61,13 @@ from ._pinning import (
 )
 from ._setup import FloorHistory, check_handler, setup_consumer
 
-__all__ = ["Handler", "Processor", "ProcessorOptions", "ProcessorStats"]
+__all__ = ["BatchHandler", "Handler", "Processor", "ProcessorOptions", "ProcessorStats"]
 
 log = logging.getLogger("oncestream.processor")
 
 _SCHEDULE = b"\r\nNats-Schedule:"
+#: LedgerEntry(stream, seq) at half the cost of the NamedTuple's keyword-capable __new__.
+_entry = functools.partial(tuple.__new__, LedgerEntry)
 
 
 class Processor:
@@ -82,6 +85,16 @@ class Processor:
             are at-least-once.
         ledger: :class:`~oncestream.SQLiteLedger` or :class:`~oncestream.PostgresLedger`.
         options: :class:`ProcessorOptions`.
+        batch_handler: instead of ``handler``: ``batch_handler(msgs, tx)``, called once
+            per transaction with its messages not applied before, in stream order,
+            so effects can be written in bulk (``tx.executemany``). When it raises,
+            the batch is rolled back and applied again one message per transaction
+            (``batch_handler([msg], tx)``), so only the failing message is retried
+            or dead-lettered.
+
+    Raises:
+        ConfigError: neither or both of ``handler`` and ``batch_handler``; a handler
+            that cannot be called as ``f(msg, tx)``; a bad stream or consumer name.
 
     Example::
 
@@ -95,19 +108,27 @@ class Processor:
         conn: Connection | ConnectOptions,
         stream: str,
         consumer: str,
-        handler: Handler,
+        handler: Handler | None = None,
         *,
         ledger: Ledger,
         options: ProcessorOptions | None = None,
+        batch_handler: BatchHandler | None = None,
     ) -> None:
         if not stream or not consumer:
             raise ConfigError(f"stream and consumer are required, got {stream!r}/{consumer!r}")
-        check_handler(handler, "handler")
+        if (handler is None) == (batch_handler is None):
+            raise ConfigError(
+                "give the Processor either handler (called per message) or batch_handler "
+                "(called per transaction with its fresh messages), not "
+                + ("both" if handler is not None else "neither")
+            )
+        chosen: Handler | BatchHandler = handler or batch_handler  # type: ignore[assignment]
+        check_handler(chosen, "handler" if handler is not None else "batch_handler")
         self._conn_arg = conn
         self.conn: Connection | None = conn if isinstance(conn, Connection) else None
         self.stream = check_stream_name(stream)
         self.consumer = check_consumer_name(consumer)
-        self.handler = handler
+        self.handler = chosen
         self.ledger = ledger
         self.options = options or ProcessorOptions()
         self.stats = ProcessorStats()
@@ -120,7 +141,7 @@ class Processor:
         self._floors = FloorHistory(self.options.prune_grace)
         self._progress = asyncio.Event()
         self._pull_log = LogThrottle(log)  # repeated pull timeouts: first 5, then a summary
-        self._applier = Applier(ledger, handler, self.stats)
+        self._applier = Applier(ledger, chosen, self.stats, batched=batch_handler is not None)
         self._acks = Acknowledger(
             self.stream, self.consumer, self.options, self.stats, lambda: self._stop_requested
         )
@@ -417,7 +438,7 @@ class Processor:
                 for s, m in zip(seqs, ordered, strict=True)
             ]
         else:
-            entries = [LedgerEntry(stream, s) for s in seqs]
+            entries = [_entry((stream, s, None)) for s in seqs]
         acks = self._acks
         acks.begin_batch(ordered)
         try:

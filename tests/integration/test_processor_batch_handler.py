@@ -1,0 +1,88 @@
+"""Processor(batch_handler=...): one handler call per transaction, against a real server."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from oncestream import ConfigError, Processor, ProcessorOptions, SQLiteLedger
+from oncestream.ledger import LedgerEntry
+from tests._support import effects, fill_stream
+from tests.handlers import record, record_many
+
+
+def _opts(**kw: Any) -> ProcessorOptions:
+    base: dict[str, Any] = {"batch": 100, "ack_wait": 2, "expires": 5, "prune_interval": 0}
+    base.update(kw)
+    return ProcessorOptions(**base)
+
+
+async def _run_until(processor: Processor, done: Any, timeout: float = 30) -> None:
+    task = asyncio.create_task(processor.run())
+    try:
+        await processor.wait_until(done, timeout)
+    finally:
+        await processor.stop()
+        await task
+
+
+async def test_each_message_once_and_only_the_fresh_ones_reach_the_handler(
+    conn, make_stream, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    await make_stream("BJOBS", ("bjobs.>",))
+    await fill_stream(conn, "bjobs.x", 1000)
+    ledger = SQLiteLedger(tmp_path / "l.db")
+    ledger.open()
+    with ledger.transaction() as tx:  # as if a crashed run applied 1..10 and never acked
+        tx.claim([LedgerEntry("BJOBS", seq) for seq in range(1, 11)])
+    calls: list[list[int]] = []
+
+    def handler(msgs, tx) -> None:  # type: ignore[no-untyped-def]
+        calls.append([m.seq for m in msgs])
+        record_many(msgs, tx)
+
+    proc = Processor(conn, "BJOBS", "w", batch_handler=handler, ledger=ledger, options=_opts())
+    await _run_until(proc, lambda s: s.applied + s.suppressed >= 1000)
+    assert (proc.stats.applied, proc.stats.suppressed) == (990, 10)
+    assert effects(tmp_path / "l.db") == (990, 990)
+    seen = [seq for call in calls for seq in call]
+    assert sorted(seen) == list(range(11, 1001))  # never an applied one, never twice
+    assert all(call == sorted(call) and call for call in calls)  # stream order, never empty
+    assert len(calls) == proc.stats.batches  # one call per transaction
+
+
+async def test_a_failing_batch_is_retried_one_message_per_transaction(
+    conn, make_stream, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    await make_stream("BJOBS", ("bjobs.>",))
+    await fill_stream(conn, "bjobs.x", 300)
+    failures = {"left": 2}
+
+    async def handler(msgs, tx) -> None:  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0)  # an async batch handler
+        if any(int(m.data) == 150 for m in msgs) and failures["left"]:
+            failures["left"] -= 1  # the batch fails, then 150 alone fails once more
+            raise RuntimeError("transient")
+        record_many(msgs, tx)
+
+    ledger = SQLiteLedger(tmp_path / "l.db")
+    opts = _opts(backoff=(0.1,))
+    proc = Processor(conn, "BJOBS", "w", batch_handler=handler, ledger=ledger, options=opts)
+    await _run_until(proc, lambda s: s.applied >= 300)
+    assert effects(tmp_path / "l.db") == (300, 300)
+    assert proc.stats.failed == 1  # only 150 was naked; its batch-mates were applied
+
+
+def test_exactly_one_kind_of_handler(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    ledger = SQLiteLedger(tmp_path / "l.db")
+    opts = ProcessorOptions()
+    with pytest.raises(ConfigError, match=r"either handler .* or batch_handler .* not both"):
+        Processor(  # type: ignore[arg-type]
+            None, "S", "c", record, batch_handler=record_many, ledger=ledger, options=opts
+        )
+    with pytest.raises(ConfigError, match="not neither"):
+        Processor(None, "S", "c", ledger=ledger, options=opts)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="batch_handler must accept"):
+        Processor(None, "S", "c", batch_handler=lambda msgs: None, ledger=ledger)  # type: ignore[arg-type]
