@@ -50,8 +50,12 @@ test: setup check-java lint
 soak: setup check-java
 	$(BIN)/pytest -m soak -p no:cacheprovider
 
-bench: setup check-java
+# The micro table (each path beside naive nats-py, ratios), then every path beside its
+# nats.go counterpart (bench-ref) at SCALE_NS, default 1e5,1e6, with CPU per message;
+# bench-scale adds 10^7 and the plot.
+bench: setup check-java bench-ref
 	$(BIN)/python bench/run.py
+	SCALE_NS=$${SCALE_NS:-1e5,1e6} $(BIN)/python bench/scale.py
 
 # nats.go reference program (bench/go), built offline from Debian's packages, which are
 # installed when missing (root: apt-get; otherwise sudo). Never committed: bench/go/natsref.
@@ -76,9 +80,10 @@ bench-peers: setup check-java bench-ref
 	$(BIN)/python bench/peers/faults.py
 	$(BIN)/python bench/peers/habits.py
 
-# Every path at SCALE_NS (default 1e5,1e6,1e7) with RSS and store size; nats.go
-# beside it when bench-ref is built. SCALE_NS=1e4 for a quick check.
-bench-scale: setup check-java
+# Every path at SCALE_NS (default 1e5,1e6,1e7) with RSS and store size, each beside its
+# nats.go counterpart (bench-ref, built first), each side on a fresh server.
+# SCALE_NS=1e4 for a quick check; SCALE_CASES to pick paths.
+bench-scale: setup check-java bench-ref
 	$(BIN)/python bench/scale.py --plot docs/img/scale.png
 
 # publish -> Spark -> jetstream sink -> Processor(SQLite), full speed then at a rate.

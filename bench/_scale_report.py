@@ -47,6 +47,8 @@ def _notes(rec: dict[str, Any]) -> str:
         notes.append(f"{rec['tasks']} tasks")
     if "batch_size" in rec:
         notes.append(f"batch_size={rec['batch_size']}")
+    if "rounds" in rec:
+        notes.append("median of " + "/".join(f"{rate:,}" for rate in rec["rounds"]))
     if "error" in rec:
         notes.append("FAILED: " + rec["error"].strip().splitlines()[-1][:120])
     return "; ".join(notes)

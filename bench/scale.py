@@ -10,7 +10,8 @@ ProducerSession, Spark sink, nats.go publish) get a fresh server each; the read
 cases share one server per N, filled once with the Publisher and restarted
 before each case.
 
-Env / flags: SCALE_NS (``1e5,1e6,1e7``), SCALE_CASES (all), SCALE_SPARK_MEMORY
+Env / flags: SCALE_NS (``1e5,1e6,1e7``), SCALE_CASES (all), SCALE_REPEATS (rounds per N,
+1; the median round of each path is reported with every round's rate), SCALE_SPARK_MEMORY
 (``2g``), SCALE_DUPLICATE_WINDOW (seconds, 120), SCALE_STORAGE (file),
 SCALE_LABEL (a line printed above the table), NATSREF (the Go binary,
 default bench/go/natsref). Output: bench/results/scale-*.json and .md,
@@ -299,6 +300,32 @@ def measure_n(n: int, cases: list[str], args: argparse.Namespace, pg: Postgres |
     return records
 
 
+def median_of(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per path, the round with the median rate, with every round's rate beside it.
+
+    With one round, the records as they are. A path that failed in any round is
+    reported as failed (its first failure): a median over the rounds that ran would
+    hide it.
+    """
+    by_path: dict[str, list[dict[str, Any]]] = {}
+    for rec in records:
+        by_path.setdefault(rec["path"], []).append(rec)
+    chosen = []
+    for recs in by_path.values():
+        if len(recs) == 1:
+            chosen.append(recs[0])
+            continue
+        failed = [r for r in recs if "error" in r]
+        if failed:
+            chosen.append(failed[0])
+            continue
+        ranked = sorted(recs, key=lambda r: float(r["rate"]))
+        median = dict(ranked[(len(ranked) - 1) // 2])
+        median["rounds"] = [round(float(r["rate"])) for r in recs]
+        chosen.append(median)
+    return chosen
+
+
 def parse_ns(text: str) -> list[int]:
     return [int(float(x)) for x in text.split(",") if x.strip()]
 
@@ -319,6 +346,12 @@ def main() -> int:
         default=int(env("SCALE_SETTLE", "1")),
         help="1: read cases start once the fill's duplicate window has passed",
     )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=int(env("SCALE_REPEATS", "1")),
+        help="rounds per N (each case on a fresh server each round); the median is reported",
+    )
     parser.add_argument("--label", default=env("SCALE_LABEL", ""))
     parser.add_argument("--natsref", default=env("NATSREF", str(HERE / "go" / "natsref")))
     parser.add_argument("--plot", default=env("SCALE_PLOT", ""), help="PNG path for the plot")
@@ -334,8 +367,11 @@ def main() -> int:
     records: list[dict[str, Any]] = []
     try:
         for n in parse_ns(args.ns):
-            print(f"N = {n:,}", flush=True)
-            records.extend(measure_n(n, cases, args, pg))
+            rounds = []
+            for round_ in range(args.repeats):
+                print(f"N = {n:,}" + (f", round {round_ + 1}/{args.repeats}" * (args.repeats > 1)))
+                rounds.extend(measure_n(n, cases, args, pg))
+            records.extend(median_of(rounds))
     finally:
         if pg:
             pg.close()

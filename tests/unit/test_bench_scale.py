@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from bench._scale_report import plot, write_markdown
-from bench.scale import Poller, parse_ns
+from bench.scale import Poller, median_of, parse_ns
 
 META = {"label": "validation", "date": "d", "cpus": 2, "loadavg": (1.0, 1.0, 1.0),
         "storage": "file", "duplicate_window": 120.0}  # fmt: skip
@@ -54,3 +54,19 @@ def test_poller_sums_the_process_tree() -> None:
     # Two interpreters of several MiB each, summed; and this process as the "server".
     assert poller.client_peak > 2 * 4 * 1024
     assert poller.server_peak > 0
+
+
+def test_repeats_report_the_median_round_and_a_failure_is_not_hidden() -> None:
+    rounds = [
+        {"path": "publisher", "n": 10, "rate": r, "client_cpu_us": c}
+        for r, c in ((100.0, 3.0), (300.0, 1.0), (200.0, 2.0))
+    ]
+    rounds += [{"path": "spark", "n": 10, "rate": 5.0}, {"path": "spark", "n": 10, "error": "x"}]
+    chosen = {r["path"]: r for r in median_of(rounds)}
+    assert chosen["publisher"]["rate"] == 200.0 and chosen["publisher"]["client_cpu_us"] == 2.0
+    assert chosen["publisher"]["rounds"] == [100, 300, 200]
+    assert chosen["spark"].get("error") == "x"
+    table = write_markdown(list(chosen.values()), META)
+    assert "median of 100/300/200" in table
+    one = [{"path": "publisher", "n": 10, "rate": 1.0}]
+    assert median_of(one) == one
