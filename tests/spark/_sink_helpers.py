@@ -12,7 +12,7 @@ from oncestream import ConnectOptions, connect
 from oncestream.audit import AuditReport, OutputSpec, audit
 from oncestream.publish import Publisher, PublisherOptions
 from oncestream.read import read_stream
-from oncestream.streams import StreamSpec, ensure_stream
+from oncestream.streams import StreamSpec, ensure_stream, get_message
 
 
 def make_streams(url: str, *specs: StreamSpec) -> None:
@@ -65,5 +65,15 @@ def order_ids_on(url: str, stream: str, subject: str) -> Counter[str]:
                     orjson.loads(r.data)["order_id"] for r in chunk if r.subject == subject
                 )
         return counts
+
+    return asyncio.run(run())
+
+
+def raw_headers_of(url: str, stream: str, seq: int) -> bytes:
+    """The header block of the message at ``seq`` of ``stream`` as stored (control headers too)."""
+
+    async def run() -> bytes:
+        async with await connect(ConnectOptions(servers=(url,))) as conn:
+            return (await get_message(conn, stream, seq=seq)).raw_headers
 
     return asyncio.run(run())

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
 
+from oncestream import ConnectOptions, connect
 from oncestream.server import NatsServer
 from oncestream.streams import StreamSpec
+from tests.integration.test_publisher import StoredMsg, read_back
 from tests.spark._sink_helpers import make_streams, publish_orders, run_audit, stream_state
 
 
@@ -160,3 +164,56 @@ def test_new_query_on_a_reused_checkpoint_path_writes(  # type: ignore[no-untype
     shutil.rmtree(checkpoint)  # the user starts over: a new query id, batch ids from 0
     run()
     assert stream_state(url, "OUT")["messages"] == 1200
+
+
+def test_atomic_ingest_needs_allow_atomic_and_writes_whole_batches(  # type: ignore[no-untyped-def]
+    spark, nats_server: NatsServer
+) -> None:
+    """ingest=atomic: refused on the driver without allow_atomic; with it, each row once."""
+    url = nats_server.url
+    make_streams(
+        url,
+        StreamSpec(name="PLAIN", subjects=("plain.>",), duplicate_window=1.0),
+        StreamSpec(name="SMALL", subjects=("small.>",), allow_atomic=True),
+    )
+    df = spark.range(0, 2500, numPartitions=2).select(
+        F.concat(F.lit("atomic."), (F.col("id") % 3).cast("string")).alias("subject"),
+        F.col("id").cast("string").alias("data"),
+        F.concat(F.lit("a-"), F.col("id").cast("string")).alias("msg_id"),
+        F.create_map(F.lit("X-Row"), F.col("id").cast("string")).alias("headers"),
+    )
+
+    def write(stream: str, **options: str) -> None:
+        writer = df.write.format("jetstream").option("servers", url).option("stream", stream)
+        for key, value in {"ingest": "atomic", **options}.items():
+            writer = writer.option(key, value)
+        writer.mode("append").save()
+
+    # A 1 s window is no ConfigError with ingest=atomic (no re-send depends on it);
+    # a stream without allow_atomic is, before any task runs.
+    with pytest.raises(Exception, match="ingest=atomic") as err:
+        write("PLAIN")
+    last = str(err.value).strip().splitlines()[-2]  # Spark appends its SQLSTATE line
+    assert "ConfigError: the jetstream sink's ingest=atomic needs atomic batch publish" in last
+    assert "stream 'PLAIN' does not set allow_atomic" in last
+    assert "`oncestream stream edit PLAIN --allow-atomic`" in last and "ingest=auto" in last
+    assert stream_state(url, "PLAIN")["messages"] == 0
+    created = {"createStream": "true", "createStreamSubjects": "atomic.>"}
+    with pytest.raises(Exception, match="createStreamAllowAtomic=true"):
+        write("MADE", createStream="true", createStreamSubjects="made.>")
+    with pytest.raises(Exception, match=r"'atomicBatchSize' must be 1\.\.1000.*got 1001"):
+        write("SMALL", atomicBatchSize="1001")
+
+    write("ATOMIC", **created, createStreamAllowAtomic="true", atomicBatchSize="300")
+    write("ATOMIC")  # a re-run inside the 2m window: every batch refused (10201), kept once
+    stored = asyncio.run(_read_back(url, "ATOMIC"))
+    assert sorted(m.msg_id or "" for m in stored) == sorted(f"a-{i}" for i in range(2500))
+    assert all(m.headers["X-Row"] == m.data.decode() for m in stored)
+    # Stored as atomic batches of at most atomicBatchSize (the server keeps Nats-Batch-*).
+    sizes = Counter(m.headers["Nats-Batch-Id"] for m in stored)
+    assert max(sizes.values()) == 300 and sum(sizes.values()) == 2500, sizes
+
+
+async def _read_back(url: str, stream: str) -> list[StoredMsg]:
+    async with await connect(ConnectOptions(servers=(url,))) as conn:
+        return await read_back(conn, stream)

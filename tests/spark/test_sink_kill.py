@@ -24,6 +24,7 @@ from tests.spark._sink_helpers import (
     make_streams,
     order_ids_on,
     publish_orders,
+    raw_headers_of,
     run_audit,
     stream_state,
 )
@@ -70,8 +71,9 @@ def run_job(
     return proc.returncode
 
 
-#: The sink on both Publisher paths; "fast" refuses to run without batches (no silent fallback).
-INGEST = pytest.mark.parametrize("ingest", ["acks", "fast"])
+#: The sink on both Publisher paths and in atomic batches; "fast" and "atomic" refuse to run
+#: without what they need (no silent fallback).
+INGEST = pytest.mark.parametrize("ingest", ["acks", "fast", "atomic"])
 
 
 @INGEST
@@ -87,6 +89,7 @@ def test_killed_before_commit_inside_dedup_window(
             subjects=("out.>",),
             duplicate_window=120.0,
             allow_batched=ingest == "fast",
+            allow_atomic=ingest == "atomic",
         ),
     )
     publish_orders(url, "IN", "in.orders", 2000)
@@ -103,6 +106,8 @@ def test_killed_before_commit_inside_dedup_window(
     report = run_audit(url, "IN", "stream:OUT", key="lineage")
     assert report.ok, report.to_dict()
     assert stream_state(url, "OUT")["messages"] == 2000
+    # The atomic path really ran: stored messages keep their batch headers.
+    assert (b"Nats-Batch-Id" in raw_headers_of(url, "OUT", 2000)) is (ingest == "atomic")
 
 
 @INGEST
@@ -113,7 +118,11 @@ def test_killed_outside_dedup_window(nats_server: NatsServer, tmp_path: Path, in
         url,
         StreamSpec(name="IN", subjects=("in.>",)),
         StreamSpec(
-            name="OUT", subjects=("out.>",), duplicate_window=1.0, allow_batched=ingest == "fast"
+            name="OUT",
+            subjects=("out.>",),
+            duplicate_window=1.0,
+            allow_batched=ingest == "fast",
+            allow_atomic=ingest == "atomic",
         ),
     )
     publish_orders(url, "IN", "in.orders", 2000)

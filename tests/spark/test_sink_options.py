@@ -43,6 +43,74 @@ def test_options_parse_publisher_and_sink_keys() -> None:
         SinkOptions.from_spark_options({"servers": URL, "subject": "a b"})
 
 
+@pytest.mark.parametrize("ingest", ["auto", "fast", "acks"])
+def test_ingest_publisher_paths_go_to_the_publisher(ingest: str) -> None:
+    opts = SinkOptions.from_spark_options({"servers": URL, "stream": "OUT", "ingest": ingest})
+    assert (opts.ingest, opts.publisher.ingest, opts.publisher.check_window) == (
+        ingest,
+        ingest,
+        True,
+    )
+
+
+def test_ingest_atomic_and_its_batch_size() -> None:
+    opts = SinkOptions.from_spark_options({"servers": URL, "stream": "OUT", "ingest": "atomic"})
+    assert (opts.ingest, opts.atomic_batch_size) == ("atomic", 1000)
+    # The task's Publisher only writes attempt markers: no window guard, no fast batches.
+    assert (opts.publisher.ingest, opts.publisher.check_window) == ("acks", False)
+    sized = SinkOptions.from_spark_options(
+        {"servers": URL, "stream": "OUT", "INGEST": "atomic", "ATOMICBATCHSIZE": "250"}
+    )
+    assert sized.atomic_batch_size == 250
+    hash(sized)  # options stay usable as a cache key
+    assert (
+        SinkOptions(
+            connect=opts.connect, publisher=opts.publisher, ingest="atomic", atomic_batch_size=1
+        ).atomic_batch_size
+        == 1
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            {"ingest": "bulk"},
+            "option 'ingest' must be 'auto', 'fast', 'acks' or 'atomic', got 'bulk'",
+        ),
+        ({"ingest": "ATOMIC"}, "got 'ATOMIC'"),
+        (
+            {"ingest": "atomic", "atomicBatchSize": "1001"},
+            r"'atomicBatchSize' must be 1\.\.1000.*got 1001",
+        ),
+        (
+            {"ingest": "atomic", "atomicBatchSize": "0"},
+            "atomicBatchSize must be an integer > 0, got '0'",
+        ),
+        (
+            {"ingest": "atomic", "atomicBatchSize": "ten"},
+            "atomicBatchSize must be an integer, got 'ten'",
+        ),
+        (
+            {"atomicBatchSize": "100"},
+            "'atomicBatchSize' only applies with ingest=atomic, got ingest='auto'",
+        ),
+        ({"ingest": "atomic", "stream": ""}, "ingest=atomic needs option 'stream'"),
+        ({"ingest": "atomic", "atomicBatchSise": "9"}, "did you mean 'atomicBatchSize'"),
+    ],
+)
+def test_bad_ingest_options_name_the_value(extra: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        SinkOptions.from_spark_options({"servers": URL, "stream": "OUT", **extra})
+
+
+def test_atomic_batch_size_is_checked_on_the_dataclass_too() -> None:
+    base = SinkOptions.from_spark_options({"servers": URL, "stream": "OUT"})
+    for bad in (0, 1001, True, 2.5):
+        with pytest.raises(ConfigError, match=rf"'atomicBatchSize' must be 1\.\.1000.*got {bad!r}"):
+            SinkOptions(connect=base.connect, publisher=base.publisher, atomic_batch_size=bad)  # type: ignore[arg-type]
+
+
 def test_ids_are_deterministic_and_scoped_by_checkpoint() -> None:
     assert lineage_id("ORDERS", 17) == "ORDERS:17"
     assert writer_scope("q-id", "/chk/a") == writer_scope(None, "/chk/a")

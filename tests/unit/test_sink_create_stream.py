@@ -23,10 +23,12 @@ def test_full_spec() -> None:
             "createStreamStorage": "memory",
             "createStreamReplicas": "3",
             "createStreamDuplicateWindow": "10m",
+            "createStreamAllowAtomic": "true",
         }
     )
     spec = opts.create_stream
     assert spec is not None
+    assert spec.allow_atomic and spec.to_api()["allow_atomic"] is True and not spec.allow_batched
     assert (spec.name, spec.subjects, spec.storage, spec.replicas, spec.duplicate_window) == (
         "OUT",
         ("out.a", "out.b.>"),
@@ -41,6 +43,15 @@ def test_full_spec() -> None:
     ("extra", "message"),
     [
         ({"createStreamSubjects": "out.>"}, "only applies with createStream=true"),
+        ({"createStreamAllowAtomic": "true"}, "only applies with createStream=true"),
+        (
+            {
+                "createStream": "true",
+                "createStreamSubjects": "o.>",
+                "createStreamAllowAtomic": "maybe",
+            },
+            "createStreamAllowAtomic must be 'true' or 'false'",
+        ),
         ({"createStream": "yes please"}, "createStream must be 'true' or 'false'"),
         ({"createStream": "true"}, "needs createStreamSubjects"),
         ({"createStream": "true", "createStreamSubjects": " , "}, "needs createStreamSubjects"),

@@ -17,6 +17,11 @@ committed micro-batch (:mod:`oncestream.spark._commits`): a task of a batch
 already committed writes nothing, and a task of a batch whose earlier attempt
 died before the commit first reads what that attempt stored (everything after
 the previous commit's tail) and does not send those ids again.
+
+With ``ingest=atomic`` a task publishes its rows as atomic batches
+(:class:`~oncestream.publish.AtomicPublisher`): a batch whose commit ack is
+lost is looked up in the target, not re-sent blindly, so within a task no
+re-send depends on the window either.
 """
 
 from __future__ import annotations
@@ -44,7 +49,13 @@ from .._connection import Connection
 from .._errors import ConfigError, JetStreamError, OncestreamError, StreamMismatch
 from .._headers import check_msg_id, is_clean_msg_id
 from .._sync import run_sync, submit_sync
-from ..publish import AckTally, PubAck, Publisher
+from ..publish import (
+    AckTally,
+    AtomicPublisher,
+    PubAck,
+    Publisher,
+    check_atomic,
+)
 from ..read import stored_ids
 from ..streams import StreamSpec, create_stream_if_missing, overlapping_streams
 from ._commits import (
@@ -70,6 +81,9 @@ _checked: set[tuple[int, Any]] = set()
 
 #: nats-server's JSStreamSubjectOverlapErr: "subjects overlap with an existing stream".
 _SUBJECTS_OVERLAP = 10065
+#: Atomic batches one task keeps awaiting their commit acks, at most (the server
+#: stages 50 per stream for all writers; maxInflight / atomicBatchSize below this).
+_ATOMIC_INFLIGHT = 4
 
 
 async def _connection(options: SinkOptions) -> Connection:
@@ -110,6 +124,22 @@ async def _create_target(conn: Connection, spec: StreamSpec) -> dict[str, Any]:
         f"{', '.join(map(repr, others)) or 'that stream'} (option 'stream', without "
         "createStream) or choose subjects no other stream captures"
     ) from None
+
+
+def _check_atomic_target(
+    conn: Connection, stream: str, info: dict[str, Any], spec: StreamSpec | None
+) -> None:
+    """ingest=atomic: the target must allow atomic batches, checked before any task runs.
+
+    Raises:
+        ConfigError: naming the stream and how to enable them.
+    """
+    try:
+        check_atomic("the jetstream sink's ingest=atomic", stream, info["config"], conn)
+    except ConfigError as exc:
+        made = spec is not None and not spec.allow_atomic
+        hint = " (createStream: add option createStreamAllowAtomic=true)" if made else ""
+        raise ConfigError(f"{exc}{hint}, or use ingest=auto") from None
 
 
 def _read_after(earlier: AttemptMarker, now: AttemptMarker, last: CommitRecord | None) -> int:
@@ -153,8 +183,17 @@ class _TaskState:
     existing: set[str]
     seen: set[str] | None
     tally: AckTally = field(default_factory=AckTally)  # acks of the bulk path
+    atomic: AtomicPublisher | None = None  # ingest=atomic: every row goes through it
     rows: int = 0
     skipped: int = 0
+
+    async def close(self) -> None:
+        """Close the task's publishers (a failed task leaves what is unsettled to its retry)."""
+        try:
+            if self.atomic is not None:
+                await self.atomic.close()
+        finally:
+            await self.pub.close()
 
 
 # --------------------------------------------------------------------------- writers
@@ -188,26 +227,36 @@ class _JetStreamWriter:
         conn = await _connection(opts)
         spec = opts.create_stream  # createStream=true: created when missing, never changed
         info = await (_create_target(conn, spec) if spec else conn.stream_info(stream))
+        atomic = opts.ingest == "atomic"
+        if atomic:
+            _check_atomic_target(conn, stream, info, spec)
         window = int(info["config"].get("duplicate_window") or 0) / 1e9
         horizon = opts.publisher.retry_horizon
         spark_horizon = horizon * opts.task_max_failures
-        if opts.publisher.check_window:
+        if opts.publisher.check_window:  # off with ingest=atomic: no blind re-sends
             try:
                 opts.publisher.check_window_fits(stream, window)
             except ConfigError as exc:
                 exc.add_note("Spark options: ackTimeout, maxAttempts; checkWindow=false accepts it")
                 raise
-        if window < spark_horizon:
+        if window < spark_horizon and not (atomic and self.streaming):
             _ensure_log_handler()
+            relies = (
+                "a retried task of a batch write (no commit records) re-sends its atomic "
+                "batches, and only the window drops those its failed attempt stored"
+                if atomic
+                else "Task retries after the window rely on the sink's stored-id check of "
+                "the uncommitted tail, not on the window"
+            )
             log.warning(
                 "stream %r: duplicate_window %gs < Spark task retry horizon %gs "
-                "(taskMaxFailures=%d x retry horizon %gs). Task retries after the window "
-                "rely on the sink's stored-id check of the uncommitted tail, not on the window",
+                "(taskMaxFailures=%d x retry horizon %gs). %s",
                 stream,
                 window,
                 spark_horizon,
                 opts.task_max_failures,
                 horizon,
+                relies,
             )
         if self.streaming and opts.checkpoint:
             # Created here once rather than by racing tasks. The query id is not known
@@ -255,6 +304,8 @@ class _JetStreamWriter:
                 if sending is not None:  # let it end before the task fails
                     with contextlib.suppress(Exception):
                         sending.result()
+                with contextlib.suppress(Exception):
+                    run_sync(state.close())
                 raise
             if sending is not None:
                 sending.result()
@@ -302,12 +353,25 @@ class _JetStreamWriter:
                     existing = await stored_ids(
                         conn, opts.stream, _read_after(earlier, marker, last)
                     )
+            if opts.ingest == "atomic":
+                inflight = opts.publisher.max_inflight // opts.atomic_batch_size
+                atomic = AtomicPublisher(
+                    conn,
+                    opts.publisher,
+                    chunk_size=opts.atomic_batch_size,
+                    max_inflight=min(max(1, inflight), _ATOMIC_INFLIGHT),
+                )
+                # Reads the target's last sequence: every batch of this attempt lands after it.
+                await atomic.start()
         except BaseException:
             with contextlib.suppress(Exception):
                 await pub.close()
             raise
         seen: set[str] | None = set() if self.layout.lineage else None
-        return _TaskState(pub=pub, futures=[], existing=existing, seen=seen)
+        state = _TaskState(pub=pub, futures=[], existing=existing, seen=seen)
+        if opts.ingest == "atomic":
+            state.atomic = atomic
+        return state
 
     def _rows(self, batch: pa.RecordBatch, commit: SinkCommit, offset: int) -> _Rows:
         """Column lists of one Arrow batch; nulls and types are checked column-wise."""
@@ -380,6 +444,17 @@ class _JetStreamWriter:
                     )
                 seen.add(msg_id)
         subjects, datas, headers_list, ids = rows
+        if state.atomic is not None:
+            if existing:  # stored by an earlier attempt of this task (whole batches)
+                keep = [i for i, msg_id in enumerate(ids) if msg_id not in existing]
+                state.skipped += len(ids) - len(keep)
+                subjects = [subjects[i] for i in keep]
+                datas = [datas[i] for i in keep]
+                headers_list = [headers_list[i] for i in keep]
+                ids = [ids[i] for i in keep]
+            has_headers = any(headers_list)
+            await state.atomic.publish(subjects, datas, ids, headers_list if has_headers else None)
+            return
         same_stream = expected is None or expected == state.pub.options.stream
         if not existing and same_stream and not any(headers_list):
             # The common case: one tight loop, no await per row.
@@ -405,6 +480,12 @@ class _JetStreamWriter:
             streams: set[str] = set(tally.streams)
             written, duplicates, max_seq = tally.stored, tally.duplicates, tally.max_seq
             expected = self.options.stream
+            if state.atomic is not None:
+                # Every row carried Nats-Expected-Stream: stored rows are in `expected`.
+                stats = await state.atomic.flush()
+                written, duplicates, max_seq = stats.stored, stats.duplicates, stats.max_seq
+                if written or duplicates:
+                    streams.add(expected or "")
             if expected is not None and streams - {expected}:
                 raise StreamMismatch(
                     f"PubAck from stream {sorted(streams - {expected})[0]!r}, expected "
@@ -424,7 +505,7 @@ class _JetStreamWriter:
                     written += 1
                 max_seq = max(max_seq, ack.seq)
         finally:
-            await pub.close()
+            await state.close()
         commit.written, commit.duplicates, commit.max_seq = written, duplicates, max_seq
         commit.skipped_existing = state.skipped
         commit.streams = sorted(streams)

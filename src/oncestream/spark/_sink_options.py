@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 from .._errors import ConfigError
 from .._names import check_publish_subject, check_stream_name
 from .._options import ConnectOptions, parse_bool, parse_duration, parse_positive_int
-from ..publish import PublisherOptions
+from ..publish import MAX_BATCH, PublisherOptions
 from ..streams import StreamSpec, lineage_id
 from ._commits import COMMITS_STREAM
 from ._options import (
@@ -26,6 +26,7 @@ from ._options import (
 )
 
 __all__ = [
+    "INGEST",
     "SINK_OPTIONS",
     "SinkOptions",
     "id_scope",
@@ -41,6 +42,7 @@ SINK_OPTIONS = (
     *CONNECT_OPTIONS,
     *PUBLISHER_OPTIONS,
     "subject",
+    "atomicBatchSize",
     "idPrefix",
     "taskMaxFailures",
     "commitsStream",
@@ -50,7 +52,12 @@ SINK_OPTIONS = (
     "createStreamReplicas",
     "createStreamDuplicateWindow",
     "createStreamAllowBatched",
+    "createStreamAllowAtomic",
 )
+
+#: The sink's ``ingest`` values: the Publisher's three, and atomic chunks.
+INGEST = ("auto", "fast", "acks", "atomic")
+Ingest = Literal["auto", "fast", "acks", "atomic"]
 
 
 def writer_scope(query_id: str | None, checkpoint: str | None) -> str:
@@ -93,6 +100,13 @@ class SinkOptions:
             ``stream`` is the expected target: every publish carries it, and the
             server rejects a publish that would land in another stream.
         subject: fixed subject when the DataFrame has no ``subject`` column.
+        ingest: ``auto`` / ``fast`` / ``acks``: the Publisher's paths
+            (``PublisherOptions.ingest``); ``atomic``: each task publishes its
+            rows as atomic batches of ``atomic_batch_size``
+            (:class:`~oncestream.publish.AtomicPublisher`; the target needs
+            ``allow_atomic``). The Publisher then only writes attempt markers, and
+            the window guard does not apply (``publisher.check_window`` is off).
+        atomic_batch_size: rows per atomic batch, 1..1000 (``ingest=atomic`` only).
         id_prefix: prepended to every generated message id (lets two queries
             that read the same input write the same output stream).
         task_max_failures: Spark's ``spark.task.maxFailures`` as the sink should
@@ -102,7 +116,7 @@ class SinkOptions:
         create_stream: the target stream to create when it is missing
             (``createStream=true`` with ``createStreamSubjects``, ``createStreamStorage``,
             ``createStreamReplicas``, ``createStreamDuplicateWindow``,
-            ``createStreamAllowBatched``); an existing
+            ``createStreamAllowBatched``, ``createStreamAllowAtomic``); an existing
             stream is never changed.
 
     Raises:
@@ -112,6 +126,8 @@ class SinkOptions:
     connect: ConnectOptions
     publisher: PublisherOptions = field(default_factory=PublisherOptions)
     subject: str | None = None
+    ingest: Ingest = "auto"
+    atomic_batch_size: int = MAX_BATCH
     id_prefix: str = ""
     task_max_failures: int = 4
     commits_stream: str = COMMITS_STREAM
@@ -119,6 +135,30 @@ class SinkOptions:
     create_stream: StreamSpec | None = field(default=None, hash=False)  # StreamSpec: unhashable
 
     def __post_init__(self) -> None:
+        if self.ingest not in INGEST:
+            raise ConfigError(
+                f"option 'ingest' must be {', '.join(map(repr, INGEST[:-1]))} or "
+                f"{INGEST[-1]!r}, got {self.ingest!r}"
+            )
+        size = self.atomic_batch_size
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_BATCH:
+            raise ConfigError(
+                f"option 'atomicBatchSize' must be 1..{MAX_BATCH} (rows per atomic batch; "
+                f"{MAX_BATCH} is the server's largest), got {size!r}"
+            )
+        if self.ingest == "atomic":
+            if self.stream is None:
+                raise ConfigError(
+                    "ingest=atomic needs option 'stream': the target that stores each "
+                    "atomic batch, and where a lost commit ack is looked up"
+                )
+            if self.publisher.ingest != "acks" or self.publisher.check_window:
+                # The task's Publisher only writes attempt markers; no re-send of a row
+                # depends on the window, so its guard does not apply.
+                pub = replace(self.publisher, ingest="acks", check_window=False)
+                object.__setattr__(self, "publisher", pub)
+        elif self.publisher.ingest != self.ingest:
+            object.__setattr__(self, "publisher", replace(self.publisher, ingest=self.ingest))
         if self.create_stream is not None and self.create_stream.name != self.stream:
             raise ConfigError(
                 f"createStream creates the target stream: option 'stream' must be "
@@ -148,10 +188,22 @@ class SinkOptions:
         """
         check_known(options, SINK_OPTIONS, "sink")
         lowered = {k.lower(): v for k, v in options.items()}
+        ingest = lowered.get("ingest", "auto")
         kwargs: dict[str, Any] = {
             "connect": connect_options(options, name="oncestream-spark-sink"),
-            "publisher": publisher_options(options),
+            # The sink validates ingest itself: it takes one value more than the Publisher.
+            "publisher": publisher_options({k: v for k, v in lowered.items() if k != "ingest"}),
+            "ingest": ingest,
         }
+        if "atomicbatchsize" in lowered:
+            if ingest != "atomic":
+                raise ConfigError(
+                    "option 'atomicBatchSize' only applies with ingest=atomic, got "
+                    f"ingest={ingest!r}"
+                )
+            kwargs["atomic_batch_size"] = parse_positive_int(
+                "atomicBatchSize", lowered["atomicbatchsize"]
+            )
         if lowered.get("subject"):
             kwargs["subject"] = lowered["subject"]
         if "idprefix" in lowered:
@@ -174,6 +226,7 @@ _CREATE_KEYS = {
     "createstreamreplicas": "createStreamReplicas",
     "createstreamduplicatewindow": "createStreamDuplicateWindow",
     "createstreamallowbatched": "createStreamAllowBatched",
+    "createstreamallowatomic": "createStreamAllowAtomic",
 }
 
 
@@ -210,6 +263,7 @@ def _create_stream_spec(lowered: Mapping[str, str], stream: str | None) -> Strea
     batched = parse_bool(
         "createStreamAllowBatched", lowered.get("createstreamallowbatched", "false")
     )
+    atomic = parse_bool("createStreamAllowAtomic", lowered.get("createstreamallowatomic", "false"))
     return StreamSpec(
         name=stream,
         subjects=subjects,
@@ -217,6 +271,7 @@ def _create_stream_spec(lowered: Mapping[str, str], stream: str | None) -> Strea
         replicas=replicas,
         duplicate_window=window,
         allow_batched=batched,
+        allow_atomic=atomic,
     )
 
 
