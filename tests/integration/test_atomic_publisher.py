@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from oncestream import ConfigError, Connection, ConnectOptions, connect
+from oncestream import ConfigError, Connection, ConnectOptions, StreamMismatch, connect
 from oncestream.publish import AtomicPublisher, PublisherOptions
 from oncestream.server import NatsServer
 from tests._wiretap import WireTap
@@ -73,6 +73,25 @@ async def test_ids_stored_before_are_duplicates_one_row_at_a_time(
     assert (again.stats.stored, again.stats.duplicates) == (150, 50)
     counts = await stored_counts(conn, "AT")
     assert len(counts) == 300 and set(counts.values()) == {1}
+
+
+async def test_a_chunk_captured_by_another_stream_is_refused_whole(
+    conn: Connection, make_stream
+) -> None:
+    """Only a chunk's first row says which stream it expects; no row lands elsewhere."""
+    await make_stream("AT", ("at.>",), allow_atomic=True)
+    await make_stream("OTHER", ("other.>",), allow_atomic=True)
+    ids = [f"o-{i}" for i in range(5)]
+    pub = AtomicPublisher(conn, PublisherOptions(stream="AT"), chunk_size=5)
+    with pytest.raises(StreamMismatch) as err:
+        await pub.publish(["other.x"] * 5, [b"x"] * 5, ids)
+        await pub.flush()
+    assert err.value.err_code == 10060
+    await pub.close()
+    for stream in ("AT", "OTHER"):
+        assert (await conn.stream_info(stream))["state"]["messages"] == 0
+    stored = await read_back(conn, "AT")
+    assert stored == []
 
 
 async def test_needs_allow_atomic(conn: Connection, make_stream) -> None:
