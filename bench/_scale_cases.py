@@ -38,8 +38,16 @@ CASES = (
     "spark-source",
     "spark-sink",
     "spark-sink-fast",
+    "spark-sink-atomic",
 )
-WRITE_CASES = ("publisher", "publisher-fast", "producer-batch", "spark-sink", "spark-sink-fast")
+WRITE_CASES = (
+    "publisher",
+    "publisher-fast",
+    "producer-batch",
+    "spark-sink",
+    "spark-sink-fast",
+    "spark-sink-atomic",
+)
 #: Cases on a stream with allow_batched: the Publisher's fast-ingest path (required, not auto).
 FAST_CASES = ("publisher-fast", "spark-sink-fast")
 SUBJECT = "scale.x"
@@ -179,23 +187,21 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
         got = spark_read(args.url, args.n, stream=args.stream, methods=("consumer",), conf=conf)
         rate, seconds = got["consumer"]
         return {"rate": rate, "seconds": seconds, "spark_memory": args.spark_memory}
-    if args.case in ("spark-sink", "spark-sink-fast"):
+    if args.case in ("spark-sink", "spark-sink-fast", "spark-sink-atomic"):
         from bench.bench_spark_sink import sink_rate
 
-        fast = args.case == "spark-sink-fast"
+        ingest = {"spark-sink-fast": "fast", "spark-sink-atomic": "atomic"}.get(args.case, "acks")
         spec = scale_spec(
-            args.stream, duplicate_window=args.duplicate_window, storage=args.storage, batched=fast
+            args.stream,
+            duplicate_window=args.duplicate_window,
+            storage=args.storage,
+            batched=ingest == "fast",
+            atomic=ingest == "atomic",
         )
         rate = sink_rate(
-            args.url,
-            args.n,
-            stream=args.stream,
-            partitions=2,
-            conf=conf,
-            spec=spec,
-            ingest="fast" if fast else "acks",
+            args.url, args.n, stream=args.stream, partitions=2, conf=conf, spec=spec, ingest=ingest
         )
-        return {"rate": rate, "spark_memory": args.spark_memory, "tasks": 2}
+        return {"rate": rate, "spark_memory": args.spark_memory, "tasks": 2, "ingest": ingest}
     raise SystemExit(f"unknown case {args.case!r} (allowed: {', '.join(CASES)})")
 
 
