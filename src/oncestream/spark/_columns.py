@@ -35,6 +35,7 @@ _DIRECT_RE = re.compile(
 # named exactly Nats-Msg-Id, spaces after the colon skipped, up to the next CRLF.
 _MSG_ID_RE = r"(?s)\r\n" + MSG_ID + r": *(?P<v>.*?)\r\n"
 _MSG_ID_KEY = b"\r\n" + MSG_ID.encode() + b":"
+_LEADING = "NATS/1.0\r\n" + MSG_ID + ": "
 
 
 def to_batch(
@@ -108,7 +109,9 @@ def _parse_timestamps(stamps: pa.Array) -> pa.Array:
 
 def _msg_ids(raw_headers: pa.Array) -> pa.Array:
     """The msg id column: the server's reading of Nats-Msg-Id, null when absent or empty."""
-    found = pc.struct_field(pc.extract_regex(raw_headers, _MSG_ID_RE), [0])
+    found = _leading_ids(raw_headers)
+    if found is None:
+        found = pc.struct_field(pc.extract_regex(raw_headers, _MSG_ID_RE), [0])
     try:
         ids = found.cast(pa.string())
     except pa.ArrowInvalid:  # bytes that are not UTF-8 (a foreign writer): U+FFFD, as msg_id_of
@@ -117,6 +120,25 @@ def _msg_ids(raw_headers: pa.Array) -> pa.Array:
             pa.string(),
         )
     return pc.if_else(pc.equal(ids, ""), pa.scalar(None, pa.string()), ids)
+
+
+def _leading_ids(raw_headers: pa.Array) -> pa.Array | None:
+    """The ids when every block's first header line is ``Nats-Msg-Id: <id>``.
+
+    That is what the Publisher writes (its ``Nats-Expected-Stream`` comes after), so
+    mostly what a stream holds. The server reads the first line of that name, up to the
+    next CRLF: here one split at that CRLF, for a seventh of the regex's cost (about
+    0.4 us a row). None when any block has another shape (another header first, a second
+    space after the colon that the server would skip): the regex reads those.
+    """
+    if (
+        not pc.all(pc.starts_with(raw_headers, _LEADING)).as_py()
+        or pc.any(pc.starts_with(raw_headers, _LEADING + " ")).as_py()
+    ):
+        return None
+    # An explicit stop: binary_slice without one fails ("Negative buffer resize", pyarrow 26).
+    values = pc.binary_slice(raw_headers, len(_LEADING), 2**31 - 1)
+    return pc.list_element(pc.split_pattern(values, "\r\n", max_splits=1), 0)
 
 
 def _user_headers(raw: bytes | None, direct: bool) -> list[tuple[str, list[str]]] | None:
