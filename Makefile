@@ -37,8 +37,9 @@ format: setup
 # The publish, process and Spark-read tests again through nats-py's public API:
 # the adapter's fallback path (src/oncestream/_nats) must stay correct.
 FALLBACK_TESTS := tests/integration/test_nats_adapter.py tests/integration/test_publisher.py \
-	tests/integration/test_publisher_fast_ingest.py \
-	tests/integration/test_processor.py tests/integration/test_pull.py \
+	tests/integration/test_publisher_fast_ingest.py tests/integration/test_atomic_publisher.py \
+	tests/integration/test_processor.py tests/integration/test_processor_batch_handler.py \
+	tests/integration/test_pull.py \
 	tests/spark/test_partition_reader.py tests/spark/test_source_batch.py
 
 # Two workers, one test file each at a time (module fixtures stay whole; each worker
