@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
@@ -11,21 +10,7 @@ from oncestream import ConfigError, Processor, ProcessorOptions, SQLiteLedger
 from oncestream.ledger import LedgerEntry
 from tests._support import effects, fill_stream
 from tests.handlers import record, record_many
-
-
-def _opts(**kw: Any) -> ProcessorOptions:
-    base: dict[str, Any] = {"batch": 100, "ack_wait": 2, "expires": 5, "prune_interval": 0}
-    base.update(kw)
-    return ProcessorOptions(**base)
-
-
-async def _run_until(processor: Processor, done: Any, timeout: float = 30) -> None:
-    task = asyncio.create_task(processor.run())
-    try:
-        await processor.wait_until(done, timeout)
-    finally:
-        await processor.stop()
-        await task
+from tests.integration.test_processor import _opts, _run_until
 
 
 async def test_each_message_once_and_only_the_fresh_ones_reach_the_handler(

@@ -3,7 +3,7 @@ server in tests/integration/test_publisher_fast_ingest.py)."""
 
 from __future__ import annotations
 
-from oncestream.publish._fast_ingest import fast_template, parse_reply, rereply
+from oncestream.publish._fast_ingest import fast_template, op_of, parse_reply, rereply
 from oncestream.publish._frames import id_only_frame
 
 EXPECT = b"Nats-Expected-Stream: ORDERS\r\n"
@@ -11,10 +11,9 @@ EXPECT = b"Nats-Expected-Stream: ORDERS\r\n"
 
 def _frame(expected_stream: str | None, msg_id: bytes = b"id-1", data: bytes = b"xyz") -> bytes:
     template, fixed = id_only_frame(expected_stream)
-    append, _start = fast_template(template)
     hdr_len = fixed + len(msg_id)
-    return append % (b"orders.eu", b"_INBOX.abc.F.b1.500.ok.", 7, hdr_len, hdr_len + len(data),
-                     msg_id, data)  # fmt: skip
+    return fast_template(template) % (b"orders.eu", b"_INBOX.abc.F.b1.500.ok.", 7, op_of(7),
+                                      hdr_len, hdr_len + len(data), msg_id, data)  # fmt: skip
 
 
 def _lengths_match(frame: bytes) -> bool:
@@ -30,6 +29,7 @@ def test_a_bare_batch_frame_gets_the_expected_stream_header_back_on_re_send() ->
     again = rereply(bare, b"_INBOX.abc.42", EXPECT)
     head, _, rest = again.partition(b"\r\n")
     assert head.split(b" ")[2] == b"_INBOX.abc.42"
+    assert b"_INBOX.abc.F.b1.500.ok.7.1.$FI" in bare  # message 7 of batch b1: op append
     assert rest.startswith(b"NATS/1.0\r\nNats-Msg-Id: id-1\r\n" + EXPECT + b"\r\nxyz")
     assert _lengths_match(again)
 
@@ -45,3 +45,7 @@ def test_reply_subjects_of_other_shapes_are_not_taken_for_ours() -> None:
     assert parse_reply(b"b1.500.ok.7.1.$FI") == (b"b1", 7)
     assert parse_reply(b"b1.500.ok.x.1.$FI") is None
     assert parse_reply(b"b1.500.ok.7.1") is None
+
+
+def test_the_first_message_of_a_batch_starts_it() -> None:
+    assert (op_of(1), op_of(2), op_of(500)) == (b"0", b"1", b"1")

@@ -50,9 +50,11 @@ __all__ = [
     "MAX_OUTSTANDING_ACKS",
     "BatchTable",
     "FastBatch",
+    "FrameTemplates",
     "choose_ingest",
     "control_frame",
     "fast_template",
+    "op_of",
     "parse_reply",
     "rereply",
 ]
@@ -82,6 +84,10 @@ BATCH_LEVEL_ERRORS = frozenset({ERR_BATCH_DISABLED, ERR_BATCH_UNKNOWN, ERR_BATCH
 ERR_TOO_MANY_REQUESTS = 10167
 
 _OP_START, _OP_APPEND, _OP_EOB, _OP_PING = b"0", b"1", b"3", b"4"
+
+#: ``(full, bare, shrink)``: a batch's id-only frame template with
+#: ``Nats-Expected-Stream``, the one without it, and the bytes between the two.
+FrameTemplates = tuple[bytes, bytes, int]
 _SUFFIX = b".$FI"
 
 
@@ -110,17 +116,20 @@ def choose_ingest(
     return "fast", f"stream {stream!r} allows batched publishing"
 
 
-def fast_template(template: bytes) -> tuple[bytes, bytes]:
-    """Append and start variants of an ``HPUB subject <inbox><token> ...`` template.
+def fast_template(template: bytes) -> bytes:
+    """The batch variant of an ``HPUB subject <inbox><token> ...`` template.
 
-    The reply's ``%b%d`` (inbox, token) becomes ``%b%d.1.$FI`` (batch prefix,
-    batch sequence, op append) and ``%b%d.0.$FI`` (op start).
+    The reply's ``%b%d`` (inbox, token) becomes ``%b%d.%b.$FI``: batch prefix,
+    batch sequence and the op (:func:`op_of`).
     """
     head, sep, rest = template.partition(b"\r\n")
     assert head.count(b"%b%d ") == 1, head
-    append = head.replace(b"%b%d ", b"%b%d." + _OP_APPEND + _SUFFIX + b" ")
-    start = head.replace(b"%b%d ", b"%b%d." + _OP_START + _SUFFIX + b" ")
-    return append + sep + rest, start + sep + rest
+    return head.replace(b"%b%d ", b"%b%d.%b" + _SUFFIX + b" ") + sep + rest
+
+
+def op_of(seq: int) -> bytes:
+    """The op of message ``seq`` of a batch: start (the first), else append."""
+    return _OP_APPEND if seq > 1 else _OP_START
 
 
 def rereply(cmd: bytes, reply: bytes, expect: bytes = b"") -> bytes:
@@ -170,6 +179,8 @@ class FastBatch:
     """
 
     __slots__ = (
+        "_bare_shrink",
+        "_bare_template",
         "acked",
         "bare",
         "ending",
@@ -177,12 +188,14 @@ class FastBatch:
         "id",
         "prefix",
         "seq",
+        "shrink",
         "subject",
         "tallies",
+        "template",
         "window_end",
     )
 
-    def __init__(self, inbox: bytes) -> None:
+    def __init__(self, inbox: bytes, templates: FrameTemplates = (b"", b"", 0)) -> None:
         self.id = secrets.token_hex(8).encode()
         self.prefix = b"%bF.%b.%d.ok." % (inbox, self.id, FLOW)
         self.seq = 0
@@ -193,6 +206,10 @@ class FastBatch:
         #: a batch whose first message reached another stream lives there, and that
         #: stream would store the rest (a refused message 1 ends the batch, see reply).
         self.bare = False
+        #: The id-only frame template of the next message and the bytes it leaves out
+        #: of the full header (:class:`FrameTemplates`; swapped when ``bare`` is set).
+        self.template, self.shrink = templates[0], 0
+        self._bare_template, self._bare_shrink = templates[1], templates[2]
         #: Entries up to here are confirmed (or were moved to the ack path).
         self.acked = 0
         self.ending = False
@@ -202,6 +219,12 @@ class FastBatch:
         self.subject = b""
         #: AckTally objects of publish_many calls in this batch (for the final seq).
         self.tallies: list[Any] = []
+
+    def go_bare(self) -> None:
+        """Message 1 is confirmed stored here: later messages leave the header out."""
+        if not self.bare and self._bare_template:
+            self.bare = True
+            self.template, self.shrink = self._bare_template, self._bare_shrink
 
     def eob(self) -> bytes:
         """The end-of-batch frame; the batch takes no more messages."""
@@ -263,6 +286,8 @@ class BatchTable:
         self.stream = stream
         self.batches: dict[bytes, FastBatch] = {}
         self.open: FastBatch | None = None
+        #: The id-only frame templates new batches use (set by the Publisher).
+        self.templates: FrameTemplates = (b"", b"", 0)
         #: No new batch before this (monotonic): after a batch got no flow ack in
         #: ack_timeout, or a reconnect, the ack path keeps the producer going.
         self.paused_until = 0.0
@@ -273,7 +298,7 @@ class BatchTable:
         """Open a batch whose control messages go to ``subject``; None while paused."""
         if self.paused_until > _monotonic():
             return None
-        batch = self.open = FastBatch(self.inbox)
+        batch = self.open = FastBatch(self.inbox, self.templates)
         batch.subject = subject
         self.batches[batch.id] = batch
         return batch
@@ -347,7 +372,7 @@ class BatchTable:
             if kind == "ack":
                 acked = int(response["seq"])
                 if acked >= 1:
-                    batch.bare = True
+                    batch.go_bare()
                 self._settle(batch, batch.take_upto(acked))
                 batch.window_end = acked + max(1, int(response["msgs"])) * MAX_OUTSTANDING_ACKS
                 self._wake()

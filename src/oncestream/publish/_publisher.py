@@ -44,6 +44,7 @@ from ._fast_ingest import (
     FastBatch,
     choose_ingest,
     fast_template,
+    op_of,
     rereply,
 )
 from ._frames import (
@@ -69,7 +70,8 @@ log = logging.getLogger("oncestream.publisher")
 WRITE_BATCH_BYTES = 64 * 1024
 # One HPUB frame: subject, reply inbox + token, header length, total length, headers, data.
 _HPUB = b"HPUB %b %b%d %d %d\r\n%b%b\r\n"
-_FI_HPUB, _FI_HPUB_START = fast_template(_HPUB)
+_FI_HPUB = fast_template(_HPUB)
+_START, _APPEND = op_of(1), op_of(2)
 _new_object = object.__new__
 _Future = asyncio.Future
 # Deadlines use the clock of asyncio's default loop, without the method call.
@@ -139,9 +141,7 @@ class Publisher:
         # (err 10208) unstored. That saves the server a header check and 25-40 bytes per
         # message (~6% more msg/s); every re-send on the ack path carries it again.
         bare, bare_len = id_only_frame(None)
-        self._fi_hpub, self._fi_hpub_start = fast_template(self._fast_hpub)
-        self._fi_bare = fast_template(bare)[0]
-        self._fi_shrink = self._fast_len - bare_len
+        templates = (fast_template(self._fast_hpub), fast_template(bare), self._fast_len - bare_len)
         self._expect_line = b""
         if self._expect is not None:
             self._expect_line = b"%b: %b\r\n" % (EXPECTED_STREAM.encode(), self._expect.encode())
@@ -158,6 +158,7 @@ class Publisher:
             wake=self._wake_all,
             refuse=self._refuse_batches,
         )
+        self._fast.templates = templates
         self._linger: asyncio.TimerHandle | None = None
         self._linger_sent = 0
         self._tracer = tracer(self.options.tracing, "publisher")
@@ -392,31 +393,30 @@ class Publisher:
                 batch = await self._fast_slot(subject_bytes)
             if batch is not None:
                 batch.seq = seq = batch.seq + 1
+                op = _APPEND if seq > 1 else _START
                 if hdr is None:
-                    if batch.bare:
-                        shrink = self._fi_shrink
-                        cmd = self._fi_bare % (
-                            subject_bytes,
-                            batch.prefix,
-                            seq,
-                            hdr_len - shrink,
-                            size - shrink,
-                            id_bytes,
-                            data,
-                        )
-                    else:
-                        cmd = (self._fi_hpub if seq > 1 else self._fi_hpub_start) % (
-                            subject_bytes,
-                            batch.prefix,
-                            seq,
-                            hdr_len,
-                            size,
-                            id_bytes,
-                            data,
-                        )
+                    shrink = batch.shrink
+                    cmd = batch.template % (
+                        subject_bytes,
+                        batch.prefix,
+                        seq,
+                        op,
+                        hdr_len - shrink,
+                        size - shrink,
+                        id_bytes,
+                        data,
+                    )
                 else:
-                    template = _FI_HPUB if seq > 1 else _FI_HPUB_START
-                    cmd = template % (subject_bytes, batch.prefix, seq, hdr_len, size, hdr, data)
+                    cmd = _FI_HPUB % (
+                        subject_bytes,
+                        batch.prefix,
+                        seq,
+                        op,
+                        hdr_len,
+                        size,
+                        hdr,
+                        data,
+                    )
                 future: asyncio.Future[PubAck] = _Future(loop=self._loop)
                 batch.entries[seq] = Pending(
                     cmd, future, msg_id, subject, _monotonic() + self._ack_timeout
@@ -556,8 +556,7 @@ class Publisher:
         append_future = futures.append
         sent = 0
         cache = self._subjects
-        fixed, shrink = self._fast_len, self._fi_shrink
-        append_t, start_t, bare_t = self._fi_hpub, self._fi_hpub_start, self._fi_bare
+        fixed = self._fast_len
         loop, max_payload, timeout = self._loop, self._max_payload, self._ack_timeout
         max_inflight = self._max_inflight
         batch = self._fast.open
@@ -602,26 +601,17 @@ class Publisher:
                     batch.tallies.append(tally)
                 sent += 1
                 batch.seq = seq = batch.seq + 1
-                if batch.bare:
-                    cmd = bare_t % (
-                        subject_bytes,
-                        batch.prefix,
-                        seq,
-                        hdr_len - shrink,
-                        size - shrink,
-                        id_bytes,
-                        data,
-                    )
-                else:
-                    cmd = (append_t if seq > 1 else start_t) % (
-                        subject_bytes,
-                        batch.prefix,
-                        seq,
-                        hdr_len,
-                        size,
-                        id_bytes,
-                        data,
-                    )
+                shrink = batch.shrink
+                cmd = batch.template % (
+                    subject_bytes,
+                    batch.prefix,
+                    seq,
+                    _APPEND if seq > 1 else _START,
+                    hdr_len - shrink,
+                    size - shrink,
+                    id_bytes,
+                    data,
+                )
                 if tally is None:
                     future: asyncio.Future[PubAck] = _Future(loop=loop)
                     batch.entries[seq] = Pending(
