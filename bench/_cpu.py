@@ -52,10 +52,13 @@ class CpuSampler:
 
     Samples every ``interval`` seconds (a process that exits loses at most its
     last interval). ``stop()`` returns seconds per role (see :func:`role_of`).
+    ``also``: processes outside this tree to count as well (a nats-server that
+    the parent of a benchmark process started).
     """
 
-    def __init__(self, interval: float = 0.25) -> None:
+    def __init__(self, interval: float = 0.25, also: tuple[int, ...] = ()) -> None:
         self.interval = interval
+        self.also = also
         self._first: dict[int, float] = {}
         self._last: dict[int, tuple[float, str]] = {}
         self._stop = threading.Event()
@@ -67,7 +70,7 @@ class CpuSampler:
             if entry.isdigit() and (info := _read(int(entry))) is not None:
                 procs[int(entry)] = info
         root = os.getpid()
-        tree = {root}
+        tree = {root, *self.also}
         children: dict[int, list[int]] = {}
         for pid, (ppid, _, _) in procs.items():
             children.setdefault(ppid, []).append(pid)

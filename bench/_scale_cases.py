@@ -162,6 +162,21 @@ async def _processor(
     return {"rate": rate, **extra}
 
 
+def _timed_cpu(used: dict[str, float], args: argparse.Namespace) -> dict[str, Any]:
+    """CPU seconds of a Spark case's timed part (its JVM start-up and warm-ups left out).
+
+    ``client`` is every process of the case's tree (driver, JVM, Python
+    workers); ``server`` is the nats-server, counted only with ``--server-pid``.
+    """
+    if not used:
+        return {}
+    client = sum(v for role, v in used.items() if role != "nats-server")
+    timed = {"client": round(client, 3), "roles": used}
+    if args.server_pid:
+        timed["server"] = used.get("nats-server", 0.0)
+    return {"timed_cpu": timed}
+
+
 def run_case(args: argparse.Namespace) -> dict[str, Any]:
     conf = spark_conf(args.spark_memory)
     if args.case in ("publisher", "publisher-fast"):
@@ -184,9 +199,23 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
     if args.case == "spark-source":
         from bench.bench_spark_source import spark_read
 
-        got = spark_read(args.url, args.n, stream=args.stream, methods=("consumer",), conf=conf)
+        used: dict[str, float] = {}
+        got = spark_read(
+            args.url,
+            args.n,
+            stream=args.stream,
+            methods=("consumer",),
+            conf=conf,
+            cpu=used,
+            server_pid=args.server_pid,
+        )
         rate, seconds = got["consumer"]
-        return {"rate": rate, "seconds": seconds, "spark_memory": args.spark_memory}
+        return {
+            "rate": rate,
+            "seconds": seconds,
+            "spark_memory": args.spark_memory,
+            **_timed_cpu(used, args),
+        }
     if args.case in ("spark-sink", "spark-sink-fast", "spark-sink-atomic"):
         from bench.bench_spark_sink import sink_rate
 
@@ -198,10 +227,25 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
             batched=ingest == "fast",
             atomic=ingest == "atomic",
         )
+        used: dict[str, float] = {}
         rate = sink_rate(
-            args.url, args.n, stream=args.stream, partitions=2, conf=conf, spec=spec, ingest=ingest
+            args.url,
+            args.n,
+            stream=args.stream,
+            partitions=2,
+            conf=conf,
+            spec=spec,
+            ingest=ingest,
+            cpu=used,
+            server_pid=args.server_pid,
         )
-        return {"rate": rate, "spark_memory": args.spark_memory, "tasks": 2, "ingest": ingest}
+        return {
+            "rate": rate,
+            "spark_memory": args.spark_memory,
+            "tasks": 2,
+            "ingest": ingest,
+            **_timed_cpu(used, args),
+        }
     raise SystemExit(f"unknown case {args.case!r} (allowed: {', '.join(CASES)})")
 
 
@@ -216,6 +260,9 @@ def main() -> None:
     parser.add_argument("--spark-memory", default="2g")
     parser.add_argument("--duplicate-window", type=float, default=120.0)
     parser.add_argument("--storage", default="file")
+    parser.add_argument(
+        "--server-pid", type=int, help="the nats-server's pid (its CPU in a timed part)"
+    )
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     result = run_case(args)

@@ -45,6 +45,8 @@ def _notes(rec: dict[str, Any]) -> str:
         notes.append(f"local[2], spark.driver/executor.memory={rec['spark_memory']}")
     if "tasks" in rec:
         notes.append(f"{rec['tasks']} tasks")
+    if "timed_cpu" in rec:
+        notes.append("CPU of the timed part (JVM start-up and warm-ups left out)")
     if "batch_size" in rec:
         notes.append(f"batch_size={rec['batch_size']}")
     if "rounds" in rec:

@@ -66,11 +66,13 @@ def sink_rate(
     cpu: dict[str, float] | None = None,
     repeats: int = 1,
     ingest: str = "auto",
+    server_pid: int | None = None,
 ) -> float:
     """Rows/s of ``df.write.format("jetstream")`` of ``rows`` 128-byte rows (after a warm-up).
 
     ``repeats``: timed writes (each into a fresh stream); the fastest counts.
-    ``cpu``: filled with the CPU seconds per role of the counted write.
+    ``cpu``: filled with the CPU seconds per role of the counted write (the
+    server's too when it runs in this process tree, or its pid is ``server_pid``).
     """
     from pyspark.sql import functions as F
 
@@ -103,7 +105,7 @@ def sink_rate(
         for attempt in range(max(1, repeats)):
             asyncio.run(_stream(url, stream, spec=spec))
             df = frame(rows, f"r{attempt}-")
-            sampler = CpuSampler().start()
+            sampler = CpuSampler(also=(server_pid,) if server_pid else ()).start()
             start = time.perf_counter()
             write(df)
             elapsed = time.perf_counter() - start

@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import PAYLOAD_128, fresh_server, report
+from bench._cpu import CpuSampler
 
 from oncestream._connection import Connection, connect
 from oncestream._options import ConnectOptions
@@ -102,8 +103,14 @@ def spark_read(
     stream: str = STREAM,
     methods: tuple[str, ...] = ("consumer", "direct"),
     conf: dict[str, str] | None = None,
+    cpu: dict[str, float] | None = None,
+    server_pid: int | None = None,
 ) -> dict[str, tuple[float, float]]:
-    """Rows/s and seconds of reading ``n`` messages, per readMethod (consumer = default)."""
+    """Rows/s and seconds of reading ``n`` messages, per readMethod (consumer = default).
+
+    ``cpu``: filled with the CPU seconds per role of the first method's timed
+    read (the server's too when its pid is ``server_pid``).
+    """
     from pyspark.sql import functions as F
 
     from oncestream.spark import local_session
@@ -121,9 +128,13 @@ def spark_read(
         assert warm.load().agg(F.sum(F.length("data"))).collect()[0][0] == warm_n * 128
         for method in methods:
             df = spark.read.format("jetstream").options(readMethod=method, **options).load()
+            sampler = CpuSampler(also=(server_pid,) if server_pid else ()).start()
             started = time.perf_counter()
             row = df.agg(F.count("*").alias("n"), F.sum(F.length("data")).alias("b")).collect()[0]
             elapsed = time.perf_counter() - started
+            used = sampler.stop()
+            if cpu is not None and not results:
+                cpu.update(used)
             assert row["n"] == n, row
             assert row["b"] == n * len(PAYLOAD_128), row
             results[method] = (n / elapsed, elapsed)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 
@@ -70,3 +72,38 @@ def test_repeats_report_the_median_round_and_a_failure_is_not_hidden() -> None:
     assert "median of 100/300/200" in table
     one = [{"path": "publisher", "n": 10, "rate": 1.0}]
     assert median_of(one) == one
+
+
+def test_cpu_sampler_counts_a_process_outside_its_tree_only_when_named() -> None:
+    """A Spark case's timed CPU includes the nats-server its parent started (``also``)."""
+    from bench._cpu import CpuSampler
+
+    # A process outside this tree (its shell exits at once), named like a server: it
+    # burns about 0.6 s of CPU, says so, then idles until it is killed (a background
+    # job of a shell script reads /dev/null, so it cannot wait on stdin).
+    burn = (
+        "import sys,time\n"
+        "end=time.process_time()+0.6\n"
+        "while time.process_time()<end: pass\n"
+        "print('burnt', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    shell = subprocess.Popen(
+        ["sh", "-c", '"$1" -c "$0" nats-server & echo $!', burn, sys.executable],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert shell.stdout is not None
+    pid = int(shell.stdout.readline())
+    try:
+        shell.wait(timeout=30)
+        assert os.getppid() != pid
+        named = CpuSampler(also=(pid,)).start()
+        unnamed = CpuSampler().start()
+        assert shell.stdout.readline().strip() == "burnt"
+        assert unnamed.stop().get("nats-server", 0.0) == 0.0
+        assert named.stop().get("nats-server", 0.0) >= 0.3
+    finally:
+        shell.stdout.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
