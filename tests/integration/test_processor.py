@@ -105,6 +105,28 @@ async def test_async_handler_and_in_progress_acks(conn, options, make_stream, tm
     assert effects(tmp_path / "l.db") == (3, 3)
 
 
+async def test_in_progress_acks_cover_buffered_messages(conn, make_stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The pull window is two batches: what waits behind a slow batch must not expire."""
+    await make_stream("JOBS", ("jobs.>",))
+    await fill_stream(conn, "jobs.x", 6)
+
+    async def slow(msg, tx) -> None:  # type: ignore[no-untyped-def]
+        if msg.seq == 1:
+            await asyncio.sleep(2.5)  # the workload: longer than ack_wait (1s)
+        record(msg, tx)
+
+    proc = Processor(
+        conn, "JOBS", "w", slow, ledger=SQLiteLedger(tmp_path / "l.db"),
+        options=_opts(batch=2, ack_wait=1),
+    )  # fmt: skip
+    await _run_until(proc, lambda s: s.applied >= 6)
+    # Delivered at once (the window asks for 4) and buffered for 2.5 s: without their
+    # own in-progress acks the server redelivers them after 1 s, and the ledger
+    # suppresses the redeliveries (all acked by now, so CONSUMER.INFO no longer shows it).
+    assert (proc.stats.suppressed, proc.stats.late_acks) == (0, 0)
+    assert effects(tmp_path / "l.db") == (6, 6)
+
+
 async def test_always_failing_message_is_dead_lettered(conn, make_stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
     await make_stream("JOBS", ("jobs.>",))
     js = conn.nc.jetstream()

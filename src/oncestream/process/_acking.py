@@ -6,7 +6,8 @@ buffered write, the batch's last message with a confirmed ack (double ack)
 whose round trip overlaps the next batches; a failed message is nak'ed with
 the configured backoff, or, after ``max_deliver`` attempts, published to the
 dead-letter stream and terminated. While a batch is in flight for longer than
-half the ack wait, in-progress acks keep the server from redelivering it.
+half the ack wait, in-progress acks keep the server from redelivering it and
+the messages buffered behind it.
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ class Acknowledger:
         self._confirming: deque[asyncio.Task[None]] = deque()
         self._inflight: list[str] = []
         self._inflight_since = 0.0
+        #: Replies of the messages delivered behind the batch in flight (the pull's
+        #: buffer): their ack wait runs as well while that batch is applied.
+        self.buffered: Callable[[], list[str]] = list
         self._failure_log = LogThrottle(log)  # identical failures: first 5, then a summary
         #: Spans of failed messages' outcomes (``retried``, ``dead_lettered``).
         self.tracer: Tracer | None = None
@@ -95,8 +99,9 @@ class Acknowledger:
             await asyncio.sleep(interval / 2)
             inflight = self._inflight
             if inflight and time.monotonic() - self._inflight_since >= interval:
-                await self.send(inflight, _WPI)
-                self.stats.in_progress_acks += len(inflight)
+                waiting = inflight + self.buffered()
+                await self.send(waiting, _WPI)
+                self.stats.in_progress_acks += len(waiting)
                 self._inflight_since = time.monotonic()
 
     # -- sending

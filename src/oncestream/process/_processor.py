@@ -145,6 +145,7 @@ class Processor:
         self._acks = Acknowledger(
             self.stream, self.consumer, self.options, self.stats, lambda: self._stop_requested
         )
+        self._acks.buffered = self._buffered_replies
         self._unsent = _UnsentAcks()
         self._tracer = tracer(self.options.tracing, "processor")
         if self._tracer is not None:
@@ -154,6 +155,9 @@ class Processor:
         self.active_pin: str | None = None
         #: ``time.time()`` of the last takeover (0.0: never).
         self.took_over_at = 0.0
+
+    def _buffered_replies(self) -> list[str]:
+        return self._pull.buffered_replies() if self._pull is not None else []
 
     @property
     def ack_wait(self) -> float:

@@ -488,6 +488,14 @@ class MessageStream:
         """Messages received and not yet handed out."""
         return len(self._buffer)
 
+    def buffered_replies(self) -> list[str]:
+        """Reply subjects of the messages received and not yet handed out.
+
+        Their ack wait runs from delivery: a caller busy with earlier messages
+        keeps them alive with in-progress acks to these subjects.
+        """
+        return [m.reply for m in self._buffer]
+
     async def next_batch(
         self, max_messages: int = 0, timeout: float | None = None
     ) -> list[Message]:
