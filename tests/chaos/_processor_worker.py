@@ -80,7 +80,12 @@ class CrashingProcessor(Processor):
         super().__init__(*args, **kwargs)
         self._applier = CrashingApplier(self.ledger, self.handler, self.stats)
         self._acks = CrashingAcknowledger(
-            self.stream, self.consumer, self.options, self.stats, lambda: self._stop_requested
+            self.stream,
+            self.consumer,
+            self.options,
+            self.stats,
+            lambda: self._stop_requested,
+            buffered=self._buffered_replies,
         )
 
 

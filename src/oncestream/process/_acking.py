@@ -50,6 +50,9 @@ class Acknowledger:
         options: ``double_ack*``, ``max_deliver``, ``backoff``.
         stats: counters to update.
         stopping: whether the Processor is stopping (double-ack retries end sooner).
+        buffered: reply subjects of the messages delivered behind the batch in
+            flight (the pull's buffer): their ack wait runs as well while that
+            batch is applied, so its in-progress acks cover them too.
     """
 
     def __init__(
@@ -59,6 +62,8 @@ class Acknowledger:
         options: ProcessorOptions,
         stats: ProcessorStats,
         stopping: Callable[[], bool],
+        *,
+        buffered: Callable[[], list[str]],
     ) -> None:
         self.stream = stream
         self.consumer = consumer
@@ -73,9 +78,7 @@ class Acknowledger:
         self._confirming: deque[asyncio.Task[None]] = deque()
         self._inflight: list[str] = []
         self._inflight_since = 0.0
-        #: Replies of the messages delivered behind the batch in flight (the pull's
-        #: buffer): their ack wait runs as well while that batch is applied.
-        self.buffered: Callable[[], list[str]] = list
+        self.buffered = buffered
         self._failure_log = LogThrottle(log)  # identical failures: first 5, then a summary
         #: Spans of failed messages' outcomes (``retried``, ``dead_lettered``).
         self.tracer: Tracer | None = None

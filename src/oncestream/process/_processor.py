@@ -143,9 +143,13 @@ class Processor:
         self._pull_log = LogThrottle(log)  # repeated pull timeouts: first 5, then a summary
         self._applier = Applier(ledger, chosen, self.stats, batched=batch_handler is not None)
         self._acks = Acknowledger(
-            self.stream, self.consumer, self.options, self.stats, lambda: self._stop_requested
+            self.stream,
+            self.consumer,
+            self.options,
+            self.stats,
+            lambda: self._stop_requested,
+            buffered=self._buffered_replies,
         )
-        self._acks.buffered = self._buffered_replies
         self._unsent = _UnsentAcks()
         self._tracer = tracer(self.options.tracing, "processor")
         if self._tracer is not None:
