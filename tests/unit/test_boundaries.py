@@ -478,7 +478,7 @@ REVIEWED_LONG = {
     # publish() and publish_many() on both ingest paths (pipelined acks, fast-ingest
     # batches) with the reply handler they feed: the per-message code in one place,
     # as the issue-24 review decided (the batch bookkeeping is in _fast_ingest.py;
-    # 1020: the bare frames of a confirmed batch, FastBatch.bare).
+    # 1020: the bare frames of a confirmed batch, FastBatch.go_bare).
     "_publisher.py": 1020,
 }
 

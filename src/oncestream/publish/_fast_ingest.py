@@ -182,7 +182,6 @@ class FastBatch:
         "_bare_shrink",
         "_bare_template",
         "acked",
-        "bare",
         "ending",
         "entries",
         "id",
@@ -200,14 +199,13 @@ class FastBatch:
         self.prefix = b"%bF.%b.%d.ok." % (inbox, self.id, FLOW)
         self.seq = 0
         self.window_end = 1
-        #: Whether later messages may leave out Nats-Expected-Stream: set by the first
-        #: flow ack past message 1, which (carrying the header) was then stored in the
-        #: batch's stream, so that stream is ours. Until then every message carries it:
-        #: a batch whose first message reached another stream lives there, and that
-        #: stream would store the rest (a refused message 1 ends the batch, see reply).
-        self.bare = False
         #: The id-only frame template of the next message and the bytes it leaves out
-        #: of the full header (:class:`FrameTemplates`; swapped when ``bare`` is set).
+        #: of the full header (:class:`FrameTemplates`). Later messages may leave out
+        #: Nats-Expected-Stream only after the first flow ack past message 1, which
+        #: (carrying the header) was then stored in the batch's stream, so that stream
+        #: is ours (:meth:`go_bare`). Until then every message carries it: a batch whose
+        #: first message reached another stream lives there, and that stream would
+        #: store the rest (a refused message 1 ends the batch, see reply).
         self.template, self.shrink = templates[0], 0
         self._bare_template, self._bare_shrink = templates[1], templates[2]
         #: Entries up to here are confirmed (or were moved to the ack path).
@@ -222,8 +220,7 @@ class FastBatch:
 
     def go_bare(self) -> None:
         """Message 1 is confirmed stored here: later messages leave the header out."""
-        if not self.bare and self._bare_template:
-            self.bare = True
+        if self._bare_template:
             self.template, self.shrink = self._bare_template, self._bare_shrink
 
     def eob(self) -> bytes:

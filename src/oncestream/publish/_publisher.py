@@ -136,7 +136,7 @@ class Publisher:
         self._expect = self.options.stream
         self._fast_hpub, self._fast_len = id_only_frame(self._expect)
         # Once a fast batch's first message (with Nats-Expected-Stream) is confirmed
-        # stored, its later messages leave the header out (FastBatch.bare): one that
+        # stored, its later messages leave the header out (FastBatch.go_bare): one that
         # reaches another stream names a batch that stream never saw, and is refused
         # (err 10208) unstored. That saves the server a header check and 25-40 bytes per
         # message (~6% more msg/s); every re-send on the ack path carries it again.
