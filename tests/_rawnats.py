@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import secrets
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -35,6 +36,8 @@ class RawClient:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._ids = itertools.count(1)
+        # Reply subjects are account-wide: two clients of one server must not share them.
+        self._token = secrets.token_hex(6)
 
     async def __aenter__(self) -> RawClient:
         async with asyncio.timeout(self.timeout):
@@ -71,7 +74,7 @@ class RawClient:
         """Publish with exactly ``header`` (a ``NATS/1.0`` block) and return the JSON reply."""
         assert self._reader is not None and self._writer is not None
         sid = next(self._ids)
-        inbox = f"_RAW.{sid}"
+        inbox = f"_RAW.{self._token}.{sid}"
         total = len(header) + len(payload)
         self._writer.write(
             b"SUB %b %d\r\nUNSUB %d 1\r\nHPUB %b %b %d %d\r\n%b%b\r\n"
@@ -107,7 +110,7 @@ class RawClient:
         """
         assert self._reader is not None and self._writer is not None
         sid = next(self._ids)
-        prefix = f"_RAWM.{sid}."
+        prefix = f"_RAWM.{self._token}.{sid}."
         self._writer.write(f"SUB {prefix}* {sid}\r\n".encode())
         out: list[tuple[bytes, bytes]] = []
         for first in range(0, len(requests), window):

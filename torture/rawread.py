@@ -81,6 +81,8 @@ async def read_raw(
                 return await _read(url, stream, domain)
             except (OSError, TimeoutError, RuntimeError, ValueError) as exc:
                 errors.append(f"{url}: {type(exc).__name__}: {exc}")
+                # In the harness's output: a retried read is rare and worth seeing.
+                print(f"rawread: {stream!r} read again after {errors[-1]}", file=sys.stderr)
     raise RuntimeError(f"independent read of {stream!r} failed: {errors[-3:]}")
 
 
@@ -110,12 +112,17 @@ async def _walk(
             if not payload:
                 raise RuntimeError(f"seq {seq}: no answer ({header[:60]!r})")
             answer = json.loads(payload)
-            error = answer.get("error")
+            error = answer.get("error") if isinstance(answer, dict) else None
             if error is not None:
-                if error.get("err_code") == NO_MESSAGE:
+                if isinstance(error, dict) and error.get("err_code") == NO_MESSAGE:
                     continue  # deleted
                 raise RuntimeError(f"seq {seq}: {error}")
-            message = answer["message"]
+            message = answer.get("message") if isinstance(answer, dict) else None
+            if not isinstance(message, dict) or "seq" not in message:
+                # Neither a message nor an error: not the server's answer to this get
+                # (the CI run of 2d9a601 crashed here with KeyError). Re-read rather
+                # than guess; read_raw gives up after its rounds, naming the answer.
+                raise RuntimeError(f"seq {seq}: not a STREAM.MSG.GET answer: {payload[:200]!r}")
             if int(message["seq"]) != seq:
                 raise RuntimeError(f"asked for seq {seq}, got {message['seq']}")
             visit(seq, record_key(base64.b64decode(message.get("data") or "")))
