@@ -212,8 +212,11 @@ class Net:
         host_link = f"os{run_id}-h"
         self.state["host_links"].append(host_link)
         self._save()
-        _ip("ip", "link", "add", host_link, "type", "veth", "peer", "name", "host")
-        _ip("ip", "link", "set", "dev", "host", "netns", self.bridge_ns)
+        # The peer is born in the bridge namespace: a name in the root namespace is shared
+        # by every run, and one left there (its run killed between two steps) made every
+        # later run fail with "File exists" (CI run of 1b36b3e).
+        peer = ("peer", "name", "host", "netns", self.bridge_ns)
+        _ip("ip", "link", "add", host_link, "type", "veth", *peer)
         _ip("ip", "link", "set", "dev", "host", "master", "br0", ns=self.bridge_ns)
         _ip("ip", "link", "set", "dev", "host", "up", ns=self.bridge_ns)
         _ip("ip", "addr", "add", f"10.77.{self.subnet}.254/24", "dev", host_link)

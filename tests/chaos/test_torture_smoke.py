@@ -165,3 +165,26 @@ def test_concurrent_runs_get_distinct_subnets() -> None:
         for proc in procs:
             proc.communicate("", timeout=30)
     assert f"os-c{tag}" not in _namespaces()
+
+
+def test_a_device_named_host_in_the_root_namespace_does_not_stop_a_run() -> None:
+    """The bridge's end of the host link is named ``host``. It used to be created in the
+    root namespace and then moved: one left there by a run killed between the two steps
+    made every later run fail with "File exists" (CI run of 1b36b3e)."""
+    from torture.netns import Net
+
+    ours = subprocess.run(["ip", "link", "show", "host"], capture_output=True).returncode != 0
+    run_id = f"h{secrets.token_hex(2)}"
+    if ours:  # else one is there already (a leftover): the case itself
+        peer = ["peer", "name", f"os{run_id}-p"]
+        subprocess.run(["ip", "link", "add", "host", "type", "veth", *peer], check=True)
+    try:
+        net = Net(run_id)
+        try:
+            assert net.add_node("n1").startswith(f"10.77.{net.subnet}.")
+        finally:
+            net.teardown()
+    finally:
+        if ours:
+            subprocess.run(["ip", "link", "del", "host"], check=True)
+    assert f"os-{run_id}" not in _namespaces()
