@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import threading
 import time
 import warnings
@@ -37,6 +38,40 @@ __all__ = ["DemoConfig", "DemoResult", "run_demo"]
 log = logging.getLogger("oncestream.demo")
 
 _MAX_RESTARTS = 8
+
+#: The last line of a Python traceback: ``package.module.ErrorName: message``.
+_PY_ERROR = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*: \S")
+
+
+def stop_reason(text: str) -> str:
+    """One line saying why a streaming query stopped, from its exception's text.
+
+    Spark puts a Python worker's whole traceback inside its message; the line
+    worth showing is the error at the traceback's end, after Spark's own head.
+
+    Example::
+
+        >>> stop_reason("[ERR] commit failed: Traceback (most recent call last):\n"
+        ...             '  File "x.py", line 1, in f\nOperationTimeout: timed out')
+        '[ERR] commit failed: OperationTimeout: timed out'
+    """
+    lines = [line.rstrip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return "stopped"
+    head = lines[0].replace("Traceback (most recent call last):", "").strip()
+    if len(lines) > 1 and head != lines[0].strip():
+        # The traceback ends at the first line that is neither indented nor a frame.
+        errors = [line for line in lines[1 : _end_of_traceback(lines)] if _PY_ERROR.match(line)]
+        if errors:
+            head = f"{head} {errors[-1]}"
+    return head[:300]
+
+
+def _end_of_traceback(lines: list[str]) -> int:
+    for index, line in enumerate(lines[1:], start=1):
+        if line.startswith("JVM stacktrace"):
+            return index
+    return len(lines)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,7 +200,7 @@ class _Demo:
         for name, query in list(self.queries.items()):
             if query.isActive:
                 continue
-            reason = (str(query.exception() or "stopped").strip().splitlines() or ["?"])[0][:300]
+            reason = stop_reason(str(query.exception() or "stopped"))
             if self.restarts >= _MAX_RESTARTS:
                 raise OncestreamError(f"query {name!r} keeps failing: {reason}")
             self.say(f"query '{name}' stopped ({reason}); restarting from its checkpoint")

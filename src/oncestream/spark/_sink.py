@@ -48,6 +48,7 @@ from pyspark.sql.types import (
 from .._connection import Connection
 from .._errors import ConfigError, JetStreamError, OncestreamError, StreamMismatch
 from .._headers import check_msg_id, is_clean_msg_id
+from .._retry import retrying
 from .._sync import run_sync, submit_sync
 from ..publish import (
     AckTally,
@@ -552,7 +553,18 @@ class JetStreamStreamWriter(_JetStreamWriter, DataSourceStreamArrowWriter):
         totals = self._totals(messages)
         done = [m for m in messages if isinstance(m, SinkCommit)]
         if done:
-            run_sync(self._record(done[0].scope, batchId, totals, done[0].query_id))
+            first = done[0]
+            # Spark stops the query when this raises, so a server restarting or a stream
+            # electing a leader just now must not fail it: recording is idempotent (the
+            # record's msg id), retried like the tasks' publishes.
+            run_sync(
+                retrying(
+                    lambda: self._record(first.scope, batchId, totals, first.query_id),
+                    budget=self.options.publisher.retry_horizon,
+                    what=f"recording committed micro-batch {batchId}",
+                    budget_source="the options 'ackTimeout' x 'maxAttempts' (the retry horizon)",
+                )
+            )
         # else no task ran, so nothing was written: a later batch's record (or, on a
         # replay, the markers) covers everything, and the query id is not known here.
         log.info("jetstream sink committed micro-batch %d: %s", batchId, totals)
