@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import signal
 import sys
-import threading
+import time
 
 
 def main(url: str, source: str, target: str, checkpoint: str, port: int) -> None:
@@ -23,8 +23,9 @@ def main(url: str, source: str, target: str, checkpoint: str, port: int) -> None
     from oncestream.metrics import serve_metrics
     from oncestream.spark import instrument_query, local_session
 
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # Only recorded: Event.set() in a handler deadlocks if it interrupts Event.wait().
+    stopping: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: stopping.append(signum))
     spark = local_session("oncestream-metrics-job")
     df = (
         spark.readStream.format("jetstream")
@@ -52,7 +53,9 @@ def main(url: str, source: str, target: str, checkpoint: str, port: int) -> None
     metrics = instrument_query(query, options=ConnectOptions(servers=(url,)))
     server = serve_metrics(port)
     print("READY", flush=True)
-    stop.wait(600)
+    deadline = time.monotonic() + 600
+    while not stopping and time.monotonic() < deadline:
+        time.sleep(0.2)  # a signal cuts it short
     server.close()
     metrics.close()
     query.stop()

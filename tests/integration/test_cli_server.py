@@ -24,6 +24,7 @@ def _start(tmp: Path, *args: str) -> tuple[subprocess.Popen[str], int, int, Path
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "COLUMNS": "300", "TMPDIR": str(tmp)},
+        start_new_session=True,  # its own group: a hung command goes with its server
     )
     assert proc.stdout is not None
     port = pid = 0
@@ -38,9 +39,13 @@ def _start(tmp: Path, *args: str) -> tuple[subprocess.Popen[str], int, int, Path
 
 
 def _finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
-    # The command's own worst case is 25 s (SIGTERM, 10 s, SIGKILL, 10 s, its log reader
-    # 5 s); a loaded CI machine reached the former 30 s bound once.
-    out, _ = proc.communicate(timeout=60)
+    # The command's own worst case is 25 s (SIGTERM, 10 s, SIGKILL, 10 s, its log reader 5 s).
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
     return proc.returncode, out
 
 

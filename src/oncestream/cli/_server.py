@@ -6,7 +6,7 @@ import os
 import shutil
 import signal
 import tempfile
-import threading
+import time
 from pathlib import Path
 
 import typer
@@ -66,15 +66,19 @@ def server_command(
 
 
 def _serve(server: NatsServer, temporary_store: bool) -> None:
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    # The handler only records the signal. It used to call Event.set() on the Event the
+    # main thread waits on; a signal landing while wait() held the Event's lock made
+    # set() wait for that lock forever (not re-entrant): the command hung after Ctrl-C.
+    signals: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: signals.append(signum))
     with server:
         console.print(f"nats-server ready at [bold]{server.url}[/] (pid {server.pid})")
         store = f"{server.store_dir} (temporary)" if temporary_store else str(server.store_dir)
         console.print(f"store: {store}", highlight=False)
         console.print("Ctrl-C to stop")
-        while not stop.wait(0.5):
+        while not signals:
             if not server.running():
                 raise ServerError(server.exit_reason() or "nats-server stopped unexpectedly")
+            time.sleep(0.2)  # a signal cuts it short (its handler runs, then this returns)
     console.print("stopped")
