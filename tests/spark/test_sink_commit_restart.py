@@ -1,10 +1,11 @@
 """The streaming sink's commit of a micro-batch rides out a nats-server restart.
 
-Found while looking into the CI run of ddbce31, where the demo's query stopped in
-"Failed when Python streaming data source perform commit" during its hard faults
-(the message did not say which commit or why; the demo now prints the Python
-error). This test showed the sink's commit failing on its first timeout while the
-server restarts; Spark then stops the query. Recording is idempotent (the
+The CI run of ddbce31 stopped the demo's query with "Failed when Python streaming
+data source perform commit" during its hard faults (a nats-server SIGKILL and
+restart). "commit" is the action Spark 4.3 names for a streaming sink's commit
+(its source runner says "commitSource"; javap of spark-sql). This test showed the
+sink's commit failing on its first timeout while the server restarts; Spark then
+stops the query. Recording is idempotent (the
 record's msg id), so the commit now retries transient errors within the
 Publisher's retry horizon. Real server, no SparkSession (the driver-side writer
 is called directly).
