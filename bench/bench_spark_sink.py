@@ -86,7 +86,7 @@ def sink_rate(
 
         def frame(n: int, prefix: str) -> object:
             # The payload the Publisher and nats.go publish: one 128-byte value, a unique
-            # msg id per row. (Rows padded from their id cost the JVM 0.5-0.6 µs a row
+            # msg id per row. (Rows padded from their id cost the JVM 0.6-0.9 µs a row
             # more, building the input rather than writing it.)
             return spark.range(0, n, numPartitions=partitions).select(
                 F.lit(f"{stream.lower()}.x").alias("subject"),
