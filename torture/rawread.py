@@ -112,21 +112,27 @@ async def _walk(
             if not payload:
                 raise RuntimeError(f"seq {seq}: no answer ({header[:60]!r})")
             answer = json.loads(payload)
-            error = answer.get("error") if isinstance(answer, dict) else None
+            if not isinstance(answer, dict):
+                raise _not_an_answer(seq, payload)
+            error = answer.get("error")
             if error is not None:
                 if isinstance(error, dict) and error.get("err_code") == NO_MESSAGE:
                     continue  # deleted
                 raise RuntimeError(f"seq {seq}: {error}")
-            message = answer.get("message") if isinstance(answer, dict) else None
+            message = answer.get("message")
             if not isinstance(message, dict) or "seq" not in message:
-                # Neither a message nor an error: not the server's answer to this get
-                # (the CI run of 2d9a601 crashed here with KeyError). Re-read rather
-                # than guess; read_raw gives up after its rounds, naming the answer.
-                raise RuntimeError(f"seq {seq}: not a STREAM.MSG.GET answer: {payload[:200]!r}")
+                raise _not_an_answer(seq, payload)
             if int(message["seq"]) != seq:
                 raise RuntimeError(f"asked for seq {seq}, got {message['seq']}")
             visit(seq, record_key(base64.b64decode(message.get("data") or "")))
     return state
+
+
+def _not_an_answer(seq: int, payload: bytes) -> RuntimeError:
+    # Neither a message nor an error: not the server's answer to this get (the CI run
+    # of 2d9a601 crashed on one with KeyError). Re-read rather than guess; read_raw
+    # gives up after its rounds, naming the answer.
+    return RuntimeError(f"seq {seq}: not a STREAM.MSG.GET answer: {payload[:200]!r}")
 
 
 async def seq_of(servers: list[str], stream: str, key: str, *, domain: str | None) -> int | None:

@@ -76,17 +76,11 @@ class CrashingAcknowledger(Acknowledger):
 class CrashingProcessor(Processor):
     """A Processor whose applying and acknowledging parts have the crash hooks."""
 
+    _acknowledger_type = CrashingAcknowledger
+
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
         self._applier = CrashingApplier(self.ledger, self.handler, self.stats)
-        self._acks = CrashingAcknowledger(
-            self.stream,
-            self.consumer,
-            self.options,
-            self.stats,
-            lambda: self._stop_requested,
-            buffered=self._buffered_replies,
-        )
 
 
 async def main(url: str, db: str, stream: str, consumer: str) -> None:

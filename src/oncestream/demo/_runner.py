@@ -60,18 +60,12 @@ def stop_reason(text: str) -> str:
         return "stopped"
     head = lines[0].replace("Traceback (most recent call last):", "").strip()
     if len(lines) > 1 and head != lines[0].strip():
-        # The traceback ends at the first line that is neither indented nor a frame.
-        errors = [line for line in lines[1 : _end_of_traceback(lines)] if _PY_ERROR.match(line)]
+        # The Python traceback ends where Spark's own "JVM stacktrace:" begins.
+        end = next((i for i, line in enumerate(lines) if line.startswith("JVM stacktrace")), None)
+        errors = [line for line in lines[1:end] if _PY_ERROR.match(line)]
         if errors:
             head = f"{head} {errors[-1]}"
     return head[:300]
-
-
-def _end_of_traceback(lines: list[str]) -> int:
-    for index, line in enumerate(lines[1:], start=1):
-        if line.startswith("JVM stacktrace"):
-            return index
-    return len(lines)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -103,6 +103,9 @@ class Processor:
             await p.run()
     """
 
+    #: The acknowledging part's class (the chaos tests' crashing Processor swaps it).
+    _acknowledger_type: type[Acknowledger] = Acknowledger
+
     def __init__(
         self,
         conn: Connection | ConnectOptions,
@@ -142,7 +145,7 @@ class Processor:
         self._progress = asyncio.Event()
         self._pull_log = LogThrottle(log)  # repeated pull timeouts: first 5, then a summary
         self._applier = Applier(ledger, chosen, self.stats, batched=batch_handler is not None)
-        self._acks = Acknowledger(
+        self._acks = self._acknowledger_type(
             self.stream,
             self.consumer,
             self.options,
