@@ -234,3 +234,14 @@ def test_a_kind_landing_in_fewer_than_90_percent_of_its_attempts_is_warned() -> 
     }
     # partition: too few attempts for a verdict
     assert landing_warnings(per) == ["fault kind degrade landed 80.0 % of 10 attempts (< 90%)"]
+
+
+def test_a_leaderless_replicas_count_is_unknown_to_the_drain() -> None:
+    """The drain must not end on a count a replica gave without a leader (CI run of decd285)."""
+    from torture.trial import leader_count
+
+    state = {"messages": 638}
+    assert leader_count({"state": state, "cluster": {"name": "C", "leader": ""}}) == 0
+    assert leader_count({"state": state, "cluster": {"name": "C"}}) == 0
+    assert leader_count({"state": state, "cluster": {"name": "C", "leader": "c2"}}) == 638
+    assert leader_count({"state": state}) == 638  # a single server: no cluster block
