@@ -35,7 +35,10 @@ async def test_each_message_once_and_only_the_fresh_ones_reach_the_handler(
     seen = [seq for call in calls for seq in call]
     assert sorted(seen) == list(range(11, 1001))  # never an applied one, never twice
     assert all(call == sorted(call) and call for call in calls)  # stream order, never empty
-    assert len(calls) == proc.stats.batches  # one call per transaction
+    # One call per transaction that has fresh messages: a transaction of only the
+    # already-applied seqs 1..10 (the server may deliver them as a chunk of their own,
+    # as in the CI run of 8607301) calls nothing, and there are at most 10 of those.
+    assert proc.stats.batches - 10 <= len(calls) <= proc.stats.batches
 
 
 async def test_a_failing_batch_is_retried_one_message_per_transaction(
