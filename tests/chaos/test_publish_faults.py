@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pyarrow as pa
 import pytest
 
 from oncestream import Connection
-from oncestream.publish import Publisher, PublisherOptions
+from oncestream.publish import AckTally, Publisher, PublisherOptions
 from oncestream.server import NatsServer
 from tests.integration.test_publisher import assert_exactly_once, pause_server, read_back
 
@@ -68,6 +69,7 @@ async def _publish_through_kills(
     total: int,
     kills: int,
     ingest: str = "acks",
+    bulk: str | None = None,
 ) -> None:
     await make_stream("CRASH", ("crash.>",), duplicate_window=120, allow_batched=ingest == "fast")
     opts = PublisherOptions(
@@ -78,9 +80,28 @@ async def _publish_through_kills(
         ingest=ingest,
     )
     ids = [f"k{i}" for i in range(total)]
+    tally = AckTally()
     async with Publisher(conn, opts) as pub:
 
         async def produce() -> None:
+            for start in range(0, total, 500) if bulk else ():
+                chunk = ids[start : start + 500]
+                if bulk == "columns":  # Arrow columns: runs of frames, no Pending each
+                    await pub.publish_columns(
+                        f"crash.{start % 4}",
+                        pa.array([b"x" * 128] * len(chunk)),
+                        pa.array(chunk),
+                        tally=tally,
+                    )
+                else:
+                    await pub.publish_many(
+                        [f"crash.{start % 4}"] * len(chunk),
+                        [b"x" * 128] * len(chunk),
+                        chunk,
+                        tally=tally,
+                    )
+            if bulk:
+                return
             for i, msg_id in enumerate(ids):
                 await pub.publish(f"crash.{i % 4}", b"x" * 128, msg_id=msg_id)
 
@@ -101,6 +122,8 @@ async def _publish_through_kills(
     assert pub.stats.acked == total
     # Messages in flight at each kill were re-sent after the reconnect.
     assert pub.stats.retried > 0
+    if bulk:
+        assert tally.errors == [] and tally.stored + tally.duplicates == total
     assert_exactly_once(await read_back(conn, "CRASH"), set(ids))
 
 
@@ -110,6 +133,20 @@ async def test_sigkill_restart_mid_publish_stores_every_id_once(
 ) -> None:
     await _publish_through_kills(
         nats_server, conn, make_stream, total=20_000, kills=1, ingest=ingest
+    )
+
+
+@pytest.mark.parametrize("bulk", ["many", "columns"])
+async def test_sigkill_restart_mid_bulk_publish_stores_every_id_once(
+    nats_server: NatsServer, conn: Connection, make_stream, bulk: str
+) -> None:
+    """publish_many and publish_columns (runs of frames) on the fast path, through a restart.
+
+    After the reconnect no batch opens for ack_timeout: the rest of a call goes on the
+    ack path (publish_many once recursed into itself there until RecursionError).
+    """
+    await _publish_through_kills(
+        nats_server, conn, make_stream, total=20_000, kills=1, ingest="fast", bulk=bulk
     )
 
 

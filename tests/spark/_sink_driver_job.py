@@ -67,6 +67,8 @@ def main() -> None:
     columns = [F.lit(subject).alias("subject"), "data"]
     if ids == "lineage":
         columns += ["stream", "sequence"]
+    elif ids == "column":  # a msg_id column: the sink publishes Arrow columns (publish_columns)
+        columns.append(F.concat(F.lit("in-"), F.col("sequence").cast("string")).alias("msg_id"))
     query = (
         source.select(*columns)
         .writeStream.format("jetstream_faulty")

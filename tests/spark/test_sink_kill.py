@@ -110,6 +110,24 @@ def test_killed_before_commit_inside_dedup_window(
     assert (b"Nats-Batch-Id" in raw_headers_of(url, "OUT", 2000)) is (ingest == "atomic")
 
 
+def test_killed_before_commit_with_a_msg_id_column(nats_server: NatsServer, tmp_path: Path) -> None:
+    """The sink's columns path (fast ingest, one subject, a msg_id column) through a kill."""
+    url = nats_server.url
+    make_streams(
+        url,
+        StreamSpec(name="IN", subjects=("in.>",)),
+        StreamSpec(name="OUT", subjects=("out.>",), duplicate_window=120.0, allow_batched=True),
+    )
+    publish_orders(url, "IN", "in.orders", 2000)
+    checkpoint = tmp_path / "chk"
+    assert run_job(url, checkpoint, "column", "before:1", ingest="fast") == -9
+    assert stream_state(url, "OUT")["messages"] == 1000
+    assert run_job(url, checkpoint, "column", "none", ingest="fast") == 0
+    report = run_audit(url, "IN", "stream:OUT", key="field:order_id")
+    assert report.ok, report.to_dict()
+    assert stream_state(url, "OUT")["messages"] == 2000
+
+
 @INGEST
 def test_killed_outside_dedup_window(nats_server: NatsServer, tmp_path: Path, ingest: str) -> None:
     """Position ids, a 1 s window and restarts after it expired: only the sink's records help."""

@@ -478,8 +478,10 @@ REVIEWED_LONG = {
     # publish() and publish_many() on both ingest paths (pipelined acks, fast-ingest
     # batches) with the reply handler they feed: the per-message code in one place,
     # as the issue-24 review decided (the batch bookkeeping is in _fast_ingest.py;
-    # 1020: the bare frames of a confirmed batch, FastBatch.go_bare).
-    "_publisher.py": 1020,
+    # 1020: the bare frames of a confirmed batch, FastBatch.go_bare; 1141: publish_columns,
+    # the chunk loop of Arrow columns beside publish_many's, and _publish_many_acks split
+    # out so a paused fast path falls back without recursing).
+    "_publisher.py": 1141,
 }
 
 

@@ -32,6 +32,8 @@ __all__ = [
     "check_single_values",
     "check_subject",
     "conditional_headers",
+    "frame_msg_id",
+    "frame_subject",
     "id_only_frame",
     "late_duplicate",
     "too_large",
@@ -54,6 +56,20 @@ def id_only_frame(expected_stream: str | None) -> tuple[bytes, int]:
     line = EXPECTED_STREAM.encode() + b": " + expected_stream.encode() + b"\r\n"
     template = _HPUB_ID_ONLY.replace(b"\r\n\r\n%b", b"\r\n" + line.replace(b"%", b"%%") + b"\r\n%b")
     return template, _ID_ONLY_HEADER_LEN + len(line)
+
+
+def frame_subject(cmd: bytes) -> str:
+    """The subject of a ``PUB``/``HPUB`` frame."""
+    return cmd.split(b" ", 2)[1].decode()
+
+
+_ID_LINE = b"\r\n" + MSG_ID.encode() + b": "
+
+
+def frame_msg_id(cmd: bytes) -> str:
+    """The ``Nats-Msg-Id`` of an HPUB frame (the first header line of the Publisher's frames)."""
+    start = cmd.index(_ID_LINE) + len(_ID_LINE)
+    return cmd[start : cmd.index(b"\r\n", start)].decode()
 
 
 def late_duplicate(data: bytes | bytearray) -> bool:

@@ -22,6 +22,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -38,9 +39,11 @@ from .._headers import EXPECTED_STREAM, check_msg_id
 from .._nats import FrameSubscription, exception_retrieved, status_code
 from ..streams import server_version
 from ..tracing import tracer
+from ._columns import check_columns, frames
 from ._fast_ingest import (
     LINGER,
     BatchTable,
+    Counted,
     FastBatch,
     choose_ingest,
     fast_template,
@@ -61,6 +64,9 @@ from ._frames import (
 )
 from ._options import KeyFunction, PubAck, PublisherOptions, PublisherStats
 from ._retry import ID_IN_PROCESS, RetryTable
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["AckTally", "KeyFunction", "PubAck", "Publisher", "PublisherOptions", "PublisherStats"]
 
@@ -490,6 +496,16 @@ class Publisher:
             return await self._publish_each(subjects, datas, msg_ids, tally)
         if self.ingest == "fast":
             return await self._publish_many_fast(subjects, datas, msg_ids, tally)
+        return await self._publish_many_acks(subjects, datas, msg_ids, tally)
+
+    async def _publish_many_acks(
+        self,
+        subjects: Sequence[str],
+        datas: Sequence[bytes],
+        msg_ids: Sequence[str],
+        tally: AckTally | None,
+    ) -> list[asyncio.Future[PubAck]]:
+        """publish_many on the pipelined-ack path."""
         futures: list[asyncio.Future[PubAck]] = []
         append_future = futures.append
         sent = 0
@@ -586,11 +602,11 @@ class Publisher:
                     batch = await self._fast_slot(subject_bytes)
                     out = self._out  # _write_out swapped the list
                     max_payload = self._max_payload
-                    if batch is None:  # batches were turned off meanwhile
+                    if batch is None:  # batches turned off, or paused after a reconnect
                         self._sent += sent
                         sent = 0
-                        rest = await self.publish_many(
-                            subjects[index:], datas[index:], msg_ids[index:], tally=tally
+                        rest = await self._publish_many_acks(
+                            subjects[index:], datas[index:], msg_ids[index:], tally
                         )
                         return futures + rest
                 else:
@@ -635,6 +651,109 @@ class Publisher:
             if sent and self._linger is None:
                 self._arm_linger()
         return futures
+
+    async def publish_columns(
+        self,
+        subject: str,
+        datas: pa.Array,
+        msg_ids: pa.Array,
+        *,
+        tally: AckTally,
+        first_row: int = 0,
+    ) -> None:
+        """:meth:`publish_many` of Arrow columns to one subject, counted in ``tally``.
+
+        The same guarantees and checks as :meth:`publish_many`; on the
+        fast-ingest path the frames are built by pyarrow a chunk at a time
+        (about a third of the per-message loop's cost), elsewhere this is
+        ``publish_many`` of the columns' values. Needs pyarrow.
+
+        Args:
+            subject: every message's subject.
+            datas: binary (or string) payloads; msg_ids: string ids; same length, no nulls.
+            tally: counts the acks; a failed publish is in ``tally.errors`` and
+                raised by :meth:`flush`.
+            first_row: the number errors give the first row (say, its position in a file).
+
+        Raises:
+            ConfigError: a null, an unclean msg id (naming the row), an invalid subject.
+            MessageTooLarge: a message above the server's max_payload.
+
+        Example::
+
+            tally = AckTally()
+            await pub.publish_columns("orders.eu", table["data"], table["id"], tally=tally)
+            await pub.flush()
+        """
+        if not self._started:
+            await self.start()
+        columns = check_columns(
+            datas,
+            msg_ids,
+            fixed=self._fast_len,
+            max_payload=self._max_payload,
+            subject=subject,
+            first_row=first_row,
+        )
+        subject_bytes = self._subjects.get(subject) or self._check_subject(subject)
+        if self._tracer is not None or self.ingest != "fast":
+            await self.publish_many(
+                [subject] * len(columns),
+                columns.datas.to_pylist(),
+                msg_ids.to_pylist(),
+                tally=tally,
+            )
+            return
+        total, start, sent = len(columns), 0, 0
+        try:
+            while start < total:
+                batch = await self._fast_slot(subject_bytes)  # one message counted in flight
+                if batch is None:  # batches turned off, or paused after a reconnect
+                    self._sent += sent
+                    sent = 0
+                    await self._publish_many_acks(
+                        [subject] * (total - start),
+                        columns.datas.slice(start).to_pylist(),
+                        msg_ids.slice(start).to_pylist(),
+                        tally,
+                    )
+                    return
+                count = min(
+                    total - start,
+                    batch.window_end - batch.seq,
+                    self._max_inflight - self._inflight + 1,
+                )
+                first = batch.seq + 1
+                chunk = frames(
+                    batch.template,
+                    batch.shrink,
+                    subject=subject_bytes,
+                    prefix=batch.prefix,
+                    first_seq=first,
+                    columns=columns,
+                    start=start,
+                    count=count,
+                )
+                # No await from _fast_slot to here: the run's sequences are this chunk's alone.
+                self._inflight += count - 1
+                batch.seq += count
+                batch.add_frames(first, chunk, tally, _monotonic() + self._ack_timeout)
+                if tally not in batch.tallies:
+                    batch.tallies.append(tally)
+                sent += count
+                start += count
+                wire = b"".join(chunk)
+                self._out.append(wire)
+                self._out_size += len(wire)
+                if self._out_size >= WRITE_BATCH_BYTES:
+                    self._write_out()
+        finally:
+            self._sent += sent
+            if self._out and not self._write_scheduled:
+                self._write_scheduled = True
+                self._loop.call_soon(self._write_out)  # type: ignore[union-attr]
+            if sent and self._linger is None:
+                self._arm_linger()
 
     async def _publish_each(
         self,
@@ -808,15 +927,14 @@ class Publisher:
         """The server refused a publish (no PubAck will come): fail that subject's publishes now."""
         if kind != "publish":
             return
-        for table in (
-            self._pending,
-            self._waiting,
-            *(b.entries for b in self._fast.batches.values()),
-        ):
-            doomed = [t for t, e in table.items() if e.subject.lower() == subject]
-            for token in doomed:
-                entry = table.pop(token)
-                self._fail(entry, PermissionDenied(f"publish to {entry.subject!r} refused: {text}"))
+        doomed: list[Pending] = []
+        for table in (self._pending, self._waiting):
+            for token in [t for t, e in table.items() if e.subject.lower() == subject]:
+                doomed.append(table.pop(token))
+        for batch in self._fast.batches.values():
+            doomed.extend(batch.take_subject(subject))
+        for entry in doomed:
+            self._fail(entry, PermissionDenied(f"publish to {entry.subject!r} refused: {text}"))
 
     async def _on_reconnect(self) -> None:
         if self._closed or not self._started:
@@ -934,8 +1052,16 @@ class Publisher:
             log.debug("publisher re-sent %d messages a fast batch did not confirm", len(entries))
             self._write_out()
 
-    def _confirm(self, batch: FastBatch, entries: list[Pending]) -> None:
-        """Resolve entries a flow ack (or the batch's PubAck) confirmed as stored."""
+    def _confirm(self, batch: FastBatch, entries: list[Pending], counted: list[Counted]) -> None:
+        """Resolve entries (and runs of frames) a flow ack or the batch's PubAck confirmed."""
+        if counted:
+            self._confirm_counted(counted)
+            if not entries:
+                if self._inflight == 0:
+                    self._idle.set()
+                if self._permit_waiters:
+                    self._wake_all()
+                return
         if not entries:
             return
         ack = _new_object(PubAck)
@@ -970,6 +1096,20 @@ class Publisher:
             self._idle.set()
         if self._permit_waiters:
             self._wake_all()
+
+    def _confirm_counted(self, counted: list[Counted]) -> None:
+        """Count runs of frames (publish_columns) confirmed as stored in their tallies."""
+        stream = self._expect or ""
+        observer = self.ack_observer
+        now = _monotonic() + self._ack_timeout
+        for tally, count, deadline in counted:
+            tally.add_batched(stream, count)
+            self._acked += count
+            self._inflight -= count
+            if observer is not None:
+                latency = max(now - deadline, 0.0)
+                for _ in range(count):
+                    observer(latency)
 
 
 def _log_ingest_once(stream: str | None, ingest: str, why: str) -> None:

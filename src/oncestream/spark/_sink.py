@@ -178,6 +178,29 @@ _Rows = tuple[list[str], list[bytes], list[Any], list[str]]
 
 
 @dataclass
+class _Columns:
+    """The rows of one Arrow batch to one subject, with a msg_id column and no headers.
+
+    Published as columns (:meth:`Publisher.publish_columns`), no Python loop per row.
+    """
+
+    subject: str
+    datas: pa.Array
+    ids: pa.Array
+    first_row: int
+    where: str
+
+    def lists(self) -> _Rows:
+        """The same rows as column lists (each msg id checked)."""
+        ids = self.ids.to_pylist()
+        for i, msg_id in enumerate(ids):
+            if not is_clean_msg_id(msg_id):
+                check_msg_id(msg_id, f"{self.where}: the msg_id of row {self.first_row + i}")
+        n = len(ids)
+        return [self.subject] * n, self.datas.to_pylist(), [None] * n, ids
+
+
+@dataclass
 class _TaskState:
     pub: Publisher
     futures: list[asyncio.Future[PubAck]]
@@ -374,8 +397,8 @@ class _JetStreamWriter:
             state.atomic = atomic
         return state
 
-    def _rows(self, batch: pa.RecordBatch, commit: SinkCommit, offset: int) -> _Rows:
-        """Column lists of one Arrow batch; nulls and types are checked column-wise."""
+    def _rows(self, batch: pa.RecordBatch, commit: SinkCommit, offset: int) -> _Rows | _Columns:
+        """The rows of one Arrow batch, as columns or column lists; nulls and types checked."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -383,20 +406,30 @@ class _JetStreamWriter:
         n = batch.num_rows
         col = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
         where = f"partition {commit.partition}, rows {offset}..{offset + n - 1}"
+        one_subject = opts.subject
         if layout.subject:
             subject_col = col["subject"]
             if subject_col.null_count and opts.subject is not None:
                 subject_col = pc.fill_null(subject_col, opts.subject)
             if subject_col.null_count:
                 raise ConfigError(f"{where}: a row has a null subject and no 'subject' option")
-            subjects = subject_col.to_pylist()
-        else:
-            subjects = [opts.subject] * n
+            low, high = pc.min_max(subject_col).values()
+            one_subject = low.as_py() if low == high else None
         data_col = col["data"]
         if not layout.data_binary:
             data_col = data_col.cast(pa.binary())
         if data_col.null_count:
             data_col = pc.fill_null(data_col, pa.scalar(b"", pa.binary()))
+        if (
+            layout.msg_id
+            and not layout.lineage
+            and one_subject is not None
+            and (not layout.headers or col["headers"].null_count == n)
+        ):
+            if col["msg_id"].null_count:
+                raise ConfigError(f"{where}: a row has a null msg_id")
+            return _Columns(one_subject, data_col, col["msg_id"], offset, where)
+        subjects: list[Any] = subject_col.to_pylist() if layout.subject else [opts.subject] * n
         datas = data_col.to_pylist()
         headers: list[Any] = [None] * n
         if layout.headers and col["headers"].null_count < n:
@@ -427,7 +460,7 @@ class _JetStreamWriter:
             ids = [f"{base}{offset + i}:{row_digest(subjects[i], datas[i])}" for i in range(n)]
         return subjects, datas, headers, ids
 
-    async def _send(self, state: _TaskState, rows: _Rows) -> None:
+    async def _send(self, state: _TaskState, rows: _Rows | _Columns) -> None:
         publish, futures, existing, seen = (
             state.pub.publish,
             state.futures,
@@ -435,6 +468,25 @@ class _JetStreamWriter:
             state.seen,
         )
         expected = self.options.stream
+        if isinstance(rows, _Columns):
+            if (
+                state.atomic is None
+                and not existing
+                and (expected is None or expected == state.pub.options.stream)
+            ):
+                # The common case: frames built by pyarrow, no Python loop per row.
+                try:
+                    await state.pub.publish_columns(
+                        rows.subject,
+                        rows.datas,
+                        rows.ids,
+                        tally=state.tally,
+                        first_row=rows.first_row,
+                    )
+                except ConfigError as exc:
+                    raise ConfigError(f"{rows.where}: {exc}") from exc
+                return
+            rows = rows.lists()
         if seen is not None:
             for msg_id in rows[3]:
                 if msg_id in seen:
