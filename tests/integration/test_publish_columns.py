@@ -44,6 +44,30 @@ async def test_every_row_is_stored_once_with_its_data(
     assert all(m.data == by_id[m.msg_id] and m.subject == "cols.x" for m in stored)
 
 
+async def test_large_arrow_types_and_large_messages_are_published(
+    conn: Connection, make_stream
+) -> None:
+    """large_string ids, large_binary data (Spark may send them); 200 KiB messages, few a chunk."""
+    await make_stream("COLBIG", ("colbig.>",), allow_batched=True)
+    n = 300
+    ids = [f"big-{i}" for i in range(n)]
+    datas = [bytes([i % 256]) * 200_000 for i in range(n)]
+    tally = AckTally()
+    async with Publisher(conn, PublisherOptions(stream="COLBIG", ingest="fast")) as pub:
+        await pub.publish_columns(
+            "colbig.x",
+            pa.array(datas, pa.large_binary()),
+            pa.array(ids, pa.large_string()),
+            tally=tally,
+        )
+        await pub.flush()
+        assert pub.inflight == 0
+    assert tally.stored == n and tally.errors == []
+    stored = await read_back(conn, "COLBIG", batch=20)
+    assert_exactly_once(stored, set(ids))
+    assert all(m.data == datas[int(m.msg_id.split("-")[1])] for m in stored)  # type: ignore[union-attr]
+
+
 async def test_columns_sent_again_are_dropped_by_their_ids(conn: Connection, make_stream) -> None:
     await make_stream("COLDUP", ("coldup.>",), allow_batched=True)
     ids = pa.array(_ids(5000))

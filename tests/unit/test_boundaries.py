@@ -480,8 +480,9 @@ REVIEWED_LONG = {
     # as the issue-24 review decided (the batch bookkeeping is in _fast_ingest.py;
     # 1020: the bare frames of a confirmed batch, FastBatch.go_bare; 1141: publish_columns,
     # the chunk loop of Arrow columns beside publish_many's, and _publish_many_acks split
-    # out so a paused fast path falls back without recursing).
-    "_publisher.py": 1141,
+    # out so a paused fast path falls back without recursing; 1148: a chunk that cannot be
+    # built gives back its slot).
+    "_publisher.py": 1148,
 }
 
 

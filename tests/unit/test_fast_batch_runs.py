@@ -7,6 +7,7 @@ tests/integration/test_publish_columns.py and tests/chaos/test_publish_faults.py
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 
 from oncestream.publish._columns import check_columns, frames
 from oncestream.publish._fast_ingest import FastBatch, fast_template, op_of
@@ -67,13 +68,15 @@ def test_a_partly_confirmed_run_keeps_the_rest() -> None:
     assert pending is not None and pending.future is a and pending.deadline == 20.0
 
 
-def test_arrow_frames_are_the_bytes_the_python_loop_formats() -> None:
+@pytest.mark.parametrize("stream", ["S", "100%done", "S%d%b%%"])
+def test_arrow_frames_are_the_bytes_the_python_loop_formats(stream: str) -> None:
+    """Also for a stream name with percent signs (escaped in the frame template)."""
     full, bare, shrink = (
-        fast_template(id_only_frame("S")[0]),
+        fast_template(id_only_frame(stream)[0]),
         fast_template(id_only_frame(None)[0]),
-        id_only_frame("S")[1] - id_only_frame(None)[1],
+        id_only_frame(stream)[1] - id_only_frame(None)[1],
     )
-    fixed = id_only_frame("S")[1]
+    fixed = id_only_frame(stream)[1]
     ids = ["a", "b%d", "é-long-id-3", "x" * 40]
     datas = [b"", b"%b%%", b"d" * 300, b"\r\n"]
     columns = check_columns(

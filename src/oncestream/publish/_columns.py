@@ -15,7 +15,7 @@ import re
 from functools import cache
 from typing import TYPE_CHECKING
 
-from .._errors import ConfigError
+from .._errors import ConfigError, MessageTooLarge
 from .._headers import check_msg_id, is_clean_msg_id
 from ._fast_ingest import op_of
 from ._frames import too_large
@@ -25,16 +25,28 @@ if TYPE_CHECKING:
 
 __all__ = ["Columns", "check_columns", "frames"]
 
-_FIELD = re.compile(rb"%[bd]")
+#: A field, or an escaped percent sign (a stream name may hold "%d").
+_TOKEN = re.compile(rb"%%|%[bd]")
+#: The most bytes of frames one chunk builds at a time (large messages, fewer per chunk).
+CHUNK_BYTES = 4 * 1024 * 1024
 
 
 @cache
 def _pieces(template: bytes) -> tuple[bytes, ...]:
     """The literal bytes around the eight fields of a fast-batch frame template."""
-    pieces = tuple(piece.replace(b"%%", b"%") for piece in _FIELD.split(template))
+    pieces, literal, last = [], b"", 0
+    for token in _TOKEN.finditer(template):
+        literal += template[last : token.start()]
+        last = token.end()
+        if token.group() == b"%%":
+            literal += b"%"
+        else:
+            pieces.append(literal)
+            literal = b""
+    pieces.append(literal + template[last:])
     if len(pieces) != 9:
         raise AssertionError(f"a fast-batch template has 8 fields, not {len(pieces) - 1}")
-    return pieces
+    return tuple(pieces)
 
 
 class Columns:
@@ -43,7 +55,7 @@ class Columns:
     Built by :func:`check_columns`; :func:`frames` formats any slice of it.
     """
 
-    __slots__ = ("datas", "header_lengths", "ids", "sizes")
+    __slots__ = ("datas", "header_lengths", "ids", "max_size", "sizes")
 
     def __init__(self, ids: pa.Array, datas: pa.Array, header_lengths: pa.Array) -> None:
         import pyarrow.compute as pc
@@ -52,6 +64,19 @@ class Columns:
         self.datas = datas
         self.header_lengths = header_lengths
         self.sizes = pc.add(header_lengths, pc.binary_length(datas))
+        #: The largest message (headers + data), 0 without rows.
+        self.max_size: int = pc.max(self.sizes).as_py() or 0 if len(ids) else 0
+
+    def rows_within(self, limit: int) -> int:
+        """How many rows a chunk may take so that it builds at most CHUNK_BYTES of frames."""
+        return min(limit, max(1, CHUNK_BYTES // max(self.max_size, 1)))
+
+    def too_large(self, max_payload: int, msg_ids: pa.Array, subject: str) -> MessageTooLarge:
+        """The error naming the first row above ``max_payload``."""
+        import pyarrow.compute as pc
+
+        row = pc.index(pc.greater(self.sizes, max_payload), True).as_py()
+        return too_large(msg_ids[row].as_py(), subject, self.sizes[row].as_py(), max_payload)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -94,10 +119,18 @@ def check_columns(
             raise ConfigError(f"publish_columns: {name}[{row}] (row {first_row + row}) is null")
     if not pa.types.is_string(msg_ids.type) and not pa.types.is_large_string(msg_ids.type):
         raise ConfigError(f"publish_columns: msg_ids must be strings, not {msg_ids.type}")
-    if pa.types.is_string(datas.type) or pa.types.is_large_string(datas.type):
-        datas = datas.cast(pa.binary())
-    elif not pa.types.is_binary(datas.type) and not pa.types.is_large_binary(datas.type):
+    if not any(
+        check(datas.type)
+        for check in (
+            pa.types.is_binary,
+            pa.types.is_large_binary,
+            pa.types.is_string,
+            pa.types.is_large_string,
+        )
+    ):
         raise ConfigError(f"publish_columns: datas must be binary or strings, not {datas.type}")
+    if datas.type != pa.binary():  # one offset width for the join (Spark may send large types)
+        datas = datas.cast(pa.binary())
     if len(msg_ids) and not _all_clean_ascii(msg_ids):
         # The exact rule (isprintable, the slow path's ranges), row by row.
         for row, msg_id in enumerate(msg_ids.to_pylist()):
@@ -105,9 +138,8 @@ def check_columns(
                 check_msg_id(msg_id, f"the msg_id of row {first_row + row}")
     ids = msg_ids.cast(pa.binary())
     columns = Columns(ids, datas, pc.add(pc.binary_length(ids), fixed))
-    if len(columns) and pc.max(columns.sizes).as_py() > max_payload:
-        row = pc.index(pc.greater(columns.sizes, max_payload), True).as_py()
-        raise too_large(msg_ids[row].as_py(), subject, columns.sizes[row].as_py(), max_payload)
+    if columns.max_size > max_payload:
+        raise columns.too_large(max_payload, msg_ids, subject)
     return columns
 
 

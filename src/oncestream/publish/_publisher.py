@@ -718,22 +718,30 @@ class Publisher:
                         tally,
                     )
                     return
-                count = min(
-                    total - start,
-                    batch.window_end - batch.seq,
-                    self._max_inflight - self._inflight + 1,
-                )
-                first = batch.seq + 1
-                chunk = frames(
-                    batch.template,
-                    batch.shrink,
-                    subject=subject_bytes,
-                    prefix=batch.prefix,
-                    first_seq=first,
-                    columns=columns,
-                    start=start,
-                    count=count,
-                )
+                try:
+                    if columns.max_size > self._max_payload:  # a reconnect lowered it
+                        raise columns.too_large(self._max_payload, msg_ids, subject)
+                    count = columns.rows_within(
+                        min(
+                            total - start,
+                            batch.window_end - batch.seq,
+                            self._max_inflight - self._inflight + 1,
+                        )
+                    )
+                    first = batch.seq + 1
+                    chunk = frames(
+                        batch.template,
+                        batch.shrink,
+                        subject=subject_bytes,
+                        prefix=batch.prefix,
+                        first_seq=first,
+                        columns=columns,
+                        start=start,
+                        count=count,
+                    )
+                except BaseException:
+                    self._release()  # the message _fast_slot counted in flight
+                    raise
                 # No await from _fast_slot to here: the run's sequences are this chunk's alone.
                 self._inflight += count - 1
                 batch.seq += count
@@ -742,9 +750,8 @@ class Publisher:
                     batch.tallies.append(tally)
                 sent += count
                 start += count
-                wire = b"".join(chunk)
-                self._out.append(wire)
-                self._out_size += len(wire)
+                self._out.extend(chunk)
+                self._out_size += sum(map(len, chunk))
                 if self._out_size >= WRITE_BATCH_BYTES:
                     self._write_out()
         finally:
