@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -175,20 +176,29 @@ class Running:
         with self._changed:
             return "".join(line for _, line in self.lines)
 
-    def wait_for(self, fragment: str, timeout: float = 30.0) -> float:
+    def wait_for(self, fragment: str | re.Pattern[str], timeout: float = 30.0) -> float:
         """Wait until the output holds ``fragment`` (whitespace folded); when it was read.
+
+        ``fragment`` may be a compiled pattern, searched for in the folded output.
 
         Raises:
             AssertionError: not printed within ``timeout``, or the command ended first.
         """
-        wanted = " ".join(fragment.split())
+        if isinstance(fragment, re.Pattern):
+            found: Callable[[str], object] = fragment.search
+        else:
+            wanted = " ".join(fragment.split())
+
+            def found(text: str) -> bool:
+                return wanted in text
+
         deadline = time.monotonic() + timeout
         with self._changed:
             while True:
                 text = ""
                 for when, line in self.lines:
                     text = f"{text} {' '.join(line.split())}"
-                    if wanted in text:
+                    if found(text):
                         return when
                 left = deadline - time.monotonic()
                 ended = self.proc.poll() is not None and not self._reader.is_alive()
