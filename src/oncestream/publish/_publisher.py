@@ -644,12 +644,7 @@ class Publisher:
                     self._write_out()
                     out = self._out
         finally:
-            self._sent += sent
-            if self._out and not self._write_scheduled:
-                self._write_scheduled = True
-                loop.call_soon(self._write_out)  # type: ignore[union-attr]
-            if sent and self._linger is None:
-                self._arm_linger()
+            self._end_fast_run(sent)
         return futures
 
     async def publish_columns(
@@ -755,12 +750,7 @@ class Publisher:
                 if self._out_size >= WRITE_BATCH_BYTES:
                     self._write_out()
         finally:
-            self._sent += sent
-            if self._out and not self._write_scheduled:
-                self._write_scheduled = True
-                self._loop.call_soon(self._write_out)  # type: ignore[union-attr]
-            if sent and self._linger is None:
-                self._arm_linger()
+            self._end_fast_run(sent)
 
     async def _publish_each(
         self,
@@ -1007,6 +997,15 @@ class Publisher:
         if self._linger is None:
             self._arm_linger()
 
+    def _end_fast_run(self, sent: int) -> None:
+        """After a bulk loop into fast batches: count it, write the rest soon, arm the linger."""
+        self._sent += sent
+        if self._out and not self._write_scheduled:
+            self._write_scheduled = True
+            self._loop.call_soon(self._write_out)  # type: ignore[union-attr]
+        if sent and self._linger is None:
+            self._arm_linger()
+
     def _arm_linger(self) -> None:
         self._linger_sent = self._sent
         self._linger = self._loop.call_later(LINGER, self._on_linger)  # type: ignore[union-attr]
@@ -1061,16 +1060,19 @@ class Publisher:
 
     def _confirm(self, batch: FastBatch, entries: list[Pending], counted: list[Counted]) -> None:
         """Resolve entries (and runs of frames) a flow ack or the batch's PubAck confirmed."""
+        if not entries and not counted:
+            return
         if counted:
             self._confirm_counted(counted)
-            if not entries:
-                if self._inflight == 0:
-                    self._idle.set()
-                if self._permit_waiters:
-                    self._wake_all()
-                return
-        if not entries:
-            return
+        if entries:
+            self._confirm_entries(batch, entries)
+        if self._inflight == 0:
+            self._idle.set()
+        if self._permit_waiters:
+            self._wake_all()
+
+    def _confirm_entries(self, batch: FastBatch, entries: list[Pending]) -> None:
+        """Resolve Pendings as stored: their futures get the batch's PubAck, tallies count."""
         ack = _new_object(PubAck)
         fields = ack.__dict__
         fields["stream"] = stream = self._expect or ""
@@ -1099,10 +1101,6 @@ class Publisher:
         count = len(entries)
         self._acked += count
         self._inflight -= count
-        if self._inflight == 0:
-            self._idle.set()
-        if self._permit_waiters:
-            self._wake_all()
 
     def _confirm_counted(self, counted: list[Counted]) -> None:
         """Count runs of frames (publish_columns) confirmed as stored in their tallies."""

@@ -192,12 +192,18 @@ class _Columns:
 
     def lists(self) -> _Rows:
         """The same rows as column lists (each msg id checked)."""
-        ids = self.ids.to_pylist()
-        for i, msg_id in enumerate(ids):
-            if not is_clean_msg_id(msg_id):
-                check_msg_id(msg_id, f"{self.where}: the msg_id of row {self.first_row + i}")
+        ids = _checked_ids(self.ids, self.where, self.first_row)
         n = len(ids)
         return [self.subject] * n, self.datas.to_pylist(), [None] * n, ids
+
+
+def _checked_ids(column: pa.Array, where: str, offset: int) -> list[str]:
+    """The ``msg_id`` column's values, each checked clean (a bad one named by its row)."""
+    ids: list[str] = column.to_pylist()
+    for i, msg_id in enumerate(ids):
+        if not is_clean_msg_id(msg_id):
+            check_msg_id(msg_id, f"{where}: the msg_id of row {offset + i}")
+    return ids
 
 
 @dataclass
@@ -441,10 +447,7 @@ class _JetStreamWriter:
         if layout.msg_id:
             if col["msg_id"].null_count:
                 raise ConfigError(f"{where}: a row has a null msg_id")
-            ids = col["msg_id"].to_pylist()
-            for i, msg_id in enumerate(ids):
-                if not is_clean_msg_id(msg_id):
-                    check_msg_id(msg_id, f"{where}: the msg_id of row {offset + i}")
+            ids = _checked_ids(col["msg_id"], where, offset)
         elif layout.lineage:
             if col["stream"].null_count or col["sequence"].null_count:
                 raise ConfigError(f"{where}: a row has a null stream or sequence (lineage id)")
