@@ -125,7 +125,8 @@ class _FastParser(Parser):
         # a bytearray slice needs a second (bytes(...)) and a second allocation (about
         # 0.1 us a message). A large buffer (a big message arriving in pieces, parsed
         # again with each piece) is sliced in place instead of being copied each time.
-        data: bytes | bytearray = bytes(buf) if size <= _SNAPSHOT_MAX else buf
+        snapshot = size <= _SNAPSHOT_MAX
+        data: bytes | bytearray = bytes(buf) if snapshot else buf
         find = data.find
         last_sid = -1
         sink: FrameSink | None = None
@@ -150,6 +151,13 @@ class _FastParser(Parser):
                 if target is None:
                     break
                 sink, call = (target, None) if type(target) is FrameSink else (None, target)
+            if sink is not None and snapshot:
+                token = parts[1] if op == 77 else hparts[1]
+                pos, partial = _collect(data, pos, sink, token)  # type: ignore[arg-type]
+                if partial:
+                    break
+                last_sid = -1  # the frame at pos (if any) belongs to another sid
+                continue
             start = end + 2
             if op == 77:
                 stop = start + int(parts[-1])
@@ -196,6 +204,68 @@ class _FastParser(Parser):
 
 #: Buffers up to this size are parsed from a bytes snapshot (see _FastParser._fast).
 _SNAPSHOT_MAX = 256 * 1024
+
+
+def _collect(data: bytes, pos: int, sink: FrameSink, sid: bytes) -> tuple[int, bool]:
+    """Append the frames of ``sink``'s subscription from ``pos`` on; ``(next pos, partial)``.
+
+    The same steps as the general loop in ``_FastParser._fast``, specialised for a
+    run of frames of one sid in a bytes snapshot (what a range read receives): the
+    sid is compared as the token, the lists' appends are bound once, and slices of
+    bytes need no ``bytes()`` copy. That is 0.3 us of the 1.7 us a frame costs in
+    the general loop. Stops at a frame of another sid or kind, and at a frame still
+    arriving (``partial``).
+    """
+    size = len(data)
+    find = data.find
+    add_data, add_headers = sink.datas.append, sink.headers.append
+    add_subject, add_reply = sink.subjects.append, sink.replies.append
+    meta = sink.keep_meta
+    room = sink.limit - len(sink.datas)
+    while pos < size:
+        end = find(b"\r\n", pos)
+        op = data[pos]
+        if end < 0:
+            return pos, op in (72, 77)
+        headers: bytes | None
+        if op == 72:  # HMSG <subject> <sid> [reply] <header size> <total size>
+            parts = data[pos + 5 : end].split(b" ")
+            if parts[1] != sid:
+                return pos, False
+            start = end + 2
+            stop = start + int(parts[-1])
+            if stop + 2 > size:
+                return pos, True
+            split = start + int(parts[-2])
+            block = data[start:split]
+            reply = parts[2] if len(parts) == 5 else b""
+            if block[8] != 13:  # a status line: is_status() inlined
+                sink.end(block, reply)
+                pos = stop + 2
+                continue
+            headers = block
+        elif op == 77:  # MSG <subject> <sid> [reply] <size>
+            parts = data[pos + 4 : end].split(b" ")
+            if parts[1] != sid:
+                return pos, False
+            split = end + 2
+            stop = split + int(parts[-1])
+            if stop + 2 > size:
+                return pos, True
+            reply = parts[2] if len(parts) == 4 else b""
+            headers = None
+        else:
+            return pos, False
+        add_data(data[split:stop])
+        add_headers(headers)
+        if meta:
+            add_subject(parts[0])
+            add_reply(reply)
+        pos = stop + 2
+        room -= 1
+        if room <= 0:
+            sink.finish()
+    return pos, False
 
 
 def install(nc: Any) -> dict[int, FrameTarget]:
