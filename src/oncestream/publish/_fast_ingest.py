@@ -69,7 +69,7 @@ _monotonic = time.monotonic
 
 FAST_INGEST_SINCE = (2, 14)
 #: The most messages the server may store between two flow acks (the server's own
-#: cap for a stream with one fast batch is 500; it halves it per extra batch).
+#: cap for a stream with one fast batch is 500, and 500 / N with N fast batches open).
 FLOW = 500
 #: Flow windows the client may have outstanding before it waits. ADR-50 advises 1-2,
 #: but at 2 (1000 messages) the Publisher stalled on a local server: 10^6 messages ran
