@@ -180,6 +180,22 @@ async def test_min_partitions(
     assert _sequences(df) == list(range(1, 31))
 
 
+async def test_max_records_per_partition(
+    spark: Any, nats_server: NatsServer, conn: Connection, make_stream: Any
+) -> None:
+    """Kafka's maxRecordsPerPartition: no task reads more; with minPartitions, the larger split."""
+    await make_stream("KMAXR", ("kmaxr.>",))
+    await publish(conn, "kmaxr.x", 30)
+    df = _read(spark, nats_server.url, "KMAXR", maxRecordsPerPartition=7)
+    assert df.rdd.getNumPartitions() == 5
+    sizes = df.rdd.mapPartitions(lambda rows: [sum(1 for _ in rows)]).collect()
+    assert max(sizes) <= 7 and sum(sizes) == 30
+    assert _sequences(df) == list(range(1, 31))
+    both = _read(spark, nats_server.url, "KMAXR", maxRecordsPerPartition=20, minPartitions=4)
+    assert both.rdd.getNumPartitions() == 4
+    assert _sequences(both) == list(range(1, 31))
+
+
 @contextmanager
 def _every_trigger_reported(spark: Any) -> Iterator[None]:
     """Report a progress event for every trigger, also those that run no batch."""

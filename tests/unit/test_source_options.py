@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from oncestream._errors import ConfigError
-from oncestream.spark._planning import plan_ranges, share
+from oncestream.spark._planning import MAX_PARTITION_SEQUENCES, plan_ranges, share
 from oncestream.spark._source_options import EARLIEST, LATEST, SourceOptions
 
 URL = "nats://127.0.0.1:4222"
@@ -32,6 +32,7 @@ def test_keys_are_case_insensitive_and_typed() -> None:
         maxmessagespertrigger="100",
         maxBytesPerTrigger="4096",
         minPartitions="3",
+        MAXRECORDSPERPARTITION="5000",
         failOnDataLoss="false",
         includeHeaders="TRUE",
         domain="hub",
@@ -39,6 +40,7 @@ def test_keys_are_case_insensitive_and_typed() -> None:
     assert opts.subjects == ("orders.*", "orders.eu.>")
     assert (opts.max_messages_per_trigger, opts.max_bytes_per_trigger) == (100, 4096)
     assert opts.min_partitions == 3
+    assert opts.max_records_per_partition == 5000
     assert opts.fail_on_data_loss is False and opts.include_headers is True
     assert opts.connect.js_prefix == "$JS.hub.API"
 
@@ -93,6 +95,8 @@ def test_starting_timestamp() -> None:
         ({"stream": "A", "maxMessagesPerTrigger": "-1"}, r"maxMessagesPerTrigger.*> 0.*'-1'"),
         ({"stream": "A", "maxBytesPerTrigger": "abc"}, r"maxBytesPerTrigger.*integer.*'abc'"),
         ({"stream": "A", "minPartitions": "0"}, r"minPartitions.*> 0"),
+        ({"stream": "A", "maxRecordsPerPartition": "0"}, r"maxRecordsPerPartition.*> 0.*'0'"),
+        ({"stream": "A", "maxRecordsPerPartition": "1e6"}, r"maxRecordsPerPartition.*'1e6'"),
         ({"stream": "A", "includeHeaders": "yes please"}, r"includeHeaders.*'yes please'"),
         ({"stream": "A", "startingTimestamp": "yesterday"}, r"startingTimestamp.*'yesterday'"),
         ({"stream": "A", "startingTimestamp": "2024-01-01T00:00:00"}, r"needs a time zone"),
@@ -162,6 +166,28 @@ def test_plan_ranges_splits_by_min_partitions_and_size() -> None:
     covered = [seq for p in parts if p.stream == "A" for seq in range(p.first, p.last + 1)]
     assert covered == list(range(1, 91))
     assert len(plan_ranges({"A": (7, 8)}, {"A": True}, 10)) == 2
+
+
+def test_plan_ranges_spreads_over_the_cores_without_min_partitions() -> None:
+    """Unset minPartitions: one split per core, none under MIN_AUTO_SPLIT, none over the cap."""
+
+    def sizes(last: int, cores: int, **kwargs: int) -> list[int]:
+        parts = plan_ranges({"A": (1, last)}, {"A": False}, None, cores=cores, **kwargs)
+        assert [p.first for p in parts] == [1, *(p.last + 1 for p in parts[:-1])]
+        assert parts[-1].last == last
+        return [p.last - p.first + 1 for p in parts]
+
+    assert sizes(1_000_000, 2) == [500_000, 500_000]
+    assert sizes(100_000, 2) == [50_000, 50_000]
+    assert sizes(99_999, 2) == [99_999]  # two splits would be under MIN_AUTO_SPLIT
+    assert sizes(500, 16) == [500]  # a small micro-batch stays one task
+    assert sizes(120_000, 8) == [60_000, 60_000]
+    assert sizes(10_000_000, 2) == [MAX_PARTITION_SEQUENCES] * 10
+    assert sizes(1_000_000, 2, max_size=300_000) == [250_000] * 4
+    # Given minPartitions wins over the core count, in both directions.
+    parts = plan_ranges({"A": (1, 1_000_000)}, {"A": False}, 1, cores=8)
+    assert len(parts) == 1
+    assert len(plan_ranges({"A": (1, 1000)}, {"A": False}, 5, cores=2)) == 5
 
 
 def test_share_is_bounded_and_makes_progress() -> None:

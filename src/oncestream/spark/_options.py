@@ -105,7 +105,6 @@ KAFKA_OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
         "one timestamp (epoch milliseconds or ISO-8601) for every stream",
     ),
     "endingTimestamp": (("endingTimestamp",), "batch reads end before the first message at it"),
-    "maxRecordsPerPartition": ((), "split reads with 'minPartitions'"),
     "groupIdPrefix": (
         (),
         "positions live in Spark's checkpoint; the source creates no durable consumer",

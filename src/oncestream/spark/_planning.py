@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,12 +21,14 @@ from ._source_options import EARLIEST, LATEST, RETRY_BUDGET, SourceOptions
 
 __all__ = [
     "MAX_PARTITION_SEQUENCES",
+    "MIN_AUTO_SPLIT",
     "JetStreamPartition",
     "count_messages",
     "first_last",
     "nth_sequence",
     "plan_partitions",
     "plan_ranges",
+    "planning_cores",
     "resolve_end",
     "resolve_start",
     "sequence_at",
@@ -35,8 +38,19 @@ __all__ = [
     "subjects_overlap",
 ]
 
-#: Largest sequence range one task reads when minPartitions asks for fewer splits.
-MAX_PARTITION_SEQUENCES = 100_000
+#: Default of ``maxRecordsPerPartition``: the largest sequence range one task reads.
+MAX_PARTITION_SEQUENCES = 1_000_000
+
+#: Without ``minPartitions``, a read is split over the cores only down to this size.
+#: A task costs 40-80 ms before its first row in local mode (measured in
+#: docs/benchmarks.md), the time to read 10,000-20,000 messages; a split is worth it
+#: only for a range several times that.
+MIN_AUTO_SPLIT = 50_000
+
+
+def planning_cores() -> int:
+    """The cores of the host planning the read (the driver's): the default spread."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class JetStreamPartition(InputPartition):
@@ -74,23 +88,31 @@ def plan_ranges(
     ranges: dict[str, tuple[int, int]],
     direct: dict[str, bool],
     min_partitions: int | None,
-    max_size: int = MAX_PARTITION_SEQUENCES,
+    max_size: int | None = None,
     filters: dict[str, tuple[str, ...]] | None = None,
     replicated: dict[str, bool] | None = None,
     created: dict[str, str] | None = None,
+    cores: int | None = None,
 ) -> list[JetStreamPartition]:
     """Split per-stream inclusive ranges into partitions.
 
     Each stream gets a share of ``min_partitions`` proportional to its range
     size (at least one split), and no split is larger than ``max_size``
-    sequences.
+    sequences (default :data:`MAX_PARTITION_SEQUENCES`), as Kafka's
+    ``minPartitions`` and ``maxRecordsPerPartition``. Without ``min_partitions``
+    the read is spread over ``cores`` (default: :func:`planning_cores`), but
+    never into splits smaller than :data:`MIN_AUTO_SPLIT` sequences in total.
     """
     sizes = {s: last - first + 1 for s, (first, last) in ranges.items() if last >= first}
     total = sum(sizes.values())
+    if min_partitions is None:
+        spread = cores if cores is not None else planning_cores()
+        min_partitions = max(1, min(spread, total // MIN_AUTO_SPLIT))
+    max_size = max_size or MAX_PARTITION_SEQUENCES
     out: list[JetStreamPartition] = []
     for stream, size in sizes.items():
         first = ranges[stream][0]
-        wanted = math.ceil((min_partitions or 1) * size / total)
+        wanted = math.ceil(min_partitions * size / total)
         pieces = max(1, wanted, math.ceil(size / max_size))
         pieces = min(pieces, size)
         step, extra = divmod(size, pieces)
@@ -259,6 +281,7 @@ async def plan_partitions(
         ranges,
         direct,
         options.min_partitions,
+        options.max_records_per_partition,
         filters=filters,
         replicated=replicated,
         created=created,

@@ -70,6 +70,7 @@ from ._connections import get_connection
 from ._sink_layout import layout_of as _layout
 from ._sink_options import SinkOptions, lineage_id, position_id, row_digest, writer_scope
 from ._sink_options import id_scope as make_id_scope
+from ._worker_heap import freeze_imports
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -300,6 +301,7 @@ class _JetStreamWriter:
     def _write(self, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
         from pyspark import TaskContext
 
+        freeze_imports()
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
         batch_id, query_id = -1, None

@@ -55,6 +55,7 @@ from ._planning import (
 )
 from ._reader import PartitionReader, check_retention, get_connection
 from ._source_options import SourceOptions
+from ._worker_heap import freeze_imports
 
 __all__ = [
     "SCHEMA",
@@ -82,6 +83,7 @@ def _read(options: SourceOptions, partition: JetStreamPartition) -> Iterator[pa.
     """Executor side: yield the partition's rows as Arrow record batches."""
     if partition.first > partition.last:
         return
+    freeze_imports()
 
     async def open_reader() -> PartitionReader:
         conn = await get_connection(options.connect)

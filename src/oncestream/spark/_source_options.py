@@ -55,6 +55,7 @@ SOURCE_OPTIONS = (
     "maxTriggerDelay",
     "maxBytesPerTrigger",
     "minPartitions",
+    "maxRecordsPerPartition",
     "failOnDataLoss",
     "includeHeaders",
     "fetchBatch",
@@ -191,6 +192,7 @@ class SourceOptions:
     max_trigger_delay: float | None = None
     max_bytes_per_trigger: int | None = None
     min_partitions: int | None = None
+    max_records_per_partition: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
     fetch_batch: int = 8192
@@ -248,6 +250,7 @@ class SourceOptions:
             ("minOffsetsPerTrigger", self.min_messages_per_trigger),
             ("maxBytesPerTrigger", self.max_bytes_per_trigger),
             ("minPartitions", self.min_partitions),
+            ("maxRecordsPerPartition", self.max_records_per_partition),
             ("fetchBatch", self.fetch_batch),
         ):
             if value is not None and value <= 0:
@@ -326,6 +329,7 @@ class SourceOptions:
             ("minOffsetsPerTrigger", "min_messages_per_trigger"),
             ("maxBytesPerTrigger", "max_bytes_per_trigger"),
             ("minPartitions", "min_partitions"),
+            ("maxRecordsPerPartition", "max_records_per_partition"),
             ("fetchBatch", "fetch_batch"),
         ):
             raw = lowered.get(key.lower())
