@@ -8,8 +8,10 @@ repeated anchor suffixed ``-1``, ``-2``. Markdown is parsed with markdown-it
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
+from functools import cache
 from itertools import pairwise
 from pathlib import Path
 
@@ -47,6 +49,12 @@ def anchors(markdown: str) -> set[str]:
     return out
 
 
+@cache
+def _anchors_of(file: Path) -> frozenset[str]:
+    # Many links point into the same few pages: each is read and parsed once.
+    return frozenset(anchors(file.read_text()))
+
+
 def links(markdown: str) -> list[str]:
     """Every link target and image source of a page (code blocks and spans left out)."""
     found: list[str] = []
@@ -68,8 +76,8 @@ def broken(page: Path, root: Path = ROOT) -> list[str]:
         path, _, anchor = target.partition("#")
         file = (page.parent / path).resolve() if path else page
         if not file.exists():
-            bad.append(f"{target}: no file {file.relative_to(root)}")
-        elif anchor and file.suffix == ".md" and anchor not in anchors(file.read_text()):
+            bad.append(f"{target}: no file {os.path.relpath(file, root)}")
+        elif anchor and file.suffix == ".md" and anchor not in _anchors_of(file):
             bad.append(f"{target}: no heading with anchor #{anchor} in {file.name}")
     return bad
 
