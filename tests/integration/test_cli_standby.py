@@ -30,11 +30,18 @@ async def _worker(url: str, ledger: str) -> asyncio.subprocess.Process:
 
 async def _line(proc: asyncio.subprocess.Process, needle: str, timeout: float) -> str:
     assert proc.stderr is not None
-    async with asyncio.timeout(timeout):
-        while line := (await proc.stderr.readline()).decode():
-            if needle in line:
-                return line
-    raise AssertionError(f"no {needle!r} before the worker's stderr ended")
+    seen: list[str] = []  # what the worker said instead, for the failure message
+    try:
+        async with asyncio.timeout(timeout):
+            while line := (await proc.stderr.readline()).decode():
+                if needle in line:
+                    return line
+                seen.append(line)
+    except TimeoutError:
+        raise AssertionError(
+            f"no {needle!r} within {timeout:g}s; the worker wrote:\n{''.join(seen[-40:])}"
+        ) from None
+    raise AssertionError(f"no {needle!r} before the worker's stderr ended:\n{''.join(seen[-40:])}")
 
 
 async def _stop(proc: asyncio.subprocess.Process) -> int:
