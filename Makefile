@@ -8,7 +8,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup demo test lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture check-java clean
+.PHONY: setup demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture check-java clean
 
 setup: $(STAMP)
 
@@ -34,6 +34,11 @@ format: setup
 	$(BIN)/ruff format src tests bench examples torture
 	$(BIN)/ruff check --fix src tests bench examples torture
 
+# The Debian packages the suite uses (PostgreSQL, Prometheus, curl, iproute2, a Java 17+
+# runtime): installed when missing as root; any other user is told the one command to run.
+test-services:
+	@scripts/install-test-services
+
 # The publish, process and Spark-read tests again through nats-py's public API:
 # the adapter's fallback path (src/oncestream/_nats) must stay correct.
 FALLBACK_TESTS := tests/integration/test_nats_adapter.py tests/integration/test_publisher.py \
@@ -44,7 +49,7 @@ FALLBACK_TESTS := tests/integration/test_nats_adapter.py tests/integration/test_
 
 # Two workers, one test file each at a time (module fixtures stay whole; each worker
 # has its own SparkSession): most tests wait on servers and JVMs, not on the CPU.
-test: setup check-java lint
+test: setup test-services lint
 	$(BIN)/pytest -n 2 --dist loadfile
 	ONCESTREAM_NATS_FASTPATH=0 $(BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider $(FALLBACK_TESTS)
 

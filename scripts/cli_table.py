@@ -21,13 +21,14 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 #: Verbs in the order a user meets them; verbs not named here follow alphabetically.
 ORDER = ("demo", "server", "stream", "publish", "process", "consumer", "tail", "dlq",
-         "status", "metrics", "audit", "topology")  # fmt: skip
+         "status", "doctor", "metrics", "audit", "topology")  # fmt: skip
 DOCS = {
     "demo": "docs/demo.md",
     "stream": "docs/operations.md",
     "consumer": "docs/operations.md",
     "tail": "docs/operations.md",
     "dlq": "docs/operations.md",
+    "doctor": "docs/operations.md",
     "process": "docs/processing.md",
     "publish": "docs/publishing.md",
     "audit": "docs/audit.md",

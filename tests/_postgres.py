@@ -35,7 +35,7 @@ def find_pg_bin() -> Path:
         return Path(os.path.realpath(found)).parent
     raise RuntimeError(
         "PostgreSQL server binaries not found: install them "
-        "(Debian: apt-get install -y postgresql; .ci/run does this)"
+        "(Debian: make test installs them: scripts/install-test-services)"
     )
 
 

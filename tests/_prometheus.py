@@ -35,8 +35,8 @@ def find_prometheus() -> str:
     found = shutil.which("prometheus")
     if found is None:
         raise RuntimeError(
-            "prometheus not found: install it (Debian: apt-get install -y prometheus; "
-            ".ci/run does this)"
+            "prometheus not found: install Debian's prometheus package "
+            "(make test installs it: scripts/install-test-services)"
         )
     return found
 

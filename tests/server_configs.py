@@ -175,3 +175,19 @@ def operator_mode_mtls(
         jetstream=JetStreamConfig(store_dir=work_dir / "jetstream"),
         blocks=(setup.config(), ServerTLS(tls=tls)),
     )
+
+
+# -- doctor (issue 37) -----------------------------------------------------------------
+
+
+def monitored(work_dir: Path, *, http_port: int, sync_interval: str | None = None) -> ServerConfig:
+    """A JetStream server with its monitoring endpoint (``/varz``) on ``http_port``.
+
+    ``sync_interval``: ``"always"`` fsyncs before each acknowledgement; None keeps
+    nats-server's default (2m), which ``oncestream doctor --monitor`` reports.
+    """
+    return ServerConfig(
+        server_name="monitored",
+        http_port=http_port,
+        jetstream=JetStreamConfig(store_dir=work_dir / "jetstream", sync_interval=sync_interval),
+    )

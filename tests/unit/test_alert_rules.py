@@ -1,7 +1,8 @@
 """The shipped Prometheus alert rules pass their `promtool test rules` tests, and each
 rule's test fails when that rule's threshold is changed (the tests can catch a change).
 
-promtool comes with Debian's ``prometheus`` package (.ci/run installs it).
+promtool comes with Debian's ``prometheus`` package (``make test`` installs it:
+scripts/install-test-services).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def promtool() -> str:
     if found is None:
         raise RuntimeError(
             "promtool not found: install Debian's prometheus package "
-            "(apt-get install -y prometheus; .ci/run does this)"
+            "(make test installs it: scripts/install-test-services)"
         )
     return found
 

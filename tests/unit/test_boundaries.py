@@ -363,7 +363,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("read", "server"),
     ("publish",),
     ("process",),
-    ("audit",),
+    ("audit", "doctor"),
     ("metrics", "spark"),
     ("demo",),
     ("cli",),

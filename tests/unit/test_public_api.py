@@ -51,6 +51,7 @@ PUBLIC_MODULES = (
     "oncestream.audit",
     "oncestream.cli",
     "oncestream.demo",
+    "oncestream.doctor",
     "oncestream.ledger",
     "oncestream.metrics",
     "oncestream.process",

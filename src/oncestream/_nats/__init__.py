@@ -49,6 +49,7 @@ __all__ = [
     "exception_retrieved",
     "is_status",
     "new_client",
+    "server_info",
     "status_code",
     "tls_guard",
 ]
@@ -205,6 +206,16 @@ def _version() -> str:
         return importlib.metadata.version("nats-py")
     except importlib.metadata.PackageNotFoundError:
         return "(unknown version)"
+
+
+def server_info(nc: Any) -> dict[str, Any]:
+    """The ``INFO`` the connected server sent, as nats-py keeps it (``{}`` when it has none).
+
+    nats-py has no public accessor for it beyond the version; ``cluster`` (the
+    cluster's name, absent on a server outside a cluster) is what callers read.
+    """
+    info = getattr(nc, "_server_info", None)
+    return dict(info) if isinstance(info, dict) else {}
 
 
 def exception_retrieved(future: asyncio.Future[Any]) -> bool:

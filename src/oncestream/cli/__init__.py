@@ -13,6 +13,7 @@ from . import (
     _consumer_reset,  # noqa: F401
     _demo,  # noqa: F401
     _dlq,  # noqa: F401
+    _doctor,  # noqa: F401
     _metrics,  # noqa: F401
     _process,  # noqa: F401
     _publish,  # noqa: F401

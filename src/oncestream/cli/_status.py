@@ -115,6 +115,13 @@ def status_command(
         print_table(rows_table(f"mirror and sources of {stream}", report["upstreams"]))
     if "consumers" in report:
         print_table(rows_table(f"consumers of {stream}", report["consumers"]))
+    # Counts do not show a setting that breaks exactly-once; doctor checks those.
+    console.print(
+        f"hint: `oncestream doctor{' ' + stream if stream else ''}` checks these settings "
+        "against what exactly-once needs",
+        highlight=False,
+        markup=False,
+    )
 
 
 def _watch_command(

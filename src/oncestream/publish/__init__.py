@@ -10,6 +10,7 @@ Example::
 
 from ._atomic import AtomicPublisher, AtomicStats
 from ._batch import MAX_BATCH, check_atomic
+from ._fast_ingest import FAST_INGEST_SINCE
 from ._frames import AckTally
 from ._options import KeyFunction, PubAck, PublisherOptions, PublisherStats
 from ._publisher import Publisher
@@ -17,6 +18,7 @@ from ._records import SubjectLog
 from ._session import SOURCE_POS_HEADER, ProducerSession
 
 __all__ = [
+    "FAST_INGEST_SINCE",
     "MAX_BATCH",
     "SOURCE_POS_HEADER",
     "AckTally",

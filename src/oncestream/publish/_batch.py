@@ -58,7 +58,7 @@ from .._headers import (
     build_block,
 )
 from .._nats import FrameSubscription
-from ..streams import require_server
+from ..streams import check_server_bugs, require_server
 from ._fast_ingest import ERR_TOO_MANY_REQUESTS
 from ._frames import check_subject, too_large
 from ._options import PublisherOptions
@@ -99,6 +99,7 @@ def check_atomic(what: str, stream: str, config: Mapping[str, Any], conn: Connec
         ConfigError: naming ``what`` asked for them, the stream and how to enable them.
     """
     require_server(conn, ATOMIC_SINCE, what)
+    check_server_bugs(conn, "publish", replicas=int(config.get("num_replicas") or 1))
     if not config.get("allow_atomic"):
         raise ConfigError(
             f"{what} needs atomic batch publish, but stream {stream!r} does not set "

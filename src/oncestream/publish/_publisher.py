@@ -37,7 +37,7 @@ from .._errors import (
 )
 from .._headers import EXPECTED_STREAM, check_msg_id
 from .._nats import FrameSubscription, exception_retrieved, status_code
-from ..streams import server_version
+from ..streams import check_server_bugs, server_version
 from ..tracing import tracer
 from ._columns import check_columns, frames
 from ._fast_ingest import (
@@ -197,6 +197,8 @@ class Publisher:
             if opts.check_window:
                 opts.check_window_fits(opts.stream, window)
         conn = self.conn
+        replicas = int(str(config.get("num_replicas") or 1)) if opts.stream else None
+        check_server_bugs(conn, "publish", replicas=replicas)
         self.ingest, why = choose_ingest(opts.ingest, opts.stream, config, server_version(conn))
         if opts.ingest == "fast" and self.ingest != "fast":
             raise ConfigError(

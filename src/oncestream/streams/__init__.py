@@ -24,6 +24,7 @@ from ._admin import (
     update_stream,
 )
 from ._reset import RESET_SINCE, ConsumerReset, ResetTarget, reset_consumer
+from ._server_bugs import SERVER_BUGS, ServerBug, Version, format_version, known_bugs
 from ._spec import (
     StreamSource,
     StreamSpec,
@@ -34,23 +35,29 @@ from ._spec import (
     stream_exists,
 )
 from ._upstreams import upstream_rows
-from ._version import require_server, server_version
+from ._version import check_server_bugs, require_server, server_cluster, server_version
 
 __all__ = [
     "RESET_SINCE",
+    "SERVER_BUGS",
     "ConsumerReset",
     "ResetTarget",
+    "ServerBug",
     "StoredMessage",
     "StreamSource",
     "StreamSpec",
+    "Version",
     "add_stream",
+    "check_server_bugs",
     "consumer_info",
     "create_stream_if_missing",
     "delete_consumer",
     "delete_message",
     "delete_stream",
     "ensure_stream",
+    "format_version",
     "get_message",
+    "known_bugs",
     "last_message",
     "lineage_id",
     "list_consumers",
@@ -59,6 +66,7 @@ __all__ = [
     "require_server",
     "reset_consumer",
     "seq_at_time",
+    "server_cluster",
     "server_version",
     "stream_exists",
     "stream_info",

@@ -27,6 +27,7 @@ from .._headers import (
 )
 from .._names import check_consumer_name, check_stream_name
 from .._options import rfc3339
+from ._version import check_server_bugs
 
 __all__ = [
     "StoredMessage",
@@ -92,7 +93,12 @@ async def consumer_info(conn: Connection, stream: str, consumer: str) -> dict[st
 
 
 async def add_stream(conn: Connection, config: dict[str, Any]) -> dict[str, Any]:
-    """``STREAM.CREATE`` with a raw stream config (durations in nanoseconds); the stream's info."""
+    """``STREAM.CREATE`` with a raw stream config (durations in nanoseconds); the stream's info.
+
+    Every stream oncestream creates passes here, so the known-bug check for
+    creates (:func:`~oncestream.streams.check_server_bugs`) runs here once.
+    """
+    check_server_bugs(conn, "create", replicas=int(config.get("num_replicas") or 1))
     return await conn.api(f"STREAM.CREATE.{config['name']}", config)
 
 

@@ -1,0 +1,126 @@
+"""`oncestream doctor`: a server, its streams and consumers against what exactly-once needs."""
+
+from __future__ import annotations
+
+import typer
+from rich.text import Text
+
+from .._connection import connect
+from .._errors import ConfigError
+from .._options import ConnectOptions, parse_duration
+from ..doctor import (
+    SPARK_TASK_MAX_FAILURES,
+    DoctorOptions,
+    DoctorReport,
+    Target,
+    diagnose,
+    parse_target,
+)
+from ..publish import PublisherOptions
+from ..streams import list_streams
+from ._app import app, cli_errors, console, run_async
+from ._connect_flags import with_connect_options
+from ._output import print_json
+from ._rows import BOOKKEEPING_PREFIX
+
+_DEFAULTS = PublisherOptions()
+_LABELS = {
+    "breaks": ("BREAKS", "bold red"),
+    "warning": ("warning", "yellow"),
+    "note": ("note", "cyan"),
+    "ok": ("ok", "green"),
+}
+
+
+@app.command("doctor")
+@cli_errors
+@with_connect_options
+def doctor_command(
+    streams: list[str] | None = typer.Argument(
+        None,
+        help="STREAM (with all its consumers) or STREAM/CONSUMER; repeat for several "
+        "(default: every stream but oncestream's bookkeeping ones).",
+    ),
+    ack_timeout: str = typer.Option(
+        f"{_DEFAULTS.ack_timeout:g}s",
+        "--ack-timeout",
+        help="The Publisher's ack timeout: with --max-attempts and the backoff, the retry "
+        "horizon every duplicate window must cover.",
+    ),
+    max_attempts: int = typer.Option(
+        _DEFAULTS.max_attempts, "--max-attempts", help="The Publisher's sends per message."
+    ),
+    task_max_failures: int = typer.Option(
+        SPARK_TASK_MAX_FAILURES,
+        "--task-max-failures",
+        help="Spark task attempts the jetstream sink assumes (its taskMaxFailures).",
+    ),
+    monitor: str | None = typer.Option(
+        None,
+        "--monitor",
+        metavar="URL",
+        help="The server's monitoring URL (http://HOST:8222): its /varz tells how often it "
+        "fsyncs (sync_interval).",
+    ),
+    show_all: bool = typer.Option(
+        False, "--all", "-a", help="Without STREAM: check oncestream's bookkeeping streams too."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+    *,
+    options: ConnectOptions,
+) -> None:
+    """Check a server, streams and consumers against what exactly-once needs, with fixes.
+
+    Each finding comes with the command that fixes it. Checks the server's release
+    against the known-bug table (by patch level), each
+    stream's duplicate window against the Publisher's and the Spark sink's retry
+    horizons, its storage and replicas (and, with --monitor, the server's fsync
+    policy), fast-ingest batches, and each consumer's ack policy, max deliver and ack
+    wait. Exit 0 when nothing breaks a guarantee (warnings allowed), 1 when a finding
+    does, 2 for bad usage (a stream or consumer that does not exist).
+    """
+    if task_max_failures < 1:
+        raise ConfigError(f"--task-max-failures must be >= 1, got {task_max_failures}")
+    targets = [parse_target(text) for text in streams or []]
+    doctor_options = DoctorOptions(
+        publisher=PublisherOptions(
+            ack_timeout=parse_duration("--ack-timeout", ack_timeout), max_attempts=max_attempts
+        ),
+        task_max_failures=task_max_failures,
+        monitor=monitor,
+    )
+
+    async def main() -> DoctorReport:
+        async with await connect(options) as conn:
+            chosen = targets or [
+                Target(str(info["config"]["name"]))
+                for info in await list_streams(conn)
+                if show_all or not str(info["config"]["name"]).startswith(BOOKKEEPING_PREFIX)
+            ]
+            return await diagnose(conn, chosen, doctor_options)
+
+    report = run_async(main())
+    if as_json:
+        print_json(report.to_json())
+    else:
+        _print(report)
+    if report.exit_code:
+        raise typer.Exit(report.exit_code)
+
+
+def _print(report: DoctorReport) -> None:
+    server = report.server
+    where = f"cluster {server['cluster']}" if server.get("cluster") else "a single server"
+    version = server.get("version") or "(version not announced)"
+    console.print(f"nats-server {version}, {where}", highlight=False, markup=False)
+    for finding in report.findings:
+        label, style = _LABELS[finding.severity]
+        console.print(
+            Text.assemble((f"{label:<8}", style), f" {finding.target}: {finding.message}"),
+            highlight=False,
+        )
+        if finding.fix:
+            console.print(f"{'':<8} fix: {finding.fix}", highlight=False, markup=False)
+        if finding.reference:
+            console.print(f"{'':<8} see: {finding.reference}", highlight=False, markup=False)
+    console.print(report.summary(), highlight=False, markup=False)

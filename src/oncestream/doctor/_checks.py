@@ -1,0 +1,400 @@
+"""The checks of ``oncestream doctor``: pure functions of what the server reports.
+
+Each takes the server's own answers (its version, a stream or consumer info)
+and returns :class:`Finding` objects, each with the command that fixes it. The
+rules are the ones oncestream enforces or relies on elsewhere: the Publisher's
+window guard (:meth:`PublisherOptions.check_window_fits`), the ``jetstream``
+sink's task-retry horizon, the Processor's consumer (explicit acks, unlimited
+deliveries, in-progress acks), and the known-bug table of nats-server releases
+(:data:`oncestream.streams.SERVER_BUGS`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from .._errors import ConfigError
+from ..publish import FAST_INGEST_SINCE
+from ..streams import SERVER_BUGS, ServerBug, format_version, known_bugs
+from ._findings import Finding, Severity
+from ._options import DoctorOptions
+
+__all__ = [
+    "MIN_SERVER",
+    "check_consumer",
+    "check_server",
+    "check_stream",
+    "check_sync_unknown",
+    "duration",
+]
+
+#: The oldest nats-server release oncestream is built and tested for.
+MIN_SERVER = (2, 12)
+
+_BUG_SEVERITY: dict[str, Severity] = {"breaks": "breaks", "weakens": "warning", "none": "note"}
+
+
+def duration(seconds: float) -> str:
+    """``120`` -> ``2m``, ``90`` -> ``90s``, ``0.25`` -> ``250ms``, ``7200`` -> ``2h``."""
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    for size, unit in ((3600, "h"), (60, "m")):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def check_server(
+    version: tuple[int, int, int] | None,
+    *,
+    cluster: str | None,
+    replicas: int | None = None,
+    table: tuple[ServerBug, ...] = SERVER_BUGS,
+) -> list[Finding]:
+    """The release against oncestream's minimum and the known-bug table (by patch level).
+
+    Args:
+        version: the server's ``(major, minor, patch)``; None when it did not say.
+        cluster: the name of its cluster, None outside one.
+        replicas: the most replicas among the streams checked (None: none checked),
+            for bugs of replicated streams only.
+    """
+    if version is None:
+        return [
+            Finding(
+                severity="note",
+                target="server",
+                check="server-version",
+                message="the server did not announce its version: the known-bug table was not "
+                "checked",
+            )
+        ]
+    shown = format_version(version)
+    found: list[Finding] = []
+    if version[:2] < MIN_SERVER:
+        found.append(
+            Finding(
+                severity="warning",
+                target="server",
+                check="server-version",
+                message=f"nats-server {shown} is older than {format_version(MIN_SERVER)}, the "
+                "oldest release oncestream is built and tested for (atomic batches, message "
+                "schedules and consumer resets need newer ones)",
+                fix="upgrade nats-server to the newest release",
+            )
+        )
+    certain = known_bugs(
+        version, cluster=cluster is not None, replicas=replicas, assume=False, table=table
+    )
+    possible = known_bugs(version, cluster=cluster is not None, replicas=replicas, table=table)
+    for bug in possible:
+        severity = _BUG_SEVERITY[bug.severity]
+        scope = ""
+        if bug not in certain:  # in scope only if a stream has replicas > 1
+            severity = "note" if severity == "note" else "warning"
+            scope = " (applies to streams with replicas > 1; none of those checked has them)"
+        found.append(
+            Finding(
+                severity=severity,
+                target="server",
+                check=f"known-bug:{bug.key}",
+                message=f"nats-server {shown} has a known bug{scope}: {bug.breaks}. It "
+                f"concerns {bug.touches}",
+                fix=f"upgrade to {bug.fix}",
+                reference=bug.reference,
+            )
+        )
+    if not possible:
+        where = f"cluster {cluster}" if cluster else "a single server"
+        found.append(
+            Finding(
+                severity="ok",
+                target="server",
+                check="known-bugs",
+                message=f"nats-server {shown} ({where}) has none of the {len(table)} known "
+                "exactly-once bugs of the table",
+            )
+        )
+    return found
+
+
+def _window_fix(name: str, options: DoctorOptions) -> str:
+    minutes = max(2, math.ceil(options.spark_horizon / 60))
+    return f"oncestream stream edit {name} --dupe-window {minutes}m"
+
+
+def check_stream(
+    info: Mapping[str, Any],
+    *,
+    options: DoctorOptions,
+    version: tuple[int, int, int] | None,
+    cluster: str | None,
+    sync: Mapping[str, Any] | None,
+) -> list[Finding]:
+    """One stream: its duplicate window, durability and fast-ingest setting.
+
+    Args:
+        info: the stream's info (``STREAM.INFO``).
+        sync: ``{"sync_always": bool, "sync_interval": seconds}`` from the server's
+            monitoring endpoint; None when unknown (see :func:`check_sync_unknown`).
+    """
+    config = info.get("config") or {}
+    name = str(config.get("name"))
+    target = f"stream {name}"
+    found: list[Finding] = []
+    mirror = bool(config.get("mirror"))
+    if not mirror:  # a mirror takes no publishes: no window, no batches
+        found.append(_window(name, target, config, options))
+    found.extend(_durability(name, target, config, cluster, sync))
+    if not mirror and version is not None and version[:2] >= FAST_INGEST_SINCE:
+        if config.get("allow_batched"):
+            found.append(
+                Finding(
+                    severity="ok",
+                    target=target,
+                    check="fast-ingest",
+                    message="fast-ingest batches allowed (allow_batched): Publishers send "
+                    "them by default",
+                )
+            )
+        else:
+            found.append(
+                Finding(
+                    severity="note",
+                    target=target,
+                    check="fast-ingest",
+                    message=f"fast-ingest batches are not allowed (allow_batched off) although "
+                    f"nats-server {format_version(version)} supports them: Publishers then wait "
+                    "for a PubAck per message instead of one flow ack per window (the same "
+                    "de-duplication either way)",
+                    fix=f"oncestream stream edit {name} --allow-batched",
+                )
+            )
+    return found
+
+
+def _window(name: str, target: str, config: Mapping[str, Any], options: DoctorOptions) -> Finding:
+    window = int(config.get("duplicate_window") or 0) / 1e9
+    pub = options.publisher
+    horizon, spark = pub.retry_horizon, options.spark_horizon
+    delays = [f"{pub.backoff(a):g}" for a in range(2, pub.max_attempts + 1)]
+    parts = f"max_attempts={pub.max_attempts} x ack_timeout={pub.ack_timeout:g}s" + (
+        f" + backoff {'+'.join(delays)}s" if delays else ""
+    )
+    try:
+        pub.check_window_fits(name, window)  # the Publisher's own window guard
+    except ConfigError:
+        return Finding(
+            severity="breaks",
+            target=target,
+            check="duplicate-window",
+            message=f"duplicate window {duration(window)} is shorter than the Publisher's retry "
+            f"horizon {horizon:g}s ({parts}): a Publisher with this stream refuses to start, "
+            "and one with check_window off may store a late retry twice (a Spark task's "
+            f"retries need {spark:g}s: {options.task_max_failures} attempts)",
+            fix=_window_fix(name, options),
+        )
+    if window < spark:
+        return Finding(
+            severity="warning",
+            target=target,
+            check="duplicate-window",
+            message=f"duplicate window {duration(window)} covers the Publisher's retry horizon "
+            f"{horizon:g}s but not a Spark task's retries ({options.task_max_failures} attempts "
+            f"x {horizon:g}s = {spark:g}s): the jetstream sink then relies on its check of "
+            "the rows a failed attempt stored, not on the window",
+            fix=_window_fix(name, options),
+        )
+    return Finding(
+        severity="ok",
+        target=target,
+        check="duplicate-window",
+        message=f"duplicate window {duration(window)} covers the Publisher's retry horizon "
+        f"{horizon:g}s and a Spark task's retries ({spark:g}s)",
+    )
+
+
+def _durability(
+    name: str,
+    target: str,
+    config: Mapping[str, Any],
+    cluster: str | None,
+    sync: Mapping[str, Any] | None,
+) -> list[Finding]:
+    storage = str(config.get("storage") or "file")
+    replicas = int(config.get("num_replicas") or 1)
+    if storage == "memory":
+        lost = (
+            "a restart of its server loses every message, acknowledged ones included"
+            if replicas == 1
+            else "a restart of all its servers at once (a power cut) loses every message"
+        )
+        return [
+            Finding(
+                severity="breaks" if replicas == 1 else "warning",
+                target=target,
+                check="storage",
+                message=f"memory storage with {replicas} replica{'s' if replicas > 1 else ''}: "
+                f"{lost}",
+                fix="storage is fixed when a stream is created: create a stream with "
+                f"--storage file (oncestream stream add NAME --storage file ...) and move "
+                f"{name}'s subjects and consumers to it",
+            )
+        ]
+    if replicas > 1:
+        return [
+            Finding(
+                severity="ok",
+                target=target,
+                check="storage",
+                message=f"file storage, {replicas} replicas: a message is acknowledged once a "
+                "majority of them stored it",
+            )
+        ]
+    found: list[Finding] = []
+    if cluster:
+        found.append(
+            Finding(
+                severity="warning",
+                target=target,
+                check="replicas",
+                message=f"1 replica in cluster {cluster}: losing the server that holds it loses "
+                "the stream's messages, and the stream is unavailable while it is down",
+                fix=f"oncestream stream edit {name} --replicas 3",
+            )
+        )
+    if sync is None:  # unknown: one note for the server (check_sync_unknown), not per stream
+        return found
+    if sync.get("sync_always"):
+        found.append(
+            Finding(
+                severity="ok",
+                target=target,
+                check="sync-interval",
+                message="file storage, fsynced before each acknowledgement (sync_interval: always)",
+            )
+        )
+        return found
+    interval = duration(float(sync.get("sync_interval") or 120))
+    found.append(
+        Finding(
+            severity="warning",
+            target=target,
+            check="sync-interval",
+            message=f"1 replica and sync_interval {interval}: a machine crash (power cut, "
+            f"kernel panic) can lose up to the last {interval} of acknowledged messages; a "
+            "process crash loses nothing (the written pages are the kernel's)",
+            fix="set `sync_interval: always` in the server's jetstream block (an fsync "
+            f"before each acknowledgement), or run a cluster and `oncestream stream edit "
+            f"{name} --replicas 3`",
+        )
+    )
+    return found
+
+
+def check_sync_unknown(streams: list[str]) -> list[Finding]:
+    """One note when the fsync policy is unknown and ``streams`` (1 replica, file) depend on it."""
+    if not streams:
+        return []
+    return [
+        Finding(
+            severity="note",
+            target="server",
+            check="sync-interval",
+            message="the server's fsync policy is unknown, and "
+            f"{', '.join(streams)} {'has' if len(streams) == 1 else 'have'} 1 replica: with "
+            "nats-server's default (sync_interval 2m) a machine crash (power cut, kernel "
+            "panic) can lose up to the last 2 minutes of acknowledged messages there; a "
+            "process crash loses nothing",
+            fix="give --monitor http://HOST:PORT (the server's http_port) to check it",
+        )
+    ]
+
+
+def check_consumer(
+    stream: str, info: Mapping[str, Any], *, options: DoctorOptions
+) -> list[Finding]:
+    """One consumer against what the Processor needs: explicit acks, no delivery limit,
+    an ack wait that a slow ledger transaction does not outlast."""
+    config = info.get("config") or {}
+    name = str(info.get("name") or config.get("durable_name") or config.get("name"))
+    target = f"consumer {stream}/{name}"
+    found: list[Finding] = []
+    if config.get("deliver_subject"):
+        found.append(
+            Finding(
+                severity="warning",
+                target=target,
+                check="pull",
+                message="a push consumer: `oncestream process` needs a pull consumer and "
+                "refuses this one",
+                fix=f"oncestream consumer add {stream} NEW_NAME, then process with --consumer "
+                "NEW_NAME",
+            )
+        )
+    policy = str(config.get("ack_policy") or "explicit")
+    if policy != "explicit":
+        why = (
+            "every message counts as acknowledged once delivered: a worker that stops before "
+            "applying it never gets it again"
+            if policy == "none"
+            else "an ack covers every earlier message too: a message whose handler failed is "
+            "acknowledged by a later one's ack and never delivered again"
+        )
+        found.append(
+            Finding(
+                severity="breaks",
+                target=target,
+                check="ack-policy",
+                message=f"ack policy {policy!r}: {why}",
+                fix=f"the ack policy is fixed at creation: `oncestream consumer rm {stream} "
+                f"{name} --force`, then `oncestream consumer add {stream} {name}` (explicit); "
+                "a Processor's ledger keeps messages it applied from being applied again",
+            )
+        )
+    max_deliver = int(config.get("max_deliver") or -1)
+    if max_deliver > 0:
+        found.append(
+            Finding(
+                severity="breaks",
+                target=target,
+                check="max-deliver",
+                message=f"max_deliver {max_deliver}: after {max_deliver} deliveries the server "
+                "stops delivering a message and moves the ack floor past it (only an advisory "
+                "says so): one whose handler keeps failing, or that a slow ledger let time out "
+                f"{max_deliver} times, is never applied and never dead-lettered. The Processor "
+                "creates its consumers with -1 and dead-letters by itself (process "
+                "--max-deliver N --dead-letter-stream DLQ)",
+                fix=f"oncestream consumer edit {stream} {name} --max-deliver -1",
+            )
+        )
+    ack_wait = int(config.get("ack_wait") or 30e9) / 1e9
+    if ack_wait < options.min_ack_wait:
+        backoff = " --backoff none" if config.get("backoff") else ""
+        found.append(
+            Finding(
+                severity="warning",
+                target=target,
+                check="ack-wait",
+                message=f"ack wait {duration(ack_wait)}: the Processor renews a batch it is "
+                "still applying with in-progress acks every half ack wait, so a stall of "
+                f"{duration(ack_wait / 2)} (a commit waiting on a locked database, a GC or swap "
+                "pause, a CPU-starved host) redelivers it. The ledger keeps the redelivery from "
+                "being applied again, but each one is work, counts as a delivery and shows as "
+                "a late ack",
+                fix=f"oncestream consumer edit {stream} {name}{backoff} --ack-wait 30s",
+            )
+        )
+    if not found:
+        found.append(
+            Finding(
+                severity="ok",
+                target=target,
+                check="consumer",
+                message=f"explicit acks, no delivery limit (the Processor dead-letters), ack "
+                f"wait {duration(ack_wait)}",
+            )
+        )
+    return found

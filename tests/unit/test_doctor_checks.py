@@ -1,0 +1,279 @@
+"""The checks of `oncestream doctor` on stream and consumer infos as the server reports them.
+
+Server releases are faked here (the suite runs one nats-server release): an old patch
+release must be flagged by the known-bug table, by patch level.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from oncestream import ConfigError
+from oncestream.doctor import (
+    SPARK_TASK_MAX_FAILURES,
+    DoctorOptions,
+    DoctorReport,
+    Finding,
+    Target,
+    check_consumer,
+    check_server,
+    check_stream,
+    check_sync_unknown,
+    duration,
+    parse_target,
+)
+from oncestream.publish import PublisherOptions
+from oncestream.spark._sink_options import SinkOptions
+
+OPTS = DoctorOptions()
+NEW = (2, 15, 1)
+
+
+def stream(name: str = "ORDERS", **config: Any) -> dict[str, Any]:
+    base = {
+        "name": name,
+        "subjects": [f"{name.lower()}.>"],
+        "storage": "file",
+        "num_replicas": 1,
+        "duplicate_window": 120 * 10**9,
+        "allow_batched": True,
+    }
+    return {"config": {**base, **config}, "state": {}}
+
+
+def consumer(name: str = "billing", **config: Any) -> dict[str, Any]:
+    base = {
+        "durable_name": name,
+        "ack_policy": "explicit",
+        "ack_wait": 30 * 10**9,
+        "max_deliver": -1,
+    }
+    return {"name": name, "config": {**base, **config}}
+
+
+def by_check(findings: list[Finding]) -> dict[str, Finding]:
+    return {f.check: f for f in findings}
+
+
+def stream_findings(info: dict[str, Any], **kw: Any) -> dict[str, Finding]:
+    args = {"options": OPTS, "version": NEW, "cluster": None, "sync": None, **kw}
+    return by_check(check_stream(info, **args))
+
+
+# -- the server's release ------------------------------------------------------------------
+
+
+def test_an_old_patch_release_is_flagged_by_the_table() -> None:
+    found = by_check(check_server((2, 14, 4), cluster="east", replicas=1))
+    bug = found["known-bug:idempotent-create-created"]
+    assert bug.severity == "breaks"
+    assert "R1 stream hosted there loses every message" in bug.message
+    assert bug.fix == "upgrade to nats-server 2.14.5 or newer (2.12.15 on 2.12)"
+    assert bug.reference == "https://github.com/nats-io/nats-server/pull/8449"
+    report = DoctorReport(server={}, findings=tuple(found.values()))
+    assert report.exit_code == 1
+
+
+def test_the_same_release_outside_a_cluster_is_not_flagged() -> None:
+    assert [f.check for f in check_server((2, 14, 4), cluster=None, replicas=1)] == ["known-bugs"]
+    assert [f.severity for f in check_server((2, 14, 5), cluster="east", replicas=3)] == ["ok"]
+
+
+def test_a_replicated_streams_bug_by_what_was_checked() -> None:
+    # 2.14.0: the dedupe race needs replicas > 1; the eob refusal touches nothing of ours.
+    r3 = by_check(check_server((2, 14, 0), cluster="east", replicas=3))
+    assert r3["known-bug:dedupe-leader-change"].severity == "warning"
+    assert "PublishFailed" in r3["known-bug:dedupe-leader-change"].message
+    assert r3["known-bug:atomic-eob-max-size"].severity == "note"
+    unknown = by_check(check_server((2, 14, 0), cluster="east", replicas=None))
+    assert "applies to streams with replicas > 1" in (
+        unknown["known-bug:dedupe-leader-change"].message
+    )
+    r1 = by_check(check_server((2, 14, 0), cluster="east", replicas=1))
+    assert "known-bug:dedupe-leader-change" not in r1
+
+
+def test_a_release_older_than_oncestreams_minimum() -> None:
+    found = by_check(check_server((2, 11, 5), cluster=None, replicas=None))
+    assert found["server-version"].severity == "warning"
+    assert "older than 2.12" in found["server-version"].message
+    assert check_server(None, cluster=None)[0].severity == "note"
+
+
+# -- a stream's duplicate window -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("window", "severity"),
+    [(10, "breaks"), (27, "breaks"), (27.3, "warning"), (60, "warning"), (110, "ok"), (600, "ok")],
+)
+def test_the_window_against_the_retry_horizons(window: float, severity: str) -> None:
+    # Default Publisher: 5 x 5s + 0.05+0.25+1+1 = 27.3s; a Spark task 4 x that = 109.2s.
+    found = stream_findings(stream(duplicate_window=int(window * 1e9)))["duplicate-window"]
+    assert found.severity == severity
+    if severity != "ok":
+        assert found.fix == "oncestream stream edit ORDERS --dupe-window 2m"
+
+
+def test_the_break_is_exactly_where_the_publisher_refuses_to_start() -> None:
+    pub = PublisherOptions()
+    for window in (pub.retry_horizon - 0.01, pub.retry_horizon, pub.retry_horizon + 0.01):
+        verdict = stream_findings(stream(duplicate_window=int(window * 1e9)))
+        try:
+            pub.check_window_fits("ORDERS", int(window * 1e9) / 1e9)
+            refused = False
+        except ConfigError:
+            refused = True
+        assert (verdict["duplicate-window"].severity == "breaks") is refused, window
+
+
+def test_the_suggested_window_covers_the_horizons_given() -> None:
+    slow = DoctorOptions(publisher=PublisherOptions(ack_timeout=30.0), task_max_failures=4)
+    # 5 x 30 + 2.3 = 152.3s; x4 = 609.2s: 11 minutes.
+    found = by_check(check_stream(stream(), options=slow, version=NEW, cluster=None, sync=None))[
+        "duplicate-window"
+    ]
+    assert found.severity == "breaks"  # 2m < 152.3s
+    assert found.fix == "oncestream stream edit ORDERS --dupe-window 11m"
+    assert "152.3s" in found.message and "609.2s" in found.message
+
+
+def test_a_mirror_takes_no_publishes() -> None:
+    mirror = stream(duplicate_window=10**9, allow_batched=False, mirror={"name": "ORDERS"})
+    assert set(stream_findings(mirror)) == set()  # durability only: nothing to say at R1/unknown
+
+
+# -- durability ------------------------------------------------------------------------------
+
+
+def test_memory_storage() -> None:
+    r1 = stream_findings(stream(storage="memory"))["storage"]
+    assert r1.severity == "breaks" and "a restart of its server loses every message" in r1.message
+    assert stream_findings(stream(storage="memory", num_replicas=3))["storage"].severity == (
+        "warning"
+    )
+
+
+def test_replicas_and_the_fsync_policy() -> None:
+    assert stream_findings(stream(num_replicas=3))["storage"].severity == "ok"
+    in_cluster = stream_findings(stream(), cluster="east")["replicas"]
+    assert in_cluster.severity == "warning"
+    assert in_cluster.fix == "oncestream stream edit ORDERS --replicas 3"
+    always = stream_findings(stream(), sync={"sync_always": True, "sync_interval": 120.0})
+    assert always["sync-interval"].severity == "ok"
+    lazy = stream_findings(stream(), sync={"sync_always": False, "sync_interval": 120.0})
+    assert lazy["sync-interval"].severity == "warning"
+    assert "up to the last 2m of acknowledged messages" in lazy["sync-interval"].message
+    assert "sync_interval: always" in lazy["sync-interval"].fix
+    assert "sync-interval" not in stream_findings(stream(), sync=None)  # one server note instead
+    note = check_sync_unknown(["A", "B"])[0]
+    assert note.severity == "note" and "A, B have 1 replica" in note.message
+    assert "--monitor" in note.fix
+    assert check_sync_unknown([]) == []
+
+
+# -- fast ingest -----------------------------------------------------------------------------
+
+
+def test_fast_ingest_where_the_server_supports_it() -> None:
+    off = stream_findings(stream(allow_batched=False))["fast-ingest"]
+    assert off.severity == "note" and off.fix == "oncestream stream edit ORDERS --allow-batched"
+    assert stream_findings(stream())["fast-ingest"].severity == "ok"
+    old = stream_findings(stream(allow_batched=False), version=(2, 12, 15))
+    assert "fast-ingest" not in old  # 2.12 has no fast-ingest batches
+
+
+# -- consumers -------------------------------------------------------------------------------
+
+
+def consumer_findings(info: dict[str, Any]) -> dict[str, Finding]:
+    return by_check(check_consumer("ORDERS", info, options=OPTS))
+
+
+def test_a_healthy_consumer() -> None:
+    assert [f.severity for f in check_consumer("ORDERS", consumer(), options=OPTS)] == ["ok"]
+
+
+def test_a_delivery_limit_loses_a_failing_message() -> None:
+    found = consumer_findings(consumer(max_deliver=5))["max-deliver"]
+    assert found.severity == "breaks"
+    assert "never applied and never dead-lettered" in found.message
+    assert found.fix == "oncestream consumer edit ORDERS billing --max-deliver -1"
+
+
+@pytest.mark.parametrize("policy", ["none", "all"])
+def test_an_ack_policy_other_than_explicit(policy: str) -> None:
+    found = consumer_findings(consumer(ack_policy=policy))["ack-policy"]
+    assert found.severity == "breaks"
+    assert "oncestream consumer rm ORDERS billing --force" in found.fix
+
+
+def test_a_short_ack_wait_redelivers_under_a_slow_ledger() -> None:
+    found = consumer_findings(consumer(ack_wait=2 * 10**9))["ack-wait"]
+    assert found.severity == "warning" and "a stall of 1s" in found.message
+    assert found.fix == "oncestream consumer edit ORDERS billing --ack-wait 30s"
+    backoff = consumer_findings(consumer(ack_wait=10**9, backoff=[10**9, 5 * 10**9]))
+    assert backoff["ack-wait"].fix == (
+        "oncestream consumer edit ORDERS billing --backoff none --ack-wait 30s"
+    )
+    assert "ack-wait" not in consumer_findings(consumer(ack_wait=10 * 10**9))
+
+
+def test_a_push_consumer() -> None:
+    assert consumer_findings(consumer(deliver_subject="out.x"))["pull"].severity == "warning"
+
+
+# -- report, options, targets --------------------------------------------------------------
+
+
+def test_the_report_exit_code_and_summary() -> None:
+    warn = Finding(severity="warning", target="server", check="x", message="m")
+    ok = Finding(severity="ok", target="server", check="y", message="m")
+    healthy = DoctorReport(server={}, findings=(warn, ok))
+    assert healthy.exit_code == 0 and healthy.healthy
+    assert healthy.summary() == "nothing breaks an exactly-once guarantee, 1 warning, 0 notes, 1 ok"
+    broken = DoctorReport(
+        server={}, findings=(warn, Finding(**{**warn.__dict__, "severity": "breaks"}))
+    )
+    assert broken.exit_code == 1
+    assert broken.to_json()["summary"] == {"breaks": 1, "warning": 1, "note": 0, "ok": 0}
+    assert broken.summary().startswith("1 finding breaks an exactly-once guarantee")
+
+
+def test_targets() -> None:
+    assert parse_target("ORDERS") == Target("ORDERS")
+    assert parse_target("ORDERS/billing") == Target("ORDERS", "billing")
+    cases = [
+        ("A/B/C", "one '/' at most"),
+        ("A.B", "not a valid stream name"),
+        ("A/", "not a valid consumer name"),
+        ("/b", "not a valid stream"),
+    ]
+    for bad, fragment in cases:
+        with pytest.raises(ConfigError, match=fragment):
+            parse_target(bad)
+
+
+def test_the_monitor_url() -> None:
+    assert DoctorOptions(monitor="http://127.0.0.1:8222/").monitor == "http://127.0.0.1:8222"
+    assert DoctorOptions(monitor="https://nats.example").monitor == "https://nats.example"
+    for bad in ("ftp://x:1", "127.0.0.1:8222", "http://", "http://h:1/varz", "http://h:99999"):
+        with pytest.raises(ConfigError, match="--monitor must be"):
+            DoctorOptions(monitor=bad)
+    with pytest.raises(ConfigError) as caught:
+        DoctorOptions(monitor="http://admin:s3cret@h:8222")
+    assert "s3cret" not in str(caught.value)
+    with pytest.raises(ConfigError, match="task_max_failures"):
+        DoctorOptions(task_max_failures=0)
+
+
+def test_the_spark_default_is_the_sinks() -> None:
+    assert SinkOptions.__dataclass_fields__["task_max_failures"].default == SPARK_TASK_MAX_FAILURES
+
+
+def test_durations_read_like_the_cli_takes_them() -> None:
+    assert [duration(s) for s in (0.25, 10, 90, 120, 660, 7200)] == [
+        "250ms", "10s", "90s", "2m", "11m", "2h"
+    ]  # fmt: skip
