@@ -62,7 +62,7 @@ from ._frames import (
     too_large,
     too_many_inflight,
 )
-from ._options import KeyFunction, PubAck, PublisherOptions, PublisherStats
+from ._options import KeyFunction, PubAck, PublisherOptions, PublisherStats, warn_unchecked_window
 from ._retry import ID_IN_PROCESS, RetryTable
 
 if TYPE_CHECKING:
@@ -196,6 +196,8 @@ class Publisher:
             self.duplicate_window = window
             if opts.check_window:
                 opts.check_window_fits(opts.stream, window)
+        elif opts.check_window:
+            warn_unchecked_window(opts.retry_horizon)
         conn = self.conn
         self.ingest, why = choose_ingest(opts.ingest, opts.stream, config, server_version(conn))
         if opts.ingest == "fast" and self.ingest != "fast":
