@@ -140,6 +140,38 @@ def spark():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One Spark Connect server for the test session (per xdist worker that asks for it).
+
+    Started as docs/deploy.md starts one (tests/spark/_connect_server.py); its
+    Python workers run this checkout.
+    """
+    from tests.spark._connect_server import ConnectServer
+
+    server = ConnectServer(tmp_path_factory.mktemp("connect-server")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["classic", "connect"])
+def spark_job(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """Run a job of tests/spark/_jobs.py on a classic session or through Spark Connect.
+
+    ``spark_job("name", **kwargs)`` returns the job's result (through JSON either
+    way); ``spark_job.mode`` is ``"classic"`` or ``"connect"``. Classic: in this
+    process, on the shared session. Connect: in a subprocess holding a Connect
+    session to the shared Connect server.
+    """
+    from tests.spark._connect_server import SparkJobs
+
+    if request.param == "classic":
+        return SparkJobs("classic", session=request.getfixturevalue("spark"))
+    return SparkJobs("connect", remote=request.getfixturevalue("connect_server").url)
+
+
+@pytest.fixture(scope="session")
 def postgres_server():  # type: ignore[no-untyped-def]
     """One throw-away PostgreSQL server for the test session (see tests/_postgres.py)."""
     from tests._postgres import PostgresServer

@@ -22,12 +22,28 @@ them, and so are the ``Nats-Stream``/``Nats-Sequence``... lines the server
 appends to a direct-get reply. What a writer accepts
 (:func:`check_user_headers`): any token name except those control headers,
 ``Nats-Msg-Id`` (given separately) and the names the server appends to reads.
+
+Headers the server stamps on a stored message (:data:`SERVER_STAMPED`:
+``Nats-Stream-Source`` on a sourced message, ``Nats-Scheduler`` and
+``Nats-Schedule-Next`` on one a schedule produced, ``Nats-Counter-Sources``
+on a counter, ``Nats-Marker-Reason`` on a delete marker) are readable like
+any other, but they are the server's record of where a message came from, not
+the message's: no writer sends them. :func:`build_block`, which every
+oncestream publish goes through, leaves them out (:func:`writable_headers`
+for the writers that hand a dict to nats-py), so rows read from a hub's
+aggregate stream can be written to another stream as they are. nats-server
+refuses them from a client: ``Nats-Stream-Source`` with 10227 ("message
+stream source header is not allowed"), ``Nats-Scheduler`` without
+``Nats-Schedule-Next: purge`` and any other ``Nats-Schedule-Next`` with 10212
+("message schedules invalid scheduler"); the pair it stamps on a fired
+delayed message (``purge``) would purge a schedule in the target instead.
 """
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 from ._errors import ConfigError
 
@@ -36,17 +52,23 @@ __all__ = [
     "BATCH_ID",
     "BATCH_SEQ",
     "CONTROL_PREFIXES",
+    "COUNTER_SOURCES",
     "EXPECTED_LAST_MSG_ID",
     "EXPECTED_LAST_SEQ",
     "EXPECTED_LAST_SUBJECT_SEQ",
     "EXPECTED_STREAM",
     "LAST_SEQUENCE",
+    "MARKER_REASON",
     "MSG_ID",
     "MSG_TTL",
     "NUM_PENDING",
     "ROLLUP",
+    "SCHEDULER",
+    "SCHEDULE_NEXT",
     "SEQUENCE",
+    "SERVER_STAMPED",
     "STREAM",
+    "STREAM_SOURCE",
     "SUBJECT",
     "TIME_STAMP",
     "HeaderValues",
@@ -62,6 +84,7 @@ __all__ = [
     "own_block",
     "parse_block",
     "split_status",
+    "writable_headers",
 ]
 
 MSG_ID = "Nats-Msg-Id"
@@ -83,6 +106,19 @@ TIME_STAMP = "Nats-Time-Stamp"
 NUM_PENDING = "Nats-Num-Pending"
 LAST_SEQUENCE = "Nats-Last-Sequence"
 _UPTO_SEQUENCE = "Nats-UpTo-Sequence"
+# Stamped by the server on messages it stores (server/stream.go, server/scheduler.go).
+STREAM_SOURCE = "Nats-Stream-Source"
+SCHEDULER = "Nats-Scheduler"
+SCHEDULE_NEXT = "Nats-Schedule-Next"
+COUNTER_SOURCES = "Nats-Counter-Sources"
+MARKER_REASON = "Nats-Marker-Reason"
+
+#: Headers nats-server writes onto a message it stores: where a sourced message came
+#: from, the schedule that produced a message and its next firing, a counter's sources,
+#: why a delete marker was written. Readable; never sent by a writer (the server refuses
+#: the first three from a client: 10227, 10212).
+SERVER_STAMPED = (STREAM_SOURCE, SCHEDULER, SCHEDULE_NEXT, COUNTER_SOURCES, MARKER_REASON)
+_STAMPED_LOWER = frozenset(name.lower() for name in SERVER_STAMPED)
 
 #: Write-time control headers: acted on when a message is stored, meaningless
 #: (and harmful if copied into another write) once it is.
@@ -97,6 +133,8 @@ _MSG_ID_B = MSG_ID.encode()
 _MSG_ID_KEY = b"\r\n" + _MSG_ID_B + b":"
 #: Ledger keys of ids no writer of ours can produce start with this (see msg_id_key).
 _ESCAPED = "\x01b64:"
+
+_V = TypeVar("_V")
 
 #: Header values by name: one string, or several (each becomes its own line).
 HeaderValues = Mapping[str, str | Sequence[str]]
@@ -365,16 +403,30 @@ def check_user_headers(headers: HeaderValues, what: str = "header") -> None:
                 raise ConfigError(f"{what} {key} must be a non-empty single line, got {item!r}")
 
 
+def writable_headers(headers: Mapping[str, _V]) -> dict[str, _V]:
+    """``headers`` without the server-stamped ones: what a writer may send of a read's headers.
+
+    Example::
+
+        writable_headers({"X-A": "1", "Nats-Stream-Source": "ORDERS 7 ..."})  # {"X-A": "1"}
+    """
+    return {k: v for k, v in headers.items() if k.lower() not in _STAMPED_LOWER}
+
+
 def build_block(msg_id: str, extra: HeaderValues | None, expect: Mapping[str, str]) -> bytes:
     """The ``NATS/1.0`` block: the msg id first, then user headers, then the control headers.
 
     The msg id comes first so that the server's first-match lookup finds it;
     ``msg_id`` and ``extra`` must have been checked (:func:`check_msg_id`,
-    :func:`check_user_headers`). A list value becomes one line per item.
+    :func:`check_user_headers`). A list value becomes one line per item. Headers the
+    server stamps (:data:`SERVER_STAMPED`) are left out: they describe where a stored
+    message came from, and the server refuses them from a client.
     """
     parts = ["NATS/1.0\r\n", MSG_ID, ": ", msg_id, "\r\n"]
     if extra:
         for key, value in extra.items():
+            if key.lower() in _STAMPED_LOWER:
+                continue
             for item in (value,) if isinstance(value, str) else value:
                 parts += [key, ": ", item, "\r\n"]
     for key, value in expect.items():

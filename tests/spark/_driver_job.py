@@ -9,7 +9,9 @@ Usage::
 Parquet sink (MODE ``run``: processing-time trigger, 20 messages per batch,
 runs until killed, printing ``PROGRESS <batchId> <rows>`` per batch; MODE
 ``finish``: Trigger.AvailableNow, 100 messages per batch, exits 0 when caught up). ``count`` reads
-the stream in batch mode and prints ``SEQUENCES <json list>``.
+the stream in batch mode and prints ``SEQUENCES <json list>``. A MASTER of
+``sc://host:port`` runs the query through that Spark Connect server instead
+(the query runs there; this process prints its progress).
 """
 
 from __future__ import annotations
@@ -20,27 +22,36 @@ from typing import Any
 
 
 def stream_job(url: str, stream: str, out: str, checkpoint: str, mode: str, master: str) -> None:
-    from pyspark.sql.streaming import StreamingQueryListener
+    remote = master.startswith("sc://")
+    if remote:
+        from pyspark.sql import SparkSession
 
-    from oncestream.spark import local_session
+        import oncestream.spark
 
-    spark = local_session(f"oncestream-driver-job-{mode}", master=master)
+        spark = SparkSession.builder.remote(master).getOrCreate()
+        oncestream.spark.register(spark)
+    else:
+        from pyspark.sql.streaming import StreamingQueryListener
 
-    class Progress(StreamingQueryListener):
-        def onQueryStarted(self, event: Any) -> None:
-            print("STARTED", flush=True)
+        from oncestream.spark import local_session
 
-        def onQueryProgress(self, event: Any) -> None:
-            p = event.progress
-            print(f"PROGRESS {p.batchId} {p.numInputRows}", flush=True)
+        spark = local_session(f"oncestream-driver-job-{mode}", master=master)
 
-        def onQueryIdle(self, event: Any) -> None:
-            pass
+        class Progress(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                print("STARTED", flush=True)
 
-        def onQueryTerminated(self, event: Any) -> None:
-            pass
+            def onQueryProgress(self, event: Any) -> None:
+                p = event.progress
+                print(f"PROGRESS {p.batchId} {p.numInputRows}", flush=True)
 
-    spark.streams.addListener(Progress())
+            def onQueryIdle(self, event: Any) -> None:
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:
+                pass
+
+        spark.streams.addListener(Progress())
     df = (
         spark.readStream.format("jetstream")
         .option("servers", url)
@@ -57,6 +68,8 @@ def stream_job(url: str, stream: str, out: str, checkpoint: str, mode: str, mast
     )
     if mode == "run":
         query = writer.trigger(processingTime="200 milliseconds").start()
+        if remote:
+            _print_progress(query, 600)
         query.awaitTermination(600)
     else:
         query = writer.trigger(availableNow=True).start()
@@ -64,6 +77,20 @@ def stream_job(url: str, stream: str, out: str, checkpoint: str, mode: str, mast
         if query.exception() is not None:
             raise SystemExit(f"query failed: {query.exception()}")
     spark.stop()
+
+
+def _print_progress(query: Any, timeout: float) -> None:
+    """Print ``PROGRESS <batchId> <rows>`` for each batch of a Connect query, polled."""
+    import time
+
+    seen = -1
+    deadline = time.monotonic() + timeout
+    while query.isActive and time.monotonic() < deadline:
+        for p in query.recentProgress:
+            if p.batchId > seen:
+                seen = p.batchId
+                print(f"PROGRESS {p.batchId} {p.numInputRows}", flush=True)
+        query.awaitTermination(0.2)  # the server pushes no progress to a client: poll
 
 
 def count_job(url: str, stream: str, master: str) -> None:

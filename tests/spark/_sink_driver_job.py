@@ -1,14 +1,23 @@
 """Subprocess driver for the sink's kill tests: IN -> jetstream sink -> OUT, optionally killed.
 
-Usage: python _sink_driver_job.py URL CHECKPOINT IDS KILL [SUBJECT]
+Usage: python _sink_driver_job.py URL CHECKPOINT IDS KILL [SUBJECT [INGEST [STREAM [REMOTE]]]]
   IDS   lineage (rows keep the source's stream/sequence) or position (they don't)
-  KILL  none | before:N (SIGKILL the whole process group after the tasks of
-        micro-batch N wrote, before the sink's commit) | after:N (after the
-        sink recorded the commit, before Spark wrote its commit log)
+        or column (a msg_id column)
+  KILL  none | before:N (SIGKILL the driver after the tasks of micro-batch N
+        wrote, before the sink's commit) | after:N (after the sink recorded the
+        commit, before Spark wrote its commit log)
   SUBJECT  the output subject (default out.orders; stream OUT captures out.>)
+  INGEST   the sink's ingest option (default auto)
+  STREAM   the sink's stream option: OUT (default), or - to leave it out (the sink
+           finds OUT from the subject)
+  REMOTE   a Spark Connect server's sc:// URL (default: a classic local session)
 
-Run it in its own session (start_new_session=True): the kill takes the driver,
-the JVM and every Python worker down at once, like a machine failure.
+The kill takes down the driver's whole session at once, like a machine
+failure: classic, this job's (run it with start_new_session=True: its JVM and
+Python workers share its session); under Connect, the Connect server's (the
+driver is the server, where the sink's commit runs; start it in a session of
+its own). pyspark's worker daemon runs in a process group of its own inside
+that session, so both groups are killed.
 """
 
 from __future__ import annotations
@@ -19,7 +28,6 @@ import sys
 
 from pyspark.sql import functions as F
 
-from oncestream.spark import local_session
 from oncestream.spark._datasource import JetStreamDataSource
 from oncestream.spark._sink import JetStreamStreamWriter
 
@@ -28,14 +36,14 @@ def main() -> None:
     url, checkpoint, ids, kill = sys.argv[1:5]
     subject = sys.argv[5] if len(sys.argv) > 5 else "out.orders"
     ingest = sys.argv[6] if len(sys.argv) > 6 else "auto"
+    stream = sys.argv[7] if len(sys.argv) > 7 else "OUT"
+    remote = sys.argv[8] if len(sys.argv) > 8 else None
     mode, _, at = kill.partition(":")
     kill_batch = int(at) if at else -1
 
-    # Python workers run in their own process group; they find the driver's in the environment.
-    os.environ["SINK_JOB_PGID"] = str(os.getpgrp())
-
     def crash() -> None:
-        os.killpg(int(os.environ["SINK_JOB_PGID"]), signal.SIGKILL)  # driver + JVM
+        # Runs in a Python worker of the driver: its session is the driver's.
+        os.killpg(os.getsid(0), signal.SIGKILL)  # the driver and its JVM
         os.killpg(os.getpgrp(), signal.SIGKILL)  # the Python workers
 
     class FaultyWriter(JetStreamStreamWriter):
@@ -54,7 +62,17 @@ def main() -> None:
         def streamWriter(self, schema, overwrite):  # type: ignore[no-untyped-def]
             return FaultyWriter(dict(self.options), schema, overwrite)
 
-    spark = local_session("sink-kill-job")
+    if remote is None:
+        from oncestream.spark import local_session
+
+        spark = local_session("sink-kill-job")
+    else:
+        from pyspark.sql import SparkSession
+
+        import oncestream.spark
+
+        spark = SparkSession.builder.remote(remote).getOrCreate()
+        oncestream.spark.register(spark)
     spark.dataSource.register(FaultySource)
     source = (
         spark.readStream.format("jetstream")
@@ -69,19 +87,21 @@ def main() -> None:
         columns += ["stream", "sequence"]
     elif ids == "column":  # a msg_id column: the sink publishes Arrow columns (publish_columns)
         columns.append(F.concat(F.lit("in-"), F.col("sequence").cast("string")).alias("msg_id"))
-    query = (
+    writer = (
         source.select(*columns)
         .writeStream.format("jetstream_faulty")
         .option("servers", url)
-        .option("stream", "OUT")
         .option("ackTimeout", "200ms")
         .option("maxAttempts", "3")
         .option("ingest", ingest)
         .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
     )
+    if stream != "-":
+        writer = writer.option("stream", stream)
+    query = writer.trigger(availableNow=True).start()
     query.awaitTermination()
+    if query.exception() is not None:
+        raise SystemExit(f"query failed: {query.exception()}")
     spark.stop()
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+import uuid
 from collections import Counter
 from typing import Any
 
@@ -12,7 +14,7 @@ from oncestream import ConnectOptions, connect
 from oncestream.audit import AuditReport, OutputSpec, audit
 from oncestream.publish import Publisher, PublisherOptions
 from oncestream.read import read_stream
-from oncestream.streams import StreamSpec, ensure_stream, get_message
+from oncestream.streams import StreamSpec, delete_message, ensure_stream, get_message
 
 
 def make_streams(url: str, *specs: StreamSpec) -> None:
@@ -75,5 +77,37 @@ def raw_headers_of(url: str, stream: str, seq: int) -> bytes:
     async def run() -> bytes:
         async with await connect(ConnectOptions(servers=(url,))) as conn:
             return (await get_message(conn, stream, seq=seq)).raw_headers
+
+    return asyncio.run(run())
+
+
+def await_window_passed(url: str, stream: str, subject: str, timeout: float = 30.0) -> float:
+    """Return once ``stream``'s duplicate window no longer holds anything stored so far.
+
+    A probe (a msg id unique to this call) is published on ``subject`` (which
+    ``stream`` must capture) and re-published every 0.1 s: while the server answers
+    ``duplicate`` its window still holds the probe's id. nats-server drops ids in
+    the order they were stored, so once it stores the probe again, every id stored
+    before the first probe is gone too. Each stored probe is deleted. Returns the
+    seconds waited.
+
+    Raises:
+        AssertionError: the window held the probe for ``timeout`` seconds.
+    """
+
+    async def run() -> float:
+        probe = {"Nats-Msg-Id": f"window-probe-{uuid.uuid4().hex}"}
+        async with await connect(ConnectOptions(servers=(url,))) as conn:
+            js = conn.nc.jetstream()
+            start = time.monotonic()
+            first = await js.publish(subject, b"probe", stream=stream, headers=probe)
+            await delete_message(conn, stream, first.seq)
+            while time.monotonic() - start < timeout:
+                await asyncio.sleep(0.1)  # the server's window is a clock: poll it, bounded
+                ack = await js.publish(subject, b"probe", stream=stream, headers=probe)
+                if not ack.duplicate:
+                    await delete_message(conn, stream, ack.seq)
+                    return time.monotonic() - start
+        raise AssertionError(f"stream {stream}'s duplicate window held a probe for {timeout}s")
 
     return asyncio.run(run())

@@ -1,11 +1,12 @@
 """Spark Connect: the jetstream source and sink through a separately started server.
 
-The server is pyspark's own ``sbin/start-connect-server.sh`` (``--wait``: in
-the foreground, so it is stopped by PID), bound to 127.0.0.1 on a free port,
-its Python workers on this interpreter, as docs/deploy.md tells a user to
-start it; the client reaches it with ``sc://127.0.0.1:PORT``. One subprocess
-holds the one Connect session (a process cannot also hold the shared classic
-session); the tests below check what it printed, and the server's log.
+The server is the test session's shared one (the ``connect_server`` fixture:
+pyspark's own ``sbin/start-connect-server.sh``, bound to 127.0.0.1 on a free
+port, its Python workers on this interpreter, as docs/deploy.md tells a user
+to start it; tests/spark/_connect_server.py); the client reaches it with
+``sc://127.0.0.1:PORT``. One subprocess holds the one Connect session (a
+process cannot also hold the shared classic session); the tests below check
+what it printed, and the server's log.
 """
 
 from __future__ import annotations
@@ -13,22 +14,18 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyspark
 import pytest
 
 from oncestream import ConnectOptions, connect
 from oncestream.server import NatsServer
 from oncestream.streams import StreamSpec, ensure_stream
 from tests import server_configs
-from tests._support import free_port
+from tests.spark._connect_server import ConnectServer
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -44,67 +41,11 @@ async def _publish(url: str) -> None:
             await js.publish(f"in.{i % 3}", b"m%d" % i, headers={"Nats-Msg-Id": f"m-{i}"})
 
 
-def _wait_listening(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, (
-            f"Connect server exited {proc.returncode}:\n{log.read_text()[-3000:]}"
-        )
-        with socket.socket() as sock:
-            sock.settimeout(1.0)
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)  # polling a port: no event to await from another process
-    raise AssertionError(
-        f"Connect server not listening after {timeout}s:\n{log.read_text()[-3000:]}"
-    )
-
-
-@pytest.fixture(scope="module")
-def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """``start-connect-server.sh --wait`` from pyspark's ``sbin/``: (``sc://`` URL, its log)."""
-    work = tmp_path_factory.mktemp("connect-server")
-    port = free_port()
-    log = work / "connect-server.log"
-    spark_home = Path(pyspark.__file__).parent  # a pip install's SPARK_HOME
-    env = dict(
-        os.environ,
-        SPARK_HOME=str(spark_home),
-        SPARK_LOCAL_IP="127.0.0.1",
-        PYSPARK_PYTHON=sys.executable,
-        SPARK_LOG_DIR=str(work / "logs"),
-        SPARK_PID_DIR=str(work),
-    )
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                str(spark_home / "sbin" / "start-connect-server.sh"), "--wait",
-                "--master", "local[2]",
-                "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-                "--conf", f"spark.connect.grpc.binding.port={port}",
-                "--conf", "spark.driver.host=127.0.0.1",
-                "--conf", f"spark.local.dir={work / 'spark-local'}",
-                "--driver-java-options", f"-Djava.io.tmpdir={work}",
-            ],
-            env=env, cwd=work, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-    try:
-        _wait_listening(port, proc, log, timeout=120)
-        yield f"sc://127.0.0.1:{port}", log
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-
-
 @pytest.fixture(scope="module")
 def connect_run(
-    connect_server: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory
+    connect_server: ConnectServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, object]]:
-    remote, _ = connect_server
+    remote = connect_server.url
     work = tmp_path_factory.mktemp("connect")
     server = NatsServer(server_configs.jetstream(work / "nats"), work_dir=work / "nats")
     server.start()
@@ -158,9 +99,16 @@ def test_connect_streaming_source_to_sink(connect_run: dict[str, object]) -> Non
 
 
 def test_connect_sink_logs_go_to_the_servers_log(
-    connect_run: dict[str, object], connect_server: tuple[str, Path]
+    connect_run: dict[str, object], connect_server: ConnectServer
 ) -> None:
     """What docs/deploy.md says: the sink runs in the server, so its lines are in its log."""
-    _, log = connect_server
-    text = log.read_text(errors="replace")
+    text = connect_server.log.read_text(errors="replace")
     assert "jetstream sink committed micro-batch" in text, text[-3000:]
+
+
+def test_local_session_in_a_connect_process_is_refused(connect_server: ConnectServer) -> None:
+    """A process holds one kind of session: ``local_session()`` says so and starts no JVM."""
+    from tests.spark._connect_server import run_connect_job
+
+    message = run_connect_job(connect_server.url, "local_session_refused", {})
+    assert "holds a Spark Connect session" in message and "register(spark)" in message, message

@@ -59,46 +59,83 @@ def test_failed_transaction_leaves_nothing(spark, target: str) -> None:  # type:
     assert sorted(_rows(target, "SELECT order_id FROM orders")) == [("a",), ("b",)]
 
 
-def test_streaming_query_crash_after_commit(spark, target: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """The query dies after the DB commit, before Spark's; the restart replays, writes nothing."""
-    source = tmp_path / "in"
-    source.mkdir()
-    for n in range(3):
-        lines = [json.dumps({"order_id": f"o{n}-{i}", "amount": float(i)}) for i in range(100)]
-        (source / f"part-{n}.json").write_text("\n".join(lines))
-    write = transactional(target, table="orders", key_columns=["order_id"])
-    crashed: list[int] = []
+def _orders(folder: Path, prefix: str, files: int = 3, rows: int = 100) -> str:
+    """``files`` JSON files of ``rows`` orders each, ids ``<prefix><file>-<row>``."""
+    folder.mkdir()
+    for n in range(files):
+        lines = [
+            json.dumps({"order_id": f"{prefix}{n}-{i}", "amount": float(i)}) for i in range(rows)
+        ]
+        (folder / f"part-{n}.json").write_text("\n".join(lines))
+    return str(folder)
 
-    def crash_once(df, batch_id: int) -> None:  # type: ignore[no-untyped-def]
-        write(df, batch_id)
-        if batch_id == 1 and not crashed:
-            crashed.append(batch_id)
-            raise RuntimeError("planted crash between the DB commit and Spark's commit")
 
-    def run() -> Any:
-        stream = (
-            spark.readStream.schema("order_id string, amount double")
-            .option("maxFilesPerTrigger", 1)
-            .json(str(source))
-        )
-        return (
-            stream.writeStream.foreachBatch(crash_once)
-            .option("checkpointLocation", str(tmp_path / "chk"))
-            .trigger(availableNow=True)
-            .start()
-        )
+def test_streaming_query_crash_after_commit(spark_job, target: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The query dies after the DB commit, before Spark's; the restart replays, writes nothing.
 
-    first = run()
-    with pytest.raises(Exception, match="planted crash"):
-        first.awaitTermination(120)
-    second = run()
-    assert second.awaitTermination(120) is not False
-    assert second.exception() is None
-    assert write.skipped == [1]
+    On a classic session and through Spark Connect (batch ids scoped by the query id
+    read from ``checkpoint_location`` there).
+    """
+    source = _orders(tmp_path / "in", "o")
+    result = spark_job(
+        "transactional_crash_after_commit", target=target, source=source, work=str(tmp_path)
+    )
+    assert "planted crash" in result["first"]
+    assert result["second"] is None
+    calls = result["calls"]
+    # Batch 1 ran twice: the replay found its id committed and wrote nothing.
+    assert [c["batch"] for c in calls] == [0, 1, 1, 2]
+    assert calls[2]["skipped"] == [1]
     count, distinct = _rows(target, "SELECT count(*), count(DISTINCT order_id) FROM orders")[0]
     assert (count, distinct) == (300, 300)
     batches = _rows(target, "SELECT batch_id FROM oncestream_batches ORDER BY 1")
     assert batches == [(0,), (1,), (2,)]
+
+
+def test_two_queries_write_one_table(spark_job, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Two queries, each with its own checkpoint, into one table: every row of both.
+
+    Classic Spark tells the batch function its query's id. Spark Connect does not:
+    there ``transactional`` without ``query_name`` or ``checkpoint_location`` is refused
+    at once, naming both, and with ``checkpoint_location`` both queries' rows arrive.
+    Before, under Connect, every query shared the table name as its scope and the
+    second query's 15 rows were skipped as "already committed" (exit 0).
+    """
+    target = str(tmp_path / "out.db")
+    sources = [_orders(tmp_path / f"in-{q}", f"q{q}-", rows=5) for q in (1, 2)]
+    default = spark_job("transactional_two_queries", target=target, sources=sources,
+                        work=str(tmp_path / "default"), scope="default")  # fmt: skip
+    if spark_job.mode == "classic":
+        assert default == {"errors": [None, None]}
+    else:
+        rows = _rows(target, "SELECT count(*) FROM sqlite_master WHERE name = 't'")
+        if rows == [(1,)]:
+            rows = _rows(target, "SELECT count(*) FROM t")
+        assert "refused" in default, f"not refused: {default}, rows in t: {rows}"
+        refused = default["refused"]
+        assert refused.startswith("ConfigError") and "under Spark Connect" in refused, default
+        assert "query_name" in refused and "checkpoint_location" in refused
+        assert _rows(target, "SELECT count(*) FROM sqlite_master WHERE name = 't'") == [(0,)]
+        result = spark_job("transactional_two_queries", target=target, sources=sources,
+                           work=str(tmp_path / "checkpoint"), scope="checkpoint")  # fmt: skip
+        assert result == {"errors": [None, None]}
+    ids = sorted(r[0] for r in _rows(target, "SELECT order_id FROM t"))
+    assert ids == sorted(f"q{q}-{n}-{i}" for q in (1, 2) for n in range(3) for i in range(5))
+
+
+def test_new_checkpoint_is_a_new_query(spark_job, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A checkpoint deleted and the query started again on new input: its rows arrive.
+
+    A new checkpoint is a new query (Spark writes a new query id there), whose batch
+    ids start at 0 again; scoped by the table name, as under Connect before, they
+    were all skipped as the deleted query's.
+    """
+    target = str(tmp_path / "out.db")
+    sources = [_orders(tmp_path / f"in-{q}", f"r{q}-", rows=5) for q in (1, 2)]
+    result = spark_job("transactional_new_checkpoint", target=target, sources=sources,
+                       work=str(tmp_path))  # fmt: skip
+    assert result == {"errors": [None, None]}
+    assert _rows(target, "SELECT count(*), count(DISTINCT order_id) FROM t") == [(30, 30)]
 
 
 def test_bad_arguments() -> None:
@@ -106,3 +143,20 @@ def test_bad_arguments() -> None:
         transactional("x.db", table="drop table")
     with pytest.raises(ConfigError, match="key_columns"):
         transactional("x.db", table="t", mode="upsert")
+    with pytest.raises(ConfigError, match="query_name must be a non-empty string"):
+        transactional("x.db", table="t", query_name=" ")
+    with pytest.raises(ConfigError, match="checkpoint_location must be"):
+        transactional("x.db", table="t", checkpoint_location="")
+
+
+def test_a_batch_without_a_query_to_scope_it_is_refused(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Outside a streaming query, without query_name: no scope is guessed, nothing written."""
+    target = str(tmp_path / "out.db")
+    write = transactional(target, table="t")
+    with pytest.raises(ConfigError, match="not part of a streaming query") as err:
+        write(spark.createDataFrame([("a",)], "k string"), 0)
+    assert "checkpoint_location=" in str(err.value) and "query_name=" in str(err.value)
+    assert _rows(target, "SELECT count(*) FROM sqlite_master") == [(0,)]
+    missing = transactional(target, table="t", checkpoint_location=str(tmp_path / "nope"))
+    with pytest.raises(ConfigError, match="cannot read the query id"):
+        missing(spark.createDataFrame([("a",)], "k string"), 0)

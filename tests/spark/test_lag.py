@@ -41,3 +41,26 @@ def test_example_prints_lag_until_caught_up(spark, capsys) -> None:  # type: ign
     assert readings[-1] == {"ORDERS": 0}
     assert any(r["ORDERS"] > 0 for r in readings), readings  # it was behind while running
     assert "behind {'ORDERS':" in out
+
+
+def test_lag_and_query_metrics_on_classic_and_connect(spark_job, nats_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``lag`` and ``instrument_query`` read a query's progress, which Connect also gives.
+
+    Nothing of theirs reads JVM state; the sink's counters come from its commit
+    records, which carry the query id the tasks see under Connect too.
+    """
+    from oncestream.streams import StreamSpec
+    from tests.spark._sink_helpers import make_streams, publish_orders
+
+    url = nats_server.url
+    make_streams(
+        url,
+        StreamSpec(name="IN", subjects=("in.>",)),
+        StreamSpec(name="OUT", subjects=("out.>",)),
+    )
+    publish_orders(url, "IN", "in.orders", 2500)
+    result = spark_job("query_metrics", url=url, checkpoint=str(tmp_path / "chk"))
+    assert result["lag"] == {"IN": 0}
+    assert result["lag_messages"] == {"IN": 0.0}
+    assert result["source_rows"] == {"IN": 2500}
+    assert result["sink_rows"] == {"OUT": 2500}

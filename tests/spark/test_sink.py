@@ -16,20 +16,11 @@ from tests.integration.test_publisher import StoredMsg, read_back
 from tests.spark._sink_helpers import make_streams, publish_orders, run_audit, stream_state
 
 
-def test_batch_write_with_msg_id_column(spark, nats_server: NatsServer) -> None:  # type: ignore[no-untyped-def]
+def test_batch_write_with_msg_id_column(spark_job, nats_server: NatsServer) -> None:  # type: ignore[no-untyped-def]
+    """A batch write, then the same write again (same ids): nothing is added."""
     url = nats_server.url
     make_streams(url, StreamSpec(name="OUT", subjects=("out.>",)))
-    df = spark.range(0, 5000, numPartitions=3).select(
-        F.concat(F.lit("out."), (F.col("id") % 4).cast("string")).alias("subject"),
-        F.col("id").cast("string").alias("data"),
-        F.concat(F.lit("k-"), F.col("id").cast("string")).alias("msg_id"),
-        F.create_map(F.lit("X-Row"), F.col("id").cast("string")).alias("headers"),
-    )
-    writer = df.write.format("jetstream").option("servers", url).option("stream", "OUT")
-    writer.mode("append").save()
-    assert stream_state(url, "OUT")["messages"] == 5000
-    writer.mode("append").save()  # a re-run: same ids, all dropped by the server
-    assert stream_state(url, "OUT")["messages"] == 5000
+    assert spark_job("sink_batch_rerun", url=url) == [5000, 5000]
 
 
 def test_batch_write_without_ids_is_deterministic(spark, nats_server: NatsServer) -> None:  # type: ignore[no-untyped-def]
@@ -61,6 +52,15 @@ def test_schema_and_options_are_checked_on_the_driver(spark, nats_server: NatsSe
         ok.write.format("jetstream").option("servers", url).option("stream", "OUT").option(
             "subject", "out.x"
         ).mode("append").save()
+    # Without option 'stream' the sink finds OUT, which captures out.x, and checks its window.
+    with pytest.raises(Exception, match="stream 'OUT' has duplicate_window 1s, shorter than"):
+        ok.write.format("jetstream").option("servers", url).option("subject", "out.x").mode(
+            "append"
+        ).save()
+    with pytest.raises(Exception, match=r"no stream captures subject 'none\.x'"):
+        ok.write.format("jetstream").option("servers", url).option("subject", "none.x").mode(
+            "append"
+        ).save()
     with pytest.raises(Exception, match="StreamNotFound"):
         ok.write.format("jetstream").option("servers", url).option("stream", "MISSING").option(
             "subject", "out.x"
@@ -82,9 +82,36 @@ def test_schema_and_options_are_checked_on_the_driver(spark, nats_server: NatsSe
     assert "stream 'OUT' captures out.>" in last and "Write to 'OUT'" in last
 
 
+def test_without_the_stream_option_rows_of_two_streams_are_refused(spark, nats_server) -> None:  # type: ignore[no-untyped-def]
+    """The sink writes to the one stream its rows' subjects belong to, naming ``stream``."""
+    url = nats_server.url
+    make_streams(
+        url,
+        StreamSpec(name="OUT", subjects=("out.>",)),
+        StreamSpec(name="OTHER", subjects=("other.>",)),
+    )
+    data = [("out.a", "1"), ("other.b", "2")]
+
+    def frame(partitions: int):  # type: ignore[no-untyped-def]
+        rdd = spark.sparkContext.parallelize(data, partitions)  # row i in partition i (of 2)
+        return spark.createDataFrame(rdd, "subject string, data string")
+
+    writer = frame(1).write.format("jetstream").option("servers", url).mode("append")
+    with pytest.raises(Exception, match="StreamMismatch") as one_task:
+        writer.save()  # one task: the second row's subject is OTHER's, the server refuses it
+    assert "Without option 'stream'" in str(one_task.value)
+    assert "stream 'OUT', found from the first row's subject" in str(one_task.value)
+    assert stream_state(url, "OTHER")["messages"] == 0
+    two_tasks = frame(2).write.format("jetstream").option("servers", url)
+    with pytest.raises(Exception, match="wrote to streams 'OTHER', 'OUT'") as err:
+        two_tasks.mode("append").save()  # each task found its own stream: refused at commit
+    assert "Give option 'stream'" in str(err.value)
+
+
 def test_streaming_from_jetstream_lineage_ids(
-    spark, nats_server: NatsServer, tmp_path: Path
+    spark_job, nats_server: NatsServer, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
+    """Run to the end, again after 500 more inputs: every input once (classic and Connect)."""
     url = nats_server.url
     make_streams(
         url,
@@ -92,44 +119,16 @@ def test_streaming_from_jetstream_lineage_ids(
         StreamSpec(name="OUT", subjects=("out.>",)),
     )
     publish_orders(url, "IN", "in.orders", 3000)
-
-    def run() -> None:
-        source = (
-            spark.readStream.format("jetstream")
-            .option("servers", url)
-            .option("stream", "IN")
-            .option("startingOffsets", "earliest")
-            .option("maxMessagesPerTrigger", 1000)
-            .load()
-        )
-        out = source.select(
-            F.lit("out.orders").alias("subject"), "data", "headers", "stream", "sequence"
-        )
-        query = (
-            out.writeStream.format("jetstream")
-            .option("servers", url)
-            .option("stream", "OUT")
-            .option("checkpointLocation", str(tmp_path / "chk"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        assert query.awaitTermination(120) is not False
-        assert query.exception() is None
-
-    run()
-    publish_orders(url, "IN", "in.orders", 500, start=3000)
-    run()
+    spark_job("sink_lineage_rerun", url=url, checkpoint=str(tmp_path / "chk"))
     report = run_audit(url, "IN", "stream:OUT", key="lineage")
     assert report.ok, report.to_dict()
     assert report.outputs[0].found == 3500
 
 
 def test_new_query_on_a_reused_checkpoint_path_writes(  # type: ignore[no-untyped-def]
-    spark, nats_server: NatsServer, tmp_path: Path
+    spark_job, nats_server: NatsServer, tmp_path: Path
 ) -> None:
     """Old commit records and position ids must not silence a new query on the same path."""
-    import shutil
-
     url = nats_server.url
     make_streams(
         url,
@@ -137,33 +136,8 @@ def test_new_query_on_a_reused_checkpoint_path_writes(  # type: ignore[no-untype
         StreamSpec(name="OUT", subjects=("out.>",)),
     )
     publish_orders(url, "IN", "in.orders", 600)
-    checkpoint = tmp_path / "chk"
-
-    def run() -> None:
-        source = (
-            spark.readStream.format("jetstream")
-            .option("servers", url)
-            .option("stream", "IN")
-            .option("startingOffsets", "earliest")
-            .load()
-        )
-        query = (
-            source.select(F.lit("out.orders").alias("subject"), "data")  # position ids
-            .writeStream.format("jetstream")
-            .option("servers", url)
-            .option("stream", "OUT")
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        assert query.awaitTermination(120) is not False
-        assert query.exception() is None
-
-    run()
-    assert stream_state(url, "OUT")["messages"] == 600
-    shutil.rmtree(checkpoint)  # the user starts over: a new query id, batch ids from 0
-    run()
-    assert stream_state(url, "OUT")["messages"] == 1200
+    sizes = spark_job("sink_reused_checkpoint", url=url, checkpoint=str(tmp_path / "chk"))
+    assert sizes == [600, 1200]
 
 
 def test_atomic_ingest_needs_allow_atomic_and_writes_whole_batches(  # type: ignore[no-untyped-def]

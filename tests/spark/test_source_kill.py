@@ -13,22 +13,17 @@ import pytest
 
 from oncestream._connection import Connection
 from oncestream.server import NatsServer
+from tests.spark._connect_server import ROOT, ConnectServer, job_env
 from tests.spark._helpers import publish
 
 pytestmark = pytest.mark.timeout(240)
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _driver(*args: str) -> subprocess.Popen[str]:
-    # This checkout's sources first: the venv may have another checkout installed (worktrees).
-    path = os.pathsep.join((str(ROOT / "src"), str(ROOT)))
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=path)
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
     return subprocess.Popen(
         [sys.executable, "-m", "tests.spark._driver_job", *args],
         cwd=ROOT,
-        env=env,
+        env=job_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -45,29 +40,48 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
     proc.wait(timeout=30)
 
 
+@pytest.mark.parametrize("mode", ["classic", "connect"])
 async def test_driver_killed_mid_stream_restarts_exactly_once(
-    spark: Any, nats_server: NatsServer, conn: Connection, make_stream: Any, tmp_path: Path
+    spark: Any,
+    nats_server: NatsServer,
+    conn: Connection,
+    make_stream: Any,
+    tmp_path: Path,
+    mode: str,
+    request: pytest.FixtureRequest,
 ) -> None:
+    """Classic: the driver process is killed. Connect: the Connect server (the driver) is
+    killed, the restart runs on another one (the test session's shared server)."""
     await make_stream("KILL", ("kill.>",))
     await publish(conn, "kill.x", 120)
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "ckpt")
-    proc = _driver("stream", nats_server.url, "KILL", out, checkpoint, "run")
+    server = ConnectServer(tmp_path / "connect").start() if mode == "connect" else None
     try:
-        assert proc.stdout is not None
-        batches = 0
-        for line in proc.stdout:  # bounded by the test timeout and by the job's own 600 s
-            if line.startswith("PROGRESS") and int(line.split()[2]) > 0:
-                batches += 1
-                if batches >= 2:
-                    break
-        assert batches >= 2, "the driver exited before two batches completed"
+        master = [server.url] if server is not None else []
+        proc = _driver("stream", nats_server.url, "KILL", out, checkpoint, "run", *master)
+        try:
+            assert proc.stdout is not None
+            batches = 0
+            for line in proc.stdout:  # bounded by the test timeout and by the job's own 600 s
+                if line.startswith("PROGRESS") and int(line.split()[2]) > 0:
+                    batches += 1
+                    if batches >= 2:
+                        break
+            assert batches >= 2, "the driver exited before two batches completed"
+        finally:
+            if server is not None:
+                server.kill()  # the driver under Connect
+            _kill_group(proc)
+        if server is None:
+            assert proc.returncode == -signal.SIGKILL
     finally:
-        _kill_group(proc)
-    assert proc.returncode == -signal.SIGKILL
+        if server is not None:
+            server.kill()
     first = spark.read.parquet(out).count()
     assert 0 < first < 120
     await publish(conn, "kill.x", 30, start=120)
-    proc = _driver("stream", nats_server.url, "KILL", out, checkpoint, "finish")
+    master = [request.getfixturevalue("connect_server").url] if mode == "connect" else []
+    proc = _driver("stream", nats_server.url, "KILL", out, checkpoint, "finish", *master)
     try:
         assert proc.wait(timeout=180) == 0
     finally:

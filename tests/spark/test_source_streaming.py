@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -96,39 +95,24 @@ async def test_batches_count_messages_under_filters_and_deletes(
     assert _sequences(spark, tmp_path / "out") == [s for s in range(1, 40, 2) if s != 5]
 
 
-async def test_stop_mid_stream_and_restart_is_exactly_once(
-    spark: Any, nats_server: NatsServer, conn: Connection, make_stream: Any, tmp_path: Path
+def test_stop_mid_stream_and_restart_is_exactly_once(
+    spark_job: Any, nats_server: NatsServer, tmp_path: Path
 ) -> None:
-    await make_stream("EO", ("eo.>",))
-    await publish(conn, "eo.x", 60)
-    out, checkpoint = tmp_path / "out", tmp_path / "ckpt"
-    df = _stream(spark, nats_server.url, "EO", startingOffsets="earliest", maxMessagesPerTrigger=10)
-    query = (
-        df.select("stream", "sequence", "subject", "data")
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime="100 milliseconds")
-        .start()
+    """Stopped after two micro-batches, restarted from the checkpoint: every message once.
+
+    On a classic session and through Spark Connect (tests/spark/_jobs.py).
+    """
+    from oncestream.streams import StreamSpec
+    from tests.spark._jobs import publish_messages
+    from tests.spark._sink_helpers import make_streams
+
+    make_streams(nats_server.url, StreamSpec(name="EO", subjects=("eo.>",)))
+    publish_messages(nats_server.url, "eo.x", 60)
+    result = spark_job(
+        "source_stop_restart", url=nats_server.url, stream="EO", subject="eo.x", work=str(tmp_path)
     )
-    deadline = time.monotonic() + 120
-    try:
-        # Stop as soon as two micro-batches committed: mid-stream, 40 messages unread.
-        while time.monotonic() < deadline:
-            progress = query.lastProgress
-            if progress is not None and progress["batchId"] >= 1:
-                break
-            query.awaitTermination(0.2)
-        else:
-            pytest.fail("the query made no progress in 120 s")
-    finally:
-        query.stop()
-    first_run = _sequences(spark, out)
-    assert 0 < len(first_run) < 60
-    await publish(conn, "eo.x", 15, start=60)
-    df = _stream(spark, nats_server.url, "EO", startingOffsets="earliest", maxMessagesPerTrigger=25)
-    _run_available_now(df, out, checkpoint)
-    assert _sequences(spark, out) == list(range(1, 76))
+    assert 0 < len(result["first"]) < 60
+    assert result["final"] == list(range(1, 76))
 
 
 async def test_multi_stream_offsets_per_stream(

@@ -8,6 +8,8 @@ import pytest
 
 from oncestream import ConfigError
 from oncestream._headers import (
+    SERVER_STAMPED,
+    build_block,
     check_msg_id,
     check_user_headers,
     direct_value,
@@ -17,6 +19,7 @@ from oncestream._headers import (
     msg_id_of,
     parse_block,
     split_status,
+    writable_headers,
 )
 
 BLOCK = (
@@ -109,3 +112,27 @@ def test_user_headers_may_not_carry_control_or_server_names() -> None:
             check_user_headers({name: "1"})
     with pytest.raises(ConfigError, match="header name"):
         check_user_headers({"bad name": "v"})
+
+
+def test_headers_the_server_stamps_are_read_but_never_written() -> None:
+    """nats-server refuses them from a client (10227, 10212): a read's rows write as they are."""
+    assert SERVER_STAMPED == (
+        "Nats-Stream-Source",
+        "Nats-Scheduler",
+        "Nats-Schedule-Next",
+        "Nats-Counter-Sources",
+        "Nats-Marker-Reason",
+    )
+    stored = (
+        b"NATS/1.0\r\nNats-Msg-Id: a\r\nX-A: 1\r\nNats-Stream-Source: test 7 > > test.x\r\n"
+        b"Nats-Scheduler: s.1\r\nNats-Schedule-Next: purge\r\n\r\n"
+    )
+    read = parse_block(stored)
+    assert read.pop("Nats-Msg-Id") == ["a"]
+    assert read["Nats-Stream-Source"] == ["test 7 > > test.x"]  # readable
+    check_user_headers(read)  # accepted...
+    block = build_block("a", read, {})
+    assert block == b"NATS/1.0\r\nNats-Msg-Id: a\r\nX-A: 1\r\n\r\n"  # ...and left out
+    assert writable_headers({"nats-stream-source": "x", "NATS-MARKER-REASON": "y", "X": "z"}) == {
+        "X": "z"
+    }

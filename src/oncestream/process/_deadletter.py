@@ -6,7 +6,7 @@ import logging
 
 from .._connection import Connection, translate_error
 from .._errors import OncestreamError
-from .._headers import EXPECTED_STREAM, MSG_ID, MSG_TTL, ROLLUP
+from .._headers import EXPECTED_STREAM, MSG_ID, MSG_TTL, ROLLUP, writable_headers
 from .._message import Message
 from ._confirmed import publish_confirmed
 
@@ -22,8 +22,12 @@ _DROP = (MSG_ID, MSG_TTL, ROLLUP)
 def dead_letter_headers(
     msg: Message, *, stream: str, consumer: str, seq: int, attempts: int, error: str
 ) -> dict[str, str]:
-    """The headers of a dead letter: the original ones plus where and why it failed."""
-    headers = {k: v for k, v in (msg.headers or {}).items() if k not in _DROP}
+    """The headers of a dead letter: the original ones plus where and why it failed.
+
+    Headers the server stamped on the original (``Nats-Stream-Source`` on a message of a
+    sourced stream...) are not sent: the server refuses them (``_headers.writable_headers``).
+    """
+    headers = {k: v for k, v in writable_headers(msg.headers or {}).items() if k not in _DROP}
     original_id = msg.msg_id
     if original_id:
         headers["Oncestream-Msg-Id"] = original_id

@@ -53,7 +53,7 @@ from datetime import UTC, datetime
 
 from .._connection import Connection, translate_error
 from .._errors import ConfigError, StreamMismatch
-from .._headers import EXPECTED_STREAM, MSG_ID
+from .._headers import EXPECTED_STREAM, MSG_ID, writable_headers
 from .._names import subject_matches
 from ..read import iter_messages
 from ..streams import (
@@ -149,10 +149,14 @@ class DeadLetter:
         return f"{SCHEDULE_PREFIX}.{self.stream}.{self.dlq_stream}.{self.seq}"
 
     def replay_headers(self) -> dict[str, str]:
-        """The original headers (first values) plus the replay id and origin."""
+        """The original headers (first values) plus the replay id and origin.
+
+        Headers the server stamped on the dead letter or its original (``Nats-Stream-Source``,
+        ``Nats-Scheduler``...) are not sent (``_headers.writable_headers``).
+        """
         headers = {
             k: v[0]
-            for k, v in self.headers.items()
+            for k, v in writable_headers(self.headers).items()
             if v and not k.lower().startswith(_DROP_PREFIX) and k != MSG_ID
         }
         if self.msg_id:

@@ -6,6 +6,7 @@ module only keeps ``publisher.py`` short.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -14,7 +15,15 @@ from .._errors import ConfigError
 from .._names import check_stream_name
 from .._options import parse_duration
 
-__all__ = ["KeyFunction", "PubAck", "PublisherOptions", "PublisherStats"]
+__all__ = [
+    "KeyFunction",
+    "PubAck",
+    "PublisherOptions",
+    "PublisherStats",
+    "warn_unchecked_window",
+]
+
+log = logging.getLogger("oncestream.publisher")
 
 KeyFunction = Callable[[str, bytes, "Mapping[str, str | Sequence[str]] | None"], str]
 
@@ -33,7 +42,9 @@ class PublisherOptions:
             :class:`PublishFailed`.
         retry_backoff: delays (seconds or duration strings) before attempt 2,
             3, ...; the last value repeats.
-        stream: the target stream; enables the window guard in ``start()``.
+        stream: the target stream; enables the window guard in ``start()``
+            (without it ``start()`` logs a warning that the guard cannot run,
+            unless ``check_window`` is False).
         check_window: raise :class:`ConfigError` in ``start()`` when
             :attr:`retry_horizon` exceeds the stream's ``duplicate_window``.
         tracing: a PRODUCER span per message with its ``traceparent`` in the
@@ -156,3 +167,20 @@ class PublisherStats:
     duplicates: int = 0
     retried: int = 0
     failed: int = 0
+
+
+def warn_unchecked_window(horizon: float) -> None:
+    """A Publisher without ``stream``: its window guard cannot run; say so once per process."""
+    if horizon in _WARNED:
+        return
+    _WARNED.add(horizon)
+    log.warning(
+        "Publisher without options.stream: its retry horizon (%gs) is not checked against "
+        "any stream's duplicate_window, so a retry after the window could be stored twice. "
+        "Give PublisherOptions(stream=...) to check it at start(), or check_window=False "
+        "to say the windows were checked otherwise",
+        horizon,
+    )
+
+
+_WARNED: set[float] = set()

@@ -62,7 +62,7 @@ from ._frames import (
     too_large,
     too_many_inflight,
 )
-from ._options import KeyFunction, PubAck, PublisherOptions, PublisherStats
+from ._options import KeyFunction, PubAck, PublisherOptions, PublisherStats, warn_unchecked_window
 from ._retry import ID_IN_PROCESS, RetryTable
 
 if TYPE_CHECKING:
@@ -196,6 +196,8 @@ class Publisher:
             self.duplicate_window = window
             if opts.check_window:
                 opts.check_window_fits(opts.stream, window)
+        elif opts.check_window:
+            warn_unchecked_window(opts.retry_horizon)
         conn = self.conn
         replicas = int(str(config.get("num_replicas") or 1)) if opts.stream else None
         check_server_bugs(conn, "publish", replicas=replicas)

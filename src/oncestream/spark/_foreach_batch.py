@@ -5,13 +5,22 @@ the source is replayable). Writing the rows and a ``(query, batch_id)`` marker
 in the same database transaction makes the write exactly-once: a replay finds
 the marker and writes nothing; a crash before the commit leaves neither.
 
+Batch ids are scoped by the streaming query: Spark's query id, which Spark
+keeps in the checkpoint (so a restart keeps it and a new checkpoint gets a new
+one). Classic Spark hands it to the batch function's thread; Spark Connect does
+not (the function runs in a Python process of the server, and the tasks its
+DataFrame runs carry no query id), so under Connect the writer reads it from
+the checkpoint (``checkpoint_location``) or is given a name (``query_name``),
+and refuses to run with neither rather than share one scope among queries.
+
 Example::
 
     from oncestream.spark.foreach_batch import transactional
 
     (df.writeStream
        .foreachBatch(transactional("postgresql://app@db/shop", table="orders",
-                                   key_columns=["order_id"]))
+                                   key_columns=["order_id"],
+                                   checkpoint_location="/chk/orders"))
        .option("checkpointLocation", "/chk/orders")
        .start())
 """
@@ -20,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -92,8 +102,12 @@ class BatchWriter:
     query_name: str | None
     batches_table: str
     create_table: bool
+    checkpoint_location: str | None = None
     written: int = 0
     skipped: list[int] | None = None
+    #: The query id read from ``checkpoint_location`` (one run of a query: under Connect
+    #: each run unpickles its own copy of this writer).
+    _checkpoint_id: str | None = None
 
     def __repr__(self) -> str:
         return redacted_repr(self)
@@ -103,8 +117,13 @@ class BatchWriter:
         return self.dsn.kind == "postgresql"
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        """Write ``df`` and mark ``batch_id`` committed, atomically; skip a committed id."""
-        query = self.query_name or _query_id(df) or self.table
+        """Write ``df`` and mark ``batch_id`` committed, atomically; skip a committed id.
+
+        Raises:
+            ConfigError: no query to scope the batch id by (see :func:`transactional`).
+            LedgerError: the database refused the transaction.
+        """
+        query = self._query(df)
         arrow = df.toArrow()
         columns = [_ident(c, "column name") for c in arrow.column_names]
         rows = list(zip(*(arrow.column(c).to_pylist() for c in columns), strict=True))
@@ -117,6 +136,29 @@ class BatchWriter:
             log.info(
                 "batch %s of %s: %s rows committed to %s", batch_id, query, self.written, self.table
             )
+
+    def _query(self, df: DataFrame) -> str:
+        """What batch ids are scoped by: ``query_name``, else Spark's query id."""
+        if self.query_name:
+            return self.query_name
+        query_id = _query_id(df)
+        if query_id:
+            return query_id
+        if self.checkpoint_location:
+            if self._checkpoint_id is None:
+                self._checkpoint_id = _checkpoint_query_id(df, self.checkpoint_location)
+            return self._checkpoint_id
+        where = (
+            "Spark Connect does not give a foreachBatch function its query's id"
+            if _is_connect(df)
+            else "this call is not part of a streaming query's micro-batch"
+        )
+        raise ConfigError(
+            f"transactional(table={self.table!r}) cannot tell which streaming query a batch "
+            f"belongs to: {where}. Pass checkpoint_location= (the query's checkpointLocation: "
+            "its query id is read from there) or query_name= (a name unique to this query and "
+            "checkpoint); batch ids of queries sharing one scope are skipped as each other's"
+        )
 
     # -- SQL text, shared by both dialects (both accept ON CONFLICT ... DO UPDATE)
 
@@ -197,13 +239,56 @@ def _sqlite_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
     )
 
 
+def _is_connect(df: DataFrame) -> bool:
+    """Whether ``df`` is a Spark Connect DataFrame (no SparkContext behind it)."""
+    return type(df).__module__.startswith("pyspark.sql.connect")
+
+
 def _query_id(df: DataFrame) -> str | None:
-    """The streaming query id (stable across restarts from one checkpoint), if Spark exposes it."""
-    try:
-        value = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
-    except Exception:
+    """The streaming query id (stable across restarts from one checkpoint), if Spark gives it.
+
+    Classic Spark sets it as a local property of the thread that calls the batch
+    function; a Connect DataFrame has no SparkContext, and None is returned.
+    """
+    if _is_connect(df):
         return None
+    value = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
     return str(value) if value else None
+
+
+def _checkpoint_query_id(df: DataFrame, location: str) -> str:
+    """The query id Spark wrote to ``<location>/metadata`` when the query first started.
+
+    Read through the batch's own session, so any file system Spark writes
+    checkpoints to works (the file is one JSON line, ``{"id": "<uuid>"}``).
+
+    Raises:
+        ConfigError: the file is missing or holds no id.
+    """
+    import json
+
+    path = location.rstrip("/") + "/metadata"
+    try:
+        lines = [row[0] for row in df.sparkSession.read.text(path).collect()]
+        query_id = json.loads("".join(lines))["id"]
+    except Exception as exc:
+        text = " ".join(str(exc).split())[:300]
+        raise ConfigError(
+            f"checkpoint_location={location!r}: cannot read the query id from {path} "
+            f"({text}); it must be the checkpointLocation of the query this function runs in"
+        ) from None
+    if not isinstance(query_id, str) or not query_id:
+        raise ConfigError(f"checkpoint_location={location!r}: {path} holds no query id")
+    return query_id
+
+
+def _connect_client() -> bool:
+    """Whether this process holds a Spark Connect session (pyspark sets the mark)."""
+    if "pyspark" not in sys.modules:
+        return False
+    from pyspark.sql.utils import is_remote
+
+    return bool(is_remote())
 
 
 def transactional(
@@ -213,6 +298,7 @@ def transactional(
     key_columns: Sequence[str] = (),
     mode: Literal["append", "upsert"] = "append",
     query_name: str | None = None,
+    checkpoint_location: str | None = None,
     batches_table: str = "oncestream_batches",
     create_table: bool = True,
 ) -> Callable[[DataFrame, int], None]:
@@ -231,14 +317,26 @@ def transactional(
         table: destination table (created from the DataFrame schema if absent).
         key_columns: primary key of a created table; required for ``upsert``.
         mode: ``append`` inserts; ``upsert`` inserts or updates by ``key_columns``.
-        query_name: what batch ids are scoped by; default the streaming query
-            id, which Spark keeps in the checkpoint (a new checkpoint is a new
-            query, whose batch ids restart at 0).
+        query_name: what batch ids are scoped by, instead of Spark's query id:
+            a name unique to this query *and* checkpoint (a query started again on
+            a new checkpoint counts batches from 0 again, so it needs a new name, or
+            its batches are skipped as already committed).
+        checkpoint_location: the query's ``checkpointLocation``; batch ids are
+            scoped by the query id Spark keeps there. Needed under Spark Connect
+            (unless ``query_name`` is given), where the batch function is not told
+            its query's id; classic Spark tells it, and then this is not read.
         batches_table: where committed batch ids are recorded.
         create_table: create ``table`` and ``batches_table`` if missing.
 
+    Default scope (neither given): Spark's streaming query id, which Spark
+    keeps in the checkpoint (a new checkpoint is a new query, whose batch ids
+    restart at 0): classic Spark only.
+
     Raises:
-        ConfigError: on a bad target URL, identifier, mode or missing key columns.
+        ConfigError: on a bad target URL, identifier, mode or missing key columns;
+            under Spark Connect without ``query_name`` or ``checkpoint_location``
+            (at once when this process holds a Connect session, else at the
+            first batch).
         LedgerError: (at write time) when the database rejects the transaction.
 
     Example::
@@ -252,6 +350,23 @@ def transactional(
         raise ConfigError(f"mode must be 'append' or 'upsert', got {mode!r}")
     if mode == "upsert" and not keys:
         raise ConfigError("mode='upsert' needs key_columns naming the table's unique key")
+    if query_name is not None and (not isinstance(query_name, str) or not query_name.strip()):
+        raise ConfigError(f"query_name must be a non-empty string, got {query_name!r}")
+    if checkpoint_location is not None and (
+        not isinstance(checkpoint_location, str) or not checkpoint_location.strip()
+    ):
+        raise ConfigError(
+            f"checkpoint_location must be the query's checkpointLocation, got "
+            f"{checkpoint_location!r}"
+        )
+    if query_name is None and checkpoint_location is None and _connect_client():
+        raise ConfigError(
+            f"transactional(table={table!r}) under Spark Connect needs checkpoint_location= "
+            "(the query's checkpointLocation, where Spark keeps its query id) or query_name= "
+            "(a name unique to the query and its checkpoint): Connect does not give a "
+            "foreachBatch function its query's id, and batch ids of queries sharing one "
+            "scope are skipped as each other's"
+        )
     return BatchWriter(
         dsn=parse_dsn(target, "target"),
         table=table,
@@ -260,4 +375,5 @@ def transactional(
         query_name=query_name,
         batches_table=batches_table,
         create_table=create_table,
+        checkpoint_location=checkpoint_location,
     )

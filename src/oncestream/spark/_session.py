@@ -149,13 +149,25 @@ def local_session(
         conf: extra Spark config.
 
     Raises:
-        ConfigError: Java 17+ is missing, or the workers' python cannot import oncestream.
+        ConfigError: Java 17+ is missing, the workers' python cannot import oncestream,
+            or this process holds a Spark Connect session (which a process cannot hold
+            together with a classic one).
 
     Example::
 
         spark = local_session("demo")
         df = spark.read.format("jetstream").option("servers", url).option("stream", "ORDERS").load()
     """
+    if "pyspark" in sys.modules:
+        from pyspark.sql.utils import is_remote
+
+        if is_remote():
+            raise ConfigError(
+                "local_session() starts a classic local Spark, but this process holds a Spark "
+                "Connect session (pyspark allows one kind per process): use that session, "
+                "SparkSession.builder.remote(url).getOrCreate(), with "
+                "oncestream.spark.register(spark)"
+            )
     check_java()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

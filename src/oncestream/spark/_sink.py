@@ -18,6 +18,14 @@ already committed writes nothing, and a task of a batch whose earlier attempt
 died before the commit first reads what that attempt stored (everything after
 the previous commit's tail) and does not send those ids again.
 
+These checks need the target stream. Without the ``stream`` option the sink
+finds the stream that captures the subjects it writes (the server's
+``STREAM.NAMES`` filtered by subject): on the driver for a fixed ``subject``,
+else in each task from its first row, and then treats it as if it were given
+(every publish expects it; the window is checked against it). Rows whose
+subjects no single stream captures are refused with an error naming
+``stream``.
+
 With ``ingest=atomic`` a task publishes its rows as atomic batches
 (:class:`~oncestream.publish.AtomicPublisher`): a batch whose commit ack is
 lost is looked up in the target, not re-sent blindly, so within a task no
@@ -29,11 +37,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import itertools
 import logging
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
@@ -58,7 +67,7 @@ from ..publish import (
     check_atomic,
 )
 from ..read import stored_ids
-from ..streams import StreamSpec, create_stream_if_missing, overlapping_streams
+from ..streams import StreamSpec, create_stream_if_missing, overlapping_streams, owning_stream
 from ._commits import (
     AttemptMarker,
     CommitRecord,
@@ -155,6 +164,32 @@ def _read_after(earlier: AttemptMarker, now: AttemptMarker, last: CommitRecord |
     return last.tail_seq if last is not None else 0  # an earlier version's marker
 
 
+def _one_stream_note(found: str | None) -> str:
+    """What a user writing to several streams without option ``stream`` is told."""
+    where = f" (stream {found!r}, found from the first row's subject)" if found else ""
+    return (
+        f"Without option 'stream' the jetstream sink writes to the one stream that captures "
+        f"its rows' subjects{where}, so that it can check its duplicate window and skip, on a "
+        "retry, what an earlier attempt stored. Give option 'stream', and write the subjects "
+        "of each other stream with a query of their own"
+    )
+
+
+def _one_target(done: list[SinkCommit], what: str) -> str | None:
+    """The one stream the tasks found from their rows (None: none found).
+
+    Raises:
+        ConfigError: the tasks found different streams, naming option ``stream``.
+    """
+    targets = sorted({m.target for m in done if m.target})
+    if len(targets) > 1:
+        raise ConfigError(
+            f"{what}: the jetstream sink wrote to streams {', '.join(map(repr, targets))}, "
+            f"found from the rows' subjects; it writes to one stream. {_one_stream_note(None)}"
+        )
+    return targets[0] if targets else None
+
+
 # --------------------------------------------------------------------------- messages
 
 
@@ -173,6 +208,8 @@ class SinkCommit(WriterCommitMessage):
     skipped_batch: bool = False
     max_seq: int = 0
     streams: list[str] = field(default_factory=list)
+    #: The target stream the task wrote to (the option, or the one found for its rows).
+    target: str | None = None
 
 
 _Rows = tuple[list[str], list[bytes], list[Any], list[str]]
@@ -243,10 +280,40 @@ class _JetStreamWriter:
             )
         self.options = SinkOptions.from_spark_options(options)
         self.layout = _layout(schema, self.options)
+        #: True when ``stream`` was not given and the sink found the target itself.
+        self.found_target = False
+        if self.options.stream is None and not self.layout.subject and self.options.subject:
+            # One subject for every row: its stream is known before any task runs.
+            run_sync(self._find_target(self.options.subject))
         if self.options.stream is not None:
             run_sync(self._check_target())
 
-    # -- driver side
+    # -- driver side (and a task's, when the target is found from its rows)
+
+    async def _find_target(self, subject: str) -> None:
+        """No ``stream`` option: make the stream that captures ``subject`` the target.
+
+        Raises:
+            ConfigError: naming ``stream``, when no stream captures ``subject`` or the
+                server does not say which one does.
+        """
+        conn = await _connection(self.options)
+        try:
+            stream = await owning_stream(conn, subject)
+        except OncestreamError as exc:
+            raise ConfigError(
+                f"the jetstream sink cannot find the stream that captures subject {subject!r} "
+                f"({type(exc).__name__}: {exc}); give option 'stream' (the target stream)"
+            ) from None
+        if stream is None:
+            raise ConfigError(
+                f"no stream captures subject {subject!r}, so nothing the jetstream sink "
+                "publishes there would be stored: create the stream (or use createStream=true "
+                "with option 'stream'), or write to a subject a stream captures"
+            )
+        publisher = replace(self.options.publisher, stream=stream)
+        self.options = replace(self.options, publisher=publisher)
+        self.found_target = True
 
     async def _check_target(self) -> None:
         """Check the target's duplicate window against the retry horizons, once per process."""
@@ -317,6 +384,9 @@ class _JetStreamWriter:
             id_scope=make_id_scope(query_id, self.options.checkpoint),
         )
         try:
+            if self.options.stream is None:
+                batches = self._target_from_rows(batches)
+            commit.target = self.options.stream
             state = run_sync(self._start(commit))
             if state is None:
                 for _ in batches:  # already committed: read the input, write nothing
@@ -342,11 +412,37 @@ class _JetStreamWriter:
             if sending is not None:
                 sending.result()
             run_sync(self._finish(state, commit))
+        except StreamMismatch as exc:
+            if self.found_target:
+                exc.add_note(_one_stream_note(self.options.stream))
+            raise
         except OncestreamError:
             raise
         except Exception as exc:
             raise OncestreamError(f"jetstream sink task {partition}: {exc}") from exc
         return commit
+
+    def _target_from_rows(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """No ``stream`` option and a ``subject`` column: the stream of the first row's subject.
+
+        Every later row must go to the same stream: each publish expects it, and the
+        server refuses one whose subject another stream captures (StreamMismatch).
+        Returns the batches, the ones read to find the first row included.
+        """
+        seen: list[pa.RecordBatch] = []
+        subject = None
+        for batch in batches:
+            seen.append(batch)
+            if batch.num_rows:
+                column = batch.column(batch.schema.names.index("subject"))
+                subject = next((s for s in column.to_pylist() if s is not None), None)
+                subject = subject or self.options.subject
+                if subject is not None:
+                    break
+        if subject is not None:
+            run_sync(self._find_target(subject))
+            run_sync(self._check_target())
+        return itertools.chain(seen, batches)
 
     async def _start(self, commit: SinkCommit) -> _TaskState | None:
         opts = self.options
@@ -359,7 +455,9 @@ class _JetStreamWriter:
             if last is not None and last.batch_id >= commit.batch_id:
                 commit.skipped_batch = True
                 return None
-        pub = Publisher(conn, opts.publisher)
+        # No target only when the task has no rows: its Publisher writes the marker alone.
+        pub_options = opts.publisher if opts.stream else replace(opts.publisher, check_window=False)
+        pub = Publisher(conn, pub_options)
         try:
             await pub.start()
             if marking:
@@ -590,6 +688,7 @@ class JetStreamBatchWriter(_JetStreamWriter, DataSourceArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         _ensure_log_handler()
+        _one_target([m for m in messages if isinstance(m, SinkCommit)], "the batch write")
         log.info("jetstream sink committed a batch write: %s", self._totals(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -609,6 +708,7 @@ class JetStreamStreamWriter(_JetStreamWriter, DataSourceStreamArrowWriter):
         _ensure_log_handler()
         totals = self._totals(messages)
         done = [m for m in messages if isinstance(m, SinkCommit)]
+        target = _one_target(done, f"micro-batch {batchId}") or self.options.stream
         if done:
             first = done[0]
             # Spark stops the query when this raises, so a server restarting or a stream
@@ -616,7 +716,7 @@ class JetStreamStreamWriter(_JetStreamWriter, DataSourceStreamArrowWriter):
             # record's msg id), retried like the tasks' publishes.
             run_sync(
                 retrying(
-                    lambda: self._record(first.scope, batchId, totals, first.query_id),
+                    lambda: self._record(first.scope, batchId, totals, first.query_id, target),
                     budget=self.options.publisher.retry_horizon,
                     what=f"recording committed micro-batch {batchId}",
                     budget_source="the options 'ackTimeout' x 'maxAttempts' (the retry horizon)",
@@ -627,17 +727,22 @@ class JetStreamStreamWriter(_JetStreamWriter, DataSourceStreamArrowWriter):
         log.info("jetstream sink committed micro-batch %d: %s", batchId, totals)
 
     async def _record(
-        self, scope: str, batch_id: int, totals: dict[str, int], query_id: str | None
+        self,
+        scope: str,
+        batch_id: int,
+        totals: dict[str, int],
+        query_id: str | None,
+        target: str | None,
     ) -> None:
         opts = self.options
         conn = await _connection(opts)
         store = CommitStore(conn, opts.commits_stream)
         await store.ensure()
-        tail = await last_seq(conn, opts.stream) if opts.stream else 0
+        tail = await last_seq(conn, target) if target else 0
         record = CommitRecord(
             batch_id=batch_id,
             tail_seq=tail,
-            stream=opts.stream or "",
+            stream=target or "",
             written=totals["written"],
             duplicates=totals["duplicates"],
             skipped=totals["skipped_existing"],

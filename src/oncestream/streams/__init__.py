@@ -32,6 +32,7 @@ from ._spec import (
     ensure_stream,
     lineage_id,
     overlapping_streams,
+    owning_stream,
     stream_exists,
 )
 from ._upstreams import upstream_rows
@@ -63,6 +64,7 @@ __all__ = [
     "list_consumers",
     "list_streams",
     "overlapping_streams",
+    "owning_stream",
     "require_server",
     "reset_consumer",
     "seq_at_time",

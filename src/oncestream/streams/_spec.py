@@ -207,6 +207,26 @@ async def overlapping_streams(
     return found
 
 
+async def owning_stream(conn: Connection, subject: str) -> str | None:
+    """The stream that captures publish subject ``subject``, or None when none does.
+
+    The server's ``STREAM.NAMES`` filtered by the subject: a subject belongs to
+    one stream at most (the server refuses overlapping stream subjects, 10065).
+
+    Raises:
+        ConfigError: the server names several streams (never seen; not guessed).
+
+    Example::
+
+        await owning_stream(conn, "orders.eu")  # "ORDERS"
+    """
+    reply = await conn.api("STREAM.NAMES", {"subject": subject})
+    names = sorted(reply.get("streams") or ())
+    if len(names) > 1:
+        raise ConfigError(f"subject {subject!r} is captured by several streams: {names}")
+    return names[0] if names else None
+
+
 async def ensure_stream(conn: Connection, spec: StreamSpec) -> dict[str, Any]:
     """Create the stream, or update it when it exists with a different config.
 

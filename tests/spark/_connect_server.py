@@ -1,0 +1,177 @@
+"""A Spark Connect server as docs/deploy.md starts one, and Spark jobs run through it.
+
+The server is pyspark's own ``sbin/start-connect-server.sh --wait`` (in the
+foreground, so it is stopped by PID), bound to 127.0.0.1 on a free port, its
+Python workers on this interpreter with this checkout first on their path.
+A process holds either a classic session or a Connect one, so a job meant for
+a Connect session runs in a subprocess (:func:`run_connect_job`); the same job
+runs in-process on the shared classic session (:mod:`tests.spark._jobs`).
+
+Start-up is what a Connect test costs (10-20 s on the 2-core CI machine), so
+the test session shares one server (the ``connect_server`` fixture in
+tests/conftest.py, one per xdist worker that needs it); a test that kills a
+server (a driver failure under Connect) starts its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyspark
+
+from tests._support import free_port
+
+__all__ = ["ROOT", "ConnectServer", "SparkJobs", "job_env", "run_connect_job"]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def job_env(**extra: str) -> dict[str, str]:
+    """The environment of a Spark job or server: this checkout first, Spark on 127.0.0.1."""
+    # The venv may have another checkout installed (worktrees): this one's sources first
+    # (after an explicit PYTHONPATH, which a run against other sources sets).
+    given = os.environ.get("PYTHONPATH")
+    path = os.pathsep.join(p for p in (given, str(ROOT / "src"), str(ROOT)) if p)
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=path, **extra)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    return env
+
+
+class ConnectServer:
+    """``start-connect-server.sh --wait`` from pyspark's ``sbin/``, on 127.0.0.1 and a free port.
+
+    Args:
+        work: its working directory, logs, scratch and temp files.
+    """
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.port = free_port()
+        self.log = work / "connect-server.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The ``sc://`` URL a client connects to."""
+        return f"sc://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 180.0) -> ConnectServer:
+        """Start the server and return once it accepts connections."""
+        self.work.mkdir(parents=True, exist_ok=True)
+        spark_home = Path(pyspark.__file__).parent  # a pip install's SPARK_HOME
+        env = job_env(
+            SPARK_HOME=str(spark_home),
+            SPARK_LOG_DIR=str(self.work / "logs"),
+            SPARK_PID_DIR=str(self.work),
+        )
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [
+                    str(spark_home / "sbin" / "start-connect-server.sh"), "--wait",
+                    "--master", "local[2]",
+                    "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+                    "--conf", f"spark.connect.grpc.binding.port={self.port}",
+                    "--conf", "spark.driver.host=127.0.0.1",
+                    "--conf", f"spark.local.dir={self.work / 'spark-local'}",
+                    "--driver-java-options", f"-Djava.io.tmpdir={self.work}",
+                ],
+                env=env, cwd=self.work, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        try:
+            self._wait_listening(timeout)
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def _wait_listening(self, timeout: float) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"Connect server exited {self.proc.returncode}:\n{self.log_tail()}"
+                )
+            with socket.socket() as sock:
+                sock.settimeout(1.0)
+                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.2)  # polling a port: no event to await from another process
+        raise AssertionError(f"Connect server not listening after {timeout}s:\n{self.log_tail()}")
+
+    def log_tail(self, chars: int = 3000) -> str:
+        """The end of the server's log."""
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
+    def kill(self) -> None:
+        """SIGKILL the server's process group: the driver fails as a machine would."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        """SIGTERM the server's process group (SIGKILL after 30 s)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+def run_connect_job(remote: str, name: str, kwargs: dict[str, Any], timeout: float = 240) -> Any:
+    """Run job ``name`` of :mod:`tests.spark._jobs` in a subprocess holding a Connect session.
+
+    Returns what the job returned (through JSON). Raises AssertionError with the
+    job's output when it fails.
+    """
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.spark._jobs", remote, name, json.dumps(kwargs)],
+        cwd=ROOT,
+        env=job_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    results = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not results:
+        raise AssertionError(
+            f"Connect job {name} exited {proc.returncode}:\n"
+            f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+        )
+    return json.loads(results[-1][len("RESULT ") :])
+
+
+class SparkJobs:
+    """Runs jobs of :mod:`tests.spark._jobs` on one kind of session (the ``spark_job`` fixture).
+
+    Args:
+        mode: ``"classic"`` (in this process, on ``session``) or ``"connect"`` (a
+            subprocess with a Connect session to ``remote``).
+    """
+
+    def __init__(self, mode: str, *, session: Any = None, remote: str | None = None) -> None:
+        self.mode = mode
+        self.session = session
+        self.remote = remote
+
+    def __call__(self, name: str, **kwargs: Any) -> Any:
+        """Run job ``name`` with ``kwargs``; call it from a test without a running event loop
+        (a job may run one: ``asyncio.run``)."""
+        if self.mode == "classic":
+            from tests.spark._jobs import JOBS
+
+            return json.loads(json.dumps(JOBS[name](self.session, **kwargs)))
+        assert self.remote is not None
+        return run_connect_job(self.remote, name, kwargs)
