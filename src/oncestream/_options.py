@@ -1,8 +1,9 @@
 """The options layer: connection options and the value parsers every component shares.
 
 One parser per kind of value, used by the Python API, the CLI and the Spark
-options alike: :func:`parse_duration`, :func:`parse_positive_int`,
-:func:`parse_bool` here; stream, consumer and subject names in
+options alike: :func:`parse_duration`, :func:`parse_int`, :func:`parse_positive_int`,
+:func:`parse_rate`, :func:`parse_bool`, :func:`parse_time`, :func:`parse_epoch_millis`
+here; stream, consumer and subject names in
 :mod:`oncestream._names`; database URLs in :mod:`oncestream._dsn`. Spark
 option *names* live only under :mod:`oncestream.spark`.
 """
@@ -23,10 +24,17 @@ from ._private import redact_url, redacted_repr, split_url
 
 __all__ = [
     "DEFAULT_SERVER",
+    "INT64_MAX",
+    "MAX_DURATION",
+    "MAX_RATE",
+    "MIN_RATE",
     "ConnectOptions",
     "parse_bool",
     "parse_duration",
+    "parse_epoch_millis",
+    "parse_int",
     "parse_positive_int",
+    "parse_rate",
     "parse_time",
     "rfc3339",
     "seconds_to_ns",
@@ -41,6 +49,16 @@ _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _URL_SCHEMES = ("nats", "tls", "ws", "wss")
 _TLS_SCHEMES = ("tls", "wss")
+
+#: The largest integer the JetStream API takes (Go's int64: sequences, counts, limits).
+INT64_MAX = 2**63 - 1
+#: The longest duration the JetStream API takes: Go's ``time.Duration`` is int64
+#: nanoseconds (about 292 years). Python's timeouts and ``timedelta`` hold it too.
+MAX_DURATION = INT64_MAX // 1_000_000_000
+#: The slowest and fastest ``rate`` (per second): slower than one every 1,000 s is
+#: a typo (``1e-9`` would wait 31 years before the second record), not a pace.
+MIN_RATE = 0.001
+MAX_RATE = 1e9
 
 
 def parse_duration(name: str, value: str | float | int) -> float:
@@ -71,6 +89,11 @@ def parse_duration(name: str, value: str | float | int) -> float:
         raise ConfigError(f"{name} must be a finite duration ({allowed}), got {value!r}")
     if seconds < 0:
         raise ConfigError(f"{name} must not be negative, got {value!r}")
+    if seconds > MAX_DURATION:
+        raise ConfigError(
+            f"{name} must be at most {MAX_DURATION}s (about 292 years: the longest duration "
+            f"the JetStream API takes, int64 nanoseconds), got {value!r}"
+        )
     return seconds
 
 
@@ -79,20 +102,79 @@ def seconds_to_ns(seconds: float) -> int:
     return round(seconds * 1_000_000_000)
 
 
-def parse_positive_int(name: str, value: str | int, *, allow_zero: bool = False) -> int:
+def parse_int(
+    name: str, value: str | int, *, minimum: int | None = None, maximum: int = INT64_MAX
+) -> int:
+    """The one integer parser: an integer from ``minimum`` to ``maximum`` (int64 by default).
+
+    Every integer that reaches the JetStream API (sequences, counts, limits) is a
+    Go int64 there; a larger one fails to encode or is refused by the server, so
+    it is refused here, naming the value.
+
+    Raises:
+        ConfigError: naming ``name``, the bad value and the range allowed.
+
+    Example::
+
+        parse_int("--max-deliver", "-1", minimum=-1)  # -> -1
+    """
+    if isinstance(value, bool):
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
+    try:
+        number = value if isinstance(value, int) else int(str(value).strip())
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {value!r}") from None
+    low = -INT64_MAX - 1 if minimum is None else minimum
+    if not low <= number <= maximum:
+        if number > maximum and maximum == INT64_MAX:
+            allowed = f"at most {INT64_MAX} (a 64-bit integer, what the JetStream API takes)"
+        elif minimum is None:
+            allowed = f"at most {maximum}"
+        elif number < low:
+            allowed = f">= {low}"
+        else:
+            allowed = f"from {low} to {maximum}"
+        raise ConfigError(f"{name} must be an integer {allowed}, got {value!r}")
+    return number
+
+
+def parse_positive_int(
+    name: str, value: str | int, *, allow_zero: bool = False, maximum: int = INT64_MAX
+) -> int:
     """Parse a strictly positive (or, with ``allow_zero``, non-negative) integer.
+
+    At most ``maximum`` (int64 by default), see :func:`parse_int`.
 
     Raises:
         ConfigError: naming ``name`` and the bad value.
     """
-    try:
-        number = int(str(value).strip()) if not isinstance(value, int) else value
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {value!r}") from None
-    if isinstance(value, bool) or number < 0 or (number == 0 and not allow_zero):
+    if isinstance(value, bool):
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
+    number = parse_int(name, value, maximum=maximum)
+    if number < 0 or (number == 0 and not allow_zero):
         allowed = ">= 0" if allow_zero else "> 0"
         raise ConfigError(f"{name} must be an integer {allowed}, got {value!r}")
     return number
+
+
+def parse_rate(name: str, value: str | float, *, allow_zero: bool = False) -> float:
+    """A pace per second, from :data:`MIN_RATE` to :data:`MAX_RATE` (``allow_zero``: 0 = none).
+
+    Raises:
+        ConfigError: naming ``name``, the bad value and the range allowed.
+    """
+    allowed = f"a number per second from {MIN_RATE:g} (one every 1,000 s) to {MAX_RATE:,.0f}"
+    if allow_zero:
+        allowed += ", or 0 for no limit"
+    try:
+        rate = float(value) if not isinstance(value, bool) else math.nan
+    except ValueError:
+        rate = math.nan
+    if rate == 0 and allow_zero:
+        return 0.0
+    if not MIN_RATE <= rate <= MAX_RATE:  # also refuses nan
+        raise ConfigError(f"{name} must be {allowed}, got {value!r}")
+    return rate
 
 
 def parse_bool(name: str, value: str | bool) -> bool:
@@ -356,14 +438,18 @@ def parse_time(name: str, value: str | datetime, *, now: datetime | None = None)
     """An aware UTC datetime from ISO 8601 (``2026-11-22T15:00:00Z``) or a duration ago (``10m``).
 
     Raises:
-        ConfigError: naming ``name`` and the value when it is neither.
+        ConfigError: naming ``name`` and the value when it is neither, or a duration
+            ago reaches before year 1.
     """
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=UTC)
     text = value.strip()
     if _DURATION_AGO.match(text):
         ago = parse_duration(name, text)
-        return (now or datetime.now(UTC)) - timedelta(seconds=ago)
+        try:
+            return (now or datetime.now(UTC)) - timedelta(seconds=ago)
+        except OverflowError:
+            raise ConfigError(f"{name}: {value!r} ago is before year 1") from None
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -374,6 +460,23 @@ def parse_time(name: str, value: str | datetime, *, now: datetime | None = None)
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+def parse_epoch_millis(name: str, value: str | int) -> datetime:
+    """Milliseconds since the epoch (Kafka's timestamps) as an aware UTC datetime.
+
+    Raises:
+        ConfigError: naming ``name`` when the value is not an integer from 0 to
+            253402300799999 (9999-12-31T23:59:59.999Z, the last time a datetime holds).
+    """
+    millis = parse_int(name, value, minimum=0, maximum=_LAST_MILLIS)
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=millis)
+
+
+#: 9999-12-31T23:59:59.999Z in milliseconds since the epoch.
+_LAST_MILLIS = 253_402_300_799_999
+
+
 def rfc3339(moment: datetime) -> str:
     """The time as the JetStream API wants it (UTC, nanosecond-free RFC 3339)."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # %Y is not zero-padded on every platform (year 1 -> "1"); RFC 3339 needs 4 digits.
+    utc = moment.astimezone(UTC)
+    return f"{utc.year:04d}" + utc.strftime("-%m-%dT%H:%M:%S.%fZ")

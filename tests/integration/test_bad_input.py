@@ -81,6 +81,14 @@ def _mode_is(path: Path, mode: int) -> None:
     assert path.stat().st_mode & 0o777 == mode, f"{path} mode changed"
 
 
+def _absent_stream(env: CliEnv, stream: str) -> None:
+    assert env.messages(stream) == -1, f"stream {stream} was created"
+
+
+def _count_is(env: CliEnv, stream: str, count: int) -> None:
+    assert env.messages(stream) == count, f"stream {stream} does not hold {count} messages"
+
+
 def _absent(path: Path) -> None:
     assert not path.exists(), f"{path} was created"
 
@@ -329,6 +337,82 @@ def _read_only_untouched(env: CliEnv, outcome: Outcome) -> None:
     assert env.run(consumers) == 0, "the consumer was created before the ledger was checked"
 
 
+# -- issue 38 minors: literal messages, values out of range, flags that need another ----------
+
+HUGE = "99999999999999999999"  # over 64 bits: orjson's "Integer exceeds 64-bit range" before
+INT64_MAX = "9223372036854775807"
+
+
+def _stream_with(stream: str, count: int, *consumers: str, **config: Any) -> Any:
+    """Setup: ``stream`` with ``count`` messages and durable ``consumers`` (extra config)."""
+
+    def setup(env: CliEnv) -> None:
+        _publish(env, stream, count)
+        for name in consumers:
+            body = {
+                "stream_name": stream,
+                "config": {
+                    "durable_name": name,
+                    "ack_policy": "explicit",
+                    "deliver_policy": "all",
+                    **config,
+                },
+            }
+            env.run(
+                lambda conn, name=name, body=body: conn.api(
+                    f"CONSUMER.CREATE.{stream}.{name}", body
+                )
+            )
+
+    return setup
+
+
+def _consumer_config(env: CliEnv, stream: str, name: str) -> dict[str, Any]:
+    async def info(conn: Connection) -> dict[str, Any]:
+        return dict(await conn.consumer_info(stream, name))
+
+    return dict(env.run(info))
+
+
+def _next_message_not_skipped(stream: str, name: str) -> Any:
+    """Check: the consumer, reset past the end, still gets the next message stored."""
+
+    def check(env: CliEnv, _: Outcome) -> None:
+        assert _consumer_config(env, stream, name)["num_pending"] == 0
+        _publish(env, stream, 1)
+        after = _consumer_config(env, stream, name)
+        assert after["num_pending"] == 1, f"the next message stored was skipped: {after}"
+
+    return check
+
+
+def _filter_is(stream: str, name: str, wanted: str | None) -> Any:
+    def check(env: CliEnv, _: Outcome) -> None:
+        config = _consumer_config(env, stream, name)["config"]
+        assert config.get("filter_subject") == wanted, config
+
+    return check
+
+
+def _no_consumer(stream: str, name: str) -> Any:
+    def check(env: CliEnv, _: Outcome) -> None:
+        async def names(conn: Connection) -> list[str]:
+            info = await conn.stream_info(stream)
+            assert info["state"]["consumer_count"] == 0
+            return []
+
+        env.run(names)
+
+    return check
+
+
+PINNED_5S = {
+    "priority_groups": ["oncestream"],
+    "priority_policy": "pinned_client",
+    "priority_timeout": 5_000_000_000,
+}
+NOOP = "def handle(msg, tx):\n    pass\n"
+
 CASES = [
     # -- connection flags (every command) --------------------------------------------------
     Case("creds-missing", ["status", *CONNECT, "--creds", "/missing"], CONFIG, "/missing"),
@@ -359,7 +443,12 @@ CASES = [
         check=_unchanged("f.txt", "keep me"),
     ),
     Case("demo-too-few-messages", ["demo", "-n", "10"], CONFIG, "messages must be >= 1000"),
-    Case("demo-negative-rate", ["demo", "--rate", "-5"], CONFIG, "rate must be > 0"),
+    Case(
+        "demo-negative-rate",
+        ["demo", "--rate", "-5"],
+        CONFIG,
+        "rate (orders per second) must be a number per second from 0.001",
+    ),
     Case("demo-zero-timeout", ["demo", "--timeout", "0"], CONFIG, "timeout must be > 0"),
     # -- server ----------------------------------------------------------------------------
     Case(
@@ -710,7 +799,7 @@ CASES = [
         "process-negative-progress",
         [*PROCESS, "--stream", "BI_P", "--consumer", "c", "--handler", "x:y", "--progress", "-5"],
         CONFIG,
-        "--progress must be >= 0",
+        "--progress must be 0 (no progress lines) or from 0.1 to 86400 seconds, got -5",
     ),
     # -- issue 19: the stream, the server and the ledger failing under a running process ---
     Case(
@@ -860,6 +949,371 @@ CASES = [
         [*PROCESS, "--stream", "BI_P", "--consumer", "c", "--handler", "justaname"],
         CONFIG,
         "module:function",
+    ),
+    # -- issue 38: messages are printed as they are, never as rich markup -------------------
+    Case(
+        "error-message-keeps-brackets",
+        ["status", "BI_[bold]MK[x]", *CONNECT],
+        CONFIG,
+        "stream 'BI_[bold]MK[x]' not found",
+    ),
+    Case(
+        "table-cell-keeps-brackets",
+        ["stream", "info", "BI_MK2", *CONNECT],
+        0,
+        "bi.[bold].[x]",
+        setup=lambda env: env.stream("BI_MK2", "bi.[bold].[x]"),
+    ),
+    Case(
+        "title-and-line-keep-brackets",
+        ["stream", "add", "BI_[x]MK3", "--subjects", "bi.mk3.[bold]", *CONNECT],
+        0,
+        "created stream BI_[x]MK3 stream BI_[x]MK3",
+    ),
+    # -- issue 38: consumer reset --to-seq past the end is clamped, as Kafka does ---------
+    Case(
+        "reset-to-seq-past-the-end-is-clamped",
+        ["consumer", "reset", "BI_RS", "c", "--to-seq", "100", "--force", *CONNECT],
+        0,
+        "reset consumer BI_RS/c to seq 4 (--to-seq 100 is past the stream's end: clamped to "
+        "its end, seq 4, the next message stored",
+        setup=_stream_with("BI_RS", 3, "c"),
+        check=_next_message_not_skipped("BI_RS", "c"),
+    ),
+    Case(
+        "reset-to-seq-past-the-end-dry-run-says-so",
+        ["consumer", "reset", "BI_RS2", "c", "--to-seq", "100", "--dry-run", *CONNECT],
+        0,
+        "would reset consumer BI_RS2/c to seq 4 (seq 100) (--to-seq 100 is past the stream's "
+        "end: clamped",
+        setup=_stream_with("BI_RS2", 3, "c"),
+    ),
+    Case(
+        "reset-to-seq-over-64-bits",
+        ["consumer", "reset", "BI_RS3", "c", "--to-seq", HUGE, "--force", *CONNECT],
+        CONFIG,
+        f"--to-seq must be an integer at most {INT64_MAX} (a 64-bit integer",
+        setup=_stream_with("BI_RS3", 3, "c"),
+    ),
+    Case(
+        "reset-to-time-over-int64-nanoseconds",
+        ["consumer", "reset", "BI_RS3", "c", "--to-time", "99999999999h", "--dry-run", *CONNECT],
+        CONFIG,
+        "--to-time must be at most 9223372036s (about 292 years",
+        setup=_stream_with("BI_RS3", 3, "c"),
+    ),
+    Case(
+        "reset-to-time-year-1",
+        [
+            "consumer",
+            "reset",
+            "BI_RS4",
+            "c",
+            "--to-time",
+            "0001-01-01T00:00:00Z",
+            "--dry-run",
+            *CONNECT,
+        ],
+        0,
+        "would reset consumer BI_RS4/c to seq 1",
+        setup=_stream_with("BI_RS4", 3, "c"),
+    ),
+    # -- issue 38: a filter must match something the stream stores --------------------------
+    Case(
+        "edit-filter-outside-the-stream",
+        ["consumer", "edit", "BI_EF", "c", "--filter", "other.>", *CONNECT],
+        CONFIG,
+        "--filter 'other.>' matches nothing stream 'BI_EF' stores (its subjects: bi_ef.>)",
+        setup=_stream_with("BI_EF", 1, "c"),
+        check=_filter_is("BI_EF", "c", None),
+    ),
+    Case(
+        "add-filter-outside-the-stream",
+        ["consumer", "add", "BI_AF", "c", "--filter", "other.x", *CONNECT],
+        CONFIG,
+        "--filter 'other.x' matches nothing stream 'BI_AF' stores (its subjects: bi_af.>)",
+        setup=_stream_with("BI_AF", 1),
+        check=_no_consumer("BI_AF", "c"),
+    ),
+    # -- issue 38: --takeover-after needs --standby and the consumer's setting ---------------
+    Case(
+        "process-takeover-after-without-standby",
+        [
+            *PROCESS,
+            "--stream",
+            "BI_TK",
+            "--consumer",
+            "c",
+            "--handler",
+            "bi_tk:handle",
+            "--takeover-after",
+            "5s",
+        ],
+        CONFIG,
+        "--takeover-after 5s applies only with --standby",
+        setup=lambda env: env.file("bi_tk.py", NOOP),
+        in_tmp=True,
+    ),
+    Case(
+        "process-priority-group-without-standby",
+        [
+            *PROCESS,
+            "--stream",
+            "BI_TK",
+            "--consumer",
+            "c",
+            "--handler",
+            "bi_tk:handle",
+            "--priority-group",
+            "g",
+        ],
+        CONFIG,
+        "--priority-group g applies only with --standby or --overflow-min-pending",
+        setup=lambda env: env.file("bi_tk.py", NOOP),
+        in_tmp=True,
+    ),
+    Case(
+        "process-takeover-after-differs-from-the-consumer",
+        [
+            *PROCESS,
+            "--stream",
+            "BI_TK2",
+            "--consumer",
+            "c",
+            "--handler",
+            "bi_tk:handle",
+            "--standby",
+            "--takeover-after",
+            "3s",
+        ],
+        CONFIG,
+        "consumer BI_TK2/c takes over after 5s (its priority_timeout), not 3s (pinned_ttl, CLI "
+        "--takeover-after): run with --takeover-after 5s, or change it for every instance with "
+        "`oncestream consumer edit BI_TK2 c --takeover-after 3s`",
+        setup=lambda env: (
+            env.file("bi_tk.py", NOOP),
+            _stream_with("BI_TK2", 1, "c", **PINNED_5S)(env),
+        ),
+        in_tmp=True,
+    ),
+    Case(
+        "process-standby-default-differs-from-the-consumer",
+        [
+            *PROCESS,
+            "--stream",
+            "BI_TK3",
+            "--consumer",
+            "c",
+            "--handler",
+            "bi_tk:handle",
+            "--standby",
+        ],
+        CONFIG,
+        "takes over after 5s (its priority_timeout), not 10s",
+        setup=lambda env: (
+            env.file("bi_tk.py", NOOP),
+            _stream_with("BI_TK3", 1, "c", **PINNED_5S)(env),
+        ),
+        in_tmp=True,
+    ),
+    Case(
+        "consumer-edit-takeover-after",
+        ["consumer", "edit", "BI_TK4", "c", "--takeover-after", "3s", *CONNECT],
+        0,
+        "priority_timeout: 5s -> 3s",
+        setup=_stream_with("BI_TK4", 1, "c", **PINNED_5S),
+    ),
+    Case(
+        "consumer-edit-takeover-after-not-pinned",
+        ["consumer", "edit", "BI_TK5", "c", "--takeover-after", "3s", *CONNECT],
+        CONFIG,
+        "--takeover-after applies to a consumer of a --standby group (priority policy "
+        "pinned_client); BI_TK5/c has priority policy 'none'",
+        setup=_stream_with("BI_TK5", 1, "c"),
+    ),
+    # -- issue 38: rates and intervals in a sensible range; no silent wait -----------------
+    Case(
+        "demo-rate-too-slow",
+        ["demo", "--rate", "1e-9"],
+        CONFIG,
+        "rate (orders per second) must be a number per second from 0.001 (one every 1,000 s)",
+    ),
+    Case("demo-rate-nan", ["demo", "--rate", "nan"], CONFIG, "--rate must be a finite number"),
+    Case("demo-timeout-inf", ["demo", "--timeout", "inf"], CONFIG, "--timeout must be a finite"),
+    Case(
+        "status-watch-interval-nan",
+        ["status", "--watch", "--interval", "nan", "--count", "2", *CONNECT],
+        CONFIG,
+        "--interval must be a finite number, got nan",
+        subprocess=True,  # before the fix it waited forever: the timeout ends it
+        timeout=20,
+    ),
+    Case(
+        "status-watch-interval-huge",
+        ["status", "--watch", "--interval", "1e300", "--count", "2", *CONNECT],
+        CONFIG,
+        "--interval must be from 0.1 to 3600 seconds, got 1e+300",
+        subprocess=True,
+        timeout=20,
+    ),
+    Case(
+        "process-progress-nan",
+        [*PROCESS, "--stream", "BI_P", "--consumer", "c", "--handler", "x:y", "--progress", "nan"],
+        CONFIG,
+        "--progress must be a finite number",
+    ),
+    # -- issue 38: integers over 64 bits and huge durations, every verb -----------------------
+    Case(
+        "stream-add-max-msgs-over-64-bits",
+        ["stream", "add", "BI_I1", "--subjects", "bi.i1", "--max-msgs", HUGE, *CONNECT],
+        CONFIG,
+        "--max-msgs must be an integer at most",
+        check=lambda env, _: _absent_stream(env, "BI_I1"),
+    ),
+    Case(
+        "stream-add-max-msg-size-over-int32",
+        ["stream", "add", "BI_I2", "--subjects", "bi.i2", "--max-msg-size", "4294967296", *CONNECT],
+        CONFIG,
+        "--max-msg-size must be an integer from -1 to 2147483647, got 4294967296",
+        check=lambda env, _: _absent_stream(env, "BI_I2"),
+    ),
+    Case(
+        "stream-add-dupe-window-over-int64-nanoseconds",
+        [
+            "stream",
+            "add",
+            "BI_I3",
+            "--subjects",
+            "bi.i3",
+            "--dupe-window",
+            "999999999999h",
+            *CONNECT,
+        ],
+        CONFIG,
+        "--dupe-window must be at most 9223372036s",
+        check=lambda env, _: _absent_stream(env, "BI_I3"),
+    ),
+    Case(
+        "stream-get-seq-over-64-bits",
+        ["stream", "get", "BI_I4", HUGE, *CONNECT],
+        CONFIG,
+        "SEQ must be an integer at most",
+        setup=lambda env: env.stream("BI_I4"),
+    ),
+    Case(
+        "stream-purge-seq-over-64-bits",
+        ["stream", "purge", "BI_I5", "--seq", HUGE, "--force", *CONNECT],
+        CONFIG,
+        "--seq must be an integer at most",
+        setup=lambda env: _publish(env, "BI_I5", 2),
+        check=lambda env, _: _count_is(env, "BI_I5", 2),
+    ),
+    Case(
+        "consumer-add-max-deliver-over-64-bits",
+        ["consumer", "add", "BI_I6", "c", "--max-deliver", HUGE, *CONNECT],
+        CONFIG,
+        "--max-deliver must be an integer at most",
+        setup=lambda env: env.stream("BI_I6"),
+        check=_no_consumer("BI_I6", "c"),
+    ),
+    Case(
+        "consumer-add-deliver-seq-over-64-bits",
+        ["consumer", "add", "BI_I6", "c", "--deliver", HUGE, *CONNECT],
+        CONFIG,
+        "start seq must be an integer at most",
+        setup=lambda env: env.stream("BI_I6"),
+        check=_no_consumer("BI_I6", "c"),
+    ),
+    Case(
+        "consumer-add-deliver-time-over-int64-nanoseconds",
+        ["consumer", "add", "BI_I6", "c", "--deliver", "99999999999h", *CONNECT],
+        CONFIG,
+        "--deliver must be at most 9223372036s",
+        setup=lambda env: env.stream("BI_I6"),
+        check=_no_consumer("BI_I6", "c"),
+    ),
+    Case(
+        "consumer-add-ack-wait-zero",
+        ["consumer", "add", "BI_I6", "c", "--ack-wait", "0s", *CONNECT],
+        CONFIG,
+        "--ack-wait must be more than 0, got '0s'",
+        setup=lambda env: env.stream("BI_I6"),
+        check=_no_consumer("BI_I6", "c"),
+    ),
+    Case(
+        "consumer-edit-ack-wait-over-int64-nanoseconds",
+        ["consumer", "edit", "BI_I7", "c", "--ack-wait", "99999999999999h", *CONNECT],
+        CONFIG,
+        "--ack-wait must be at most 9223372036s",
+        setup=_stream_with("BI_I7", 1, "c"),
+    ),
+    Case(
+        "consumer-edit-max-ack-pending-over-64-bits",
+        ["consumer", "edit", "BI_I7", "c", "--max-ack-pending", HUGE, *CONNECT],
+        CONFIG,
+        "--max-ack-pending must be an integer at most",
+        setup=_stream_with("BI_I7", 1, "c"),
+    ),
+    Case(
+        "tail-from-seq-over-64-bits",
+        ["tail", "BI_I8", "--from", HUGE, *CONNECT],
+        CONFIG,
+        "--from must be an integer at most",
+        setup=lambda env: _publish(env, "BI_I8", 1),
+    ),
+    Case(
+        "tail-from-time-over-int64-nanoseconds",
+        ["tail", "BI_I8", "--from", "99999999999h", *CONNECT],
+        CONFIG,
+        "--from must be at most 9223372036s",
+        setup=lambda env: _publish(env, "BI_I8", 1),
+    ),
+    Case(
+        "dlq-replay-in-over-int64-nanoseconds",
+        ["dlq", "replay", "BI_I9", "--all", "--in", "99999999999h", "--force", *CONNECT],
+        CONFIG,
+        "--in must be at most 9223372036s",
+        setup=lambda env: env.stream("BI_I9"),
+    ),
+    Case(
+        "process-max-deliver-over-64-bits",
+        [
+            *PROCESS,
+            "--stream",
+            "BI_P",
+            "--consumer",
+            "c",
+            "--handler",
+            "x:y",
+            "--max-deliver",
+            HUGE,
+        ],
+        CONFIG,
+        "--max-deliver must be an integer at most",
+    ),
+    Case(
+        "process-start-time-over-int64-nanoseconds",
+        [
+            *PROCESS,
+            "--stream",
+            "BI_I10",
+            "--consumer",
+            "c",
+            "--handler",
+            "bi_tk:handle",
+            "--start-time",
+            "99999999999h",
+        ],
+        CONFIG,
+        "--start-time must be at most 9223372036s",
+        setup=lambda env: (env.file("bi_tk.py", NOOP), env.stream("BI_I10")),
+        in_tmp=True,
+    ),
+    Case(
+        "audit-samples-over-64-bits",
+        ["audit", "-i", "BI_I11", "-o", "stream:BI_I11", "--samples", HUGE, *CONNECT],
+        CONFIG,
+        "--samples must be an integer at most",
     ),
 ]
 

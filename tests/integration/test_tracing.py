@@ -133,3 +133,38 @@ def test_cli_publish_and_process_trace_with_the_otel_environment(
     refused = cli("publish", "in.jsonl", "--stream", "JOBS", "--subject", "jobs.x",
                   "--id-field", "id", "--trace", "--no-progress")  # fmt: skip
     assert refused.returncode == 2 and "OTEL_TRACES_EXPORTER must be one of" in refused.stderr
+
+
+def test_cli_names_an_unknown_otel_propagator(nats_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 38: ``OTEL_PROPAGATORS=bogus`` was a ValueError traceback from OpenTelemetry's
+    import; it is bad usage (exit 2) naming the variable, its value and what is installed."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(
+        os.environ, PYTHONPATH=str(root), OTEL_TRACES_EXPORTER="none", OTEL_PROPAGATORS="bogus"
+    )
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", "from oncestream.cli import main; main()", *args,
+             "--server", nats_server.url],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    assert cli("stream", "add", "PROP", "--subjects", "prop.>").returncode == 0
+    (tmp_path / "in.jsonl").write_text('{"id": "a"}\n')
+    (tmp_path / "noop.py").write_text("def handle(msg, tx):\n    pass\n")
+    for args in (
+        ("publish", "in.jsonl", "--stream", "PROP", "--subject", "prop.x", "--id-field", "id",
+         "--trace", "--no-progress"),
+        ("process", "--stream", "PROP", "--consumer", "c", "--handler", "noop:handle",
+         "--ledger", "sqlite:///l.db", "--trace"),
+    ):  # fmt: skip
+        refused = cli(*args)
+        assert refused.returncode == 2, refused.stderr
+        assert "Traceback" not in refused.stderr
+        assert "OTEL_PROPAGATORS='bogus': Propagator bogus not found" in refused.stderr
+        assert "installed: baggage, tracecontext" in refused.stderr

@@ -108,6 +108,17 @@ async def test_batch_retention_gap(
         ({"minPartitions": "0"}, r"minPartitions.*> 0"),
         ({"failOnDataLoss": "maybe"}, r"failOnDataLoss.*'maybe'"),
         ({"startingOffsets": "earliest", "bogusOption": "1"}, r"unknown option.*bogusoption"),
+        # issue 38: Kafka refuses a minimum above the maximum; a time past year 9999 and a
+        # start past the stream's end are named, not a traceback or an empty read.
+        (
+            {"minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"},
+            r"'minOffsetsPerTrigger' \(10\) is higher than 'maxOffsetsPerTrigger'",
+        ),
+        ({"endingTimestamp": "99999999999999999999"}, r"endingTimestamp.*0 to 253402300799999"),
+        (
+            {"startingOffsets": '{"OPT": 5}'},
+            r"'startingOffsets' starts stream 'OPT' at sequence 5, past its end.*up to 1",
+        ),
     ],
 )
 async def test_bad_options_fail_clearly(

@@ -179,6 +179,22 @@ def _expected(*ranges: range) -> list[bytes]:
     return sorted(b"m%d" % i for r in ranges for i in r)
 
 
+async def test_starting_offsets_past_the_end_names_the_option(
+    spark: Any, nats_server: NatsServer, conn: Connection, make_stream: Any, tmp_path: Path
+) -> None:
+    """Issue 38: a new query told to start past the stream's end is refused naming the
+    option and the stream's end, not as a checkpoint (there is none) that 'has read up to
+    sequence 99' of a stream 'deleted and recreated'."""
+    await make_stream("SPE")
+    await publish(conn, "spe.x", 3)
+    df = _stream(spark, nats_server.url, "SPE", startingOffsets='{"SPE": 100}')
+    with pytest.raises(
+        Exception, match=r"'startingOffsets' starts stream 'SPE' at sequence 100"
+    ) as raised:
+        _run_available_now(df, tmp_path / "out", tmp_path / "ckpt")
+    assert "the checkpoint has read up to" not in str(raised.value)
+
+
 @pytest.mark.parametrize("fail", [True, False])
 async def test_recreated_stream_grown_past_the_checkpoint(
     fail: bool,

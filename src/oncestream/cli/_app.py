@@ -10,6 +10,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from .._errors import (
     AuthenticationError,
@@ -54,8 +55,12 @@ err_console = Console(stderr=True, soft_wrap=True)
 
 
 def fail(message: str, code: int = EXIT_FAILURE) -> typer.Exit:
-    """Print ``message`` in red on stderr and return the Exit to raise."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    """Print ``message`` on stderr after a red ``error:`` and return the Exit to raise.
+
+    ``message`` is printed as it is: text in brackets (``pip install
+    'oncestream[otel]'``, a subject or a file name) is not read as rich markup.
+    """
+    err_console.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False)
     return typer.Exit(code)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from .._connection import connect
 from .._errors import ConfigError
@@ -17,13 +18,13 @@ from ._connect_flags import with_connect_options
 
 def render_report(report: AuditReport) -> Table:
     """The audit as one rich table (one row per output)."""
-    table = Table(title=f"audit of {report.input} by {report.key}", title_justify="left")
+    table = Table(title=Text(f"audit of {report.input} by {report.key}"), title_justify="left")
     for column in ("output", "expected", "found", "missing", "duplicated", "unexpected", "rows"):
         table.add_column(column, justify="left" if column == "output" else "right")
     for out in report.outputs:
         style = "green" if out.ok else "bold red"
         table.add_row(
-            out.output,
+            Text(out.output),
             f"{report.expected:,}",
             f"{out.found:,}",
             f"[{style}]{out.missing:,}[/]",
@@ -46,11 +47,16 @@ def print_report(report: AuditReport) -> None:
             ("unexpected", out.unexpected_samples),
         ):
             if values:
-                console.print(f"  {out.output} {label} (first {len(values)}): {', '.join(values)}")
+                console.print(
+                    f"  {out.output} {label} (first {len(values)}): {', '.join(values)}",
+                    markup=False,
+                    highlight=False,
+                )
         if out.latency_ms:
             lat = out.latency_ms
             console.print(
-                f"  {out.output} latency p50 {lat['p50']:.0f} ms, p99 {lat['p99']:.0f} ms"
+                f"  {out.output} latency p50 {lat['p50']:.0f} ms, p99 {lat['p99']:.0f} ms",
+                markup=False,
             )
     verdict = "[bold green]OK: exactly once[/]" if report.ok else "[bold red]FAILED[/]"
     console.print(f"{verdict}  ({report.input_rows:,} input messages, {report.seconds:.1f}s)")

@@ -8,7 +8,7 @@ import typer
 
 from .._connection import connect
 from .._errors import ConfigError, ConsumerNotFound
-from .._names import check_consumer_name, check_stream_name
+from .._names import check_consumer_name, check_stream_name, subjects_overlap
 from .._options import ConnectOptions, parse_duration, parse_time
 from ..read import StartPosition
 from ..streams import consumer_info, delete_consumer, list_consumers, stream_info
@@ -51,6 +51,23 @@ def _details(info: dict[str, Any]) -> dict[str, Any]:
         "ack floor seq": info.get("ack_floor", {}).get("stream_seq", 0),
         "created": info.get("created"),
     }
+
+
+def check_filter(info: dict[str, Any], stream: str, wanted: str) -> None:
+    """Refuse a ``--filter`` that matches nothing the stream (``info``) stores.
+
+    The server takes it, and the consumer then delivers nothing, silently. A
+    stream without subjects of its own (a mirror, a sourcing stream) is not checked.
+
+    Raises:
+        ConfigError: naming the filter and the stream's subjects.
+    """
+    subjects = info.get("config", {}).get("subjects") or []
+    if subjects and not any(subjects_overlap(wanted, s) for s in subjects):
+        raise ConfigError(
+            f"--filter {wanted!r} matches nothing stream {stream!r} stores (its subjects: "
+            f"{', '.join(subjects)}); give a subject within them"
+        )
 
 
 def start_from_flag(flag: str, value: str) -> StartPosition:
@@ -114,6 +131,9 @@ def add_command(
     check_consumer_name(name, "consumer NAME")
     check_stream_name(stream, "STREAM")
     start = start_from_flag("--deliver", deliver)
+    if parse_duration("--ack-wait", ack_wait) <= 0:
+        # The server would take 0 as its default (30s), and a re-run then differs from it.
+        raise ConfigError(f"--ack-wait must be more than 0, got {ack_wait!r}")
     config: dict[str, Any] = {
         "durable_name": name,
         "ack_policy": ack,
@@ -127,7 +147,9 @@ def add_command(
 
     async def main() -> tuple[bool, dict[str, Any]]:
         async with await connect(options) as conn:
-            await stream_info(conn, stream)
+            info = await stream_info(conn, stream)
+            if filter_subject:
+                check_filter(info, stream, filter_subject)
             try:
                 existing = await consumer_info(conn, stream, name)
             except ConsumerNotFound:
@@ -145,7 +167,7 @@ def add_command(
     created, info = run_async(main())
     if not as_json:
         what = "created consumer" if created else "consumer already exists with this configuration:"
-        console.print(f"{what} {stream}/{name}", highlight=False)
+        console.print(f"{what} {stream}/{name}", highlight=False, markup=False)
     _show(info, as_json)
 
 
@@ -241,4 +263,6 @@ def wait_command(
         print_json(info)
         return
     floor = info.get("ack_floor", {}).get("stream_seq", 0)
-    console.print(f"consumer {stream}/{name} caught up (ack floor {floor})", highlight=False)
+    console.print(
+        f"consumer {stream}/{name} caught up (ack floor {floor})", highlight=False, markup=False
+    )

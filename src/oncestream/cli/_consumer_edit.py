@@ -9,10 +9,10 @@ import typer
 from .._connection import connect
 from .._errors import ConfigError, JetStreamError
 from .._options import ConnectOptions, parse_duration, seconds_to_ns
-from ..streams import consumer_info, update_consumer
+from ..streams import consumer_info, stream_info, update_consumer
 from ._app import cli_errors, console, run_async
 from ._connect_flags import with_connect_options
-from ._consumer import Json, Name, Stream, consumer_app
+from ._consumer import Json, Name, Stream, check_filter, consumer_app
 from ._name_args import subject_filter
 from ._output import print_json
 
@@ -20,7 +20,7 @@ from ._output import print_json
 #: checkNewConsumerConfig: "ack policy can not be updated", ...).
 CONSUMER_CREATE_FAILED = 10012
 
-_DURATIONS = ("ack_wait",)
+_DURATIONS = ("ack_wait", "priority_timeout")
 
 
 def _shown(key: str, value: Any) -> str:
@@ -86,6 +86,15 @@ def edit_command(
         str | None,
         typer.Option("--filter", help="Only deliver this subject.", callback=subject_filter),
     ] = None,
+    takeover_after: Annotated[
+        str | None,
+        typer.Option(
+            "--takeover-after",
+            metavar="DURATION",
+            help="A --standby group's takeover time (priority_timeout, >= 2s); restart its "
+            "instances with the same --takeover-after.",
+        ),
+    ] = None,
     ack: Annotated[
         str | None,
         typer.Option(
@@ -124,6 +133,12 @@ def edit_command(
         changes["backoff"] = _backoff(backoff)
     if filter_subject is not None:
         changes["filter_subject"] = filter_subject
+    if takeover_after is not None:
+        if parse_duration("--takeover-after", takeover_after) < 2:
+            raise ConfigError(f"--takeover-after must be at least 2s, got {takeover_after!r}")
+        changes["priority_timeout"] = seconds_to_ns(
+            parse_duration("--takeover-after", takeover_after)
+        )
     if ack is not None:
         if ack not in ("explicit", "all", "none"):
             raise ConfigError(f"--ack must be explicit, all or none, got {ack!r}")
@@ -134,6 +149,14 @@ def edit_command(
     async def main() -> tuple[dict[str, Any], dict[str, Any]]:
         async with await connect(options) as conn:
             config = (await consumer_info(conn, stream, name)).get("config") or {}
+            if filter_subject is not None:
+                check_filter(await stream_info(conn, stream), stream, filter_subject)
+            if takeover_after is not None and config.get("priority_policy") != "pinned_client":
+                raise ConfigError(
+                    f"--takeover-after applies to a consumer of a --standby group (priority "
+                    f"policy pinned_client); {stream}/{name} has priority policy "
+                    f"{config.get('priority_policy') or 'none'!r}"
+                )
             wanted = {**config, **changes}
             attempts = int(wanted.get("max_deliver", -1))
             if wanted.get("backoff") and attempts != -1 and len(wanted["backoff"]) > attempts:
@@ -165,8 +188,8 @@ def edit_command(
         print_json({"changed": diff, "consumer": after})
         return
     if not diff:
-        console.print(f"consumer {stream}/{name}: nothing changed", highlight=False)
+        console.print(f"consumer {stream}/{name}: nothing changed", highlight=False, markup=False)
         return
-    console.print(f"updated consumer {stream}/{name}:", highlight=False)
+    console.print(f"updated consumer {stream}/{name}:", highlight=False, markup=False)
     for line in diff:
         console.print(f"  {line}", highlight=False, markup=False)

@@ -27,6 +27,15 @@ def _state(info: dict[str, Any]) -> dict[str, int]:
     }
 
 
+def _clamp_note(done: ConsumerReset) -> str:
+    if done.clamped_from is None:
+        return ""
+    return (
+        f" (--to-seq {done.clamped_from} is past the stream's end: clamped to its end, "
+        f"seq {done.seq}, the next message stored, as Kafka's reset clamps to the log end)"
+    )
+
+
 def _as_json(done: ConsumerReset) -> dict[str, Any]:
     return {
         "stream": done.stream,
@@ -35,6 +44,7 @@ def _as_json(done: ConsumerReset) -> dict[str, Any]:
         "seq": done.seq,
         "dry_run": done.dry_run,
         "refusal": done.refusal,
+        "clamped_from": done.clamped_from,
         "before": _state(done.before),
         "after": _state(done.after),
     }
@@ -81,6 +91,8 @@ def reset_command(
     moved back redelivers messages its ledger already has: they are acked, not
     applied again. Allowed for deliver policy all, and for a start sequence or
     time at or after the configured one; exits 1 when the server refuses.
+    --to-seq past the stream's end is clamped to the end (last sequence + 1) and
+    says so, as Kafka's reset does.
     """
     given = [
         flag
@@ -113,11 +125,13 @@ def reset_command(
         state = _state(planned.before)
         console.print(
             f"dry run: would reset consumer {stream}/{name} to seq {planned.seq} "
-            f"({target.describe()}); now delivered up to {state['delivered_seq']}, "
+            f"({target.describe()}){_clamp_note(planned)}; now delivered up to "
+            f"{state['delivered_seq']}, "
             f"ack floor {state['ack_floor_seq']}, {state['pending']} pending, "
             f"{state['ack_pending']} unacked"
             + (f"; the server would refuse: {planned.refusal}" if planned.refusal else ""),
             highlight=False,
+            markup=False,
         )
         return
     confirm(
@@ -137,6 +151,8 @@ def reset_command(
         return
     after = _state(done.after)
     console.print(
-        f"reset consumer {stream}/{name} to seq {done.seq}: {after['pending']} pending",
+        f"reset consumer {stream}/{name} to seq {done.seq}{_clamp_note(done)}: "
+        f"{after['pending']} pending",
         highlight=False,
+        markup=False,
     )

@@ -39,7 +39,7 @@ def demo_command(
         hard_faults=hard_faults,
         keep=keep,
         data_dir=data_dir,
-        rate=rate or None,
+        rate=None if rate == 0 else rate,
         timeout=timeout,
         plot=plot,
     )

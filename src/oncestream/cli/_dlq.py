@@ -10,7 +10,7 @@ import typer
 
 from .._connection import connect
 from .._errors import ConfigError, MessageNotFound
-from .._options import ConnectOptions, parse_duration, rfc3339
+from .._options import ConnectOptions, parse_duration, parse_int, rfc3339
 from ..process import DeadLetter, list_dead_letters, replay_dead_letters
 from ..streams import StoredMessage, get_message, stream_info
 from ._app import app, cli_errors, console, run_async
@@ -52,10 +52,12 @@ def parse_range(value: str | None) -> tuple[int | None, int | None]:
     text = value.strip()
     left, sep, right = text.partition("-")
     try:
-        first = int(left) if left else None
-        last = (int(right) if right else None) if sep else first
-    except ValueError:
-        raise ConfigError(f"--seq must be N or FIRST-LAST, got {value!r}") from None
+        first = parse_int("--seq", left) if left else None
+        last = (parse_int("--seq", right) if right else None) if sep else first
+    except ConfigError:
+        if not all(part.strip().isdigit() for part in (left, right) if part):
+            raise ConfigError(f"--seq must be N or FIRST-LAST, got {value!r}") from None
+        raise
     if (first is not None and first < 1) or (
         first is not None and last is not None and last < first
     ):
@@ -286,4 +288,5 @@ def replay_command(
             else ""
         ),
         highlight=False,
+        markup=False,
     )

@@ -18,6 +18,8 @@ from typing import Any
 import typer
 import typer.core
 
+from ._values import bound_numbers
+
 __all__ = ["HelpGroup", "metavar", "new_typer"]
 
 
@@ -82,6 +84,7 @@ class HelpGroup(typer.core.TyperGroup):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _name_values(self)
+        bound_numbers(self)
         _whole_summaries(self)
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:

@@ -54,7 +54,7 @@ def metrics_command(
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, stop.set)
-            console.print(f"metrics on {server.url} (Ctrl-C ends)", highlight=False)
+            console.print(f"metrics on {server.url} (Ctrl-C ends)", highlight=False, markup=False)
             try:
                 await stop.wait()
             finally:

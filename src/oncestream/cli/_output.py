@@ -11,11 +11,13 @@ import orjson
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .._errors import ConfigError
 from ._app import console
 
 __all__ = [
+    "cell",
     "confirm",
     "fmt",
     "kv_table",
@@ -47,27 +49,36 @@ class RowsTable(Table):
     records: Sequence[dict[str, Any]] = ()
 
 
+def cell(value: Any) -> Text:
+    """:func:`fmt` as literal text: a value holding ``[...]`` (a subject, a description,
+    a file name) is shown as it is, never read as rich markup."""
+    return Text(fmt(value))
+
+
 def rows_table(title: str, rows: Sequence[dict[str, Any]], *, empty: str = "none") -> Table | str:
-    """A table of ``rows`` (dicts with the same keys), or a one-line note when there are none."""
+    """A table of ``rows`` (dicts with the same keys), or a one-line note when there are none.
+
+    Titles, headers and cells are literal text (see :func:`cell`).
+    """
     if not rows:
         return f"{title}: {empty}"
-    table = RowsTable(title=title, title_justify="left")
+    table = RowsTable(title=Text(title), title_justify="left")
     table.records = rows
     for column in rows[0]:
         numeric = isinstance(rows[0][column], int | float) and not isinstance(rows[0][column], bool)
-        table.add_column(column, justify="right" if numeric else "left", overflow="fold")
+        table.add_column(Text(column), justify="right" if numeric else "left", overflow="fold")
     for row in rows:
-        table.add_row(*[fmt(v) for v in row.values()])
+        table.add_row(*[cell(v) for v in row.values()])
     return table
 
 
 def kv_table(title: str, pairs: dict[str, Any]) -> Table:
-    """A two-column key/value table (``stream info``, ``consumer info``)."""
-    table = Table(title=title, title_justify="left", show_header=False)
+    """A two-column key/value table (``stream info``, ``consumer info``), literal text."""
+    table = Table(title=Text(title), title_justify="left", show_header=False)
     table.add_column("key", style="bold")
     table.add_column("value", overflow="fold")
     for key, value in pairs.items():
-        table.add_row(key, fmt(value))
+        table.add_row(Text(key), cell(value))
     return table
 
 

@@ -64,6 +64,9 @@ def summary(stats: ProcessorStats, rate: float | None = None) -> str:
     )
 
 
+#: Seconds between --progress lines: faster floods the log, slower is a typo.
+PROGRESS_EVERY = (0.1, 86400.0)
+
 #: The CLI's defaults are the Processor's.
 _DEFAULTS = ProcessorOptions()
 
@@ -118,21 +121,22 @@ def process_command(
         help="Active/standby: one instance of the group applies, the others wait and take "
         "over when it stops pulling (pinned priority group; server 2.14+).",
     ),
-    takeover_after: str = typer.Option(
-        f"{_DEFAULTS.pinned_ttl:g}s",
+    takeover_after: str | None = typer.Option(
+        None,
         "--takeover-after",
         help="With --standby: how long the active instance may stay silent before a standby "
-        "takes over (the bound on the takeover time; >= 2s).",
+        f"takes over (the bound on the takeover time; >= 2s; default {_DEFAULTS.pinned_ttl:g}s; "
+        "an existing consumer's must be the same).",
     ),
     overflow_min_pending: int | None = typer.Option(
         None,
         "--overflow-min-pending",
         help="Spill-over worker: pull only while at least N messages wait (overflow policy).",
     ),
-    priority_group: str = typer.Option(
-        "oncestream",
+    priority_group: str | None = typer.Option(
+        None,
         "--priority-group",
-        help="Priority group name for --standby / --overflow-min-pending.",
+        help="Priority group name for --standby / --overflow-min-pending (default oncestream).",
     ),
     trace: bool = typer.Option(
         False,
@@ -155,8 +159,11 @@ def process_command(
     if filter_subject is not None:
         check_subject_filter(filter_subject, "--filter-subject")
 
-    if progress < 0:
-        raise ConfigError(f"--progress must be >= 0 seconds (0: no progress lines), got {progress}")
+    if progress != 0 and not PROGRESS_EVERY[0] <= progress <= PROGRESS_EVERY[1]:
+        raise ConfigError(
+            f"--progress must be 0 (no progress lines) or from {PROGRESS_EVERY[0]:g} to "
+            f"{PROGRESS_EVERY[1]:g} seconds, got {progress:g}"
+        )
     priority = _priority_options(standby, takeover_after, overflow_min_pending, priority_group)
 
     async def main() -> ProcessorStats:
@@ -205,10 +212,30 @@ def process_command(
 
 
 def _priority_options(
-    standby: bool, takeover_after: str, overflow_min_pending: int | None, group: str
+    standby: bool, takeover_after: str | None, overflow_min_pending: int | None, group: str | None
 ) -> dict[str, Any]:
-    """ProcessorOptions fields for --standby / --overflow-min-pending (validated here)."""
-    ttl = parse_duration("--takeover-after", takeover_after)
+    """ProcessorOptions fields for --standby / --overflow-min-pending (validated here).
+
+    A flag that only applies with another one is refused without it, rather than
+    ignored: a worker started with ``--takeover-after 2s`` but no ``--standby``
+    would otherwise pull like any other instance, which its user did not ask for.
+    """
+    if takeover_after is not None and not standby:
+        raise ConfigError(
+            f"--takeover-after {takeover_after} applies only with --standby (how long the "
+            "active instance may stay silent before a standby takes over); add --standby, "
+            "or drop --takeover-after"
+        )
+    if group is not None and not standby and overflow_min_pending is None:
+        raise ConfigError(
+            f"--priority-group {group} applies only with --standby or --overflow-min-pending; "
+            "add one, or drop --priority-group"
+        )
+    group = "oncestream" if group is None else group
+    ttl = parse_duration(
+        "--takeover-after",
+        f"{_DEFAULTS.pinned_ttl:g}s" if takeover_after is None else takeover_after,
+    )
     if standby and overflow_min_pending is not None:
         raise ConfigError("--standby and --overflow-min-pending exclude each other; pick one")
     if overflow_min_pending is not None:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from .._errors import ConfigError, ServerError
 from .._options import DEFAULT_SERVER
@@ -73,9 +74,9 @@ def _serve(server: NatsServer, temporary_store: bool) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: signals.append(signum))
     with server:
-        console.print(f"nats-server ready at [bold]{server.url}[/] (pid {server.pid})")
+        console.print(f"nats-server ready at [bold]{escape(server.url)}[/] (pid {server.pid})")
         store = f"{server.store_dir} (temporary)" if temporary_store else str(server.store_dir)
-        console.print(f"store: {store}", highlight=False)
+        console.print(f"store: {store}", highlight=False, markup=False)
         console.print("Ctrl-C to stop")
         while not signals:
             if not server.running():

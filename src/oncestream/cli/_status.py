@@ -19,6 +19,9 @@ from ._output import print_table, rows_table
 from ._rows import BOOKKEEPING_PREFIX, consumer_row, hidden_note, stream_row
 from ._watch import watch
 
+#: The --interval of --watch, in seconds: faster hammers the server, slower is a typo.
+WATCH_INTERVAL = (0.1, 3600.0)
+
 
 async def collect(
     conn: Connection,
@@ -134,8 +137,11 @@ def _watch_command(
     options: ConnectOptions,
     show_all: bool,
 ) -> None:
-    if interval <= 0:
-        raise ConfigError(f"--interval must be > 0 seconds, got {interval}")
+    if not WATCH_INTERVAL[0] <= interval <= WATCH_INTERVAL[1]:
+        raise ConfigError(
+            f"--interval must be from {WATCH_INTERVAL[0]:g} to {WATCH_INTERVAL[1]:g} seconds, "
+            f"got {interval:g}"
+        )
     if count is not None and count < 1:
         raise ConfigError(f"--count must be >= 1, got {count}")
 

@@ -9,7 +9,7 @@ import typer
 
 from .._connection import connect
 from .._errors import ConfigError, JetStreamError, MessageNotFound, StreamNotFound
-from .._options import ConnectOptions, parse_duration, rfc3339, seconds_to_ns
+from .._options import INT64_MAX, ConnectOptions, parse_duration, parse_int, rfc3339, seconds_to_ns
 from ..streams import (
     StoredMessage,
     StreamSpec,
@@ -33,6 +33,9 @@ stream_app = new_typer(
     help="Create, list, inspect, edit, purge and remove streams.",
 )
 app.add_typer(stream_app)
+
+#: The largest max_msg_size nats-server takes (an int32 in its stream config).
+INT32_MAX = 2**31 - 1
 
 #: JetStream: "stream name already in use with a different configuration".
 STREAM_NAME_IN_USE = 10058
@@ -185,6 +188,11 @@ def _changes(args: Mapping[str, Any]) -> dict[str, Any]:
         changes["max_age"] = seconds_to_ns(parse_duration("--max-age", max_age))
     if replicas is not None and replicas not in (1, 2, 3, 4, 5):
         raise ConfigError(f"--replicas must be 1..5, got {replicas}")
+    for flag in ("max_msgs", "max_bytes", "max_msgs_per_subject", "max_msg_size"):
+        if args[flag] is not None:
+            # nats-server keeps max_msg_size in an int32, the other limits in an int64.
+            top = INT32_MAX if flag == "max_msg_size" else INT64_MAX
+            parse_int(f"--{flag.replace('_', '-')}", args[flag], minimum=-1, maximum=top)
     return {k: v for k, v in changes.items() if v is not None}
 
 
@@ -243,7 +251,7 @@ def add_command(
     created, info = run_async(main())
     if not as_json:
         what = "created stream" if created else "stream already exists with this configuration:"
-        console.print(f"{what} {name}", highlight=False)
+        console.print(f"{what} {name}", highlight=False, markup=False)
     _show(info, as_json)
 
 
@@ -286,7 +294,9 @@ def edit_command(
 
     info = run_async(main())
     if not as_json:
-        console.print(f"updated stream {name}: {', '.join(sorted(changes))}", highlight=False)
+        console.print(
+            f"updated stream {name}: {', '.join(sorted(changes))}", highlight=False, markup=False
+        )
     _show(info, as_json)
 
 
@@ -357,7 +367,7 @@ def wait_command(
     if as_json:
         print_json(info)
         return
-    console.print(f"stream {name} holds {held(info)} messages", highlight=False)
+    console.print(f"stream {name} holds {held(info)} messages", highlight=False, markup=False)
 
 
 @stream_app.command("info")
@@ -507,4 +517,4 @@ def purge_command(
     if as_json:
         print_json(result)
     else:
-        console.print(f"purged {int(result.get('purged', 0)):,} messages from {name}")
+        console.print(f"purged {int(result.get('purged', 0)):,} messages from {name}", markup=False)

@@ -13,7 +13,7 @@ import typer
 
 from .._connection import Connection, connect
 from .._errors import ConfigError, StreamNotFound
-from .._options import ConnectOptions, parse_time, rfc3339
+from .._options import ConnectOptions, parse_int, parse_time, rfc3339
 from ..read import iter_messages
 from ..streams import StoredMessage, seq_at_time, stream_info
 from ._app import app, cli_errors, run_async
@@ -89,10 +89,10 @@ async def resolve_start(conn: Connection, stream: str, start: str, subject: str 
     first, last = int(state.get("first_seq", 1) or 1), int(state.get("last_seq", 0))
     text = start.strip()
     if text.isdigit():
-        return max(int(text), 1)
+        return max(parse_int("--from", text), 1)
     if text.lower().startswith("last:"):
         count = text[5:]
-        if not count.isdigit() or int(count) < 1:
+        if not count.isdigit() or parse_int("--from last:N", count) < 1:
             raise ConfigError(f"--from last:N needs N >= 1, got {start!r}")
         return await _last_n(conn, stream, int(count), subject, first, last)
     return await seq_at_time(conn, stream, parse_time("--from", text))

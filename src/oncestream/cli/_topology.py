@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from .._errors import ConfigError, ServerError
+from .._options import parse_duration
 from .._private import private_dir, write_private
 from .._sync import run_sync
 from ..server import Cluster, HubLeaf, Topology, monitor, stop_pid
@@ -84,20 +86,22 @@ def _check_ours(directory: Path) -> None:
 
 
 def _print_state(state: dict[str, Any], directory: Path) -> None:
-    console.print(f"[bold]{state['kind']}[/] is up (state: {directory / STATE_FILE})")
+    where = escape(str(directory / STATE_FILE))
+    console.print(f"[bold]{escape(state['kind'])}[/] is up (state: {where})")
     for name, server in state["servers"].items():
-        domain = f"  domain [bold]{server['domain']}[/]" if server.get("domain") else ""
+        domain = f"  domain [bold]{escape(server['domain'])}[/]" if server.get("domain") else ""
         console.print(
             f"  {name:<14} {server['url']}{domain}  monitor {server['monitor']}  "
             f"pid {server['pid']}",
             highlight=False,
+            markup=False,
         )
     users = state.get("users") or {}
     if users:
         state_file = directory / STATE_FILE
-        console.print(f"users (passwords in {state_file}, mode 0600):")
+        console.print(f"users (passwords in {state_file}, mode 0600):", markup=False)
         for account, cred in users.items():
-            console.print(f"  {account:<14} {cred['user']}", highlight=False)
+            console.print(f"  {account:<14} {cred['user']}", highlight=False, markup=False)
     if state["kind"] == Kind.hub_leaf.value:
         leaf, hub = state["servers"]["leaf"], state["servers"]["hub"]
         acc = users.get("ACC", {})
@@ -111,6 +115,7 @@ def _print_state(state: dict[str, Any], directory: Path) -> None:
             f"  oncestream status aggregate --server {hub['url']} --user {acc.get('user')} "
             "--domain hub",
             highlight=False,
+            markup=False,
         )
 
 
@@ -131,6 +136,7 @@ def up_command(
     """Start the servers detached, wait until formed, print URLs, domains and users."""
     if not timeout > 0:
         raise ConfigError(f"--timeout must be > 0 seconds, got {timeout}")
+    parse_duration("--timeout", timeout)  # at most int64 nanoseconds, like every wait
     directory = directory.resolve()
     state = _read_state(directory)
     if state is not None and _running(state):
@@ -173,7 +179,8 @@ def down_command(
         if server.get("pid") and stop_pid(int(server["pid"]), server["config_file"]):
             stopped.append(name)
     (directory / STATE_FILE).unlink()
-    console.print(f"stopped {', '.join(stopped) if stopped else 'nothing (not running)'}")
+    shown = ", ".join(stopped) if stopped else "nothing (not running)"
+    console.print(f"stopped {shown}", markup=False)
 
 
 @topology_app.command("status")
@@ -195,6 +202,6 @@ def status_command(
         status = "down" if health is None else str(health.get("status"))
         if status != "ok":
             unhealthy.append(name)
-        console.print(f"  {name:<14} {server['url']}  {status}", highlight=False)
+        console.print(f"  {name:<14} {server['url']}  {status}", highlight=False, markup=False)
     if unhealthy:
         raise ServerError(f"not healthy: {', '.join(unhealthy)}")

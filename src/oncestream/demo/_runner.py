@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .._connection import Connection, connect
 from .._errors import ConfigError, OncestreamError
-from .._options import ConnectOptions
+from .._options import ConnectOptions, parse_duration, parse_rate
 from .._sync import run_sync
 from ..audit import AuditReport, OutputSpec, audit
 from ..server import JetStreamConfig, NatsServer, ServerConfig
@@ -98,10 +98,11 @@ class DemoConfig:
             check_plot_path(self.plot)
         if self.messages < 1000:
             raise ConfigError(f"messages must be >= 1000, got {self.messages!r}")
-        if self.rate is not None and self.rate <= 0:
-            raise ConfigError(f"rate must be > 0 orders/s, got {self.rate!r}")
-        if self.timeout <= 0:
+        if self.rate is not None:
+            object.__setattr__(self, "rate", parse_rate("rate (orders per second)", self.rate))
+        if parse_duration("timeout", self.timeout) <= 0:
             raise ConfigError(f"timeout must be > 0, got {self.timeout!r}")
+        object.__setattr__(self, "timeout", parse_duration("timeout", self.timeout))
 
 
 @dataclass

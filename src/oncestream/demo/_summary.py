@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -124,9 +125,9 @@ def print_summary(result: DemoResult, console: Console) -> None:
         width = console.measure(panel, options=console.options.update(width=100_000)).maximum
         Console(file=console.file, width=width, no_color=True, highlight=False).print(panel)
     if result.config.keep:
-        console.print(f"data kept in [bold]{result.data_dir}[/]:")
+        console.print(f"data kept in [bold]{escape(str(result.data_dir))}[/]:")
         console.print("  jetstream/          the nats-server store (ORDERS, ORDERS_ENRICHED)")
-        console.print(f"  {result.revenue_path}")
+        console.print(f"  {result.revenue_path}", markup=False)
         console.print("  checkpoints/        Spark checkpoints of both queries")
     else:
         console.print("outputs removed (run with --keep to keep the data directory)")

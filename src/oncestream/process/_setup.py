@@ -119,6 +119,7 @@ def _validate_consumer(
             f"(drop the start option, or remove the consumer with `oncestream consumer rm`)"
         )
     _validate_priority(config, where, opts)
+    _validate_takeover(config, stream, consumer, opts)
     wanted = opts.filter_subject
     if wanted:
         filters = [config.get("filter_subject")] if config.get("filter_subject") else []
@@ -149,6 +150,30 @@ def _validate_priority(config: dict[str, Any], where: str, opts: ProcessorOption
             f"`oncestream consumer rm` (its acked position is lost; the ledger keeps "
             f"applied messages from being applied again)"
         )
+
+
+def _validate_takeover(
+    config: dict[str, Any], stream: str, consumer: str, opts: ProcessorOptions
+) -> None:
+    """A pinned consumer's ``priority_timeout`` must be this instance's ``pinned_ttl``.
+
+    Refused, not edited: the other instances of the group run with the consumer's
+    setting, and each refreshes its pin every ``pinned_ttl / 3``; a shorter server
+    timeout than that takes the pin from a healthy active instance, a longer one
+    makes the takeover slower than this instance was told.
+    """
+    if not opts.pinned:
+        return
+    timeout = int(config.get("priority_timeout") or 0)
+    if timeout == int(opts.pinned_ttl * 1e9):
+        return
+    raise ConfigError(
+        f"consumer {stream}/{consumer} takes over after {timeout / 1e9:g}s (its "
+        f"priority_timeout), not {opts.pinned_ttl:g}s (pinned_ttl, CLI --takeover-after): "
+        f"run with --takeover-after {timeout / 1e9:g}s, or change it for every instance "
+        f"with `oncestream consumer edit {stream} {consumer} --takeover-after "
+        f"{opts.pinned_ttl:g}s` and restart them with it"
+    )
 
 
 async def _ensure_dlq_stream(conn: Connection, name: str, subject: str) -> None:

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from .._errors import ConfigError
-from .._options import parse_time, rfc3339
+from .._options import parse_int, parse_time, rfc3339
 
 __all__ = ["StartPosition"]
 
@@ -39,6 +39,8 @@ class StartPosition:
             raise ConfigError(f"give at most one start position, got {', '.join(given)}")
         if self.seq is not None and (isinstance(self.seq, bool) or self.seq < 1):
             raise ConfigError(f"start seq must be a sequence >= 1, got {self.seq!r}")
+        if self.seq is not None:
+            parse_int("start seq", self.seq, minimum=1)
         if self.time is not None:
             object.__setattr__(self, "time", parse_time("start time", self.time))
 

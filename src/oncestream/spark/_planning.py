@@ -10,7 +10,7 @@ from typing import Any
 from pyspark.sql.datasource import InputPartition
 
 from .._connection import Connection
-from .._errors import MessageNotFound, StreamNotFound
+from .._errors import ConfigError, MessageNotFound, StreamNotFound
 from .._names import subjects_overlap
 from .._retry import leader_stream_info, retrying
 from ..read import count_sequences
@@ -192,7 +192,13 @@ async def sequence_at(
 async def resolve_start(
     conn: Connection, options: SourceOptions, infos: dict[str, dict[str, Any]], *, streaming: bool
 ) -> dict[str, int]:
-    """Initial ``{stream: last_sequence_read}`` from startingOffsets/startingTimestamp."""
+    """Initial ``{stream: last_sequence_read}`` from startingOffsets/startingTimestamp.
+
+    Raises:
+        ConfigError: ``startingOffsets`` names a sequence past a stream's end (its
+            last sequence + 1, where ``latest`` starts): named as the option's
+            value, not as a checkpoint that would later fail to match the stream.
+    """
     out: dict[str, int] = {}
     for stream, info in infos.items():
         first_seq, last_seq = first_last(info)
@@ -207,6 +213,13 @@ async def resolve_start(
         elif spec == LATEST:
             out[stream] = last_seq
         else:
+            if spec > last_seq + 1:
+                raise ConfigError(
+                    f"option 'startingOffsets' starts stream {stream!r} at sequence {spec}, "
+                    f"past its end: it holds sequences up to {last_seq} (first {first_seq}), "
+                    f"so the next message stored is {last_seq + 1}; give a sequence up to "
+                    f"{last_seq + 1}, 'earliest' or 'latest'"
+                )
             out[stream] = spec - 1
     return out
 

@@ -11,7 +11,14 @@ import orjson
 
 from .._errors import ConfigError
 from .._names import check_stream_name, check_subject_filter
-from .._options import ConnectOptions, parse_bool, parse_duration, parse_positive_int
+from .._options import (
+    ConnectOptions,
+    parse_bool,
+    parse_duration,
+    parse_epoch_millis,
+    parse_int,
+    parse_positive_int,
+)
 from ._options import CONNECT_OPTIONS, check_known, connect_options
 from ._options import lowered as _lowered
 
@@ -115,6 +122,7 @@ def _parse_offsets(name: str, value: str, streams: tuple[str, ...], *, ending: b
                 f"option {name!r}: the position of stream {key!r} must be a sequence >= 1, "
                 f"-2 (earliest) or -1 (latest), got {seq!r}"
             )
+        parse_int(f"option {name!r}: the position of stream {key!r}", seq)
         if ending and seq == EARLIEST:
             raise ConfigError(f"option {name!r}: -2 (earliest) is not allowed as an ending offset")
         spec[key] = seq
@@ -124,10 +132,14 @@ def _parse_offsets(name: str, value: str, streams: tuple[str, ...], *, ending: b
 
 
 def _parse_timestamp(name: str, value: str) -> float:
-    """Milliseconds since the epoch (Kafka style) or an ISO-8601 time -> epoch seconds."""
+    """Milliseconds since the epoch (Kafka style) or an ISO-8601 time -> epoch seconds.
+
+    Up to 9999-12-31 (what a datetime holds); a time after every message ends a
+    batch read at the stream's end, as in Kafka.
+    """
     text = value.strip()
     try:
-        millis = int(text)
+        int(text)
     except ValueError:
         try:
             moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -141,9 +153,7 @@ def _parse_timestamp(name: str, value: str) -> float:
                 f"option {name!r} needs a time zone (e.g. a trailing 'Z'), got {value!r}"
             ) from None
         return moment.timestamp()
-    if millis < 0:
-        raise ConfigError(f"option {name!r} must be >= 0 milliseconds, got {value!r}")
-    return millis / 1000.0
+    return parse_epoch_millis(f"option {name!r} (milliseconds since the epoch)", text).timestamp()
 
 
 def _parse_trigger_delay(value: str) -> float:
@@ -245,6 +255,18 @@ class SourceOptions:
                     f"its start {start} in 'startingOffsets': the ending offset is exclusive "
                     f'and must be >= the starting offset (e.g. {{"{stream}": {start + 100}}})'
                 )
+        if (
+            self.min_messages_per_trigger is not None
+            and self.max_messages_per_trigger is not None
+            and self.min_messages_per_trigger > self.max_messages_per_trigger
+        ):
+            # Kafka's source refuses it too (KafkaSourceProvider.validateStreamOptions): a
+            # trigger would wait for more messages than a batch may read.
+            raise ConfigError(
+                f"option 'minOffsetsPerTrigger' ({self.min_messages_per_trigger}) is higher "
+                f"than 'maxOffsetsPerTrigger' / 'maxMessagesPerTrigger' "
+                f"({self.max_messages_per_trigger}): the minimum must be <= the maximum"
+            )
         for name, value in (
             ("maxMessagesPerTrigger", self.max_messages_per_trigger),
             ("minOffsetsPerTrigger", self.min_messages_per_trigger),

@@ -4,7 +4,9 @@
 consumer deliver from stream sequence N next: its pending and redelivery
 state is dropped and its ack floor becomes N-1. ``{"seq": 0}`` (or no body)
 goes back to its ack floor + 1 (everything not acknowledged comes again). The
-server allows any N for ``deliver_policy=all``; for ``by_start_sequence`` and
+server allows any N for ``deliver_policy=all`` (an N past the stream's end
+makes it skip the messages stored next, up to N: :class:`ResetTarget` clamps it
+to the end, as Kafka's reset clamps to the log end); for ``by_start_sequence`` and
 ``by_start_time`` only at or after the configured start; never for ``new``,
 ``last`` or ``last_per_subject`` (``invalid reset``, err_code 10204).
 
@@ -27,7 +29,7 @@ from typing import Any
 
 from .._connection import Connection
 from .._errors import ConfigError, JetStreamError, NoResponders
-from .._options import parse_time, rfc3339
+from .._options import parse_int, parse_time, rfc3339
 from ._admin import consumer_info, seq_at_time, stream_info
 from ._version import require_server
 
@@ -45,7 +47,10 @@ class ResetTarget:
     """Where a consumer is reset to; at most one field is set.
 
     Args:
-        seq: this stream sequence.
+        seq: this stream sequence (1 to 2**63-1). Past the stream's end it is
+            clamped to the end, last sequence + 1, as Kafka clamps a reset to the
+            log end (:attr:`ConsumerReset.clamped_from` says so): a sequence not
+            stored yet would otherwise skip the next messages stored.
         time: the first message stored at or after this time (ISO 8601 text, a
             duration ago like ``"10m"``, or a datetime).
         start: the stream's first sequence (everything still stored comes again).
@@ -72,8 +77,8 @@ class ResetTarget:
         ]
         if len(given) > 1:
             raise ConfigError(f"give at most one reset target, got {', '.join(given)}")
-        if self.seq is not None and (isinstance(self.seq, bool) or self.seq < 1):
-            raise ConfigError(f"reset seq must be a sequence >= 1, got {self.seq!r}")
+        if self.seq is not None:
+            parse_int("reset seq", self.seq, minimum=1)
         if self.time is not None:
             object.__setattr__(self, "time", parse_time("reset time", self.time))
 
@@ -102,6 +107,8 @@ class ConsumerReset:
         dry_run: True when nothing was changed.
         refusal: why the server would refuse (dry run only), or None.
         before: the consumer's info before; after: its info after (``before`` on a dry run).
+        clamped_from: the sequence asked for when it was past the stream's end and
+            ``seq`` is the end instead (last sequence + 1), else None.
     """
 
     stream: str
@@ -112,11 +119,14 @@ class ConsumerReset:
     refusal: str | None = None
     before: dict[str, Any] = field(default_factory=dict)
     after: dict[str, Any] = field(default_factory=dict)
+    clamped_from: int | None = None
 
 
 async def _target_seq(conn: Connection, stream: str, target: ResetTarget) -> int:
     if target.seq is not None:
-        return target.seq
+        # Past the end: the stream's end instead (see ResetTarget.seq).
+        last = int((await stream_info(conn, stream)).get("state", {}).get("last_seq", 0))
+        return min(target.seq, last + 1)
     if isinstance(target.time, datetime):
         return await seq_at_time(conn, stream, target.time)
     if target.start or target.end:
@@ -177,12 +187,13 @@ async def reset_consumer(
     target = target or ResetTarget()
     before = await consumer_info(conn, stream, consumer)
     seq = await _target_seq(conn, stream, target)
+    clamped = target.seq if target.seq is not None and seq != target.seq else None
     config = {**(before.get("config") or {}), "stream_name": stream}
     if dry_run:
         refusal = await reset_refusal(conn, config, seq)
         return ConsumerReset(
             stream=stream, consumer=consumer, target=target, seq=seq, dry_run=True,
-            refusal=refusal, before=before, after=before,
+            refusal=refusal, before=before, after=before, clamped_from=clamped,
         )  # fmt: skip
     require_server(conn, RESET_SINCE, "consumer reset")
     try:
@@ -213,4 +224,5 @@ async def reset_consumer(
         seq=int(reply.get("reset_seq", seq)),
         before=before,
         after=after,
+        clamped_from=clamped,
     )

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from .._connection import Connection
 from .._errors import ConfigError, JetStreamError, StreamNotFound
 from .._names import check_stream_name, check_subject_filter
-from .._options import parse_duration, seconds_to_ns
+from .._options import parse_duration, parse_int, seconds_to_ns
 from ._admin import add_stream, update_stream
 
 __all__ = [
@@ -125,6 +125,8 @@ class StreamSpec:
             raise ConfigError("a mirror stream cannot allow batched publishing (allow_batched)")
         if self.allow_atomic and self.mirror is not None:
             raise ConfigError("a mirror stream cannot allow atomic batches (allow_atomic)")
+        for name in ("max_msgs", "max_bytes", "max_msgs_per_subject"):
+            parse_int(name, getattr(self, name), minimum=-1)
         if self.replicas not in (1, 2, 3, 4, 5):
             raise ConfigError(f"replicas must be 1..5, got {self.replicas!r}")
 

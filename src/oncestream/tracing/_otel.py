@@ -28,12 +28,33 @@ def _require() -> Any:
     return trace
 
 
+def _propagate() -> Any:
+    """OpenTelemetry's ``propagate`` module, which reads ``OTEL_PROPAGATORS`` when imported.
+
+    Raises:
+        ConfigError: ``OTEL_PROPAGATORS`` names a propagator that is not installed
+            (OpenTelemetry raises a bare ValueError at import), naming the value and
+            the propagators installed.
+    """
+    try:
+        from opentelemetry import propagate
+    except ValueError as exc:
+        from importlib.metadata import entry_points
+
+        names = sorted({e.name for e in entry_points(group="opentelemetry_propagator")})
+        raise ConfigError(
+            f"OTEL_PROPAGATORS={os.environ.get('OTEL_PROPAGATORS', '')!r}: {exc} "
+            f"(installed: {', '.join(names) or 'none'}; or 'none')"
+        ) from None
+    return propagate
+
+
 class Tracer:
     """oncestream's spans on the global tracer provider (create with :func:`tracer`)."""
 
     def __init__(self, component: str) -> None:
         trace = _require()
-        from opentelemetry import propagate
+        propagate = _propagate()
         from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
         self.component = component
@@ -164,9 +185,11 @@ def configure_from_env(service_name: str) -> None:
     A provider the application already set is kept.
 
     Raises:
-        ConfigError: OpenTelemetry is not installed, or the exporter is unknown.
+        ConfigError: OpenTelemetry is not installed, the exporter is unknown, or
+            ``OTEL_PROPAGATORS`` names a propagator that is not installed.
     """
     trace = _require()
+    _propagate()  # a bad OTEL_PROPAGATORS is named before anything starts
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
