@@ -74,3 +74,68 @@ def test_demo_small_run_is_exactly_once(tmp_path: Path) -> None:
     assert not (tmp_path / "demo").exists(), "without --keep the data directory is removed"
     assert summary["latency_plot"] == str(tmp_path / "latency.png")
     assert (tmp_path / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_demo_sigterm_stops_its_server(tmp_path: Path) -> None:
+    """SIGTERM (a service manager, ``timeout``) ends the demo with its nats-server and JVM."""
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", COLUMNS="100")
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("oncestream")),
+            "demo",
+            "--messages",
+            "20000",
+            "--data-dir",
+            str(tmp_path / "demo"),
+        ],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    server_pid = None
+    try:
+        assert proc.stdout is not None
+        for raw in proc.stdout:  # the demo prints the server's pid once it is ready
+            if m := re.search(rb"nats-server ready at \S+ \(pid (\d+)\)", raw):
+                server_pid = int(m.group(1))
+                break
+        assert server_pid is not None, "the demo never said its server was ready"
+        proc.send_signal(15)
+        proc.communicate(timeout=60)
+        assert not Path(f"/proc/{server_pid}").exists() or _zombie(server_pid), (
+            f"nats-server {server_pid} outlived the demo"
+        )
+        assert proc.returncode == 143, proc.returncode
+        left = _group(proc.pid)
+        assert left == [], f"processes of the demo still running: {left}"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.communicate()
+        for pid in _group(proc.pid):
+            os.kill(pid, 9)
+        if server_pid is not None and not _zombie(server_pid):
+            os.kill(server_pid, 9)  # it runs in a session of its own
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _group(pgid: int) -> list[int]:
+    """Live processes of process group ``pgid`` (the demo's session)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                pids.append(int(entry.name))
+    return pids

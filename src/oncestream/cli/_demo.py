@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
+from types import FrameType
 
 import orjson
 import typer
@@ -43,9 +45,19 @@ def demo_command(
         timeout=timeout,
         plot=plot,
     )
-    result = run_demo(config, console)
+    # SIGTERM's default action ends Python without unwinding: the demo's nats-server,
+    # Spark session and data directory would outlive it. Unwinding runs their cleanup.
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        result = run_demo(config, console)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print_summary(result, console)
     if as_json:
         typer.echo("DEMO-JSON " + orjson.dumps(summary_dict(result)).decode())
     if not result.ok:
         raise typer.Exit(EXIT_FAILURE)
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
