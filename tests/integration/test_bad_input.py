@@ -329,6 +329,22 @@ def _read_only_untouched(env: CliEnv, outcome: Outcome) -> None:
     assert env.run(consumers) == 0, "the consumer was created before the ledger was checked"
 
 
+# -- issue 38: the consumer's max_deliver, the ledger's pruning, reset and the ledger ---------
+
+
+def _still_pending(stream: str, count: int) -> Any:
+    """Check: the consumer holds all ``count`` messages still (nothing taken, nothing lost)."""
+
+    def check(env: CliEnv, _: Outcome) -> None:
+        async def left(conn: Connection) -> int:
+            info = await conn.consumer_info(stream, "c")
+            return int(info["num_pending"]) + int(info["num_ack_pending"])
+
+        assert env.run(left) == count
+
+    return check
+
+
 CASES = [
     # -- connection flags (every command) --------------------------------------------------
     Case("creds-missing", ["status", *CONNECT, "--creds", "/missing"], CONFIG, "/missing"),
@@ -808,6 +824,76 @@ CASES = [
         [*PROCESS, "--stream", "BI_P", "--consumer", "c", "--handler", "justaname"],
         CONFIG,
         "module:function",
+    ),
+    # -- issue 38: max_deliver, pruning flags, reset with the ledger ------------------------
+    Case(
+        "process-prune-interval-not-a-duration",
+        [
+            *PROCESS,
+            "--stream",
+            "BI_P",
+            "--consumer",
+            "c",
+            "--handler",
+            "x:f",
+            "--prune-interval",
+            "soon",
+        ],
+        CONFIG,
+        "--prune-interval must be a duration",
+    ),
+    Case(
+        "process-prune-grace-negative",
+        [
+            *PROCESS,
+            "--stream",
+            "BI_P",
+            "--consumer",
+            "c",
+            "--handler",
+            "x:f",
+            "--prune-grace",
+            "-5s",
+        ],
+        CONFIG,
+        "--prune-grace must be a duration (a number of seconds or a string like '500ms', "
+        "'2s', '1.5m' or '1h'), got '-5s'",
+    ),
+    Case(
+        "consumer-reset-ledger-missing",
+        [
+            "consumer",
+            "reset",
+            "BI_RL",
+            "c",
+            "--to-end",
+            "--force",
+            *CONNECT,
+            "--ledger",
+            "sqlite:///{tmp}/nope.db",
+        ],
+        CONFIG,
+        "no ledger at {tmp}/nope.db",
+        setup=lambda env: (_publish(env, "BI_RL", 3), env.consumer("BI_RL", "c")),
+        check=_still_pending("BI_RL", 3),  # refused before the reset
+    ),
+    Case(
+        "consumer-reset-ledger-bad-scheme",
+        [
+            "consumer",
+            "reset",
+            "BI_RL2",
+            "c",
+            "--to-end",
+            "--force",
+            *CONNECT,
+            "--ledger",
+            "mysql://x@y/z",
+        ],
+        CONFIG,
+        "unsupported scheme 'mysql'",
+        setup=lambda env: (_publish(env, "BI_RL2", 3), env.consumer("BI_RL2", "c")),
+        check=_still_pending("BI_RL2", 3),
     ),
 ]
 

@@ -134,6 +134,17 @@ def process_command(
         "--priority-group",
         help="Priority group name for --standby / --overflow-min-pending.",
     ),
+    prune_interval: str = typer.Option(
+        f"{_DEFAULTS.prune_interval:g}s",
+        "--prune-interval",
+        help="How often ledger rows at or below the consumer's ack floor are deleted "
+        "(0 = never: every row is kept). What was pruned is still never applied again.",
+    ),
+    prune_grace: str = typer.Option(
+        f"{_DEFAULTS.prune_grace:g}s",
+        "--prune-grace",
+        help="Prune only up to the ack floor seen this long ago.",
+    ),
     trace: bool = typer.Option(
         False,
         "--trace",
@@ -158,6 +169,8 @@ def process_command(
     if progress < 0:
         raise ConfigError(f"--progress must be >= 0 seconds (0: no progress lines), got {progress}")
     priority = _priority_options(standby, takeover_after, overflow_min_pending, priority_group)
+    interval = parse_duration("--prune-interval", prune_interval)
+    grace = parse_duration("--prune-grace", prune_grace)
 
     async def main() -> ProcessorStats:
         conn_options = options.replace(name=f"oncestream-process-{consumer}")
@@ -178,6 +191,8 @@ def process_command(
             bind=bind,
             start=start_position(start_seq, start_time, new_only),
             tracing=trace,
+            prune_interval=interval,
+            prune_grace=grace,
             **priority,
         )
         if trace:

@@ -56,7 +56,8 @@ class ProcessorOptions:
         double_ack_timeout: seconds per confirmation attempt.
         double_ack_attempts: confirmation attempts before giving up (logged; the
             ledger still prevents a second application).
-        prune_interval: seconds between ledger pruning rounds (0 = never).
+        prune_interval: seconds between ledger pruning rounds (0 = never). What a round
+            deletes is recorded as the consumer's prune horizon: still never applied again.
         prune_grace: only prune up to the ack floor observed at least this long ago.
         prune_limit: rows deleted per pruning round at most.
         max_ack_pending: the consumer's max_ack_pending when created (at least

@@ -59,7 +59,7 @@ from ._pinning import (
     reset_to_ack_floor,
     take_over,
 )
-from ._setup import FloorHistory, check_handler, setup_consumer
+from ._setup import FloorHistory, check_handler, consumer_filters, setup_consumer
 
 __all__ = ["BatchHandler", "Handler", "Processor", "ProcessorOptions", "ProcessorStats"]
 
@@ -154,10 +154,10 @@ class Processor:
             buffered=self._buffered_replies,
         )
         self._unsent = _UnsentAcks()
+        self._applier.stream, self._applier.consumer = self.stream, self.consumer
         self._tracer = tracer(self.options.tracing, "processor")
         if self._tracer is not None:
             self._applier.tracer = self._acks.tracer = self._tracer
-            self._applier.stream, self._applier.consumer = self.stream, self.consumer
         #: Pinned priority group: the pin this instance applies under (None: standby).
         self.active_pin: str | None = None
         #: ``time.time()`` of the last takeover (0.0: never).
@@ -486,12 +486,15 @@ class Processor:
             await asyncio.sleep(opts.prune_interval)
             try:
                 info = await self.conn.consumer_info(self.stream, self.consumer)
+                filters = consumer_filters(info.get("config") or {})
                 floor = int(info.get("ack_floor", {}).get("stream_seq", 0))
-                up_to = self._floors.prunable(floor, time.monotonic())
+                up_to = self._floors.prunable(floor, time.monotonic(), filters)
                 if up_to:
-                    deleted = await self._applier.db(
-                        self.ledger.prune, self.stream, up_to, opts.prune_limit
+                    # The span deleted joins the consumer's prune horizon (same transaction).
+                    prune = functools.partial(
+                        self.ledger.prune, consumer=self.consumer, filters=filters
                     )
+                    deleted = await self._applier.db(prune, self.stream, up_to, opts.prune_limit)
                     self.stats.pruned += deleted
                     self._progress.set()
             except asyncio.CancelledError:
