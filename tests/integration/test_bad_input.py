@@ -332,6 +332,18 @@ def _read_only_untouched(env: CliEnv, outcome: Outcome) -> None:
 # -- issue 38: the consumer's max_deliver, the ledger's pruning, reset and the ledger ---------
 
 
+def _limited_consumer(stream: str, max_deliver: int, count: int = 3) -> Any:
+    """Setup: ``count`` messages, consumer ``c`` with ``max_deliver``, the effects handler."""
+
+    def setup(env: CliEnv) -> None:
+        _worker(env, stream, count)
+        config = {"durable_name": "c", "ack_policy": "explicit", "max_deliver": max_deliver}
+        body = {"stream_name": stream, "config": config}
+        env.run(lambda conn: conn.api(f"CONSUMER.CREATE.{stream}.c", body))
+
+    return setup
+
+
 def _still_pending(stream: str, count: int) -> Any:
     """Check: the consumer holds all ``count`` messages still (nothing taken, nothing lost)."""
 
@@ -343,6 +355,30 @@ def _still_pending(stream: str, count: int) -> Any:
         assert env.run(left) == count
 
     return check
+
+
+#: Fails on the message whose body is 4, every time.
+FAIL_ON_4 = HANDLER.replace(
+    ":\n", ":\n    if msg.data == b'4':\n        raise ValueError('cannot apply 4')\n", 1
+)
+
+
+def _limit_set_while_running(env: CliEnv, running: Running) -> None:
+    running.wait_for("applied=3 ")
+    body = {"max_deliver": 3}
+
+    async def edit(conn: Connection) -> Any:
+        from oncestream.streams import update_consumer
+
+        return await update_consumer(conn, "BI_MDRUN", "c", body)
+
+    env.run(edit)
+    _publish(env, "BI_MDRUN", 1)  # body 4: fails
+
+
+def _three_applied_and_4_kept(env: CliEnv, _: Outcome) -> None:
+    assert _effects(env) == [1, 2, 3]
+    _still_pending("BI_MDRUN", 1)(env, _)
 
 
 CASES = [
@@ -858,6 +894,63 @@ CASES = [
         CONFIG,
         "--prune-grace must be a duration (a number of seconds or a string like '500ms', "
         "'2s', '1.5m' or '1h'), got '-5s'",
+    ),
+    Case(
+        "process-consumer-max-deliver-without-dead-letter-stream",
+        [*PROCESS, "--stream", "BI_MD", "--consumer", "c", "--handler", "bi_fx:handle"],
+        CONFIG,
+        "consumer BI_MD/c has max_deliver 3 and no dead-letter stream is configured: the "
+        "server would stop delivering a message that failed 3 times, and it would be neither "
+        "applied nor dead-lettered. Fix: `oncestream consumer edit BI_MD c --max-deliver -1`",
+        setup=_limited_consumer("BI_MD", 3),
+        check=_still_pending("BI_MD", 3),
+        in_tmp=True,
+    ),
+    Case(
+        "process-consumer-max-deliver-not-above-the-processors",
+        [
+            *PROCESS,
+            "--stream",
+            "BI_MD2",
+            "--consumer",
+            "c",
+            "--handler",
+            "bi_fx:handle",
+            "--dead-letter-stream",
+            "BI_MD2_DLQ",
+            "--max-deliver",
+            "5",
+        ],
+        CONFIG,
+        "consumer BI_MD2/c has max_deliver 3; with a dead-letter stream it must be -1 or > "
+        "the Processor's max_deliver (5)",
+        setup=_limited_consumer("BI_MD2", 3),
+        check=_still_pending("BI_MD2", 3),
+        in_tmp=True,
+    ),
+    Case(
+        "process-consumer-max-deliver-set-while-running",
+        [
+            *PROCESS,
+            "--stream",
+            "BI_MDRUN",
+            "--consumer",
+            "c",
+            "--handler",
+            "bi_fx:handle",
+            "--backoff",
+            "50ms",
+            "--progress",
+            "0.2",
+        ],
+        FAILED,
+        "MaxDeliverError: consumer BI_MDRUN/c has max_deliver 3 while this Processor runs "
+        "(BI_MDRUN seq 4 failed (delivery 1 of 3))",
+        setup=lambda env: (_worker(env, "BI_MDRUN", 3), env.file("bi_fx.py", FAIL_ON_4)),
+        during=_limit_set_while_running,
+        check=_three_applied_and_4_kept,
+        subprocess=True,
+        in_tmp=True,
     ),
     Case(
         "consumer-reset-ledger-missing",

@@ -13,6 +13,7 @@ from .._names import (
 )
 from ..read import StartPosition
 from ..streams import add_stream
+from ._maxdeliver import refusal
 from ._options import ProcessorOptions
 
 __all__ = ["FloorHistory", "check_handler", "consumer_filters", "setup_consumer"]
@@ -105,13 +106,9 @@ def _validate_consumer(
         raise ConfigError(
             f"{where} has ack_policy {config.get('ack_policy')!r}; the Processor needs 'explicit'"
         )
-    max_deliver = int(config.get("max_deliver", -1) or -1)
-    if 0 < max_deliver <= opts.max_deliver and opts.dead_letter_stream:
-        raise ConfigError(
-            f"{where} has max_deliver {max_deliver}; with a dead-letter stream it must be "
-            f"-1 or > the Processor's max_deliver ({opts.max_deliver}), otherwise "
-            f"the server stops redelivering before the message is dead-lettered"
-        )
+    refused = refusal(config, stream, consumer, opts)
+    if refused:
+        raise ConfigError(refused)
     if opts.start is not None and not opts.start.matches(config):
         raise ConfigError(
             f"{where} already exists and starts at {StartPosition.describe_config(config)}, not at "
