@@ -30,6 +30,7 @@ Tree::
     ├── DataLossError               planned messages were removed by retention
     ├── LedgerError                 the processing ledger failed
     │   └── LedgerUnusable          corrupt, not a database, read-only: retrying cannot help
+    ├── MaxDeliverError             a consumer's max_deliver ends a message's retries
     └── ServerError                 the embedded nats-server failed
 """
 
@@ -46,6 +47,7 @@ __all__ = [
     "JetStreamError",
     "LedgerError",
     "LedgerUnusable",
+    "MaxDeliverError",
     "MessageNotFound",
     "MessageTooLarge",
     "NoResponders",
@@ -218,6 +220,38 @@ class LedgerUnusable(LedgerError):
     A corrupt file, a file that is not a database, a read-only file or file
     system, a file that cannot be opened. The message names the file and the cause.
     """
+
+
+class MaxDeliverError(OncestreamError):
+    """A consumer's ``max_deliver`` ends, or ended, a message's deliveries before the
+    Processor applied it or dead-lettered it.
+
+    Raised by :meth:`Processor.run` when the limit was set or lowered under a
+    running Processor without a dead-letter stream, or when the server stopped
+    delivering a message it had not applied (``$JS.EVENT.ADVISORY.CONSUMER.
+    MAX_DELIVERIES``). The message names the way out.
+
+    Attributes:
+        stream, consumer: the consumer.
+        max_deliver: its limit, as last read (0 when unknown).
+        seqs: the stream sequences the server stopped delivering (empty: caught
+            before the server's last delivery, nothing was dropped yet).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        stream: str = "",
+        consumer: str = "",
+        max_deliver: int = 0,
+        seqs: tuple[int, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.consumer = consumer
+        self.max_deliver = max_deliver
+        self.seqs = seqs
 
 
 class ServerError(OncestreamError):

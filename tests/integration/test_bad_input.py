@@ -367,6 +367,21 @@ def _stream_with(stream: str, count: int, *consumers: str, **config: Any) -> Any
     return setup
 
 
+# -- issue 38: the consumer's max_deliver, the ledger's pruning, reset and the ledger ---------
+
+
+def _limited_consumer(stream: str, max_deliver: int, count: int = 3) -> Any:
+    """Setup: ``count`` messages, consumer ``c`` with ``max_deliver``, the effects handler."""
+
+    def setup(env: CliEnv) -> None:
+        _worker(env, stream, count)
+        config = {"durable_name": "c", "ack_policy": "explicit", "max_deliver": max_deliver}
+        body = {"stream_name": stream, "config": config}
+        env.run(lambda conn: conn.api(f"CONSUMER.CREATE.{stream}.c", body))
+
+    return setup
+
+
 def _consumer_config(env: CliEnv, stream: str, name: str) -> dict[str, Any]:
     async def info(conn: Connection) -> dict[str, Any]:
         return dict(await conn.consumer_info(stream, name))
@@ -382,6 +397,19 @@ def _next_message_not_skipped(stream: str, name: str) -> Any:
         _publish(env, stream, 1)
         after = _consumer_config(env, stream, name)
         assert after["num_pending"] == 1, f"the next message stored was skipped: {after}"
+
+    return check
+
+
+def _still_pending(stream: str, count: int) -> Any:
+    """Check: the consumer holds all ``count`` messages still (nothing taken, nothing lost)."""
+
+    def check(env: CliEnv, _: Outcome) -> None:
+        async def left(conn: Connection) -> int:
+            info = await conn.consumer_info(stream, "c")
+            return int(info["num_pending"]) + int(info["num_ack_pending"])
+
+        assert env.run(left) == count
 
     return check
 
@@ -412,6 +440,31 @@ PINNED_5S = {
     "priority_timeout": 5_000_000_000,
 }
 NOOP = "def handle(msg, tx):\n    pass\n"
+
+
+#: Fails on the message whose body is 4, every time.
+FAIL_ON_4 = HANDLER.replace(
+    ":\n", ":\n    if msg.data == b'4':\n        raise ValueError('cannot apply 4')\n", 1
+)
+
+
+def _limit_set_while_running(env: CliEnv, running: Running) -> None:
+    running.wait_for("applied=3 ")
+    body = {"max_deliver": 3}
+
+    async def edit(conn: Connection) -> Any:
+        from oncestream.streams import update_consumer
+
+        return await update_consumer(conn, "BI_MDRUN", "c", body)
+
+    env.run(edit)
+    _publish(env, "BI_MDRUN", 1)  # body 4: fails
+
+
+def _three_applied_and_4_kept(env: CliEnv, _: Outcome) -> None:
+    assert _effects(env) == [1, 2, 3]
+    _still_pending("BI_MDRUN", 1)(env, _)
+
 
 CASES = [
     # -- connection flags (every command) --------------------------------------------------
@@ -1314,6 +1367,133 @@ CASES = [
         ["audit", "-i", "BI_I11", "-o", "stream:BI_I11", "--samples", HUGE, *CONNECT],
         CONFIG,
         "--samples must be an integer at most",
+    ),
+    # -- issue 38: max_deliver, pruning flags, reset with the ledger ------------------------
+    Case(
+        "process-prune-interval-not-a-duration",
+        [
+            *PROCESS,
+            "--stream",
+            "BI_P",
+            "--consumer",
+            "c",
+            "--handler",
+            "x:f",
+            "--prune-interval",
+            "soon",
+        ],
+        CONFIG,
+        "--prune-interval must be a duration",
+    ),
+    Case(
+        "process-prune-grace-negative",
+        [
+            *PROCESS,
+            "--stream",
+            "BI_P",
+            "--consumer",
+            "c",
+            "--handler",
+            "x:f",
+            "--prune-grace",
+            "-5s",
+        ],
+        CONFIG,
+        "--prune-grace must be a duration (a number of seconds or a string like '500ms', "
+        "'2s', '1.5m' or '1h'), got '-5s'",
+    ),
+    Case(
+        "process-consumer-max-deliver-without-dead-letter-stream",
+        [*PROCESS, "--stream", "BI_MD", "--consumer", "c", "--handler", "bi_fx:handle"],
+        CONFIG,
+        "consumer BI_MD/c has max_deliver 3 and no dead-letter stream is configured: the "
+        "server would stop delivering a message that failed 3 times, and it would be neither "
+        "applied nor dead-lettered. Fix: `oncestream consumer edit BI_MD c --max-deliver -1`",
+        setup=_limited_consumer("BI_MD", 3),
+        check=_still_pending("BI_MD", 3),
+        in_tmp=True,
+    ),
+    Case(
+        "process-consumer-max-deliver-not-above-the-processors",
+        [
+            *PROCESS,
+            "--stream",
+            "BI_MD2",
+            "--consumer",
+            "c",
+            "--handler",
+            "bi_fx:handle",
+            "--dead-letter-stream",
+            "BI_MD2_DLQ",
+            "--max-deliver",
+            "5",
+        ],
+        CONFIG,
+        "consumer BI_MD2/c has max_deliver 3; with a dead-letter stream it must be -1 or > "
+        "the Processor's max_deliver (5)",
+        setup=_limited_consumer("BI_MD2", 3),
+        check=_still_pending("BI_MD2", 3),
+        in_tmp=True,
+    ),
+    Case(
+        "process-consumer-max-deliver-set-while-running",
+        [
+            *PROCESS,
+            "--stream",
+            "BI_MDRUN",
+            "--consumer",
+            "c",
+            "--handler",
+            "bi_fx:handle",
+            "--backoff",
+            "50ms",
+            "--progress",
+            "0.2",
+        ],
+        FAILED,
+        "MaxDeliverError: consumer BI_MDRUN/c has max_deliver 3 while this Processor runs "
+        "(BI_MDRUN seq 4 failed (delivery 1 of 3))",
+        setup=lambda env: (_worker(env, "BI_MDRUN", 3), env.file("bi_fx.py", FAIL_ON_4)),
+        during=_limit_set_while_running,
+        check=_three_applied_and_4_kept,
+        subprocess=True,
+        in_tmp=True,
+    ),
+    Case(
+        "consumer-reset-ledger-missing",
+        [
+            "consumer",
+            "reset",
+            "BI_RL",
+            "c",
+            "--to-end",
+            "--force",
+            *CONNECT,
+            "--ledger",
+            "sqlite:///{tmp}/nope.db",
+        ],
+        CONFIG,
+        "no ledger at {tmp}/nope.db",
+        setup=lambda env: (_publish(env, "BI_RL", 3), env.consumer("BI_RL", "c")),
+        check=_still_pending("BI_RL", 3),  # refused before the reset
+    ),
+    Case(
+        "consumer-reset-ledger-bad-scheme",
+        [
+            "consumer",
+            "reset",
+            "BI_RL2",
+            "c",
+            "--to-end",
+            "--force",
+            *CONNECT,
+            "--ledger",
+            "mysql://x@y/z",
+        ],
+        CONFIG,
+        "unsupported scheme 'mysql'",
+        setup=lambda env: (_publish(env, "BI_RL2", 3), env.consumer("BI_RL2", "c")),
+        check=_still_pending("BI_RL2", 3),
     ),
 ]
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from oncestream import ConfigError, SQLiteLedger
-from oncestream.ledger import Ledger, LedgerEntry, PostgresLedger, ledger_from_url
+from oncestream.ledger import Horizon, Ledger, LedgerEntry, PostgresLedger, ledger_from_url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -116,3 +118,55 @@ def test_sqlite_uses_wal(tmp_path) -> None:  # type: ignore[no-untyped-def]
         assert isinstance(ledger, SQLiteLedger)
         mode = ledger.connection.execute("PRAGMA journal_mode").fetchone()[0]
         assert mode == "wal"
+
+
+def test_prune_records_its_span_as_the_consumers_horizon(make_ledger) -> None:  # type: ignore[no-untyped-def]
+    """The sequences a consumer's prune deleted stay known (its filter with them)."""
+    ledger = make_ledger()
+    tx = ledger.begin()
+    tx.claim([LedgerEntry("S", seq) for seq in (*range(5, 21), *range(30, 41))])
+    tx.commit()
+    assert ledger.prune("S", 35, consumer="c", filters=("s.b", "s.a")) == 16 + 6
+    assert ledger.horizons("S", "c") == [Horizon(5, 35, ("s.a", "s.b"))]
+    assert ledger.prune("S", 50, consumer="c", filters=("s.b", "s.a")) == 5
+    assert ledger.horizons("S", "c") == [Horizon(5, 40, ("s.a", "s.b"))]  # 40: the last row
+    assert ledger.prune("S", 60, consumer="c", filters=("s.a", "s.b")) == 0  # nothing: unchanged
+    assert ledger.horizons("S", "c") == [Horizon(5, 40, ("s.a", "s.b"))]
+    assert ledger.horizons("S", "other") == [] and ledger.horizons("T", "c") == []
+    # Inside a transaction the same (read first in every batch of a Processor).
+    tx = ledger.begin()
+    assert tx.horizons("S", "c") == [Horizon(5, 40, ("s.a", "s.b"))]
+    tx.rollback()
+    # Another filter is another horizon; a prune without a consumer records none.
+    tx = ledger.begin()
+    tx.claim([LedgerEntry("S", seq) for seq in range(41, 46)])
+    tx.commit()
+    ledger.prune("S", 42, consumer="c")
+    ledger.prune("S", 45)
+    assert sorted(ledger.horizons("S", "c")) == [Horizon(5, 40, ("s.a", "s.b")), Horizon(41, 42)]
+    inside = Horizon(5, 40, ("s.a", "s.b"))
+    assert inside.covers(5, "s.a") and inside.covers(40, "s.b")
+    assert not inside.covers(4, "s.a") and not inside.covers(41, "s.a")
+    assert not inside.covers(20, "s.c") and Horizon(41, 42).covers(41, "any.thing")
+
+
+def test_a_prune_waits_for_a_transaction_that_read_the_horizons(make_ledger) -> None:  # type: ignore[no-untyped-def]
+    """A batch read the horizons, then claims: a prune in between would let it apply a
+    message whose row it deletes. The prune waits for the batch to end."""
+    ledger, pruner = make_ledger(), make_ledger()
+    tx = ledger.begin()
+    tx.claim([LedgerEntry("S", seq) for seq in range(1, 11)])
+    tx.commit()
+    batch = ledger.begin()
+    assert batch.horizons("S", "c") == []
+    done = threading.Event()
+    thread = threading.Thread(
+        target=lambda: (pruner.prune("S", 10, consumer="c"), done.set()), daemon=True
+    )
+    thread.start()
+    assert not done.wait(0.5)  # blocked by the batch
+    assert batch.claim([LedgerEntry("S", 3)]) == [False]  # its row is still there
+    batch.commit()
+    assert done.wait(10)
+    thread.join(10)
+    assert ledger.horizons("S", "c") == [Horizon(1, 10)]

@@ -73,3 +73,14 @@ def test_prunable_floor_is_one_seen_grace_seconds_ago() -> None:
     assert floors.prunable(400, now=16) == 200  # seen at t=5; 300 (t=10) is too recent
     assert floors.prunable(400, now=17) == 200
     assert floors.prunable(500, now=40) == 400
+
+
+def test_floors_seen_under_another_filter_are_not_pruned_to() -> None:
+    from oncestream.process._setup import FloorHistory
+
+    floors = FloorHistory(grace=10)
+    assert floors.prunable(100, now=0, filters=("a.>",)) == 0
+    assert floors.prunable(200, now=10, filters=("a.>",)) == 100
+    # The filter changed: a floor of the old filter says nothing of the new one's messages.
+    assert floors.prunable(250, now=11, filters=("a.>", "b.>")) == 0
+    assert floors.prunable(300, now=21, filters=("a.>", "b.>")) == 250

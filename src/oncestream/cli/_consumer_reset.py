@@ -9,8 +9,9 @@ import typer
 from .._connection import connect
 from .._errors import ConfigError
 from .._options import ConnectOptions, parse_time
+from ..ledger import Horizon, read_horizons
 from ..streams import ConsumerReset, ResetTarget, reset_consumer
-from ._app import cli_errors, console, run_async
+from ._app import cli_errors, console, err_console, run_async
 from ._connect_flags import with_connect_options
 from ._consumer import Json, Name, Stream, consumer_app
 from ._output import confirm, print_json
@@ -36,7 +37,26 @@ def _clamp_note(done: ConsumerReset) -> str:
     )
 
 
-def _as_json(done: ConsumerReset) -> dict[str, Any]:
+def _pruned(horizons: list[Horizon], seq: int) -> tuple[int, int] | None:
+    """The pruned span a reset to ``seq`` delivers again, or None (0: the ack floor + 1,
+    above every horizon: a horizon lies at or below the ack floor)."""
+    covering = [h for h in horizons if seq and h.last_seq >= seq]
+    if not covering:
+        return None
+    return max(seq, min(h.first_seq for h in covering)), max(h.last_seq for h in covering)
+
+
+def _pruned_note(stream: str, name: str, span: tuple[int, int]) -> str:
+    return (
+        f"the ledger has pruned seqs {span[0]}..{span[1]} of {stream}/{name}: delivered again, "
+        "each counts as done (acked, not applied again), also one that was dead-lettered "
+        "or skipped by an earlier reset and never applied (to apply such a message, publish "
+        "it again or `oncestream dlq replay` its dead letter); the others are applied unless "
+        "the ledger holds them"
+    )
+
+
+def _as_json(done: ConsumerReset, pruned: tuple[int, int] | None = None) -> dict[str, Any]:
     return {
         "stream": done.stream,
         "consumer": done.consumer,
@@ -47,6 +67,7 @@ def _as_json(done: ConsumerReset) -> dict[str, Any]:
         "clamped_from": done.clamped_from,
         "before": _state(done.before),
         "after": _state(done.after),
+        "ledger_pruned": list(pruned) if pruned else None,
     }
 
 
@@ -79,6 +100,15 @@ def reset_command(
         bool, typer.Option("--dry-run", help="Print the target sequence; change nothing.")
     ] = False,
     force: Annotated[bool, typer.Option("--force", "-f", help="Do not ask.")] = False,
+    ledger: Annotated[
+        str | None,
+        typer.Option(
+            "--ledger",
+            metavar="URL",
+            help="The Processor's ledger: say which of the messages delivered again it has "
+            "pruned (they count as done: acked, not applied again).",
+        ),
+    ] = None,
     as_json: Json = False,
     *,
     options: ConnectOptions,
@@ -92,7 +122,9 @@ def reset_command(
     applied again. Allowed for deliver policy all, and for a start sequence or
     time at or after the configured one; exits 1 when the server refuses.
     --to-seq past the stream's end is clamped to the end (last sequence + 1) and
-    says so, as Kafka's reset does.
+    says so, as Kafka's reset does. With --ledger it also says which of them the
+    ledger has pruned: those count as done too (its prune horizon), even one that
+    was never applied.
     """
     given = [
         flag
@@ -118,9 +150,12 @@ def reset_command(
             return await reset_consumer(conn, stream, name, target, dry_run=True)
 
     planned = run_async(plan())
+    pruned = _pruned(read_horizons(ledger, stream, name), planned.seq) if ledger else None
+    if pruned and not as_json:
+        err_console.print(f"note: {_pruned_note(stream, name, pruned)}", markup=False)
     if dry_run:
         if as_json:
-            print_json(_as_json(planned))
+            print_json(_as_json(planned, pruned))
             return
         state = _state(planned.before)
         console.print(
@@ -147,7 +182,7 @@ def reset_command(
 
     done = run_async(main())
     if as_json:
-        print_json(_as_json(done))
+        print_json(_as_json(done, pruned))
         return
     after = _state(done.after)
     console.print(

@@ -138,6 +138,17 @@ def process_command(
         "--priority-group",
         help="Priority group name for --standby / --overflow-min-pending (default oncestream).",
     ),
+    prune_interval: str = typer.Option(
+        f"{_DEFAULTS.prune_interval:g}s",
+        "--prune-interval",
+        help="How often ledger rows at or below the consumer's ack floor are deleted "
+        "(0 = never: every row is kept). What was pruned is still never applied again.",
+    ),
+    prune_grace: str = typer.Option(
+        f"{_DEFAULTS.prune_grace:g}s",
+        "--prune-grace",
+        help="Prune only up to the ack floor seen this long ago.",
+    ),
     trace: bool = typer.Option(
         False,
         "--trace",
@@ -165,6 +176,8 @@ def process_command(
             f"{PROGRESS_EVERY[1]:g} seconds, got {progress:g}"
         )
     priority = _priority_options(standby, takeover_after, overflow_min_pending, priority_group)
+    interval = parse_duration("--prune-interval", prune_interval)
+    grace = parse_duration("--prune-grace", prune_grace)
 
     async def main() -> ProcessorStats:
         conn_options = options.replace(name=f"oncestream-process-{consumer}")
@@ -185,6 +198,8 @@ def process_command(
             bind=bind,
             start=start_position(start_seq, start_time, new_only),
             tracing=trace,
+            prune_interval=interval,
+            prune_grace=grace,
             **priority,
         )
         if trace:

@@ -15,6 +15,13 @@ message (PostgreSQL, after an ack-wait expiry) serialise on the ledger's
 primary key: the second one blocks until the first commits and then sees
 the key as taken. Ledger calls are synchronous (sqlite3 / psycopg); the
 Processor runs them on a worker thread when the database can block.
+
+Pruning forgets rows, never what they meant: ``prune(..., consumer=...)``
+records, in the same transaction, the span of sequences it deleted for that
+consumer (its :class:`Horizon`, with the consumer's filter). The Processor reads
+the horizons first in every batch transaction (``tx.horizons``) and treats a
+message inside one as done: a consumer moved back past the pruned rows (a reset,
+a consumer deleted and created again) does not apply them again.
 """
 
 from __future__ import annotations
@@ -25,10 +32,44 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Literal, NamedTuple
 
 from .._errors import LedgerError, LedgerUnusable
+from .._names import subject_matches
 
-__all__ = ["KeyMode", "Ledger", "LedgerEntry", "LedgerTx"]
+__all__ = ["HORIZONS", "Horizon", "KeyMode", "Ledger", "LedgerEntry", "LedgerTx"]
 
 KeyMode = Literal["sequence", "msg_id"]
+
+#: The prune horizons: per (stream, consumer, filters), the span of sequences pruned.
+HORIZONS = "oncestream_pruned"
+
+
+class Horizon(NamedTuple):
+    """What pruning forgot of one consumer: the span of sequences whose rows it deleted.
+
+    Rows are pruned only at or below the consumer's ack floor, so every message of
+    the span that the consumer takes (its subject matches ``filters``) had been
+    finished by then: applied, or dead-lettered, or passed over by the consumer
+    (a reset forward, an ack by another client). A redelivery inside the span is
+    acked as done, not applied again.
+
+    Attributes:
+        first_seq, last_seq: the lowest and the highest sequence pruned.
+        filters: the consumer's filter subjects when it was pruned (empty: every subject).
+    """
+
+    first_seq: int
+    last_seq: int
+    filters: tuple[str, ...] = ()
+
+    def covers(self, seq: int, subject: str) -> bool:
+        """True when the message at ``seq`` on ``subject`` lies inside this horizon."""
+        if not self.first_seq <= seq <= self.last_seq:
+            return False
+        return not self.filters or any(subject_matches(f, subject) for f in self.filters)
+
+    @staticmethod
+    def key(filters: Sequence[str]) -> str:
+        """``filters`` as stored (sorted, space separated: subjects hold no spaces)."""
+        return " ".join(sorted(set(filters)))
 
 
 class LedgerEntry(NamedTuple):
@@ -65,6 +106,16 @@ class LedgerTx(abc.ABC):
 
         Entries must be sorted by ``(stream, seq)`` and unique.
         """
+
+    def horizons(self, stream: str, consumer: str) -> list[Horizon]:
+        """The prune horizons of ``consumer`` on ``stream``, read inside the transaction.
+
+        Called before :meth:`claim`: a prune that raises a horizon and deletes its rows
+        either commits before this read (which then sees it) or waits for this
+        transaction to end (SQLite's write lock; a PostgreSQL advisory lock).
+        Ledgers without horizons return none.
+        """
+        return []
 
     @abc.abstractmethod
     def commit(self) -> None:
@@ -195,8 +246,26 @@ class Ledger(abc.ABC):
         return int(row[0])
 
     @abc.abstractmethod
-    def prune(self, stream: str, up_to_seq: int, limit: int = 10_000) -> int:
-        """Delete at most ``limit`` sequence rows with ``seq <= up_to_seq``; return how many."""
+    def prune(
+        self,
+        stream: str,
+        up_to_seq: int,
+        limit: int = 10_000,
+        *,
+        consumer: str | None = None,
+        filters: Sequence[str] = (),
+    ) -> int:
+        """Delete at most ``limit`` sequence rows with ``seq <= up_to_seq``; return how many.
+
+        ``up_to_seq`` must be at or below ``consumer``'s ack floor. With ``consumer``,
+        the span deleted is added to its :class:`Horizon` (with its ``filters``) in the
+        same transaction, so a redelivery of a pruned message is still not applied
+        again; without it, a pruned message delivered again is applied again.
+        """
+
+    def horizons(self, stream: str, consumer: str) -> list[Horizon]:
+        """The prune horizons of ``consumer`` on ``stream`` (outside any transaction)."""
+        return []
 
     def __enter__(self) -> Ledger:
         self.open()

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
 from .._dsn import postgres_url
 from .._errors import ConfigError, LedgerError
 from .._private import redact_url, scrub, split_url, url_secrets
-from ._base import KeyMode, Ledger, LedgerEntry, LedgerTx, check_key
+from ._base import HORIZONS, Horizon, KeyMode, Ledger, LedgerEntry, LedgerTx, check_key
 
 __all__ = ["PostgresLedger"]
 
@@ -21,7 +22,28 @@ _SCHEMA = (
     " stream TEXT NOT NULL, msg_id TEXT NOT NULL, seq BIGINT NOT NULL,"
     " applied_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (stream, msg_id))",
     "CREATE INDEX IF NOT EXISTS oncestream_msg_ids_age ON oncestream_msg_ids (applied_at)",
+    f"CREATE TABLE IF NOT EXISTS {HORIZONS} ("
+    " stream TEXT NOT NULL, consumer TEXT NOT NULL, filters TEXT NOT NULL,"
+    " first_seq BIGINT NOT NULL, last_seq BIGINT NOT NULL,"
+    " pruned_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (stream, consumer, filters))",
 )
+_HORIZONS = (
+    f"SELECT first_seq, last_seq, filters FROM {HORIZONS} WHERE stream = %s AND consumer = %s"
+)
+#: Claims of a stream (shared) exclude its pruning (exclusive): a horizon read after the
+#: lock is granted sees every prune committed before, and a later prune waits for the
+#: claim's transaction to end. Two int4 keys: apart from the bigint key of the DDL lock.
+_HORIZON_LOCK = 74022
+
+
+def _stream_key(stream: str) -> int:
+    """The stream's advisory lock key (a signed 32-bit CRC of its name)."""
+    return zlib.crc32(stream.encode()) - 2**31
+
+
+def _read_horizons(con: Any, stream: str, consumer: str) -> list[Horizon]:
+    rows = con.execute(_HORIZONS, (stream, consumer)).fetchall()
+    return [Horizon(int(first), int(last), tuple(filters.split())) for first, last, filters in rows]
 
 
 def _psycopg() -> Any:
@@ -82,6 +104,17 @@ class _PostgresTx(LedgerTx):
             new and (not e.msg_id or (e.stream, e.seq) in claimed)
             for e, new in zip(entries, fresh, strict=True)
         ]
+
+    def horizons(self, stream: str, consumer: str) -> list[Horizon]:
+        psycopg = _psycopg()
+        con = self.connection
+        try:
+            con.execute(
+                "SELECT pg_advisory_xact_lock_shared(%s, %s)", (_HORIZON_LOCK, _stream_key(stream))
+            )
+            return _read_horizons(con, stream, consumer)
+        except psycopg.Error as exc:  # the first step of a claim, and reported as one
+            raise self.ledger.error("claim", exc) from exc
 
     def commit(self) -> None:
         if self.open:
@@ -189,16 +222,49 @@ class PostgresLedger(Ledger):
         finally:
             con.rollback()
 
-    def prune(self, stream: str, up_to_seq: int, limit: int = 10_000) -> int:
+    def horizons(self, stream: str, consumer: str) -> list[Horizon]:
         psycopg = _psycopg()
         con = self.connection
         try:
-            deleted = con.execute(
-                "DELETE FROM oncestream_applied WHERE stream = %s AND seq IN ("
+            return _read_horizons(con, stream, consumer)
+        except psycopg.Error as exc:
+            raise self.error("read the prune horizon", exc) from exc
+        finally:
+            con.rollback()
+
+    def prune(
+        self,
+        stream: str,
+        up_to_seq: int,
+        limit: int = 10_000,
+        *,
+        consumer: str | None = None,
+        filters: Sequence[str] = (),
+    ) -> int:
+        psycopg = _psycopg()
+        con = self.connection
+        try:
+            if consumer is not None:
+                con.execute(
+                    "SELECT pg_advisory_xact_lock(%s, %s)", (_HORIZON_LOCK, _stream_key(stream))
+                )
+            row = con.execute(
+                "WITH gone AS (DELETE FROM oncestream_applied WHERE stream = %s AND seq IN ("
                 " SELECT seq FROM oncestream_applied WHERE stream = %s AND seq <= %s"
-                " ORDER BY seq LIMIT %s)",
+                " ORDER BY seq LIMIT %s) RETURNING seq)"
+                " SELECT count(*), min(seq), max(seq) FROM gone",
                 (stream, stream, up_to_seq, limit),
-            ).rowcount
+            ).fetchone()
+            deleted = int(row[0])
+            if deleted and consumer is not None:
+                con.execute(
+                    f"INSERT INTO {HORIZONS} (stream, consumer, filters, first_seq, last_seq)"
+                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (stream, consumer, filters)"
+                    f" DO UPDATE SET first_seq = least({HORIZONS}.first_seq, excluded.first_seq),"
+                    f" last_seq = greatest({HORIZONS}.last_seq, excluded.last_seq),"
+                    " pruned_at = now()",
+                    (stream, consumer, Horizon.key(filters), row[1], row[2]),
+                )
             if self.key == "msg_id":
                 con.execute(
                     "DELETE FROM oncestream_msg_ids WHERE ctid IN ("
@@ -210,4 +276,4 @@ class PostgresLedger(Ledger):
         except psycopg.Error as exc:
             con.rollback()
             raise self.error("prune", exc) from exc
-        return int(deleted)
+        return deleted

@@ -9,9 +9,10 @@ from urllib.parse import quote
 from .._dsn import parse_dsn
 from .._errors import ConfigError, LedgerError
 from .._private import redact_url, scrub
+from ._base import HORIZONS, Horizon
 from ._sqlite import OLD_TABLE, RUNS, write_problem
 
-__all__ = ["check_ledger_target", "read_applied_count"]
+__all__ = ["check_ledger_target", "read_applied_count", "read_horizons"]
 
 _COUNT = "SELECT count(*) FROM oncestream_applied WHERE stream = "
 #: SQLite: the runs, plus the rows of a ledger no newer oncestream has opened yet.
@@ -75,6 +76,46 @@ def read_applied_count(url: str, stream: str) -> int:
         raise LedgerError(f"cannot read the ledger {shown}: {reason}") from None
     assert row is not None
     return int(row[0])
+
+
+def read_horizons(url: str, stream: str, consumer: str) -> list[Horizon]:
+    """The prune horizons the ledger at ``url`` records for ``consumer`` (read-only).
+
+    A ledger written before horizons existed has none.
+
+    Raises:
+        ConfigError: no ledger there (no such file, or not a ledger), or a bad URL.
+        LedgerError: the database could not be reached or read.
+    """
+    read_applied_count(url, stream)  # the same checks: a ledger, readable, at that URL
+    dsn = parse_dsn(url, "--ledger")
+    shown = redact_url(url.strip())
+    query = f"SELECT first_seq, last_seq, filters FROM {HORIZONS} WHERE stream = "
+    if dsn.kind == "sqlite":
+        assert dsn.path is not None
+        try:
+            con = sqlite3.connect(f"file:{quote(os.path.abspath(dsn.path))}?mode=ro", uri=True)
+            try:
+                rows = con.execute(query + "? AND consumer = ?", (stream, consumer)).fetchall()
+            finally:
+                con.close()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return []
+            raise LedgerError(f"cannot read the ledger {dsn.path}: {exc}") from exc
+    else:
+        import psycopg
+
+        try:
+            with psycopg.connect(dsn.url, autocommit=True, connect_timeout=5) as pg:
+                pg.execute("SET default_transaction_read_only = on")
+                rows = pg.execute(query + "%s AND consumer = %s", (stream, consumer)).fetchall()
+        except psycopg.errors.UndefinedTable:
+            return []
+        except psycopg.Error as exc:
+            reason = scrub(" ".join(str(exc).split()), dsn.secrets())
+            raise LedgerError(f"cannot read the ledger {shown}: {reason}") from None
+    return [Horizon(int(first), int(last), tuple(filters.split())) for first, last, filters in rows]
 
 
 def check_ledger_target(url: str) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .._errors import ConfigError, LedgerError, LedgerUnusable
-from ._base import KeyMode, Ledger, LedgerEntry, LedgerTx, check_key
+from ._base import HORIZONS, Horizon, KeyMode, Ledger, LedgerEntry, LedgerTx, check_key
 
 __all__ = ["OLD_TABLE", "RUNS", "SQLiteLedger", "write_problem"]
 
@@ -44,6 +44,10 @@ _SCHEMA = (
     " stream TEXT NOT NULL, msg_id TEXT NOT NULL, seq INTEGER NOT NULL, applied_at REAL NOT NULL,"
     " PRIMARY KEY (stream, msg_id))",
     "CREATE INDEX IF NOT EXISTS oncestream_msg_ids_age ON oncestream_msg_ids (applied_at)",
+    f"CREATE TABLE IF NOT EXISTS {HORIZONS} ("
+    " stream TEXT NOT NULL, consumer TEXT NOT NULL, filters TEXT NOT NULL,"
+    " first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, pruned_at REAL NOT NULL,"
+    " PRIMARY KEY (stream, consumer, filters)) WITHOUT ROWID",
 )
 _MIGRATE = (
     f"CREATE TABLE IF NOT EXISTS {OLD_TABLE} ("
@@ -69,6 +73,20 @@ _OVERLAPPING = (
     " WHERE stream = ? AND first_seq BETWEEN ? AND ?"
 )
 _INSERT_RUN = f"INSERT INTO {RUNS} (stream, first_seq, last_seq, applied_at) VALUES (?, ?, ?, ?)"
+_HORIZONS = f"SELECT first_seq, last_seq, filters FROM {HORIZONS} WHERE stream = ? AND consumer = ?"
+_RAISE_HORIZON = (
+    f"INSERT INTO {HORIZONS} (stream, consumer, filters, first_seq, last_seq, pruned_at)"
+    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (stream, consumer, filters) DO UPDATE SET"
+    " first_seq = min(first_seq, excluded.first_seq),"
+    " last_seq = max(last_seq, excluded.last_seq), pruned_at = excluded.pruned_at"
+)
+
+
+def _horizons(con: sqlite3.Connection, stream: str, consumer: str) -> list[Horizon]:
+    return [
+        Horizon(first, last, tuple(filters.split()))
+        for first, last, filters in con.execute(_HORIZONS, (stream, consumer))
+    ]
 
 
 def _runs(seqs: Sequence[int]) -> list[tuple[int, int]]:
@@ -190,6 +208,12 @@ class _SQLiteTx(LedgerTx):
             new_ids,
         )
         return result
+
+    def horizons(self, stream: str, consumer: str) -> list[Horizon]:
+        try:
+            return _horizons(self.connection, stream, consumer)
+        except sqlite3.Error as exc:  # the first step of a claim, and reported as one
+            raise self.ledger.failure("claim", exc) from exc
 
     def commit(self) -> None:
         if self.open:
@@ -387,10 +411,25 @@ class SQLiteLedger(Ledger):
     def _fetchone(self, sql: str, params: Sequence[Any]) -> Any:
         return self.connection.execute(sql, params).fetchone()
 
-    def prune(self, stream: str, up_to_seq: int, limit: int = 10_000) -> int:
+    def horizons(self, stream: str, consumer: str) -> list[Horizon]:
+        try:
+            return _horizons(self.connection, stream, consumer)
+        except sqlite3.Error as exc:
+            raise self.failure("read the prune horizon", exc) from exc
+
+    def prune(
+        self,
+        stream: str,
+        up_to_seq: int,
+        limit: int = 10_000,
+        *,
+        consumer: str | None = None,
+        filters: Sequence[str] = (),
+    ) -> int:
         """Forget the sequences ``<= up_to_seq`` of at most ``limit`` runs; how many sequences.
 
-        A run that reaches past ``up_to_seq`` is cut short at its start.
+        A run that reaches past ``up_to_seq`` is cut short at its start. With
+        ``consumer``, the span forgotten joins its horizon in the same transaction.
         """
         con = self.connection
         try:
@@ -413,6 +452,11 @@ class SQLiteLedger(Ledger):
                         (up_to_seq + 1, stream, first),
                     )
                     deleted += up_to_seq + 1 - first
+            if runs and consumer is not None:
+                span = (runs[0][0], max(min(last, up_to_seq) for _, last in runs))
+                con.execute(
+                    _RAISE_HORIZON, (stream, consumer, Horizon.key(filters), *span, time.time())
+                )
             if self.key == "msg_id":
                 con.execute(
                     "DELETE FROM oncestream_msg_ids WHERE rowid IN ("

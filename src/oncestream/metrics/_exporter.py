@@ -68,6 +68,12 @@ _PROCESSOR_COUNTERS = (
         "Redeliveries (delivery count > 1) of messages already applied: an ack the server "
         "took too late or never got; suppressed by the ledger.",
     ),
+    (
+        "max_deliver_exhausted",
+        "exhausted",
+        "Messages the server stopped delivering at the consumer's max_deliver (then "
+        "dead-lettered from the stream, or found applied, or the run failed).",
+    ),
     ("takeovers", "takeovers", "Times this instance became the active one of a pinned group."),
     ("demotions", "demotions", "Times it stopped being the active one (the pin moved on)."),
 )

@@ -17,6 +17,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from .._connection import Connection
 from .._errors import OncestreamError
@@ -25,6 +26,9 @@ from .._message import Message
 from ..tracing import Tracer
 from ._deadletter import dead_letter_headers, publish_dead_letter
 from ._options import ProcessorOptions, ProcessorStats
+
+if TYPE_CHECKING:
+    from ._maxdeliver import DeliveryLimit
 
 __all__ = ["Acknowledger"]
 
@@ -83,6 +87,8 @@ class Acknowledger:
         #: Spans of failed messages' outcomes (``retried``, ``dead_lettered``).
         self.tracer: Tracer | None = None
         self.batch_started_ns = 0
+        #: The consumer's max_deliver as the Processor knows it (None: only its own count).
+        self.limit: DeliveryLimit | None = None
 
     # -- the batch being applied (for in-progress acks)
 
@@ -163,15 +169,34 @@ class Acknowledger:
     # -- failures
 
     async def failed(self, msg: Message, error: BaseException) -> None:
-        """The handler failed for ``msg``: nak it with backoff, or dead-letter it."""
+        """The handler failed for ``msg``: nak it with backoff, or dead-letter it.
+
+        Raises:
+            MaxDeliverError: the consumer has a ``max_deliver`` now and no dead-letter
+                stream is configured (``msg`` is nak'ed first while it has deliveries
+                left, and left to the server otherwise).
+        """
         self.stats.failed += 1
         metadata = msg.metadata
         attempts, seq = metadata.num_delivered, metadata.stream_seq
         text = f"{type(error).__name__}: {error}"
         opts = self.options
-        if attempts >= opts.max_deliver:
+        limit = self.limit
+        max_attempts = opts.max_deliver
+        if limit is not None:
+            await limit.refresh()  # lowered under this Processor? (at most once a second)
+            stop = limit.failing(seq, attempts)
+            if stop is not None:
+                if attempts < limit.consumer_max:
+                    await self.nak([msg], opts.backoff[min(attempts, len(opts.backoff)) - 1])
+                # At its last delivery a nak would drop it at once; left alone it is
+                # delivered again after the ack wait if the limit is lifted by then.
+                raise stop
+            max_attempts = limit.attempts()
+        if attempts >= max_attempts:
             if self.dlq_subject:
-                if await self._dead_letter(msg, seq, attempts, text):
+                if await self.dead_letter(msg, seq, attempts, text):
+                    await self.send([msg.reply], _TERM)
                     self._trace(msg, "dead_lettered")
                     return
             else:
@@ -204,7 +229,10 @@ class Acknowledger:
                 [msg], outcome, self.batch_started_ns, stream=self.stream, consumer=self.consumer
             )
 
-    async def _dead_letter(self, msg: Message, seq: int, attempts: int, text: str) -> bool:
+    async def dead_letter(self, msg: Message, seq: int, attempts: int, text: str) -> bool:
+        """Publish ``msg`` (stream sequence ``seq``) to the dead-letter stream and wait for
+        its PubAck; False when it was not stored (logged; the caller retries later).
+        The caller terminates the original (``+TERM``) when it is still delivered."""
         assert self.conn is not None
         headers = dead_letter_headers(
             msg, stream=self.stream, consumer=self.consumer, seq=seq, attempts=attempts, error=text
@@ -222,7 +250,6 @@ class Acknowledger:
                 "dead letter for %s seq %d not stored (%s); retrying later", self.stream, seq, exc
             )
             return False
-        await self.send([msg.reply], _TERM)
         self.stats.dead_lettered += 1
         log.warning(
             "%s seq %d dead-lettered to %s after %d attempts: %s",

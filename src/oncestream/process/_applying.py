@@ -91,6 +91,8 @@ class Applier:
         #: Spans of the outcomes (set by a Processor with ``tracing``), and where they start.
         self.tracer: Tracer | None = None
         self.batch_started_ns = 0
+        #: Whose prune horizons decide what was finished before (set by the Processor;
+        #: "" reads none).
         self.stream = self.consumer = ""
 
     async def db(self, func: Callable[..., Any], *args: Any) -> Any:
@@ -163,7 +165,7 @@ class Applier:
         try:
             if self.fence is not None:
                 self.fence(tx)
-            fresh = tx.claim(entries)
+            fresh = self.claim(tx, entries, msgs)
             handler = self.handler if not self.stats.observers else self._timed_handler
             index = 0
             try:
@@ -184,6 +186,25 @@ class Applier:
             tx.rollback()
             raise
         return tx, fresh
+
+    def claim(
+        self, tx: LedgerTx, entries: Sequence[LedgerEntry], msgs: Sequence[Message]
+    ) -> list[bool]:
+        """``tx.claim(entries)`` for the messages outside every prune horizon of the
+        consumer; the ones inside (pruned, so finished before) are not fresh."""
+        horizons = tx.horizons(self.stream, self.consumer) if self.consumer else []
+        # Sorted by sequence: a batch that starts above every horizon (the usual
+        # case, new messages) needs no look at each message.
+        if not horizons or entries[0].seq > max(h.last_seq for h in horizons):
+            return tx.claim(entries)
+        inside = [
+            any(h.covers(entry.seq, msg.subject) for h in horizons)
+            for entry, msg in zip(entries, msgs, strict=True)
+        ]
+        if not any(inside):
+            return tx.claim(entries)
+        claimed = iter(tx.claim([e for e, done in zip(entries, inside, strict=True) if not done]))
+        return [False if done else next(claimed) for done in inside]
 
     def _handler_error(self, index: int, exc: Exception) -> Exception:
         """A handler's exception: the database failing (retried, or fatal), or the handler."""
@@ -275,7 +296,7 @@ class Applier:
         try:
             if self.fence is not None:
                 await self._call_db(self.fence, tx)
-            fresh = await self._call_db(tx.claim, entries)
+            fresh = await self._call_db(self.claim, tx, entries, msgs)
             calls: list[tuple[int, Message | list[Message]]]
             if self.batched:
                 todo = _fresh_only(fresh, msgs)

@@ -43,7 +43,10 @@ class ProcessorOptions:
             raises ``NoResponders``; None (default) rides through any outage.
             Only a consumer the server confirms deleted ends the run sooner.
         ack_wait: the consumer's ack wait when the Processor creates it (or binds).
-        max_deliver: handler attempts before a message is dead-lettered.
+        max_deliver: handler attempts before a message is dead-lettered (fewer when the
+            consumer's own ``max_deliver`` is lowered under a running Processor: it
+            dead-letters before the server's last delivery; see
+            :class:`~oncestream.MaxDeliverError`).
         backoff: nak delays in seconds after the 1st, 2nd, ... failure (the last repeats).
         dead_letter_stream: stream that receives dead letters (created if absent,
             unless ``bind``); None keeps retrying failed messages with the last delay.
@@ -56,7 +59,8 @@ class ProcessorOptions:
         double_ack_timeout: seconds per confirmation attempt.
         double_ack_attempts: confirmation attempts before giving up (logged; the
             ledger still prevents a second application).
-        prune_interval: seconds between ledger pruning rounds (0 = never).
+        prune_interval: seconds between ledger pruning rounds (0 = never). What a round
+            deletes is recorded as the consumer's prune horizon: still never applied again.
         prune_grace: only prune up to the ack floor observed at least this long ago.
         prune_limit: rows deleted per pruning round at most.
         max_ack_pending: the consumer's max_ack_pending when created (at least
@@ -238,6 +242,9 @@ class ProcessorStats:
     late_acks: int = 0
     #: Stored message schedules (``Nats-Schedule``) acked without calling the handler.
     schedules_skipped: int = 0
+    #: Messages the server stopped delivering at the consumer's ``max_deliver`` (then
+    #: dead-lettered from the stream, found applied, or the run failed: never lost silently).
+    exhausted: int = 0
     #: Times this instance became the active one of a pinned priority group.
     takeovers: int = 0
     #: Times it stopped being the active one (the pin moved on).

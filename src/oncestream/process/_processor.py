@@ -37,6 +37,7 @@ from .._errors import (
     ConfigError,
     JetStreamError,
     LedgerUnusable,
+    MaxDeliverError,
     OncestreamError,
     OperationTimeout,
 )
@@ -50,6 +51,7 @@ from ..read import MessageStream
 from ..tracing import tracer
 from ._acking import Acknowledger
 from ._applying import Applier, BatchHandler, Handler
+from ._maxdeliver import DeliveryLimit
 from ._options import ProcessorOptions, ProcessorStats
 from ._pinning import (
     OwnerCheck,
@@ -59,7 +61,7 @@ from ._pinning import (
     reset_to_ack_floor,
     take_over,
 )
-from ._setup import FloorHistory, check_handler, setup_consumer
+from ._setup import FloorHistory, check_handler, consumer_filters, setup_consumer
 
 __all__ = ["BatchHandler", "Handler", "Processor", "ProcessorOptions", "ProcessorStats"]
 
@@ -154,14 +156,16 @@ class Processor:
             buffered=self._buffered_replies,
         )
         self._unsent = _UnsentAcks()
+        self._applier.stream, self._applier.consumer = self.stream, self.consumer
         self._tracer = tracer(self.options.tracing, "processor")
         if self._tracer is not None:
             self._applier.tracer = self._acks.tracer = self._tracer
-            self._applier.stream, self._applier.consumer = self.stream, self.consumer
         #: Pinned priority group: the pin this instance applies under (None: standby).
         self.active_pin: str | None = None
         #: ``time.time()`` of the last takeover (0.0: never).
         self.took_over_at = 0.0
+        #: What ends the run once it has stopped (a message dropped by max_deliver).
+        self._fatal: MaxDeliverError | None = None
 
     def _buffered_replies(self) -> list[str]:
         return self._pull.buffered_replies() if self._pull is not None else []
@@ -187,6 +191,9 @@ class Processor:
             LedgerUnusable: the ledger's database is corrupt, not a database, read-only
                 or cannot be opened (retrying cannot help; the batch is nak'ed).
             LedgerError: the ledger cannot be opened.
+            MaxDeliverError: the consumer's ``max_deliver`` was set under this Processor
+                without a dead-letter stream, or the server stopped delivering a message
+                it had not applied (``ConfigError`` when the consumer has such a limit at start).
         """
         owned = self.conn is None
         if self.conn is None:
@@ -199,6 +206,9 @@ class Processor:
                 require_reset(conn, "a pinned priority group")
                 self._applier.fence = self._owner_check(None)
             await self._setup_consumer(conn)
+            self._acks.limit = limit = DeliveryLimit(self._acks, self._applier, self._fail)
+            await limit.subscribe()  # before the first pull: no drop goes unseen
+            self._tasks.append(asyncio.create_task(limit.watch()))
             conn.on_reconnect(self._unsent.reconnected)
             self._pull = MessageStream(
                 conn, self.stream, self.consumer, self.options.pull_options()
@@ -209,6 +219,8 @@ class Processor:
                 self._tasks.append(asyncio.create_task(self._prune_loop()))
             self._running.set()
             await self._loop_batches(self._pull)
+            if self._fatal is not None:
+                raise self._fatal
         finally:
             conn.remove_reconnect_listener(self._unsent.reconnected)
             await self._shutdown()
@@ -217,6 +229,12 @@ class Processor:
             self._done.set()
             self._progress.set()
         return self.stats
+
+    def _fail(self, error: MaxDeliverError) -> None:
+        """End the run with ``error`` (the in-flight batch is finished first)."""
+        if self._fatal is None:
+            self._fatal = error
+        self.request_stop()
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to finish the in-flight batch and return (signal-handler safe)."""
@@ -486,12 +504,19 @@ class Processor:
             await asyncio.sleep(opts.prune_interval)
             try:
                 info = await self.conn.consumer_info(self.stream, self.consumer)
+                if self._acks.limit is not None:
+                    unsafe = self._acks.limit.note(info.get("config") or {})
+                    if unsafe is not None:
+                        self._fail(unsafe)
+                filters = consumer_filters(info.get("config") or {})
                 floor = int(info.get("ack_floor", {}).get("stream_seq", 0))
-                up_to = self._floors.prunable(floor, time.monotonic())
+                up_to = self._floors.prunable(floor, time.monotonic(), filters)
                 if up_to:
-                    deleted = await self._applier.db(
-                        self.ledger.prune, self.stream, up_to, opts.prune_limit
+                    # The span deleted joins the consumer's prune horizon (same transaction).
+                    prune = functools.partial(
+                        self.ledger.prune, consumer=self.consumer, filters=filters
                     )
+                    deleted = await self._applier.db(prune, self.stream, up_to, opts.prune_limit)
                     self.stats.pruned += deleted
                     self._progress.set()
             except asyncio.CancelledError:

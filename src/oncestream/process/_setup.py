@@ -13,9 +13,10 @@ from .._names import (
 )
 from ..read import StartPosition
 from ..streams import add_stream
+from ._maxdeliver import refusal
 from ._options import ProcessorOptions
 
-__all__ = ["FloorHistory", "check_handler", "setup_consumer"]
+__all__ = ["FloorHistory", "check_handler", "consumer_filters", "setup_consumer"]
 
 
 async def setup_consumer(
@@ -105,13 +106,9 @@ def _validate_consumer(
         raise ConfigError(
             f"{where} has ack_policy {config.get('ack_policy')!r}; the Processor needs 'explicit'"
         )
-    max_deliver = int(config.get("max_deliver", -1) or -1)
-    if 0 < max_deliver <= opts.max_deliver and opts.dead_letter_stream:
-        raise ConfigError(
-            f"{where} has max_deliver {max_deliver}; with a dead-letter stream it must be "
-            f"-1 or > the Processor's max_deliver ({opts.max_deliver}), otherwise "
-            f"the server stops redelivering before the message is dead-lettered"
-        )
+    refused = refusal(config, stream, consumer, opts)
+    if refused:
+        raise ConfigError(refused)
     if opts.start is not None and not opts.start.matches(config):
         raise ConfigError(
             f"{where} already exists and starts at {StartPosition.describe_config(config)}, not at "
@@ -198,20 +195,33 @@ async def _ensure_dlq_stream(conn: Connection, name: str, subject: str) -> None:
         )
 
 
+def consumer_filters(config: dict[str, Any]) -> tuple[str, ...]:
+    """The filter subjects of a consumer config (empty: it takes every subject)."""
+    filters = [config["filter_subject"]] if config.get("filter_subject") else []
+    return tuple(filters + list(config.get("filter_subjects") or []))
+
+
 class FloorHistory:
     """Ack floors seen over time; what may be pruned is the floor seen ``grace`` seconds ago.
 
     A redelivered copy of a message can only exist if it was delivered before
     the ack floor passed it, and it may still sit in another instance's buffer
     for a while: pruning up to an older floor leaves that copy its ledger row.
+    A floor counts for the consumer's filter when it was seen: when the filter
+    changes, the floors seen before are forgotten.
     """
 
     def __init__(self, grace: float) -> None:
         self.grace = grace
         self._samples: list[tuple[float, int]] = []
+        self._filters: tuple[str, ...] = ()
 
-    def prunable(self, floor: int, now: float) -> int:
-        """Record ``floor`` observed at ``now``; return the sequence to prune up to (0 = none)."""
+    def prunable(self, floor: int, now: float, filters: tuple[str, ...] = ()) -> int:
+        """Record ``floor`` observed at ``now`` under ``filters``; return the sequence to
+        prune up to (0 = none), a floor seen under the same filters."""
+        if filters != self._filters:
+            self._samples.clear()
+            self._filters = filters
         self._samples.append((now, floor))
         old = [f for t, f in self._samples if now - t >= self.grace]
         self._samples = [(t, f) for t, f in self._samples if now - t < self.grace]

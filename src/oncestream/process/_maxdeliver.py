@@ -1,0 +1,314 @@
+"""The consumer's ``max_deliver``: never what ends a message's retries without a trace.
+
+After ``max_deliver`` deliveries the server stops delivering a message and moves
+the consumer's ack floor past it: nothing pending, nothing unacknowledged, no
+error. The Processor counts attempts itself and dead-letters before that, so the
+consumer it creates has no limit (-1). An existing consumer with a limit is
+checked at start (:func:`oncestream.process._setup.setup_consumer` refuses one
+that would drop a message); a limit set or lowered while the Processor runs is
+learnt when a message fails (``CONSUMER.INFO``, at most once a second) and at each
+pruning round:
+
+- with a dead-letter stream, the Processor dead-letters after
+  ``min(max_deliver, consumer's max_deliver - 1)`` attempts: before the server's
+  last delivery, which stays spare for a crash during the dead-lettering;
+- without one, the run fails with :class:`~oncestream.MaxDeliverError`, naming the fix.
+
+If the server drops a message all the same (a limit set between two checks, a
+``bind`` Processor that cannot read the consumer), its advisory
+``$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>`` (sent by
+nats-server ``consumer.go`` when a delivery would exceed the limit, to subscribers
+only) is handled: a message the ledger holds was applied (its ack was late); any
+other is dead-lettered from the stream, in a ledger transaction that records it,
+or, without a dead-letter stream, the run fails with ``MaxDeliverError`` naming
+its sequence. Either way it is counted (``ProcessorStats.exhausted``) and logged
+as an error; it is never counted as applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .._connection import Connection
+from .._errors import MaxDeliverError, MessageNotFound, OncestreamError
+from .._headers import msg_id_key
+from .._message import Message
+from .._nats import FrameSubscription
+from ..ledger import LedgerEntry
+from ..streams import get_message
+from ._acking import Acknowledger
+from ._applying import Applier
+from ._options import ProcessorOptions
+from ._pinning import Superseded
+
+__all__ = ["DeliveryLimit", "advisory_subject", "refusal"]
+
+log = logging.getLogger("oncestream.processor")
+
+#: Seconds between two ``CONSUMER.INFO`` reads on failures (a poison flood costs one a second).
+_REFRESH = 1.0
+
+
+def advisory_subject(stream: str, consumer: str) -> str:
+    """The server's advisory for a message that reached the consumer's ``max_deliver``."""
+    return f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.{consumer}"
+
+
+def _fix(stream: str, consumer: str) -> str:
+    return (
+        f"`oncestream consumer edit {stream} {consumer} --max-deliver -1` (the Processor "
+        "counts attempts itself), or run the Processor with a dead-letter stream "
+        "(--dead-letter-stream)"
+    )
+
+
+def refusal(
+    config: dict[str, Any], stream: str, consumer: str, opts: ProcessorOptions
+) -> str | None:
+    """Why a Processor with ``opts`` must not start on a consumer with ``config``, or None."""
+    limit = int(config.get("max_deliver", -1) or -1)
+    if limit <= 0:
+        return None
+    where = f"consumer {stream}/{consumer}"
+    if not opts.dead_letter_stream:
+        return (
+            f"{where} has max_deliver {limit} and no dead-letter stream is configured: the "
+            f"server would stop delivering a message that failed {limit} times, and it would "
+            f"be neither applied nor dead-lettered. Fix: {_fix(stream, consumer)}"
+        )
+    if limit <= opts.max_deliver:
+        return (
+            f"{where} has max_deliver {limit}; with a dead-letter stream it must be "
+            f"-1 or > the Processor's max_deliver ({opts.max_deliver}), otherwise "
+            f"the server stops redelivering before the message is dead-lettered. Fix: "
+            f"`oncestream consumer edit {stream} {consumer} --max-deliver -1`, or a lower "
+            f"--max-deliver for the Processor"
+        )
+    return None
+
+
+class DeliveryLimit:
+    """What a running Processor knows of its consumer's ``max_deliver``, and acts on.
+
+    Args:
+        acks: the Processor's acknowledging part (its connection, dead-letter subject,
+            options and counters).
+        applier: its applying part (the ledger, its lock, the prune horizons).
+        fail: called with the :class:`MaxDeliverError` that must end the run.
+    """
+
+    def __init__(
+        self, acks: Acknowledger, applier: Applier, fail: Callable[[MaxDeliverError], None]
+    ) -> None:
+        self.acks = acks
+        self.applier = applier
+        self.fail = fail
+        self.stream, self.consumer = acks.stream, acks.consumer
+        #: The consumer's max_deliver as last read (-1: none, or not known: ``bind``).
+        self.consumer_max = -1
+        self._read_at = -_REFRESH
+        self._drops: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
+        self._sub: FrameSubscription | None = None
+
+    @property
+    def options(self) -> ProcessorOptions:
+        return self.acks.options
+
+    # -- what the consumer's limit is -------------------------------------------------
+
+    def note(self, config: dict[str, Any]) -> MaxDeliverError | None:
+        """A consumer config read anywhere (a failure's refresh, a pruning round); the
+        error that must end the run when its limit would drop a message, else None."""
+        limit = int(config.get("max_deliver", -1) or -1)
+        limit = limit if limit > 0 else -1
+        changed, self.consumer_max = limit != self.consumer_max, limit
+        if limit > 0 and not self.acks.dlq_subject:
+            return self._error("seen by a pruning round, before any message failed", limit)
+        if changed and 0 < limit <= self.options.max_deliver:
+            log.warning(
+                "%s/%s: the consumer's max_deliver is %d now (lower than the Processor's %d): "
+                "failed messages are dead-lettered after %d attempts, before the server's "
+                "last delivery",
+                self.stream,
+                self.consumer,
+                limit,
+                self.options.max_deliver,
+                self.attempts(),
+            )
+        return None
+
+    async def refresh(self) -> None:
+        """Read the consumer's config again, at most once a second (never with ``bind``)."""
+        conn = self.acks.conn
+        if self.options.bind or conn is None or time.monotonic() - self._read_at < _REFRESH:
+            return
+        self._read_at = time.monotonic()
+        try:
+            info = await conn.consumer_info(self.stream, self.consumer)
+        except OncestreamError as exc:  # the next failure asks again; the advisory stays
+            log.debug("consumer info for max_deliver not read: %s", exc)
+            return
+        self.note(info.get("config") or {})  # the failure itself says what to do
+
+    def attempts(self) -> int:
+        """Attempts after which a failed message is dead-lettered."""
+        limit = self.consumer_max
+        if limit <= 0:
+            return self.options.max_deliver
+        return min(self.options.max_deliver, max(limit - 1, 1))
+
+    def failing(self, seq: int, delivered: int) -> MaxDeliverError | None:
+        """The error that ends the run when message ``seq`` failed and the consumer's limit
+        would drop it (no dead-letter stream); None when it is safe to retry."""
+        if self.consumer_max <= 0 or self.acks.dlq_subject:
+            return None
+        return self._error(
+            f"{self.stream} seq {seq} failed (delivery {delivered} of {self.consumer_max})",
+            self.consumer_max,
+        )
+
+    def _error(self, what: str, limit: int, seqs: tuple[int, ...] = ()) -> MaxDeliverError:
+        where = f"{self.stream}/{self.consumer}"
+        return MaxDeliverError(
+            f"consumer {where} has max_deliver {limit} while this Processor runs ({what}), and "
+            f"no dead-letter stream is configured: the server stops delivering a message after "
+            f"{limit} deliveries, and it would be neither applied nor dead-lettered. Fix: "
+            f"{_fix(self.stream, self.consumer)}; then start the Processor again",
+            stream=self.stream,
+            consumer=self.consumer,
+            max_deliver=limit,
+            seqs=seqs,
+        )
+
+    # -- a message the server stopped delivering ------------------------------------
+
+    async def subscribe(self) -> None:
+        """Subscribe to the server's max-deliveries advisories of the consumer."""
+        conn = self.acks.conn
+        assert conn is not None
+        self._sub = await conn.subscribe_frames(
+            advisory_subject(self.stream, self.consumer), self._on_advisory
+        )
+
+    async def watch(self) -> None:
+        """Run until cancelled: settle each message an advisory names (after :meth:`subscribe`)."""
+        conn = self.acks.conn
+        assert conn is not None
+        try:
+            while True:
+                seq, deliveries = await self._drops.get()
+                try:
+                    await self._dropped(conn, seq, deliveries)
+                except OncestreamError as exc:
+                    log.error("%s seq %d dropped by the server: %s", self.stream, seq, exc)
+                    self.fail(
+                        MaxDeliverError(
+                            f"the server stopped delivering {self.stream} seq {seq} after "
+                            f"{deliveries} deliveries (consumer {self.stream}/{self.consumer} "
+                            f"max_deliver) and it could not be dead-lettered: {exc}",
+                            stream=self.stream,
+                            consumer=self.consumer,
+                            max_deliver=deliveries,
+                            seqs=(seq,),
+                        )
+                    )
+        finally:
+            if self._sub is not None:
+                await self._sub.unsubscribe()
+                self._sub = None
+
+    def _on_advisory(
+        self, _subject: bytes, _reply: bytes, data: bytes | bytearray, _headers: bytes | None
+    ) -> None:
+        try:
+            event = json.loads(bytes(data))
+            seq, deliveries = int(event["stream_seq"]), int(event.get("deliveries", 0))
+        except (ValueError, KeyError, TypeError):
+            log.warning("unreadable max-deliveries advisory: %r", bytes(data)[:200])
+            return
+        self._drops.put_nowait((seq, deliveries))
+
+    async def _dropped(self, conn: Connection, seq: int, deliveries: int) -> None:
+        """Settle one message the server will not deliver again."""
+        self.acks.stats.exhausted += 1
+        try:
+            stored = await get_message(conn, self.stream, seq=seq)
+        except MessageNotFound:
+            log.error(
+                "%s seq %d reached the consumer's max_deliver (%d deliveries) and is no "
+                "longer in the stream",
+                self.stream,
+                seq,
+                deliveries,
+            )
+            return
+        msg = Message(stored.subject, "", stored.data, None, raw_headers=stored.raw_headers)
+        key = msg_id_key(stored.raw_headers) if self.applier.ledger.key == "msg_id" else None
+        entry = LedgerEntry(self.stream, seq, key)
+        applier = self.applier
+        async with applier.lock:
+            tx = await asyncio.to_thread(applier.ledger.begin)
+            try:
+                if applier.fence is not None:
+                    try:
+                        await asyncio.to_thread(applier.fence, tx)
+                    except Superseded:  # a standby: the active instance settles it
+                        await asyncio.to_thread(tx.rollback)
+                        return
+                fresh = await asyncio.to_thread(applier.claim, tx, [entry], [msg])
+                if not fresh[0]:
+                    await asyncio.to_thread(tx.rollback)
+                    log.warning(
+                        "%s seq %d reached the consumer's max_deliver (%d deliveries) after it "
+                        "was applied (its ack came too late): nothing lost",
+                        self.stream,
+                        seq,
+                        deliveries,
+                    )
+                    return
+                if not self.acks.dlq_subject:
+                    await asyncio.to_thread(tx.rollback)
+                    self._lost(seq, deliveries)
+                    return
+                # Recorded with the dead letter: a copy still buffered is not applied too.
+                text = (
+                    f"MaxDeliverError: the server stopped delivering it after {deliveries} "
+                    f"deliveries (consumer {self.stream}/{self.consumer} max_deliver)"
+                )
+                if not await self.acks.dead_letter(msg, seq, deliveries, text):
+                    raise OncestreamError("the dead-letter publish was not confirmed")
+                await asyncio.to_thread(tx.commit)
+            except BaseException:
+                tx.rollback()
+                raise
+
+    def _lost(self, seq: int, deliveries: int) -> None:
+        where = f"{self.stream}/{self.consumer}"
+        log.error(
+            "%s seq %d: the server stopped delivering it after %d deliveries (consumer %s "
+            "max_deliver) and it was not applied",
+            self.stream,
+            seq,
+            deliveries,
+            where,
+        )
+        self.fail(
+            MaxDeliverError(
+                f"the server stopped delivering {self.stream} seq {seq} after {deliveries} "
+                f"deliveries (consumer {where} max_deliver {deliveries}) and no dead-letter "
+                f"stream is configured: it was not applied. Fix: "
+                f"{_fix(self.stream, self.consumer)}; then `oncestream consumer reset "
+                f"{self.stream} {self.consumer} --to-seq {seq}` before the Processor runs "
+                "again (the messages after it that were applied are in the ledger: acked, "
+                "not applied again)",
+                stream=self.stream,
+                consumer=self.consumer,
+                max_deliver=deliveries,
+                seqs=(seq,),
+            )
+        )

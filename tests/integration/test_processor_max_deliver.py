@@ -1,0 +1,191 @@
+"""A consumer's ``max_deliver`` never makes a failing message disappear (issue 38, defect 3).
+
+The server stops delivering a message after the consumer's ``max_deliver``
+deliveries and moves its ack floor past it: nothing is pending, nothing is
+unacknowledged, and no error is seen anywhere. The Processor refuses such a
+consumer without a dead-letter stream, dead-letters before the server's last
+delivery when the limit is lowered under it, and fails its run (``MaxDeliverError``)
+when the server drops a message it did not apply or dead-letter. Each test ends in
+one of: every message applied once or dead-lettered once, or the run failed naming
+``max_deliver``; never "caught up" with a message missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oncestream import (
+    ConfigError,
+    Connection,
+    MaxDeliverError,
+    Processor,
+    ProcessorOptions,
+    SQLiteLedger,
+)
+from oncestream.streams import update_consumer
+from tests._support import effects, fill_stream
+from tests.handlers import record, record_unless_7
+
+#: Messages 1..10; the handler fails on 7, every time.
+COUNT = 10
+
+
+def _opts(**kw: Any) -> ProcessorOptions:
+    base: dict[str, Any] = {"batch": 10, "ack_wait": 5, "expires": 5, "backoff": (0.05,)}
+    base.update(prune_interval=0)
+    base.update(kw)
+    return ProcessorOptions(**base)
+
+
+async def _add_consumer(conn: Connection, name: str, max_deliver: int) -> None:
+    config = {"durable_name": name, "ack_policy": "explicit", "max_deliver": max_deliver}
+    await conn.api(f"CONSUMER.CREATE.JOBS.{name}", {"stream_name": "JOBS", "config": config})
+
+
+async def _settled(conn: Connection, proc: Processor, task: asyncio.Task[Any]) -> None:
+    """Until the run ends, or the consumer looks done: nothing pending, nothing unacked."""
+    async with asyncio.timeout(30):
+        while not task.done():
+            info = await conn.consumer_info(proc.stream, proc.consumer)
+            if not info["num_pending"] and not info["num_ack_pending"]:
+                return
+            await asyncio.wait({task}, timeout=0.1)
+
+
+async def _dead_letters(conn: Connection) -> list[int]:
+    """The original sequences of the messages in the DLQ stream."""
+    info = await conn.stream_info("DLQ")
+    seqs = []
+    for seq in range(1, int(info["state"]["last_seq"]) + 1):
+        reply = await conn.api("STREAM.MSG.GET.DLQ", {"seq": seq})
+        block = base64.b64decode(reply["message"].get("hdrs", "")).decode()
+        for line in block.split("\r\n"):
+            if line.startswith("Oncestream-Sequence:"):
+                seqs.append(int(line.split(":", 1)[1]))
+    return seqs
+
+
+async def test_a_limited_consumer_without_dead_letter_stream_is_refused(
+    conn: Connection, make_stream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """`consumer add --max-deliver 3`, no dead-letter stream: refused at start, nothing lost."""
+    await make_stream("JOBS", ("jobs.>",))
+    await fill_stream(conn, "jobs.x", COUNT, start=1)
+    await _add_consumer(conn, "w", 3)
+    ledger = SQLiteLedger(tmp_path / "l.db")
+    proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=_opts())
+    task = asyncio.create_task(proc.run())
+    await _settled(conn, proc, task)
+    assert task.done(), f"no error, and the consumer shows nothing left: stats {proc.stats}"
+    with pytest.raises(ConfigError) as refused:
+        await task
+    text = str(refused.value)
+    assert "JOBS/w has max_deliver 3" in text
+    assert "oncestream consumer edit JOBS w --max-deliver -1" in text
+    assert "dead-letter stream" in text
+    info = await conn.consumer_info("JOBS", "w")
+    assert info["num_pending"] == COUNT  # refused before taking anything
+
+
+async def test_max_deliver_lowered_under_a_processor_with_a_dead_letter_stream(
+    conn: Connection, make_stream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """`consumer edit --max-deliver 2` under it: the failing message is dead-lettered once."""
+    await make_stream("JOBS", ("jobs.>",))
+    ledger = SQLiteLedger(tmp_path / "l.db")
+    opts = _opts(dead_letter_stream="DLQ")  # max_deliver 5: above the consumer's new limit
+    proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=opts)
+    task = asyncio.create_task(proc.run())
+    try:
+        await proc.wait_running()
+        await fill_stream(conn, "jobs.x", 6, start=1)
+        await proc.wait_until(lambda s: s.applied >= 6)
+        await update_consumer(conn, "JOBS", "w", {"max_deliver": 2})
+        await fill_stream(conn, "jobs.x", COUNT - 6, start=7)
+        await _settled(conn, proc, task)
+    finally:
+        await proc.stop()
+    await task
+    assert (proc.stats.applied, proc.stats.dead_lettered) == (COUNT - 1, 1), proc.stats
+    assert await _dead_letters(conn) == [7]
+    assert effects(tmp_path / "l.db") == (COUNT - 1, COUNT - 1)
+
+
+@pytest.mark.parametrize("limit", [3, 1])
+async def test_max_deliver_set_under_a_processor_without_dead_letter_stream(
+    conn: Connection, make_stream, tmp_path: Path, limit: int
+) -> None:  # type: ignore[no-untyped-def]
+    """Without a dead-letter stream the run fails naming max_deliver, before the server
+    drops the message: with the limit lifted, the next run applies it (limit 1: the
+    failure was its last delivery, left unacked to come back after the ack wait)."""
+    await make_stream("JOBS", ("jobs.>",))
+    ledger = SQLiteLedger(tmp_path / "l.db")
+    proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=_opts())
+    task = asyncio.create_task(proc.run())
+    await proc.wait_running()
+    await fill_stream(conn, "jobs.x", 6, start=1)
+    await proc.wait_until(lambda s: s.applied >= 6)
+    await update_consumer(conn, "JOBS", "w", {"max_deliver": limit})
+    await fill_stream(conn, "jobs.x", COUNT - 6, start=7)
+    try:
+        await _settled(conn, proc, task)
+    finally:
+        proc.request_stop()
+    with pytest.raises(MaxDeliverError) as failed:
+        await task
+    text = str(failed.value)
+    assert f"consumer JOBS/w has max_deliver {limit} while this Processor runs" in text
+    assert f"JOBS seq 7 failed (delivery 1 of {limit})" in text
+    assert "oncestream consumer edit JOBS w --max-deliver -1" in text
+    assert failed.value.seqs == () and failed.value.max_deliver == limit
+
+    await update_consumer(conn, "JOBS", "w", {"max_deliver": -1})  # the fix it names
+    fixed = Processor(conn, "JOBS", "w", record, ledger=ledger, options=_opts())
+    task = asyncio.create_task(fixed.run())
+    try:
+        await fixed.wait_until(lambda s: s.applied >= 1, timeout=20)  # seq 7
+        await fixed.wait_caught_up(10)
+    finally:
+        await fixed.stop()
+    await task
+    assert effects(tmp_path / "l.db") == (COUNT, COUNT)  # 7 was kept, and applied once
+
+
+@pytest.mark.parametrize("dead_letter", [False, True], ids=["no-dlq", "dlq"])
+async def test_a_message_the_server_drops_under_a_bound_processor(
+    conn: Connection, make_stream, tmp_path: Path, dead_letter: bool
+) -> None:  # type: ignore[no-untyped-def]
+    """bind=True makes no CONSUMER.INFO call: the server's advisory tells it of the drop."""
+    await make_stream("JOBS", ("jobs.>",))
+    if dead_letter:
+        await make_stream("DLQ", ("DLQ.>",))
+    await _add_consumer(conn, "w", 2)
+    await fill_stream(conn, "jobs.x", COUNT, start=1)
+    ledger = SQLiteLedger(tmp_path / "l.db")
+    opts = _opts(bind=True, dead_letter_stream="DLQ" if dead_letter else None)
+    proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=opts)
+    task = asyncio.create_task(proc.run())
+    try:
+        await _settled(conn, proc, task)
+        if dead_letter:
+            await proc.wait_until(lambda s: s.dead_lettered >= 1, timeout=10)
+    finally:
+        proc.request_stop()
+    if dead_letter:
+        await task
+        assert (proc.stats.applied, proc.stats.dead_lettered) == (COUNT - 1, 1), proc.stats
+        assert proc.stats.exhausted == 1
+        assert await _dead_letters(conn) == [7]
+    else:
+        with pytest.raises(MaxDeliverError) as failed:
+            await task
+        text = str(failed.value)
+        assert "stopped delivering JOBS seq 7 after 2 deliveries" in text
+        assert failed.value.seqs == (7,)
+        assert proc.stats.exhausted == 1
+    assert effects(tmp_path / "l.db") == (COUNT - 1, COUNT - 1)
