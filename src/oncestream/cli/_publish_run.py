@@ -295,6 +295,14 @@ _READ_AHEAD = 1024
 _END = object()
 
 
+@dataclass(frozen=True)
+class _Raised:
+    """What ended the reader thread. Not the exception itself: a malformed line is an
+    item that is an exception (:class:`RecordError`), and must stay an item."""
+
+    exc: BaseException
+
+
 async def read_off_loop(items: Iterator[_Item]) -> AsyncIterator[_Item]:
     """Iterate ``items`` on a reader thread: a pipe that stays open and idle
     (``tail -F log | oncestream publish -``) must not stop the event loop, which
@@ -308,7 +316,7 @@ async def read_off_loop(items: Iterator[_Item]) -> AsyncIterator[_Item]:
                 asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
             outcome: object = _END
         except BaseException as exc:  # handed to the loop, raised there
-            outcome = exc
+            outcome = _Raised(exc)
         with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
             asyncio.run_coroutine_threadsafe(queue.put(outcome), loop).result()
 
@@ -318,8 +326,8 @@ async def read_off_loop(items: Iterator[_Item]) -> AsyncIterator[_Item]:
         item = await queue.get()
         if item is _END:
             return
-        if isinstance(item, BaseException):
-            raise item
+        if isinstance(item, _Raised):
+            raise item.exc
         yield item  # type: ignore[misc]
 
 
