@@ -362,7 +362,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("streams", "ledger"),
     ("read", "server"),
     ("publish",),
-    ("process",),
+    ("process", "load"),
     ("audit",),
     ("metrics", "spark"),
     ("demo",),

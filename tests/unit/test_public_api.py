@@ -52,6 +52,7 @@ PUBLIC_MODULES = (
     "oncestream.cli",
     "oncestream.demo",
     "oncestream.ledger",
+    "oncestream.load",
     "oncestream.metrics",
     "oncestream.process",
     "oncestream.publish",
