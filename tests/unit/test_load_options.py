@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +133,15 @@ async def test_an_error_of_the_reader_is_raised_on_the_loop() -> None:
         async with asyncio.timeout(10):
             async for _ in read_off_loop(broken()):
                 pass
+
+
+async def test_the_reader_thread_stops_when_the_run_stops_reading() -> None:
+    """A run that stops early (a malformed line, Ctrl-C) closes the reader; its thread ends
+    instead of handing items to a loop that may be shutting down (it raised at exit)."""
+    before = set(threading.enumerate())
+    reader = read_off_loop(iter(range(100_000)))
+    assert await anext(reader) == 0
+    (thread,) = [t for t in set(threading.enumerate()) - before if t.name.endswith("-reader")]
+    await reader.aclose()
+    thread.join(timeout=10)
+    assert not thread.is_alive(), "the reader thread still hands items to the loop"

@@ -21,7 +21,7 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
 from .._errors import (
@@ -283,33 +283,61 @@ class _Raised:
 async def read_off_loop(items: Iterator[Item]) -> AsyncIterator[Item]:
     """Iterate ``items`` on a reader thread: a pipe that stays open and idle
     (``tail -F log | oncestream publish -``) must not stop the event loop, which
-    sends what is queued and receives the PubAcks meanwhile."""
+    sends what is queued and receives the PubAcks meanwhile.
+
+    Closing the iterator (the run stopped early) tells the thread to stop: it
+    hands nothing more to a loop that may be shutting down.
+    """
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[object] = asyncio.Queue(_READ_AHEAD)
+    queue: asyncio.Queue[object] = asyncio.Queue()
+    room = threading.Semaphore(_READ_AHEAD)
+    gone = threading.Event()
+
+    def hand(item: object) -> bool:
+        """Queue ``item`` for the loop; False once nobody reads any more."""
+        room.acquire()
+        if gone.is_set():
+            return False
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the loop is closed
+            return False
+        return True
 
     def read() -> None:
         try:
             for item in items:
-                asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
+                if not hand(item):
+                    return
             outcome: object = _END
         except BaseException as exc:  # handed to the loop, raised there
             outcome = _Raised(exc)
-        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
-            asyncio.run_coroutine_threadsafe(queue.put(outcome), loop).result()
+        hand(outcome)
 
     # A daemon: a run that stops early leaves it blocked on the pipe; exiting ends it.
     threading.Thread(target=read, name="oncestream-publish-reader", daemon=True).start()
-    while True:
-        item = await queue.get()
-        if item is _END:
-            return
-        if isinstance(item, _Raised):
-            raise item.exc
-        yield item  # type: ignore[misc]
+    try:
+        while True:
+            item = await queue.get()
+            room.release()
+            if item is _END:
+                return
+            if isinstance(item, _Raised):
+                raise item.exc
+            yield item  # type: ignore[misc]
+    finally:
+        gone.set()
+        room.release()  # a reader waiting for room wakes up and stops
 
 
-async def _in_order(items: Iterator[Item] | AsyncIterator[Item]) -> AsyncIterator[Item]:
-    if isinstance(items, AsyncIterator):
+async def _in_order(
+    items: Iterator[Item] | AsyncIterator[Item],
+) -> AsyncGenerator[Item, None]:
+    if isinstance(items, AsyncGenerator):
+        async with contextlib.aclosing(items):  # a reader thread stops with the run
+            async for item in items:
+                yield item
+    elif isinstance(items, AsyncIterator):
         async for item in items:
             yield item
     else:
@@ -354,56 +382,57 @@ async def publish_records(
 
     count = 0
     paced_from = time.monotonic()
-    async for item in _in_order(items):
-        if state.interrupted or tally.fatal is not None:
-            break
-        if isinstance(item, int):
-            state.read_to = item
-            if item % 256 == 0:
-                on_line(item)
-            continue
-        if isinstance(item, RecordError):
-            if malformed(item.line, item):
-                break
-            continue
-        try:
-            subj = subject.render(item)
-            msg_id = record_id(item, id_field)
-            if msg_id in found:
-                tally.already += 1
-                confirmed.skip(item.line)
-                continue
-            try:
-                await keeper.reserve(item.line)
-            except ConcurrentRun:
-                raise
-            except OncestreamError as exc:
-                # Lines past the recorded reservation may not be sent.
-                state.progress_error = f"{type(exc).__name__}: {exc}"
-                state.stopped = True
-                break
+    async with contextlib.aclosing(_in_order(items)) as ordered:
+        async for item in ordered:
             if state.interrupted or tally.fatal is not None:
                 break
-            floor = tally.max_seq
-            future = await pub.publish(subj, item.data, msg_id=msg_id)
-        except (RecordError, MessageTooLarge, ConfigError) as exc:
-            if isinstance(exc, ConcurrentRun):
-                raise
-            text = exc if isinstance(exc, RecordError) else f"line {item.line}: {exc}"
-            if malformed(item.line, text):
-                break
-            continue
-        future.add_done_callback(functools.partial(tally.on_done, item.line, subj))
-        confirmed.add(item.line, future, floor)
-        count += 1
-        if count % 512 == 0:
-            confirmed.advance(tally.max_seq)
-            keeper.maybe_snapshot()
-            await asyncio.sleep(0)
-        if rate is not None:
-            await _pace(paced_from + count / rate, state, confirmed, keeper, tally)
-    else:
-        state.eof = True
+            if isinstance(item, int):
+                state.read_to = item
+                if item % 256 == 0:
+                    on_line(item)
+                continue
+            if isinstance(item, RecordError):
+                if malformed(item.line, item):
+                    break
+                continue
+            try:
+                subj = subject.render(item)
+                msg_id = record_id(item, id_field)
+                if msg_id in found:
+                    tally.already += 1
+                    confirmed.skip(item.line)
+                    continue
+                try:
+                    await keeper.reserve(item.line)
+                except ConcurrentRun:
+                    raise
+                except OncestreamError as exc:
+                    # Lines past the recorded reservation may not be sent.
+                    state.progress_error = f"{type(exc).__name__}: {exc}"
+                    state.stopped = True
+                    break
+                if state.interrupted or tally.fatal is not None:
+                    break
+                floor = tally.max_seq
+                future = await pub.publish(subj, item.data, msg_id=msg_id)
+            except (RecordError, MessageTooLarge, ConfigError) as exc:
+                if isinstance(exc, ConcurrentRun):
+                    raise
+                text = exc if isinstance(exc, RecordError) else f"line {item.line}: {exc}"
+                if malformed(item.line, text):
+                    break
+                continue
+            future.add_done_callback(functools.partial(tally.on_done, item.line, subj))
+            confirmed.add(item.line, future, floor)
+            count += 1
+            if count % 512 == 0:
+                confirmed.advance(tally.max_seq)
+                keeper.maybe_snapshot()
+                await asyncio.sleep(0)
+            if rate is not None:
+                await _pace(paced_from + count / rate, state, confirmed, keeper, tally)
+        else:
+            state.eof = True
 
 
 async def _pace(
