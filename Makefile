@@ -26,13 +26,13 @@ demo: setup check-java
 	$(BIN)/oncestream demo
 
 lint: setup
-	$(BIN)/ruff check src tests bench examples torture
-	$(BIN)/ruff format --check src tests bench examples torture
+	$(BIN)/ruff check src tests bench examples torture harness
+	$(BIN)/ruff format --check src tests bench examples torture harness
 	$(BIN)/mypy
 
 format: setup
-	$(BIN)/ruff format src tests bench examples torture
-	$(BIN)/ruff check --fix src tests bench examples torture
+	$(BIN)/ruff format src tests bench examples torture harness
+	$(BIN)/ruff check --fix src tests bench examples torture harness
 
 # The publish, process and Spark-read tests again through nats-py's public API:
 # the adapter's fallback path (src/oncestream/_nats) must stay correct.

@@ -141,8 +141,8 @@ def spark():  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def postgres_server():  # type: ignore[no-untyped-def]
-    """One throw-away PostgreSQL server for the test session (see tests/_postgres.py)."""
-    from tests._postgres import PostgresServer
+    """One throw-away PostgreSQL server for the test session (see harness/_postgres.py)."""
+    from harness import PostgresServer
 
     server = PostgresServer().start()
     try:

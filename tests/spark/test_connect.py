@@ -24,11 +24,11 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from harness import free_port
 from oncestream import ConnectOptions, connect
 from oncestream.server import NatsServer
 from oncestream.streams import StreamSpec, ensure_stream
 from tests import server_configs
-from tests._support import free_port
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -17,17 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from harness import make_streams, order_ids_on, publish_orders
 from oncestream.server import NatsServer
 from oncestream.spark._session import scratch_root
 from oncestream.streams import StreamSpec
-from tests.spark._sink_helpers import (
-    make_streams,
-    order_ids_on,
-    publish_orders,
-    raw_headers_of,
-    run_audit,
-    stream_state,
-)
+from tests.spark._sink_helpers import raw_headers_of, run_audit, stream_state
 
 JOB = Path(__file__).with_name("_sink_driver_job.py")
 ROOT = Path(__file__).resolve().parents[2]
