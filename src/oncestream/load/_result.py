@@ -50,7 +50,7 @@ class LoadResult:
         progress_error: why the last progress record could not be written (a
             re-run then scans from the previous one and still stores nothing twice).
 
-        seconds: from the first record sent to the last confirmed.
+        seconds: how long publishing took, to its last progress record.
         duplicate_window: the target stream's duplicate window in seconds.
     """
 
