@@ -26,13 +26,13 @@ demo: setup check-java
 	$(BIN)/oncestream demo
 
 lint: setup
-	$(BIN)/ruff check src tests bench examples torture
-	$(BIN)/ruff format --check src tests bench examples torture
+	$(BIN)/ruff check src tests bench examples torture harness
+	$(BIN)/ruff format --check src tests bench examples torture harness
 	$(BIN)/mypy
 
 format: setup
-	$(BIN)/ruff format src tests bench examples torture
-	$(BIN)/ruff check --fix src tests bench examples torture
+	$(BIN)/ruff format src tests bench examples torture harness
+	$(BIN)/ruff check --fix src tests bench examples torture harness
 
 # The Debian packages the suite uses (PostgreSQL, Prometheus, curl, iproute2, a Java 17+
 # runtime): installed when missing as root; any other user is told the one command to run.

@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import PAYLOAD_128, fresh_server, report
 
+from harness import publish_n
 from oncestream import (
     ConnectOptions,
     Processor,
@@ -39,14 +40,7 @@ GROUP = "process"
 
 
 async def publish(conn, count: int) -> None:  # type: ignore[no-untyped-def]
-    js = conn.nc.jetstream()
-    window = []
-    for _ in range(count):
-        window.append(await js.publish_async("bench.p", PAYLOAD_128))
-        if len(window) >= 2000:
-            await asyncio.gather(*window)
-            window.clear()
-    await asyncio.gather(*window)
+    await publish_n(conn, "bench.p", count, data=lambda _: PAYLOAD_128)
 
 
 async def naive(conn, durable: str, count: int, sync: bool) -> float:  # type: ignore[no-untyped-def]

@@ -235,10 +235,10 @@ def _timeout(n: int) -> float:
 
 
 class Postgres:
-    """A throw-away PostgreSQL (tests/_postgres.py) with one fresh database per case."""
+    """A throw-away PostgreSQL (harness/_postgres.py) with one fresh database per case."""
 
     def __init__(self) -> None:
-        from tests._postgres import PostgresServer
+        from harness import PostgresServer
 
         self.server = PostgresServer().start()
         self.count = 0

@@ -22,8 +22,7 @@ from pathlib import Path
 from string import Template
 from typing import Any, TypeVar
 
-from tests._procs import start_logged, stop_group
-from tests._support import free_port
+from harness import free_port, start_logged, stop_group
 
 CONFIG = Path(__file__).parent / "prometheus" / "scrape.yml"
 _READY = "Server is ready to receive web requests."

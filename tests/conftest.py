@@ -173,8 +173,8 @@ def spark_job(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def postgres_server():  # type: ignore[no-untyped-def]
-    """One throw-away PostgreSQL server for the test session (see tests/_postgres.py)."""
-    from tests._postgres import PostgresServer
+    """One throw-away PostgreSQL server for the test session (see harness/_postgres.py)."""
+    from harness import PostgresServer
 
     server = PostgresServer().start()
     try:

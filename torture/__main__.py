@@ -260,7 +260,7 @@ def _run(
         pg_admin = None
         if args.postgres:
             sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-            from tests._postgres import PostgresServer
+            from harness import PostgresServer
 
             pg = PostgresServer().start()
             pg_admin = pg.url

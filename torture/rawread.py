@@ -3,7 +3,7 @@
 The trial reads every stream it checks twice: with the project's range reader
 (``oncestream.reader.read_stream``, batched direct gets, shared with the audit
 and the Spark source) and with this one, which shares no code with oncestream or
-nats-py. It speaks the NATS protocol by hand (``tests/_rawnats.py``), asks
+nats-py. It speaks the NATS protocol by hand (``harness/_rawnats.py``), asks
 ``STREAM.INFO`` for the stream's own count (``state.messages``) and its sequence
 range, then gets every sequence of that range with a plain ``STREAM.MSG.GET``
 (answered by the stream leader, not a replica), pipelined. The checker counts
@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests._rawnats import RawClient
+from harness import RawClient
 
 #: err_code of "no message found": a deleted sequence inside the range.
 NO_MESSAGE = 10037

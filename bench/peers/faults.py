@@ -36,8 +36,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.peers.kafka import KafkaBroker
-from tests.spark._sink_helpers import make_streams, order_ids_on, publish_orders
 
+from harness import make_streams, order_ids_on, publish_orders
 from oncestream.server import NatsServer
 from oncestream.streams import StreamSpec
 
@@ -178,15 +178,14 @@ def _parquet_column(path: Path, column: str) -> Counter[int]:
 def source_kill_jetstream(work: Path) -> dict[str, Any]:
     import asyncio
 
-    from tests.spark._helpers import publish
-
+    from harness import publish_n
     from oncestream import ConnectOptions, connect
     from oncestream.streams import ensure_stream
 
     async def fill(url: str) -> None:
         async with await connect(ConnectOptions(servers=(url,))) as conn:
             await ensure_stream(conn, StreamSpec(name="KILL", subjects=("kill.>",)))
-            await publish(conn, "kill.x", 150)
+            await publish_n(conn, "kill.x", 150, data=lambda i: b"m%d" % i)
 
     with NatsServer() as server:
         asyncio.run(fill(server.url))

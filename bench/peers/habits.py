@@ -1,6 +1,6 @@
 """Record what Spark's Kafka source does for the Kafka-habit options (issue 26, item 3).
 
-Runs the scenarios of tests/spark/_kafka_habits.py on a fresh Kafka broker through
+Runs the scenarios of harness/_kafka_habits.py on a fresh Kafka broker through
 Spark's ``kafka`` source, writes tests/spark/kafka_habits.json (checked in: ``make
 test`` compares the jetstream source against it without Kafka), then runs the same
 scenarios on the jetstream source against a fresh nats-server and prints where the
@@ -18,8 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.peers.kafka import KAFKA_VERSION, KafkaBroker, spark_kafka_jars
-from tests.spark._kafka_habits import JetStreamSide, KafkaSide, run_all
 
+from harness import JetStreamSide, KafkaSide, run_all
 from oncestream.server import NatsServer
 
 ROOT = Path(__file__).resolve().parents[2]

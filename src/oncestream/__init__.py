@@ -1,9 +1,10 @@
 """oncestream: exactly-once data pipelines on NATS JetStream, in Python and PySpark.
 
 The everyday names are here; each component's folder (``oncestream.streams``,
-``oncestream.read``, ``oncestream.publish``, ``oncestream.process``,
-``oncestream.audit``, ``oncestream.ledger``, ``oncestream.server``,
-``oncestream.spark``) lists all of its public names in its own ``__all__``.
+``oncestream.read``, ``oncestream.publish``, ``oncestream.load``,
+``oncestream.process``, ``oncestream.audit``, ``oncestream.ledger``,
+``oncestream.server``, ``oncestream.spark``) lists all of its public names in
+its own ``__all__``.
 Modules whose name starts with an underscore are private and may change.
 """
 

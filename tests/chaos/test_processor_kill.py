@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import publish_n
 from oncestream import Connection
 from oncestream.server import NatsServer
 from tests._support import effects
@@ -81,16 +82,7 @@ def _ledger_rows(db: Path) -> int:
 
 
 async def _publish(conn: Connection, total: int) -> None:
-    js = conn.nc.jetstream()
-    pending = []
-    for i in range(total):
-        pending.append(
-            await js.publish_async("work.item", b"%d" % i, headers={"Nats-Msg-Id": f"m{i}"})
-        )
-        if len(pending) >= 1000:
-            await asyncio.gather(*pending)
-            pending.clear()
-    await asyncio.gather(*pending)
+    await publish_n(conn, "work.item", total, msg_id=lambda i: f"m{i}", window=1000)
 
 
 async def _run_kill_test(

@@ -40,7 +40,7 @@ def _namespaces() -> str:
 
 
 def _postgres_available() -> bool:
-    from tests._postgres import find_pg_bin
+    from harness import find_pg_bin
 
     try:
         find_pg_bin()

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from typer.testing import CliRunner, Result
 
+from harness import publish_n
 from oncestream import Connection, ConnectOptions, connect
 from oncestream.cli import app
 
@@ -41,8 +42,8 @@ def with_conn(url: str, func: Callable[[Connection], Awaitable[T]]) -> T:
 
 def publish(url: str, subject: str, payloads: list[bytes], **headers: str) -> None:
     async def go(conn: Connection) -> None:
-        js = conn.nc.jetstream()
-        for data in payloads:
-            await js.publish(subject, data, headers=headers or None)
+        await publish_n(
+            conn, subject, len(payloads), data=payloads.__getitem__, headers=lambda _: headers
+        )
 
     with_conn(url, go)

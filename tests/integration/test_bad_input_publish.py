@@ -158,6 +158,7 @@ def _write_fifo_once_waiting(env: CliEnv, running: Running) -> None:
 
 
 GOOD = lines({"id": "a", "r": "eu"}, {"id": "b", "r": "us"})
+BAD_SECOND = lines({"id": "a"}, "{bad", {"id": "c"})
 ID = ("--id-field", "id")
 ROOT = os.geteuid() == 0
 NO_DAC_OVERRIDE = (
@@ -318,6 +319,46 @@ CASES = [
         "is not a regular file: no progress is recorded",
         setup=lambda env: (env.stream("FP"), _fifo(env.tmp / "pipe", GOOD)),
         check=stored("FP", 2),
+    ),
+    # -- issue 38: streamed input honours --on-error as a regular file does ----------------
+    Case(
+        "stdin-malformed-line-skipped",
+        publish("SMK", "smk.x", *ID, "--on-error", "skip", file="-"),
+        OK,
+        "line 2: invalid JSON",
+        setup=given("SMK", ""),
+        stdin=BAD_SECOND,
+        check=stored_ids("SMK", "a", "c"),
+        subprocess=True,
+    ),
+    Case(
+        "stdin-malformed-line-stops",
+        publish("SMS", "sms.x", *ID, file="-"),
+        FAILED,
+        "line 2: invalid JSON",
+        setup=given("SMS", ""),
+        stdin=BAD_SECOND,
+        check=stored_ids("SMS", "a"),
+        subprocess=True,
+    ),
+    Case(
+        # /dev/stdin of a process fed by a pipe: a FILE that is a pipe, like <(zcat f.gz)
+        "pipe-malformed-line-skipped",
+        publish("PMK", "pmk.x", *ID, "--on-error", "skip", file="/dev/stdin"),
+        OK,
+        "line 2: invalid JSON",
+        setup=given("PMK", ""),
+        stdin=BAD_SECOND,
+        check=stored_ids("PMK", "a", "c"),
+        subprocess=True,
+    ),
+    Case(
+        "fifo-malformed-line-skipped",
+        publish("FMK", "fmk.x", *ID, "--on-error", "skip", file="{tmp}/pipe"),
+        OK,
+        "line 2: invalid JSON",
+        setup=lambda env: (env.stream("FMK"), _fifo(env.tmp / "pipe", BAD_SECOND)),
+        check=stored_ids("FMK", "a", "c"),
     ),
     # -- issue 19: input that changes or has no identity ---------------------------------
     Case(

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
+from harness import free_port
 from oncestream import ConfigError, Connection, ConnectOptions, connect
 from oncestream.publish import Publisher, PublisherOptions
 from oncestream.server import NatsServer
 from oncestream.streams import StreamSpec, add_stream, ensure_stream
 from oncestream.streams import _version as version_module
 from tests import server_configs
-from tests._support import free_port
 from tests.integration._cli import cli, with_conn
 
 

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness import publish_n
+
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "from oncestream.cli import main; main()"]
 
@@ -24,8 +26,7 @@ def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 async def test_process_then_status(nats_server, conn, make_stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
     await make_stream("CLI", ("cli.>",))
-    js = conn.nc.jetstream()
-    await asyncio.gather(*[await js.publish_async("cli.x", b"%d" % i) for i in range(2000)])
+    await publish_n(conn, "cli.x", 2000)
     db = tmp_path / "work.db"
     ledger = f"sqlite:///{db}"  # four slashes: an absolute path
     env = dict(os.environ, PYTHONPATH=str(ROOT))

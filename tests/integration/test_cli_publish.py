@@ -137,7 +137,7 @@ async def test_option_and_stream_errors_exit_non_zero(
     )
     assert missing.exit_code == 2 and "stream 'ORDERS' (--stream) not found" in missing.stderr
 
-    for bad in ("0", "-5", "nan", "inf"):
+    for bad in ("0", "-5", "nan", "inf", "1e-9", "2e9"):  # 1e-9: one record every 31 years
         paced = await invoke(
             base_args(nats_server, file, "--subject", "orders.x", "--id-field", "id", "--rate", bad)
         )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._support import fill_stream
+from harness import publish_n
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "from oncestream.cli import main; main()"]
@@ -65,7 +65,7 @@ async def test_standby_worker_takes_over_after_sigkill(
     first = await _worker(nats_server.url, ledger)
     second: asyncio.subprocess.Process | None = None
     try:
-        await fill_stream(conn, "jobs.x", 100)
+        await publish_n(conn, "jobs.x", 100)
         await _line(first, "now the active one", 30)
         second = await _worker(nats_server.url, ledger)
         info = await conn.consumer_info("JOBS", "svc")
@@ -76,7 +76,7 @@ async def test_standby_worker_takes_over_after_sigkill(
             info = await conn.consumer_info("JOBS", "svc")
         first.kill()
         await first.wait()
-        await fill_stream(conn, "jobs.x", 100, start=100)
+        await publish_n(conn, "jobs.x", 100, start=100)
         await _line(second, "now the active one", 20)
         for _ in range(400):
             info = await conn.consumer_info("JOBS", "svc")

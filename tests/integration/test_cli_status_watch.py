@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 
+from harness import publish_n
 from oncestream import Connection
 from oncestream.streams import StreamSource, StreamSpec, ensure_stream
-from tests._support import fill_stream
 from tests.integration._cli import cli, cli_json, with_conn
 
 
 async def _setup(conn: Connection) -> None:
     await ensure_stream(conn, StreamSpec(name="WJ", subjects=("wj.>",)))
     await ensure_stream(conn, StreamSpec(name="WJ_COPY", mirror=StreamSource(name="WJ")))
-    await fill_stream(conn, "wj.x", 40)
+    await publish_n(conn, "wj.x", 40)
 
 
 def test_watch_json_lines_with_lag_and_eta(nats_server) -> None:  # type: ignore[no-untyped-def]

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from harness import publish_n
 from oncestream import (
     Connection,
     LedgerTx,
@@ -19,11 +20,10 @@ from oncestream import (
     SQLiteLedger,
     pull_messages,
 )
-from tests._support import fill_stream
 
 
 async def _publish(conn: Connection, subject: str, count: int) -> None:
-    await fill_stream(conn, subject, count, headers=lambda i: {"Nats-Msg-Id": f"id-{i}", "K": "v"})
+    await publish_n(conn, subject, count, msg_id=lambda i: f"id-{i}", headers=lambda i: {"K": "v"})
 
 
 async def test_a_handler_receives_a_message_with_metadata(

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from harness import RawClient
 from oncestream import (
     ConfigError,
     Connection,
@@ -38,7 +39,6 @@ from oncestream import (
 )
 from oncestream._headers import check_msg_id, msg_id_of
 from oncestream.server import NatsServer
-from tests._rawnats import RawClient
 
 ALPHABET = [
     *"aZ09-:/_.",

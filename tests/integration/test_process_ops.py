@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from harness import free_port, publish_n
 from oncestream import ConfigError, Processor, ProcessorOptions, SQLiteLedger
 from oncestream.cli._process_extras import RecentRate
 from oncestream.process._setup import setup_consumer
 from oncestream.read import StartPosition
-from tests._support import fill_stream, free_port
 from tests.handlers import record
 from tests.integration._cli import cli
 
@@ -29,7 +29,7 @@ CLI = [sys.executable, "-c", "from oncestream.cli import main; main()"]
 
 async def _fill(conn, make_stream, n: int) -> None:  # type: ignore[no-untyped-def]
     await make_stream("P", ("p.>",))
-    await fill_stream(conn, "p.x", n, start=1)
+    await publish_n(conn, "p.x", n, start=1)
 
 
 async def test_start_positions(conn, make_stream, tmp_path) -> None:  # type: ignore[no-untyped-def]

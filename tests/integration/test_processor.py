@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from harness import publish_n
 from oncestream import (
     ConfigError,
     Processor,
@@ -16,7 +17,7 @@ from oncestream import (
     SQLiteLedger,
 )
 from oncestream.ledger import LedgerEntry
-from tests._support import effects, fill_stream
+from tests._support import effects
 from tests.handlers import always_fails, record
 
 
@@ -41,7 +42,7 @@ async def test_applies_each_message_once_and_suppresses_recorded(
     conn, make_stream, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
     await make_stream("JOBS", ("jobs.>",))
-    await fill_stream(conn, "jobs.x", 1000)
+    await publish_n(conn, "jobs.x", 1000)
     ledger = SQLiteLedger(tmp_path / "l.db")
     # As if a previous run committed seq 1..10 and crashed before acking them.
     ledger.open()
@@ -62,7 +63,7 @@ async def test_one_failure_in_a_batch_loses_and_doubles_nothing(
     conn, make_stream, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
     await make_stream("JOBS", ("jobs.>",))
-    await fill_stream(conn, "jobs.x", 300)
+    await publish_n(conn, "jobs.x", 300)
     attempts: dict[int, int] = {}
 
     def flaky(msg, tx) -> None:  # type: ignore[no-untyped-def]
@@ -83,7 +84,7 @@ async def test_one_failure_in_a_batch_loses_and_doubles_nothing(
 
 async def test_async_handler_and_in_progress_acks(conn, options, make_stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
     await make_stream("JOBS", ("jobs.>",))
-    await fill_stream(conn, "jobs.x", 3)
+    await publish_n(conn, "jobs.x", 3)
 
     async def slow(msg, tx) -> None:  # type: ignore[no-untyped-def]
         if int(msg.data) == 1:
@@ -108,7 +109,7 @@ async def test_async_handler_and_in_progress_acks(conn, options, make_stream, tm
 async def test_in_progress_acks_cover_buffered_messages(conn, make_stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The pull window is two batches: what waits behind a slow batch must not expire."""
     await make_stream("JOBS", ("jobs.>",))
-    await fill_stream(conn, "jobs.x", 6)
+    await publish_n(conn, "jobs.x", 6)
 
     async def slow(msg, tx) -> None:  # type: ignore[no-untyped-def]
         if msg.seq == 1:
@@ -151,7 +152,7 @@ async def test_always_failing_message_is_dead_lettered(conn, make_stream, tmp_pa
 
 async def test_server_restart_during_processing(nats_server, conn, make_stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
     await make_stream("JOBS", ("jobs.>",))
-    await fill_stream(conn, "jobs.x", 3000)
+    await publish_n(conn, "jobs.x", 3000)
 
     def slow_record(msg, tx) -> None:  # type: ignore[no-untyped-def]
         record(msg, tx)
@@ -217,7 +218,7 @@ async def test_bind_makes_no_api_calls(conn, make_stream, tmp_path) -> None:  # 
         "CONSUMER.CREATE.JOBS.b",
         {"stream_name": "JOBS", "config": {"durable_name": "b", "ack_policy": "explicit"}},
     )
-    await fill_stream(conn, "jobs.x", 20)
+    await publish_n(conn, "jobs.x", 20)
     calls: list[str] = []
     real_api = conn.api
 
@@ -258,7 +259,7 @@ async def test_msg_id_key_suppresses_republish_outside_window(conn, make_stream,
 
 async def test_ledger_is_pruned_below_the_ack_floor(conn, make_stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
     await make_stream("JOBS", ("jobs.>",))
-    await fill_stream(conn, "jobs.x", 200)
+    await publish_n(conn, "jobs.x", 200)
     ledger = SQLiteLedger(tmp_path / "l.db")
     options = _opts(prune_interval=0.2, prune_grace=0.3, prune_limit=150)
     proc = Processor(conn, "JOBS", "w", record, ledger=ledger, options=options)

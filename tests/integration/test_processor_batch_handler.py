@@ -6,9 +6,10 @@ import asyncio
 
 import pytest
 
+from harness import publish_n
 from oncestream import ConfigError, Processor, ProcessorOptions, SQLiteLedger
 from oncestream.ledger import LedgerEntry
-from tests._support import effects, fill_stream
+from tests._support import effects
 from tests.handlers import record, record_many
 from tests.integration.test_processor import _opts, _run_until
 
@@ -17,7 +18,7 @@ async def test_each_message_once_and_only_the_fresh_ones_reach_the_handler(
     conn, make_stream, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
     await make_stream("BJOBS", ("bjobs.>",))
-    await fill_stream(conn, "bjobs.x", 1000)
+    await publish_n(conn, "bjobs.x", 1000)
     ledger = SQLiteLedger(tmp_path / "l.db")
     ledger.open()
     with ledger.transaction() as tx:  # as if a crashed run applied 1..10 and never acked
@@ -45,7 +46,7 @@ async def test_a_failing_batch_is_retried_one_message_per_transaction(
     conn, make_stream, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
     await make_stream("BJOBS", ("bjobs.>",))
-    await fill_stream(conn, "bjobs.x", 300)
+    await publish_n(conn, "bjobs.x", 300)
     failures = {"left": 2}
 
     async def handler(msgs, tx) -> None:  # type: ignore[no-untyped-def]

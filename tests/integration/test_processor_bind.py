@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 
+from harness import publish_n
 from oncestream import ConnectOptions, Processor, ProcessorOptions, SQLiteLedger, connect
 from oncestream.streams import add_stream
 from tests import server_configs
@@ -24,8 +25,7 @@ async def test_bind_across_accounts_with_api_prefix(server_factory, tmp_path) ->
             "CONSUMER.CREATE.ORDERS.app",
             {"stream_name": "ORDERS", "config": {"durable_name": "app", "ack_policy": "explicit"}},
         )
-        js = hub.nc.jetstream()
-        await asyncio.gather(*[await js.publish_async("orders.x", b"%d" % i) for i in range(300)])
+        await publish_n(hub, "orders.x", 300)
 
         async with await connect(app_opts) as app:
             options = ProcessorOptions(bind=True, batch=100, ack_wait=5, expires=5)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import publish_n
 from oncestream import Processor, ProcessorOptions, SQLiteLedger
 from tests.handlers import always_fails
 
@@ -16,8 +17,7 @@ async def test_identical_failures_log_a_few_lines_and_a_count(
     conn, make_stream, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:  # type: ignore[no-untyped-def]
     await make_stream("FAILS", ("fails.>",))
-    js = conn.nc.jetstream()
-    await asyncio.gather(*[await js.publish_async("fails.x", b"%d" % i) for i in range(300)])
+    await publish_n(conn, "fails.x", 300)
     options = ProcessorOptions(
         batch=100, ack_wait=2, expires=5, prune_interval=0, max_deliver=3, backoff=(0.01,)
     )

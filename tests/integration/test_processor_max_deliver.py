@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from harness import publish_n
 from oncestream import (
     ConfigError,
     Connection,
@@ -28,7 +29,7 @@ from oncestream import (
     SQLiteLedger,
 )
 from oncestream.streams import update_consumer
-from tests._support import effects, fill_stream
+from tests._support import effects
 from tests.handlers import record, record_unless_7
 
 #: Messages 1..10; the handler fails on 7, every time.
@@ -75,7 +76,7 @@ async def test_a_limited_consumer_without_dead_letter_stream_is_refused(
 ) -> None:  # type: ignore[no-untyped-def]
     """`consumer add --max-deliver 3`, no dead-letter stream: refused at start, nothing lost."""
     await make_stream("JOBS", ("jobs.>",))
-    await fill_stream(conn, "jobs.x", COUNT, start=1)
+    await publish_n(conn, "jobs.x", COUNT, start=1)
     await _add_consumer(conn, "w", 3)
     ledger = SQLiteLedger(tmp_path / "l.db")
     proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=_opts())
@@ -103,10 +104,10 @@ async def test_max_deliver_lowered_under_a_processor_with_a_dead_letter_stream(
     task = asyncio.create_task(proc.run())
     try:
         await proc.wait_running()
-        await fill_stream(conn, "jobs.x", 6, start=1)
+        await publish_n(conn, "jobs.x", 6, start=1)
         await proc.wait_until(lambda s: s.applied >= 6)
         await update_consumer(conn, "JOBS", "w", {"max_deliver": 2})
-        await fill_stream(conn, "jobs.x", COUNT - 6, start=7)
+        await publish_n(conn, "jobs.x", COUNT - 6, start=7)
         await _settled(conn, proc, task)
     finally:
         await proc.stop()
@@ -128,10 +129,10 @@ async def test_max_deliver_set_under_a_processor_without_dead_letter_stream(
     proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=_opts())
     task = asyncio.create_task(proc.run())
     await proc.wait_running()
-    await fill_stream(conn, "jobs.x", 6, start=1)
+    await publish_n(conn, "jobs.x", 6, start=1)
     await proc.wait_until(lambda s: s.applied >= 6)
     await update_consumer(conn, "JOBS", "w", {"max_deliver": limit})
-    await fill_stream(conn, "jobs.x", COUNT - 6, start=7)
+    await publish_n(conn, "jobs.x", COUNT - 6, start=7)
     try:
         await _settled(conn, proc, task)
     finally:
@@ -165,7 +166,7 @@ async def test_a_message_the_server_drops_under_a_bound_processor(
     if dead_letter:
         await make_stream("DLQ", ("DLQ.>",))
     await _add_consumer(conn, "w", 2)
-    await fill_stream(conn, "jobs.x", COUNT, start=1)
+    await publish_n(conn, "jobs.x", COUNT, start=1)
     ledger = SQLiteLedger(tmp_path / "l.db")
     opts = _opts(bind=True, dead_letter_stream="DLQ" if dead_letter else None)
     proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=opts)

@@ -15,11 +15,12 @@ import pytest
 from nats.aio.client import ServerVersion
 from prometheus_client import CollectorRegistry
 
+from harness import publish_n
 from oncestream import ConfigError, Connection, Processor, ProcessorOptions, SQLiteLedger, connect
 from oncestream.ledger import LedgerEntry
 from oncestream.metrics import instrument
 from oncestream.process._pinning import OwnerCheck, Superseded, fence_name, require_reset
-from tests._support import effects, fill_stream
+from tests._support import effects
 from tests.handlers import record
 
 
@@ -77,12 +78,12 @@ async def test_one_active_instance_applies_and_a_standby_takes_over_when_it_stop
     opts = _opts(priority_group="g", pinned_ttl=2)
     a = Processor(conn, "JOBS", "w", record, ledger=SQLiteLedger(db), options=opts)
     task_a = await _start(a)
-    await fill_stream(conn, "jobs.x", 100)
+    await publish_n(conn, "jobs.x", 100)
     await a.wait_until(lambda s: s.applied == 100)
     async with await connect(options) as conn_b:
         b = Processor(conn_b, "JOBS", "w", record, ledger=SQLiteLedger(db), options=opts)
         task_b = await _start(b)
-        await fill_stream(conn, "jobs.x", 100, start=100)
+        await publish_n(conn, "jobs.x", 100, start=100)
         await a.wait_until(lambda s: s.applied == 200)
         assert (b.stats.applied, b.stats.takeovers, b.active_pin) == (0, 0, None)
         info = await conn.consumer_info("JOBS", "w")
@@ -90,7 +91,7 @@ async def test_one_active_instance_applies_and_a_standby_takes_over_when_it_stop
         assert [g["pinned_client_id"] for g in info["priority_groups"]] == [a.active_pin]
         await a.stop()
         await task_a
-        await fill_stream(conn, "jobs.x", 100, start=200)
+        await publish_n(conn, "jobs.x", 100, start=200)
         await b.wait_until(lambda s: s.applied == 100, timeout=20)
         assert b.stats.takeovers == 1 and b.active_pin is not None
         await b.stop()
@@ -108,7 +109,7 @@ async def test_a_superseded_instance_rolls_its_batch_back(
         conn, "JOBS", "w", record, ledger=SQLiteLedger(db), options=_opts(priority_group="g")
     )
     task = await _start(a)
-    await fill_stream(conn, "jobs.x", 10)
+    await publish_n(conn, "jobs.x", 10)
     await a.wait_until(lambda s: s.applied == 10)
     old_pin = a.active_pin
     assert old_pin is not None
@@ -117,7 +118,7 @@ async def test_a_superseded_instance_rolls_its_batch_back(
 
     name = fence_name("JOBS", "w", "g")
     assert take_over(SQLiteLedger(db).__enter__(), name, "pin-of-b") == old_pin
-    await fill_stream(conn, "jobs.x", 5, start=10)
+    await publish_n(conn, "jobs.x", 5, start=10)
     await a.wait_until(lambda s: s.demotions == 1, timeout=10)
     assert a.stats.applied == 10 and a.active_pin is None
     await a.stop()
@@ -142,7 +143,7 @@ async def test_overflow_instance_pulls_only_while_the_consumer_is_behind(
         conn, "JOBS", "w", record, ledger=SQLiteLedger(tmp_path / "l.db"), options=opts
     )
     task = await _start(proc)
-    await fill_stream(conn, "jobs.x", 50)
+    await publish_n(conn, "jobs.x", 50)
     info = await conn.consumer_info("JOBS", "w")
     for _ in range(100):  # until the server holds the request (bounded)
         if info["num_waiting"]:
@@ -150,7 +151,7 @@ async def test_overflow_instance_pulls_only_while_the_consumer_is_behind(
         info = await conn.consumer_info("JOBS", "w")
     assert info["config"]["priority_policy"] == "overflow"
     assert (info["num_waiting"], info["num_pending"], proc.stats.applied) == (1, 50, 0)
-    await fill_stream(conn, "jobs.x", 950, start=50)
+    await publish_n(conn, "jobs.x", 950, start=50)
     await proc.wait_until(lambda s: s.applied >= 500, timeout=20)
     await proc.stop()
     await task
@@ -177,7 +178,7 @@ async def test_redeliveries_of_applied_messages_count_as_late_acks(
 ) -> None:  # type: ignore[no-untyped-def]
     """An ack that never reached the server: the redelivery is suppressed and counted."""
     await make_stream("JOBS", ("jobs.>",))
-    await fill_stream(conn, "jobs.x", 20)
+    await publish_n(conn, "jobs.x", 20)
     db = tmp_path / "l.db"
     first = Processor(conn, "JOBS", "w", record, ledger=SQLiteLedger(db), options=_opts(ack_wait=1))
 

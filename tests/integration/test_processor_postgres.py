@@ -8,6 +8,7 @@ import time
 import psycopg
 import pytest
 
+from harness import publish_n
 from oncestream import ConnectOptions, PostgresLedger, Processor, ProcessorOptions, connect
 from tests.handlers import record
 
@@ -28,8 +29,7 @@ async def test_three_instances_apply_each_message_once(  # type: ignore[no-untyp
     conn, make_stream, options: ConnectOptions, postgres_url: str
 ) -> None:
     await make_stream("JOBS", ("jobs.>",))
-    js = conn.nc.jetstream()
-    await asyncio.gather(*[await js.publish_async("jobs.x", b"%d" % i) for i in range(TOTAL)])
+    await publish_n(conn, "jobs.x", TOTAL)
     with psycopg.connect(postgres_url, autocommit=True) as admin:
         admin.execute("CREATE TABLE effects (id BIGINT NOT NULL)")
 
@@ -71,8 +71,7 @@ async def test_async_handler_and_a_failure_with_postgres(
     conn, make_stream, postgres_url: str
 ) -> None:  # type: ignore[no-untyped-def]
     await make_stream("JOBS", ("jobs.>",))
-    js = conn.nc.jetstream()
-    await asyncio.gather(*[await js.publish_async("jobs.x", b"%d" % i) for i in range(200)])
+    await publish_n(conn, "jobs.x", 200)
     with psycopg.connect(postgres_url, autocommit=True) as admin:
         admin.execute("CREATE TABLE effects (id BIGINT NOT NULL)")
     failed_once: set[int] = set()

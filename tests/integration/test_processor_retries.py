@@ -7,8 +7,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness import publish_n
 from oncestream import Connection, Processor, ProcessorOptions, SQLiteLedger
-from tests._support import effects, fill_stream
+from tests._support import effects
 from tests.handlers import always_fails, record
 
 
@@ -16,7 +17,7 @@ async def test_a_backoff_retry_fires_after_the_processor_was_replaced(
     conn: Connection, make_stream, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
     await make_stream("JOBS", ("jobs.>",))
-    await fill_stream(conn, "jobs.x", 1)
+    await publish_n(conn, "jobs.x", 1)
     db = tmp_path / "l.db"
     opts = ProcessorOptions(batch=10, ack_wait=60, backoff=(3.0,), prune_interval=0)
     failed_at: list[float] = []
@@ -56,7 +57,7 @@ async def test_a_dead_letter_is_not_stored_in_a_stream_that_took_over_its_subjec
     # The dead-letter subject moves to another stream while the Processor runs.
     await conn.api("STREAM.DELETE.DLQ", {})
     await make_stream("OTHER", ("DLQ.>",))
-    await fill_stream(conn, "jobs.x", 1)
+    await publish_n(conn, "jobs.x", 1)
     await proc.wait_until(lambda s: s.failed >= 4)  # max_deliver reached, the DLQ refused twice
     await proc.stop()
     await task
@@ -78,7 +79,7 @@ async def test_a_stored_message_schedule_is_not_handed_to_the_handler(
         b"7",
         headers={"Nats-Schedule": "@at 2099-01-01T00:00:00Z", "Nats-Schedule-Target": "jobs.x"},
     )
-    await fill_stream(conn, "jobs.x", 1)
+    await publish_n(conn, "jobs.x", 1)
     db = tmp_path / "l.db"
     opts = ProcessorOptions(batch=10, prune_interval=0)
     proc = Processor(conn, "JOBS", "w", record, ledger=SQLiteLedger(db), options=opts)

@@ -20,12 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from harness import publish_n, stop_group
 from oncestream import Connection
 from oncestream.server import free_ports
 from oncestream.streams import StreamSource, StreamSpec, ensure_stream
-from tests._procs import stop_group
 from tests._prometheus import PrometheusServer
-from tests._support import fill_stream
 from tests.integration._cli import with_conn
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +63,7 @@ async def _streams(conn: Connection) -> None:
     await ensure_stream(conn, StreamSpec(name="OUT", subjects=("out.>",)))
     await ensure_stream(conn, StreamSpec(name="ORDERS_COPY", mirror=StreamSource(name="ORDERS")))
     await ensure_stream(conn, StreamSpec(name="ALL_ORDERS", sources=(StreamSource(name="ORDERS"),)))
-    await fill_stream(conn, "orders.n", 500)
+    await publish_n(conn, "orders.n", 500)
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:

@@ -16,15 +16,15 @@ from oncestream import Connection, ConnectOptions, OncestreamError, connect
 from oncestream._errors import ConfigError
 from oncestream.cli import app
 from oncestream.cli._app import exit_code_for
-from oncestream.cli._progress import (
+from oncestream.load._input import PrefixHasher, SubjectTemplate, file_facts
+from oncestream.load._plan import plan_resume
+from oncestream.load._progress import (
     PROGRESS_STREAM,
     ConcurrentRun,
     ProgressStore,
     PublishProgress,
     progress_key,
 )
-from oncestream.cli._publish_input import PrefixHasher, SubjectTemplate, file_facts
-from oncestream.cli._publish_plan import plan_resume
 from oncestream.server import NatsServer
 
 

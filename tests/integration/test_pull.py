@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from harness import publish_n
 from oncestream import (
     ConnectOptions,
     ConsumerNotFound,
@@ -17,7 +18,6 @@ from oncestream import (
 )
 from oncestream.streams import add_stream, delete_stream
 from tests import server_configs
-from tests._support import fill_stream
 
 
 async def _consumer(conn, stream: str, name: str = "c") -> None:  # type: ignore[no-untyped-def]
@@ -38,7 +38,7 @@ async def _collect(stream, count: int, timeout: float = 10) -> list:  # type: ig
 async def test_iterates_everything_with_refills(conn, make_stream) -> None:  # type: ignore[no-untyped-def]
     await make_stream("P", ("p.>",))
     await _consumer(conn, "P")
-    await fill_stream(conn, "p.x", 250)
+    await publish_n(conn, "p.x", 250)
     seen: list[int] = []
     async with pull_messages(conn, "P", "c", PullOptions(batch=40, expires=5)) as messages:
         async for msg in messages:
@@ -66,7 +66,7 @@ async def test_missed_heartbeats_surface_and_recover(nats_server, conn, make_str
         finally:
             nats_server.resume()
         assert stream.heartbeats_missed >= 1
-        await fill_stream(conn, "h.x", 3)
+        await publish_n(conn, "h.x", 3)
         got = []
         for _ in range(20):
             try:
@@ -159,7 +159,7 @@ async def test_repulls_after_server_restart(nats_server, conn, make_stream) -> N
     await _consumer(conn, "R")
     stream = await pull_messages(conn, "R", "c", PullOptions(batch=10, expires=30)).start()
     try:
-        await fill_stream(conn, "r.x", 2)
+        await publish_n(conn, "r.x", 2)
         first = await _collect(stream, 2)
         for msg in first:
             await msg.ack()
@@ -171,7 +171,7 @@ async def test_repulls_after_server_restart(nats_server, conn, make_stream) -> N
         conn.on_reconnect(on_reconnect)
         nats_server.restart()
         await asyncio.wait_for(reconnected.wait(), 20)
-        await fill_stream(conn, "r.x", 2, start=2)
+        await publish_n(conn, "r.x", 2, start=2)
         # The pull pending on the old server process is gone; only a re-pull delivers.
         got = await _collect(stream, 2)
         assert [m.metadata.stream_seq for m in got] == [3, 4]
@@ -184,7 +184,7 @@ async def test_pull_through_a_domain(server_factory, tmp_path) -> None:  # type:
     async with await connect(ConnectOptions(servers=(server.url,), domain="hub")) as conn:
         await add_stream(conn, {"name": "DM", "subjects": ["dm.>"], "storage": "file"})
         await _consumer(conn, "DM")
-        await fill_stream(conn, "dm.x", 5)
+        await publish_n(conn, "dm.x", 5)
         async with pull_messages(conn, "DM", "c", PullOptions(batch=5, expires=5)) as stream:
             got = await _collect(stream, 5)
         assert len(got) == 5

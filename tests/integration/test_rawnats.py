@@ -1,4 +1,4 @@
-"""tests/_rawnats.py's pipelined requests against a real server: a second answer to an
+"""harness/_rawnats.py's pipelined requests against a real server: a second answer to an
 earlier request (two stream leaders answering across an election) is ignored.
 
 Found by the fault campaign (issue 20, the 1ef397d re-run, trial 35): the
@@ -17,9 +17,9 @@ import json
 
 import pytest
 
+from harness import RawClient
 from oncestream import Connection
 from oncestream.server import NatsServer
-from tests._rawnats import RawClient
 
 
 async def test_a_late_second_answer_to_an_earlier_window_is_ignored(

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from harness import free_port
 from oncestream.server import NatsServer
-from tests._support import free_port
 
 pytestmark = pytest.mark.timeout(900)
 

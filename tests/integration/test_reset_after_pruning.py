@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from harness import publish_n
 from oncestream import PostgresLedger, Processor, ProcessorOptions, ProcessorStats, SQLiteLedger
 from oncestream.ledger import Ledger
 from oncestream.streams import ResetTarget, delete_consumer, reset_consumer
-from tests._support import fill_stream
 from tests.handlers import record
 from tests.integration._cli import cli, cli_json, publish, with_conn
 
@@ -76,7 +76,7 @@ async def _run(
 
 async def _applied_and_pruned(conn, make_stream, make) -> None:  # type: ignore[no-untyped-def]
     await make_stream("PR", ("pr.>",))
-    await fill_stream(conn, "pr.x", COUNT, start=1)
+    await publish_n(conn, "pr.x", COUNT, start=1)
     first = await _run(conn, make(), lambda s: s.applied >= COUNT and s.pruned >= COUNT)
     assert (first.applied, first.pruned) == (COUNT, COUNT)
     with make() as ledger:
@@ -102,7 +102,7 @@ async def test_reset_to_a_time_across_the_horizon(  # type: ignore[no-untyped-de
     """Pruned, then new messages applied and kept: a reset to an hour ago covers both."""
     make, effect_ids = ledger_and_effects
     await _applied_and_pruned(conn, make_stream, make)
-    await fill_stream(conn, "pr.x", 15, start=COUNT + 1)
+    await publish_n(conn, "pr.x", 15, start=COUNT + 1)
     kept = await _run(conn, make(), lambda s: s.applied >= 15, prune_interval=0)
     assert kept.applied == 15
     moved = await reset_consumer(conn, "PR", "billing", ResetTarget(time="1h"))
@@ -122,7 +122,7 @@ async def test_a_consumer_deleted_and_created_again(  # type: ignore[no-untyped-
     messages stored since are applied, once."""
     make, effect_ids = ledger_and_effects
     await _applied_and_pruned(conn, make_stream, make)
-    await fill_stream(conn, "pr.y", 10, start=1001)
+    await publish_n(conn, "pr.y", 10, start=1001)
     await delete_consumer(conn, "PR", "billing")
     again = await _run(conn, make(), lambda s: s.applied + s.suppressed >= COUNT + 10)
     assert (again.applied, again.suppressed) == (10, COUNT)
@@ -136,7 +136,7 @@ async def test_a_wider_filter_is_not_covered_by_a_narrower_horizon(  # type: ign
     make, effect_ids = ledger_and_effects
     await make_stream("PR", ("pr.>",))
     for n in range(1, COUNT + 1):  # interleaved subjects: pr.y sits inside the pruned span
-        await fill_stream(conn, "pr.x" if n % 3 else "pr.y", 1, start=n)
+        await publish_n(conn, "pr.x" if n % 3 else "pr.y", 1, start=n)
     narrow = await _run(
         conn, make(), lambda s: s.applied >= 40 and s.pruned >= 40, filter_subject="pr.x"
     )

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pyspark
 
-from tests._procs import stop_group
-from tests._support import free_port
+from harness import free_port, stop_group
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import pyspark
 
-from tests._support import free_port
+from harness import free_port
 
 __all__ = ["ROOT", "ConnectServer", "SparkJobs", "job_env", "run_connect_job"]
 

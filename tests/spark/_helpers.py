@@ -4,21 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness import publish_n
 from oncestream import Connection
-from tests._support import fill_stream
 
 
 async def publish(
     conn: Connection, subject: str, count: int, *, start: int = 0, headers: bool = False
 ) -> None:
     """Publish ``count`` messages ``m<i>`` to ``subject``, awaiting every JetStream ack."""
-    await fill_stream(
+    await publish_n(
         conn,
         subject,
         count,
         start=start,
         data=lambda i: b"m%d" % i,
-        headers=(lambda i: {"Nats-Msg-Id": f"id-{i}", "X-Index": str(i)}) if headers else None,
+        msg_id=(lambda i: f"id-{i}") if headers else None,
+        headers=(lambda i: {"X-Index": str(i)}) if headers else None,
     )
 
 

@@ -30,11 +30,11 @@ from oncestream import ConnectOptions, connect
 
 def publish_messages(url: str, subject: str, count: int, start: int = 0) -> None:
     """Publish ``m<i>`` for ``i`` in ``start..start+count`` to ``subject`` (nats-py, acked)."""
-    from tests._support import fill_stream
+    from harness import publish_n
 
     async def run() -> None:
         async with await connect(ConnectOptions(servers=(url,))) as conn:
-            await fill_stream(conn, subject, count, start=start, data=lambda i: b"m%d" % i)
+            await publish_n(conn, subject, count, start=start, data=lambda i: b"m%d" % i)
 
     asyncio.run(run())
 
@@ -110,7 +110,7 @@ def _sink_query(spark: Any, url: str, checkpoint: str, columns: list[str]) -> An
 
 def sink_lineage_rerun(spark: Any, url: str, checkpoint: str) -> None:
     """Lineage ids; the query runs to the end, then again after 500 more inputs."""
-    from tests.spark._sink_helpers import publish_orders
+    from harness import publish_orders
 
     columns = ["'out.orders' AS subject", "data", "headers", "stream", "sequence"]
     _sink_query(spark, url, checkpoint, columns)

@@ -1,43 +1,17 @@
-"""Shared helpers of the sink tests: sync stream setup, publishing inputs, auditing outputs."""
+"""Helpers of the sink tests: auditing outputs, stream state, stored headers (sync).
+
+Creating streams and publishing inputs: ``harness`` (bench uses them too)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 import uuid
-from collections import Counter
 from typing import Any
-
-import orjson
 
 from oncestream import ConnectOptions, connect
 from oncestream.audit import AuditReport, OutputSpec, audit
-from oncestream.publish import Publisher, PublisherOptions
-from oncestream.read import read_stream
-from oncestream.streams import StreamSpec, delete_message, ensure_stream, get_message
-
-
-def make_streams(url: str, *specs: StreamSpec) -> None:
-    async def run() -> None:
-        async with await connect(ConnectOptions(servers=(url,))) as conn:
-            for spec in specs:
-                await ensure_stream(conn, spec)
-
-    asyncio.run(run())
-
-
-def publish_orders(url: str, stream: str, subject: str, count: int, start: int = 0) -> None:
-    async def run() -> None:
-        conn = await connect(ConnectOptions(servers=(url,)))
-        try:
-            async with Publisher(conn, PublisherOptions(stream=stream)) as pub:
-                for i in range(start, start + count):
-                    body = orjson.dumps({"order_id": f"o{i:06d}", "amount": i % 97})
-                    await pub.publish(subject, body, msg_id=f"o{i:06d}")
-        finally:
-            await conn.close()
-
-    asyncio.run(run())
+from oncestream.streams import delete_message, get_message
 
 
 def run_audit(url: str, source: str, output: str, key: str = "lineage") -> AuditReport:
@@ -52,21 +26,6 @@ def stream_state(url: str, stream: str) -> dict[str, Any]:
     async def run() -> dict[str, Any]:
         async with await connect(ConnectOptions(servers=(url,))) as conn:
             return dict((await conn.stream_info(stream))["state"])
-
-    return asyncio.run(run())
-
-
-def order_ids_on(url: str, stream: str, subject: str) -> Counter[str]:
-    """How often each ``order_id`` occurs in the messages of ``stream`` on ``subject``."""
-
-    async def run() -> Counter[str]:
-        counts: Counter[str] = Counter()
-        async with await connect(ConnectOptions(servers=(url,))) as conn:
-            async for chunk in read_stream(conn, stream):
-                counts.update(
-                    orjson.loads(r.data)["order_id"] for r in chunk if r.subject == subject
-                )
-        return counts
 
     return asyncio.run(run())
 

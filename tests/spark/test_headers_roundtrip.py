@@ -15,10 +15,11 @@ import asyncio
 import pytest
 from pyspark.sql import functions as F
 
+from harness import make_streams
 from oncestream import ConnectOptions, Publisher, PublisherOptions, connect
 from oncestream.server import NatsServer
 from oncestream.streams import StreamSpec
-from tests.spark._sink_helpers import make_streams, stream_state
+from tests.spark._sink_helpers import stream_state
 
 # Clean ids (see _headers.check_msg_id) with spaces inside, non-ASCII, a zero-width space.
 IDS = ["a b", "é", "e\u0301", "日本-1", "x\u200by", "k:1/2#3?4@5"]

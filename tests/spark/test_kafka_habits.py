@@ -1,7 +1,7 @@
 """Kafka-habit options give what Spark's Kafka source gives (issue 26, item 3).
 
 For every option docs/from-kafka.md says "works as in Kafka", the scenarios of
-tests/spark/_kafka_habits.py run on the jetstream source here and are compared
+harness/_kafka_habits.py run on the jetstream source here and are compared
 with what Spark's Kafka source returned for the same queries on a real Kafka
 broker, recorded in tests/spark/kafka_habits.json by ``make bench-peers``
 (bench/peers/habits.py, which also compares both live). Recorded, not live: a
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from harness import NOT_COMPARED, RUNNERS, SCENARIOS, JetStreamSide
 from oncestream.server import NatsServer
-from tests.spark._kafka_habits import NOT_COMPARED, RUNNERS, SCENARIOS, JetStreamSide
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = json.loads((Path(__file__).with_name("kafka_habits.json")).read_text())

@@ -49,8 +49,8 @@ def test_lag_and_query_metrics_on_classic_and_connect(spark_job, nats_server, tm
     Nothing of theirs reads JVM state; the sink's counters come from its commit
     records, which carry the query id the tasks see under Connect too.
     """
+    from harness import make_streams, publish_orders
     from oncestream.streams import StreamSpec
-    from tests.spark._sink_helpers import make_streams, publish_orders
 
     url = nats_server.url
     make_streams(

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
+from harness import make_streams
 from oncestream.server import NatsServer
 from oncestream.streams import StreamSpec
 from tests._kafka_doc import ROWS
-from tests.spark._sink_helpers import make_streams
 
 
 def test_kafka_names_are_refused_with_the_jetstream_name(spark, nats_server: NatsServer) -> None:  # type: ignore[no-untyped-def]

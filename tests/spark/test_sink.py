@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
+from harness import make_streams, publish_orders
 from oncestream import ConnectOptions, connect
 from oncestream.server import NatsServer
 from oncestream.streams import StreamSpec
 from tests.integration.test_publisher import StoredMsg, read_back
-from tests.spark._sink_helpers import make_streams, publish_orders, run_audit, stream_state
+from tests.spark._sink_helpers import run_audit, stream_state
 
 
 def test_batch_write_with_msg_id_column(spark_job, nats_server: NatsServer) -> None:  # type: ignore[no-untyped-def]

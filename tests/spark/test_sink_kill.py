@@ -27,15 +27,13 @@ from pathlib import Path
 
 import pytest
 
+from harness import make_streams, order_ids_on, publish_orders
 from oncestream.server import NatsServer
 from oncestream.spark._session import scratch_root
 from oncestream.streams import StreamSpec
 from tests.spark._connect_server import ConnectServer, job_env
 from tests.spark._sink_helpers import (
     await_window_passed,
-    make_streams,
-    order_ids_on,
-    publish_orders,
     raw_headers_of,
     run_audit,
     stream_state,

@@ -102,9 +102,9 @@ def test_stop_mid_stream_and_restart_is_exactly_once(
 
     On a classic session and through Spark Connect (tests/spark/_jobs.py).
     """
+    from harness import make_streams
     from oncestream.streams import StreamSpec
     from tests.spark._jobs import publish_messages
-    from tests.spark._sink_helpers import make_streams
 
     make_streams(nats_server.url, StreamSpec(name="EO", subjects=("eo.>",)))
     publish_messages(nats_server.url, "eo.x", 60)

@@ -13,6 +13,7 @@ from pathlib import Path
 from opentelemetry.trace import SpanKind
 from pyspark.sql import functions as F
 
+from harness import make_streams
 from oncestream import (
     ConnectOptions,
     Processor,
@@ -27,7 +28,6 @@ from oncestream.streams import StreamSpec
 from oncestream.tracing import OUTCOME
 from tests._tracing import span_exporter
 from tests.handlers import record
-from tests.spark._sink_helpers import make_streams
 
 COUNT = 5
 

@@ -362,7 +362,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("streams", "ledger"),
     ("read", "server"),
     ("publish",),
-    ("process",),
+    ("process", "load"),
     ("audit", "doctor"),
     ("metrics", "spark"),
     ("demo",),
@@ -506,6 +506,41 @@ def test_torture_and_bench_do_not_reach_into_private_attributes() -> None:
             if hits := foreign_private_access(tree, others):
                 offenders[str(path.relative_to(root))] = hits
         assert offenders == {}, offenders
+
+
+def imports_of(tree: ast.Module, packages: set[str]) -> list[str]:
+    """Every import of one of ``packages`` (or a module below one) in ``tree``, functions too."""
+    found = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        found.extend(
+            f"line {node.lineno}: {name}" for name in names if name.split(".")[0] in packages
+        )
+    return found
+
+
+def test_the_tools_rule_catches_a_planted_import_of_tests() -> None:
+    assert imports_of(ast.parse("from tests._support import effects"), {"tests"})
+    assert imports_of(ast.parse("def f():\n    import tests.spark._helpers as h\n"), {"tests"})
+    assert not imports_of(ast.parse("from harness import publish_n\nimport testsuite"), {"tests"})
+
+
+def test_tools_import_the_harness_not_the_tests() -> None:
+    """bench/ and torture/ share helpers with tests through harness/, never by importing tests;
+    harness/ itself imports none of the three."""
+    root = SRC.parents[1]
+    shunned = {"bench": {"tests"}, "torture": {"tests"}, "harness": {"tests", "bench", "torture"}}
+    offenders = {
+        str(path.relative_to(root)): hits
+        for folder, packages in shunned.items()
+        for path in sorted((root / folder).rglob("*.py"))
+        if (hits := imports_of(ast.parse(path.read_text(encoding="utf-8")), packages))
+    }
+    assert offenders == {}, offenders
 
 
 def test_architecture_doc_names_every_module() -> None:

@@ -53,6 +53,7 @@ PUBLIC_MODULES = (
     "oncestream.demo",
     "oncestream.doctor",
     "oncestream.ledger",
+    "oncestream.load",
     "oncestream.metrics",
     "oncestream.process",
     "oncestream.publish",

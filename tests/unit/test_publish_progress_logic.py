@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from oncestream import ConfigError
-from oncestream.cli._progress import PublishProgress, progress_key
-from oncestream.cli._publish_input import Record, RecordError, SubjectTemplate, record_id
-from oncestream.cli._publish_run import Confirmed
+from oncestream.load._input import Record, RecordError, SubjectTemplate, record_id
+from oncestream.load._progress import PublishProgress, progress_key
+from oncestream.load._run import Confirmed
 from oncestream.publish import PubAck
 
 
@@ -56,6 +56,8 @@ def test_subject_template_filter_and_errors() -> None:
     assert SubjectTemplate("plain.x").filter == "plain.x"
     for bad in ("t2.{region", "t2.}", "", "t2..x", "t2.", "t2.{a.b}", "t2.{}", "t2.{a!r}"):
         with pytest.raises(ConfigError, match="--subject"):
+            SubjectTemplate(bad, "--subject")
+        with pytest.raises(ConfigError, match=r"LoadOptions\.subject"):
             SubjectTemplate(bad)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from oncestream import ConfigError
 from oncestream.cli._connect_flags import connect_options
-from oncestream.cli._publish import (
+from oncestream.load._input import (
     InputFormat,
     Record,
     RecordError,

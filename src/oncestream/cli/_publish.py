@@ -1,18 +1,17 @@
 """`oncestream publish FILE|-`: load JSONL or CSV records into a stream, exactly once.
 
-Each record gets a deterministic msg id (a field, or a hash of its content).
-For a regular file, progress records in the server (``_progress``) make a
-re-run add nothing, however long after the first run; stdin relies on msg-id
+The verb around :func:`oncestream.load.load`: flags, the progress bar, the
+summary, Ctrl-C and exit codes. For a regular file, progress records in the
+server make a re-run add nothing, however late; stdin relies on msg-id
 de-duplication inside the stream's duplicate window only.
 """
 
 from __future__ import annotations
 
-import io
-import math
+import asyncio
 import os
+import signal
 import sys
-import time
 from collections.abc import Coroutine
 from enum import StrEnum
 from typing import IO, Any
@@ -21,6 +20,7 @@ import typer
 from rich.progress import (
     BarColumn,
     Progress,
+    TaskID,
     TaskProgressColumn,
     TextColumn,
     TimeElapsedColumn,
@@ -31,55 +31,36 @@ from rich.table import Table
 from .._connection import connect
 from .._errors import ConfigError, PermissionDenied, PublishFailed
 from .._names import check_stream_name
-from .._options import ConnectOptions, parse_duration
-from ..publish import Publisher, PublisherOptions
+from .._options import ConnectOptions, parse_duration, parse_rate
+from ..load import (
+    PROGRESS_STREAM,
+    InputFormat,
+    LoadIncomplete,
+    LoadObserver,
+    LoadOptions,
+    LoadResult,
+    LoadStart,
+    load,
+    open_input,
+)
+from ..publish import PublisherOptions
 from ..tracing import configure_from_env
 from ._app import EXIT_CONFIG, EXIT_FAILURE, app, cli_errors, console, err_console, run_async
 from ._connect_flags import with_connect_options
 from ._process_extras import metrics_endpoint
-from ._progress import PROGRESS_STREAM
-from ._publish_input import (
-    FileFacts,
-    InputFormat,
-    PrefixHasher,
-    Record,
-    RecordError,
-    SubjectTemplate,
-    check_text,
-    content_id,
-    detect_format,
-    file_facts,
-    open_input,
-    read_items,
-    read_records,
-    snapshot,
-)
-from ._publish_plan import ResumePlan, check_target, plan_resume, refused_subject
-from ._publish_run import (
-    EXIT_INTERRUPTED,
-    Confirmed,
-    ProgressKeeper,
-    RunState,
-    Tally,
-    drain,
-    install_sigint,
-    is_config_failure,
-    new_run_id,
-    publish_records,
-    read_off_loop,
-    remove_sigint,
-)
 
-__all__ = [
-    "InputFormat",
-    "Record",
-    "RecordError",
-    "SubjectTemplate",
-    "content_id",
-    "detect_format",
-    "publish_command",
-    "read_records",
-]
+__all__ = ["publish_command"]
+
+EXIT_INTERRUPTED = 130
+#: How the loader's messages name its options here: by their flags.
+_FLAGS = {
+    "stream": "--stream",
+    "subject": "--subject",
+    "id_field": "--id-field",
+    "progress_stream": "--progress-stream",
+    "fresh": "--fresh",
+    "no_resume": "--no-resume",
+}
 
 
 class OnError(StrEnum):
@@ -87,21 +68,20 @@ class OnError(StrEnum):
     skip = "skip"
 
 
-def _summary(tally: Tally, pub: Publisher, seconds: float) -> Table:
-    stats = pub.stats
+def _summary(result: LoadResult) -> Table:
     table = Table(title="publish summary", title_justify="left")
     columns = ("sent", "stored", "duplicates", "failed", "retried", "malformed", "skipped")
     for column in (*columns, "msg/s"):
         table.add_column(column, justify="right")
-    rate = stats.sent / seconds if seconds > 0 else 0.0
+    rate = result.sent / result.seconds if result.seconds > 0 else 0.0
     table.add_row(
-        f"{stats.sent:,}",
-        f"{tally.stored:,}",
-        f"{tally.duplicates:,}",
-        f"[{'bold red' if tally.failed else 'green'}]{tally.failed:,}[/]",
-        f"{stats.retried:,}",
-        f"[{'yellow' if tally.malformed else 'green'}]{tally.malformed:,}[/]",
-        f"{tally.already:,}",
+        f"{result.sent:,}",
+        f"{result.stored:,}",
+        f"{result.duplicates:,}",
+        f"[{'bold red' if result.failed else 'green'}]{result.failed:,}[/]",
+        f"{result.retried:,}",
+        f"[{'yellow' if result.malformed else 'green'}]{result.malformed:,}[/]",
+        f"{result.skipped:,}",
         f"{rate:,.0f}",
     )
     return table
@@ -111,223 +91,196 @@ def _say(text: str) -> None:
     err_console.print(text, highlight=False, soft_wrap=True)
 
 
-def _report(
-    *,
-    name: str,
-    facts: FileFacts | None,
-    tally: Tally,
-    state: RunState,
-    confirmed: Confirmed,
-    plan: ResumePlan,
-    progress_error: str | None,
-    window: float | None,
-    horizon: float,
-    size_now: int | None = None,
-) -> None:
-    for error in tally.errors[:3]:
+def _report(*, name: str, result: LoadResult, horizon: float, size_now: int | None) -> None:
+    for error in result.errors[:3]:
         _say(f"[bold red]failed[/] {error}")
-    if tally.failed > 3:
-        _say(f"[bold red]failed[/] ... and {tally.failed - 3:,} more")
-    total = f" of {facts.lines:,}" if facts is not None else ""
+    if result.failed > 3:
+        _say(f"[bold red]failed[/] ... and {result.failed - 3:,} more")
+    total = f" of {result.lines:,}" if result.lines is not None else ""
     _say(
-        f"publish {name}: stored {tally.stored:,}, duplicates {tally.duplicates:,}, "
-        f"skipped (stored by an earlier run) {tally.already:,}, failed {tally.failed:,}, "
-        f"malformed {tally.malformed:,}; lines 1..{confirmed.line:,}{total} confirmed"
+        f"publish {name}: stored {result.stored:,}, duplicates {result.duplicates:,}, "
+        f"skipped (stored by an earlier run) {result.skipped:,}, failed {result.failed:,}, "
+        f"malformed {result.malformed:,}; lines 1..{result.confirmed:,}{total} confirmed"
     )
-    if facts is not None and size_now is not None and size_now != facts.size:
-        how = "grew" if size_now > facts.size else "shrank"
+    if result.size is not None and size_now is not None and size_now != result.size:
+        how = "grew" if size_now > result.size else "shrank"
         then = (
             "re-run the same command to publish the lines added since"
-            if plan.store is not None and how == "grew"
+            if result.resumable and how == "grew"
             else "what changed since was not published"
         )
         _say(
-            f"[yellow]note:[/] {name} {how} from {facts.size:,} to {size_now:,} bytes while it "
-            f"was published; this run read only the {facts.size:,} bytes ({facts.lines:,} "
+            f"[yellow]note:[/] {name} {how} from {result.size:,} to {size_now:,} bytes while it "
+            f"was published; this run read only the {result.size:,} bytes ({result.lines:,} "
             f"lines) it had at the start: {then}"
         )
-    finished = state.eof and confirmed.first_unconfirmed is None and not tally.failed
-    if finished:
+    if result.complete:
         return
-    first = confirmed.first_unconfirmed or confirmed.line + 1
-    reason = "interrupted" if state.interrupted else "stopped"
-    if isinstance(tally.fatal, PublishFailed) and not state.interrupted:
+    first = result.first_unconfirmed or result.confirmed + 1
+    reason = "interrupted" if result.interrupted else "stopped"
+    if isinstance(result.failure, PublishFailed) and not result.interrupted:
         reason = f"gave up (no PubAck for the retry horizon, {horizon:g}s: server unreachable?)"
-    remaining = f"; {facts.lines - state.read_to:,} lines not read" if facts is not None else ""
+    remaining = (
+        f"; {result.lines - result.read_to:,} lines not read" if result.lines is not None else ""
+    )
     _say(f"[bold]{reason}[/]: first unconfirmed line {first:,}{remaining}")
-    if plan.store is None:
+    if not result.resumable:
+        window = result.duplicate_window
         covered = f"{window:g}s" if window is not None else "its"
         _say(
             "resume: stdin (or --no-resume) keeps no progress; re-running sends every record "
             f"again and only the stream's duplicate window ({covered}) drops the stored ones"
         )
-    elif progress_error is None and state.stopped and tally.malformed and not tally.failed:
+    elif (
+        result.progress_error is None and result.stopped and result.malformed and not result.failed
+    ):
         _say(
             f"resume: fix line {first:,} (or pass --on-error skip) and re-run the same "
-            f"command; lines 1..{confirmed.line:,} are not published again"
+            f"command; lines 1..{result.confirmed:,} are not published again"
         )
-    elif progress_error is None:
+    elif result.progress_error is None:
         _say(
             "resume: re-run the same command; it continues after line "
-            f"{confirmed.line:,} and does not store again what this run stored"
+            f"{result.confirmed:,} and does not store again what this run stored"
         )
     else:
         _say(
-            f"resume: re-run the same command (progress not recorded now: {progress_error}; "
-            "the re-run scans from the last recorded point and stores nothing twice)"
+            f"resume: re-run the same command (progress not recorded now: "
+            f"{result.progress_error}; the re-run scans from the last recorded point and "
+            "stores nothing twice)"
         )
+
+
+def _install_sigint(stop: asyncio.Event) -> None:
+    """Ctrl-C sets ``stop`` (the load then finishes what is in flight) instead of raising."""
+    loop = asyncio.get_running_loop()
+
+    def on_sigint() -> None:
+        stop.set()
+        # A second Ctrl-C ends the program at once.
+        loop.remove_signal_handler(signal.SIGINT)
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread (tests)
+        pass
+
+
+def _remove_sigint() -> None:
+    try:
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
+    except (NotImplementedError, RuntimeError, ValueError):
+        pass
+
+
+class _Console(LoadObserver):
+    """The load as the command shows it: notes, the progress bar, malformed lines, Ctrl-C."""
+
+    def __init__(self, name: str, progress: Progress, metrics: tuple[int | None, str]) -> None:
+        self.name = name
+        self.progress = progress
+        self.metrics = metrics
+        self.stop = asyncio.Event()
+        self.task: TaskID | None = None
+        self.exporter: Any = None
+
+    def publishing(self, start: LoadStart) -> None:
+        if start.changed_after:
+            _say(
+                f"[yellow]note:[/] {self.name} changed after line {start.start_line:,}; lines "
+                f"1..{start.start_line:,}, already published, are unchanged: publishing what "
+                "follows"
+            )
+        if start.resumed:
+            _say(
+                f"resuming {self.name} after line {start.start_line:,}: {start.known_ids:,} "
+                "msg ids stored after the recorded point will not be sent again"
+            )
+        self.exporter = metrics_endpoint(start.publisher, *self.metrics)
+        total = start.lines
+        self.task = self.progress.add_task(
+            "publish", total=total, of=f"{total:,}" if total else "?"
+        )
+        self.progress.update(self.task, completed=start.start_line)
+        _install_sigint(self.stop)
+
+    def line(self, line: int) -> None:
+        if self.task is not None:
+            self.progress.update(self.task, completed=line)
+
+    def malformed(self, text: str) -> None:
+        _say(f"[yellow]malformed[/] {text}")
 
 
 async def _run(
     source: IO[bytes],
-    fmt: InputFormat,
     *,
     name: str,
-    facts: FileFacts | None,
     options: ConnectOptions,
-    pub_options: PublisherOptions,
-    subject: SubjectTemplate,
-    id_field: str | None,
-    skip_on_error: bool,
+    load_options: LoadOptions,
     show_progress: bool,
-    progress_stream: str | None,
-    fresh: bool,
-    hasher: PrefixHasher | None,
-    rate: float | None = None,
     metrics: tuple[int | None, str] = (None, "127.0.0.1"),
 ) -> int:
-    stream = pub_options.stream
-    assert stream is not None
-    ids = f"field:{id_field}" if id_field is not None else "content"
-    needed = {n: "--subject" for n in subject.fields}
-    if id_field is not None:
-        needed[id_field] = "--id-field"
+    progress = Progress(
+        TextColumn("[bold]publishing"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TextColumn("{task.completed:,}/{task.fields[of]} lines"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        disable=not show_progress,
+    )
+    shown = _Console(name, progress, metrics)
     async with await connect(options) as conn:
-        info = await check_target(conn, stream, subject)
-        plan = ResumePlan()
-        if facts is not None and hasher is not None and progress_stream is not None:
-            plan = await plan_resume(
-                conn,
-                info=info,
-                facts=facts,
-                template=subject,
-                ids=ids,
-                progress_stream=progress_stream,
-                fresh=fresh,
-                run=new_run_id(),
-                hasher=hasher,
-                ack_timeout=pub_options.ack_timeout,
-                max_attempts=pub_options.max_attempts,
-            )
-        if plan.done:
-            _say(
-                f"nothing to publish: every record of {name} is already in stream {stream!r} "
-                f"(an earlier run confirmed all {plan.skip_to:,} lines; --fresh publishes it again)"
-            )
-            return 0
-        if plan.changed_after:
-            _say(
-                f"[yellow]note:[/] {name} changed after line {plan.skip_to:,}; lines "
-                f"1..{plan.skip_to:,}, already published, are unchanged: publishing what follows"
-            )
-        if plan.resumed:
-            _say(
-                f"resuming {name} after line {plan.skip_to:,}: {len(plan.found):,} msg ids "
-                "stored after the recorded point will not be sent again"
-            )
-        pub = Publisher(conn, pub_options)
-        exporter = metrics_endpoint(pub, *metrics)
-        await pub.start()
-        tally = Tally(max_seq=int(info.get("state", {}).get("last_seq", 0)))
-        confirmed = Confirmed(plan.skip_to, tally.max_seq, plan.inherited_to, plan.inherited_floor)
-        keeper = ProgressKeeper(plan.store, plan.base, confirmed, hasher)
-        keeper.chunk = max(2 * pub_options.max_inflight, 1000)
-        state = RunState()
-        progress = Progress(
-            TextColumn("[bold]publishing"),
-            BarColumn(),
-            TaskProgressColumn(),
-            TextColumn("{task.completed:,}/{task.fields[of]} lines"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=err_console,
-            disable=not show_progress,
-        )
-        total = facts.lines if facts is not None else None
-        items = read_items(source, fmt, skip_to=plan.skip_to, needed=needed)
-        install_sigint(state)
         try:
             with progress:
-                task = progress.add_task("publish", total=total, of=f"{total:,}" if total else "?")
-                progress.update(task, completed=plan.skip_to)
-                await publish_records(
-                    conn,
-                    pub,
-                    items if facts is not None else read_off_loop(items),
-                    subject=subject,
-                    id_field=id_field,
-                    skip_on_error=skip_on_error,
-                    found=plan.found,
-                    confirmed=confirmed,
-                    keeper=keeper,
-                    tally=tally,
-                    state=state,
-                    on_line=lambda line: progress.update(task, completed=line),
-                    say=_say,
-                    rate=rate,
-                )
-                await drain(pub, tally, state, options.connect_timeout)
-                progress.update(task, completed=state.read_to)
-            confirmed.advance(tally.max_seq)
-            done = state.eof and confirmed.first_unconfirmed is None and not tally.failed
-            progress_error = state.progress_error or await keeper.final(
-                done=done, budget=options.connect_timeout
-            )
+                try:
+                    result = await load(conn, source, load_options, stop=shown.stop, observer=shown)
+                except LoadIncomplete as exc:
+                    result = exc.result
+                if shown.task is not None:
+                    progress.update(shown.task, completed=result.read_to)
         finally:
-            remove_sigint()
-            if plan.store is not None:
-                await plan.store.close()
-            if exporter is not None:
-                exporter.close()
-        seconds = time.monotonic() - state.started
-        refused = (
-            await refused_subject(conn, stream, tally) if is_config_failure(tally.fatal) else ""
+            _remove_sigint()
+            if shown.exporter is not None:
+                shown.exporter.close()
+    if result.up_to_date:
+        _say(
+            f"nothing to publish: every record of {name} is already in stream "
+            f"{result.stream!r} (an earlier run confirmed all {result.start_line:,} lines; "
+            "--fresh publishes it again)"
         )
+        return 0
     size_now = None
-    if facts is not None:
+    if result.path is not None:
         try:
-            size_now = os.stat(facts.path).st_size
+            size_now = os.stat(result.path).st_size
         except OSError:
             size_now = None
-    console.print(_summary(tally, pub, seconds))
+    console.print(_summary(result))
     _report(
-        size_now=size_now,
         name=name,
-        facts=facts,
-        tally=tally,
-        state=state,
-        confirmed=confirmed,
-        plan=plan,
-        progress_error=progress_error,
-        window=pub.duplicate_window,
-        horizon=pub_options.retry_horizon,
+        result=result,
+        horizon=load_options.publisher_options().retry_horizon,
+        size_now=size_now,
     )
-    if refused:
-        _say(f"[bold red]error:[/] {refused}")
+    if result.refused:
+        _say(f"[bold red]error:[/] {result.refused}")
         return EXIT_CONFIG
-    if isinstance(tally.fatal, PermissionDenied):
-        _say(f"[bold red]error:[/] PermissionDenied: {tally.fatal}")
+    if isinstance(result.failure, PermissionDenied):
+        _say(f"[bold red]error:[/] PermissionDenied: {result.failure}")
         return EXIT_CONFIG
-    if state.interrupted:
+    if result.interrupted:
         return EXIT_INTERRUPTED
-    if state.stopped and state.id_refused and not tally.failed:
+    if result.stopped and result.id_refused and not result.failed:
         return EXIT_CONFIG
-    if tally.failed or state.stopped:
+    if result.failed or result.stopped:
         return EXIT_FAILURE
-    if tally.malformed and not (tally.stored or tally.duplicates or tally.already):
+    if result.malformed and not (result.stored or result.duplicates or result.skipped):
         _say("[bold red]error:[/] every record was malformed: nothing was stored")
         return EXIT_FAILURE
-    if not (tally.stored or tally.duplicates or tally.already or tally.malformed):
+    if not (result.stored or result.duplicates or result.skipped or result.malformed):
         _say(f"[yellow]warning:[/] {name} holds no records: nothing was published")
     return 0
 
@@ -444,29 +397,34 @@ def publish_command(
         )
     if resume is None:
         resume = True
-    if rate is not None and not (math.isfinite(rate) and rate > 0):
-        raise ConfigError(f"--rate must be a positive number of records per second, got {rate!r}")
+    if rate is not None:
+        rate = parse_rate("--rate", rate)
     pub_options = PublisherOptions(
-        stream=stream,
         max_inflight=max_inflight,
         ack_timeout=parse_duration("--ack-timeout", ack_timeout),
         max_attempts=max_attempts,
         tracing=trace,
-        # The resume record keeps the stream sequence each record was stored at,
-        # which fast-ingest batches do not report per message.
-        ingest="acks",
     )
     if trace:
         configure_from_env("oncestream-publish")
-    template = SubjectTemplate(subject)
-    facts: FileFacts | None = None
-    hasher: PrefixHasher | None = None
+    load_options = LoadOptions(
+        stream=stream,
+        subject=subject,
+        id_field=id_field,
+        id_from_content=id_from_content,
+        format=fmt.value,
+        on_error=on_error.value,
+        resume=resume,
+        fresh=fresh,
+        progress_stream=progress_stream,
+        rate=rate,
+        publisher=pub_options,
+        labels=_FLAGS,
+    )
     if file == "-":
         if sys.stdin.isatty():
             raise ConfigError("FILE is '-' but stdin is a terminal: pipe the records in")
         source: IO[bytes] = sys.stdin.buffer
-        if not hasattr(source, "peek"):
-            source = io.BufferedReader(source)  # type: ignore[type-var]
         name = "stdin"
     else:
         try:
@@ -476,42 +434,22 @@ def publish_command(
             raise typer.Exit(EXIT_INTERRUPTED) from None
         name = repr(file)
     try:
-        peek = source.peek(4096) if hasattr(source, "peek") else b""
-        if file == "-":
-            check_text("-", peek[:4096])
-        elif os.path.isfile(file):
-            facts = file_facts(file, source)
-            source = snapshot(source, facts)
-            hasher = PrefixHasher(file)
-        elif resume:
+        if file != "-" and not os.path.isfile(file) and resume:
             # A pipe (e.g. <(zcat f.gz)) can be read once and has no identity.
             _say(f"[yellow]note:[/] {name} is not a regular file: no progress is recorded")
-        first = next((line for line in peek.splitlines() if line.strip()), b"")
-        chosen = detect_format(file, first) if fmt is InputFormat.auto else fmt
         code = _interruptible(
             _run(
                 source,
-                chosen,
                 name=name,
-                facts=facts,
                 options=options,
-                pub_options=pub_options,
-                subject=template,
-                id_field=id_field,
-                skip_on_error=on_error is OnError.skip,
+                load_options=load_options,
                 show_progress=progress and err_console.is_terminal,
-                progress_stream=progress_stream if resume else None,
-                fresh=fresh,
-                hasher=hasher,
-                rate=rate,
                 metrics=(metrics_port, metrics_host),
             )
         )
     finally:
         if file != "-":
             source.close()
-        if hasher is not None:
-            hasher.close()
     if code:
         raise typer.Exit(code)
 

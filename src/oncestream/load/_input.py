@@ -1,10 +1,9 @@
-"""Input side of ``oncestream publish``: the file, its records, their subjects and msg ids.
+"""The loader's input: the file, its records, their subjects and msg ids.
 
-Everything here is checked before anything is published: a bad ``--subject``
-template, a file that is a directory, unreadable, binary or lacks the
-``--id-field`` column is a configuration error (exit 2) naming the thing at
-fault; a bad line is a :class:`RecordError` that the run reports with its
-line number.
+Everything here is checked before anything is published: a bad subject
+template, a file that is a directory, unreadable, binary or lacks the id
+field's column is a :class:`ConfigError` naming the thing at fault; a bad line
+is a :class:`RecordError` that the run reports with its line number.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ import orjson
 from .._errors import ConfigError
 from .._headers import check_msg_id
 from .._names import check_publish_subject
+from ._labels import default_label
 
 __all__ = [
     "FileFacts",
@@ -37,6 +37,7 @@ __all__ = [
     "Record",
     "RecordError",
     "SubjectTemplate",
+    "check_text",
     "content_id",
     "detect_format",
     "file_facts",
@@ -85,14 +86,19 @@ class Record:
 class SubjectTemplate:
     """``orders.{region}``: a subject with placeholders filled from record fields.
 
+    Args:
+        template: the subject, with ``{field}`` placeholders.
+        label: how messages name the option that gave it (``--subject`` on the CLI).
+
     Raises:
-        ConfigError: naming ``--subject`` when the template is not a valid subject pattern.
+        ConfigError: naming ``label`` when the template is not a valid subject pattern.
     """
 
-    def __init__(self, template: str) -> None:
+    def __init__(self, template: str, label: str = default_label("subject")) -> None:
         self.template = template
+        self.label = label
         self.fields: list[str] = []
-        where = f"--subject {template!r}"
+        where = f"{label} {template!r}"
         try:
             parsed = list(string.Formatter().parse(template))
         except ValueError as exc:
@@ -131,12 +137,12 @@ class SubjectTemplate:
         values: dict[str, str] = {}
         for name in self.fields:
             if name not in record.fields or record.fields[name] is None:
-                raise RecordError(record.line, f"field {name!r} (used by --subject) is missing")
+                raise RecordError(record.line, f"field {name!r} (used by {self.label}) is missing")
             raw = record.fields[name]
             if isinstance(raw, dict | list | bool):
                 raise RecordError(
                     record.line,
-                    f"field {name!r} (used by --subject) is a {type(raw).__name__}, "
+                    f"field {name!r} (used by {self.label}) is a {type(raw).__name__}, "
                     "not a string or number",
                 )
             value = str(raw)
@@ -276,7 +282,9 @@ def _open_fifo(file: str, say: Callable[[str], None]) -> io.BufferedReader:
     except BaseException:
         os.close(fd)
         raise
-    return os.fdopen(fd, "rb")
+    raw = io.FileIO(fd, "rb")
+    raw.name = file  # the format is told by the name (e.g. a FIFO 'in.csv'), not the fd
+    return io.BufferedReader(raw)
 
 
 def check_text(name: str, head: bytes) -> None:
@@ -328,13 +336,11 @@ class _Snapshot(io.RawIOBase):
         self._left -= count
         return int(count)
 
-    def close(self) -> None:
-        self._source.close()
-        super().close()
-
 
 def snapshot(source: IO[bytes], facts: FileFacts) -> IO[bytes]:
     """Read only the bytes ``facts`` counted: lines appended while publishing wait for a re-run.
+
+    Closing the snapshot leaves ``source`` open: whoever opened it closes it.
 
     Without it a file that grows during the run is read past the line count,
     hash and size the run reports and records as its progress.

@@ -1,4 +1,4 @@
-"""A minimal NATS protocol client written from the protocol text, for tests only.
+"""A minimal NATS protocol client written from the protocol text, for tests and torture.
 
 It shares no code with oncestream or nats-py, so a test can write header bytes
 exactly as given (nats-py trims them, oncestream refuses some) and read the

@@ -1,4 +1,5 @@
-"""Starting and stopping the process groups tests start (by PID, never by name)."""
+"""Starting and stopping the process groups tests and tools start (by PID, never by name),
+and a free port for them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,15 @@ import subprocess
 import threading
 from collections import deque
 from collections.abc import Sequence
+
+from oncestream.server import free_ports
+
+__all__ = ["free_port", "start_logged", "stop_group"]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    return free_ports(1)[0]
 
 
 def stop_group(proc: subprocess.Popen[bytes], sig: signal.Signals, *, timeout: float) -> None:

@@ -1,4 +1,4 @@
-"""A throw-away PostgreSQL server for tests, from the Debian binaries.
+"""A throw-away PostgreSQL server for tests and benchmarks, from the Debian binaries.
 
 Started with ``initdb`` + ``postgres`` in a temp dir on 127.0.0.1 and a free
 port; readiness is the server's own "ready to accept connections" log line;
@@ -19,8 +19,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from tests._procs import start_logged, stop_group
-from tests._support import free_port
+from ._procs import free_port, start_logged, stop_group
 
 _READY = "database system is ready to accept connections"
 

@@ -1,12 +1,12 @@
-"""Checks made before ``oncestream publish`` sends anything: target stream and resume point.
+"""Checks made before a load sends anything: target stream and resume point.
 
-- The target stream exists and captures ``--subject`` (asked of the server
+- The target stream exists and captures the subject (asked of the server
   with ``STREAM.NAMES`` filtered by the subject pattern), so a subject that
   lands in another stream is a configuration error naming both streams.
 - For a regular file, the last progress record decides where the run
   starts, and whether it may: a changed file, another subject or id mode, a
-  re-created stream or a tail that retention removed are refused (exit 2)
-  with the way out (``--fresh``).
+  re-created stream or a tail that retention removed are refused
+  (:class:`ConfigError`) with the way out (``fresh``).
 """
 
 from __future__ import annotations
@@ -18,32 +18,36 @@ from typing import Any
 from .._connection import Connection
 from .._errors import ConfigError, OncestreamError, PermissionDenied, StreamNotFound
 from ..read import stored_ids
+from ._input import FileFacts, PrefixHasher, SubjectTemplate
+from ._labels import Label, default_label
 from ._progress import ProgressStore, PublishProgress, progress_key
-from ._publish_input import FileFacts, PrefixHasher, SubjectTemplate
-from ._publish_run import Tally
+from ._run import Tally
 
 __all__ = ["ResumePlan", "check_target", "plan_resume", "refused_subject"]
 
-log = logging.getLogger("oncestream.cli.publish")
+log = logging.getLogger("oncestream.load")
 
 
-async def check_target(conn: Connection, stream: str, template: SubjectTemplate) -> dict[str, Any]:
+async def check_target(
+    conn: Connection, stream: str, template: SubjectTemplate, label: Label = default_label
+) -> dict[str, Any]:
     """The target stream's info, once it is known to capture the subject.
 
     Raises:
         ConfigError: the stream is missing, or the subject belongs to another or no stream.
     """
+    flag = label("stream")
     try:
         info = await conn.stream_info(stream)
     except StreamNotFound:
         raise ConfigError(
-            f"stream {stream!r} (--stream) not found; create it first, capturing the "
+            f"stream {stream!r} ({flag}) not found; create it first, capturing the "
             f"subject {template.filter!r}"
         ) from None
     mirror = info.get("config", {}).get("mirror")
     if isinstance(mirror, dict):
         raise ConfigError(
-            f"stream {stream!r} (--stream) is a mirror of {mirror.get('name')!r} and takes no "
+            f"stream {stream!r} ({flag}) is a mirror of {mirror.get('name')!r} and takes no "
             "publishes; publish to the stream it mirrors"
         )
     own = info.get("config", {}).get("subjects") or []
@@ -58,15 +62,17 @@ async def check_target(conn: Connection, stream: str, template: SubjectTemplate)
         return info
     if names:
         raise ConfigError(
-            f"--subject {template.template!r} is captured by stream {names[0]!r}, not by "
-            f"--stream {stream!r} (which {captures}); nothing was published"
+            f"{template.label} {template.template!r} is captured by stream {names[0]!r}, not "
+            f"by {flag} {stream!r} (which {captures}); nothing was published"
         )
     raise ConfigError(
-        f"no stream captures --subject {template.template!r}; --stream {stream!r} {captures}"
+        f"no stream captures {template.label} {template.template!r}; {flag} {stream!r} {captures}"
     )
 
 
-async def refused_subject(conn: Connection, stream: str, tally: Tally) -> str:
+async def refused_subject(
+    conn: Connection, stream: str, tally: Tally, label: Label = default_label
+) -> str:
     """Why the server refused a record's subject, naming the stream that captures it."""
     subject = tally.fatal_subject
     try:
@@ -76,9 +82,9 @@ async def refused_subject(conn: Connection, stream: str, tally: Tally) -> str:
         names = []
     where = f"stream {names[0]!r}" if names else "no stream"
     return (
-        f"subject {subject!r} of a record is captured by {where}, not by --stream {stream!r}: "
-        f"the server refused it ({type(tally.fatal).__name__}: {tally.fatal}) and the run "
-        "stopped; fix --subject or the record"
+        f"subject {subject!r} of a record is captured by {where}, not by {label('stream')} "
+        f"{stream!r}: the server refused it ({type(tally.fatal).__name__}: {tally.fatal}) and "
+        f"the run stopped; fix {label('subject')} or the record"
     )
 
 
@@ -110,6 +116,7 @@ async def plan_resume(
     hasher: PrefixHasher,
     ack_timeout: float = 5.0,
     max_attempts: int = 5,
+    label: Label = default_label,
 ) -> ResumePlan:
     """Read the file's last progress record and decide where this run starts.
 
@@ -126,6 +133,7 @@ async def plan_resume(
         progress_key(stream, facts.path),
         ack_timeout=ack_timeout,
         max_attempts=max_attempts,
+        label=label,
     )
     replicas = int(info.get("config", {}).get("num_replicas") or 1)
     await store.ensure(replicas)
@@ -147,7 +155,7 @@ async def plan_resume(
     plan = ResumePlan(base=base, store=store)
     if previous is None or fresh:
         return plan
-    _check_same(previous, base, facts, hasher)
+    _check_same(previous, base, facts, hasher, label)
     plan.changed_after = previous.sha256 != base.sha256
     if previous.done and not plan.changed_after:
         plan.done = True
@@ -159,8 +167,8 @@ async def plan_resume(
             f"stream {stream!r} no longer holds sequences {previous.scan_from + 1}.."
             f"{first_seq - 1} (retention or a purge removed them), so which records of "
             f"{facts.path!r} after line {previous.line} were stored cannot be checked. "
-            "Re-run with --fresh to publish from line 1 (records stored before, outside "
-            "the duplicate window, are stored again)"
+            f"Re-run with {label('fresh')} to publish from line 1 (records stored before, "
+            "outside the duplicate window, are stored again)"
         )
     if last_seq < previous.scan_from and created and created == previous.stream_created:
         # The same stream (its creation time) cannot end before a sequence it acknowledged:
@@ -176,7 +184,7 @@ async def plan_resume(
         raise ConfigError(
             f"stream {stream!r} ends at sequence {last_seq}, before the recorded "
             f"{previous.scan_from}: it is not the stream the earlier run wrote to. "
-            "Re-run with --fresh to start over"
+            f"Re-run with {label('fresh')} to start over"
         )
     try:
         plan.found = await stored_ids(conn, stream, previous.scan_from, last_seq)
@@ -195,12 +203,16 @@ async def plan_resume(
 
 
 def _check_same(
-    previous: PublishProgress, base: PublishProgress, facts: FileFacts, hasher: PrefixHasher
+    previous: PublishProgress,
+    base: PublishProgress,
+    facts: FileFacts,
+    hasher: PrefixHasher,
+    label: Label,
 ) -> None:
     """Refuse to resume when what the earlier run published, or how, is not the same."""
     fresh = (
-        "; re-run with --fresh to publish it from line 1 anyway (records stored before, "
-        "outside the stream's duplicate window, are stored again)"
+        f"; re-run with {label('fresh')} to publish it from line 1 anyway (records stored "
+        "before, outside the stream's duplicate window, are stored again)"
     )
     hasher.advance_to(previous.line)
     if previous.prefix_sha256:
@@ -222,6 +234,6 @@ def _check_same(
     if (previous.subject, previous.ids) != (base.subject, base.ids):
         raise ConfigError(
             f"an earlier publish of {facts.path!r} to stream {base.stream!r} used "
-            f"--subject {previous.subject!r} and ids '{previous.ids}'; this one uses "
+            f"{label('subject')} {previous.subject!r} and ids '{previous.ids}'; this one uses "
             f"{base.subject!r} and '{base.ids}'. Resume with the same options{fresh}"
         )

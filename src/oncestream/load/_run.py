@@ -1,15 +1,15 @@
-"""The run of ``oncestream publish``: publish, track what is confirmed, record progress.
+"""The run of a load: publish, track what is confirmed, record progress.
 
 Records are published pipelined. :class:`Confirmed` follows them in input
 order and knows the last line up to which every record is confirmed; the
-:class:`~oncestream._progress.ProgressStore` records that point in the server
+:class:`~oncestream.load._progress.ProgressStore` records that point in the server
 so that a re-run, however late, resumes after it (see ``_progress``).
 
 The run stops reading input at the first publish that fails for good (the
-server did not answer for the whole retry horizon, or refused the stream), on
-``--on-error stop`` at a malformed line, or on Ctrl-C; it then waits at most
-one connect timeout for the records in flight, records progress, prints the
-summary and how to resume.
+server did not answer for the whole retry horizon, or refused the stream), at
+a malformed line with ``on_error="stop"``, or when its stop event is set (Ctrl-C
+in ``oncestream publish``); it then waits at most one connect timeout for the
+records in flight and records progress.
 """
 
 from __future__ import annotations
@@ -18,14 +18,12 @@ import asyncio
 import contextlib
 import functools
 import secrets
-import signal
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
-from .._connection import Connection
 from .._errors import (
     ConfigError,
     JetStreamError,
@@ -36,8 +34,7 @@ from .._errors import (
     StreamNotFound,
 )
 from ..publish import PubAck, Publisher
-from ._progress import ConcurrentRun, ProgressStore, PublishProgress
-from ._publish_input import (
+from ._input import (
     IdRefused,
     PrefixHasher,
     Record,
@@ -45,23 +42,21 @@ from ._publish_input import (
     SubjectTemplate,
     record_id,
 )
+from ._progress import ConcurrentRun, ProgressStore, PublishProgress
 
 __all__ = [
-    "EXIT_INTERRUPTED",
     "Confirmed",
+    "Item",
     "ProgressKeeper",
     "RunState",
     "Tally",
     "drain",
-    "install_sigint",
     "is_config_failure",
     "new_run_id",
     "publish_records",
     "read_off_loop",
-    "remove_sigint",
 ]
 
-EXIT_INTERRUPTED = 130
 # Progress is recorded at least this often (seconds) while publishing.
 _RECORD_EVERY = 1.0
 
@@ -156,9 +151,9 @@ class Confirmed:
 
 @dataclass
 class RunState:
-    """Shared between the loop, the signal handler and the summary."""
+    """Shared between the loop, whoever may stop it (``stop``) and the result."""
 
-    interrupted: bool = False
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
     stopped: bool = False
     read_to: int = 0
     eof: bool = False
@@ -166,7 +161,11 @@ class RunState:
     #: A record's id was refused (it would be read as another id): bad input, exit 2.
     id_refused: bool = False
     started: float = field(default_factory=time.monotonic)
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def interrupted(self) -> bool:
+        """The stop event was set: the run was asked to stop."""
+        return self.stop.is_set()
 
 
 class ProgressKeeper:
@@ -266,65 +265,79 @@ class ProgressKeeper:
         return None
 
 
-def install_sigint(state: RunState) -> None:
-    """Ctrl-C sets ``state.interrupted`` (and wakes :func:`drain`) instead of raising."""
-    loop = asyncio.get_running_loop()
-
-    def on_sigint() -> None:
-        state.interrupted = True
-        state.wake.set()
-        # A second Ctrl-C ends the program at once.
-        loop.remove_signal_handler(signal.SIGINT)
-
-    try:
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
-    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread (tests)
-        pass
-
-
-def remove_sigint() -> None:
-    try:
-        asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
-    except (NotImplementedError, RuntimeError, ValueError):
-        pass
-
-
-_Item = Record | RecordError | int
+Item = Record | RecordError | int
+"""What the readers yield: a record, a malformed line's error, or the line number reached."""
 #: Items read ahead by the reader thread of a pipe (bounded: the reader waits).
 _READ_AHEAD = 1024
 _END = object()
 
 
-async def read_off_loop(items: Iterator[_Item]) -> AsyncIterator[_Item]:
+@dataclass(frozen=True)
+class _Raised:
+    """What ended the reader thread. Not the exception itself: a malformed line is an
+    item that is an exception (:class:`RecordError`), and must stay an item."""
+
+    exc: BaseException
+
+
+async def read_off_loop(items: Iterator[Item]) -> AsyncIterator[Item]:
     """Iterate ``items`` on a reader thread: a pipe that stays open and idle
     (``tail -F log | oncestream publish -``) must not stop the event loop, which
-    sends what is queued and receives the PubAcks meanwhile."""
+    sends what is queued and receives the PubAcks meanwhile.
+
+    Closing the iterator (the run stopped early) tells the thread to stop: it
+    hands nothing more to a loop that may be shutting down.
+    """
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[object] = asyncio.Queue(_READ_AHEAD)
+    queue: asyncio.Queue[object] = asyncio.Queue()
+    room = threading.Semaphore(_READ_AHEAD)
+    gone = threading.Event()
+
+    def hand(item: object) -> bool:
+        """Queue ``item`` for the loop; False once nobody reads any more."""
+        room.acquire()
+        if gone.is_set():
+            return False
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the loop is closed
+            return False
+        return True
 
     def read() -> None:
         try:
             for item in items:
-                asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
+                if not hand(item):
+                    return
             outcome: object = _END
         except BaseException as exc:  # handed to the loop, raised there
-            outcome = exc
-        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
-            asyncio.run_coroutine_threadsafe(queue.put(outcome), loop).result()
+            outcome = _Raised(exc)
+        hand(outcome)
 
     # A daemon: a run that stops early leaves it blocked on the pipe; exiting ends it.
     threading.Thread(target=read, name="oncestream-publish-reader", daemon=True).start()
-    while True:
-        item = await queue.get()
-        if item is _END:
-            return
-        if isinstance(item, BaseException):
-            raise item
-        yield item  # type: ignore[misc]
+    try:
+        while True:
+            item = await queue.get()
+            room.release()
+            if item is _END:
+                return
+            if isinstance(item, _Raised):
+                raise item.exc
+            yield item  # type: ignore[misc]
+    finally:
+        gone.set()
+        room.release()  # a reader waiting for room wakes up and stops
 
 
-async def _in_order(items: Iterator[_Item] | AsyncIterator[_Item]) -> AsyncIterator[_Item]:
-    if isinstance(items, AsyncIterator):
+async def _in_order(
+    items: Iterator[Item] | AsyncIterator[Item],
+) -> AsyncGenerator[Item, None]:
+    if isinstance(items, AsyncGenerator):
+        async with contextlib.aclosing(items):  # a reader thread stops with the run
+            async for item in items:
+                yield item
+    elif isinstance(items, AsyncIterator):
         async for item in items:
             yield item
     else:
@@ -333,9 +346,8 @@ async def _in_order(items: Iterator[_Item] | AsyncIterator[_Item]) -> AsyncItera
 
 
 async def publish_records(
-    conn: Connection,
     pub: Publisher,
-    items: Iterator[_Item] | AsyncIterator[_Item],
+    items: Iterator[Item] | AsyncIterator[Item],
     *,
     subject: SubjectTemplate,
     id_field: str | None,
@@ -346,20 +358,22 @@ async def publish_records(
     tally: Tally,
     state: RunState,
     on_line: Callable[[int], None],
-    say: Callable[[str], None],
+    on_malformed: Callable[[str], None],
     rate: float | None = None,
 ) -> None:
     """Publish ``items`` until the input ends or the run must stop (see module docstring).
 
-    ``rate``: at most this many records per second, counted from this call (``--rate``).
+    ``on_line`` is told the line reached every 256 lines, ``on_malformed`` each
+    malformed record (``line N: why``). ``rate``: at most this many records per
+    second, counted from this call.
     """
 
     def malformed(line: int, text: object) -> bool:
-        """Count a bad record; True when the run stops on it (``--on-error stop``)."""
+        """Count a bad record; True when the run stops on it (``on_error="stop"``)."""
         tally.malformed += 1
         if isinstance(text, IdRefused):
             state.id_refused = True
-        say(f"[yellow]malformed[/] {text}")
+        on_malformed(str(text))
         if not skip_on_error:
             state.stopped = True
             return True
@@ -368,62 +382,63 @@ async def publish_records(
 
     count = 0
     paced_from = time.monotonic()
-    async for item in _in_order(items):
-        if state.interrupted or tally.fatal is not None:
-            break
-        if isinstance(item, int):
-            state.read_to = item
-            if item % 256 == 0:
-                on_line(item)
-            continue
-        if isinstance(item, RecordError):
-            if malformed(item.line, item):
-                break
-            continue
-        try:
-            subj = subject.render(item)
-            msg_id = record_id(item, id_field)
-            if msg_id in found:
-                tally.already += 1
-                confirmed.skip(item.line)
-                continue
-            try:
-                await keeper.reserve(item.line)
-            except ConcurrentRun:
-                raise
-            except OncestreamError as exc:
-                # Lines past the recorded reservation may not be sent.
-                state.progress_error = f"{type(exc).__name__}: {exc}"
-                state.stopped = True
-                break
+    async with contextlib.aclosing(_in_order(items)) as ordered:
+        async for item in ordered:
             if state.interrupted or tally.fatal is not None:
                 break
-            floor = tally.max_seq
-            future = await pub.publish(subj, item.data, msg_id=msg_id)
-        except (RecordError, MessageTooLarge, ConfigError) as exc:
-            if isinstance(exc, ConcurrentRun):
-                raise
-            text = exc if isinstance(exc, RecordError) else f"line {item.line}: {exc}"
-            if malformed(item.line, text):
-                break
-            continue
-        future.add_done_callback(functools.partial(tally.on_done, item.line, subj))
-        confirmed.add(item.line, future, floor)
-        count += 1
-        if count % 512 == 0:
-            confirmed.advance(tally.max_seq)
-            keeper.maybe_snapshot()
-            await asyncio.sleep(0)
-        if rate is not None:
-            await _pace(paced_from + count / rate, state, confirmed, keeper, tally)
-    else:
-        state.eof = True
+            if isinstance(item, int):
+                state.read_to = item
+                if item % 256 == 0:
+                    on_line(item)
+                continue
+            if isinstance(item, RecordError):
+                if malformed(item.line, item):
+                    break
+                continue
+            try:
+                subj = subject.render(item)
+                msg_id = record_id(item, id_field)
+                if msg_id in found:
+                    tally.already += 1
+                    confirmed.skip(item.line)
+                    continue
+                try:
+                    await keeper.reserve(item.line)
+                except ConcurrentRun:
+                    raise
+                except OncestreamError as exc:
+                    # Lines past the recorded reservation may not be sent.
+                    state.progress_error = f"{type(exc).__name__}: {exc}"
+                    state.stopped = True
+                    break
+                if state.interrupted or tally.fatal is not None:
+                    break
+                floor = tally.max_seq
+                future = await pub.publish(subj, item.data, msg_id=msg_id)
+            except (RecordError, MessageTooLarge, ConfigError) as exc:
+                if isinstance(exc, ConcurrentRun):
+                    raise
+                text = exc if isinstance(exc, RecordError) else f"line {item.line}: {exc}"
+                if malformed(item.line, text):
+                    break
+                continue
+            future.add_done_callback(functools.partial(tally.on_done, item.line, subj))
+            confirmed.add(item.line, future, floor)
+            count += 1
+            if count % 512 == 0:
+                confirmed.advance(tally.max_seq)
+                keeper.maybe_snapshot()
+                await asyncio.sleep(0)
+            if rate is not None:
+                await _pace(paced_from + count / rate, state, confirmed, keeper, tally)
+        else:
+            state.eof = True
 
 
 async def _pace(
     due: float, state: RunState, confirmed: Confirmed, keeper: ProgressKeeper, tally: Tally
 ) -> None:
-    """Wait until ``due`` (monotonic) for ``--rate``; Ctrl-C ends the wait.
+    """Wait until ``due`` (monotonic) for the rate; the stop event ends the wait.
 
     Progress is recorded while waiting (at most every second), so a slow run
     killed mid-way resumes close to where it was.
@@ -434,17 +449,17 @@ async def _pace(
     keeper.maybe_snapshot()
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(due - time.monotonic()):
-            await state.wake.wait()
+            await state.stop.wait()
 
 
 async def drain(pub: Publisher, tally: Tally, state: RunState, budget: float) -> None:
     """Wait for the publishes in flight: all of them, or ``budget`` seconds when stopping early.
 
-    A Ctrl-C while waiting for all of them switches to the ``budget`` wait.
+    The stop event set while waiting for all of them switches to the ``budget`` wait.
     """
     if not (state.interrupted or state.stopped or tally.fatal is not None):
         flushing = asyncio.ensure_future(pub.flush())
-        woken = asyncio.ensure_future(state.wake.wait())
+        woken = asyncio.ensure_future(state.stop.wait())
         await asyncio.wait({flushing, woken}, return_when=asyncio.FIRST_COMPLETED)
         woken.cancel()
         if flushing.done():

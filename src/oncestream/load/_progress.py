@@ -1,8 +1,8 @@
-"""Progress records of file publishes, kept in the server, for exactly-once re-runs.
+"""Progress records of file loads, kept in the server, for exactly-once re-runs.
 
 Msg-id de-duplication lasts only the stream's ``duplicate_window``. To make a
-re-run of ``oncestream publish FILE`` add nothing whatever the time between the
-runs, each run of one (file, target stream) pair keeps one subject of a small
+re-run of a file's load (``oncestream publish FILE``) add nothing whatever the
+time between the runs, each run of one (file, target stream) pair keeps one subject of a small
 progress stream (``ONCESTREAM_PUBLISH_PROGRESS``) and appends a
 :class:`PublishProgress` to it:
 
@@ -45,6 +45,7 @@ from .._errors import (
 )
 from ..publish import SubjectLog
 from ..streams import StreamSpec, add_stream, stream_exists
+from ._labels import Label, default_label
 
 __all__ = [
     "PROGRESS_STREAM",
@@ -54,7 +55,7 @@ __all__ = [
     "progress_key",
 ]
 
-log = logging.getLogger("oncestream.progress")
+log = logging.getLogger("oncestream.load")
 
 PROGRESS_STREAM = "ONCESTREAM_PUBLISH_PROGRESS"
 PROGRESS_SUBJECT = "oncestream.publish.progress"
@@ -111,6 +112,7 @@ class ProgressStore:
         conn: an open connection (same account / domain as the target stream).
         stream: the progress stream; created when missing.
         key: :func:`progress_key` of the pair.
+        label: how messages name the load's options.
     """
 
     def __init__(
@@ -121,12 +123,14 @@ class ProgressStore:
         *,
         ack_timeout: float = 5.0,
         max_attempts: int = 5,
+        label: Label = default_label,
     ) -> None:
         self.conn = conn
         self.stream = stream
+        self._label = label
         self.subject = f"{PROGRESS_SUBJECT}.{key}"
         self._lock = asyncio.Lock()
-        # As patient as the run's own publishes (--ack-timeout, --max-attempts): a
+        # As patient as the run's own publishes (ack timeout, attempts): a
         # server outage the records ride out must not stop the run at a progress record.
         self._log = SubjectLog(
             conn, stream, self.subject, ack_timeout=ack_timeout, max_attempts=max_attempts
@@ -159,8 +163,8 @@ class ProgressStore:
             raise ConfigError(
                 f"cannot create the progress stream {self.stream!r} (subjects "
                 f"'{PROGRESS_SUBJECT}.>'): {exc}. Create it, name another one that captures "
-                f"'{PROGRESS_SUBJECT}.>' with --progress-stream, or publish without resume "
-                "records with --no-resume"
+                f"'{PROGRESS_SUBJECT}.>' with {self._label('progress_stream')}, or publish "
+                f"without resume records with {self._label('no_resume')}"
             ) from exc
         log.debug("created stream %s for publish progress records", self.stream)
 
@@ -174,7 +178,7 @@ class ProgressStore:
         except (ValueError, TypeError) as exc:
             raise ConfigError(
                 f"the progress record at {self.stream!r} seq {found.seq} is unreadable "
-                f"({exc}); publish with --fresh to start over"
+                f"({exc}); publish with {self._label('fresh')} to start over"
             ) from exc
 
     async def write(self, record: PublishProgress) -> None:

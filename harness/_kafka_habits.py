@@ -20,6 +20,10 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ._publish import publish_n
+
+__all__ = ["NOT_COMPARED", "RUNNERS", "SCENARIOS", "JetStreamSide", "KafkaSide", "Side", "run_all"]
+
 #: The Kafka-habit options each scenario exercises.
 SCENARIOS: dict[str, tuple[str, ...]] = {
     "offsets": ("startingOffsets", "endingOffsets"),
@@ -85,7 +89,9 @@ def ending_timestamp(side: Side) -> dict[str, Any]:
     return {"rows": _values(side, df)}
 
 
-def _stream(side: Side, options: dict[str, str], trigger: dict[str, Any]) -> tuple[Any, list]:
+def _stream(
+    side: Side, options: dict[str, str], trigger: dict[str, Any]
+) -> tuple[Any, list[list[str]]]:
     import tempfile
 
     batches: list[list[str]] = []
@@ -197,11 +203,9 @@ class JetStreamSide:
         self._run(lambda conn: ensure_stream(conn, spec))
 
     def publish(self, start: int, count: int, *, headers: bool = False) -> None:
-        from tests._support import fill_stream
-
         subject = f"habits.{self.stream.removeprefix('HABITS_').lower()}"
         self._run(
-            lambda conn: fill_stream(
+            lambda conn: publish_n(
                 conn,
                 subject,
                 count,

@@ -1,0 +1,465 @@
+"""The loader's one entry: a file, a stream or an iterable of records into a stream, exactly once.
+
+:func:`load` checks the target stream, reads the file's last progress record
+(``_progress``) and decides where the run starts (``_plan``), then publishes
+the records pipelined, records its progress as PubAcks confirm them (``_run``)
+and returns what happened. A regular file is resumable: a re-run, however late,
+adds nothing. A stream (a pipe, stdin) or an iterable of records keeps no
+progress: a re-run is de-duplicated by msg id inside the duplicate window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import logging
+import os
+import stat
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import IO, Any, cast
+
+import orjson
+
+from .._connection import Connection
+from .._errors import ConfigError, OncestreamError
+from ..publish import Publisher
+from ._input import (
+    FileFacts,
+    InputFormat,
+    PrefixHasher,
+    Record,
+    RecordError,
+    check_text,
+    detect_format,
+    file_facts,
+    open_input,
+    read_items,
+    snapshot,
+)
+from ._options import LoadOptions
+from ._plan import ResumePlan, check_target, plan_resume, refused_subject
+from ._result import LoadIncomplete, LoadResult
+from ._run import (
+    Confirmed,
+    Item,
+    ProgressKeeper,
+    RunState,
+    Tally,
+    drain,
+    is_config_failure,
+    new_run_id,
+    publish_records,
+    read_off_loop,
+)
+
+__all__ = ["LoadObserver", "LoadStart", "Source", "load"]
+
+log = logging.getLogger("oncestream.load")
+
+_Records = Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]]
+#: What :func:`load` reads: a path, an open binary file, or records (mappings).
+Source = str | os.PathLike[str] | IO[bytes] | _Records
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadStart:
+    """Where a load starts publishing (what :meth:`LoadObserver.publishing` is told).
+
+    Args:
+        publisher: the started Publisher (e.g. to serve its metrics).
+        lines: the file's line count (None: a stream or an iterable).
+        start_line: lines 1..start_line were confirmed by an earlier run.
+        resumed: an earlier run's progress record is resumed.
+        known_ids: msg ids found stored after that record's point (not sent again).
+        changed_after: the file changed after what the earlier run published.
+    """
+
+    publisher: Publisher
+    lines: int | None
+    start_line: int
+    resumed: bool
+    known_ids: int
+    changed_after: bool
+
+
+class LoadObserver:
+    """What :func:`load` tells as it goes; each method does nothing unless overridden.
+
+    Example::
+
+        class Dots(LoadObserver):
+            def line(self, line: int) -> None:
+                print(".", end="", flush=True)
+    """
+
+    def publishing(self, start: LoadStart) -> None:
+        """Publishing begins (after the checks and the resume plan)."""
+
+    def line(self, line: int) -> None:
+        """The input was read up to ``line`` (told every 256 lines)."""
+
+    def malformed(self, text: str) -> None:
+        """A malformed record, never published: ``line N: why`` (``on_error`` decides the rest)."""
+
+
+@dataclass
+class _Opened:
+    """The input, opened and looked at: where its records come from, what it is."""
+
+    label: str
+    source: IO[bytes] | None = None
+    fmt: InputFormat = InputFormat.jsonl
+    facts: FileFacts | None = None
+    hasher: PrefixHasher | None = None
+    records: _Records | None = None
+    owned: list[IO[bytes]] = field(default_factory=list)
+
+    def items(self, skip_to: int, needed: dict[str, str]) -> Iterator[Item] | AsyncIterator[Item]:
+        if self.records is not None:
+            if isinstance(self.records, AsyncIterable):
+                return _async_records(self.records)
+            return _records(self.records)
+        assert self.source is not None
+        items = read_items(self.source, self.fmt, skip_to=skip_to, needed=needed)
+        # A pipe may stay open and idle: it is read on a thread, off the event loop.
+        return items if self.facts is not None else read_off_loop(items)
+
+    def close(self) -> None:
+        if self.hasher is not None:
+            self.hasher.close()
+        for handle in self.owned:
+            handle.close()
+
+
+def _regular_path(handle: IO[bytes]) -> str | None:
+    """The path of an open regular file (by its name, the same file), else None."""
+    name = getattr(handle, "name", None)
+    if not isinstance(name, str):
+        return None
+    try:
+        opened = os.fstat(handle.fileno())
+        named = os.stat(name)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return None
+    if not stat.S_ISREG(opened.st_mode) or not os.path.samestat(opened, named):
+        return None
+    return name
+
+
+def _open(source: Source, options: LoadOptions) -> _Opened:
+    if isinstance(source, str | os.PathLike):
+        handle = open_input(os.fspath(source), log.warning)
+        try:
+            return _open_file(handle, options, owned=True)
+        except BaseException:
+            handle.close()
+            raise
+    if isinstance(source, bytes | bytearray | memoryview | io.TextIOBase):
+        raise ConfigError(
+            "source: give a path, a file opened in binary mode ('rb') or an iterable of "
+            f"records (mappings), got {type(source).__name__}"
+        )
+    if hasattr(source, "read"):
+        return _open_file(source, options, owned=False)  # type: ignore[arg-type]
+    if isinstance(source, Iterable | AsyncIterable):
+        if options.fresh:
+            raise ConfigError(
+                f"{options.label('fresh')} needs a regular file: an iterable of records has "
+                "no identity to record progress for"
+            )
+        return _Opened(label="records", records=cast(_Records, source))
+    raise ConfigError(
+        "source: give a path, a file opened in binary mode ('rb') or an iterable of records "
+        f"(mappings), got {type(source).__name__}"
+    )
+
+
+def _open_file(handle: IO[bytes], options: LoadOptions, *, owned: bool) -> _Opened:
+    name = getattr(handle, "name", None)
+    # stdin is '-' on the command line; its file object calls itself '<stdin>'.
+    label = name if isinstance(name, str) and not name.startswith("<") else "-"
+    source: IO[bytes] = handle
+    if not hasattr(source, "peek"):
+        source = io.BufferedReader(source)  # type: ignore[type-var]
+    opened = _Opened(label=label, source=source, owned=[handle] if owned else [])
+    peek = source.peek(4096)[:4096]
+    check_text(label, peek)
+    path = _regular_path(handle)
+    if path is None and options.fresh:
+        raise ConfigError(
+            f"{options.label('fresh')} needs a regular file: {label!r}, which is not one, has "
+            "no stable identity to record progress for"
+        )
+    first = next((line for line in peek.splitlines() if line.strip()), b"")
+    opened.fmt = (
+        detect_format(label, first) if options.format == "auto" else InputFormat(options.format)
+    )
+    if path is not None:
+        source.seek(0)
+        opened.facts = file_facts(path, source)
+        opened.source = snapshot(source, opened.facts)
+        opened.hasher = PrefixHasher(path)
+    return opened
+
+
+def _record(number: int, value: object) -> Record | RecordError:
+    if not isinstance(value, Mapping):
+        return RecordError(number, f"expected a mapping (a record), got {type(value).__name__}")
+    fields = dict(value)
+    try:
+        data = orjson.dumps(fields)
+    except TypeError:
+        try:  # integers beyond 64 bits, which orjson refuses, stay exact
+            data = json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode()
+        except (TypeError, ValueError) as exc:
+            return RecordError(number, f"not JSON-serializable ({exc})")
+    return Record(number, fields, data)
+
+
+def _records(records: Iterable[Mapping[str, Any]]) -> Iterator[Item]:
+    for number, value in enumerate(records, start=1):
+        yield number
+        yield _record(number, value)
+
+
+async def _async_records(records: AsyncIterable[Mapping[str, Any]]) -> AsyncIterator[Item]:
+    number = 0
+    async for value in records:
+        number += 1
+        yield number
+        yield _record(number, value)
+
+
+async def load(
+    conn: Connection,
+    source: Source,
+    options: LoadOptions,
+    *,
+    stop: asyncio.Event | None = None,
+    observer: LoadObserver | None = None,
+) -> LoadResult:
+    """Load every record of ``source`` into ``options.stream`` exactly once.
+
+    Each record gets a deterministic msg id (``options.id_field``, or a hash of
+    its content) and is published with pipelined acks and retries. For a regular
+    file, progress records in the server (``options.progress_stream``) make a
+    re-run add nothing, however late: it resumes after what an earlier run
+    confirmed and skips what that run stored after it; a changed file, another
+    subject or id mode, or a re-created stream is refused (``fresh=True`` starts
+    over). A killed or cancelled load resumes the same way.
+
+    Args:
+        conn: an open connection.
+        source: a path (JSONL or CSV); an open binary file (a regular file opened
+            by its path is resumable; stdin or a pipe is read on a thread, without
+            progress records); or an iterable or async iterable of records
+            (mappings, published as JSON, in order; without progress records). A
+            FIFO path waits for its writer before anything else (logged).
+        options: the target, the ids, what to do with bad records.
+        stop: when set, the load stops reading, waits at most the connection's
+            connect timeout for the records in flight, records its progress and
+            raises :class:`LoadIncomplete` (``result.interrupted``).
+        observer: told when publishing begins, how far the input was read, and
+            each malformed record.
+
+    Returns:
+        The counts, once every record is confirmed (``result.complete``).
+
+    Raises:
+        ConfigError: bad input found before anything was sent (a missing stream,
+            a subject it does not capture, a binary file, a CSV header without a
+            needed column, a changed file, an unsafe resume), or a window guard
+            failure (the retry horizon exceeds the stream's duplicate window).
+        ConcurrentRun: another load of the same file to the same stream is running.
+        LoadIncomplete: it stopped before every record was confirmed: a
+            malformed record with ``on_error="stop"``, a publish that failed for
+            good, or ``stop``. ``exc.result`` says how far it got.
+        OncestreamError: the server could not be asked (connection lost).
+
+    Example::
+
+        result = await load(conn, "orders.jsonl", LoadOptions(
+            stream="ORDERS", subject="orders.{region}", id_field="id"))
+        print(result.stored, result.duplicates, result.skipped)
+    """
+    opened = _open(source, options)
+    try:
+        return await _load(
+            conn, opened, options, stop or asyncio.Event(), observer or LoadObserver()
+        )
+    finally:
+        opened.close()
+
+
+async def _load(
+    conn: Connection,
+    opened: _Opened,
+    options: LoadOptions,
+    stop: asyncio.Event,
+    observer: LoadObserver,
+) -> LoadResult:
+    stream = options.stream
+    pub_options = options.publisher_options()
+    budget = conn.options.connect_timeout
+    info = await check_target(conn, stream, options.template, options.label)
+    facts = opened.facts
+    plan = ResumePlan()
+    try:
+        if facts is not None and opened.hasher is not None and options.resume:
+            plan = await plan_resume(
+                conn,
+                info=info,
+                facts=facts,
+                template=options.template,
+                ids=options.ids,
+                progress_stream=options.progress_stream,
+                fresh=options.fresh,
+                run=new_run_id(),
+                hasher=opened.hasher,
+                ack_timeout=pub_options.ack_timeout,
+                max_attempts=pub_options.max_attempts,
+                label=options.label,
+            )
+        where: dict[str, Any] = {
+            "stream": stream,
+            "lines": facts.lines if facts is not None else None,
+            "size": facts.size if facts is not None else None,
+            "path": facts.path if facts is not None else None,
+            "start_line": plan.skip_to,
+            "resumed": plan.resumed,
+            "changed_after": plan.changed_after,
+            "resumable": plan.store is not None,
+            "known_ids": len(plan.found),
+        }
+        if plan.done:
+            return LoadResult(
+                **where,
+                complete=True,
+                up_to_date=True,
+                confirmed=plan.skip_to,
+                read_to=plan.skip_to,
+            )
+        return await _publish(conn, opened, options, plan, info, where, stop, observer, budget)
+    finally:
+        if plan.store is not None:
+            await plan.store.close()
+
+
+async def _publish(
+    conn: Connection,
+    opened: _Opened,
+    options: LoadOptions,
+    plan: ResumePlan,
+    info: dict[str, Any],
+    where: dict[str, Any],
+    stop: asyncio.Event,
+    observer: LoadObserver,
+    budget: float,
+) -> LoadResult:
+    pub_options = options.publisher_options()
+    pub = Publisher(conn, pub_options)
+    try:
+        await pub.start()
+        tally = Tally(max_seq=int(info.get("state", {}).get("last_seq", 0)))
+        confirmed = Confirmed(plan.skip_to, tally.max_seq, plan.inherited_to, plan.inherited_floor)
+        keeper = ProgressKeeper(plan.store, plan.base, confirmed, opened.hasher)
+        keeper.chunk = max(2 * pub_options.max_inflight, 1000)
+        state = RunState(stop=stop)
+        observer.publishing(
+            LoadStart(
+                publisher=pub,
+                lines=where["lines"],
+                start_line=plan.skip_to,
+                resumed=plan.resumed,
+                known_ids=len(plan.found),
+                changed_after=plan.changed_after,
+            )
+        )
+        await publish_records(
+            pub,
+            opened.items(plan.skip_to, options.needed_columns),
+            subject=options.template,
+            id_field=options.id_field,
+            skip_on_error=options.on_error == "skip",
+            found=plan.found,
+            confirmed=confirmed,
+            keeper=keeper,
+            tally=tally,
+            state=state,
+            on_line=observer.line,
+            on_malformed=observer.malformed,
+            rate=options.rate,
+        )
+        await drain(pub, tally, state, budget)
+        confirmed.advance(tally.max_seq)
+        complete = state.eof and confirmed.first_unconfirmed is None and not tally.failed
+        progress_error = state.progress_error or await keeper.final(done=complete, budget=budget)
+        seconds = time.monotonic() - state.started
+        refused = (
+            await refused_subject(conn, options.stream, tally, options.label)
+            if is_config_failure(tally.fatal)
+            else None
+        )
+    finally:
+        if not pub.closed:  # an error or a cancellation: what is in flight gets the budget
+            with contextlib.suppress(OncestreamError, TimeoutError):
+                async with asyncio.timeout(budget):
+                    await pub.close()
+    stats = pub.stats
+    result = LoadResult(
+        **where,
+        stored=tally.stored,
+        duplicates=tally.duplicates,
+        skipped=tally.already,
+        malformed=tally.malformed,
+        failed=tally.failed,
+        sent=stats.sent,
+        retried=stats.retried,
+        complete=complete,
+        confirmed=confirmed.line,
+        first_unconfirmed=confirmed.first_unconfirmed,
+        read_to=state.read_to,
+        interrupted=state.interrupted,
+        stopped=state.stopped,
+        id_refused=state.id_refused,
+        failure=tally.fatal,
+        errors=tuple(tally.errors),
+        refused=refused,
+        progress_error=progress_error,
+        seconds=seconds,
+        duplicate_window=pub.duplicate_window,
+    )
+    if not complete:
+        what = "records" if opened.records is not None else repr(opened.label)
+        raise LoadIncomplete(_why(result, what), result)
+    return result
+
+
+def _why(result: LoadResult, what: str) -> str:
+    """One line: where the load stopped, why, and what a re-run does."""
+    first = result.first_unconfirmed or result.confirmed + 1
+    if result.refused:
+        reason = result.refused
+    elif result.interrupted:
+        reason = "stopped on request"
+    elif result.failure is not None:
+        reason = f"{type(result.failure).__name__}: {result.failure}"
+    elif result.stopped and result.progress_error:
+        reason = f"its progress could not be recorded ({result.progress_error})"
+    elif result.stopped:
+        reason = "a malformed record stopped it"
+    else:
+        reason = "not every record was confirmed"
+    again = (
+        "a re-run resumes after the last confirmed line"
+        if result.resumable
+        else "a re-run is de-duplicated inside the stream's duplicate window only"
+    )
+    return (
+        f"load of {what} into stream {result.stream!r} stopped at line {first:,} "
+        f"(lines 1..{result.confirmed:,} confirmed): {reason}; {again}"
+    )

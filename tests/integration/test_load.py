@@ -1,0 +1,151 @@
+"""`oncestream.load.load`, the Python entry of the file loader, on a real server.
+
+A file is loaded exactly once by one call, and a re-run adds nothing, also after
+the stream's duplicate window (only the progress records protect then); an
+interrupted load resumes with every record once; an iterable (or async
+iterable) of records is loaded once and a re-run inside the window adds
+nothing; a malformed record stops the load with a typed error carrying the
+counts, or is skipped on request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from oncestream import ConfigError, Connection, OncestreamError
+from oncestream.load import LoadIncomplete, LoadObserver, LoadOptions, LoadStart, load
+from oncestream.publish import PublisherOptions
+from oncestream.read import read_stream
+
+WINDOW = 1.5
+#: Retry horizon 3 x 200 ms + 50 ms + 250 ms = 0.9 s: fits the short window.
+FAST = PublisherOptions(ack_timeout=0.2, max_attempts=3)
+
+
+def _write(path: Path, count: int, start: int = 0) -> Path:
+    with path.open("a") as out:
+        for i in range(start, start + count):
+            record = {"id": f"r{i}", "region": ("eu", "us")[i % 2], "n": i}
+            out.write(orjson.dumps(record).decode() + "\n")
+    return path
+
+
+async def _ids(conn: Connection, stream: str) -> Counter[str | None]:
+    counts: Counter[str | None] = Counter()
+    async for chunk in read_stream(conn, stream):
+        counts.update(record.msg_id for record in chunk)
+    return counts
+
+
+def _once(counts: Counter[str | None], expected: list[str]) -> None:
+    twice = {k: n for k, n in counts.items() if n > 1}
+    assert not twice, f"stored more than once: {sorted(map(str, twice))[:5]}"
+    assert set(counts) == set(expected)
+
+
+async def test_a_file_loads_exactly_once_and_a_late_rerun_adds_nothing(
+    conn: Connection, make_stream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    await make_stream("ORDERS", ("orders.>",), duplicate_window=WINDOW)
+    path = _write(tmp_path / "orders.jsonl", 3000)
+    options = LoadOptions(stream="ORDERS", subject="orders.{region}", id_field="id", publisher=FAST)
+
+    first = await load(conn, str(path), options)
+
+    assert (first.stored, first.duplicates, first.skipped) == (3000, 0, 0)
+    assert first.complete and first.resumable and first.lines == 3000
+    await asyncio.sleep(WINDOW + 0.5)  # past the window: only the progress record protects
+    again = await load(conn, path, options)
+    assert again.up_to_date and (again.stored, again.sent) == (0, 0)
+    _write(path, 500, start=3000)  # appended: only the new lines are loaded
+    more = await load(conn, path, options)
+    assert (more.stored, more.duplicates, more.start_line) == (500, 0, 3000)
+    _once(await _ids(conn, "ORDERS"), [f"r{i}" for i in range(3500)])
+
+
+async def test_an_interrupted_load_resumes_with_every_record_once(
+    conn: Connection, make_stream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    await make_stream("T", ("t.>",), duplicate_window=WINDOW)
+    path = _write(tmp_path / "t.jsonl", 20_000)
+    options = LoadOptions(stream="T", subject="t.x", id_field="id", publisher=FAST)
+    stop = asyncio.Event()
+
+    class StopEarly(LoadObserver):
+        def line(self, line: int) -> None:
+            if line >= 2048:
+                stop.set()
+
+    with pytest.raises(LoadIncomplete, match="stopped on request") as stopped:
+        await load(conn, path, options, stop=stop, observer=StopEarly())
+    first = stopped.value.result
+    assert first.interrupted and not first.complete and first.resumable
+    assert 0 < first.stored < 20_000
+    await asyncio.sleep(WINDOW + 0.5)  # past the window: only the progress record protects
+    rest = await load(conn, path, options)
+    assert rest.complete and rest.resumed
+    assert first.stored + rest.stored + rest.skipped == 20_000
+    _once(await _ids(conn, "T"), [f"r{i}" for i in range(20_000)])
+
+
+async def test_an_iterable_of_records_loads_once_and_a_rerun_adds_nothing(
+    conn: Connection, make_stream
+) -> None:  # type: ignore[no-untyped-def]
+    await make_stream("REC", ("rec.>",))
+    records = [{"id": f"k{i}", "region": ("eu", "us")[i % 2]} for i in range(1000)]
+    options = LoadOptions(stream="REC", subject="rec.{region}", id_field="id")
+    seen: list[LoadStart] = []
+
+    class Watch(LoadObserver):
+        def publishing(self, start: LoadStart) -> None:
+            seen.append(start)
+
+    first = await load(conn, records, options, observer=Watch())
+
+    assert (first.stored, first.duplicates) == (1000, 0)
+    assert first.complete and not first.resumable and first.lines is None
+    assert seen and seen[0].lines is None and seen[0].start_line == 0
+
+    async def again() -> AsyncIterator[dict[str, str]]:
+        for record in records:
+            yield record
+
+    rerun = await load(conn, again(), options)  # inside the duplicate window
+    assert (rerun.stored, rerun.duplicates) == (0, 1000)
+    _once(await _ids(conn, "REC"), [r["id"] for r in records])
+
+
+async def test_a_malformed_record_stops_with_the_counts_or_is_skipped(
+    conn: Connection, make_stream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    await make_stream("BAD", ("bad.>",))
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"id": "a"}\n{bad\n{"id": "c"}\n')
+    seen: list[str] = []
+
+    class Collect(LoadObserver):
+        def malformed(self, text: str) -> None:
+            seen.append(text)
+
+    stop_at_it = LoadOptions(stream="BAD", subject="bad.x", id_field="id", resume=False)
+    with pytest.raises(LoadIncomplete) as stopped:
+        await load(conn, path, stop_at_it, observer=Collect())
+    assert isinstance(stopped.value, OncestreamError)
+    result = stopped.value.result
+    assert (result.stored, result.malformed, result.stopped) == (1, 1, True)
+    assert seen and seen[0].startswith("line 2: invalid JSON")
+
+    skip_it = LoadOptions(stream="BAD", subject="bad.x", id_field="id", on_error="skip")
+    skipped = await load(conn, path, skip_it)
+    assert skipped.complete and skipped.malformed == 1
+    assert (skipped.stored, skipped.duplicates) == (1, 1)  # "c" new, "a" de-duplicated
+    assert set(await _ids(conn, "BAD")) == {"a", "c"}
+
+    with pytest.raises(ConfigError, match=r"LoadOptions\.stream"):
+        await load(conn, path, LoadOptions(stream="NOPE", subject="bad.x", id_field="id"))
