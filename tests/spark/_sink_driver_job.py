@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from oncestream.spark import local_session
 from oncestream.spark._datasource import JetStreamDataSource
 from oncestream.spark._sink import JetStreamStreamWriter
+from tests.spark._batched_source import batched_read, run_until_caught_up
 
 
 def main() -> None:
@@ -56,20 +57,13 @@ def main() -> None:
 
     spark = local_session("sink-kill-job")
     spark.dataSource.register(FaultySource)
-    source = (
-        spark.readStream.format("jetstream")
-        .option("servers", url)
-        .option("stream", "IN")
-        .option("startingOffsets", "earliest")
-        .option("maxMessagesPerTrigger", 500)
-        .load()
-    )
+    source = batched_read(spark, url, "IN", 500)  # 500-message batches on every PySpark
     columns = [F.lit(subject).alias("subject"), "data"]
     if ids == "lineage":
         columns += ["stream", "sequence"]
     elif ids == "column":  # a msg_id column: the sink publishes Arrow columns (publish_columns)
         columns.append(F.concat(F.lit("in-"), F.col("sequence").cast("string")).alias("msg_id"))
-    query = (
+    run_until_caught_up(
         source.select(*columns)
         .writeStream.format("jetstream_faulty")
         .option("servers", url)
@@ -78,10 +72,7 @@ def main() -> None:
         .option("maxAttempts", "3")
         .option("ingest", ingest)
         .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
     )
-    query.awaitTermination()
     spark.stop()
 
 

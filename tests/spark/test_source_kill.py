@@ -50,6 +50,7 @@ async def test_driver_killed_mid_stream_restarts_exactly_once(
 ) -> None:
     await make_stream("KILL", ("kill.>",))
     await publish(conn, "kill.x", 120)
+    published = 120
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "ckpt")
     proc = _driver("stream", nats_server.url, "KILL", out, checkpoint, "run")
     try:
@@ -57,6 +58,9 @@ async def test_driver_killed_mid_stream_restarts_exactly_once(
         batches = 0
         for line in proc.stdout:  # bounded by the test timeout and by the job's own 600 s
             if line.startswith("PROGRESS") and int(line.split()[2]) > 0:
+                # PySpark < 4.2 (no maxMessagesPerTrigger) read all 120 at once: more arrive.
+                await publish(conn, "kill.x", 20, start=published)
+                published += 20
                 batches += 1
                 if batches >= 2:
                     break
@@ -65,8 +69,9 @@ async def test_driver_killed_mid_stream_restarts_exactly_once(
         _kill_group(proc)
     assert proc.returncode == -signal.SIGKILL
     first = spark.read.parquet(out).count()
-    assert 0 < first < 120
-    await publish(conn, "kill.x", 30, start=120)
+    assert 0 < first <= published  # the restart reads the rest and 30 more
+    await publish(conn, "kill.x", 30, start=published)
+    published += 30
     proc = _driver("stream", nats_server.url, "KILL", out, checkpoint, "finish")
     try:
         assert proc.wait(timeout=180) == 0
@@ -74,4 +79,4 @@ async def test_driver_killed_mid_stream_restarts_exactly_once(
         if proc.returncode is None:
             _kill_group(proc)
     seqs = sorted(r.sequence for r in spark.read.parquet(out).select("sequence").collect())
-    assert seqs == list(range(1, 151))
+    assert seqs == list(range(1, published + 1))

@@ -23,9 +23,17 @@ __all__ = [
     "lag",
     "local_session",
     "register",
+    "supports_read_limits",
     "transactional",
     "warm_worker",
 ]
+
+
+def supports_read_limits() -> bool:
+    """Whether this PySpark lets the source honour ``maxMessagesPerTrigger`` and the like (4.2+)."""
+    from ._compat import ADMISSION_CONTROL
+
+    return ADMISSION_CONTROL
 
 
 if _TYPE_CHECKING:
@@ -39,6 +47,9 @@ def __getattr__(name: str) -> object:
         from ._foreach_batch import transactional
 
         return transactional
+    if name == "delta":
+    
+        return delta
     if name == "instrument_query":
         from ._metrics import instrument_query
 
