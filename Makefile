@@ -51,7 +51,8 @@ OLD_BIN   := $(OLD_VENV)/bin
 OLD_STAMP := $(OLD_VENV)/.installed-stamp
 OLDEST_TESTS := tests/spark/test_compat.py tests/spark/test_source_kill.py \
 	tests/spark/test_sink_kill.py tests/spark/test_sink_commit_restart.py \
-	tests/spark/test_foreach_batch.py
+	tests/spark/test_foreach_batch.py tests/spark/test_delta.py tests/spark/test_delta_spark.py \
+	tests/spark/test_delta_connect.py
 
 setup-oldest: $(OLD_STAMP)
 

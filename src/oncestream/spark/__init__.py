@@ -19,6 +19,7 @@ from ._session import check_java, local_session
 
 __all__ = [
     "check_java",
+    "delta",
     "instrument_query",
     "lag",
     "local_session",
@@ -37,6 +38,7 @@ def supports_read_limits() -> bool:
 
 
 if _TYPE_CHECKING:
+    from ._delta import delta
     from ._foreach_batch import transactional
     from ._metrics import instrument_query
 
@@ -48,7 +50,8 @@ def __getattr__(name: str) -> object:
 
         return transactional
     if name == "delta":
-    
+        from ._delta import delta
+
         return delta
     if name == "instrument_query":
         from ._metrics import instrument_query
