@@ -46,7 +46,7 @@ def job_env(**extra: str) -> dict[str, str]:
 
 
 class ConnectServer:
-    """``start-connect-server.sh --wait`` from pyspark's ``sbin/``, on 127.0.0.1 and a free port.
+    """A Connect server started as docs/deploy.md says (:func:`_launcher`), on 127.0.0.1.
 
     Args:
         work: its working directory, logs, scratch and temp files.
@@ -75,7 +75,7 @@ class ConnectServer:
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [
-                    str(spark_home / "sbin" / "start-connect-server.sh"), "--wait",
+                    *_launcher(spark_home),
                     "--master", "local[2]",
                     "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
                     "--conf", f"spark.connect.grpc.binding.port={self.port}",
@@ -175,3 +175,16 @@ class SparkJobs:
             return json.loads(json.dumps(JOBS[name](self.session, **kwargs)))
         assert self.remote is not None
         return run_connect_job(self.remote, name, kwargs)
+
+
+def _launcher(spark_home: Path) -> list[str]:
+    """How docs/deploy.md starts a Connect server: ``sbin/start-connect-server.sh --wait``.
+
+    PySpark 4.0's pip package has no ``sbin/``: there the class the script runs is
+    started with ``bin/spark-submit``, as the 4.0 note in docs/deploy.md says.
+    """
+    script = spark_home / "sbin" / "start-connect-server.sh"
+    if script.exists():
+        return [str(script), "--wait"]
+    submit = str(spark_home / "bin" / "spark-submit")
+    return [submit, "--class", "org.apache.spark.sql.connect.service.SparkConnectServer"]

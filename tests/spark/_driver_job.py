@@ -8,7 +8,8 @@ Usage::
 ``stream`` runs a Structured Streaming query from the jetstream source into a
 Parquet sink (MODE ``run``: processing-time trigger, 20 messages per batch,
 runs until killed, printing ``PROGRESS <batchId> <rows>`` per batch; MODE
-``finish``: Trigger.AvailableNow, 100 messages per batch, exits 0 when caught up). ``count`` reads
+``finish``: Trigger.AvailableNow, 100 messages per batch, exits 0 when caught up;
+on PySpark < 4.2, which has no read limits, each batch reads what is there). ``count`` reads
 the stream in batch mode and prints ``SEQUENCES <json list>``. A MASTER of
 ``sc://host:port`` runs the query through that Spark Connect server instead
 (the query runs there; this process prints its progress).
@@ -52,14 +53,17 @@ def stream_job(url: str, stream: str, out: str, checkpoint: str, mode: str, mast
                 pass
 
         spark.streams.addListener(Progress())
-    df = (
+    from oncestream.spark._compat import ADMISSION_CONTROL
+
+    reader = (
         spark.readStream.format("jetstream")
         .option("servers", url)
         .option("stream", stream)
         .option("startingOffsets", "earliest")
-        .option("maxMessagesPerTrigger", "20" if mode == "run" else "100")
-        .load()
     )
+    if ADMISSION_CONTROL:  # PySpark < 4.2 refuses it: each batch reads what is there
+        reader = reader.option("maxMessagesPerTrigger", "20" if mode == "run" else "100")
+    df = reader.load()
     writer = (
         df.select("stream", "sequence", "data")
         .writeStream.format("parquet")

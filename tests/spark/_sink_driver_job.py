@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 
 from oncestream.spark._datasource import JetStreamDataSource
 from oncestream.spark._sink import JetStreamStreamWriter
+from tests.spark._batched_source import batched_read, run_until_caught_up
 
 
 def main() -> None:
@@ -74,14 +75,7 @@ def main() -> None:
         spark = SparkSession.builder.remote(remote).getOrCreate()
         oncestream.spark.register(spark)
     spark.dataSource.register(FaultySource)
-    source = (
-        spark.readStream.format("jetstream")
-        .option("servers", url)
-        .option("stream", "IN")
-        .option("startingOffsets", "earliest")
-        .option("maxMessagesPerTrigger", 500)
-        .load()
-    )
+    source = batched_read(spark, url, "IN", 500)  # 500-message batches on every PySpark
     columns = [F.lit(subject).alias("subject"), "data"]
     if ids == "lineage":
         columns += ["stream", "sequence"]
@@ -98,8 +92,7 @@ def main() -> None:
     )
     if stream != "-":
         writer = writer.option("stream", stream)
-    query = writer.trigger(availableNow=True).start()
-    query.awaitTermination()
+    query = run_until_caught_up(writer)
     if query.exception() is not None:
         raise SystemExit(f"query failed: {query.exception()}")
     spark.stop()

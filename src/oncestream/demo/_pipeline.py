@@ -45,15 +45,18 @@ class Pipeline:
     def _orders(self) -> DataFrame:
         from pyspark.sql import functions as F
 
-        raw = (
+        from ..spark import supports_read_limits
+
+        reader = (
             self.spark.readStream.format("jetstream")
             .option("servers", self.url)
             .option("stream", self.input_stream)
             .option("startingOffsets", "earliest")
-            .option("maxMessagesPerTrigger", self.max_per_trigger)
             .option("minPartitions", 2)
-            .load()
         )
+        if supports_read_limits():  # PySpark < 4.2: a batch reads what has arrived
+            reader = reader.option("maxMessagesPerTrigger", self.max_per_trigger)
+        raw = reader.load()
         return raw.select(
             "stream",
             "sequence",

@@ -19,16 +19,26 @@ from ._session import check_java, local_session
 
 __all__ = [
     "check_java",
+    "delta",
     "instrument_query",
     "lag",
     "local_session",
     "register",
+    "supports_read_limits",
     "transactional",
     "warm_worker",
 ]
 
 
+def supports_read_limits() -> bool:
+    """Whether this PySpark lets the source honour ``maxMessagesPerTrigger`` and the like (4.2+)."""
+    from ._compat import ADMISSION_CONTROL
+
+    return ADMISSION_CONTROL
+
+
 if _TYPE_CHECKING:
+    from ._delta import delta
     from ._foreach_batch import transactional
     from ._metrics import instrument_query
 
@@ -39,6 +49,10 @@ def __getattr__(name: str) -> object:
         from ._foreach_batch import transactional
 
         return transactional
+    if name == "delta":
+        from ._delta import delta
+
+        return delta
     if name == "instrument_query":
         from ._metrics import instrument_query
 

@@ -47,7 +47,6 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
 from pyspark.sql.types import (
@@ -75,6 +74,7 @@ from ._commits import (
     last_seq,
     tail_of,
 )
+from ._compat import StreamArrowWriter
 from ._connections import get_connection
 from ._sink_layout import layout_of as _layout
 from ._sink_options import SinkOptions, lineage_id, position_id, row_digest, writer_scope
@@ -696,7 +696,7 @@ class JetStreamBatchWriter(_JetStreamWriter, DataSourceArrowWriter):
         log.warning("jetstream sink: batch write aborted after %s", self._totals(messages))
 
 
-class JetStreamStreamWriter(_JetStreamWriter, DataSourceStreamArrowWriter):
+class JetStreamStreamWriter(_JetStreamWriter, StreamArrowWriter):
     """``df.writeStream.format("jetstream")``: records each committed micro-batch."""
 
     streaming = True

@@ -18,14 +18,6 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxBytes,
-    ReadMaxRows,
-    ReadMinRows,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -40,6 +32,17 @@ from pyspark.sql.types import (
 from .._connection import Connection
 from .._errors import ConfigError, DataLossError
 from .._sync import run_sync
+from ._compat import (
+    ADMISSION_CONTROL,
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SeenOffset,
+    SupportsTriggerAvailableNow,
+    refuse_read_limits,
+)
 from ._offsets import RECREATED_FIX, created_of, make_offset, recreated_text, split_offset
 from ._planning import (
     JetStreamPartition,
@@ -182,10 +185,12 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 "(spark.read) only, as in Kafka; a streaming query reads what arrives until "
                 "it is stopped (Trigger.AvailableNow stops at the streams' heads)"
             )
+        refuse_read_limits(self._limit_options())
         self.schema = schema
         self._available_now: dict[str, int] | None = None
         self._last_trigger: float | None = None  # monotonic time of the last batch (min rows)
         self._unverified: set[str] = set()  # streams warned about: offset without created
+        self._seen = SeenOffset()  # PySpark < 4.2: where the next batch starts
 
     # -- helpers (driver) ----------------------------------------------------------
 
@@ -211,9 +216,11 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts: startingOffsets / startingTimestamp (default latest)."""
         conn, infos = self._infos()
-        return make_offset(
+        offset = make_offset(
             run_sync(resolve_start(conn, self.options, infos, streaming=True)), infos
         )
+        self._seen.saw(offset)
+        return offset
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``ReadMinRows`` / ``ReadMaxRows`` / ``ReadMaxBytes`` from the options, else all.
@@ -231,14 +238,38 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return ReadMaxBytes(self.options.max_bytes_per_trigger)
         return ReadAllAvailable()
 
+    def _limit_options(self) -> list[str]:
+        """The read limit options set (they need the batch's start)."""
+        opts = self.options
+        return [
+            name
+            for name, value in (
+                ("maxMessagesPerTrigger", opts.max_messages_per_trigger),
+                ("maxBytesPerTrigger", opts.max_bytes_per_trigger),
+                ("minOffsetsPerTrigger", opts.min_messages_per_trigger),
+            )
+            if value is not None
+        ]
+
     def prepareForTriggerAvailableNow(self) -> None:
         """Fix the streams' current heads as the target of a Trigger.AvailableNow run."""
         _, infos = self._infos()
         self._available_now = {s: first_last(i)[1] for s, i in infos.items()}
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        """The end offset of the next micro-batch, honouring ``limit``."""
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, Any]:
+        """The end offset of the next micro-batch, honouring ``limit``.
+
+        PySpark 4.2+ passes ``start`` and ``limit``; 4.0/4.1 pass neither: the batch
+        starts where Spark last told this reader (:mod:`._compat`) and reads all
+        that is available.
+        """
         conn, infos = self._infos()
+        if start is None or limit is None:  # PySpark < 4.2 (read limits refused there)
+            start, limit = self._seen.offset, ReadAllAvailable()
+            if start is None:  # a new query's first batch, or an AvailableNow run
+                return make_offset({s: first_last(i)[1] for s, i in infos.items()}, infos)
         return make_offset(self._end_positions(start, limit, conn, infos), infos)
 
     def _end_positions(
@@ -450,6 +481,8 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         batch planned before its stream was re-created (and replayed after a
         restart) does not read the new stream at the old positions.
         """
+        if not ADMISSION_CONTROL:
+            self._seen.saw(end)
         first, first_created = split_offset(start)
         last, last_created = split_offset(end)
 
@@ -458,9 +491,17 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             infos = await stream_infos(conn, self.options)
             begin = {s: first.get(s, last.get(s, 0)) for s in infos}
             finish = {s: last.get(s, begin[s]) for s in infos}
-            for s in infos:
-                if first_created.get(s, last_created.get(s)) != last_created.get(s):
-                    begin[s] = finish[s]  # the batch that restarts a re-created stream: empty
+            for s, info in infos.items():
+                recorded = first_created.get(s, last_created.get(s))
+                if recorded == last_created.get(s):
+                    continue
+                # The batch that restarts a re-created stream. latestOffset's reset ends it at
+                # the new stream's beginning (empty); only an AvailableNow run on PySpark < 4.2,
+                # whose end Spark fixed before this reader knew the start, ends past it.
+                begin[s] = min(max(first_last(info)[0], 1) - 1, finish[s])
+                if begin[s] < finish[s] and self.options.fail_on_data_loss:
+                    text = recreated_text(s, first.get(s, 0), str(recorded), info)
+                    raise DataLossError(f"{text}; {RECREATED_FIX}")
             created = {s: c for s in infos if (c := last_created.get(s))}
             return await plan_partitions(conn, self.options, infos, begin, finish, created)
 

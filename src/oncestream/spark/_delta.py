@@ -1,0 +1,231 @@
+"""Exactly-once ``foreachBatch`` into a Delta Lake table, with delta-rs (no JVM, no delta-spark).
+
+Each micro-batch is appended with :func:`deltalake.write_deltalake` and the
+commit carries a Delta *application transaction* (``txn`` action: an app id and
+a version) of ``(query, batch_id)``. Delta records it in the same atomic commit
+as the data files, so a replayed batch (Spark re-runs the last batch whose
+commit it did not record) finds its version already in the table and writes
+nothing. Delta's own Spark sink keeps its batch ids the same way.
+
+The batch is collected to the driver as Arrow (``df.toArrow()``) and written
+from there: docs/lakehouse.md has the measurement behind that choice and sizes
+batches with the source's ``maxMessagesPerTrigger``.
+
+Example::
+
+    from oncestream.spark import delta
+
+    (df.writeStream
+       .foreachBatch(delta("/lake/orders", partition_by=["day"]))
+       .option("checkpointLocation", "/chk/orders")
+       .start())
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from .._errors import ConfigError, OncestreamError
+from .._private import redacted_repr
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["DeltaBatchWriter", "delta", "query_identity"]
+
+log = logging.getLogger("oncestream.spark.delta")
+
+_MODES = ("append", "overwrite")
+_SCHEMA_MODES = (None, "merge")
+
+
+def query_identity(df: DataFrame, query_name: str | None) -> str:
+    """What scopes a streaming query's batch ids: ``query_name``, else the query's id.
+
+    Classic Spark hands a ``foreachBatch`` function the query id (stable across
+    restarts from one checkpoint; a new checkpoint is a new query whose batch ids
+    restart at 0) as the local property ``sql.streaming.queryId``. Under Spark
+    Connect the function runs in a Python worker of the Connect server that gets
+    a DataFrame and a batch id only: nothing there names the query, so
+    ``query_name`` is required.
+
+    Raises:
+        ConfigError: no ``query_name`` and no query id (Spark Connect).
+    """
+    if query_name:
+        return query_name
+    try:
+        value = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+    except Exception:  # Spark Connect: no SparkContext in the foreachBatch worker
+        value = None
+    if not value:
+        raise ConfigError(
+            "this foreachBatch function cannot see which streaming query calls it (Spark "
+            "Connect gives it no query id): pass query_name='<a name unique to this query "
+            "and checkpoint>'"
+        )
+    return str(value)
+
+
+class DeltaWriteError(OncestreamError):
+    """A micro-batch could not be written to the Delta table."""
+
+
+@dataclass(kw_only=True)
+class DeltaBatchWriter:
+    """The ``(df, batch_id)`` callable :func:`delta` returns.
+
+    Attributes:
+        written: rows appended by the last call (0 when the batch was skipped).
+        skipped: batch ids this writer found already in the table.
+    """
+
+    uri: str
+    query_name: str | None
+    mode: Literal["append", "overwrite"]
+    partition_by: tuple[str, ...]
+    schema_mode: Literal["merge"] | None
+    storage_options: dict[str, str] | None = field(default=None, repr=False)
+    written: int = 0
+    skipped: list[int] | None = None
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        """Append ``df`` with the application transaction ``(query, batch_id)``; skip a replay.
+
+        Raises:
+            ConfigError: no query identity (see :func:`query_identity`).
+            DeltaWriteError: the table records a later batch of this query (a new
+                checkpoint reusing ``query_name``), or delta-rs failed.
+        """
+        app_id = query_identity(df, self.query_name)
+        recorded = self.committed_version(app_id)
+        if recorded is not None and batch_id <= recorded:
+            if batch_id < recorded:
+                # Spark re-runs only its last uncommitted batch: an older id is another query.
+                raise DeltaWriteError(
+                    f"Delta table {self.uri} already holds batch {recorded} of query "
+                    f"{app_id!r}, and the query now writes batch {batch_id}: a new checkpoint "
+                    "reuses that query name (its batch ids restart at 0) or the checkpoint was "
+                    "restored from an older copy; give this query a new query_name"
+                )
+            self.written = 0
+            self.skipped = [*(self.skipped or []), batch_id]
+            log.info("batch %s of %s already in %s; skipped", batch_id, app_id, self.uri)
+            return
+        table = df.toArrow()
+        self._write(table, app_id, batch_id)
+        self.written = table.num_rows
+        log.info(
+            "batch %s of %s: %s rows committed to %s", batch_id, app_id, self.written, self.uri
+        )
+
+    def committed_version(self, app_id: str) -> int | None:
+        """The last batch id of ``app_id`` in the table (None: none, or no table yet)."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            table = DeltaTable(self.uri, storage_options=self.storage_options)
+        except TableNotFoundError:
+            return None
+        version = table.transaction_version(app_id)
+        return None if version is None else int(version)
+
+    def _write(self, table: Any, app_id: str, batch_id: int) -> None:
+        from deltalake import CommitProperties, Transaction, write_deltalake
+
+        try:
+            write_deltalake(
+                self.uri,
+                table,
+                mode=self.mode,
+                partition_by=list(self.partition_by) or None,
+                schema_mode=self.schema_mode,
+                storage_options=self.storage_options,
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(app_id=app_id, version=batch_id)]
+                ),
+            )
+        except Exception as exc:
+            raise DeltaWriteError(
+                f"writing batch {batch_id} of query {app_id!r} to Delta table {self.uri}: {exc}"
+            ) from exc
+
+
+def delta(
+    uri: str,
+    *,
+    query_name: str | None = None,
+    mode: Literal["append", "overwrite"] = "append",
+    partition_by: Sequence[str] = (),
+    schema_mode: Literal["merge"] | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> Callable[[DataFrame, int], None]:
+    """A ``foreachBatch`` function writing each micro-batch exactly once into a Delta table.
+
+    Each call collects the micro-batch to the driver as Arrow and commits it with
+    delta-rs, together with the application transaction ``(query, batch_id)``
+    (Delta's ``txn`` action) in the same commit. A batch whose id the table
+    already records for the query is skipped, so Spark's replay of a batch whose
+    Delta commit went through writes nothing; a crash before the commit leaves
+    nothing behind but unreferenced files. Works under classic Spark and Spark
+    Connect (there ``query_name`` is required), on every supported PySpark.
+
+    Args:
+        uri: the table: a local path, or an object-store URI (``s3://``, ``gs://``,
+            ``az://``, ``abfss://``...) that delta-rs understands. Created on the
+            first batch if missing.
+        query_name: what batch ids are scoped by (the Delta app id); default the
+            streaming query id, which Spark keeps in the checkpoint. Required
+            under Spark Connect. A new checkpoint must get a new name.
+        mode: ``append`` adds each batch; ``overwrite`` replaces the table's
+            contents with each batch (for ``outputMode("complete")``).
+        partition_by: partition columns of a table created by the first batch.
+        schema_mode: ``merge`` lets a batch add columns to the table.
+        storage_options: delta-rs storage options (credentials, endpoints), passed
+            through as given; not shown by ``repr``.
+
+    Raises:
+        ConfigError: a bad mode, schema mode, partition column or URI; deltalake
+            is not installed (``pip install 'oncestream[delta]'``).
+        DeltaWriteError: (at write time) the table holds a later batch of the query,
+            or delta-rs failed.
+
+    Example::
+
+        query = df.writeStream.foreachBatch(delta("/lake/orders")).start()
+    """
+    if not isinstance(uri, str) or not uri.strip():
+        raise ConfigError(f"uri must name a Delta table (a path or URI), got {uri!r}")
+    if mode not in _MODES:
+        raise ConfigError(f"mode must be 'append' or 'overwrite', got {mode!r}")
+    if schema_mode not in _SCHEMA_MODES:
+        raise ConfigError(f"schema_mode must be None or 'merge', got {schema_mode!r}")
+    if isinstance(partition_by, str):
+        partition_by = (partition_by,)
+    columns = tuple(partition_by)
+    for column in columns:
+        if not isinstance(column, str) or not column:
+            raise ConfigError(f"partition_by must name columns, got {column!r}")
+    if query_name is not None and (not isinstance(query_name, str) or not query_name.strip()):
+        raise ConfigError(f"query_name must be a non-empty string, got {query_name!r}")
+    try:
+        import deltalake  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(
+            "oncestream.spark.delta needs delta-rs: pip install 'oncestream[delta]'"
+        ) from exc
+    return DeltaBatchWriter(
+        uri=uri,
+        query_name=query_name,
+        mode=mode,
+        partition_by=columns,
+        schema_mode=schema_mode,
+        storage_options=dict(storage_options) if storage_options else None,
+    )

@@ -1,0 +1,188 @@
+"""oncestream.spark.delta: micro-batches into a Delta table with delta-rs, exactly once.
+
+The batch id travels as a Delta application transaction in the same commit as
+the rows; the tests read the table back with deltalake, as any reader would.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+
+from oncestream import ConfigError
+from oncestream.server import NatsServer
+from oncestream.spark import delta
+from oncestream.spark._delta import DeltaWriteError, query_identity
+from oncestream.streams import StreamSpec
+from tests.spark._sink_helpers import make_streams, publish_orders
+
+pytestmark = pytest.mark.timeout(300)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rows(table: Path) -> list[dict[str, Any]]:
+    return DeltaTable(str(table)).to_pyarrow_table().to_pylist()
+
+
+def test_replayed_batch_writes_nothing(spark: Any, tmp_path: Path) -> None:
+    table = tmp_path / "orders"
+    write = delta(str(table), query_name="q1")
+    first = spark.createDataFrame([("a", 1.5), ("b", 2.0)], "order_id string, amount double")
+    second = spark.createDataFrame([("c", 3.0)], "order_id string, amount double")
+    write(first, 0)
+    write(first, 0)  # Spark's replay of batch 0 after a crash between the two commits
+    write(second, 1)
+    assert write.skipped == [0]
+    rows = sorted((r["order_id"], r["amount"]) for r in _rows(table))
+    assert rows == [("a", 1.5), ("b", 2.0), ("c", 3.0)]
+    dt = DeltaTable(str(table))
+    assert dt.transaction_version("q1") == 1
+    assert dt.version() == 1  # two commits: the replay committed nothing
+    # Another query writing the same table has batch ids of its own.
+    other = delta(str(table), query_name="q2")
+    other(second, 0)
+    assert other.skipped is None and len(_rows(table)) == 4
+
+
+def test_an_older_batch_of_the_query_is_refused(spark: Any, tmp_path: Path) -> None:
+    """A new checkpoint reusing a query name restarts at batch 0: refused, not skipped."""
+    table = tmp_path / "t"
+    df = spark.createDataFrame([(1,)], "n long")
+    delta(str(table), query_name="orders")(df, 4)
+    with pytest.raises(DeltaWriteError, match=r"batch 4 of query 'orders'.*new query_name"):
+        delta(str(table), query_name="orders")(df, 0)
+    assert len(_rows(table)) == 1
+
+
+def test_partitioned_overwrite_and_schema_merge(spark: Any, tmp_path: Path) -> None:
+    table = tmp_path / "p"
+    write = delta(str(table), query_name="q", partition_by=["day"])
+    write(spark.createDataFrame([("d1", 1), ("d2", 2)], "day string, n long"), 0)
+    assert DeltaTable(str(table)).metadata().partition_columns == ["day"]
+    merge = delta(str(table), query_name="q", schema_mode="merge")
+    merge(spark.createDataFrame([("d1", 3, "x")], "day string, n long, extra string"), 1)
+    assert sorted(r["n"] for r in _rows(table)) == [1, 2, 3]
+    complete = delta(str(table), query_name="q", mode="overwrite", schema_mode="merge")
+    complete(spark.createDataFrame([("d3", 9, "y")], "day string, n long, extra string"), 2)
+    assert [(r["day"], r["n"]) for r in _rows(table)] == [("d3", 9)]
+
+
+class _ConnectLikeFrame:
+    """A DataFrame whose session has no SparkContext, as in a Connect foreachBatch worker."""
+
+    class sparkSession:
+        @property
+        def sparkContext(self) -> Any:
+            raise RuntimeError("[JVM_ATTRIBUTE_NOT_SUPPORTED] sparkContext under Spark Connect")
+
+    sparkSession = sparkSession()  # type: ignore[assignment]
+
+
+def test_query_identity(spark: Any) -> None:
+    assert query_identity(_ConnectLikeFrame(), "mine") == "mine"  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="query_name"):
+        query_identity(_ConnectLikeFrame(), None)  # type: ignore[arg-type]
+    # Outside a streaming query classic Spark has no query id either.
+    with pytest.raises(ConfigError, match="query_name"):
+        query_identity(spark.range(1), None)
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ConfigError, match="mode must be"):
+        delta("/t", mode="upsert")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="schema_mode"):
+        delta("/t", schema_mode="overwrite")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="uri"):
+        delta(" ")
+    with pytest.raises(ConfigError, match="partition_by"):
+        delta("/t", partition_by=[""])
+    with pytest.raises(ConfigError, match="query_name"):
+        delta("/t", query_name="")
+    secret = delta("s3://b/t", storage_options={"AWS_SECRET_ACCESS_KEY": "hunter2"})
+    assert "hunter2" not in repr(secret)
+
+
+def run_job(
+    url: str, table: Path, checkpoint: Path, sink: str, kill: str, out: list[str] | None = None
+) -> int:
+    """Run tests/spark/_delta_driver_job.py; its exit code (-9: killed at the planted point).
+
+    ``out``: filled with the lines the job printed.
+    """
+    path = os.pathsep.join((str(ROOT / "src"), str(ROOT)))
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=path)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    args = (url, str(table), str(checkpoint), sink, kill)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.spark._delta_driver_job", *args],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        printed, err = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    if proc.returncode not in (0, -signal.SIGKILL):
+        raise AssertionError(err.decode(errors="replace")[-3000:])
+    if out is not None:
+        out.extend(printed.decode(errors="replace").splitlines())
+    return proc.returncode
+
+
+def batch_files(checkpoint: Path, log: str) -> list[int]:
+    """Batch ids in the checkpoint's ``offsets`` or ``commits`` log."""
+    return sorted(int(p.name) for p in (checkpoint / log).iterdir() if p.name.isdigit())
+
+
+def assert_each_row_once(table: Path, total: int) -> None:
+    sequences = [r["sequence"] for r in _rows(table)]
+    duplicated = sorted({s for s in sequences if sequences.count(s) > 1})
+    missing = sorted(set(range(1, total + 1)) - set(sequences))
+    assert (len(sequences), duplicated[:5], missing[:5]) == (total, [], [])
+
+
+def test_driver_killed_between_the_delta_commit_and_sparks(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    url = nats_server.url
+    table, checkpoint = tmp_path / "table", tmp_path / "chk"
+    make_streams(url, StreamSpec(name="IN", subjects=("in.>",)))
+    publish_orders(url, "IN", "in.orders", 1000)
+    assert run_job(url, table, checkpoint, "rs", "none") == 0
+    publish_orders(url, "IN", "in.orders", 1000, start=1000)
+    assert run_job(url, table, checkpoint, "rs", "first") == -signal.SIGKILL
+    # The killed batch is in the table (its app transaction too), not in Spark's commit log.
+    killed = batch_files(checkpoint, "offsets")[-1]
+    assert killed not in batch_files(checkpoint, "commits")
+    in_table = len(_rows(table))
+    versions = _app_versions(table)
+    assert run_job(url, table, checkpoint, "rs", "none") == 0
+    assert_each_row_once(table, 2000)
+    assert in_table == (2000 if killed == 1 else 1500)  # one batch, or 500 of 1000
+    assert list(versions.values()) == [killed], versions
+
+
+def _app_versions(table: Path) -> dict[str, int]:
+    """Each application transaction's version in the table, from its log."""
+    import json
+
+    versions: dict[str, int] = {}
+    for commit in sorted((table / "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            txn = json.loads(line).get("txn")
+            if txn:
+                versions[txn["appId"]] = int(txn["version"])
+    return versions
