@@ -144,7 +144,7 @@ async def test_option_and_stream_errors_exit_non_zero(
         assert paced.exit_code == 2, paced.output
         # nan/inf are refused by the check every float option of the CLI has (a finite number).
         assert "--rate must be a" in paced.stderr
-        assert bad in paced.stderr.lower()
+        assert repr(float(bad)).lower() in paced.stderr.lower()
 
     await make_stream("ORDERS", ("orders.>",), duplicate_window=1.0)
     guard = await invoke(base_args(nats_server, file, "--subject", "orders.x", "--id-field", "id"))

@@ -20,6 +20,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 import oncestream.spark
+from oncestream import ConfigError
 from oncestream.spark import delta
 
 
@@ -58,8 +59,14 @@ def main(url: str, work: str, remote: str) -> None:
 
     print("FIRST", json.dumps({"error": run(crash_once, "chk")}), flush=True)
     print("SECOND", json.dumps({"error": run(crash_once, "chk")}), flush=True)
-    nameless = delta(os.path.join(work, "nameless"))
-    print("NONAME", json.dumps({"error": run(nameless, "chk2")}), flush=True)
+    try:  # refused up front: a Connect client gives neither name nor checkpoint
+        nameless = delta(os.path.join(work, "nameless"))
+        error = run(nameless, "chk2")
+    except ConfigError as exc:
+        error = str(exc)
+    print("NONAME", json.dumps({"error": error}), flush=True)
+    scoped = delta(os.path.join(work, "scoped"), checkpoint_location=os.path.join(work, "chk3"))
+    print("SCOPED", json.dumps({"error": run(scoped, "chk3")}), flush=True)
     spark.stop()
 
 

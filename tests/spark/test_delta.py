@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from harness import make_streams, publish_orders
 from oncestream import ConfigError
 from oncestream.server import NatsServer
 from oncestream.spark import delta
-from oncestream.spark._delta import DeltaWriteError, query_identity
+from oncestream.spark._delta import DeltaWriteError
+from oncestream.spark._query_scope import QueryScope
 from oncestream.streams import StreamSpec
-from tests.spark._sink_helpers import make_streams, publish_orders
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -86,13 +87,13 @@ class _ConnectLikeFrame:
     sparkSession = sparkSession()  # type: ignore[assignment]
 
 
-def test_query_identity(spark: Any) -> None:
-    assert query_identity(_ConnectLikeFrame(), "mine") == "mine"  # type: ignore[arg-type]
+def test_query_scope(spark: Any) -> None:
+    assert QueryScope(owner="w", query_name="mine").resolve(_ConnectLikeFrame()) == "mine"  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="query_name"):
-        query_identity(_ConnectLikeFrame(), None)  # type: ignore[arg-type]
+        QueryScope(owner="w").resolve(_ConnectLikeFrame())  # type: ignore[arg-type]
     # Outside a streaming query classic Spark has no query id either.
-    with pytest.raises(ConfigError, match="query_name"):
-        query_identity(spark.range(1), None)
+    with pytest.raises(ConfigError, match=r"checkpoint_location=.*query_name"):
+        QueryScope(owner="w").resolve(spark.range(1))
 
 
 def test_bad_arguments() -> None:

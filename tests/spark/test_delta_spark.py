@@ -17,10 +17,10 @@ import pyspark
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from harness import make_streams, publish_orders
 from oncestream.server import NatsServer
 from oncestream.streams import StreamSpec
 from tests.spark._delta_spark import DeltaSparkUnsupported, delta_spark_version
-from tests.spark._sink_helpers import make_streams, publish_orders
 from tests.spark.test_delta import assert_each_row_once, batch_files, run_job
 
 pytestmark = pytest.mark.timeout(300)

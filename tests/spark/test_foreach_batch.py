@@ -44,6 +44,23 @@ def test_replayed_batch_is_skipped(spark, target: str) -> None:  # type: ignore[
     assert batches == [(0, 2), (1, 1)]
 
 
+def test_a_reused_query_name_is_refused_not_skipped(spark, target: str) -> None:  # type: ignore[no-untyped-def]
+    """A new checkpoint under an old query_name restarts at batch 0: refused, never skipped."""
+    old = transactional(target, table="orders", query_name="q1")
+    for batch_id in range(3):
+        old(spark.createDataFrame([(f"o{batch_id}",)], "order_id string"), batch_id)
+    new = transactional(target, table="orders", query_name="q1")
+    with pytest.raises(ConfigError, match=r"already holds batch 2 of query 'q1'.*new query_name"):
+        new(spark.createDataFrame([("n0",)], "order_id string"), 0)
+    assert sorted(_rows(target, "SELECT order_id FROM orders")) == [("o0",), ("o1",), ("o2",)]
+    assert _rows(target, "SELECT max(batch_id), count(*) FROM oncestream_batches") == [(2, 3)]
+    # The last batch again is Spark's replay (skipped), the next one is written.
+    new(spark.createDataFrame([("o2",)], "order_id string"), 2)
+    new(spark.createDataFrame([("o3",)], "order_id string"), 3)
+    assert new.skipped == [2]
+    assert len(_rows(target, "SELECT order_id FROM orders")) == 4
+
+
 def test_failed_transaction_leaves_nothing(spark, target: str) -> None:  # type: ignore[no-untyped-def]
     write = transactional(target, table="orders", key_columns=["order_id"], query_name="q1")
     write(spark.createDataFrame([("a",)], "order_id string"), 0)

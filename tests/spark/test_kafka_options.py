@@ -309,7 +309,11 @@ async def test_max_trigger_delay_runs_a_smaller_batch(
 async def test_available_now_does_not_wait_for_the_minimum(
     spark: Any, nats_server: NatsServer, conn: Connection, make_stream: Any
 ) -> None:
-    """Trigger.AvailableNow reads up to its end; waiting for a minimum would end it early."""
+    """Trigger.AvailableNow reads up to its end; waiting for a minimum would end it early.
+
+    The last batch holds 2 messages, under the minimum of 5 (a minimum above the
+    maximum is refused, as Kafka refuses it).
+    """
     await make_stream("KNOW", ("know.>",))
     await publish(conn, "know.x", 7)
     df = _stream(
@@ -317,7 +321,7 @@ async def test_available_now_does_not_wait_for_the_minimum(
         nats_server.url,
         "KNOW",
         startingOffsets="earliest",
-        minOffsetsPerTrigger=100,
+        minOffsetsPerTrigger=5,
         maxOffsetsPerTrigger=5,
     )
     query, got = _available_now(spark, df, "kafka_now")

@@ -30,44 +30,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import ConfigError, OncestreamError
 from .._private import redacted_repr
+from ._query_scope import QueryScope, stale_batch_message
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["DeltaBatchWriter", "delta", "query_identity"]
+__all__ = ["DeltaBatchWriter", "delta"]
 
 log = logging.getLogger("oncestream.spark.delta")
 
 _MODES = ("append", "overwrite")
 _SCHEMA_MODES = (None, "merge")
-
-
-def query_identity(df: DataFrame, query_name: str | None) -> str:
-    """What scopes a streaming query's batch ids: ``query_name``, else the query's id.
-
-    Classic Spark hands a ``foreachBatch`` function the query id (stable across
-    restarts from one checkpoint; a new checkpoint is a new query whose batch ids
-    restart at 0) as the local property ``sql.streaming.queryId``. Under Spark
-    Connect the function runs in a Python worker of the Connect server that gets
-    a DataFrame and a batch id only: nothing there names the query, so
-    ``query_name`` is required.
-
-    Raises:
-        ConfigError: no ``query_name`` and no query id (Spark Connect).
-    """
-    if query_name:
-        return query_name
-    try:
-        value = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
-    except Exception:  # Spark Connect: no SparkContext in the foreachBatch worker
-        value = None
-    if not value:
-        raise ConfigError(
-            "this foreachBatch function cannot see which streaming query calls it (Spark "
-            "Connect gives it no query id): pass query_name='<a name unique to this query "
-            "and checkpoint>'"
-        )
-    return str(value)
 
 
 class DeltaWriteError(OncestreamError):
@@ -84,7 +57,7 @@ class DeltaBatchWriter:
     """
 
     uri: str
-    query_name: str | None
+    scope: QueryScope
     mode: Literal["append", "overwrite"]
     partition_by: tuple[str, ...]
     schema_mode: Literal["merge"] | None
@@ -99,20 +72,17 @@ class DeltaBatchWriter:
         """Append ``df`` with the application transaction ``(query, batch_id)``; skip a replay.
 
         Raises:
-            ConfigError: no query identity (see :func:`query_identity`).
+            ConfigError: nothing names the query (see :class:`QueryScope`).
             DeltaWriteError: the table records a later batch of this query (a new
                 checkpoint reusing ``query_name``), or delta-rs failed.
         """
-        app_id = query_identity(df, self.query_name)
+        app_id = self.scope.resolve(df)
         recorded = self.committed_version(app_id)
         if recorded is not None and batch_id <= recorded:
             if batch_id < recorded:
                 # Spark re-runs only its last uncommitted batch: an older id is another query.
                 raise DeltaWriteError(
-                    f"Delta table {self.uri} already holds batch {recorded} of query "
-                    f"{app_id!r}, and the query now writes batch {batch_id}: a new checkpoint "
-                    "reuses that query name (its batch ids restart at 0) or the checkpoint was "
-                    "restored from an older copy; give this query a new query_name"
+                    stale_batch_message(f"Delta table {self.uri}", recorded, app_id, batch_id)
                 )
             self.written = 0
             self.skipped = [*(self.skipped or []), batch_id]
@@ -162,6 +132,7 @@ def delta(
     uri: str,
     *,
     query_name: str | None = None,
+    checkpoint_location: str | None = None,
     mode: Literal["append", "overwrite"] = "append",
     partition_by: Sequence[str] = (),
     schema_mode: Literal["merge"] | None = None,
@@ -175,15 +146,21 @@ def delta(
     already records for the query is skipped, so Spark's replay of a batch whose
     Delta commit went through writes nothing; a crash before the commit leaves
     nothing behind but unreferenced files. Works under classic Spark and Spark
-    Connect (there ``query_name`` is required), on every supported PySpark.
+    Connect (there give ``checkpoint_location`` or ``query_name``), on every
+    supported PySpark.
 
     Args:
         uri: the table: a local path, or an object-store URI (``s3://``, ``gs://``,
             ``az://``, ``abfss://``...) that delta-rs understands. Created on the
             first batch if missing.
-        query_name: what batch ids are scoped by (the Delta app id); default the
-            streaming query id, which Spark keeps in the checkpoint. Required
-            under Spark Connect. A new checkpoint must get a new name.
+        query_name: what batch ids are scoped by (the Delta app id), instead of
+            Spark's query id: a name unique to this query *and* checkpoint (a new
+            checkpoint counts batches from 0 again: with the old name its first
+            batch is refused, naming this).
+        checkpoint_location: the query's ``checkpointLocation``; batch ids are
+            scoped by the query id Spark keeps there. Needed under Spark Connect
+            (unless ``query_name`` is given), where the batch function is not told
+            its query's id; classic Spark tells it, and then this is not read.
         mode: ``append`` adds each batch; ``overwrite`` replaces the table's
             contents with each batch (for ``outputMode("complete")``).
         partition_by: partition columns of a table created by the first batch.
@@ -213,8 +190,9 @@ def delta(
     for column in columns:
         if not isinstance(column, str) or not column:
             raise ConfigError(f"partition_by must name columns, got {column!r}")
-    if query_name is not None and (not isinstance(query_name, str) or not query_name.strip()):
-        raise ConfigError(f"query_name must be a non-empty string, got {query_name!r}")
+    scope = QueryScope(
+        owner=f"delta({uri!r})", query_name=query_name, checkpoint_location=checkpoint_location
+    )
     try:
         import deltalake  # noqa: F401
     except ImportError as exc:
@@ -223,7 +201,7 @@ def delta(
         ) from exc
     return DeltaBatchWriter(
         uri=uri,
-        query_name=query_name,
+        scope=scope,
         mode=mode,
         partition_by=columns,
         schema_mode=schema_mode,

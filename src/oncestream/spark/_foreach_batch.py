@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import re
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -38,6 +37,7 @@ from .._dsn import Dsn, parse_dsn
 from .._errors import ConfigError, LedgerError
 from .._private import redacted_repr, scrub
 from ..ledger import ledger_from_dsn
+from ._query_scope import QueryScope, stale_batch_message
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -99,15 +99,11 @@ class BatchWriter:
     table: str
     key_columns: tuple[str, ...]
     mode: Literal["append", "upsert"]
-    query_name: str | None
+    scope: QueryScope
     batches_table: str
     create_table: bool
-    checkpoint_location: str | None = None
     written: int = 0
     skipped: list[int] | None = None
-    #: The query id read from ``checkpoint_location`` (one run of a query: under Connect
-    #: each run unpickles its own copy of this writer).
-    _checkpoint_id: str | None = None
 
     def __repr__(self) -> str:
         return redacted_repr(self)
@@ -123,7 +119,7 @@ class BatchWriter:
             ConfigError: no query to scope the batch id by (see :func:`transactional`).
             LedgerError: the database refused the transaction.
         """
-        query = self._query(df)
+        query = self.scope.resolve(df)
         arrow = df.toArrow()
         columns = [_ident(c, "column name") for c in arrow.column_names]
         rows = list(zip(*(arrow.column(c).to_pylist() for c in columns), strict=True))
@@ -136,29 +132,6 @@ class BatchWriter:
             log.info(
                 "batch %s of %s: %s rows committed to %s", batch_id, query, self.written, self.table
             )
-
-    def _query(self, df: DataFrame) -> str:
-        """What batch ids are scoped by: ``query_name``, else Spark's query id."""
-        if self.query_name:
-            return self.query_name
-        query_id = _query_id(df)
-        if query_id:
-            return query_id
-        if self.checkpoint_location:
-            if self._checkpoint_id is None:
-                self._checkpoint_id = _checkpoint_query_id(df, self.checkpoint_location)
-            return self._checkpoint_id
-        where = (
-            "Spark Connect does not give a foreachBatch function its query's id"
-            if _is_connect(df)
-            else "this call is not part of a streaming query's micro-batch"
-        )
-        raise ConfigError(
-            f"transactional(table={self.table!r}) cannot tell which streaming query a batch "
-            f"belongs to: {where}. Pass checkpoint_location= (the query's checkpointLocation: "
-            "its query id is read from there) or query_name= (a name unique to this query and "
-            "checkpoint); batch ids of queries sharing one scope are skipped as each other's"
-        )
 
     # -- SQL text, shared by both dialects (both accept ON CONFLICT ... DO UPDATE)
 
@@ -202,6 +175,7 @@ class BatchWriter:
         postgres = self.is_postgres
         mark = "%s" if postgres else "?"
         ledger = ledger_from_dsn(self.dsn, tables=False)
+        stale = ""
         try:
             # SQLite: BEGIN IMMEDIATE takes the write lock before the check, so
             # two replays of one batch cannot both see it uncommitted.
@@ -212,12 +186,21 @@ class BatchWriter:
                     tx.execute(self._batches_sql("INTEGER", "CURRENT_TIMESTAMP"))
                 if self.create_table:
                     tx.execute(self._create_sql(schema, _PG_TYPES if postgres else _SQLITE_TYPES))
+                last = tx.execute(
+                    f"SELECT max(batch_id) FROM {self.batches_table} WHERE query = {mark} "
+                    f"AND tbl = {mark}",
+                    (query, self.table),
+                ).fetchone()[0]
+                if last is not None and batch_id < last:
+                    stale = stale_batch_message(f"table {self.table}", last, query, batch_id)
                 # Claiming the id first serialises concurrent replays on its primary key.
                 claimed = tx.execute(
                     f"INSERT INTO {self.batches_table} (query, batch_id, tbl, rows_written) "
                     f"VALUES ({mark}, {mark}, {mark}, {mark}) ON CONFLICT DO NOTHING",
                     (query, batch_id, self.table, len(rows)),
                 ).rowcount
+                if stale:
+                    raise _Stale
                 if claimed == 0:
                     return -1
                 if rows:
@@ -225,10 +208,16 @@ class BatchWriter:
                         self._insert_sql(columns, mark),
                         rows if postgres else [_sqlite_row(r) for r in rows],
                     )
+        except _Stale:
+            raise ConfigError(stale) from None
         except Exception as exc:  # the database refused: name the batch and the table
             text = scrub(str(exc), self.dsn.secrets())
             raise LedgerError(f"writing batch {batch_id} to {self.table}: {text}") from exc
         return len(rows)
+
+
+class _Stale(Exception):
+    """Leaves the transaction (rolled back) for a batch id below the scope's last one."""
 
 
 def _sqlite_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -237,58 +226,6 @@ def _sqlite_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(
         v if v is None or isinstance(v, int | float | str | bytes) else str(v) for v in row
     )
-
-
-def _is_connect(df: DataFrame) -> bool:
-    """Whether ``df`` is a Spark Connect DataFrame (no SparkContext behind it)."""
-    return type(df).__module__.startswith("pyspark.sql.connect")
-
-
-def _query_id(df: DataFrame) -> str | None:
-    """The streaming query id (stable across restarts from one checkpoint), if Spark gives it.
-
-    Classic Spark sets it as a local property of the thread that calls the batch
-    function; a Connect DataFrame has no SparkContext, and None is returned.
-    """
-    if _is_connect(df):
-        return None
-    value = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
-    return str(value) if value else None
-
-
-def _checkpoint_query_id(df: DataFrame, location: str) -> str:
-    """The query id Spark wrote to ``<location>/metadata`` when the query first started.
-
-    Read through the batch's own session, so any file system Spark writes
-    checkpoints to works (the file is one JSON line, ``{"id": "<uuid>"}``).
-
-    Raises:
-        ConfigError: the file is missing or holds no id.
-    """
-    import json
-
-    path = location.rstrip("/") + "/metadata"
-    try:
-        lines = [row[0] for row in df.sparkSession.read.text(path).collect()]
-        query_id = json.loads("".join(lines))["id"]
-    except Exception as exc:
-        text = " ".join(str(exc).split())[:300]
-        raise ConfigError(
-            f"checkpoint_location={location!r}: cannot read the query id from {path} "
-            f"({text}); it must be the checkpointLocation of the query this function runs in"
-        ) from None
-    if not isinstance(query_id, str) or not query_id:
-        raise ConfigError(f"checkpoint_location={location!r}: {path} holds no query id")
-    return query_id
-
-
-def _connect_client() -> bool:
-    """Whether this process holds a Spark Connect session (pyspark sets the mark)."""
-    if "pyspark" not in sys.modules:
-        return False
-    from pyspark.sql.utils import is_remote
-
-    return bool(is_remote())
 
 
 def transactional(
@@ -350,30 +287,17 @@ def transactional(
         raise ConfigError(f"mode must be 'append' or 'upsert', got {mode!r}")
     if mode == "upsert" and not keys:
         raise ConfigError("mode='upsert' needs key_columns naming the table's unique key")
-    if query_name is not None and (not isinstance(query_name, str) or not query_name.strip()):
-        raise ConfigError(f"query_name must be a non-empty string, got {query_name!r}")
-    if checkpoint_location is not None and (
-        not isinstance(checkpoint_location, str) or not checkpoint_location.strip()
-    ):
-        raise ConfigError(
-            f"checkpoint_location must be the query's checkpointLocation, got "
-            f"{checkpoint_location!r}"
-        )
-    if query_name is None and checkpoint_location is None and _connect_client():
-        raise ConfigError(
-            f"transactional(table={table!r}) under Spark Connect needs checkpoint_location= "
-            "(the query's checkpointLocation, where Spark keeps its query id) or query_name= "
-            "(a name unique to the query and its checkpoint): Connect does not give a "
-            "foreachBatch function its query's id, and batch ids of queries sharing one "
-            "scope are skipped as each other's"
-        )
+    scope = QueryScope(
+        owner=f"transactional(table={table!r})",
+        query_name=query_name,
+        checkpoint_location=checkpoint_location,
+    )
     return BatchWriter(
         dsn=parse_dsn(target, "target"),
         table=table,
         key_columns=keys,
         mode=mode,
-        query_name=query_name,
+        scope=scope,
         batches_table=batches_table,
         create_table=create_table,
-        checkpoint_location=checkpoint_location,
     )
