@@ -148,14 +148,15 @@ def rereply(cmd: bytes, reply: bytes, expect: bytes = b"") -> bytes:
     ``expect`` is the ``Nats-Expected-Stream: NAME\r\n`` line: added to an HPUB
     frame's headers when they lack it (a batch's later messages are sent without
     it, see :func:`~oncestream.publish._frames.id_only_frame`'s caller), so no
-    re-send can land in another stream.
+    re-send can land in another stream. Only a whole header line counts: a msg id
+    such as ``xNats-Expected-Stream: NAME`` ends like it.
     """
     head, sep, rest = cmd.partition(b"\r\n")
     parts = head.split(b" ")
     parts[2] = reply
     if expect and parts[0] == b"HPUB":
         hdr_len = int(parts[3])
-        if expect not in rest[:hdr_len]:
+        if b"\r\n" + expect not in rest[:hdr_len]:
             end = hdr_len - 2  # before the blank line that ends the header block
             rest = rest[:end] + expect + rest[end:]
             parts[3] = b"%d" % (hdr_len + len(expect))
