@@ -41,6 +41,19 @@ def test_a_frame_that_has_the_header_is_not_given_a_second_one() -> None:
     assert rereply(full, b"_INBOX.abc.43") == again  # no target stream: only the reply
 
 
+def test_a_msg_id_ending_like_the_header_does_not_stand_in_for_it() -> None:
+    """Found by tests/unit/test_publisher_frames.py: the re-send went out without the header."""
+    bare = _frame(None, msg_id=b"xNats-Expected-Stream: ORDERS")
+    again = rereply(bare, b"_INBOX.abc.44", EXPECT)
+    head = again.partition(b"\r\n")[2].partition(b"\r\n\r\n")[0] + b"\r\n"
+    assert head.split(b"\r\n")[1:] == [
+        b"Nats-Msg-Id: xNats-Expected-Stream: ORDERS",
+        EXPECT[:-2],
+        b"",
+    ]
+    assert _lengths_match(again)
+
+
 def test_reply_subjects_of_other_shapes_are_not_taken_for_ours() -> None:
     assert parse_reply(b"b1.500.ok.7.1.$FI") == (b"b1", 7)
     assert parse_reply(b"b1.500.ok.x.1.$FI") is None

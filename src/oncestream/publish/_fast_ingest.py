@@ -34,15 +34,17 @@ import secrets
 import time
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable
 from itertools import repeat
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from .._errors import JetStreamError, jetstream_error
 from ._frames import AckTally, Pending, frame_msg_id, frame_subject
+
+if TYPE_CHECKING:
+    from ._lanes import Lanes
 
 __all__ = [
     "BATCH_LEVEL_ERRORS",
@@ -148,14 +150,15 @@ def rereply(cmd: bytes, reply: bytes, expect: bytes = b"") -> bytes:
     ``expect`` is the ``Nats-Expected-Stream: NAME\r\n`` line: added to an HPUB
     frame's headers when they lack it (a batch's later messages are sent without
     it, see :func:`~oncestream.publish._frames.id_only_frame`'s caller), so no
-    re-send can land in another stream.
+    re-send can land in another stream. Only a whole header line counts: a msg id
+    such as ``xNats-Expected-Stream: NAME`` ends like it.
     """
     head, sep, rest = cmd.partition(b"\r\n")
     parts = head.split(b" ")
     parts[2] = reply
     if expect and parts[0] == b"HPUB":
         hdr_len = int(parts[3])
-        if expect not in rest[:hdr_len]:
+        if b"\r\n" + expect not in rest[:hdr_len]:
             end = hdr_len - 2  # before the blank line that ends the header block
             rest = rest[:end] + expect + rest[end:]
             parts[3] = b"%d" % (hdr_len + len(expect))
@@ -349,28 +352,15 @@ class BatchTable:
         inbox: the Publisher's reply inbox (every batch's reply prefix starts with it).
         ack_timeout: seconds a message may wait for its flow ack before its batch
             is given up (its unconfirmed messages go to the ack path).
+        lanes: the Publisher: ``settle`` entries (and runs of frames, see
+            :meth:`FastBatch.take_upto`) confirmed as stored, ``fail`` one, re-send
+            some ``to_acks``, ``send_now`` a control frame (end-of-batch, ping),
+            ``wake`` publishes waiting for a window, ``refuse`` batches from now on.
         stream: the target stream (errors from other streams concern one message).
-        settle: ``settle(batch, entries, counted)`` resolves entries (and runs of
-            frames, see :meth:`FastBatch.take_upto`) confirmed as stored.
-        fail: ``fail(entry, exc)`` completes an entry with an error.
-        to_acks: ``to_acks(entries, send=)`` re-sends entries on the ack path.
-        send: ``send(frame)`` writes a control frame (end-of-batch, ping) now.
-        wake: ``wake()`` lets publishes waiting for a window re-check.
-        refuse: ``refuse(exc)``: the stream refuses batches; stop opening them.
     """
 
     def __init__(
-        self,
-        inbox: bytes,
-        ack_timeout: float,
-        *,
-        stream: str | None = None,
-        settle: Callable[[FastBatch, list[Pending], list[Counted]], None],
-        fail: Callable[[Pending, BaseException], None],
-        to_acks: Callable[..., None],
-        send: Callable[[bytes], None],
-        wake: Callable[[], None],
-        refuse: Callable[[JetStreamError], None],
+        self, inbox: bytes, ack_timeout: float, lanes: Lanes, *, stream: str | None = None
     ) -> None:
         self.inbox = inbox
         self.ack_timeout = ack_timeout
@@ -384,8 +374,8 @@ class BatchTable:
         #: No new batch before this (monotonic): after a batch got no flow ack in
         #: ack_timeout, or a reconnect, the ack path keeps the producer going.
         self.paused_until = 0.0
-        self._settle, self._fail, self._to_acks = settle, fail, to_acks
-        self._send, self._wake, self._refuse = send, wake, refuse
+        self._settle, self._fail, self._to_acks = lanes.settle, lanes.fail, lanes.to_acks
+        self._send, self._wake, self._refuse = lanes.send_now, lanes.wake, lanes.refuse
 
     def new(self, subject: bytes) -> FastBatch | None:
         """Open a batch whose control messages go to ``subject``; None while paused."""

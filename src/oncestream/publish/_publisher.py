@@ -113,9 +113,8 @@ class Publisher:
         self._inbox = b""
         self._inbox_len = 0
         self._token = 0
-        self._table = RetryTable(
-            conn, self.options, fail=self._fail, send=self._queue, write=self._write_out
-        )
+        lanes = _Lanes(self)
+        self._table = RetryTable(conn, self.options, lanes)
         # The reply hot path reads the table's dicts directly.
         self._pending = self._table.pending
         self._waiting = self._table.waiting
@@ -153,17 +152,7 @@ class Publisher:
             self._expect_line = b"%b: %b\r\n" % (EXPECTED_STREAM.encode(), self._expect.encode())
         #: "fast" (first attempts in fast-ingest batches) or "acks", chosen in start().
         self.ingest = "acks"
-        self._fast = BatchTable(
-            b"",
-            self._ack_timeout,
-            stream=self._expect,
-            settle=self._confirm,
-            fail=self._fail,
-            to_acks=self._to_acks,
-            send=self._send_now,
-            wake=self._wake_all,
-            refuse=self._refuse_batches,
-        )
+        self._fast = BatchTable(b"", self._ack_timeout, lanes, stream=self._expect)
         self._fast.templates = templates
         self._linger: asyncio.TimerHandle | None = None
         self._linger_sent = 0
@@ -234,10 +223,7 @@ class Publisher:
         conn.on_reconnect(self._on_reconnect)
         conn.on_permission_denied(self._on_denied)
         self._fast.inbox = self._inbox
-        tick = self._fast_tick if self.ingest == "fast" else None
-        self._ticker = asyncio.create_task(
-            self._table.run(tick), name="oncestream-publisher-ticker"
-        )
+        self._ticker = asyncio.create_task(self._table.run(), name="oncestream-publisher-ticker")
         self._started = True
 
     async def close(self) -> None:
@@ -946,7 +932,7 @@ class Publisher:
         self._fast.drop_all()
         self._table.resend_all()
 
-    def _queue(self, cmd: bytes) -> None:
+    def _enqueue(self, cmd: bytes) -> None:
         self._out.append(cmd)
         self._out_size += len(cmd)
 
@@ -1029,7 +1015,7 @@ class Publisher:
         self._fast.tick(stalled=bool(self._permit_waiters))
 
     def _send_now(self, frame: bytes) -> None:
-        self._queue(frame)
+        self._enqueue(frame)
         self._write_out()
 
     def _refuse_batches(self, exc: JetStreamError) -> None:
@@ -1119,6 +1105,15 @@ class Publisher:
                 latency = max(now - deadline, 0.0)
                 for _ in range(count):
                     observer(latency)
+
+
+class _Lanes:
+    """The Publisher's methods its retry table and fast batches call (a ``Lanes``)."""
+
+    def __init__(self, pub: Publisher) -> None:
+        self.fail, self.queue, self.write_out = pub._fail, pub._enqueue, pub._write_out
+        self.send_now, self.settle, self.to_acks = pub._send_now, pub._confirm, pub._to_acks
+        self.wake, self.refuse, self.tick = pub._wake_all, pub._refuse_batches, pub._fast_tick
 
 
 def _log_ingest_once(stream: str | None, ingest: str, why: str) -> None:

@@ -14,12 +14,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .._connection import Connection
 from .._errors import PublishError, PublishFailed, StreamNotFound
 from ._frames import Pending
 from ._options import PublisherOptions
+
+if TYPE_CHECKING:
+    from ._lanes import Lanes
 
 __all__ = ["ID_IN_PROCESS", "RetryTable"]
 
@@ -40,29 +43,21 @@ class RetryTable:
     Args:
         conn: the connection (asked whether a stream listens, after a 503).
         options: ack timeout, attempts and backoff.
-        fail: ``fail(entry, exc)`` completes an entry with an error.
-        send: ``send(frame)`` queues a frame for the socket.
-        write: writes the queued frames now.
+        lanes: the Publisher (``fail`` an entry, ``queue`` a re-send, ``write_out``,
+            and ``tick`` the fast batches at every deadline check).
     """
 
-    def __init__(
-        self,
-        conn: Connection,
-        options: PublisherOptions,
-        *,
-        fail: Callable[[Pending, BaseException], None],
-        send: Callable[[bytes], None],
-        write: Callable[[], None],
-    ) -> None:
+    def __init__(self, conn: Connection, options: PublisherOptions, lanes: Lanes) -> None:
         self.conn = conn
         self.options = options
         self.pending: dict[int, Pending] = {}
         self.waiting: dict[int, Pending] = {}
         self.late: dict[int, None] = {}
         self.retried = 0
-        self._fail = fail
-        self._send = send
-        self._write = write
+        self._fail = lanes.fail
+        self._send = lanes.queue
+        self._write = lanes.write_out
+        self._tick = lanes.tick
         self._probing: set[str] = set()
         self._probe_tasks: set[asyncio.Task[None]] = set()
 
@@ -185,10 +180,11 @@ class RetryTable:
                 log.debug("publisher re-sent %d unacknowledged messages", len(due))
                 self._write()
 
-    async def run(self, tick: Callable[[], None] | None = None) -> None:
+    async def run(self) -> None:
         """Check deadlines a few times per ack timeout (and per shortest backoff), forever.
 
-        ``tick()``, when given, runs at every check (the fast-ingest batches' timeouts).
+        The fast-ingest batches' timeouts are checked too (``lanes.tick``: nothing to
+        do without a batch).
         """
         opts = self.options
         interval = min(opts.ack_timeout / 4, 0.25)
@@ -200,8 +196,7 @@ class RetryTable:
             await asyncio.sleep(interval)
             if self.pending or self.waiting:
                 self.check_timeouts()
-            if tick is not None:
-                tick()
+            self._tick()
 
     def resend_all(self) -> None:
         """After a reconnect: the old connection's acks are lost; re-send in the original order."""
