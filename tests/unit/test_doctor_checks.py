@@ -221,6 +221,18 @@ def test_a_short_ack_wait_redelivers_under_a_slow_ledger() -> None:
     assert "ack-wait" not in consumer_findings(consumer(ack_wait=10 * 10**9))
 
 
+def test_a_running_range_read_is_not_a_broken_consumer() -> None:
+    """A Spark read in progress owns ack-none consumers named oncestream_read_*: by design."""
+    reader = consumer("oncestream_read_abf905b430734da0", ack_policy="none")
+    reader["config"].pop("durable_name")
+    found = check_consumer("ORDERS", reader, options=OPTS)
+    assert [(f.severity, f.check) for f in found] == [("ok", "consumer")]
+    assert "range reader" in found[0].message
+    # A durable a user named like that is still checked.
+    durable = consumer("oncestream_read_mine", ack_policy="none")
+    assert consumer_findings(durable)["ack-policy"].severity == "breaks"
+
+
 def test_a_push_consumer() -> None:
     assert consumer_findings(consumer(deliver_subject="out.x"))["pull"].severity == "warning"
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from .._errors import ConfigError
 from ..publish import FAST_INGEST_SINCE
+from ..read import RANGE_CONSUMER_PREFIX
 from ..streams import SERVER_BUGS, ServerBug, format_version, known_bugs
 from ._findings import Finding, Severity
 from ._options import DoctorOptions
@@ -321,6 +322,18 @@ def check_consumer(
     config = info.get("config") or {}
     name = str(info.get("name") or config.get("durable_name") or config.get("name"))
     target = f"consumer {stream}/{name}"
+    if name.startswith(RANGE_CONSUMER_PREFIX) and not config.get("durable_name"):
+        # A Spark read or `oncestream read` in progress: ack policy none is its design
+        # (it reads a fixed range and tracks positions itself), not a Processor's consumer.
+        return [
+            Finding(
+                severity="ok",
+                target=target,
+                check="consumer",
+                message="a short-lived range reader (a Spark read or oncestream read in "
+                "progress): no acks by design, deleted when the read ends",
+            )
+        ]
     found: list[Finding] = []
     if config.get("deliver_subject"):
         found.append(

@@ -11,6 +11,7 @@ Example::
 from ._options import PullOptions, check_group_name
 from ._pull import MessageStream, pull_messages
 from ._range import (
+    RANGE_CONSUMER_PREFIX,
     RangeReader,
     StreamRecord,
     count_sequences,
@@ -23,6 +24,7 @@ from ._range import (
 from ._start import StartPosition
 
 __all__ = [
+    "RANGE_CONSUMER_PREFIX",
     "MessageStream",
     "PullOptions",
     "RangeReader",

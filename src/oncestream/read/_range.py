@@ -45,6 +45,7 @@ from .._retry import Unavailable, retrying, stream_missing
 from ..streams import StoredMessage
 
 __all__ = [
+    "RANGE_CONSUMER_PREFIX",
     "RangeReader",
     "StreamRecord",
     "delete_consumer_later",
@@ -57,6 +58,10 @@ __all__ = [
 log = logging.getLogger("oncestream.reader")
 
 _UNBOUNDED = 1 << 62
+
+#: Names of the short-lived consumers a range read creates (ack policy none, memory
+#: storage, deleted after the read or by the server after a minute idle).
+RANGE_CONSUMER_PREFIX = "oncestream_read_"
 
 
 # --------------------------------------------------------------------------- ranges
@@ -158,7 +163,7 @@ class RangeReader:
     async def _start(self) -> None:
         self._started = True
         if not self.direct:
-            name = f"oncestream_read_{uuid.uuid4().hex[:16]}"
+            name = f"{RANGE_CONSUMER_PREFIX}{uuid.uuid4().hex[:16]}"
             config: dict[str, Any] = {
                 "name": name,
                 "deliver_policy": "by_start_sequence",
