@@ -475,6 +475,22 @@ def parse_epoch_millis(name: str, value: str | int) -> datetime:
 _LAST_MILLIS = 253_402_300_799_999
 
 
+def server_time(text: str) -> datetime:
+    """A time the server wrote (RFC 3339, nanoseconds cut to microseconds), as aware UTC.
+
+    The reverse of :func:`rfc3339`: what ``STREAM.MSG.GET`` answers, ``Nats-Time-Stamp``
+    and the ``time`` of a stored message carry.
+
+    Example::
+
+        server_time("2026-01-01T00:00:00.250000001Z")  # 2026-01-01 00:00:00.250000+00:00
+    """
+    main, _, rest = text.partition(".")
+    frac = "".join(c for c in rest if c.isdigit())[:6]
+    moment = datetime.strptime(main.rstrip("Z"), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+    return moment.replace(microsecond=int(frac.ljust(6, "0")) if frac else 0)
+
+
 def rfc3339(moment: datetime) -> str:
     """The time as the JetStream API wants it (UTC, nanosecond-free RFC 3339)."""
     # %Y is not zero-padded on every platform (year 1 -> "1"); RFC 3339 needs 4 digits.

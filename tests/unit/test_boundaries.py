@@ -472,6 +472,41 @@ def test_header_names_are_written_once() -> None:
     assert offenders == []
 
 
+def time_parsers(tree: ast.Module) -> list[int]:
+    """Lines calling ``strptime``: parsing a server's RFC 3339 text by hand."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "strptime"
+    ]
+
+
+def test_the_time_parser_rule_catches_a_planted_copy() -> None:
+    planted = ast.parse(
+        "from datetime import datetime\n"
+        "def _time(text):\n"
+        "    return datetime.strptime(text[:19], '%Y-%m-%dT%H:%M:%S')\n"
+    )
+    assert time_parsers(planted) == [3]
+
+
+def test_server_times_are_parsed_in_one_place() -> None:
+    """``_options.server_time`` is the one parser of the times the server writes (issue 39).
+
+    (``spark/_columns`` parses a whole Arrow column of them with pyarrow's compute
+    functions, the vectorised form of the same rule.)
+    """
+    offenders = [
+        f"{module}:{line}"
+        for module, _path, tree in _sources()
+        if module not in {"oncestream._options", "oncestream.spark._columns"}
+        for line in time_parsers(tree)
+    ]
+    assert offenders == []
+
+
 #: Files reviewed past the flag: why they stay whole, and the length reviewed (a file
 #: that grows past it is flagged again).
 REVIEWED_LONG = {

@@ -19,7 +19,6 @@ import asyncio
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Literal
 
 import orjson
@@ -28,6 +27,7 @@ from .._connection import Connection
 from .._dsn import Dsn, parse_dsn
 from .._errors import ConfigError, StreamNotFound
 from .._names import check_stream_name
+from .._options import server_time
 from .._private import redact_url, redacted_repr
 from ..read import StreamRecord, read_stream
 from ..streams import lineage_id
@@ -220,12 +220,8 @@ def stream_key(key: KeySpec, stream: str, record: StreamRecord, *, is_input: boo
 
 
 def parse_timestamp(text: str) -> float:
-    """Seconds since the epoch of a JetStream ``Nats-Time-Stamp`` (RFC 3339, ns precision)."""
-    if not text:
-        return 0.0
-    head, _, frac = text.rstrip("Z").partition(".")
-    base = datetime.fromisoformat(head + "+00:00").timestamp()
-    return base + (float("0." + frac) if frac else 0.0)
+    """Seconds since the epoch of a JetStream ``Nats-Time-Stamp`` (to the microsecond)."""
+    return server_time(text).timestamp() if text else 0.0
 
 
 def _percentile(values: list[float], q: float) -> float:

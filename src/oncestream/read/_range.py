@@ -41,6 +41,7 @@ from .._errors import (
 from .._headers import SEQUENCE, SUBJECT, TIME_STAMP, direct_value, msg_id_key, own_block
 from .._message import ack_layout
 from .._nats import FrameSink, FrameSubscription, status_code
+from .._options import server_time
 from .._retry import Unavailable, retrying, stream_missing
 from ..streams import StoredMessage
 
@@ -572,7 +573,7 @@ def _stored(stream: str, chunk: FrameSink, index: int, direct: bool) -> StoredMe
             subject=subject.decode("utf-8", "replace") if subject else "",
             data=bytes(chunk.datas[index]),
             raw_headers=own_block(raw, direct=True),
-            time=_time(stamp.decode() if stamp else "1970-01-01T00:00:00Z"),
+            time=server_time(stamp.decode() if stamp else "1970-01-01T00:00:00Z"),
         )
     tokens = chunk.replies[index].split(b".")
     layout = ack_layout(len(tokens))
@@ -585,13 +586,6 @@ def _stored(stream: str, chunk: FrameSink, index: int, direct: bool) -> StoredMe
         raw_headers=bytes(raw),
         time=datetime.fromtimestamp(nanos / 1e9, UTC),
     )
-
-
-def _time(text: str) -> datetime:
-    main, _, rest = text.partition(".")
-    frac = "".join(c for c in rest if c.isdigit())[:6]
-    moment = datetime.strptime(main.rstrip("Z"), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
-    return moment.replace(microsecond=int(frac.ljust(6, "0")) if frac else 0)
 
 
 async def iter_messages(

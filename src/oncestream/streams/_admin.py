@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -26,7 +26,7 @@ from .._headers import (
     parse_block,
 )
 from .._names import check_consumer_name, check_stream_name
-from .._options import rfc3339
+from .._options import rfc3339, server_time
 from ._version import check_server_bugs
 
 __all__ = [
@@ -217,14 +217,6 @@ class StoredMessage:
         return msg_id_of(self.raw_headers)
 
 
-def _parse_time(text: str) -> datetime:
-    """A JetStream RFC 3339 time (nanoseconds cut to microseconds), as an aware UTC datetime."""
-    main, _, rest = text.partition(".")
-    frac = "".join(c for c in rest if c.isdigit())[:6]
-    moment = datetime.strptime(main.rstrip("Z"), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
-    return moment.replace(microsecond=int(frac.ljust(6, "0")) if frac else 0)
-
-
 async def get_message(
     conn: Connection,
     stream: str,
@@ -301,7 +293,7 @@ def _from_api(stream: str, msg: dict[str, Any]) -> StoredMessage:
         subject=str(msg.get("subject", "")),
         data=base64.b64decode(msg["data"]) if msg.get("data") else b"",
         raw_headers=base64.b64decode(msg["hdrs"]) if msg.get("hdrs") else b"",
-        time=_parse_time(str(msg.get("time") or _EPOCH)),
+        time=server_time(str(msg.get("time") or _EPOCH)),
     )
 
 
@@ -343,7 +335,7 @@ async def last_message(
         subject=headers.get(SUBJECT, subject),
         data=answer.data,
         raw_headers=block.encode(),
-        time=_parse_time(stamp or _EPOCH),
+        time=server_time(stamp or _EPOCH),
     )
 
 
