@@ -24,6 +24,7 @@ import torture.trial as trial_module
 from torture.checker import check, load_history, violations
 from torture.nemesis import Worker
 from torture.rawread import RawRead, read_raw
+from torture.report import KEYS
 from torture.workers import EFFECTS, EFFECTS_COLUMNS
 
 UNAVAILABLE = (
@@ -211,3 +212,11 @@ def test_the_campaign_names_an_unreadable_trial_and_exits_1(
 def _plan_without_faults(args: Any, index: int) -> dict[str, Any]:
     kind = args.kinds[index % len(args.kinds)]
     return {"index": index, "kind": kind, "seed": 1000 + index, "spark": False, "faults": []}
+
+
+def test_the_guarantees_page_names_every_violation_count_and_the_readers_wait() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "guarantees.md").read_text()
+    rows = {line.split("|")[1] for line in page.splitlines() if line.startswith("| `")}
+    named = {name.strip(" `") for row in rows for name in row.split("/")}
+    assert set(KEYS) <= named, sorted(set(KEYS) - named)
+    assert f"for up to {rawread.READ_WAIT:g} s" in page
