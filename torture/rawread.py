@@ -33,15 +33,17 @@ from harness import RawClient
 NO_MESSAGE = 10037
 
 
-#: How long :func:`read_raw` keeps asking a cluster that does not answer. After a fault
-#: the cluster can be without a metadata leader for a while: its raft has no pre-vote, so a
-#: node cut off from the meta leader campaigns at ever higher terms, and that term makes the
-#: leader step down (nats-server raft.go: processVoteRequest, processAppendEntryResponse),
-#: also once the cut heals; an election round takes 4-9 s (minElectionTimeout,
-#: maxElectionTimeout). Meanwhile every server, the stream leader included, answers
-#: ``STREAM.MSG.GET`` with 10008 at once (jetstream_api.go jsMsgGetRequest: isLeaderless),
-#: so reads fail fast: the five quick rounds over three servers this wait replaced gave up
-#: long before an election could end (seed 41, trial 19: a harness crash, verdict unknown).
+#: How long :func:`read_raw` keeps asking a cluster that does not answer. Around a
+#: partition's heal a cluster can be without a metadata leader or a stream leader for
+#: seconds: its raft has no pre-vote, so a node cut off from a leader campaigns at ever
+#: higher terms, and that term makes the leader step down (nats-server raft.go:
+#: processVoteRequest, processAppendEntryResponse "Detected another leader with higher
+#: term"), also once the cut heals; an election round takes 4-9 s (minElectionTimeout,
+#: maxElectionTimeout). Meanwhile every server answers ``STREAM.MSG.GET`` with 10008 at
+#: once (jetstream_api.go jsMsgGetRequest: isLeaderless, isGroupLeaderless), so reads fail
+#: fast: the five quick rounds over three servers this wait replaced gave up before an
+#: election could end (seed 41, trial 19: a harness crash, verdict unknown). In
+#: ``python -m torture.repro_meta_leader`` reads answered 10008 for 8.35 s after a heal.
 READ_WAIT = 60.0
 #: Pause between two rounds over the servers.
 ROUND_PAUSE = 0.5
