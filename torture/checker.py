@@ -24,6 +24,11 @@ about the input, not only about what a history line says was acknowledged:
 * ``reader_mismatch``: per stream, keys the project's reader and the independent
   reader (:mod:`torture.rawread`) disagree on, plus the difference between what
   the independent reader read and the server's own ``state.messages``.
+* ``unreadable``: streams no server answered a complete read of within the
+  independent reader's wait (:data:`torture.rawread.READ_WAIT`) after the drain,
+  with what that reader, the product's reader and each server's ``/jsz`` said. The
+  checks that need such a stream's content are not made for it (a note says so); the
+  others (effects against the input, worker failures) are.
 * ``recovery``: per fault, seconds from its heal to the next ack and the next
   applied effect.
 
@@ -74,13 +79,16 @@ def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any
     expected = expected_keys(state["inputs"])
     acked = {h["key"] for h in history if h["op"] == "ack"}
     streams: dict[str, dict[str, int]] = state["streams"]
-    stored = streams[PRODUCED]
+    reads: dict[str, dict[str, Any]] = state.get("reads") or {}
+    unreadable = {s: r["unreadable"] for s, r in reads.items() if "unreadable" in r}
+    # An unreadable producers' stream: nothing can be said about what it stores.
+    stored = streams.get(PRODUCED)
     duplicated: set[str] = set()
     for counts in streams.values():
         duplicated |= {k for k, n in counts.items() if n > 1}
     # Leaf trials: stored at the leaf but not at the hub after the drain.
     at_hub = streams.get(SOURCED)
-    missing_at_hub = set() if at_hub is None else stored.keys() - at_hub.keys()
+    missing_at_hub = set() if at_hub is None or stored is None else stored.keys() - at_hub.keys()
     applied_twice: dict[str, list[str]] = {}
     missing: dict[str, list[str]] = {}
     for db, effects in state["effects"].items():
@@ -95,7 +103,24 @@ def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any
         {"worker": u["worker"], "code": None, "why": "never finished its input", **u}
         for u in state.get("unfinished", ())
     ]
-    notes = []
+    notes = [
+        f"stream {s} unreadable for {u['waited_s']} s after the drain "
+        f"(meta leader per node {u['meta_leader']}; the product's reader: "
+        f"{u['project_reader']}): its content is not checked"
+        for s, u in sorted(unreadable.items())
+    ]
+    notes += [
+        f"stream {s}: the independent reader waited {r['waited_s']} s "
+        f"({r['failed_reads']} failed reads, the last: {r['last_error']})"
+        for s, r in sorted(reads.items())
+        if r.get("waited_s")
+    ]
+    notes += [
+        f"stream {s}: the product's reader failed where the independent one read it: "
+        f"{r['project_error']}"
+        for s, r in sorted(reads.items())
+        if r.get("project_error")
+    ]
     if state["kind"] == "leaf" and state.get("sourced_after_s") is None:
         notes.append("the hub's source never caught up with the leaf's stream")
     for name, n in sorted((state.get("startup_retries") or {}).items()):
@@ -108,15 +133,16 @@ def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any
         "records": len(expected),
         "acked": len(acked),
         "stored": {s: len(c) for s, c in streams.items()},
-        "lost": sorted(acked - stored.keys()),
-        "unstored": sorted(expected.keys() - stored.keys()),
+        "lost": [] if stored is None else sorted(acked - stored.keys()),
+        "unstored": [] if stored is None else sorted(expected.keys() - stored.keys()),
         "missing_at_hub": sorted(missing_at_hub),
         "duplicated": sorted(duplicated),
         "applied_twice": applied_twice,
         "missing_effects": missing,
         "unexpected": unexpected,
         "worker_failures": failures,
-        "reader_mismatch": reader_mismatch(state.get("reads") or {}),
+        "reader_mismatch": reader_mismatch(reads),
+        "unreadable": unreadable,
         "spark": state.get("spark") is not None,
         "spark_ready_after_s": (state.get("spark") or {}).get("ready_after_s"),
         "spark_query_restarts": (state.get("spark") or {}).get("query_restarts"),
@@ -144,6 +170,8 @@ def reader_mismatch(reads: dict[str, dict[str, Any]]) -> dict[str, int]:
     the independent reader's total is from the server's ``state.messages``."""
     out = {}
     for stream, read in reads.items():
+        if "unreadable" in read:
+            continue  # reported as unreadable
         raw, project = Counter(read["raw"]), Counter(read["project"])
         differ = sum(abs(raw[k] - project[k]) for k in raw.keys() | project.keys())
         out[stream] = differ + abs(sum(raw.values()) - int(read["messages"]))
@@ -175,9 +203,9 @@ def spark_check(
     missing: dict[str, list[str]] = {}
     duplicated: dict[str, list[str]] = {}
     for output in ("stream", "db"):
-        counts: dict[str, int] = (spark or {}).get(output) or {}
-        if spark is None:
-            continue
+        if spark is None or (output in spark and spark[output] is None):
+            continue  # no Spark job, or an output stream reported as unreadable
+        counts: dict[str, int] = spark.get(output) or {}
         missing[output] = sorted(set(expected) - counts.keys())
         missing[output] += sorted(f"+{k}" for k in counts.keys() - set(expected))
         duplicated[output] = sorted(k for k, n in counts.items() if n > 1)
@@ -228,4 +256,5 @@ def violations(result: dict[str, Any]) -> dict[str, int]:
         "reader_mismatch": sum((result.get("reader_mismatch") or {}).values()),
         "spark_missing": sum(len(v) for v in (result.get("spark_missing") or {}).values()),
         "spark_duplicated": sum(len(v) for v in (result.get("spark_duplicated") or {}).values()),
+        "unreadable": len(result.get("unreadable") or {}),
     }

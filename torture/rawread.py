@@ -14,12 +14,14 @@ reader cannot hide a loss.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,22 @@ from harness import RawClient
 NO_MESSAGE = 10037
 
 
+#: How long :func:`read_raw` keeps asking a cluster that does not answer. Around a
+#: partition's heal a cluster can be without a metadata leader or a stream leader for
+#: seconds: its raft has no pre-vote, so a node cut off from a leader campaigns at ever
+#: higher terms, and that term makes the leader step down (nats-server raft.go:
+#: processVoteRequest, processAppendEntryResponse "Detected another leader with higher
+#: term"), also once the cut heals; an election round takes 4-9 s (minElectionTimeout,
+#: maxElectionTimeout). Meanwhile every server answers ``STREAM.MSG.GET`` with 10008 at
+#: once (jetstream_api.go jsMsgGetRequest: isLeaderless, isGroupLeaderless), so reads fail
+#: fast: the five quick rounds over three servers this wait replaced gave up before an
+#: election could end (seed 41, trial 19: a harness crash, verdict unknown). In
+#: ``python -m torture.repro_meta_leader`` reads answered 10008 for 8.35 s after a heal.
+READ_WAIT = 60.0
+#: Pause between two rounds over the servers.
+ROUND_PAUSE = 0.5
+
+
 @dataclass(frozen=True)
 class RawRead:
     keys: Counter[str]
@@ -38,6 +56,21 @@ class RawRead:
     messages: int
     first_seq: int
     last_seq: int
+    #: seconds from the first attempt to the start of the one that read the stream
+    waited_s: float = 0.0
+    #: the failed attempts before it, ``"<url>: <error>"``
+    errors: tuple[str, ...] = ()
+
+
+class Unreadable(RuntimeError):
+    """No server answered a complete read of the stream within the wait."""
+
+    def __init__(self, stream: str, waited_s: float, errors: list[str]) -> None:
+        self.stream, self.waited_s, self.errors = stream, waited_s, tuple(errors)
+        super().__init__(
+            f"independent read of {stream!r} failed for {waited_s:.1f} s "
+            f"({len(errors)} attempts): {errors[-3:]}"
+        )
 
 
 def record_key(data: bytes) -> str:
@@ -63,27 +96,35 @@ async def _request(raw: RawClient, subject: str, body: dict[str, Any]) -> dict[s
 
 
 async def read_raw(
-    servers: list[str], stream: str, *, domain: str | None = None, attempts: int = 5
+    servers: list[str], stream: str, *, domain: str | None = None, wait: float = READ_WAIT
 ) -> RawRead:
     """Every key of ``stream``, with the server's own message count.
 
-    Tries each server in turn (a cluster answers through any node); a sequence
-    whose get is not answered (a leader election) is asked again, ``attempts``
-    rounds in all.
+    Tries each server in turn (a cluster answers through any node), round after
+    round with a short pause, until one reads the whole stream or ``wait`` seconds
+    have passed (at least one round is made). The wait and the failed attempts are
+    in the result (``waited_s``, ``errors``).
 
     Raises:
-        RuntimeError: the stream could not be read completely.
+        Unreadable: no complete read within ``wait`` seconds.
     """
     errors: list[str] = []
-    for _ in range(attempts):
+    started = time.monotonic()
+    while True:
         for url in servers:
+            began = time.monotonic()
             try:
-                return await _read(url, stream, domain)
+                read = await _read(url, stream, domain)
             except (OSError, TimeoutError, RuntimeError, ValueError) as exc:
                 errors.append(f"{url}: {type(exc).__name__}: {exc}")
-                # In the harness's output: a retried read is rare and worth seeing.
-                print(f"rawread: {stream!r} read again after {errors[-1]}", file=sys.stderr)
-    raise RuntimeError(f"independent read of {stream!r} failed: {errors[-3:]}")
+                if url == servers[0]:  # once a round: a retried read is rare, worth seeing
+                    print(f"rawread: {stream!r} read again after {errors[-1]}", file=sys.stderr)
+                continue
+            return replace(read, waited_s=round(began - started, 3), errors=tuple(errors))
+        waited = time.monotonic() - started
+        if waited >= wait:
+            raise Unreadable(stream, round(waited, 3), errors)
+        await asyncio.sleep(ROUND_PAUSE)
 
 
 async def _read(url: str, stream: str, domain: str | None) -> RawRead:
@@ -131,7 +172,7 @@ async def _walk(
 def _not_an_answer(seq: int, payload: bytes) -> RuntimeError:
     # Neither a message nor an error: not the server's answer to this get (the CI run
     # of 2d9a601 crashed on one with KeyError). Re-read rather than guess; read_raw
-    # gives up after its rounds, naming the answer.
+    # gives up after its wait, naming the answer.
     return RuntimeError(f"seq {seq}: not a STREAM.MSG.GET answer: {payload[:200]!r}")
 
 

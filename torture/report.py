@@ -26,6 +26,7 @@ KEYS = (
     "reader_mismatch",
     "spark_missing",
     "spark_duplicated",
+    "unreadable",
 )
 #: Fewer landed faults than this of a kind, over a run of at least COVERAGE_TRIALS trials,
 #: prints a warning (issue 11: every fault kind at least 10 times in 100 trials).

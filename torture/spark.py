@@ -350,8 +350,9 @@ class SparkPart:
             db.execute(f"DELETE FROM {TABLE} WHERE rowid = ?", (row[0],))
         return str(row[1])
 
-    def final(self, stream: dict[str, int]) -> dict[str, Any]:
-        """The outputs (``stream``: the output stream's keys, read by the trial) and timings."""
+    def final(self, stream: dict[str, int] | None) -> dict[str, Any]:
+        """The outputs (``stream``: the output stream's keys, read by the trial; None when
+        it could not be read) and timings."""
         return {
             "stream": stream,
             "db": dict(Counter(self.db_keys())),

@@ -9,8 +9,10 @@ in domain ``leaf`` whose stream the hub, domain ``hub``, sources), ``cluster-syn
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import time
+import urllib.request
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -196,6 +198,20 @@ class Topology:
             return None
         leader = (info.get("cluster") or {}).get("leader")
         return str(leader) if leader else None
+
+    def meta_leaders(self) -> dict[str, str | None]:
+        """Each node's JetStream metadata leader per its ``/jsz`` ("": none; None: no
+        answer)."""
+        out: dict[str, str | None] = {}
+        for node, addr in self.addr.items():
+            try:
+                url = f"http://{addr}:{HTTP}/jsz"
+                with urllib.request.urlopen(url, timeout=2.0) as response:
+                    meta = json.loads(response.read()).get("meta_cluster") or {}
+                out[node] = str(meta.get("leader") or "")
+            except (OSError, ValueError):
+                out[node] = None
+        return out
 
     def stop(self) -> None:
         for server in self.servers.values():

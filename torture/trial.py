@@ -48,7 +48,7 @@ from .nemesis import (
 )
 from .nemesis import schedule as fault_schedule
 from .netns import Net
-from .rawread import delete_msg, read_raw, record_key, seq_of
+from .rawread import Unreadable, delete_msg, read_raw, record_key, seq_of
 from .topology import HUB_STREAM, STREAM, SUBJECT, Topology
 from .workers import EFFECTS, EFFECTS_COLUMNS
 
@@ -576,10 +576,46 @@ class Trial:
         return keys
 
     async def _read_both(self, target: dict[str, Any], stream: str) -> dict[str, Any]:
-        """``stream`` through both readers, and the server's own count."""
-        raw = await read_raw(target["servers"], stream, domain=target.get("domain"))
-        project = Counter(await self.stream_keys(target, stream, strict=True))
-        return {"raw": dict(raw.keys), "project": dict(project), "messages": raw.messages}
+        """``stream`` through both readers, and the server's own count.
+
+        A stream no server answered for within the independent reader's wait is a
+        finding about the servers or the fault schedule, not a harness crash: the read
+        then holds ``unreadable`` (see :meth:`_unreadable`) and the checker reports it.
+        """
+        try:
+            raw = await read_raw(target["servers"], stream, domain=target.get("domain"))
+        except Unreadable as exc:
+            return {"unreadable": await self._unreadable(target, stream, exc)}
+        read: dict[str, Any] = {"raw": dict(raw.keys), "messages": raw.messages}
+        if raw.errors:
+            read |= {"waited_s": raw.waited_s, "failed_reads": len(raw.errors)}
+            read["last_error"] = raw.errors[-1]
+        try:
+            read["project"] = dict(Counter(await self.stream_keys(target, stream, strict=True)))
+        except Exception as exc:  # the product's reader failed where the raw one did not
+            read |= {"project": {}, "project_error": f"{type(exc).__name__}: {exc}"}
+        return read
+
+    async def _unreadable(
+        self, target: dict[str, Any], stream: str, exc: Unreadable
+    ) -> dict[str, Any]:
+        """What the independent reader, the product's reader and each server's
+        monitoring endpoint said about a stream the independent reader could not read."""
+        assert self.topo is not None
+        try:
+            async with asyncio.timeout(30):
+                project: dict[str, Any] = {
+                    "keys": len(await self.stream_keys(target, stream, strict=True))
+                }
+        except Exception as err:
+            project = {"error": f"{type(err).__name__}: {err or 'no answer in 30 s'}"}
+        return {
+            "waited_s": exc.waited_s,
+            "failed_reads": len(exc.errors),
+            "errors": [*exc.errors[:1], *exc.errors[-3:]] if len(exc.errors) > 4 else exc.errors,
+            "project_reader": project,
+            "meta_leader": await asyncio.to_thread(self.topo.meta_leaders),
+        }
 
     async def _final_state(self) -> dict[str, Any]:
         assert self.topo is not None
@@ -596,7 +632,7 @@ class Trial:
         if self.spark is not None:
             out = await self._read_both(self.topo.processor_target(), sparkpart.OUT_STREAM)
             reads[sparkpart.OUT_STREAM] = out
-            spark = self.spark.final(out["raw"])
+            spark = self.spark.final(out.get("raw"))
         cli = self.workers["cli"]
         state = {
             "index": self.index,
@@ -604,7 +640,9 @@ class Trial:
             "kind": self.kind,
             "inputs": self.inputs,
             "processed_stream": self.topo.processor_target()["stream"],
-            "streams": {s: r["raw"] for s, r in reads.items() if s != sparkpart.OUT_STREAM},
+            "streams": {
+                s: r["raw"] for s, r in reads.items() if s != sparkpart.OUT_STREAM and "raw" in r
+            },
             "reads": reads,
             "effects": {db: dict(Counter(r[0] for r in e)) for db, e in rows.items()},
             "faults": self.fault_log,
