@@ -8,18 +8,22 @@ inside the target's duplicate window.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from oncestream import ConnectOptions, connect
 from oncestream.server import NatsServer
 from oncestream.spark._session import scratch_root
 from oncestream.streams import StreamSpec
+from tests.integration.test_publisher import StoredMsg, read_back
 from tests.spark._sink_helpers import (
     make_streams,
     order_ids_on,
@@ -30,6 +34,7 @@ from tests.spark._sink_helpers import (
 )
 
 JOB = Path(__file__).with_name("_sink_driver_job.py")
+RETRY_JOB = Path(__file__).with_name("_sink_retry_job.py")
 ROOT = Path(__file__).resolve().parents[2]
 #: PIDs of the drivers run_job started, in order.
 DRIVERS: list[int] = []
@@ -191,3 +196,42 @@ def test_new_query_on_a_reused_path_killed_between_the_commits(
         duplicated = sorted(k for k, n in counts.items() if n > 1)
         missing = sorted({f"o{i:06d}" for i in range(2000)} - set(counts))
         assert (len(duplicated), len(missing)) == (0, 0), (subject, duplicated[:5], missing[:5])
+
+
+def test_atomic_batch_write_task_retried_midway_stores_each_row_once(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """Issue 38: a batch-write task of ingest=atomic fails after 16,000 rows and is retried.
+
+    Batch writes keep no commit records: the retry sends the rows again and the
+    batches its failed attempt stored are refused (10201) for ids stored before
+    the retry began. Shown failing before the stream was searched for them: one
+    row per batch, a few hundred rows a second, past the 20 s window.
+    """
+    url = nats_server.url
+    make_streams(
+        url,
+        StreamSpec(name="OUT", subjects=("out.>",), duplicate_window=20.0, allow_atomic=True),
+    )
+    marker = tmp_path / "failed-once"
+    path = os.pathsep.join((str(ROOT / "src"), str(ROOT)))
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=path)
+    proc = subprocess.run(
+        [sys.executable, str(RETRY_JOB), url, str(marker)],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-3000:]
+    assert marker.exists(), "the planted task failure did not happen"
+    counts = Counter(m.msg_id for m in asyncio.run(_read_back(url, "OUT")))
+    twice = sorted(str(k) for k, n in counts.items() if n > 1)
+    assert (len(counts), sum(counts.values()), len(twice)) == (40_000, 40_000, 0), twice[:5]
+
+
+async def _read_back(url: str, stream: str) -> list[StoredMsg]:
+    async with await connect(ConnectOptions(servers=(url,))) as conn:
+        return await read_back(conn, stream)
