@@ -61,6 +61,9 @@ async def test_every_id_once_in_pipelined_chunks(conn: Connection, make_stream) 
     stored = await read_back(conn, "AT")
     assert [m.msg_id for m in stored] == ids
     assert stored[7].headers["X-Row"] == "7" and stored[7].data == b"id-7"
+    # Batches of exactly 1000 messages, the server's largest (nats-server in the venv).
+    sizes = Counter(m.headers["Nats-Batch-Id"] for m in stored)
+    assert sorted(sizes.values()) == [500] + [1000] * 10, sizes
 
 
 async def test_ids_another_publisher_stored_are_found_and_the_rest_stays_one_batch(
