@@ -4,6 +4,10 @@ Same run, same fresh file-storage server, 128-byte payloads, a unique msg id
 per message and a fresh stream per case. Prints RESULT lines (group
 "publish") for bench/run.py. ``measure_publisher(url, n)`` is reusable by
 other benchmarks (e.g. the Spark sink's).
+
+Group "publish-atomic": an AtomicPublisher into a fresh stream with
+``allow_atomic``, then the same ids again at once (a re-run: every batch is
+refused, 10201, and its ids are found stored), each stored once (issue 38).
 """
 
 from __future__ import annotations
@@ -20,12 +24,13 @@ import nats
 from bench._common import PAYLOAD_128, fresh_server, report
 
 from oncestream import ConnectOptions, connect
-from oncestream.publish import Publisher, PublisherOptions
+from oncestream.publish import AtomicPublisher, Publisher, PublisherOptions
 from oncestream.streams import StreamSpec, delete_stream, ensure_stream
 
 N_SYNC = int(os.environ.get("BENCH_PUBLISH_SYNC", "20000"))
 N_ASYNC = int(os.environ.get("BENCH_PUBLISH_ASYNC", "200000"))
 N_PUBLISHER = int(os.environ.get("BENCH_PUBLISH_PUBLISHER", "300000"))
+N_ATOMIC = int(os.environ.get("BENCH_PUBLISH_ATOMIC", "100000"))
 
 
 async def _fresh_stream(url: str, name: str) -> None:
@@ -106,6 +111,25 @@ async def measure_publisher_async(
     return n / elapsed
 
 
+async def measure_atomic_rerun(url: str, n: int, stream: str = "BATOMIC") -> tuple[float, float]:
+    """``n`` rows through an AtomicPublisher, then the same ``n`` again: both in rows/s."""
+    async with await connect(ConnectOptions(servers=(url,))) as conn:
+        spec = StreamSpec(name=stream, subjects=(f"{stream.lower()}.>",), allow_atomic=True)
+        await ensure_stream(conn, spec)
+        ids = [f"a-{i}" for i in range(n)]
+        subjects, datas = [f"{stream.lower()}.x"] * n, [PAYLOAD_128] * n
+        rates = []
+        for _run in range(2):
+            start = time.perf_counter()
+            async with AtomicPublisher(conn, PublisherOptions(stream=stream)) as pub:
+                await pub.publish(subjects, datas, ids)
+            rates.append(n / (time.perf_counter() - start))
+        stats = pub.stats
+        stored = int((await conn.stream_info(stream))["state"]["messages"])
+    assert (stats.stored, stats.duplicates, stored) == (0, n, n), (stats, stored)
+    return rates[0], rates[1]
+
+
 def measure_publisher(url: str, n: int, stream: str = "BPUB") -> float:
     """Synchronous wrapper of :func:`measure_publisher_async`."""
     return asyncio.run(measure_publisher_async(url, n, stream))
@@ -121,6 +145,14 @@ async def _main() -> None:
         report("publish", "nats-py js.publish_async", async_rate, baseline=True, n=N_ASYNC)
         pub_rate = await measure_publisher_async(url, N_PUBLISHER)
         report("publish", "oncestream Publisher", pub_rate, n=N_PUBLISHER)
+        first, rerun = await measure_atomic_rerun(url, N_ATOMIC)
+        report("publish-atomic", "AtomicPublisher, new ids", first, baseline=True, n=N_ATOMIC)
+        report(
+            "publish-atomic",
+            "AtomicPublisher re-run at once (every id stored already)",
+            rerun,
+            n=N_ATOMIC,
+        )
     finally:
         server.close()
 

@@ -22,6 +22,21 @@ def jetstream(
     )
 
 
+def atomic_batch_limits(
+    work_dir: Path, *, max_inflight_per_stream: int, timeout: str = "10s"
+) -> ServerConfig:
+    """A JetStream server staging at most ``max_inflight_per_stream`` atomic batches per stream.
+
+    nats-server's ``jetstream { limits { batch { max_inflight_per_stream, timeout } } }``
+    (``server/opts.go``; defaults 50, ``streamDefaultMaxAtomicBatchInflightPerStream``,
+    and 10 s, after which a batch without its commit is abandoned).
+    """
+    block = JetStreamConfig(store_dir=work_dir / "jetstream").to_dict()
+    limits = {"max_inflight_per_stream": max_inflight_per_stream, "timeout": timeout}
+    block["limits"] = {"batch": limits}
+    return ServerConfig(server_name="js-batch-limits", extra={"jetstream": block})
+
+
 # -- authentication and TLS (issue 6) ---------------------------------------------------
 
 

@@ -189,6 +189,33 @@ def test_atomic_ingest_needs_allow_atomic_and_writes_whole_batches(  # type: ign
     assert max(sizes.values()) == 300 and sum(sizes.values()) == 2500, sizes
 
 
+def test_atomic_ingest_writing_the_same_dataframe_twice_stores_each_row_once(  # type: ignore[no-untyped-def]
+    spark, nats_server: NatsServer
+) -> None:
+    """Issue 38: 20,000 rows with ingest=atomic, written again at once inside a 30 s window.
+
+    The second write's batches are all refused (10201) for ids its tasks did not
+    store. Shown failing before the stream was searched for them (one row per
+    batch, a few hundred rows a second, past the window: rows stored twice).
+    """
+    url = nats_server.url
+    make_streams(
+        url,
+        StreamSpec(name="OUT", subjects=("out.>",), duplicate_window=30.0, allow_atomic=True),
+    )
+    df = spark.range(0, 20_000, numPartitions=2).select(
+        F.concat(F.lit("out."), (F.col("id") % 3).cast("string")).alias("subject"),
+        F.col("id").cast("string").alias("data"),
+    )
+    for _ in range(2):  # position ids: the same rows get the same ids
+        df.write.format("jetstream").option("servers", url).option("stream", "OUT").option(
+            "ingest", "atomic"
+        ).mode("append").save()
+    counts = Counter(m.msg_id for m in asyncio.run(_read_back(url, "OUT")))
+    twice = sorted(str(k) for k, n in counts.items() if n > 1)
+    assert (len(counts), sum(counts.values()), len(twice)) == (20_000, 20_000, 0), twice[:5]
+
+
 async def _read_back(url: str, stream: str) -> list[StoredMsg]:
     async with await connect(ConnectOptions(servers=(url,))) as conn:
         return await read_back(conn, stream)

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -51,6 +51,7 @@ __all__ = [
     "StreamRecord",
     "delete_consumer_later",
     "iter_messages",
+    "locate_ids",
     "nth_sequence",
     "read_stream",
     "stored_ids",
@@ -259,6 +260,10 @@ class RangeReader:
             return int(found)
         tokens = chunk.replies[index].split(b".")
         return int(tokens[ack_layout(len(tokens)).stream_seq])
+
+    def sequence(self, chunk: FrameSink, index: int) -> int:
+        """The stream sequence of message ``index`` of a chunk :meth:`next_chunk` returned."""
+        return self._seq(chunk, index)
 
     def _trim(self, chunk: FrameSink) -> int | None:
         """Drop frames past ``last``; return the last sequence seen before (None: no frames)."""
@@ -679,3 +684,54 @@ async def stored_ids(
         await reader.close()
     log.info("stream %s: %d msg ids after sequence %d (read to %d)", stream, len(ids), after, last)
     return ids
+
+
+async def locate_ids(
+    conn: Connection,
+    stream: str,
+    wanted: Collection[str],
+    first: int,
+    last: int,
+    *,
+    direct: bool,
+    replicated: bool = False,
+    retry_timeout: float = 0.0,
+) -> dict[str, int]:
+    """Where ``stream`` holds the msg ids ``wanted`` at sequences ``first..last``: id -> sequence.
+
+    Reads in order, pages about the size of ``wanted``, and stops as soon as every
+    wanted id was seen, so ids stored together cost about their own number of
+    messages wherever they lie in the range. An id stored more than once maps to
+    its first sequence in the range. Ids are compared as
+    :func:`~oncestream._headers.msg_id_key` keys. ``direct``: the stream has
+    ``allow_direct`` (batched direct gets; else a headers-only consumer);
+    ``replicated`` and ``retry_timeout`` as for :class:`RangeReader`.
+
+    Raises:
+        StreamNotFound: the stream does not exist.
+    """
+    left = set(wanted)
+    found: dict[str, int] = {}
+    if not left or last < first:
+        return found
+    reader = RangeReader(
+        conn,
+        stream,
+        first,
+        last,
+        direct=direct,
+        batch=max(256, min(len(left), 4096)),
+        headers_only=not direct,
+        replicated=replicated,
+        retry_timeout=retry_timeout,
+    )
+    try:
+        while left and (chunk := await reader.next_chunk()) is not None:
+            for index, raw in enumerate(chunk.headers):
+                key = msg_id_key(raw)
+                if key is not None and key in left:
+                    left.discard(key)
+                    found[key] = reader.sequence(chunk, index)
+    finally:
+        await reader.close()
+    return found
