@@ -8,7 +8,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup setup-oldest demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture check-java clean
+.PHONY: setup setup-oldest setup-oldest-nats demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture check-java clean
 
 setup: $(STAMP)
 
@@ -74,11 +74,35 @@ $(OLD_STAMP): pyproject.toml
 	@$(OLD_BIN)/python -c 'import sys, pyspark; v = pyspark.__version__; sys.exit(0 if v == "$(OLDEST_PYSPARK)" else f"error: installing oncestream replaced pyspark $(OLDEST_PYSPARK) with {v}")'
 	@touch $(OLD_STAMP)
 
+# The oldest nats-py the range admits (pyproject: nats-py>=2.10,<2.17) in a third venv
+# (no Spark extras): the adapter's tests (src/oncestream/_nats) and the Publisher and pull
+# tests that drive it, on its fast path (the probe must pass: test_nats_adapter checks the
+# path taken) and on the public-API fallback.
+OLDEST_NATS := 2.10.0
+NATS_VENV  := .venv-nats$(OLDEST_NATS)
+NATS_BIN   := $(NATS_VENV)/bin
+NATS_STAMP := $(NATS_VENV)/.installed-stamp
+NATS_TESTS := tests/integration/test_nats_adapter.py tests/unit/test_publisher_wire.py \
+	tests/unit/test_source_wire.py tests/unit/test_headers.py \
+	tests/integration/test_publisher.py tests/integration/test_pull.py
+
+setup-oldest-nats: $(NATS_STAMP)
+
+$(NATS_STAMP): pyproject.toml
+	@test -x $(NATS_BIN)/python || $(PYTHON) -m venv $(NATS_VENV)
+	$(NATS_BIN)/python -m pip install --quiet --upgrade pip
+	$(NATS_BIN)/python -m pip install --quiet "nats-py==$(OLDEST_NATS)"
+	$(NATS_BIN)/python -m pip install --quiet -e ".[dev]"
+	@$(NATS_BIN)/python -c 'import sys, importlib.metadata as m; v = m.version("nats-py"); sys.exit(0 if v == "$(OLDEST_NATS)" else f"error: installing oncestream replaced nats-py $(OLDEST_NATS) with {v}")'
+	@touch $(NATS_STAMP)
+
 # Two workers, one test file each at a time (module fixtures stay whole; each worker
 # has its own SparkSession): most tests wait on servers and JVMs, not on the CPU.
-test: setup setup-oldest test-services lint
+test: setup setup-oldest setup-oldest-nats test-services lint
 	$(BIN)/pytest -n 2 --dist loadfile
 	ONCESTREAM_NATS_FASTPATH=0 $(BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider $(FALLBACK_TESTS)
+	$(NATS_BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider $(NATS_TESTS)
+	ONCESTREAM_NATS_FASTPATH=0 $(NATS_BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider $(NATS_TESTS)
 	PYSPARK_PYTHON=$(abspath $(OLD_BIN)/python) PYSPARK_DRIVER_PYTHON=$(abspath $(OLD_BIN)/python) \
 		$(OLD_BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider -k "$(OLDEST_SKIP)" $(OLDEST_TESTS)
 
@@ -147,4 +171,4 @@ torture: setup
 		$(if $(FAULTS),--fault-kinds $(FAULTS)) $(if $(SABOTAGE),--sabotage $(SABOTAGE))
 
 clean:
-	rm -rf $(VENV) $(OLD_VENV) .peers build .mypy_cache .pytest_cache .ruff_cache src/*.egg-info
+	rm -rf $(VENV) $(OLD_VENV) $(NATS_VENV) .peers build .mypy_cache .pytest_cache .ruff_cache src/*.egg-info

@@ -112,3 +112,24 @@ async def test_a_stale_stream_info_of_the_same_stream_is_a_failure_to_retry_not_
         await plan(stale)
     assert not isinstance(caught.value, ConfigError)
     assert exit_code_for(caught.value) == 1  # the work failed: re-run, not a usage error
+
+
+async def test_a_store_failure_creating_the_progress_stream_exits_1_not_2(
+    nats_server: NatsServer, make_stream, tmp_path: Path
+) -> None:
+    """A server that cannot create the progress stream's store (the campaign's full disk,
+    seed 11 trial 0) is failed work to re-run, exit 1; before, exit 2 as a config error."""
+    await make_stream("ORDERS", ("orders.>",))
+    # A file where the stream's directory must go: the server's store set-up fails, as it
+    # does on a full disk, whoever runs the test.
+    streams = tmp_path / "nats" / "jetstream" / "jetstream" / "$G" / "streams"
+    streams.mkdir(parents=True, exist_ok=True)
+    (streams / PROGRESS_STREAM).write_text("not a directory\n")
+    path = tmp_path / "orders.jsonl"
+    path.write_text("".join(orjson.dumps({"id": f"o{i}"}).decode() + "\n" for i in range(3)))
+    args = ["publish", str(path), "--stream", "ORDERS", "--subject", "orders.x",
+            "--id-field", "id", "-s", nats_server.url, "--no-progress"]  # fmt: skip
+    result = await asyncio.to_thread(CliRunner().invoke, app, args)
+    assert result.exit_code == 1, result.output
+    assert f"cannot create the progress stream '{PROGRESS_STREAM}'" in result.output
+    assert "re-run" in result.output

@@ -77,7 +77,7 @@ class DemoConfig:
         hard_faults: also SIGKILL and restart the nats-server mid-run.
         keep: keep the data directory (streams, checkpoints, Parquet) afterwards.
         data_dir: where to put it (default: a new temporary directory). A new or
-            empty directory, or a previous demo's (see :mod:`oncestream.demo.datadir`);
+            empty directory, or a previous demo's (see :mod:`oncestream.demo._datadir`);
             only what the demo creates is ever deleted.
         rate: orders per second the producer publishes (None: as fast as it can).
         timeout: seconds before the demo gives up waiting for the pipeline.

@@ -40,6 +40,7 @@ from .._connection import Connection
 from .._errors import (
     ConfigError,
     JetStreamError,
+    OncestreamError,
     PermissionDenied,
     WrongLastSequence,
 )
@@ -60,6 +61,11 @@ log = logging.getLogger("oncestream.load")
 PROGRESS_STREAM = "ONCESTREAM_PUBLISH_PROGRESS"
 PROGRESS_SUBJECT = "oncestream.publish.progress"
 _VERSION = 1
+#: JetStream refusals of the progress stream's creation that the user fixes (nats-server
+#: errors.json): account without JetStream, stream limit, invalid config, another stream's
+#: config under the name, overlapping subjects, replicas without a cluster. Any other
+#: (a store that cannot be created on a full disk, 10049; no meta leader) is failed work.
+_USAGE_ERR_CODES = frozenset({10039, 10027, 10052, 10058, 10065, 10074})
 
 
 class ConcurrentRun(ConfigError):
@@ -145,8 +151,10 @@ class ProgressStore:
         """Create the progress stream if it does not exist.
 
         Raises:
-            ConfigError: it cannot be created (permissions, overlapping subjects),
-                naming the stream and the ways out.
+            ConfigError: it cannot be created for a reason the user fixes (permissions,
+                overlapping subjects, limits), naming the stream and the ways out.
+            OncestreamError: the server failed to create it (a full disk, no meta leader):
+                failed work, to re-run.
         """
         if await stream_exists(self.conn, self.stream):
             return
@@ -160,9 +168,17 @@ class ProgressStore:
         try:
             await add_stream(self.conn, spec.to_api())
         except (JetStreamError, PermissionDenied) as exc:
+            what = (
+                f"cannot create the progress stream {self.stream!r} "
+                f"(subjects '{PROGRESS_SUBJECT}.>')"
+            )
+            if isinstance(exc, JetStreamError) and exc.err_code not in _USAGE_ERR_CODES:
+                raise OncestreamError(
+                    f"{what}: {exc}. The server failed to create it; nothing was published: "
+                    "re-run when it recovers"
+                ) from exc
             raise ConfigError(
-                f"cannot create the progress stream {self.stream!r} (subjects "
-                f"'{PROGRESS_SUBJECT}.>'): {exc}. Create it, name another one that captures "
+                f"{what}: {exc}. Create it, name another one that captures "
                 f"'{PROGRESS_SUBJECT}.>' with {self._label('progress_stream')}, or publish "
                 f"without resume records with {self._label('no_resume')}"
             ) from exc

@@ -1,6 +1,6 @@
 """Acknowledging a batch: acks, the double ack of its tail, naks with backoff, dead letters.
 
-After :mod:`oncestream._applying` committed a batch, :class:`Acknowledger`
+After :mod:`oncestream.process._applying` committed a batch, :class:`Acknowledger`
 tells the server: every applied (or already applied) message is acked in one
 buffered write, the batch's last message with a confirmed ack (double ack)
 whose round trip overlaps the next batches; a failed message is nak'ed with

@@ -8,7 +8,7 @@ handler fails the batch is rolled back and applied again one message per
 transaction, so the failure costs only that message. A database failure is
 retried a few times; after that the caller hands the batch back for
 redelivery. What happens to the messages afterwards (acks, naks, dead
-letters) is :mod:`oncestream._acking`'s job.
+letters) is :mod:`oncestream.process._acking`'s job.
 """
 
 from __future__ import annotations

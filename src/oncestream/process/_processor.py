@@ -10,9 +10,9 @@ acks. A redelivered message finds its key and is acked without being
 applied again (a "suppressed redelivery").
 
 This module pulls and orders batches; applying a batch (ledger transaction,
-handler calls) lives in :mod:`oncestream._applying`, acknowledging it (acks,
+handler calls) lives in :mod:`oncestream.process._applying`, acknowledging it (acks,
 the double ack of its tail, naks with backoff, dead letters, in-progress
-acks) in :mod:`oncestream._acking`.
+acks) in :mod:`oncestream.process._acking`.
 
 Example::
 

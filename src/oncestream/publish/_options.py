@@ -1,7 +1,7 @@
-"""Options, ack and statistics types of the :class:`~oncestream.publisher.Publisher`.
+"""Options, ack and statistics types of the :class:`~oncestream.publish.Publisher`.
 
-Import them from :mod:`oncestream.publisher` (or :mod:`oncestream`); this
-module only keeps ``publisher.py`` short.
+Import them from :mod:`oncestream.publish` (or :mod:`oncestream`); this
+module keeps them out of ``_publisher.py``.
 """
 
 from __future__ import annotations

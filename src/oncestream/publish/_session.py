@@ -25,7 +25,7 @@ and re-created under a running session fails its next publish with a
 holds. Throughput: one
 round trip per message, or per batch of up to 1000 (the stream needs
 ``allow_atomic``, nats-server >= 2.12). Use a
-:class:`~oncestream.publisher.Publisher` when restarts within the window
+:class:`~oncestream.publish.Publisher` when restarts within the window
 are all you need. ``docs/publishing.md`` explains why pipelining single
 messages cannot keep the prefix property.
 

@@ -1,4 +1,4 @@
-"""Options of the continuous pull (:class:`~oncestream.pull.MessageStream`)."""
+"""Options of the continuous pull (:class:`~oncestream.read.MessageStream`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The ``jetstream`` PySpark data source: one class, read and write sides.
 
-Reader classes live in :mod:`oncestream.spark.source`, writer classes in
-:mod:`oncestream.spark.sink`; both are imported lazily so executors only load
+Reader classes live in :mod:`oncestream.spark._source`, writer classes in
+:mod:`oncestream.spark._sink`; both are imported lazily so executors only load
 what the query uses.
 """
 

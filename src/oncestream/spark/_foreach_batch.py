@@ -15,7 +15,7 @@ and refuses to run with neither rather than share one scope among queries.
 
 Example::
 
-    from oncestream.spark.foreach_batch import transactional
+    from oncestream.spark import transactional
 
     (df.writeStream
        .foreachBatch(transactional("postgresql://app@db/shop", table="orders",

@@ -360,7 +360,7 @@ async def nth_sequence(
     *,
     retry_timeout: float = 0.0,
 ) -> tuple[int | None, bool]:
-    """:func:`oncestream.reader.nth_sequence` with the source's retry budget named in errors."""
+    """:func:`oncestream.read.nth_sequence` with the source's retry budget named in errors."""
     return await _nth_sequence(
         conn, stream, after, n, subjects, retry_timeout=retry_timeout, budget_source=RETRY_BUDGET
     )
