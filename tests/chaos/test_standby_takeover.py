@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import selectors
+import queue
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +35,11 @@ TTL = 2.0
 
 
 class Worker:
-    """One ``tests.chaos._standby_worker`` process, its output read line by line."""
+    """One ``tests.chaos._standby_worker`` process, its output read line by line.
+
+    A thread reads the output into a queue: a selector on the pipe under a buffered
+    ``readline`` misses lines that arrived in the same read as the one returned.
+    """
 
     def __init__(self, url: str, db: Path, name: str, **env_extra: str) -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT), **env_extra)
@@ -45,25 +50,33 @@ class Worker:
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._queue.put(line)
+        self._queue.put(None)  # the output ended
 
     def wait_line(self, needle: str, timeout: float) -> str:
         """The first output line containing ``needle``, read so far or within ``timeout``."""
         for line in self.lines:
             if needle in line:
                 return line
-        assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            while time.monotonic() < deadline:
-                if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
-                    break
-                line = self.proc.stdout.readline()
-                if not line:
-                    break
-                self.lines.append(line)
-                if needle in line:
-                    return line
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self._queue.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                self._queue.put(None)
+                break
+            self.lines.append(line)
+            if needle in line:
+                return line
         raise AssertionError(f"{self.name}: no line with {needle!r} in {timeout}s: {self.lines}")
 
     def signal(self, sig: signal.Signals) -> None:
@@ -79,8 +92,12 @@ class Worker:
             except subprocess.TimeoutExpired:
                 os.kill(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
+        self._reader.join(timeout=10)
+        while not self._queue.empty():
+            line = self._queue.get()
+            if line is not None:
+                self.lines.append(line)
         if self.proc.stdout is not None:
-            self.lines += self.proc.stdout.readlines()
             self.proc.stdout.close()
 
 
