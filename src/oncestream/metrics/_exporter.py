@@ -77,6 +77,12 @@ _PROCESSOR_COUNTERS = (
         "Takeover attempts that found the ledger locked by another process (the old active "
         "instance frozen inside a batch, or busy); the standby keeps trying.",
     ),
+    (
+        "reclaimed",
+        "reclaimed",
+        "Messages a gone instance held unacknowledged, taken back at start (consumer reset "
+        "to its ack floor).",
+    ),
 )
 _PUBLISHER_COUNTERS = (
     ("sent", "Messages handed to the Publisher."),

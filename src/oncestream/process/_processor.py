@@ -65,6 +65,7 @@ from ._pinning import (
     reset_to_ack_floor,
     take_over,
 )
+from ._reclaim import reclaim_at_start
 from ._setup import FloorHistory, check_handler, setup_consumer
 
 __all__ = ["BatchHandler", "Handler", "Processor", "ProcessorOptions", "ProcessorStats"]
@@ -192,6 +193,11 @@ class Processor:
     async def run(self) -> ProcessorStats:
         """Process until :meth:`request_stop`; then finish the batch, commit, ack and return.
 
+        Before it pulls, messages that an instance which is gone held unacknowledged
+        are taken back at once, in stream order (:mod:`oncestream.process._reclaim`;
+        not with ``bind``, which makes no consumer API calls, nor in a pinned group,
+        whose takeover resets it the same way).
+
         Raises:
             ConfigError: the consumer exists with an incompatible config.
             ConsumerNotFound: it does not exist and ``create`` is off, or it was deleted
@@ -216,6 +222,10 @@ class Processor:
                 require_reset(conn, "a pinned priority group")
                 self._applier.fence = self._owner_check(None)
             await self._setup_consumer(conn)
+            if not self.options.pinned and not self.options.bind:
+                self.stats.reclaimed += await reclaim_at_start(
+                    conn, self.stream, self.consumer, self.ack_wait
+                )
             conn.on_reconnect(self._unsent.reconnected)
             self._pull = MessageStream(
                 conn, self.stream, self.consumer, self.options.pull_options()
