@@ -5,8 +5,9 @@ Usage: python -m tests.chaos._processor_worker URL DB STREAM CONSUMER
 The handler inserts the message's id into ``effects`` (no unique constraint,
 so a duplicate application would show). ``CRASH_AT`` (``before_commit``,
 ``after_commit``, ``during_ack``) with ``CRASH_AFTER`` (a batch count) makes
-the worker SIGKILL itself at that deterministic point. Prints ``READY`` once
-pulling and ``STATS {json}`` on a clean SIGTERM exit.
+the worker SIGKILL itself at that deterministic point. ``BATCH`` and ``ACK_WAIT``
+(seconds) set the Processor's options. Prints ``READY`` once pulling and
+``STATS {json}`` on a clean SIGTERM exit.
 """
 
 from __future__ import annotations
@@ -89,7 +90,10 @@ async def main(url: str, db: str, stream: str, consumer: str) -> None:
     ledger.connection.execute("CREATE TABLE IF NOT EXISTS effects (id INTEGER NOT NULL)")
     conn = await connect(ConnectOptions(servers=(url,), reconnect_wait=0.1))
     options = ProcessorOptions(
-        batch=int(os.environ.get("BATCH", "100")), ack_wait=2.0, expires=5.0, prune_interval=0
+        batch=int(os.environ.get("BATCH", "100")),
+        ack_wait=float(os.environ.get("ACK_WAIT", "2")),
+        expires=5.0,
+        prune_interval=0,
     )
     processor = CrashingProcessor(conn, stream, consumer, handler, ledger=ledger, options=options)
     loop = asyncio.get_running_loop()

@@ -1,7 +1,10 @@
 """Subprocess worker for the active/standby tests: a Processor in a pinned priority group.
 
 Usage: python -m tests.chaos._standby_worker URL DB NAME STREAM CONSUMER PINNED_TTL
-(environment: ``BATCH``, ``HANDLER_SLEEP`` seconds per message)
+(environment: ``BATCH``, ``HANDLER_SLEEP`` seconds per message, ``BUSY_TIMEOUT`` the
+SQLite ledger's busy timeout in seconds, ``FREEZE_AT`` a stream sequence whose handler
+call prints ``FROZEN`` and then, inside its batch's transaction, SIGSTOPs the worker, or
+with ``FREEZE_FOR`` blocks for that many seconds: a long batch)
 
 The handler inserts ``(seq, subject, worker, at)`` into ``effects`` in the
 shared SQLite ledger (no unique key: a second application would show; the
@@ -26,15 +29,27 @@ from oncestream import ConnectOptions, Processor, ProcessorOptions, SQLiteLedger
 NAME = ""
 #: Seconds per handler call (a slow new active leaves the old one a window to misbehave).
 HANDLER_SLEEP = float(os.environ.get("HANDLER_SLEEP", "0"))
+#: Freeze while applying this stream sequence, the ledger's write lock held: SIGSTOP
+#: itself, or block the event loop for ``FREEZE_FOR`` seconds when that is set.
+FREEZE_AT = int(os.environ.get("FREEZE_AT", "0"))
+FREEZE_FOR = float(os.environ.get("FREEZE_FOR", "0"))
 
 
 def handler(msg: Any, tx: Any) -> None:
+    global FREEZE_AT
     tx.execute(
         "INSERT INTO effects (seq, subject, worker, at) VALUES (?, ?, ?, ?)",
         (msg.seq, msg.subject, NAME, time.time()),
     )
     if HANDLER_SLEEP:
         time.sleep(HANDLER_SLEEP)
+    if msg.seq == FREEZE_AT:
+        FREEZE_AT = 0  # once
+        print("FROZEN", flush=True)
+        if FREEZE_FOR:
+            time.sleep(FREEZE_FOR)
+        else:
+            os.kill(os.getpid(), signal.SIGSTOP)
 
 
 async def main(url: str, db: str, name: str, stream: str, consumer: str, ttl: str) -> None:
@@ -44,7 +59,7 @@ async def main(url: str, db: str, name: str, stream: str, consumer: str, ttl: st
     handler_log.setFormatter(logging.Formatter("LOG %(message)s"))
     logging.getLogger("oncestream.processor").addHandler(handler_log)
     logging.getLogger("oncestream.processor").setLevel(logging.WARNING)
-    ledger = SQLiteLedger(db)
+    ledger = SQLiteLedger(db, busy_timeout=float(os.environ.get("BUSY_TIMEOUT", "30")))
     ledger.open()
     ledger.connection.execute(
         "CREATE TABLE IF NOT EXISTS effects (seq INTEGER NOT NULL, subject TEXT NOT NULL, "

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import selectors
+import queue
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +35,11 @@ TTL = 2.0
 
 
 class Worker:
-    """One ``tests.chaos._standby_worker`` process, its output read line by line."""
+    """One ``tests.chaos._standby_worker`` process, its output read line by line.
+
+    A thread reads the output into a queue: a selector on the pipe under a buffered
+    ``readline`` misses lines that arrived in the same read as the one returned.
+    """
 
     def __init__(self, url: str, db: Path, name: str, **env_extra: str) -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT), **env_extra)
@@ -45,25 +50,33 @@ class Worker:
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._queue.put(line)
+        self._queue.put(None)  # the output ended
 
     def wait_line(self, needle: str, timeout: float) -> str:
         """The first output line containing ``needle``, read so far or within ``timeout``."""
         for line in self.lines:
             if needle in line:
                 return line
-        assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            while time.monotonic() < deadline:
-                if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
-                    break
-                line = self.proc.stdout.readline()
-                if not line:
-                    break
-                self.lines.append(line)
-                if needle in line:
-                    return line
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self._queue.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                self._queue.put(None)
+                break
+            self.lines.append(line)
+            if needle in line:
+                return line
         raise AssertionError(f"{self.name}: no line with {needle!r} in {timeout}s: {self.lines}")
 
     def signal(self, sig: signal.Signals) -> None:
@@ -79,8 +92,12 @@ class Worker:
             except subprocess.TimeoutExpired:
                 os.kill(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
+        self._reader.join(timeout=10)
+        while not self._queue.empty():
+            line = self._queue.get()
+            if line is not None:
+                self.lines.append(line)
         if self.proc.stdout is not None:
-            self.lines += self.proc.stdout.readlines()
             self.proc.stdout.close()
 
 
@@ -139,10 +156,11 @@ async def _start_pair(
     make_stream,
     db: Path,
     workers: list[Worker],
+    active_env: dict[str, str] | None = None,
     **standby_env: str,
 ) -> tuple[Worker, Worker]:  # type: ignore[no-untyped-def]
     await make_stream(STREAM, ("work.>",))
-    active = Worker(nats_server.url, db, "A")
+    active = Worker(nats_server.url, db, "A", **(active_env or {}))
     workers.append(active)
     active.wait_line("READY", 30)
     await _publish(conn, 0, 10)
@@ -205,3 +223,61 @@ async def test_standby_takes_over_from_a_frozen_active_which_then_applies_nothin
     first_b = min(r[3] for r in rows if r[2] == "B")
     print(f"takeover after SIGSTOP: {first_b - stopped_at:.2f}s (pinned_ttl {TTL}s)")
     assert first_b - stopped_at < TTL + 5
+
+
+#: The workers' SQLite busy timeout in the frozen-writer tests: before the fix the
+#: standby's fence waited this long for the lock and the standby exited.
+BUSY = 2.0
+
+
+@pytest.mark.parametrize("ending", ["resumed", "killed", "long batch"])
+async def test_standby_waits_for_an_active_frozen_inside_a_batch_and_takes_over_after(
+    nats_server: NatsServer,
+    conn: Connection,
+    make_stream,
+    tmp_path: Path,
+    workers,
+    ending: str,
+) -> None:  # type: ignore[no-untyped-def]
+    """SQLite: the active one holds the ledger's write lock, frozen (SIGSTOP) or blocked.
+
+    The server pins the standby, whose fence cannot be written while the lock is
+    held (SQLite cannot take it from another process). The standby must not exit
+    (it did, after its busy timeout): it keeps the pin, retries, applies nothing,
+    and takes over once the lock is free: the frozen one resumed (its batch in
+    flight commits first, its next one is refused), was killed (its batch is
+    rolled back) or its long batch ended.
+    """
+    db = tmp_path / "ledger.db"
+    freeze = {"BUSY_TIMEOUT": str(BUSY), "FREEZE_AT": "320"}
+    if ending == "long batch":
+        freeze["FREEZE_FOR"] = str(5 * BUSY)
+    active, standby = await _start_pair(
+        nats_server, conn, make_stream, db, workers, active_env=freeze, BUSY_TIMEOUT=str(BUSY)
+    )
+    await _publish(conn, 10, 290)
+    rows = await _wait_applied(db, 300, 30)
+    assert len(rows) == 300 and {r[2] for r in rows} == {"A"}
+    await _publish(conn, 300, 100)
+    active.wait_line("FROZEN", 20)  # inside the batch that applies seq 320: the lock held
+    await _publish(conn, 400, 50)  # pending: the server pins the standby when A's pin expires
+    standby.wait_line("cannot take over yet", TTL + 10)
+    # Well past its busy timeout, the standby is still there, and has applied nothing.
+    with pytest.raises(subprocess.TimeoutExpired):
+        standby.proc.wait(timeout=3 * BUSY)
+    assert {r[2] for r in _effects(db)} == {"A"}
+    if ending == "resumed":
+        active.signal(signal.SIGCONT)
+    elif ending == "killed":
+        active.signal(signal.SIGKILL)
+    standby.wait_line("now the active one", 30)
+    if ending != "killed":
+        active.wait_line("no longer the active instance", 30)
+    await _publish(conn, 450, 50)
+    rows = await _wait_applied(db, 500, 60)
+    _check(rows, 500)
+    # The old active one applied nothing after the new one began: every row of A's
+    # comes before every row of B's.
+    order = [r[2] for r in rows]
+    assert order == sorted(order), "A applied after B had taken over"
+    assert standby.proc.poll() is None, "the standby exited"

@@ -16,7 +16,15 @@ from nats.aio.client import ServerVersion
 from prometheus_client import CollectorRegistry
 
 from harness import publish_n
-from oncestream import ConfigError, Connection, Processor, ProcessorOptions, SQLiteLedger, connect
+from oncestream import (
+    ConfigError,
+    Connection,
+    OperationTimeout,
+    Processor,
+    ProcessorOptions,
+    SQLiteLedger,
+    connect,
+)
 from oncestream.ledger import LedgerEntry
 from oncestream.metrics import instrument
 from oncestream.process._pinning import OwnerCheck, Superseded, fence_name, require_reset
@@ -232,3 +240,155 @@ def test_the_owner_check_holds_its_row_until_the_batch_ends_on_postgres(
         with pytest.raises(Superseded):
             OwnerCheck(old, name, "pin-a")(tx)
         tx.rollback()
+
+
+async def test_a_takeover_whose_consumer_reset_fails_keeps_the_pin_and_retries(
+    conn: Connection, options, make_stream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The reset request of a takeover fails once (a timeout, injected): it is retried.
+
+    Before, the takeover was abandoned: everything the server had delivered under the
+    new pin stayed unacknowledged for the ack wait (30 s here), and with nothing else
+    pending no new pin was handed out before that: nothing was applied for 30 s.
+    """
+    from oncestream.process import _processor
+
+    await make_stream("JOBS", ("jobs.>",))
+    db = tmp_path / "l.db"
+    opts = _opts(priority_group="g", pinned_ttl=2)
+    a = Processor(conn, "JOBS", "w", record, ledger=SQLiteLedger(db), options=opts)
+    task_a = await _start(a)
+    await publish_n(conn, "jobs.x", 10)
+    await a.wait_until(lambda s: s.applied == 10)
+    real = _processor.reset_to_ack_floor
+    failed: list[str] = []
+
+    async def fails_once(conn: Connection, stream: str, consumer: str) -> int:
+        if not failed:
+            failed.append(consumer)
+            raise OperationTimeout("injected: the consumer reset was not answered")
+        return await real(conn, stream, consumer)
+
+    monkeypatch.setattr(_processor, "reset_to_ack_floor", fails_once)
+    async with await connect(options) as conn_b:
+        b = Processor(conn_b, "JOBS", "w", record, ledger=SQLiteLedger(db), options=opts)
+        task_b = await _start(b)
+        await a.stop()
+        await task_a
+        await publish_n(conn, "jobs.x", 10, start=10)
+        await b.wait_until(lambda s: s.applied == 10, timeout=15)  # well within the ack wait
+        assert (failed, b.stats.takeovers) == (["w"], 1)
+        await b.stop()
+        await task_b
+    assert effects(db) == (20, 20)
+
+
+def test_a_fence_gives_up_after_its_wait_while_a_batch_holds_the_sqlite_lock(
+    tmp_path: Path,
+) -> None:
+    """A bounded fence attempt: FenceBusy after ``wait``, not the busy timeout (30 s)."""
+    import time
+
+    from oncestream.process._pinning import FenceBusy, take_over
+
+    name = fence_name("JOBS", "w", "g")
+    old, new = SQLiteLedger(tmp_path / "l.db"), SQLiteLedger(tmp_path / "l.db")
+    with old, new:
+        assert take_over(old, name, "pin-a") is None
+        tx = old.begin()
+        OwnerCheck(old, name, "pin-a")(tx)  # the old owner's batch is under way
+        began = time.monotonic()
+        with pytest.raises(FenceBusy, match="is locked by another process"):
+            take_over(new, name, "pin-b", wait=0.2)
+        assert time.monotonic() - began < 10
+        assert new.connection.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
+        tx.commit()
+        assert take_over(new, name, "pin-b", wait=0.2) == "pin-a"
+
+
+def test_a_fence_gives_up_after_its_wait_while_a_batch_holds_the_row_on_postgres(
+    postgres_url: str,
+) -> None:
+    """PostgreSQL: the fence's ``lock_timeout``; FenceBusy, then the takeover once it ends."""
+    from oncestream import PostgresLedger
+    from oncestream.process._pinning import FenceBusy, take_over
+
+    name = fence_name("JOBS", "w", "g")
+    old, new = PostgresLedger(postgres_url), PostgresLedger(postgres_url)
+    with old, new:
+        assert take_over(old, name, "pin-a") is None
+        tx = old.begin()
+        OwnerCheck(old, name, "pin-a")(tx)
+        with pytest.raises(FenceBusy, match="is locked by another process"):
+            take_over(new, name, "pin-b", wait=0.2)
+        tx.commit()
+        assert take_over(new, name, "pin-b", wait=0.2) == "pin-a"
+        tx = old.begin()
+        with pytest.raises(Superseded):
+            OwnerCheck(old, name, "pin-a")(tx)
+        tx.rollback()
+
+
+async def test_a_standby_starting_while_the_ledger_is_locked_waits_for_it(
+    conn: Connection, make_stream, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:  # type: ignore[no-untyped-def]
+    """Opening the ledger waits for another process's write lock; before, it raised
+    LedgerError after one busy timeout and the standby was gone."""
+    import logging
+    import sqlite3
+
+    await make_stream("JOBS", ("jobs.>",))
+    db = tmp_path / "l.db"
+    with SQLiteLedger(db):
+        pass
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # e.g. an active instance frozen inside a batch
+    opts = _opts(priority_group="g", pinned_ttl=2)
+    ledger = SQLiteLedger(db, busy_timeout=0.2)
+    proc = Processor(conn, "JOBS", "w", record, ledger=ledger, options=opts)
+    caplog.set_level(logging.WARNING, "oncestream.processor")
+    task = asyncio.create_task(proc.run())
+    try:
+        # Several busy timeouts pass and it is still there, waiting.
+        done, _ = await asyncio.wait({task}, timeout=1.5)
+        assert not done, task.result()
+        assert "cannot open the ledger yet, another process holds its lock" in caplog.text
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    await proc.wait_running()
+    await publish_n(conn, "jobs.x", 5)
+    await proc.wait_until(lambda s: s.applied == 5, timeout=20)
+    await proc.stop()
+    await task
+    assert effects(db) == (5, 5)
+
+
+def test_postgres_ends_a_frozen_owners_transaction_and_the_takeover_goes_through(
+    postgres_url: str,
+) -> None:
+    """``idle_in_transaction_session_timeout``: the frozen owner's batch is ended by the
+    server, the fence goes through, and the old owner's commit is refused."""
+    from oncestream import LedgerError, PostgresLedger
+    from oncestream.process._pinning import FenceBusy, take_over
+
+    name = fence_name("JOBS", "w", "g")
+    old, new = PostgresLedger(postgres_url), PostgresLedger(postgres_url)
+    with old, new:
+        assert take_over(old, name, "pin-a") is None
+        old.connection.execute("SET idle_in_transaction_session_timeout = '300ms'")
+        old.connection.commit()
+        tx = old.begin()
+        OwnerCheck(old, name, "pin-a")(tx)  # and then frozen: no further statement
+        busy = 0
+        for _ in range(100):  # each attempt waits 0.2 s at most
+            try:
+                previous = take_over(new, name, "pin-b", wait=0.2)
+                break
+            except FenceBusy:
+                busy += 1
+        else:
+            pytest.fail("the fence never went through")
+        assert previous == "pin-a" and busy >= 1
+        with pytest.raises(LedgerError):
+            tx.commit()

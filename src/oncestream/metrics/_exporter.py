@@ -24,6 +24,7 @@ import bisect
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -76,6 +77,18 @@ _PROCESSOR_COUNTERS = (
     ),
     ("takeovers", "takeovers", "Times this instance became the active one of a pinned group."),
     ("demotions", "demotions", "Times it stopped being the active one (the pin moved on)."),
+    (
+        "takeover_lock_waits",
+        "takeover_lock_waits",
+        "Takeover attempts that found the ledger locked by another process (the old active "
+        "instance frozen inside a batch, or busy); the standby keeps trying.",
+    ),
+    (
+        "reclaimed",
+        "reclaimed",
+        "Messages a gone instance held unacknowledged, taken back at start (consumer reset "
+        "to its ack floor).",
+    ),
 )
 _PUBLISHER_COUNTERS = (
     ("sent", "Messages handed to the Publisher."),
@@ -245,6 +258,19 @@ class _Collector:
                 assert isinstance(proc, Processor)
                 gauge.add_metric([proc.stream, proc.consumer], getattr(item.consumer, attr))
             yield gauge
+        waiting = GaugeMetricFamily(
+            "oncestream_processor_takeover_wait_seconds",
+            "Seconds this instance has held the pin without being able to take over (the "
+            "ledger locked by another process); 0 when not waiting.",
+            labels=labels,
+        )
+        now = time.monotonic()
+        for item in processors:
+            proc = item.target
+            assert isinstance(proc, Processor)
+            since = proc.takeover_waiting_since
+            waiting.add_metric([proc.stream, proc.consumer], now - since if since else 0.0)
+        yield waiting
         for name, doc in _PUBLISHER_COUNTERS:
             family = CounterMetricFamily(
                 f"oncestream_publisher_{name}", doc + _PER_PROCESS, labels=["stream"]

@@ -249,6 +249,12 @@ class ProcessorStats:
     takeovers: int = 0
     #: Times it stopped being the active one (the pin moved on).
     demotions: int = 0
+    #: Takeover attempts that found the ledger locked by another process (the old active
+    #: instance frozen inside a batch, or busy with long ones); the standby keeps trying.
+    takeover_lock_waits: int = 0
+    #: Messages a previous instance held unacknowledged that this one took back when it
+    #: started (the consumer reset to its ack floor: delivered again at once, in order).
+    reclaimed: int = 0
     #: ``time.monotonic()`` at creation: the base of ``as_dict()``'s elapsed and rate.
     started: float = field(default_factory=time.monotonic, repr=False)
     #: ``observer(kind, seconds)`` for "batch", "handler" and "commit" durations

@@ -21,22 +21,40 @@ applies anything:
    acknowledges the ones already applied without applying them again.
 3. **re-subscribe**: it pulls on a fresh inbox with the new pin, so nothing
    delivered before the reset reaches it.
+
+A fence that cannot be written yet is not a failure. Another process may hold
+the ledger's lock: the old active instance frozen inside a batch (SIGSTOP, a
+stuck VM) or still busy with long batches. The standby then keeps its pin
+(a one-message pull request under it every ``pinned_ttl / 3``, whatever it
+delivers is dropped and comes again with the reset), retries the fence with
+bounded waits (:func:`take_over` with ``wait``, :class:`FenceBusy` when the
+lock stays held) and takes over as soon as the lock is free; it stays a
+standby if the pin moves on meanwhile. PostgreSQL ends a frozen session's
+transaction after ``idle_in_transaction_session_timeout``, so the takeover
+waits that long at most. SQLite cannot take a lock from a frozen process: the
+takeover waits until the old instance resumes (its batch in flight commits,
+before the new one applies anything; its next batch fails the owner check) or
+dies (its batch is rolled back).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from .._connection import Connection
-from .._errors import OncestreamError
-from ..ledger import Ledger, LedgerTx
+from .._errors import LedgerError, LedgerUnusable, OncestreamError
+from ..ledger import Ledger, LedgerTx, PostgresLedger, SQLiteLedger
 from ..streams import RESET_SINCE, require_server
 
 __all__ = [
+    "FenceBusy",
     "OwnerCheck",
     "Superseded",
     "fence_name",
+    "is_lock_wait",
     "require_reset",
     "reset_to_ack_floor",
     "take_over",
@@ -51,28 +69,84 @@ class Superseded(OncestreamError):
     """Another instance took over the consumer: this batch was rolled back, not applied."""
 
 
+class FenceBusy(LedgerError):
+    """Another process held the ledger's lock for the whole wait: the fence is not written yet."""
+
+
 def fence_name(stream: str, consumer: str, group: str) -> str:
     """The ledger row naming who may apply for ``stream``/``consumer`` in ``group``."""
     return f"{stream}/{consumer}/{group}"
 
 
-def take_over(ledger: Ledger, name: str, pin: str) -> str | None:
+def take_over(ledger: Ledger, name: str, pin: str, *, wait: float | None = None) -> str | None:
     """Record ``pin`` as the owner of ``name``; return the previous owner.
 
-    Waits for a batch of the previous owner that already passed its check.
+    Waits for a batch of the previous owner that already passed its check: at
+    most ``wait`` seconds when given (SQLite and PostgreSQL ledgers), otherwise
+    as long as the ledger waits for a lock (SQLite's busy timeout).
+
+    Raises:
+        FenceBusy: the lock stayed held for ``wait`` seconds; nothing was written.
+        LedgerUnusable: the database cannot be used.
+        LedgerError: another database failure (the caller may retry).
     """
     p = ledger.placeholder
-    with ledger.transaction() as tx:
-        tx.execute(
-            f"CREATE TABLE IF NOT EXISTS {_TABLE} (name TEXT PRIMARY KEY, owner TEXT NOT NULL)"
-        )
-        row = tx.execute(f"SELECT owner FROM {_TABLE} WHERE name = {p}", (name,)).fetchone()
-        tx.execute(
-            f"INSERT INTO {_TABLE} (name, owner) VALUES ({p}, {p}) "
-            "ON CONFLICT (name) DO UPDATE SET owner = excluded.owner",
-            (name, pin),
-        )
+    try:
+        with _lock_wait(ledger, wait), ledger.transaction() as tx:
+            if wait is not None and isinstance(ledger, PostgresLedger):
+                tx.execute(f"SET LOCAL lock_timeout = {max(1, int(wait * 1000))}")
+            tx.execute(
+                f"CREATE TABLE IF NOT EXISTS {_TABLE} (name TEXT PRIMARY KEY, owner TEXT NOT NULL)"
+            )
+            row = tx.execute(f"SELECT owner FROM {_TABLE} WHERE name = {p}", (name,)).fetchone()
+            tx.execute(
+                f"INSERT INTO {_TABLE} (name, owner) VALUES ({p}, {p}) "
+                "ON CONFLICT (name) DO UPDATE SET owner = excluded.owner",
+                (name, pin),
+            )
+    except LedgerUnusable:
+        raise
+    except Exception as exc:
+        if is_lock_wait(exc):
+            raise FenceBusy(
+                f"{name}: the ledger {ledger!r} is locked by another process (an instance "
+                f"frozen inside a batch, or busy with one); the fence waits for it"
+            ) from exc
+        if isinstance(exc, LedgerError):
+            raise
+        if ledger.is_unusable(exc):
+            raise ledger.failure("takeover", exc) from exc
+        raise LedgerError(f"{name}: the takeover could not write the ledger: {exc}") from exc
     return None if row is None else str(row[0])
+
+
+@contextlib.contextmanager
+def _lock_wait(ledger: Ledger, wait: float | None) -> Iterator[None]:
+    """SQLite: wait at most ``wait`` seconds for the write lock inside the block."""
+    if wait is None or not isinstance(ledger, SQLiteLedger):
+        yield
+        return
+    con = ledger.connection
+    con.execute(f"PRAGMA busy_timeout = {max(1, int(wait * 1000))}")
+    try:
+        yield
+    finally:
+        con.execute(f"PRAGMA busy_timeout = {int(ledger.busy_timeout * 1000)}")
+
+
+def is_lock_wait(exc: BaseException | None) -> bool:
+    """True when ``exc`` (or what caused it) is a lock wait that ran out.
+
+    SQLite: SQLITE_BUSY / SQLITE_LOCKED; PostgreSQL: lock_not_available (55P03,
+    from ``lock_timeout``).
+    """
+    while exc is not None:
+        if getattr(exc, "sqlstate", None) == "55P03":
+            return True
+        if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (5, 6):
+            return True
+        exc = exc.__cause__
+    return False
 
 
 class OwnerCheck:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -35,11 +36,14 @@ from collections.abc import Callable
 from .._connection import Connection, connect
 from .._errors import (
     ConfigError,
+    ConsumerNotFound,
     JetStreamError,
+    LedgerError,
     LedgerUnusable,
     MaxDeliverError,
     OncestreamError,
     OperationTimeout,
+    StreamNotFound,
 )
 from .._headers import msg_id_key
 from .._logthrottle import LogThrottle
@@ -47,20 +51,23 @@ from .._message import Message
 from .._names import check_consumer_name, check_stream_name
 from .._options import ConnectOptions
 from ..ledger import Ledger, LedgerEntry
-from ..read import MessageStream
+from ..read import MessageStream, PullOptions
 from ..tracing import tracer
 from ._acking import Acknowledger
 from ._applying import Applier, BatchHandler, Handler
 from ._maxdeliver import DeliveryLimit
 from ._options import ProcessorOptions, ProcessorStats
 from ._pinning import (
+    FenceBusy,
     OwnerCheck,
     Superseded,
     fence_name,
+    is_lock_wait,
     require_reset,
     reset_to_ack_floor,
     take_over,
 )
+from ._reclaim import reclaim_at_start
 from ._setup import FloorHistory, check_handler, consumer_filters, setup_consumer
 
 __all__ = ["BatchHandler", "Handler", "Processor", "ProcessorOptions", "ProcessorStats"]
@@ -70,6 +77,13 @@ log = logging.getLogger("oncestream.processor")
 _SCHEDULE = b"\r\nNats-Schedule:"
 #: LedgerEntry(stream, seq) at half the cost of the NamedTuple's keyword-capable __new__.
 _entry = functools.partial(tuple.__new__, LedgerEntry)
+#: Seconds one attempt of a takeover's fence waits for the ledger's lock (at most; a
+#: quarter of ``pinned_ttl`` when that is less, so the pin is kept before it expires).
+_FENCE_WAIT = 1.0
+#: Seconds before a takeover step that failed otherwise (a consumer reset) is tried again.
+_RETRY_DELAY = 0.5
+#: Seconds between the lines saying that a takeover (or opening the ledger) still waits.
+_WAIT_NOTICE = 10.0
 
 
 class Processor:
@@ -166,6 +180,9 @@ class Processor:
         self.took_over_at = 0.0
         #: What ends the run once it has stopped (a message dropped by max_deliver).
         self._fatal: MaxDeliverError | None = None
+        #: ``time.monotonic()`` since when this instance holds the pin but cannot take
+        #: over yet (the ledger locked by another process, the reset failing); 0.0: not.
+        self.takeover_waiting_since = 0.0
 
     def _buffered_replies(self) -> list[str]:
         return self._pull.buffered_replies() if self._pull is not None else []
@@ -179,6 +196,11 @@ class Processor:
 
     async def run(self) -> ProcessorStats:
         """Process until :meth:`request_stop`; then finish the batch, commit, ack and return.
+
+        Before it pulls, messages that an instance which is gone held unacknowledged
+        are taken back at once, in stream order (:mod:`oncestream.process._reclaim`;
+        not with ``bind``, which makes no consumer API calls, nor in a pinned group,
+        whose takeover resets it the same way).
 
         Raises:
             ConfigError: the consumer exists with an incompatible config.
@@ -201,7 +223,8 @@ class Processor:
             self.conn = await connect(self._conn_arg)
         conn = self.conn
         try:
-            await self._applier.db(self.ledger.open)
+            if not await self._open_ledger():
+                return self.stats  # stopped while waiting for the ledger
             if self.options.pinned:
                 require_reset(conn, "a pinned priority group")
                 self._applier.fence = self._owner_check(None)
@@ -209,6 +232,10 @@ class Processor:
             self._acks.limit = limit = DeliveryLimit(self._acks, self._applier, self._fail)
             await limit.subscribe()  # before the first pull: no drop goes unseen
             self._tasks.append(asyncio.create_task(limit.watch()))
+            if not self.options.pinned and not self.options.bind:
+                self.stats.reclaimed += await reclaim_at_start(
+                    conn, self.stream, self.consumer, self.ack_wait
+                )
             conn.on_reconnect(self._unsent.reconnected)
             self._pull = MessageStream(
                 conn, self.stream, self.consumer, self.options.pull_options()
@@ -330,6 +357,40 @@ class Processor:
         with contextlib.suppress(Exception):
             await self._applier.db(self.ledger.close)
 
+    async def _open_ledger(self) -> bool:
+        """Open the ledger; False when a stop was requested while it was locked.
+
+        A lock held by another process (an instance frozen inside a batch, long
+        batches, a backup) is waited for, logged, never fatal: a standby that exits
+        here would be missing when it is needed.
+        """
+        began, noticed = time.monotonic(), 0.0
+        while True:
+            try:
+                await self._applier.db(self.ledger.open)
+                return True
+            except LedgerUnusable:
+                raise
+            except LedgerError as exc:
+                if not is_lock_wait(exc):
+                    raise
+                if self._stop_requested:
+                    return False
+                now = time.monotonic()
+                if not noticed or now - noticed >= _WAIT_NOTICE:
+                    noticed = now
+                    log.warning(
+                        "%s/%s: cannot open the ledger yet, another process holds its lock "
+                        "(%.0fs so far; an instance frozen inside a batch, or busy with a "
+                        "long one?); waiting: %s",
+                        self.stream,
+                        self.consumer,
+                        now - began,
+                        exc,
+                    )
+                self.stats.ledger_errors += 1
+                await asyncio.sleep(_RETRY_DELAY)
+
     # -- consumer --------------------------------------------------------
 
     async def _setup_consumer(self, conn: Connection) -> None:
@@ -371,30 +432,84 @@ class Processor:
         return OwnerCheck(self.ledger, name, pin)
 
     async def _take_over(self, pull: MessageStream, pin: str) -> None:
-        """Become the active instance under ``pin`` (see :mod:`oncestream.process._pinning`)."""
+        """Become the active instance under ``pin`` (see :mod:`oncestream.process._pinning`).
+
+        A fence or reset that fails (the ledger locked by another process, the
+        reset unanswered) is tried again while this instance keeps the pin; the
+        takeover is abandoned only when the pin moves on or a stop is requested.
+        """
         assert self.conn is not None
         began = time.monotonic()
         pull.halt()
         await pull.stop()  # messages delivered before the reset never reach the new inbox
         pull.take_unprocessed()
         check = self._owner_check(pin)
-        previous = await self._applier.db(take_over, self.ledger, check.name, pin)
-        self._applier.fence = check
+        fence_wait = min(_FENCE_WAIT, self.options.pinned_ttl / 4)
+        fenced = False
+        previous: str | None = None
+        keeper: MessageStream | None = None
+        attempts = 0
+        noticed = 0.0
         try:
-            restart = await reset_to_ack_floor(self.conn, self.stream, self.consumer)
-        except OncestreamError as exc:
-            # Without the reset, older unacknowledged messages would come after newer
-            # ones: stay a standby; the pin expires unused and is handed out again.
-            log.error(
-                "%s/%s: takeover abandoned, the consumer reset failed (%s); waiting as a standby",
-                self.stream,
-                self.consumer,
-                exc,
-            )
-            self._applier.fence = self._owner_check(None)
-            self._pull = await self._new_pull(None)
-            self._pull.forget_pin_later(pin)
-            return
+            while True:
+                attempts += 1
+                busy = False
+                try:
+                    if not fenced:
+                        previous = await self._applier.db(
+                            functools.partial(take_over, wait=fence_wait),
+                            self.ledger,
+                            check.name,
+                            pin,
+                        )
+                        fenced = True
+                    if keeper is not None:
+                        await self._drop_keeper(keeper)  # nothing it holds outlives the reset
+                        keeper = None
+                    restart = await reset_to_ack_floor(self.conn, self.stream, self.consumer)
+                    break
+                except (LedgerUnusable, ConsumerNotFound, StreamNotFound):
+                    raise
+                except OncestreamError as exc:
+                    busy = isinstance(exc, FenceBusy)
+                    if busy:
+                        self.stats.takeover_lock_waits += 1
+                    if not self.takeover_waiting_since:
+                        self.takeover_waiting_since = began
+                    now = time.monotonic()
+                    if not noticed or now - noticed >= _WAIT_NOTICE:
+                        noticed = now
+                        log.warning(
+                            "%s/%s: holding the pin of priority group %r but cannot take over "
+                            "yet (%.0fs, attempt %d): %s; staying a standby and retrying",
+                            self.stream,
+                            self.consumer,
+                            self.options.priority_group,
+                            now - began,
+                            attempts,
+                            exc,
+                        )
+                if keeper is None:
+                    keeper = self._pull = await self._new_pull(pin, keep_pin=True)
+                if not await self._hold_pin(keeper, pin, 0.0 if busy else _RETRY_DELAY):
+                    log.warning(
+                        "%s/%s: takeover abandoned after %.1fs (%s); waiting as a standby",
+                        self.stream,
+                        self.consumer,
+                        time.monotonic() - began,
+                        "stopping" if self._stop_requested else "the pin moved on",
+                    )
+                    await self._drop_keeper(keeper)
+                    keeper = None
+                    if not self._stop_requested:
+                        self._pull = await self._new_pull(None)
+                        self._pull.forget_pin_later(pin)
+                    return
+        finally:
+            self.takeover_waiting_since = 0.0
+            if keeper is not None:
+                await self._drop_keeper(keeper)
+        self._applier.fence = check
         self._pull = await self._new_pull(pin)
         self.active_pin = pin
         self.took_over_at = time.time()
@@ -410,6 +525,30 @@ class Processor:
             (time.monotonic() - began) * 1000,
         )
         self._progress.set()
+
+    async def _hold_pin(self, keeper: MessageStream, pin: str, delay: float) -> bool:
+        """Keep ``pin`` while a takeover waits; False when it moved on or a stop was requested.
+
+        ``keeper`` pulls one message at a time under the pin, which keeps it; what
+        it receives is dropped (the takeover's reset delivers it again, in order).
+        """
+        if delay:
+            await asyncio.sleep(delay)
+        while not self._stop_requested:
+            try:
+                if not await keeper.next_batch(0, timeout=0):
+                    break
+            except (ConsumerNotFound, StreamNotFound):
+                raise
+            except OncestreamError as exc:  # missed heartbeats: it pulls again by itself
+                log.debug("pin keeper: %s", exc)
+        keeper.take_unprocessed()
+        return keeper.pin_id == pin and not self._stop_requested
+
+    async def _drop_keeper(self, keeper: MessageStream) -> None:
+        keeper.halt()
+        await keeper.stop()
+        keeper.take_unprocessed()
 
     def _demote(self, pull: MessageStream, why: str) -> None:
         """Stop applying: drop what was delivered under the old pin and wait as a standby."""
@@ -429,11 +568,13 @@ class Processor:
         self._applier.fence = self._owner_check(None)
         self._progress.set()
 
-    async def _new_pull(self, pin: str | None) -> MessageStream:
+    async def _new_pull(self, pin: str | None, *, keep_pin: bool = False) -> MessageStream:
+        """A pull under ``pin`` (None: as a standby); ``keep_pin``: one message at a time."""
         assert self.conn is not None
-        pull = MessageStream(
-            self.conn, self.stream, self.consumer, self.options.pull_options(), pin_id=pin
-        )
+        options: PullOptions = self.options.pull_options()
+        if keep_pin:
+            options = dataclasses.replace(options, batch=1, max_bytes=0)
+        pull = MessageStream(self.conn, self.stream, self.consumer, options, pin_id=pin)
         await pull.start()
         return pull
 
