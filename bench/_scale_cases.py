@@ -34,7 +34,9 @@ CASES = (
     "producer-batch",
     "processor-sqlite",
     "processor-sqlite-batch",
+    "processor-sqlite-ackall",
     "processor-postgres",
+    "processor-postgres-batch",
     "spark-source",
     "spark-sink",
     "spark-sink-fast",
@@ -101,11 +103,25 @@ def _pg_insert(msg: Any, tx: Any) -> None:
     tx.execute("INSERT INTO effects (body) VALUES (%s)", (msg.data,))
 
 
+def _pg_copy(msgs: Any, tx: Any) -> None:
+    """The batch handler of docs/processing.md's PostgreSQL example: COPY."""
+    with tx.connection.cursor().copy("COPY effects (body) FROM STDIN") as copy:
+        for msg in msgs:
+            copy.write_row((msg.data,))
+
+
 async def _processor(
-    url: str, n: int, stream: str, pg_url: str | None, *, batched: bool = False
+    url: str,
+    n: int,
+    stream: str,
+    pg_url: str | None,
+    *,
+    batched: bool = False,
+    ack_policy: str = "explicit",
 ) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-scale-"))
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"ack_policy": ack_policy}
+    suffix = ("_batch" if batched else "") + ("_ackall" if ack_policy == "all" else "")
     async with await connect(ConnectOptions(servers=(url,))) as conn:
         if pg_url is None:
             ledger: Any = sqlite_ledger(work)
@@ -114,9 +130,10 @@ async def _processor(
                 n,
                 work,
                 stream=stream,
-                consumer="scale_sqlite_batch" if batched else "scale_sqlite",
+                consumer="scale_sqlite" + suffix,
                 ledger=ledger,
                 batch_handler=insert_rows if batched else None,
+                ack_policy=ack_policy,
             )
         else:
             ledger = PostgresLedger(pg_url)
@@ -124,7 +141,15 @@ async def _processor(
             ledger.connection.execute("CREATE TABLE effects (id BIGSERIAL PRIMARY KEY, body BYTEA)")
             ledger.connection.commit()
             rate, rows = await processor(
-                conn, n, work, stream=stream, consumer="scale_pg", ledger=ledger, handler=_pg_insert
+                conn,
+                n,
+                work,
+                stream=stream,
+                consumer="scale_pg" + suffix,
+                ledger=ledger,
+                handler=_pg_insert,
+                batch_handler=_pg_copy if batched else None,
+                ack_policy=ack_policy,
             )
     if rows != n:
         raise SystemExit(f"processor applied {rows} rows, expected {n}")
@@ -189,13 +214,17 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
         return {"rate": rate, "ingest": ingest}
     if args.case == "producer-batch":
         return asyncio.run(_producer(args.url, args.n, args.stream, args.batch))
-    if args.case in ("processor-sqlite", "processor-sqlite-batch"):
-        batched = args.case == "processor-sqlite-batch"
-        return asyncio.run(_processor(args.url, args.n, args.stream, None, batched=batched))
-    if args.case == "processor-postgres":
-        if not args.pg_url:
-            raise SystemExit("processor-postgres needs --pg-url")
-        return asyncio.run(_processor(args.url, args.n, args.stream, args.pg_url))
+    if args.case.startswith("processor-"):
+        batched = args.case.endswith("-batch")
+        policy = "all" if args.case.endswith("-ackall") else "explicit"
+        pg_url = None
+        if args.case.startswith("processor-postgres"):
+            if not args.pg_url:
+                raise SystemExit(f"{args.case} needs --pg-url")
+            pg_url = args.pg_url
+        return asyncio.run(
+            _processor(args.url, args.n, args.stream, pg_url, batched=batched, ack_policy=policy)
+        )
     if args.case == "spark-source":
         from bench.bench_spark_source import spark_read
 

@@ -15,12 +15,22 @@ PEER = {
     "spark-source": "nats.go ordered",
     "processor-sqlite": "nats.go fetch+ack",
     "processor-sqlite-batch": "nats.go fetch+ack",
+    "processor-sqlite-ackall": "nats.go fetch+ack",
     "processor-postgres": "nats.go fetch+ack",
+    "processor-postgres-batch": "nats.go fetch+ack",
 }
 
 
-#: The sink beside the Publisher on the same ingest path (the issue-24 bar: >= 1.0x).
-SAME_PATH = {"spark-sink": "publisher", "spark-sink-fast": "publisher-fast"}
+#: A path beside another of the same run: the sink beside the Publisher on the same
+#: ingest path (the issue-24 bar: >= 1.0x), the Processor on PostgreSQL beside it on
+#: SQLite with the same kind of handler (issue 40: >= 0.5x for a per-message handler).
+SAME_PATH = {
+    "spark-sink": "publisher",
+    "spark-sink-fast": "publisher-fast",
+    "processor-sqlite-ackall": "processor-sqlite",
+    "processor-postgres": "processor-sqlite",
+    "processor-postgres-batch": "processor-sqlite-batch",
+}
 
 
 def _us(value: Any) -> str:

@@ -310,7 +310,7 @@ def measure_n(n: int, cases: list[str], args: argparse.Namespace, pg: Postgres |
                 time.sleep(max(0.0, args.duplicate_window + 1 - (time.monotonic() - filled)))
             for case in readers:
                 server.restart()
-                database = pg.database() if pg and case == "processor-postgres" else None
+                database = pg.database() if pg and case.startswith("processor-postgres") else None
                 add(case, server, database)
     return records
 
@@ -378,7 +378,7 @@ def main() -> int:
     if not os.access(args.natsref, os.X_OK):
         print(f"nats.go reference {args.natsref} not built (make bench-ref): skipped", flush=True)
         cases = [c for c in cases if c not in GO_CASES]
-    pg = Postgres() if "processor-postgres" in cases else None
+    pg = Postgres() if any(c.startswith("processor-postgres") for c in cases) else None
     records: list[dict[str, Any]] = []
     try:
         for n in parse_ns(args.ns):

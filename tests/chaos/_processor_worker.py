@@ -2,12 +2,15 @@
 
 Usage: python -m tests.chaos._processor_worker URL DB STREAM CONSUMER
 
-The handler inserts the message's id into ``effects`` (no unique constraint,
-so a duplicate application would show). ``CRASH_AT`` (``before_commit``,
-``after_commit``, ``during_ack``) with ``CRASH_AFTER`` (a batch count) makes
-the worker SIGKILL itself at that deterministic point. ``BATCH`` and ``ACK_WAIT``
-(seconds) set the Processor's options. Prints ``READY`` once pulling and
-``STATS {json}`` on a clean SIGTERM exit.
+DB is an SQLite file, or a ``postgresql://`` URL (a PostgreSQL ledger; the
+handler's statements then go out in pipeline mode). The handler inserts the
+message's id into ``effects`` (no unique constraint, so a duplicate application
+would show). ``CRASH_AT`` (``before_commit``, ``mid_batch``, ``after_commit``, ``during_ack``)
+with ``CRASH_AFTER`` (a batch count) makes the worker SIGKILL itself at that
+deterministic point. ``ACK_POLICY=all`` runs it with one ack per batch (the
+consumer is created so). Prints ``READY`` once pulling and ``STATS {json}`` on a
+clean SIGTERM exit. ``BATCH`` and ``ACK_WAIT`` (seconds) set the
+Processor's options.
 """
 
 from __future__ import annotations
@@ -16,11 +19,19 @@ import asyncio
 import json
 import os
 import signal
+import sqlite3
 import sys
 import time
 from collections.abc import Sequence
 
-from oncestream import ConnectOptions, Processor, ProcessorOptions, SQLiteLedger, connect
+from oncestream import (
+    ConnectOptions,
+    PostgresLedger,
+    Processor,
+    ProcessorOptions,
+    SQLiteLedger,
+    connect,
+)
 from oncestream.ledger import LedgerTx
 from oncestream.process._acking import Acknowledger
 from oncestream.process._applying import Applier
@@ -36,7 +47,8 @@ def _die() -> None:
 
 
 def handler(msg, tx: LedgerTx) -> None:  # type: ignore[no-untyped-def]
-    tx.execute("INSERT INTO effects (id) VALUES (?)", (int(msg.data),))
+    mark = "?" if isinstance(tx.connection, sqlite3.Connection) else "%s"
+    tx.execute(f"INSERT INTO effects (id) VALUES ({mark})", (int(msg.data),))
     if HANDLER_SLEEP:
         time.sleep(HANDLER_SLEEP)
 
@@ -47,13 +59,14 @@ class CrashingApplier(Applier):
     def _run_batch(self, entries: Sequence, msgs: Sequence, **kw):  # type: ignore[no-untyped-def,type-arg]
         global _batches
         _batches += 1
-        if CRASH_AT == "before_commit" and _batches >= CRASH_AFTER:
+        if CRASH_AT in ("before_commit", "mid_batch") and _batches >= CRASH_AFTER:
             original = self.handler
+            last = msgs[-1] if CRASH_AT == "before_commit" else msgs[len(msgs) // 2]
 
             def crash_after_effects(msg, tx):  # type: ignore[no-untyped-def]
                 original(msg, tx)
-                if msg is msgs[-1]:
-                    _die()  # effects written, transaction not committed
+                if msg is last:
+                    _die()  # effects written (or in flight), transaction not committed
 
             self.handler = crash_after_effects
         return super()._run_batch(entries, msgs, **kw)
@@ -73,6 +86,16 @@ class CrashingAcknowledger(Acknowledger):
             _die()  # half of the batch acked
         await super().ack(replies)
 
+    async def ack_through(self, reply: str) -> None:
+        if CRASH_AT == "after_commit" and _batches >= CRASH_AFTER:
+            _die()  # committed, nothing acked
+        if CRASH_AT == "during_ack" and _batches >= CRASH_AFTER:
+            await self.send([reply], b"+ACK")  # the batch's one ack sent, not confirmed
+            assert self.conn is not None
+            await self.conn.nc.flush()
+            _die()
+        await super().ack_through(reply)
+
 
 class CrashingProcessor(Processor):
     """A Processor whose applying and acknowledging parts have the crash hooks."""
@@ -85,15 +108,23 @@ class CrashingProcessor(Processor):
 
 
 async def main(url: str, db: str, stream: str, consumer: str) -> None:
-    ledger = SQLiteLedger(db)
-    ledger.open()
-    ledger.connection.execute("CREATE TABLE IF NOT EXISTS effects (id INTEGER NOT NULL)")
+    ledger: SQLiteLedger | PostgresLedger
+    if db.startswith("postgresql://"):
+        ledger = PostgresLedger(db)
+        ledger.open()
+        ledger.connection.execute("CREATE TABLE IF NOT EXISTS effects (id BIGINT NOT NULL)")
+        ledger.connection.commit()
+    else:
+        ledger = SQLiteLedger(db)
+        ledger.open()
+        ledger.connection.execute("CREATE TABLE IF NOT EXISTS effects (id INTEGER NOT NULL)")
     conn = await connect(ConnectOptions(servers=(url,), reconnect_wait=0.1))
     options = ProcessorOptions(
         batch=int(os.environ.get("BATCH", "100")),
         ack_wait=float(os.environ.get("ACK_WAIT", "2")),
         expires=5.0,
         prune_interval=0,
+        ack_policy=os.environ.get("ACK_POLICY", "explicit"),
     )
     processor = CrashingProcessor(conn, stream, consumer, handler, ledger=ledger, options=options)
     loop = asyncio.get_running_loop()

@@ -1386,6 +1386,12 @@ CASES = [
         "--prune-interval must be a duration",
     ),
     Case(
+        "process-ack-policy-unknown",
+        [*PROCESS, "--stream", "BI_P", "--consumer", "c", "--handler", "x:f", "--ack-policy", "no"],
+        CONFIG,
+        "--ack-policy must be explicit or all, got 'no'",
+    ),
+    Case(
         "process-prune-grace-negative",
         [
             *PROCESS,

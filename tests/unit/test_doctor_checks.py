@@ -203,11 +203,16 @@ def test_a_delivery_limit_loses_a_failing_message() -> None:
     assert found.fix == "oncestream consumer edit ORDERS billing --max-deliver -1"
 
 
-@pytest.mark.parametrize("policy", ["none", "all"])
-def test_an_ack_policy_other_than_explicit(policy: str) -> None:
-    found = consumer_findings(consumer(ack_policy=policy))["ack-policy"]
+def test_ack_policy_none_loses_what_a_worker_did_not_apply() -> None:
+    found = consumer_findings(consumer(ack_policy="none"))["ack-policy"]
     assert found.severity == "breaks"
     assert "oncestream consumer rm ORDERS billing --force" in found.fix
+
+
+def test_ack_policy_all_is_for_one_processor_with_ack_policy_all() -> None:
+    found = consumer_findings(consumer(ack_policy="all"))["ack-policy"]
+    assert found.severity == "note"
+    assert "--ack-policy all" in (found.fix or "")
 
 
 def test_a_short_ack_wait_redelivers_under_a_slow_ledger() -> None:

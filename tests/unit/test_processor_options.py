@@ -84,3 +84,17 @@ def test_floors_seen_under_another_filter_are_not_pruned_to() -> None:
     # The filter changed: a floor of the old filter says nothing of the new one's messages.
     assert floors.prunable(250, now=11, filters=("a.>", "b.>")) == 0
     assert floors.prunable(300, now=21, filters=("a.>", "b.>")) == 250
+
+
+def test_ack_policy_is_explicit_or_all() -> None:
+    assert ProcessorOptions().ack_policy == "explicit" and not ProcessorOptions().ack_all
+    assert ProcessorOptions(ack_policy="all").ack_all
+    with pytest.raises(ConfigError, match="ack_policy must be 'explicit' or 'all', got 'none'"):
+        ProcessorOptions(ack_policy="none")
+
+
+def test_ack_policy_all_needs_the_consumer_api_and_one_instance() -> None:
+    with pytest.raises(ConfigError, match="cannot be combined with bind=True"):
+        ProcessorOptions(ack_policy="all", bind=True)
+    with pytest.raises(ConfigError, match=r"a priority group \('g'\) has several"):
+        ProcessorOptions(ack_policy="all", priority_group="g")

@@ -149,6 +149,13 @@ def process_command(
         "--prune-grace",
         help="Prune only up to the ack floor seen this long ago.",
     ),
+    ack_policy: str = typer.Option(
+        _DEFAULTS.ack_policy,
+        "--ack-policy",
+        help="explicit: every message acked, several instances may share the consumer; all: "
+        "one ack per batch, one instance at a time (a consumer created here gets it; an "
+        "existing one must have it; server 2.14+).",
+    ),
     trace: bool = typer.Option(
         False,
         "--trace",
@@ -175,6 +182,8 @@ def process_command(
             f"--progress must be 0 (no progress lines) or from {PROGRESS_EVERY[0]:g} to "
             f"{PROGRESS_EVERY[1]:g} seconds, got {progress:g}"
         )
+    if ack_policy not in ("explicit", "all"):
+        raise ConfigError(f"--ack-policy must be explicit or all, got {ack_policy!r}")
     priority = _priority_options(standby, takeover_after, overflow_min_pending, priority_group)
     interval = parse_duration("--prune-interval", prune_interval)
     grace = parse_duration("--prune-grace", prune_grace)
@@ -200,6 +209,7 @@ def process_command(
             tracing=trace,
             prune_interval=interval,
             prune_grace=grace,
+            ack_policy=ack_policy,
             **priority,
         )
         if trace:

@@ -348,13 +348,22 @@ def check_consumer(
             )
         )
     policy = str(config.get("ack_policy") or "explicit")
-    if policy != "explicit":
+    if policy == "all":
+        found.append(
+            Finding(
+                severity="note",
+                target=target,
+                check="ack-policy",
+                message="ack policy 'all': an ack covers every earlier message too, so one "
+                "Processor at a time may process it (one ack per batch); a Processor without "
+                "--ack-policy all refuses it",
+                fix=f"oncestream process --stream {stream} --consumer {name} --ack-policy all ...",
+            )
+        )
+    elif policy != "explicit":
         why = (
             "every message counts as acknowledged once delivered: a worker that stops before "
             "applying it never gets it again"
-            if policy == "none"
-            else "an ack covers every earlier message too: a message whose handler failed is "
-            "acknowledged by a later one's ack and never delivered again"
         )
         found.append(
             Finding(

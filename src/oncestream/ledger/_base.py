@@ -100,6 +100,18 @@ class LedgerTx(abc.ABC):
         cursor.executemany(sql, rows)
         return cursor
 
+    @contextlib.contextmanager
+    def pipeline(self) -> Iterator[None]:
+        """A block whose statements need not wait for each other's results.
+
+        The Processor calls a per-message handler for every message of a batch in
+        it. PostgreSQL sends them in pipeline mode (psycopg's ``conn.pipeline()``):
+        one network round trip for the block instead of one per statement; a
+        statement's error is raised by a later statement or when the block ends
+        (reading a result, ``fetchone()``, waits for it). Elsewhere it does nothing.
+        """
+        yield
+
     @abc.abstractmethod
     def claim(self, entries: Sequence[LedgerEntry]) -> list[bool]:
         """Record ``entries``; return, per entry, True if it was not recorded before.

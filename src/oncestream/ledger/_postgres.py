@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .._dsn import postgres_url
@@ -105,6 +106,14 @@ class _PostgresTx(LedgerTx):
             for e, new in zip(entries, fresh, strict=True)
         ]
 
+    @contextlib.contextmanager
+    def pipeline(self) -> Iterator[None]:
+        if not self.ledger.pipeline:
+            yield
+            return
+        with self.connection.pipeline():
+            yield
+
     def horizons(self, stream: str, consumer: str) -> list[Horizon]:
         psycopg = _psycopg()
         con = self.connection
@@ -148,6 +157,11 @@ class PostgresLedger(Ledger):
         key: ``"sequence"`` or ``"msg_id"`` (see :class:`Ledger`).
         msg_id_retention: seconds msg-id rows are kept (``key="msg_id"`` only).
         tables: create the ledger tables on open (False: only transactions).
+        pipeline: send a batch's per-message handler statements in pipeline mode
+            (:meth:`LedgerTx.pipeline`: no round trip per message). False waits for
+            each statement, as a handler that uses ``COPY`` per message needs
+            (psycopg refuses COPY in pipeline mode; a ``batch_handler`` is never
+            called in one).
 
     Example::
 
@@ -165,9 +179,13 @@ class PostgresLedger(Ledger):
         key: KeyMode = "sequence",
         msg_id_retention: float = 7 * 86400.0,
         tables: bool = True,
+        pipeline: bool = True,
     ) -> None:
         self.url = postgres_url(url) if split_url(url) is not None else url
         self.tables = tables
+        if not isinstance(pipeline, bool):
+            raise ConfigError(f"pipeline must be True or False, got {pipeline!r}")
+        self.pipeline = pipeline
         self.key = check_key(key)
         self.msg_id_retention = msg_id_retention
         self._con: Any = None

@@ -5,9 +5,12 @@ tells the server: every applied (or already applied) message is acked in one
 buffered write, the batch's last message with a confirmed ack (double ack)
 whose round trip overlaps the next batches; a failed message is nak'ed with
 the configured backoff, or, after ``max_deliver`` attempts, published to the
-dead-letter stream and terminated. While a batch is in flight for longer than
-half the ack wait, in-progress acks keep the server from redelivering it and
-the messages buffered behind it.
+dead-letter stream and terminated. On a consumer with ack policy ``all`` one
+confirmed ack covers the batch instead (:meth:`Acknowledger.ack_through`; what
+it may cover is :mod:`oncestream.process._ackfrontier`'s), and a dead-lettered
+message is not terminated (a ``+TERM`` acks everything below it there too).
+While a batch is in flight for longer than half the ack wait, in-progress acks
+keep the server from redelivering it and the messages buffered behind it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ._deadletter import dead_letter_headers, publish_dead_letter
 from ._options import ProcessorOptions, ProcessorStats
 
 if TYPE_CHECKING:
+    from ._ackfrontier import AckFrontier
     from ._maxdeliver import DeliveryLimit
 
 __all__ = ["Acknowledger"]
@@ -89,6 +93,8 @@ class Acknowledger:
         self.batch_started_ns = 0
         #: The consumer's max_deliver as the Processor knows it (None: only its own count).
         self.limit: DeliveryLimit | None = None
+        #: With ack policy ``all``: what one ack may cover (None: every message is acked).
+        self.frontier: AckFrontier | None = None
 
     # -- the batch being applied (for in-progress acks)
 
@@ -102,7 +108,8 @@ class Acknowledger:
         self._inflight = []
 
     async def keep_alive(self) -> None:
-        """Run forever: in-progress acks for a batch in flight longer than half the ack wait."""
+        """Run forever: in-progress acks for a batch in flight longer than half the ack wait,
+        and for finished messages an ack cannot cover yet (ack policy ``all``)."""
         interval = max(self.ack_wait / 2, 0.5)
         while True:
             await asyncio.sleep(interval / 2)
@@ -112,6 +119,15 @@ class Acknowledger:
                 await self.send(waiting, _WPI)
                 self.stats.in_progress_acks += len(waiting)
                 self._inflight_since = time.monotonic()
+            frontier = self.frontier
+            since = frontier.held_since if frontier is not None else 0.0
+            if frontier is not None and since and time.monotonic() - since >= interval:
+                # Held behind a failed message: redelivered, they would only be
+                # suppressed (or a dead letter handled again).
+                held = frontier.held_replies()
+                await self.send(held, _WPI)
+                self.stats.in_progress_acks += len(held)
+                frontier.held_since = time.monotonic()
 
     # -- sending
 
@@ -130,6 +146,17 @@ class Acknowledger:
             await self.send(replies, _ACK)
             return
         await self.send(replies[:-1], _ACK)
+        await self._confirm(replies[-1])
+
+    async def ack_through(self, reply: str) -> None:
+        """Ack ``reply`` alone, confirmed with ``double_ack``: on a consumer with ack policy
+        ``all`` that acks every message of the consumer up to its stream sequence."""
+        if not self.options.double_ack:
+            await self.send([reply], _ACK)
+            return
+        await self._confirm(reply)
+
+    async def _confirm(self, reply: str) -> None:
         # Confirmation round trips overlap the next batches; a few may be
         # outstanding (the ledger, not the confirmation, is the guarantee) and
         # shutdown waits for all of them.
@@ -138,7 +165,7 @@ class Acknowledger:
             confirming.popleft()
         if len(confirming) >= _MAX_CONFIRMING:
             await confirming.popleft()
-        confirming.append(asyncio.create_task(self._double_ack(replies[-1])))
+        confirming.append(asyncio.create_task(self._double_ack(reply)))
 
     async def drain(self) -> None:
         """Wait for every outstanding ack confirmation."""
@@ -168,8 +195,14 @@ class Acknowledger:
 
     # -- failures
 
-    async def failed(self, msg: Message, error: BaseException) -> None:
+    async def failed(self, msg: Message, error: BaseException) -> bool:
         """The handler failed for ``msg``: nak it with backoff, or dead-letter it.
+
+        Returns:
+            True when it was dead-lettered (finished), False when it will come again.
+            On a consumer with ack policy ``all`` a dead letter is not terminated: a
+            ``+TERM`` would ack every message below it as well, so the batch's ack
+            covers it once everything below it is finished.
 
         Raises:
             MaxDeliverError: the consumer has a ``max_deliver`` now and no dead-letter
@@ -196,9 +229,10 @@ class Acknowledger:
         if attempts >= max_attempts:
             if self.dlq_subject:
                 if await self.dead_letter(msg, seq, attempts, text):
-                    await self.send([msg.reply], _TERM)
+                    if self.frontier is None:
+                        await self.send([msg.reply], _TERM)
                     self._trace(msg, "dead_lettered")
-                    return
+                    return True
             else:
                 self._failure_log.log(
                     logging.ERROR,
@@ -222,6 +256,7 @@ class Acknowledger:
             )
         await self.nak([msg], opts.backoff[min(attempts, len(opts.backoff)) - 1])
         self._trace(msg, "retried")
+        return False
 
     def _trace(self, msg: Message, outcome: str) -> None:
         if self.tracer is not None:

@@ -263,6 +263,7 @@ class DeliveryLimit:
                 fresh = await asyncio.to_thread(applier.claim, tx, [entry], [msg])
                 if not fresh[0]:
                     await asyncio.to_thread(tx.rollback)
+                    await self._settled(seq)
                     log.warning(
                         "%s seq %d reached the consumer's max_deliver (%d deliveries) after it "
                         "was applied (its ack came too late): nothing lost",
@@ -286,6 +287,14 @@ class DeliveryLimit:
             except BaseException:
                 tx.rollback()
                 raise
+        await self._settled(seq)
+
+    async def _settled(self, seq: int) -> None:
+        """``seq`` is finished: with ack policy ``all`` the ack frontier may move past it."""
+        frontier = self.acks.frontier
+        reply = frontier.dropped(seq) if frontier is not None else None
+        if reply is not None:
+            await self.acks.ack_through(reply)
 
     def _lost(self, seq: int, deliveries: int) -> None:
         where = f"{self.stream}/{self.consumer}"

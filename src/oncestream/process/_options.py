@@ -15,6 +15,7 @@ from ..read import PullOptions, StartPosition, check_group_name
 __all__ = ["ProcessorOptions", "ProcessorStats"]
 
 _POLICIES = ("pinned", "overflow")
+_ACK_POLICIES = ("explicit", "all")
 #: Batches the Processor keeps requested: the next one arrives while one commits.
 PULL_WINDOW_BATCHES = 2
 
@@ -105,6 +106,7 @@ class ProcessorOptions:
     filter_subject: str | None = None
     bind: bool = False
     create: bool = True
+    ack_policy: str = "explicit"
     double_ack: bool = True
     double_ack_timeout: float = 1.0
     double_ack_attempts: int = 5
@@ -159,6 +161,7 @@ class ProcessorOptions:
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, parse_duration(name, getattr(self, name)))
         self._check_priority()
+        self._check_ack_policy()
         # Validates batch/expires/heartbeat together.
         self.pull_options()
 
@@ -192,6 +195,27 @@ class ProcessorOptions:
                 "priority_group needs the consumer API (takeover resets the consumer); "
                 "it cannot be combined with bind=True"
             )
+
+    def _check_ack_policy(self) -> None:
+        if self.ack_policy not in _ACK_POLICIES:
+            raise ConfigError(f"ack_policy must be 'explicit' or 'all', got {self.ack_policy!r}")
+        if self.ack_policy != "all":
+            return
+        if self.bind:
+            raise ConfigError(
+                "ack_policy 'all' needs the consumer API (the Processor resets the consumer "
+                "to its ack floor when it starts); it cannot be combined with bind=True"
+            )
+        if self.priority_group is not None:
+            raise ConfigError(
+                f"ack_policy 'all' is for one Processor per consumer; a priority group "
+                f"({self.priority_group!r}) has several: use ack_policy 'explicit'"
+            )
+
+    @property
+    def ack_all(self) -> bool:
+        """True when a batch is acknowledged with one ack (``ack_policy="all"``)."""
+        return self.ack_policy == "all"
 
     @property
     def pinned(self) -> bool:
@@ -255,6 +279,9 @@ class ProcessorStats:
     #: Messages a previous instance held unacknowledged that this one took back when it
     #: started (the consumer reset to its ack floor: delivered again at once, in order).
     reclaimed: int = 0
+    #: Ack policy ``all``: times deliveries stopped being contiguous (lost in a reconnect,
+    #: or a reset by someone else) and the consumer was reset to its ack floor.
+    resets: int = 0
     #: ``time.monotonic()`` at creation: the base of ``as_dict()``'s elapsed and rate.
     started: float = field(default_factory=time.monotonic, repr=False)
     #: ``observer(kind, seconds)`` for "batch", "handler" and "commit" durations

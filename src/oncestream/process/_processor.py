@@ -31,6 +31,7 @@ import dataclasses
 import functools
 import logging
 import time
+import uuid
 from collections.abc import Callable
 
 from .._connection import Connection, connect
@@ -40,7 +41,6 @@ from .._errors import (
     JetStreamError,
     LedgerError,
     LedgerUnusable,
-    MaxDeliverError,
     OncestreamError,
     OperationTimeout,
     StreamNotFound,
@@ -52,7 +52,9 @@ from .._names import check_consumer_name, check_stream_name
 from .._options import ConnectOptions
 from ..ledger import Ledger, LedgerEntry
 from ..read import MessageStream, PullOptions
+from ..streams import RESET_SINCE, require_server
 from ..tracing import tracer
+from ._ackfrontier import AckFrontier
 from ._acking import Acknowledger
 from ._applying import Applier, BatchHandler, Handler
 from ._maxdeliver import DeliveryLimit
@@ -179,10 +181,12 @@ class Processor:
         #: ``time.time()`` of the last takeover (0.0: never).
         self.took_over_at = 0.0
         #: What ends the run once it has stopped (a message dropped by max_deliver).
-        self._fatal: MaxDeliverError | None = None
+        self._fatal: OncestreamError | None = None
         #: ``time.monotonic()`` since when this instance holds the pin but cannot take
         #: over yet (the ledger locked by another process, the reset failing); 0.0: not.
         self.takeover_waiting_since = 0.0
+        #: Ack policy ``all``: what one ack may cover (None: every message is acked).
+        self._frontier: AckFrontier | None = None
 
     def _buffered_replies(self) -> list[str]:
         return self._pull.buffered_replies() if self._pull is not None else []
@@ -229,10 +233,13 @@ class Processor:
                 require_reset(conn, "a pinned priority group")
                 self._applier.fence = self._owner_check(None)
             await self._setup_consumer(conn)
+            if self.options.ack_all:
+                await self._own_consumer(conn)
             self._acks.limit = limit = DeliveryLimit(self._acks, self._applier, self._fail)
             await limit.subscribe()  # before the first pull: no drop goes unseen
             self._tasks.append(asyncio.create_task(limit.watch()))
-            if not self.options.pinned and not self.options.bind:
+            # Ack policy all resets the consumer itself (_own_consumer).
+            if not (self.options.pinned or self.options.bind or self.options.ack_all):
                 self.stats.reclaimed += await reclaim_at_start(
                     conn, self.stream, self.consumer, self.ack_wait
                 )
@@ -257,7 +264,7 @@ class Processor:
             self._progress.set()
         return self.stats
 
-    def _fail(self, error: MaxDeliverError) -> None:
+    def _fail(self, error: OncestreamError) -> None:
         """End the run with ``error`` (the in-flight batch is finished first)."""
         if self._fatal is None:
             self._fatal = error
@@ -402,6 +409,84 @@ class Processor:
             )
         self._acks.ack_wait = await setup_consumer(conn, self.stream, self.consumer, opts)
 
+    async def _own_consumer(self, conn: Connection) -> None:
+        """Ack policy ``all``: fence the consumer in the ledger, then reset it to its ack floor.
+
+        The fence makes a Processor that ran on it before roll its next batch back
+        and stop (an ack of its would cover this one's deliveries); the reset
+        redelivers what is unacknowledged now and numbers deliveries from 1, which
+        is what :class:`AckFrontier` counts on.
+        """
+        require_server(
+            conn, RESET_SINCE, "ack_policy 'all' (the Processor resets the consumer when it starts)"
+        )
+        check = OwnerCheck(self.ledger, f"{self.stream}/{self.consumer}/ack all", uuid.uuid4().hex)
+        await self._applier.db(take_over, self.ledger, check.name, check.pin)
+        self._applier.fence = check
+        await reset_to_ack_floor(conn, self.stream, self.consumer)
+        self._frontier = self._acks.frontier = frontier = AckFrontier()
+        self._tasks.append(asyncio.create_task(self._watch_ack_floor(frontier)))
+
+    async def _watch_ack_floor(self, frontier: AckFrontier) -> None:
+        """Ack policy ``all``: reset again when an ack from before the last reset moved the
+        consumer's delivery floor past every delivery since.
+
+        A reset numbers deliveries from 1; an ack sent before it (a Processor that was
+        superseded or frozen, or this one's own unconfirmed ones) that arrives after it
+        sets the floor to its old, higher delivery sequence, and the server then ignores
+        every ack and nak below that floor (consumer.go ``processAckMsg``,
+        ``processNak``): nothing is lost, but everything waits for redeliveries.
+        """
+        assert self.conn is not None
+        interval = min(max(self._acks.ack_wait / 4, 1.0), 10.0)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                info = await self.conn.consumer_info(self.stream, self.consumer)
+            except OncestreamError as exc:
+                log.debug("ack floor not checked: %s", exc)
+                continue
+            floor = int((info.get("ack_floor") or {}).get("consumer_seq", 0))
+            delivered = int((info.get("delivered") or {}).get("consumer_seq", 0))
+            if floor > delivered and not frontier.gap:
+                frontier.gap = (
+                    f"the consumer's ack floor is at delivery {floor}, past its last delivery "
+                    f"{delivered} (an ack sent before the consumer was reset arrived after it)"
+                )  # the batch loop resets within a second, idle or not
+
+    async def _reanchor(self, why: str) -> None:
+        """Deliveries stopped being contiguous: drop what is buffered and reset the consumer."""
+        assert self.conn is not None and self._pull is not None and self._frontier is not None
+        log.warning(
+            "%s/%s: %s; resetting the consumer to its ack floor (what is unacknowledged is "
+            "delivered again; the ledger suppresses what was applied)",
+            self.stream,
+            self.consumer,
+            why,
+        )
+        pull = self._pull
+        pull.halt()
+        await pull.stop()  # nothing delivered before the reset reaches the new inbox
+        pull.take_unprocessed()
+        await self._acks.drain()  # acks decided before the reset reach the server first
+        delay = 0.1
+        deadline = time.monotonic() + max(self._acks.ack_wait, 5.0)
+        while True:
+            try:
+                await reset_to_ack_floor(self.conn, self.stream, self.consumer)
+                break
+            except OncestreamError as exc:
+                if time.monotonic() >= deadline or self._stop_requested:
+                    raise
+                log.warning(
+                    "%s/%s: consumer reset failed (%s); retrying", self.stream, self.consumer, exc
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        self._frontier.restart()
+        self.stats.resets += 1
+        self._pull = await self._new_pull(None)
+
     async def _loop_batches(self, pull: MessageStream) -> None:
         batch = self.options.batch
         pinned = self.options.pinned
@@ -421,7 +506,7 @@ class Processor:
                 else:
                     await self._take_over(pull, pull.pin_id)
                 continue
-            if msgs:
+            if msgs or (self._frontier is not None and self._frontier.gap):
                 await self._process(msgs)
 
     # -- pinned priority group ---------------------------------------------
@@ -580,10 +665,14 @@ class Processor:
 
     async def _process(self, msgs: list[Message]) -> None:
         began = time.perf_counter()
+        frontier = self._frontier
+        if frontier is not None and not frontier.delivered(msgs):
+            await self._reanchor(frontier.gap)
+            return
         if self._tracer is not None:
             self._applier.batch_started_ns = self._acks.batch_started_ns = time.time_ns()
         by_seq: dict[int, Message] = {}
-        extra_replies: list[str] = []
+        extras: list[Message] = []
         for msg in msgs:
             try:
                 seq = msg.seq
@@ -591,11 +680,11 @@ class Processor:
                 log.error("dropping a message with a non-JetStream reply subject %r", msg.reply)
                 continue
             if seq in by_seq:
-                extra_replies.append(msg.reply)  # the same message delivered twice in one batch
+                extras.append(msg)  # the same message delivered twice in one batch
             elif msg.raw_headers and _SCHEDULE in msg.raw_headers:
                 # A stored message schedule (e.g. `dlq replay --in`): the server publishes
                 # the message it schedules when it fires; the schedule itself is not data.
-                extra_replies.append(msg.reply)
+                extras.append(msg)
                 self.stats.schedules_skipped += 1
             else:
                 by_seq[seq] = msg
@@ -617,6 +706,9 @@ class Processor:
             await acks.nak(ordered)  # nothing was applied: let the next worker have them
             raise
         except Superseded as exc:
+            if frontier is not None:
+                self._fail(self._superseded(exc))
+                return
             assert self._pull is not None
             self._demote(self._pull, str(exc))
             return
@@ -624,19 +716,43 @@ class Processor:
             acks.end_batch()
         if outcome is None:  # the ledger kept failing
             await acks.nak(ordered, delay=1.0)
+            if frontier is not None:
+                await self._ack_through(frontier.settle(_by_seq(extras), ordered))
             return
         done, failures = outcome
         self.stats.batches += 1
-        replies = [m.reply for m in done] + extra_replies
-        if replies:
-            await acks.ack(replies)
-            if self.conn is not None and not self.conn.is_connected:
-                self._unsent.note([m.seq for m in done])
-        for msg, error in failures:
-            await acks.failed(msg, error)
+        if frontier is not None:
+            finished = done + _by_seq(extras) if extras else done
+            if extras and done:
+                finished.sort(key=_seq)
+            await self._ack_through(frontier.settle(finished, [m for m, _ in failures]))
+            for msg, error in failures:
+                if await acks.failed(msg, error):  # dead-lettered: finished
+                    await self._ack_through(frontier.settle([msg], []))
+        else:
+            replies = [m.reply for m in done] + [m.reply for m in extras]
+            if replies:
+                await acks.ack(replies)
+            for msg, error in failures:
+                await acks.failed(msg, error)
+        if done and self.conn is not None and not self.conn.is_connected:
+            self._unsent.note([m.seq for m in done])
         if self.stats.observers:
             self.stats.observe("batch", time.perf_counter() - began)
         self._progress.set()
+
+    async def _ack_through(self, reply: str | None) -> None:
+        if reply is not None:
+            await self._acks.ack_through(reply)
+
+    def _superseded(self, exc: Superseded) -> ConfigError:
+        return ConfigError(
+            f"consumer {self.stream}/{self.consumer} has ack policy 'all' (one ack per batch "
+            f"covers every message before it, so one Processor at a time) and another "
+            f"Processor started on it: this one stopped without acknowledging its deliveries "
+            f"({exc}). Run one Processor per consumer; to share a consumer between several, "
+            f"create it with explicit acks and run them with ack_policy 'explicit'"
+        )
 
     async def _prune_loop(self) -> None:
         assert self.conn is not None
@@ -664,6 +780,14 @@ class Processor:
                 raise
             except Exception as exc:  # pruning is best effort; the next round retries
                 log.debug("ledger pruning skipped: %s", exc)
+
+
+def _seq(msg: Message) -> int:
+    return msg.seq
+
+
+def _by_seq(msgs: list[Message]) -> list[Message]:
+    return sorted(msgs, key=_seq)
 
 
 class _UnsentAcks:

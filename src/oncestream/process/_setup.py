@@ -63,7 +63,7 @@ async def _create_consumer(
 ) -> dict[str, Any]:
     config: dict[str, Any] = {
         "durable_name": consumer,
-        "ack_policy": "explicit",
+        "ack_policy": opts.ack_policy,
         "deliver_policy": "all",
         "ack_wait": int(opts.ack_wait * 1e9),
         # Unlimited: the Processor dead-letters at max_deliver itself, so a
@@ -102,9 +102,20 @@ def _validate_consumer(
     where = f"consumer {stream}/{consumer}"
     if config.get("deliver_subject"):
         raise ConfigError(f"{where} is a push consumer; the Processor needs a pull consumer")
-    if config.get("ack_policy") != "explicit":
+    policy = config.get("ack_policy")
+    if policy != opts.ack_policy:
+        if policy == "all":
+            hint = (
+                "run the Processor with ack_policy 'all' (CLI --ack-policy all: one ack per "
+                "batch, one Processor at a time on the consumer)"
+            )
+        elif policy == "explicit":
+            hint = "run the Processor with ack_policy 'explicit' (the default)"
+        else:
+            hint = "the Processor needs 'explicit' or 'all'"
         raise ConfigError(
-            f"{where} has ack_policy {config.get('ack_policy')!r}; the Processor needs 'explicit'"
+            f"{where} has ack_policy {policy!r}, not {opts.ack_policy!r}; {hint}, or use "
+            f"another consumer (the ack policy of a consumer cannot be changed)"
         )
     refused = refusal(config, stream, consumer, opts)
     if refused:
