@@ -3,10 +3,13 @@
 Usage: ``python tests/spark/_delta_connect_job.py URL WORKDIR REMOTE``
 
 Through ``remote(REMOTE)`` (a separately started Connect server) it streams IN into
-the Delta table ``WORKDIR/orders`` with ``foreachBatch(delta(..., query_name="orders"))``.
+the Delta table ``WORKDIR/orders`` with ``foreachBatch(delta(..., query_name="orders",
+checkpoint_location=...))``.
 The function runs in the server's Python worker; the first time it fails right after
 the Delta commit of a batch (a file marks that it did), so the restarted query
-replays that batch. Then a second query without ``query_name`` must fail, naming it.
+replays that batch. Then: a writer without ``checkpoint_location`` is refused up front
+(NONAME); a one-batch query, its checkpoint deleted, and the same query again: both
+batches written (NEWCKPT); a query handed another's checkpoint_location fails (WRONGCKPT).
 Prints one JSON line per step.
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from typing import Any
 
@@ -28,7 +32,8 @@ def main(url: str, work: str, remote: str) -> None:
     spark = SparkSession.builder.remote(remote).getOrCreate()
     oncestream.spark.register(spark)
     marker = os.path.join(work, "crashed-once")
-    write = delta(os.path.join(work, "orders"), query_name="orders")
+    chk = os.path.join(work, "chk")
+    write = delta(os.path.join(work, "orders"), query_name="orders", checkpoint_location=chk)
 
     def crash_once(df: Any, batch_id: int) -> None:
         write(df, batch_id)
@@ -59,12 +64,21 @@ def main(url: str, work: str, remote: str) -> None:
 
     print("FIRST", json.dumps({"error": run(crash_once, "chk")}), flush=True)
     print("SECOND", json.dumps({"error": run(crash_once, "chk")}), flush=True)
-    try:  # refused up front: a Connect client gives neither name nor checkpoint
-        nameless = delta(os.path.join(work, "nameless"))
+    try:  # refused up front: under Connect a name alone cannot tell a new checkpoint
+        nameless = delta(os.path.join(work, "nameless"), query_name="orders")
         error = run(nameless, "chk2")
     except ConfigError as exc:
         error = str(exc)
     print("NONAME", json.dumps({"error": error}), flush=True)
+    once = os.path.join(work, "chk5")
+    errors = []
+    for _ in range(2):  # one batch each; the checkpoint deleted in between
+        again = delta(os.path.join(work, "twice"), query_name="orders", checkpoint_location=once)
+        errors.append(run(again, "chk5"))
+        shutil.rmtree(once)
+    print("NEWCKPT", json.dumps({"errors": errors}), flush=True)
+    copied = delta(os.path.join(work, "orders"), query_name="orders", checkpoint_location=chk)
+    print("WRONGCKPT", json.dumps({"error": run(copied, "chk4")}), flush=True)
     scoped = delta(os.path.join(work, "scoped"), checkpoint_location=os.path.join(work, "chk3"))
     print("SCOPED", json.dumps({"error": run(scoped, "chk3")}), flush=True)
     spark.stop()

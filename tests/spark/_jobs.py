@@ -255,6 +255,30 @@ def transactional_new_checkpoint(
     return {"errors": errors}
 
 
+def transactional_reused_name(
+    spark: Any, target: str, sources: list[str], work: str, with_location: bool
+) -> dict[str, Any]:
+    """One-batch queries under one ``query_name`` (the breaker's QN0 and wrong checkpoint).
+
+    Query 1 runs one batch; its checkpoint is deleted; query 2 runs on new input under
+    the same name and path. Then query 3, on a checkpoint of its own, is handed query
+    2's ``checkpoint_location`` (copied from the other job). Returns each query's error.
+    """
+    from oncestream.spark import transactional
+
+    checkpoint = f"{work}/chk"
+    scope = {"checkpoint_location": checkpoint} if with_location else {}
+    errors = []
+    for source in sources[:2]:
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        write = transactional(target, table="t", query_name="orders", **scope)
+        errors.append(_run(_json_files(spark, source, per_trigger=10), write, checkpoint))
+    if with_location:
+        copied = transactional(target, table="t", query_name="orders", **scope)
+        errors.append(_run(_json_files(spark, sources[2], per_trigger=10), copied, f"{work}/c3"))
+    return {"errors": errors}
+
+
 # --------------------------------------------------------------------------- the rest
 
 
@@ -303,6 +327,7 @@ JOBS: dict[str, Callable[..., Any]] = {
         transactional_crash_after_commit,
         transactional_two_queries,
         transactional_new_checkpoint,
+        transactional_reused_name,
         query_metrics,
         local_session_refused,
     )

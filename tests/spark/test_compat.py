@@ -124,7 +124,10 @@ async def test_a_read_limit_per_release(
     with pytest.raises(Exception) as failed:  # the query fails as it starts
         _start(df, tmp_path / "out", tmp_path / "ckpt", availableNow=True).awaitTermination(180)
     error = str(failed.value)
-    assert "maxMessagesPerTrigger needs PySpark 4.2" in error and pyspark.__version__ in error
+    assert (
+        "maxMessagesPerTrigger (or maxOffsetsPerTrigger) needs PySpark 4.2" in error
+        and pyspark.__version__ in error
+    )
     assert not any((tmp_path / "out").glob("*.parquet"))  # nothing was read
 
 

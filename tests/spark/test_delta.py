@@ -88,9 +88,12 @@ class _ConnectLikeFrame:
 
 
 def test_query_scope(spark: Any) -> None:
-    assert QueryScope(owner="w", query_name="mine").resolve(_ConnectLikeFrame()) == "mine"  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="query_name"):
-        QueryScope(owner="w").resolve(_ConnectLikeFrame())  # type: ignore[arg-type]
+    # Under Connect a name alone cannot tell a restart from a new checkpoint: refused.
+    for scope in (QueryScope(owner="w", query_name="mine"), QueryScope(owner="w")):
+        with pytest.raises(ConfigError, match="needs checkpoint_location"):
+            scope.resolve(_ConnectLikeFrame())  # type: ignore[arg-type]
+    # Outside a streaming query a name is the caller's own scope.
+    assert QueryScope(owner="w", query_name="mine").resolve(spark.range(1)) == "mine"
     # Outside a streaming query classic Spark has no query id either.
     with pytest.raises(ConfigError, match=r"checkpoint_location=.*query_name"):
         QueryScope(owner="w").resolve(spark.range(1))

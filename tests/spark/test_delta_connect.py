@@ -33,7 +33,7 @@ pytestmark = pytest.mark.timeout(300)
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_delta_under_connect_replays_once_and_needs_a_query_name(
+def test_delta_under_connect_replays_once_and_needs_its_checkpoint(
     connect_server: ConnectServer, tmp_path: Path
 ) -> None:
     remote = connect_server.url
@@ -65,9 +65,17 @@ def test_delta_under_connect_replays_once_and_needs_a_query_name(
     sequences = sorted(r["sequence"] for r in table.to_pyarrow_table().to_pylist())
     assert sequences == list(range(1, ROWS + 1))  # the replayed batch was not written twice
     crashed = int((tmp_path / "crashed-once").read_text())
-    assert table.transaction_version("orders") >= crashed
-    assert "query_name" in steps["NONAME"]["error"]
+    first_id = json.loads((tmp_path / "chk" / "metadata").read_text())["id"]
+    assert table.transaction_version(f"orders@{first_id}") >= crashed
+    assert "needs checkpoint_location" in steps["NONAME"]["error"]
     assert not (tmp_path / "nameless").exists()
+    # A new checkpoint under the same name is a new query: its one batch is written too.
+    assert steps["NEWCKPT"]["errors"] == [None, None]
+    twice = DeltaTable(str(tmp_path / "twice")).to_pyarrow_table()
+    assert twice.num_rows == 2 * ROWS
+    # Another query's checkpoint_location: refused (it holds a commit of the batch).
+    assert "checkpointLocation" in (steps["WRONGCKPT"]["error"] or ""), steps["WRONGCKPT"]
+    assert len(DeltaTable(str(tmp_path / "orders")).to_pyarrow_table()) == ROWS
     # checkpoint_location: the app id is the query id Spark keeps in the checkpoint.
     assert steps["SCOPED"]["error"] is None
     query_id = json.loads((tmp_path / "chk3" / "metadata").read_text())["id"]

@@ -155,6 +155,28 @@ def test_new_checkpoint_is_a_new_query(spark_job, tmp_path: Path) -> None:  # ty
     assert _rows(target, "SELECT count(*), count(DISTINCT order_id) FROM t") == [(30, 30)]
 
 
+def test_a_new_checkpoint_under_an_old_query_name_is_a_new_query(spark_job, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """One-batch queries reusing query_name: the second's rows arrive; a copied checkpoint fails.
+
+    Before, the scope was the name alone: the second query's batch 0 equalled the
+    first's last batch and was skipped as committed (5 of 10 rows, exit 0), and a
+    query handed another query's checkpoint_location lost all its rows the same way.
+    """
+    sources = [_orders(tmp_path / f"in-{q}", f"r{q}-", files=1, rows=5) for q in (1, 2, 3)]
+    cases = [True] if spark_job.mode == "connect" else [True, False]
+    for with_location in cases:
+        target = str(tmp_path / f"out-{with_location}.db")
+        result = spark_job("transactional_reused_name", target=target, sources=sources,
+                           work=str(tmp_path / f"w-{with_location}"),
+                           with_location=with_location)  # fmt: skip
+        errors = result["errors"]
+        assert errors[:2] == [None, None], errors
+        ids = sorted(r[0] for r in _rows(target, "SELECT order_id FROM t"))
+        assert ids == sorted(f"r{q}-0-{i}" for q in (1, 2) for i in range(5)), ids
+        if with_location:  # the copied checkpoint holds a commit of batch 0: refused, not skipped
+            assert "not this query's checkpointLocation" in (errors[2] or ""), errors[2]
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(ConfigError, match="table"):
         transactional("x.db", table="drop table")

@@ -84,6 +84,7 @@ class DeltaBatchWriter:
                 raise DeltaWriteError(
                     stale_batch_message(f"Delta table {self.uri}", recorded, app_id, batch_id)
                 )
+            self.scope.check_replay(df, batch_id)
             self.written = 0
             self.skipped = [*(self.skipped or []), batch_id]
             log.info("batch %s of %s already in %s; skipped", batch_id, app_id, self.uri)
@@ -146,21 +147,21 @@ def delta(
     already records for the query is skipped, so Spark's replay of a batch whose
     Delta commit went through writes nothing; a crash before the commit leaves
     nothing behind but unreferenced files. Works under classic Spark and Spark
-    Connect (there give ``checkpoint_location`` or ``query_name``), on every
+    Connect (there give ``checkpoint_location``), on every
     supported PySpark.
 
     Args:
         uri: the table: a local path, or an object-store URI (``s3://``, ``gs://``,
             ``az://``, ``abfss://``...) that delta-rs understands. Created on the
             first batch if missing.
-        query_name: what batch ids are scoped by (the Delta app id), instead of
-            Spark's query id: a name unique to this query *and* checkpoint (a new
-            checkpoint counts batches from 0 again: with the old name its first
-            batch is refused, naming this).
+        query_name: a label in front of the query id in the Delta app id
+            (``name@<query id>``), so a new checkpoint under an old name is still a
+            new scope; alone it is the app id only outside a streaming query.
         checkpoint_location: the query's ``checkpointLocation``; batch ids are
-            scoped by the query id Spark keeps there. Needed under Spark Connect
-            (unless ``query_name`` is given), where the batch function is not told
-            its query's id; classic Spark tells it, and then this is not read.
+            scoped by the query id Spark keeps there. Needed under Spark Connect,
+            where the batch function is not told its query's id; classic Spark
+            tells it. Before a recorded batch is skipped, a commit of it in this
+            checkpoint (another query's checkpoint given) fails the batch.
         mode: ``append`` adds each batch; ``overwrite`` replaces the table's
             contents with each batch (for ``outputMode("complete")``).
         partition_by: partition columns of a table created by the first batch.

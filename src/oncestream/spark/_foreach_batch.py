@@ -10,8 +10,9 @@ keeps in the checkpoint (so a restart keeps it and a new checkpoint gets a new
 one). Classic Spark hands it to the batch function's thread; Spark Connect does
 not (the function runs in a Python process of the server, and the tasks its
 DataFrame runs carry no query id), so under Connect the writer reads it from
-the checkpoint (``checkpoint_location``) or is given a name (``query_name``),
-and refuses to run with neither rather than share one scope among queries.
+the checkpoint (``checkpoint_location``), and refuses to run without it rather
+than share one scope among queries. ``query_name`` labels the scope
+(``name@<query id>``).
 
 Example::
 
@@ -125,6 +126,7 @@ class BatchWriter:
         rows = list(zip(*(arrow.column(c).to_pylist() for c in columns), strict=True))
         self.written = self._write(df.schema, columns, rows, query, batch_id)
         if self.written < 0:
+            self.scope.check_replay(df, batch_id)
             self.skipped = [*(self.skipped or []), batch_id]
             self.written = 0
             log.info("batch %s of %s already committed in %s; skipped", batch_id, query, self.table)
@@ -254,14 +256,14 @@ def transactional(
         table: destination table (created from the DataFrame schema if absent).
         key_columns: primary key of a created table; required for ``upsert``.
         mode: ``append`` inserts; ``upsert`` inserts or updates by ``key_columns``.
-        query_name: what batch ids are scoped by, instead of Spark's query id:
-            a name unique to this query *and* checkpoint (a query started again on
-            a new checkpoint counts batches from 0 again, so it needs a new name, or
-            its batches are skipped as already committed).
+        query_name: a label in front of the query id in the scope
+            (``name@<query id>``), so a new checkpoint under an old name is still a
+            new scope; alone it is the scope only outside a streaming query.
         checkpoint_location: the query's ``checkpointLocation``; batch ids are
-            scoped by the query id Spark keeps there. Needed under Spark Connect
-            (unless ``query_name`` is given), where the batch function is not told
-            its query's id; classic Spark tells it, and then this is not read.
+            scoped by the query id Spark keeps there. Needed under Spark Connect,
+            where the batch function is not told its query's id; classic Spark
+            tells it. Before a recorded batch is skipped, a commit of it in this
+            checkpoint (another query's checkpoint given) fails the batch.
         batches_table: where committed batch ids are recorded.
         create_table: create ``table`` and ``batches_table`` if missing.
 
@@ -271,9 +273,8 @@ def transactional(
 
     Raises:
         ConfigError: on a bad target URL, identifier, mode or missing key columns;
-            under Spark Connect without ``query_name`` or ``checkpoint_location``
-            (at once when this process holds a Connect session, else at the
-            first batch).
+            under Spark Connect without ``checkpoint_location`` (at once when this
+            process holds a Connect session, else at the first batch).
         LedgerError: (at write time) when the database rejects the transaction.
 
     Example::

@@ -10,8 +10,10 @@ Classic Spark tells the batch function its query id (a local property of the
 calling thread). Spark Connect runs the function in a Python worker of the server
 that gets a DataFrame and a batch id only, so there the scope comes from the
 query's ``checkpoint_location`` (Spark keeps the query id in its ``metadata``
-file) or from a ``query_name`` the user gives. With neither, the helpers refuse
-rather than guess.
+file); without it the helpers refuse rather than guess. A ``query_name`` is a
+label in front of the query id (``name@id``): a new checkpoint under an old name
+is a new scope. Before a recorded batch is skipped, the checkpoint is asked
+whether Spark committed it (:meth:`QueryScope.check_replay`).
 """
 
 from __future__ import annotations
@@ -35,14 +37,15 @@ class QueryScope:
 
     Args:
         owner: how messages name the writer, e.g. ``transactional(table='t')``.
-        query_name: a name unique to the query *and* its checkpoint.
+        query_name: a label for the query's scope (``name@<query id>``); alone (a
+            call outside a streaming query) it is the scope.
         checkpoint_location: the query's ``checkpointLocation`` (its query id is
             read from there when Spark does not hand it over: Connect).
 
     Raises:
         ConfigError: a blank ``query_name`` or ``checkpoint_location``; under a
-            Spark Connect client, neither given (a writer built in a Connect
-            process will run where nothing tells it its query).
+            Spark Connect client, no ``checkpoint_location`` (a writer built in a
+            Connect process runs where nothing else tells it its query).
     """
 
     owner: str
@@ -59,43 +62,76 @@ class QueryScope:
             raise ConfigError(
                 f"checkpoint_location must be the query's checkpointLocation, got {location!r}"
             )
-        if name is None and location is None and _connect_client():
-            raise ConfigError(
-                f"{self.owner} under Spark Connect needs checkpoint_location= (the query's "
-                "checkpointLocation, where Spark keeps its query id) or query_name= (a name "
-                "unique to the query and its checkpoint): Connect does not give a "
-                "foreachBatch function its query's id, and batch ids of queries sharing one "
-                "scope are skipped as each other's"
-            )
+        if location is None and _connect_client():
+            raise ConfigError(_connect_needs_checkpoint(self.owner))
 
     def resolve(self, df: DataFrame) -> str:
         """The scope of the batch ``df`` belongs to.
+
+        The query id (classic Spark hands it over; ``checkpoint_location`` holds it),
+        as ``query_name@<query id>`` when a name is given: a new checkpoint under an
+        old name is a new scope, and its batch ids, which restart at 0, are not
+        skipped as the old query's. ``query_name`` alone only outside a streaming
+        query (a direct call).
 
         Raises:
             ConfigError: nothing names the query (Connect without either option, or
                 a call outside a streaming query), or the checkpoint's metadata
                 cannot be read.
         """
-        if self.query_name:
-            return self.query_name
         query_id = _thread_query_id(df)
-        if query_id:
-            return query_id
-        if self.checkpoint_location:
+        if query_id is None and self.checkpoint_location:
             if self._checkpoint_id is None:
                 self._checkpoint_id = _checkpoint_query_id(df, self.checkpoint_location)
-            return self._checkpoint_id
-        where = (
-            "Spark Connect does not give a foreachBatch function its query's id"
-            if _is_connect(df)
-            else "this call is not part of a streaming query's micro-batch"
-        )
+            query_id = self._checkpoint_id
+        if query_id:
+            return f"{self.query_name}@{query_id}" if self.query_name else query_id
+        if _is_connect(df):
+            raise ConfigError(_connect_needs_checkpoint(self.owner))
+        if self.query_name:  # a call outside a streaming query: the caller's own scope
+            return self.query_name
         raise ConfigError(
-            f"{self.owner} cannot tell which streaming query a batch belongs to: {where}. "
-            "Pass checkpoint_location= (the query's checkpointLocation: its query id is read "
-            "from there) or query_name= (a name unique to this query and checkpoint); batch "
-            "ids of queries sharing one scope are skipped as each other's"
+            f"{self.owner} cannot tell which streaming query a batch belongs to: this call "
+            "is not part of a streaming query's micro-batch. Pass checkpoint_location= (the "
+            "query's checkpointLocation: its query id is read from there) or query_name= (a "
+            "name unique to this caller); batch ids of writers sharing one scope are skipped "
+            "as each other's"
         )
+
+    def check_replay(self, df: DataFrame, batch_id: int) -> None:
+        """Before a recorded batch id is skipped: refuse if the checkpoint says it is done.
+
+        Spark runs a batch again only while its checkpoint has no commit for it, so a
+        ``<checkpoint_location>/commits/<batch_id>`` that exists while the batch runs
+        means ``checkpoint_location`` is another query's (copied from another job):
+        skipping would drop this query's rows.
+
+        Raises:
+            ConfigError: naming the location and the commit found.
+        """
+        if not self.checkpoint_location:
+            return
+        path = f"{self.checkpoint_location.rstrip('/')}/commits/{batch_id}"
+        try:
+            df.sparkSession.read.text(path).limit(1).collect()
+        except Exception:  # no commit for this batch: a real replay
+            return
+        raise ConfigError(
+            f"{self.owner}: checkpoint_location={self.checkpoint_location!r} holds a commit "
+            f"for batch {batch_id} ({path}) while this query runs batch {batch_id}: it is "
+            "not this query's checkpointLocation (Spark never runs a committed batch "
+            "again). Give the checkpointLocation the query was started with"
+        )
+
+
+def _connect_needs_checkpoint(owner: str) -> str:
+    return (
+        f"{owner} under Spark Connect needs checkpoint_location= (the query's "
+        "checkpointLocation, where Spark keeps its query id): Connect does not give a "
+        "foreachBatch function its query's id, and a query_name alone cannot tell a "
+        "restarted query from a new checkpoint under the same name (whose batch ids "
+        "restart at 0 and would be skipped as the old query's)"
+    )
 
 
 def stale_batch_message(where: str, recorded: int, scope: str, batch_id: int) -> str:

@@ -244,7 +244,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return [
             name
             for name, value in (
-                ("maxMessagesPerTrigger", opts.max_messages_per_trigger),
+                ("maxMessagesPerTrigger (or maxOffsetsPerTrigger)", opts.max_messages_per_trigger),
                 ("maxBytesPerTrigger", opts.max_bytes_per_trigger),
                 ("minOffsetsPerTrigger", opts.min_messages_per_trigger),
             )
