@@ -149,3 +149,25 @@ async def test_a_malformed_record_stops_with_the_counts_or_is_skipped(
 
     with pytest.raises(ConfigError, match=r"LoadOptions\.stream"):
         await load(conn, path, LoadOptions(stream="NOPE", subject="bad.x", id_field="id"))
+
+
+async def test_a_nan_or_infinity_is_a_malformed_record_not_a_null(
+    conn: Connection, make_stream
+) -> None:  # type: ignore[no-untyped-def]
+    """JSON has no NaN or infinities: orjson would store null, and content ids would collide."""
+    await make_stream("NF", ("nf.>",))
+    records = [
+        {"id": "a", "t": 1.5},
+        {"id": "b", "t": float("nan")},
+        {"id": "c", "deep": {"xs": [1.0, float("inf")]}},
+        {"id": "d", "t": None},
+    ]
+    skip = LoadOptions(stream="NF", subject="nf.x", id_from_content=True, on_error="skip")
+    result = await load(conn, records, skip)
+    assert (result.stored, result.malformed, result.duplicates) == (2, 2, 0)
+    stored = [orjson.loads(m.data) for chunk in [c async for c in read_stream(conn, "NF")]
+              for m in chunk]  # fmt: skip
+    assert sorted(r["id"] for r in stored) == ["a", "d"]
+    with pytest.raises(LoadIncomplete) as stopped:
+        await load(conn, records[1:2], LoadOptions(stream="NF", subject="nf.x", id_field="id"))
+    assert stopped.value.result.malformed == 1

@@ -79,6 +79,8 @@ def test_partitioned_overwrite_and_schema_merge(spark: Any, tmp_path: Path) -> N
 class _ConnectLikeFrame:
     """A DataFrame whose session has no SparkContext, as in a Connect foreachBatch worker."""
 
+    __module__ = "pyspark.sql.connect.dataframe"  # what tells a Connect DataFrame apart
+
     class sparkSession:
         @property
         def sparkContext(self) -> Any:

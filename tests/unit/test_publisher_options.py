@@ -30,6 +30,7 @@ def test_defaults_and_horizon() -> None:
         ({"max_inflight": True}, "max_inflight"),
         ({"max_inflight": 2.5}, "max_inflight"),
         ({"max_attempts": 0}, "max_attempts"),
+        ({"max_attempts": 2**63 - 1}, "max_attempts must be an integer from 1 to 1000"),
         ({"ack_timeout": 0}, "ack_timeout"),
         ({"ack_timeout": -1.0}, "ack_timeout"),
         ({"retry_backoff": ()}, "retry_backoff"),

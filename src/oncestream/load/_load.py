@@ -15,6 +15,7 @@ import contextlib
 import io
 import json
 import logging
+import math
 import os
 import stat
 import time
@@ -210,6 +211,10 @@ def _record(number: int, value: object) -> Record | RecordError:
     if not isinstance(value, Mapping):
         return RecordError(number, f"expected a mapping (a record), got {type(value).__name__}")
     fields = dict(value)
+    if (where := _non_finite(fields, "")) is not None:
+        # orjson writes NaN and infinities as null: the stored record would differ from
+        # the one given, and records differing only there would share a content id.
+        return RecordError(number, f"field {where} is not a finite number (JSON has none)")
     try:
         data = orjson.dumps(fields)
     except TypeError:
@@ -218,6 +223,23 @@ def _record(number: int, value: object) -> Record | RecordError:
         except (TypeError, ValueError) as exc:
             return RecordError(number, f"not JSON-serializable ({exc})")
     return Record(number, fields, data)
+
+
+def _non_finite(value: object, path: str) -> str | None:
+    """The path of the first NaN or infinity in ``value`` (mappings and lists), or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path or "(the record)")
+    if isinstance(value, Mapping):
+        items: Iterable[tuple[object, object]] = value.items()
+    elif isinstance(value, list | tuple):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = _non_finite(item, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def _records(records: Iterable[Mapping[str, Any]]) -> Iterator[Item]:

@@ -75,11 +75,25 @@ class LoadOptions:
     template: SubjectTemplate = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.labels, Mapping) or not all(
+            isinstance(v, str) and v for v in self.labels.values()
+        ):
+            raise ConfigError(f"labels must map option names to labels, got {self.labels!r}")
         unknown = sorted(set(self.labels) - set(LABELS))
         if unknown:
             raise ConfigError(f"labels: unknown keys {unknown}; known: {sorted(LABELS)}")
         check_stream_name(self.stream, "stream")
         check_stream_name(self.progress_stream, "progress_stream")
+        if self.progress_stream == self.stream:
+            raise ConfigError(
+                f"progress_stream must not be the stream loaded into ({self.stream!r}): its "
+                "progress records would be stored among the data"
+            )
+        if not isinstance(self.subject, str) or not self.subject:
+            raise ConfigError(
+                f"subject must be a subject or a template like 'orders.{{region}}', "
+                f"got {self.subject!r}"
+            )
         if self.id_field is not None and self.id_from_content:
             raise ConfigError("give one of id_field or id_from_content=True, not both")
         if self.id_field is None and self.id_from_content is not True:

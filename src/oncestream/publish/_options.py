@@ -28,6 +28,11 @@ log = logging.getLogger("oncestream.publisher")
 KeyFunction = Callable[[str, bytes, "Mapping[str, str | Sequence[str]] | None"], str]
 
 
+#: The most sends per message PublisherOptions takes: at the default ack timeout, a
+#: retry horizon of over an hour and a half.
+MAX_ATTEMPTS = 1000
+
+
 @dataclass(frozen=True, kw_only=True)
 class PublisherOptions:
     """How a :class:`Publisher` pipelines and retries.
@@ -83,8 +88,13 @@ class PublisherOptions:
             raise ConfigError(f"max_inflight must be an integer >= 1, got {self.max_inflight!r}")
         if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
             raise ConfigError(f"max_attempts must be an integer >= 1, got {self.max_attempts!r}")
-        if self.max_attempts < 1:
-            raise ConfigError(f"max_attempts must be an integer >= 1, got {self.max_attempts!r}")
+        if not 1 <= self.max_attempts <= MAX_ATTEMPTS:
+            # Past this the retry horizon outlasts any duplicate window worth having (and
+            # summing its backoff delays would take a while).
+            raise ConfigError(
+                f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS}, "
+                f"got {self.max_attempts!r}"
+            )
         ack_timeout = parse_duration("ack_timeout", self.ack_timeout)
         if ack_timeout <= 0:
             raise ConfigError(f"ack_timeout must be a duration > 0, got {self.ack_timeout!r}")

@@ -109,8 +109,8 @@ class QueryScope:
         Raises:
             ConfigError: naming the location and the commit found.
         """
-        if not self.checkpoint_location:
-            return
+        if not self.checkpoint_location or _thread_query_id(df) is not None:
+            return  # classic Spark named the query itself: the location was not used
         path = f"{self.checkpoint_location.rstrip('/')}/commits/{batch_id}"
         try:
             df.sparkSession.read.text(path).limit(1).collect()
