@@ -89,7 +89,7 @@ class LoadOptions:
                 f"progress_stream must not be the stream loaded into ({self.stream!r}): its "
                 "progress records would be stored among the data"
             )
-        if not isinstance(self.subject, str) or not self.subject:
+        if not isinstance(self.subject, str):
             raise ConfigError(
                 f"subject must be a subject or a template like 'orders.{{region}}', "
                 f"got {self.subject!r}"
