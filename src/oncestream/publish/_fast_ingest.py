@@ -42,6 +42,7 @@ from typing import Any
 import orjson
 
 from .._errors import JetStreamError, jetstream_error
+from ..streams import FAST_INGEST_SINCE
 from ._frames import AckTally, Pending, frame_msg_id, frame_subject
 
 __all__ = [
@@ -67,7 +68,6 @@ __all__ = [
 log = logging.getLogger("oncestream.publisher")
 _monotonic = time.monotonic
 
-FAST_INGEST_SINCE = (2, 14)
 #: The most messages the server may store between two flow acks (the server's own
 #: cap for a stream with one fast batch is 500, and 500 / N with N fast batches open).
 FLOW = 500
