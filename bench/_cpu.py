@@ -98,6 +98,12 @@ class CpuSampler:
             self._thread.start()
         return self
 
+    def processes(self) -> dict[int, tuple[float, str]]:
+        """CPU seconds and command line of each process seen, between start and stop."""
+        return {
+            pid: (cpu - self._first.get(pid, 0.0), cmd) for pid, (cpu, cmd) in self._last.items()
+        }
+
     def stop(self) -> dict[str, float]:
         if not self._started:
             return {}

@@ -56,9 +56,17 @@ SUBJECT = "scale.x"
 
 
 def scale_spec(
-    name: str, *, duplicate_window: float, storage: str, atomic: bool = False, batched: bool = False
+    name: str,
+    *,
+    duplicate_window: float,
+    storage: str,
+    atomic: bool = False,
+    batched: bool | None = False,
 ) -> StreamSpec:
-    """The one stream config every case (and nats.go) runs against."""
+    """The one stream config every case (and nats.go) runs against.
+
+    ``batched``: ``allow_batched`` (None: StreamSpec's default, on where the server takes it).
+    """
     return StreamSpec(
         name=name,
         subjects=("scale.>",),

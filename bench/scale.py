@@ -197,7 +197,12 @@ def _n_of(cmd: list[str]) -> int:
 
 
 async def make_stream(
-    url: str, *, duplicate_window: float, storage: str, atomic: bool = False, batched: bool = False
+    url: str,
+    *,
+    duplicate_window: float,
+    storage: str,
+    atomic: bool = False,
+    batched: bool | None = False,
 ) -> None:
     """Create stream SCALE with the one config every case runs against (``scale_spec``)."""
     async with await connect(ConnectOptions(servers=(url,))) as conn:

@@ -33,7 +33,8 @@ async def publish(
     out: list[tuple[int, int | str]] = []
     async with await connect(ConnectOptions(servers=(srv.url,))) as conn:
         if create:
-            await ensure_stream(conn, StreamSpec(name="T", subjects=("t.>",)))
+            # The ack path: the repro records each message's stream sequence.
+            await ensure_stream(conn, StreamSpec(name="T", subjects=("t.>",), allow_batched=False))
         pub = Publisher(conn, PublisherOptions(stream="T", ack_timeout=1, max_attempts=2))
         await pub.start()
         for i in ids:

@@ -15,7 +15,12 @@ Cases (the same query for both formats; only the format's options differ):
   (jetstream ``msg_id`` / Kafka ``key``; Kafka's producer is idempotent, acks=all),
   after a 100,000-row warm-up write elsewhere;
 - ``pipeline``: ``readStream`` of the N stored messages -> ``writeStream`` into another
-  stream/topic, ``Trigger.AvailableNow``, N/10 per micro-batch, checkpointed.
+  stream/topic, ``Trigger.AvailableNow``, N/10 per micro-batch, checkpointed; after the
+  same query on another N/10 messages (JIT and Python workers warm), or with ``--cold``
+  as the first query of the session (Spark's start-up of the source and sink included).
+
+``--pre-change``: the jetstream cases on the settings before issue 40: the streams they
+create without ``allow_batched`` (the sink then waits for a PubAck per row).
 """
 
 from __future__ import annotations
@@ -133,6 +138,7 @@ def spark_write(args: argparse.Namespace) -> dict[str, Any]:
 
     spark = _spark(args.format)
     kafka = args.format == "kafka"
+    batched = False if args.pre_change else None
 
     def frame(n: int, prefix: str, subject: str) -> Any:
         data = F.expr("cast(lpad(cast(id as string), 128, 'x') as binary)")
@@ -155,7 +161,8 @@ def spark_write(args: argparse.Namespace) -> dict[str, Any]:
 
     if not kafka:
         asyncio.run(_ensure(args.target, StreamSpec(name="WARM", subjects=("warm.>",))))
-        asyncio.run(_ensure(args.target, scale_spec(STREAM, duplicate_window=120, storage="file")))
+        spec = scale_spec(STREAM, duplicate_window=120, storage="file", batched=batched)
+        asyncio.run(_ensure(args.target, spec))
     write(frame(100_000, "warm-", "warm.x"), "WARM")
     df = frame(args.n, "r-", SUBJECT)
     with Window(args.server_pid) as w:
@@ -174,31 +181,49 @@ def spark_write(args: argparse.Namespace) -> dict[str, Any]:
 def pipeline(args: argparse.Namespace) -> dict[str, Any]:
     spark = _spark(args.format)
     kafka = args.format == "kafka"
-    per_batch = str(max(1, args.n // 10))
-    opts = _source_options(args.format, args.target, STREAM)
-    opts["maxOffsetsPerTrigger" if kafka else "maxMessagesPerTrigger"] = per_batch
-    source = spark.readStream.format(args.format).options(**opts).load()
-    checkpoint = tempfile.mkdtemp(prefix="bench-peers-chk-")
-    if kafka:
-        out = (
-            source.selectExpr("key", "value")
-            .writeStream.format("kafka")
-            .option("kafka.bootstrap.servers", args.target)
-            .option("topic", "out")
-        )
-    else:
-        asyncio.run(_ensure(args.target, StreamSpec(name="OUT", subjects=("out.>",))))
-        out = (
-            source.selectExpr("'out.x' AS subject", "data", "stream", "sequence")
-            .writeStream.format("jetstream")
-            .option("servers", args.target)
-            .option("stream", "OUT")
-        )
+    batched = False if args.pre_change else None  # None: as oncestream creates streams
+
+    def query(source_name: str, out_name: str, n: int) -> Any:
+        opts = _source_options(args.format, args.target, source_name)
+        opts["maxOffsetsPerTrigger" if kafka else "maxMessagesPerTrigger"] = str(max(1, n // 10))
+        source = spark.readStream.format(args.format).options(**opts).load()
+        if kafka:
+            out = (
+                source.selectExpr("key", "value")
+                .writeStream.format("kafka")
+                .option("kafka.bootstrap.servers", args.target)
+                .option("topic", out_name.lower())
+            )
+        else:
+            spec = StreamSpec(
+                name=out_name, subjects=(f"{out_name.lower()}.>",), allow_batched=batched
+            )
+            asyncio.run(_ensure(args.target, spec))
+            out = (
+                source.selectExpr(
+                    f"'{out_name.lower()}.x' AS subject", "data", "stream", "sequence"
+                )
+                .writeStream.format("jetstream")
+                .option("servers", args.target)
+                .option("stream", out_name)
+            )
+        checkpoint = tempfile.mkdtemp(prefix="bench-peers-chk-")
+        return out.option("checkpointLocation", checkpoint).trigger(availableNow=True)
+
+    if not args.cold:
+        # The same query on another N/10 messages first, as the other Spark cases warm
+        # up: the timed query then runs on a warm JVM and warm Python workers.
+        warm = max(1, args.n // 10)
+        _fill_warm_up(spark, args, "WARMIN", warm)
+        started = query("WARMIN", "WARMOUT", warm).start()
+        started.awaitTermination()
+        if started.exception() is not None:
+            raise SystemExit(f"warm-up query failed: {started.exception()}")
     with Window(args.server_pid) as w:
-        query = out.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
-        query.awaitTermination()
-    if query.exception() is not None:
-        raise SystemExit(f"query failed: {query.exception()}")
+        started = query(STREAM, "OUT", args.n).start()
+        started.awaitTermination()
+    if started.exception() is not None:
+        raise SystemExit(f"query failed: {started.exception()}")
     stored = (
         _kafka_count(spark, args.target, "out")
         if kafka
@@ -207,7 +232,28 @@ def pipeline(args: argparse.Namespace) -> dict[str, Any]:
     spark.stop()
     if stored != args.n:
         raise SystemExit(f"pipeline wrote {stored} of {args.n}")
-    return w.result(args.n, per_batch=int(per_batch))
+    return w.result(args.n, per_batch=max(1, args.n // 10), cold=args.cold)
+
+
+def _fill_warm_up(spark: Any, args: argparse.Namespace, name: str, n: int) -> None:
+    """``n`` 128-byte messages into stream / topic ``name`` (a batch write of Spark)."""
+    from pyspark.sql import functions as F
+
+    data = F.expr("cast(lpad(cast(id as string), 128, 'x') as binary)")
+    df = spark.range(0, n, numPartitions=2)
+    if args.format == "kafka":
+        df.select(F.col("id").cast("string").alias("key"), data.alias("value")).write.format(
+            "kafka"
+        ).option("kafka.bootstrap.servers", args.target).option("topic", name.lower()).save()
+        return
+    asyncio.run(_ensure(args.target, StreamSpec(name=name, subjects=(f"{name.lower()}.>",))))
+    df.select(
+        F.lit(f"{name.lower()}.x").alias("subject"),
+        data.alias("data"),
+        F.concat(F.lit("w-"), F.col("id").cast("string")).alias("msg_id"),
+    ).write.format("jetstream").option("servers", args.target).option("stream", name).mode(
+        "append"
+    ).save()
 
 
 def publisher(args: argparse.Namespace) -> dict[str, Any]:
@@ -248,6 +294,8 @@ def main() -> None:
     parser.add_argument("--target", required=True, help="NATS URL or Kafka bootstrap servers")
     parser.add_argument("--n", type=int, required=True)
     parser.add_argument("--server-pid", type=int, required=True)
+    parser.add_argument("--pre-change", action="store_true", help="the settings before issue 40")
+    parser.add_argument("--cold", action="store_true", help="pipeline: no warm-up query")
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     run = {

@@ -49,6 +49,8 @@ NATSGO = PEERS / "bin" / "natsgo"
 NATSCLI = PEERS / "bin" / "nats"
 PATHS = ("publish", "consume", "spark-read", "spark-write", "pipeline")
 ONCESTREAM = "oncestream"
+#: The rows on the settings before issue 40 (streams without allow_batched), for comparison.
+PRE_CHANGE = "pre-change oncestream"
 
 
 def _go_env() -> dict[str, str]:
@@ -112,6 +114,9 @@ class Case:
     parse: Callable[[str], dict[str, Any]]
     inner_cpu: bool = False  # the case reports its timed CPU itself
     note: str = ""
+    #: The stream's allow_batched (None: as oncestream creates streams, on where the
+    #: server takes fast-ingest batches; False: the settings before issue 40).
+    batched: bool | None = None
 
 
 def _case_json(out: str) -> dict[str, Any]:
@@ -143,7 +148,7 @@ def _consumer_perf(out: str) -> dict[str, Any]:
     return {"rate": float(fields[9]), "rate_with_rebalance": float(fields[5])}
 
 
-def _py(case: str, fmt: str = "jetstream") -> Callable[[str, int, int], list[str]]:
+def _py(case: str, fmt: str = "jetstream", *extra: str) -> Callable[[str, int, int], list[str]]:
     def cmd(target: str, n: int, pid: int) -> list[str]:
         return [
             sys.executable,
@@ -157,6 +162,7 @@ def _py(case: str, fmt: str = "jetstream") -> Callable[[str, int, int], list[str
             str(n),
             "--server-pid",
             str(pid),
+            *extra,
         ]
 
     return cmd
@@ -271,6 +277,16 @@ def cases() -> list[Case]:
         ),
         Case(
             "publish",
+            f"{PRE_CHANGE} Publisher (msg ids, no allow_batched)",
+            "nats",
+            False,
+            _py("publisher"),
+            _case_json,
+            inner_cpu=True,
+            batched=False,
+        ),
+        Case(
+            "publish",
             "nats.go 1.22 PublishAsync (msg ids)",
             "nats",
             False,
@@ -333,9 +349,35 @@ def cases() -> list[Case]:
         out.append(
             Case(path, "oncestream jetstream", "nats", fill, _py(path), _case_json, inner_cpu=True)
         )
+        if path != "spark-read":  # reading does not depend on allow_batched
+            out.append(
+                Case(
+                    path,
+                    f"{PRE_CHANGE} jetstream (no allow_batched)",
+                    "nats",
+                    fill,
+                    _py(path, "jetstream", "--pre-change"),
+                    _case_json,
+                    inner_cpu=True,
+                    batched=False,
+                )
+            )
         out.append(
             Case(path, "Spark kafka", "kafka", fill, _py(path, "kafka"), _case_json, inner_cpu=True)
         )
+        if path == "pipeline":  # the first query of a session too (no warm-up)
+            for fmt, system in (("jetstream", "oncestream jetstream"), ("kafka", "Spark kafka")):
+                out.append(
+                    Case(
+                        path,
+                        f"{system}, first query (cold)",
+                        "kafka" if fmt == "kafka" else "nats",
+                        fill,
+                        _py(path, fmt, "--cold"),
+                        _case_json,
+                        inner_cpu=True,
+                    )
+                )
     if not os.access(NATSREF, os.X_OK):
         print(f"{NATSREF} not built (make bench-ref): nats.go 1.22 rows skipped", flush=True)
         out = [c for c in out if "1.22" not in c.system]
@@ -358,7 +400,9 @@ def measure(case: Case, n: int) -> dict[str, Any]:
         server.start()
         target = server.bootstrap if case.server == "kafka" else server.url
         if case.server == "nats" and "orbit" not in case.system and case.path != "spark-write":
-            asyncio.run(make_stream(target, duplicate_window=120, storage="file"))
+            asyncio.run(
+                make_stream(target, duplicate_window=120, storage="file", batched=case.batched)
+            )
         if case.fill:
             _fill(case, target, n)
         env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(ROOT))
@@ -452,6 +496,8 @@ def plot(records: list[dict[str, Any]], out: Path, meta: dict[str, Any]) -> None
     colors = [
         "tab:green"
         if r["system"].startswith(ONCESTREAM)
+        else "tab:olive"
+        if r["system"].startswith(PRE_CHANGE)
         else ("tab:orange" if "afka" in r["system"] else "tab:blue")
         for r in ok
     ][::-1]
@@ -464,7 +510,8 @@ def plot(records: list[dict[str, Any]], out: Path, meta: dict[str, Any]) -> None
     ax2.set_xlabel("CPU microseconds per message (lower is better)")
     ax2.legend(loc="lower right")
     fig.suptitle(
-        f"oncestream (green) vs NATS peers (blue) vs Kafka (orange), N={meta['n']:,}, "
+        f"oncestream (green; before issue 40: olive) vs NATS peers (blue) vs Kafka (orange), "
+        f"N={meta['n']:,}, "
         f"2 cores shared with the server, load {meta['loadavg_before'][0]:.1f}"
     )
     fig.tight_layout()

@@ -45,7 +45,8 @@ def test_a_window_shorter_than_the_retry_horizon_breaks_and_its_fix_heals_it(
     nats_server: NatsServer,
 ) -> None:
     url = nats_server.url
-    _stream(url, "DR_SHORT", duplicate_window=10.0)
+    # A stream from before fast-ingest was the default (allow_batched off).
+    _stream(url, "DR_SHORT", duplicate_window=10.0, allow_batched=False)
     shown = cli(url, "doctor", "DR_SHORT")
     assert shown.exit_code == 1, shown.output
     out = " ".join(shown.stdout.split())
@@ -54,6 +55,7 @@ def test_a_window_shorter_than_the_retry_horizon_breaks_and_its_fix_heals_it(
         "horizon 27.3s" in out
     )
     assert "fix: oncestream stream edit DR_SHORT --dupe-window 2m" in out
+    assert "fix: oncestream stream edit DR_SHORT --allow-batched" in out  # a note
     assert out.endswith("1 finding breaks an exactly-once guarantee, 0 warnings, 2 notes, 1 ok"), (
         out
     )
@@ -66,6 +68,11 @@ def test_a_window_shorter_than_the_retry_horizon_breaks_and_its_fix_heals_it(
     code, report = _doctor(url, "DR_SHORT")
     assert code == 0 and report["healthy"] is True
     assert _checks(report, "stream DR_SHORT")["duplicate-window"] == "ok"
+    assert _checks(report, "stream DR_SHORT")["fast-ingest"] == "note"
+    # The one-line edit doctor prints for fast-ingest, run as printed (issue 40).
+    batched = cli(url, "stream", "edit", "DR_SHORT", "--allow-batched")
+    assert batched.exit_code == 0, batched.output
+    assert _checks(_doctor(url, "DR_SHORT")[1], "stream DR_SHORT")["fast-ingest"] == "ok"
 
 
 def test_a_healthy_setup_passes(server_factory: Any, tmp_path: Path) -> None:

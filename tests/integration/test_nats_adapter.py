@@ -80,7 +80,8 @@ async def test_public_path_publishes_reads_and_acks(
     options: ConnectOptions, make_stream: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(adapter.FASTPATH_ENV, "0")
-    await make_stream("PUBLIC", ("public.>",))
+    # The ack path (each PubAck's sequence) on the public API; fast-ingest has its own tests.
+    await make_stream("PUBLIC", ("public.>",), allow_batched=False)
     async with await connect(options) as conn:
         assert not conn.fast_path[0]
         async with Publisher(conn, PublisherOptions(stream="PUBLIC")) as pub:

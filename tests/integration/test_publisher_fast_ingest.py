@@ -19,7 +19,7 @@ from tests.integration.test_publisher import assert_exactly_once, read_back
 
 async def test_auto_picks_batches_only_where_the_stream_allows_them(conn, make_stream) -> None:
     await make_stream("FIYES", ("fiyes.>",), allow_batched=True)
-    await make_stream("FINO", ("fino.>",))
+    await make_stream("FINO", ("fino.>",), allow_batched=False)
     async with Publisher(conn, PublisherOptions(stream="FIYES")) as pub:
         assert pub.ingest == "fast"
         ack = await (await pub.publish("fiyes.a", b"x", msg_id="a1"))
@@ -38,7 +38,7 @@ async def test_auto_picks_batches_only_where_the_stream_allows_them(conn, make_s
 async def test_fast_is_refused_with_the_reason_when_the_stream_does_not_allow_it(
     conn, make_stream
 ) -> None:
-    await make_stream("FIREF", ("firef.>",))
+    await make_stream("FIREF", ("firef.>",), allow_batched=False)
     pub = Publisher(conn, PublisherOptions(stream="FIREF", ingest="fast"))
     with pytest.raises(ConfigError, match=r"FIREF.*allow_batched.*stream edit FIREF"):
         await pub.start()

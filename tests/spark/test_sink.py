@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import functions as F
@@ -180,6 +181,8 @@ def test_atomic_ingest_needs_allow_atomic_and_writes_whole_batches(  # type: ign
         write("SMALL", atomicBatchSize="1001")
 
     write("ATOMIC", **created, createStreamAllowAtomic="true", atomicBatchSize="300")
+    # createStream allows fast-ingest batches where the server takes them (issue 40).
+    assert asyncio.run(_config(url, "ATOMIC")).get("allow_batched") is True
     write("ATOMIC")  # a re-run inside the 2m window: every batch refused (10201), kept once
     stored = asyncio.run(_read_back(url, "ATOMIC"))
     assert sorted(m.msg_id or "" for m in stored) == sorted(f"a-{i}" for i in range(2500))
@@ -216,6 +219,67 @@ def test_atomic_ingest_writing_the_same_dataframe_twice_stores_each_row_once(  #
     assert (len(counts), sum(counts.values()), len(twice)) == (20_000, 20_000, 0), twice[:5]
 
 
+async def _config(url: str, stream: str) -> dict[str, Any]:
+    async with await connect(ConnectOptions(servers=(url,))) as conn:
+        return dict((await conn.stream_info(stream))["config"])
+
+
 async def _read_back(url: str, stream: str) -> list[StoredMsg]:
     async with await connect(ConnectOptions(servers=(url,))) as conn:
         return await read_back(conn, stream)
+
+
+def test_fast_ingest_and_the_ack_path_write_the_same_messages(  # type: ignore[no-untyped-def]
+    spark, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """The streaming pipeline into a fast-ingest stream (the default where the server takes
+    it: lineage ids as Arrow columns, frames built by pyarrow) stores exactly what the
+    per-message PubAck path stores into a stream without allow_batched (issue 40)."""
+    url = nats_server.url
+    make_streams(
+        url,
+        StreamSpec(name="IN", subjects=("in.>",)),
+        StreamSpec(name="FAST", subjects=("fast.>",)),  # the default: allow_batched on 2.14+
+        StreamSpec(name="ACKS", subjects=("acks.>",), allow_batched=False),
+    )
+    publish_orders(url, "IN", "in.orders", 4000)
+
+    def run(stream: str) -> None:
+        source = (
+            spark.readStream.format("jetstream")
+            .option("servers", url)
+            .option("stream", "IN")
+            .option("startingOffsets", "earliest")
+            .option("maxMessagesPerTrigger", 1500)
+            .option("minPartitions", 2)
+            .load()
+        )
+        query = (
+            source.select(
+                F.lit(f"{stream.lower()}.x").alias("subject"), "data", "stream", "sequence"
+            )
+            .writeStream.format("jetstream")
+            .option("servers", url)
+            .option("stream", stream)
+            .option("checkpointLocation", str(tmp_path / stream))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(120) is not False
+        assert query.exception() is None
+
+    run("FAST")
+    run("ACKS")
+    fast, acks = asyncio.run(_read_back(url, "FAST")), asyncio.run(_read_back(url, "ACKS"))
+
+    def rows(stored: list[StoredMsg], stream: str) -> list[tuple[str | None, str, bytes]]:
+        return sorted((m.msg_id, m.subject.replace(stream, "out"), m.data) for m in stored)
+
+    assert len(fast) == 4000 and rows(fast, "fast") == rows(acks, "acks")
+    assert rows(acks, "acks")[0][0] == "IN:1"
+    # The premise: FAST allows fast-ingest batches by default (the sink's ingest=auto then
+    # takes them), ACKS does not; the ack path sends Nats-Expected-Stream with every row.
+    # (A fast batch leaves it out once its first message is confirmed: timing-dependent.)
+    assert asyncio.run(_config(url, "FAST")).get("allow_batched") is True
+    assert not asyncio.run(_config(url, "ACKS")).get("allow_batched")
+    assert all(m.headers.get("Nats-Expected-Stream") == "ACKS" for m in acks)

@@ -83,3 +83,28 @@ def test_needs_a_stream() -> None:
         SinkOptions.from_spark_options(
             {"servers": "nats://127.0.0.1:4222", "createStream": "true", "subject": "x"}
         )
+
+
+@pytest.mark.parametrize(
+    ("given", "server", "expected"),
+    [
+        (None, (2, 14, 0), True),  # unset: on where the server takes fast-ingest batches
+        (None, (2, 15, 1), True),
+        (None, (2, 12, 9), False),
+        (None, None, False),  # a server that did not say its release: taken as too old
+        ("false", (2, 15, 1), False),
+        ("true", (2, 12, 9), True),  # as given (the server then refuses it, naming why)
+    ],
+)
+def test_created_streams_allow_fast_ingest_where_the_server_takes_it(
+    given: str | None, server: tuple[int, ...] | None, expected: bool
+) -> None:
+    options = {**BASE, "createStream": "true", "createStreamSubjects": "out.>"}
+    if given is not None:
+        options["createStreamAllowBatched"] = given
+    spec = SinkOptions.from_spark_options(options).create_stream
+    assert spec is not None
+    assert spec.batched_on(server) is expected
+    assert bool(spec.to_api(server).get("allow_batched")) is expected
+    if given is None:
+        assert "allow_batched" not in spec.to_api()  # no release given: the default is off

@@ -17,6 +17,7 @@ from ..streams import (
     delete_stream,
     get_message,
     list_streams,
+    server_version,
     stream_info,
     update_stream,
 )
@@ -80,7 +81,8 @@ AllowBatched = Annotated[
     bool | None,
     typer.Option(
         "--allow-batched/--no-allow-batched",
-        help="Fast-ingest batches (nats-server 2.14+): Publishers then send them by default.",
+        help="Fast-ingest batches (nats-server 2.14+): Publishers then send them by default. "
+        "stream add: on by default where the server takes them.",
     ),
 ]
 AllowAtomic = Annotated[
@@ -220,16 +222,17 @@ def add_command(
     *,
     options: ConnectOptions,
 ) -> None:
-    """Create stream NAME (file storage, 1 replica, 2m duplicate window by default)."""
+    """Create stream NAME (by default: file, 1 replica, 2m window, fast ingest on 2.14+)."""
     subject_list = _split(subjects)
     if not subject_list:
         raise ConfigError(f"stream add {name}: give the subjects it captures with --subjects")
     changes = _changes(locals())
-    config = StreamSpec(name=name, subjects=subject_list).to_api()
-    config.update(changes)
+    spec = StreamSpec(name=name, subjects=subject_list)
 
     async def main() -> tuple[bool, dict[str, Any]]:
         async with await connect(options) as conn:
+            # Fast-ingest batches where the server takes them, unless a flag says otherwise.
+            config = {**spec.to_api(server_version(conn)), **changes}
             try:
                 existing = await stream_info(conn, name)
             except StreamNotFound:
@@ -239,6 +242,8 @@ def add_command(
                     if exc.err_code != STREAM_NAME_IN_USE:
                         raise
                     existing = await stream_info(conn, name)  # created meanwhile
+            if allow_batched is None:  # the default is no difference from an existing stream
+                config.pop("allow_batched", None)
             differing = config_differences(existing.get("config") or {}, config)
             if differing:
                 raise ConfigError(

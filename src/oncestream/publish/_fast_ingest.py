@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .._errors import JetStreamError, jetstream_error
+from ..streams import FAST_INGEST_SINCE
 from ._frames import AckTally, Pending, frame_msg_id, frame_subject
 
 if TYPE_CHECKING:
@@ -69,7 +70,6 @@ __all__ = [
 log = logging.getLogger("oncestream.publisher")
 _monotonic = time.monotonic
 
-FAST_INGEST_SINCE = (2, 14)
 #: The most messages the server may store between two flow acks (the server's own
 #: cap for a stream with one fast batch is 500, and 500 / N with N fast batches open).
 FLOW = 500

@@ -77,6 +77,7 @@ class SubjectLog:
                 ack_timeout=ack_timeout,
                 max_attempts=max_attempts,
                 check_window=False,
+                ingest="acks",  # a record's sequence and duplicate flag are read
             ),
         )
 

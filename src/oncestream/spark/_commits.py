@@ -153,6 +153,7 @@ class CommitStore:
             subjects=(f"{COMMITS_SUBJECT}.{self.stream.lower()}.>",),
             max_msgs_per_subject=16,
             duplicate_window=600.0,
+            allow_batched=False,  # each record's PubAck (its duplicate flag) is read
         )
         await ensure_stream(self.conn, spec)
         log.info("created stream %s for the sink's committed-batch records", self.stream)
@@ -178,7 +179,7 @@ class CommitStore:
         pub = self.publisher
         if pub is None:
             pub = await get_publisher(
-                self.conn, PublisherOptions(stream=self.stream, check_window=False)
+                self.conn, PublisherOptions(stream=self.stream, check_window=False, ingest="acks")
             )
         return SubjectLog(self.conn, self.stream, subject, publisher=pub)
 

@@ -76,8 +76,9 @@ from ._commits import (
 )
 from ._compat import StreamArrowWriter
 from ._connections import get_connection
+from ._sink_ids import FanOutCheck, lineage_ids, position_ids
 from ._sink_layout import layout_of as _layout
-from ._sink_options import SinkOptions, lineage_id, position_id, row_digest, writer_scope
+from ._sink_options import SinkOptions, row_digest, writer_scope
 from ._sink_options import id_scope as make_id_scope
 from ._worker_heap import freeze_imports
 
@@ -249,7 +250,7 @@ class _TaskState:
     pub: Publisher
     futures: list[asyncio.Future[PubAck]]
     existing: set[str]
-    seen: set[str] | None
+    fan_out: FanOutCheck | None  # lineage ids: one output row per input row
     tally: AckTally = field(default_factory=AckTally)  # acks of the bulk path
     atomic: AtomicPublisher | None = None  # ingest=atomic: every row goes through it
     rows: int = 0
@@ -397,7 +398,7 @@ class _JetStreamWriter:
             try:
                 for batch in batches:
                     if batch.num_rows:
-                        rows = self._rows(batch, commit, state.rows)
+                        rows = self._rows(batch, commit, state.rows, state.fan_out)
                         state.rows += batch.num_rows
                         if sending is not None:
                             sending.result()
@@ -497,14 +498,24 @@ class _JetStreamWriter:
             with contextlib.suppress(Exception):
                 await pub.close()
             raise
-        seen: set[str] | None = set() if self.layout.lineage else None
-        state = _TaskState(pub=pub, futures=[], existing=existing, seen=seen)
+        fan_out = FanOutCheck() if self.layout.lineage else None
+        state = _TaskState(pub=pub, futures=[], existing=existing, fan_out=fan_out)
         if opts.ingest == "atomic":
             state.atomic = atomic
         return state
 
-    def _rows(self, batch: pa.RecordBatch, commit: SinkCommit, offset: int) -> _Rows | _Columns:
-        """The rows of one Arrow batch, as columns or column lists; nulls and types checked."""
+    def _rows(
+        self,
+        batch: pa.RecordBatch,
+        commit: SinkCommit,
+        offset: int,
+        fan_out: FanOutCheck | None = None,
+    ) -> _Rows | _Columns:
+        """The rows of one Arrow batch, as columns or column lists; nulls and types checked.
+
+        Message ids (a ``msg_id`` column, lineage, positions in a micro-batch) are an
+        Arrow column, so rows to one subject without headers are published as columns.
+        """
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -526,15 +537,29 @@ class _JetStreamWriter:
             data_col = data_col.cast(pa.binary())
         if data_col.null_count:
             data_col = pc.fill_null(data_col, pa.scalar(b"", pa.binary()))
+        prefix = opts.id_prefix
+        id_col: pa.Array | None = None
+        if layout.msg_id:
+            if col["msg_id"].null_count:
+                raise ConfigError(f"{where}: a row has a null msg_id")
+            id_col = col["msg_id"]
+        elif layout.lineage:
+            streams, seqs = col["stream"], col["sequence"]
+            if streams.null_count or seqs.null_count:
+                raise ConfigError(f"{where}: a row has a null stream or sequence (lineage id)")
+            id_col = lineage_ids(streams, seqs, prefix)
+            if fan_out is not None:
+                fan_out.check(streams, seqs, id_col)
+        elif self.streaming:
+            id_col = position_ids(
+                prefix, commit.id_scope, commit.batch_id, commit.partition, offset, n
+            )
         if (
-            layout.msg_id
-            and not layout.lineage
+            id_col is not None
             and one_subject is not None
             and (not layout.headers or col["headers"].null_count == n)
         ):
-            if col["msg_id"].null_count:
-                raise ConfigError(f"{where}: a row has a null msg_id")
-            return _Columns(one_subject, data_col, col["msg_id"], offset, where)
+            return _Columns(one_subject, data_col, id_col, offset, where)
         subjects: list[Any] = subject_col.to_pylist() if layout.subject else [opts.subject] * n
         datas = data_col.to_pylist()
         headers: list[Any] = [None] * n
@@ -543,33 +568,15 @@ class _JetStreamWriter:
                 {k: v for k, v in h if v is not None} or None if h else None
                 for h in col["headers"].to_pylist()
             ]
-        prefix = opts.id_prefix
-        if layout.msg_id:
-            if col["msg_id"].null_count:
-                raise ConfigError(f"{where}: a row has a null msg_id")
-            ids = _checked_ids(col["msg_id"], where, offset)
-        elif layout.lineage:
-            if col["stream"].null_count or col["sequence"].null_count:
-                raise ConfigError(f"{where}: a row has a null stream or sequence (lineage id)")
-            streams, seqs = col["stream"].to_pylist(), col["sequence"].to_pylist()
-            ids = [prefix + lineage_id(s, q) for s, q in zip(streams, seqs, strict=True)]
-        elif self.streaming:
-            ids = [
-                prefix + position_id(commit.id_scope, commit.batch_id, commit.partition, offset + i)
-                for i in range(n)
-            ]
+        if id_col is not None:
+            ids = _checked_ids(id_col, where, offset)
         else:
             base = f"{prefix or 'batch'}:p{commit.partition}:r"
             ids = [f"{base}{offset + i}:{row_digest(subjects[i], datas[i])}" for i in range(n)]
         return subjects, datas, headers, ids
 
     async def _send(self, state: _TaskState, rows: _Rows | _Columns) -> None:
-        publish, futures, existing, seen = (
-            state.pub.publish,
-            state.futures,
-            state.existing,
-            state.seen,
-        )
+        publish, futures, existing = state.pub.publish, state.futures, state.existing
         expected = self.options.stream
         if isinstance(rows, _Columns):
             if (
@@ -590,15 +597,6 @@ class _JetStreamWriter:
                     raise ConfigError(f"{rows.where}: {exc}") from exc
                 return
             rows = rows.lists()
-        if seen is not None:
-            for msg_id in rows[3]:
-                if msg_id in seen:
-                    raise ConfigError(
-                        f"two output rows derive the lineage id {msg_id!r}: one input row fans "
-                        "out to several outputs. Give the sink a 'msg_id' column that is unique "
-                        "per output row"
-                    )
-                seen.add(msg_id)
         subjects, datas, headers_list, ids = rows
         if state.atomic is not None:
             if existing:  # stored by an earlier attempt of this task (whole batches)

@@ -260,9 +260,8 @@ def _create_stream_spec(lowered: Mapping[str, str], stream: str | None) -> Strea
     window = parse_duration(
         "createStreamDuplicateWindow", lowered.get("createstreamduplicatewindow", "2m")
     )
-    batched = parse_bool(
-        "createStreamAllowBatched", lowered.get("createstreamallowbatched", "false")
-    )
+    batched_opt = lowered.get("createstreamallowbatched")  # unset: where the server takes them
+    batched = None if batched_opt is None else parse_bool("createStreamAllowBatched", batched_opt)
     atomic = parse_bool("createStreamAllowAtomic", lowered.get("createstreamallowatomic", "false"))
     return StreamSpec(
         name=stream,

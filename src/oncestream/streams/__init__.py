@@ -26,6 +26,7 @@ from ._admin import (
 from ._reset import RESET_SINCE, ConsumerReset, ResetTarget, reset_consumer
 from ._server_bugs import SERVER_BUGS, ServerBug, Version, format_version, known_bugs
 from ._spec import (
+    FAST_INGEST_SINCE,
     StreamSource,
     StreamSpec,
     create_stream_if_missing,
@@ -39,6 +40,7 @@ from ._upstreams import upstream_rows
 from ._version import check_server_bugs, require_server, server_cluster, server_version
 
 __all__ = [
+    "FAST_INGEST_SINCE",
     "RESET_SINCE",
     "SERVER_BUGS",
     "ConsumerReset",

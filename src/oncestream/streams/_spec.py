@@ -14,8 +14,10 @@ from .._errors import ConfigError, JetStreamError, StreamNotFound
 from .._names import check_stream_name, check_subject_filter
 from .._options import parse_duration, parse_int, seconds_to_ns
 from ._admin import add_stream, update_stream
+from ._version import server_version
 
 __all__ = [
+    "FAST_INGEST_SINCE",
     "StreamSource",
     "StreamSpec",
     "create_stream_if_missing",
@@ -24,6 +26,10 @@ __all__ = [
     "overlapping_streams",
     "stream_exists",
 ]
+
+
+#: The first nats-server release that takes fast-ingest batches (``allow_batched``, ADR-50).
+FAST_INGEST_SINCE = (2, 14)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,10 +83,13 @@ class StreamSpec:
         max_msgs, max_bytes, max_msgs_per_subject: limits (-1 = none).
         replicas: 1, 3 or 5 in a cluster.
         allow_direct: enable direct get (fast reads, last-by-subject lookups).
-        allow_batched: accept fast-ingest batches (nats-server 2.14+; a
-            :class:`~oncestream.Publisher` then sends them by default, see
-            ``PublisherOptions.ingest``). Raises the stream's required API level,
-            so servers older than 2.14 in a cluster cannot host it.
+        allow_batched: accept fast-ingest batches (a :class:`~oncestream.Publisher`
+            then sends them by default, see ``PublisherOptions.ingest``). None (the
+            default): on when the stream is created on nats-server 2.14+ and is not
+            a mirror, and an existing stream keeps its setting when
+            :func:`ensure_stream` updates it; True / False: exactly that. Raises
+            the stream's required API level, so servers older than 2.14 in a
+            cluster cannot host it: give False in a cluster of mixed releases.
         allow_atomic: accept atomic batches, stored all-or-nothing (nats-server
             2.12+; ``ProducerSession(batch_size>1)``, ``AtomicPublisher``, the
             Spark sink's ``ingest=atomic``).
@@ -103,7 +112,7 @@ class StreamSpec:
     max_msgs_per_subject: int = -1
     replicas: int = 1
     allow_direct: bool = True
-    allow_batched: bool = False
+    allow_batched: bool | None = None
     allow_atomic: bool = False
     mirror: StreamSource | None = None
     sources: tuple[StreamSource, ...] = ()
@@ -130,8 +139,22 @@ class StreamSpec:
         if self.replicas not in (1, 2, 3, 4, 5):
             raise ConfigError(f"replicas must be 1..5, got {self.replicas!r}")
 
-    def to_api(self) -> dict[str, Any]:
-        """The stream config as the JetStream API expects it."""
+    def batched_on(self, server: tuple[int, ...] | None) -> bool:
+        """Whether the stream allows fast-ingest batches when created on release ``server``.
+
+        ``allow_batched=None`` (the default) means: where the server takes them
+        (2.14+; None, a server that did not say its version, is taken as too old).
+        """
+        if self.allow_batched is not None:
+            return self.allow_batched
+        return self.mirror is None and server is not None and server[:2] >= FAST_INGEST_SINCE
+
+    def to_api(self, server: tuple[int, ...] | None = None) -> dict[str, Any]:
+        """The stream config as the JetStream API expects it, for nats-server release ``server``.
+
+        ``server`` decides ``allow_batched=None`` (see :meth:`batched_on`); without
+        it the default is off.
+        """
         config: dict[str, Any] = {
             "name": self.name,
             "storage": self.storage,
@@ -152,7 +175,7 @@ class StreamSpec:
             config["mirror_direct"] = self.allow_direct
         if self.sources:
             config["sources"] = [source.to_api() for source in self.sources]
-        if self.allow_batched:
+        if self.batched_on(server):
             config["allow_batched"] = True
         if self.allow_atomic:
             config["allow_atomic"] = True
@@ -180,7 +203,7 @@ async def create_stream_if_missing(conn: Connection, spec: StreamSpec) -> dict[s
     except StreamNotFound:
         pass
     try:
-        return await add_stream(conn, spec.to_api())
+        return await add_stream(conn, spec.to_api(server_version(conn)))
     except JetStreamError as exc:  # 10058: created concurrently with another config
         if exc.err_code != 10058:
             raise
@@ -232,6 +255,11 @@ async def owning_stream(conn: Connection, subject: str) -> str | None:
 async def ensure_stream(conn: Connection, spec: StreamSpec) -> dict[str, Any]:
     """Create the stream, or update it when it exists with a different config.
 
+    A new stream allows fast-ingest batches where the server takes them, unless
+    ``spec.allow_batched`` says otherwise; an existing one keeps its
+    ``allow_batched`` when the spec leaves it at None (``oncestream doctor``
+    suggests the edit).
+
     Returns:
         The server's stream info.
 
@@ -239,10 +267,13 @@ async def ensure_stream(conn: Connection, spec: StreamSpec) -> dict[str, Any]:
         JetStreamError: if the server refuses the config (e.g. changing storage).
     """
     try:
-        await conn.stream_info(spec.name)
+        info = await conn.stream_info(spec.name)
     except StreamNotFound:
-        return await add_stream(conn, spec.to_api())
-    return await update_stream(conn, spec.to_api())
+        return await add_stream(conn, spec.to_api(server_version(conn)))
+    config = spec.to_api()
+    if spec.allow_batched is None and (info.get("config") or {}).get("allow_batched"):
+        config["allow_batched"] = True
+    return await update_stream(conn, config)
 
 
 def lineage_id(stream: str, sequence: int) -> str:
