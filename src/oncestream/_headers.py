@@ -396,7 +396,9 @@ def check_user_headers(headers: HeaderValues, what: str = "header") -> None:
             raise ConfigError(
                 f"{what} {key!r} is not accepted: Nats-Expected-* and Nats-Batch-* are "
                 "write-time checks the writer sets itself, and Nats-Stream, Nats-Subject, "
-                "Nats-Sequence... are added by the server to reads"
+                "Nats-Sequence... are added by the server to reads and to republished "
+                "messages (drop them from the headers you write: a stored message carrying "
+                "them would be misread by direct gets)"
             )
         for item in (value,) if isinstance(value, str) else value:
             if not isinstance(item, str) or "\r" in item or "\n" in item or not item:
