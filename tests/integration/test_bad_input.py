@@ -1301,6 +1301,20 @@ CASES = [
         setup=_stream_with("BI_I7", 1, "c"),
     ),
     Case(
+        "consumer-edit-backoff-empty-element",
+        ["consumer", "edit", "BI_I7", "c", "--backoff", "1s,,2s", *CONNECT],
+        CONFIG,
+        "--backoff must be durations separated by commas",
+        setup=_stream_with("BI_I7", 1, "c"),
+    ),
+    Case(
+        "consumer-reset-empty-ledger",
+        ["consumer", "reset", "BI_I7", "c", "--to-start", "--ledger", "", "--force", *CONNECT],
+        CONFIG,
+        "--ledger must be the Processor's ledger URL or path",
+        setup=_stream_with("BI_I7", 1, "c"),
+    ),
+    Case(
         "consumer-edit-max-ack-pending-over-64-bits",
         ["consumer", "edit", "BI_I7", "c", "--max-ack-pending", HUGE, *CONNECT],
         CONFIG,

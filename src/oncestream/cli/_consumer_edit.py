@@ -36,11 +36,13 @@ def _shown(key: str, value: Any) -> str:
 def _backoff(value: str) -> list[int]:
     if value.strip().lower() in ("none", ""):
         return []
-    return [
-        seconds_to_ns(parse_duration("--backoff", part.strip()))
-        for part in value.split(",")
-        if part.strip()
-    ]
+    parts = [part.strip() for part in value.split(",")]
+    if not all(parts):
+        raise ConfigError(
+            f"--backoff must be durations separated by commas (e.g. 1s,5s,30s) or none, "
+            f"got {value!r}"
+        )
+    return [seconds_to_ns(parse_duration("--backoff", part)) for part in parts]
 
 
 def changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:

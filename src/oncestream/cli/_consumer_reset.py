@@ -143,6 +143,8 @@ def reset_command(
         raise ConfigError(f"--to-seq must be a stream sequence >= 1, got {to_seq}")
     if to_time is not None:
         parse_time("--to-time", to_time)  # names the value and the forms allowed
+    if ledger is not None and not ledger.strip():
+        raise ConfigError("--ledger must be the Processor's ledger URL or path, got ''")
     target = ResetTarget(seq=to_seq, time=to_time, start=to_start, end=to_end)
 
     async def plan() -> ConsumerReset:
