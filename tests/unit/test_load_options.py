@@ -62,7 +62,6 @@ def test_defaults_and_what_the_publisher_gets() -> None:
         ({"labels": None}, "labels must map option names to labels, got None"),
         ({"labels": {"stream": 5}}, "labels must map option names to labels"),
         ({"subject": None}, "subject must be a subject or a template"),
-        ({"progress_stream": "ORDERS"}, "progress_stream must not be the stream loaded into"),
     ],
 )
 def test_bad_options_are_refused_by_name(changes: dict[str, Any], fragment: str) -> None:

@@ -84,11 +84,6 @@ class LoadOptions:
             raise ConfigError(f"labels: unknown keys {unknown}; known: {sorted(LABELS)}")
         check_stream_name(self.stream, "stream")
         check_stream_name(self.progress_stream, "progress_stream")
-        if self.progress_stream == self.stream:
-            raise ConfigError(
-                f"progress_stream must not be the stream loaded into ({self.stream!r}): its "
-                "progress records would be stored among the data"
-            )
         if not isinstance(self.subject, str):
             raise ConfigError(
                 f"subject must be a subject or a template like 'orders.{{region}}', "

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -922,6 +923,12 @@ class Publisher:
             doomed.extend(batch.take_subject(subject))
         for entry in doomed:
             self._fail(entry, PermissionDenied(f"publish to {entry.subject!r} refused: {text}"))
+        # A fast batch missing a refused message never completes on the server (its
+        # sequence has a gap the server waits on): its other messages go to the ack
+        # path, and so does everything this Publisher sends from now on.
+        for batch in list(self._fast.batches.values()):
+            self._fast.drop(batch)
+        self._fast.paused_until = math.inf
 
     async def _on_reconnect(self) -> None:
         if self._closed or not self._started:

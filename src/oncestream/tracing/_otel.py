@@ -89,7 +89,7 @@ class Tracer:
         """End a producer span with what the PubAck said."""
         if stream is not None:
             span.set_attribute("messaging.nats.stream", stream)
-        if seq is not None:
+        if seq:  # a fast-ingest batch's flow ack names no sequence (0): leave it out
             span.set_attribute("messaging.nats.sequence", seq)
         span.set_attribute("oncestream.duplicate", duplicate)
         span.end()
