@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from oncestream import (
     ProcessorOptions,
     SQLiteLedger,
 )
-from oncestream.streams import update_consumer
+from oncestream.streams import ResetTarget, reset_consumer, update_consumer
 from tests._support import effects
 from tests.handlers import record, record_unless_7
 
@@ -155,6 +156,52 @@ async def test_max_deliver_set_under_a_processor_without_dead_letter_stream(
         await fixed.stop()
     await task
     assert effects(tmp_path / "l.db") == (COUNT, COUNT)  # 7 was kept, and applied once
+
+
+async def test_the_printed_fix_followed_after_the_ack_wait_keeps_the_message(
+    conn: Connection, make_stream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """max_deliver 1 set under the Processor, seq 7 fails on its only delivery; the fix is
+    followed only after the ack wait, when the server has dropped seq 7: the error names
+    that deadline and the way back (a reset to seq 7), and following it applies seq 7 once."""
+    await make_stream("JOBS", ("jobs.>",))
+    ledger = SQLiteLedger(tmp_path / "l.db")
+    opts = _opts(ack_wait=2)
+    proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=opts)
+    task = asyncio.create_task(proc.run())
+    await proc.wait_running()
+    await publish_n(conn, "jobs.x", 6, start=1)
+    await proc.wait_until(lambda s: s.applied >= 6)
+    await update_consumer(conn, "JOBS", "w", {"max_deliver": 1})
+    await publish_n(conn, "jobs.x", COUNT - 6, start=7)
+    try:
+        await _settled(conn, proc, task)
+    finally:
+        proc.request_stop()
+    with pytest.raises(MaxDeliverError) as failed:
+        await task
+    text = str(failed.value)
+    assert "ack wait (2s)" in text, text
+    way_back = re.search(r"`oncestream consumer reset JOBS w --to-seq (\d+)`", text)
+    assert way_back is not None, text
+    # After the ack wait the server has given seq 7 up: nothing pending, nothing unacked.
+    async with asyncio.timeout(20):
+        while True:
+            info = await conn.consumer_info("JOBS", "w")
+            if not info["num_ack_pending"] and not info["num_pending"]:
+                break
+            await asyncio.sleep(0.1)
+    await update_consumer(conn, "JOBS", "w", {"max_deliver": -1})  # the fix it names
+    await reset_consumer(conn, "JOBS", "w", ResetTarget(seq=int(way_back.group(1))))
+    fixed = Processor(conn, "JOBS", "w", record, ledger=ledger, options=opts)
+    task = asyncio.create_task(fixed.run())
+    try:
+        await fixed.wait_until(lambda s: s.applied >= 1, timeout=20)  # seq 7
+        await fixed.wait_caught_up(10)
+    finally:
+        await fixed.stop()
+    await task
+    assert effects(tmp_path / "l.db") == (COUNT, COUNT)  # 7 kept, everything applied once
 
 
 @pytest.mark.parametrize("dead_letter", [False, True], ids=["no-dlq", "dlq"])

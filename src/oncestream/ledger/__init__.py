@@ -5,7 +5,7 @@ lazily) share the :class:`Ledger` contract. :func:`ledger_from_url` builds one
 from ``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or ``postgresql://...``.
 """
 
-from ._base import Horizon, KeyMode, Ledger, LedgerEntry, LedgerTx
+from ._base import Horizon, KeyMode, Ledger, LedgerEntry, LedgerTx, Registration
 from ._from_url import ledger_from_dsn, ledger_from_url
 from ._postgres import PostgresLedger
 from ._readonly import check_ledger_target, read_applied_count, read_horizons
@@ -18,6 +18,7 @@ __all__ = [
     "LedgerEntry",
     "LedgerTx",
     "PostgresLedger",
+    "Registration",
     "SQLiteLedger",
     "check_ledger_target",
     "ledger_from_dsn",

@@ -22,19 +22,37 @@ consumer (its :class:`Horizon`, with the consumer's filter). The Processor reads
 the horizons first in every batch transaction (``tx.horizons``) and treats a
 message inside one as done: a consumer moved back past the pruned rows (a reset,
 a consumer deleted and created again) does not apply them again.
+
+Rows are keyed by stream and sequence, not by consumer, so the ledger keeps a
+registry of who uses it (:data:`REGISTRY`, a :class:`Registration` per stream and
+consumer, written by :meth:`Ledger.register` when a Processor starts): the stream's
+creation time (a stream deleted and created again numbers other messages from 1),
+each consumer's filter subjects (two consumers whose filters overlap would each
+skip what the other applied), and its last known ack floor (a prune never deletes
+a row above any registered consumer's floor, and records the span it deleted in
+every registered consumer's horizon).
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal, NamedTuple
 
 from .._errors import LedgerError, LedgerUnusable
-from .._names import subject_matches
+from .._names import subject_matches, subjects_overlap
 
-__all__ = ["HORIZONS", "Horizon", "KeyMode", "Ledger", "LedgerEntry", "LedgerTx"]
+__all__ = [
+    "HORIZONS",
+    "REGISTRY",
+    "Horizon",
+    "KeyMode",
+    "Ledger",
+    "LedgerEntry",
+    "LedgerTx",
+    "Registration",
+]
 
 KeyMode = Literal["sequence", "msg_id"]
 
@@ -70,6 +88,35 @@ class Horizon(NamedTuple):
     def key(filters: Sequence[str]) -> str:
         """``filters`` as stored (sorted, space separated: subjects hold no spaces)."""
         return " ".join(sorted(set(filters)))
+
+
+#: Who uses the ledger: per (stream, consumer), its filters, the stream's creation time
+#: and the consumer's last known ack floor.
+REGISTRY = "oncestream_consumers"
+
+
+class Registration(NamedTuple):
+    """A consumer whose Processor used the ledger (a row of :data:`REGISTRY`).
+
+    Attributes:
+        stream, consumer: the consumer.
+        filters: its filter subjects when it last started (empty: every subject).
+        stream_created: the stream's creation time as the server reports it
+            (``STREAM.INFO`` ``created``; empty when unknown).
+        ack_floor: the consumer's ack floor (a stream sequence) when last read.
+    """
+
+    stream: str
+    consumer: str
+    filters: tuple[str, ...]
+    stream_created: str
+    ack_floor: int = 0
+
+    def overlaps(self, filters: Sequence[str]) -> bool:
+        """True when some subject is taken both by this consumer and by one with ``filters``."""
+        if not self.filters or not filters:
+            return True
+        return any(subjects_overlap(a, b) for a in self.filters for b in filters)
 
 
 class LedgerEntry(NamedTuple):
@@ -266,18 +313,40 @@ class Ledger(abc.ABC):
         *,
         consumer: str | None = None,
         filters: Sequence[str] = (),
+        neighbours: Sequence[Registration] = (),
     ) -> int:
         """Delete at most ``limit`` sequence rows with ``seq <= up_to_seq``; return how many.
 
-        ``up_to_seq`` must be at or below ``consumer``'s ack floor. With ``consumer``,
-        the span deleted is added to its :class:`Horizon` (with its ``filters``) in the
-        same transaction, so a redelivery of a pruned message is still not applied
-        again; without it, a pruned message delivered again is applied again.
+        ``up_to_seq`` must be at or below the ack floor of ``consumer`` and of every
+        consumer registered for ``stream``. With ``consumer``, the span deleted is added
+        to its :class:`Horizon` (with its ``filters``) in the same transaction, and to
+        that of each of ``neighbours`` (the other registered consumers, with theirs),
+        so a redelivery of a pruned message is still not applied again; without it, a
+        pruned message delivered again is applied again.
         """
 
     def horizons(self, stream: str, consumer: str) -> list[Horizon]:
         """The prune horizons of ``consumer`` on ``stream`` (outside any transaction)."""
         return []
+
+    def register(self, mine: Registration, check: Callable[[list[Registration]], None]) -> None:
+        """Record ``mine`` in the registry, after ``check`` accepted the stream's registrations.
+
+        ``check`` is called with the registrations of ``mine.stream`` other than
+        ``mine.consumer``'s, inside the transaction that writes ``mine`` (two
+        Processors starting together are checked one after the other); when it
+        raises, nothing is written. Ledgers without a registry only call ``check``
+        with none.
+        """
+        check([])
+
+    def registrations(self, stream: str) -> list[Registration]:
+        """The consumers registered for ``stream`` (outside any transaction)."""
+        return []
+
+    def record_floors(self, stream: str, floors: dict[str, int]) -> None:
+        """Record the ack floors read from the server for registered consumers of ``stream``."""
+        return None  # ledgers without a registry keep none
 
     def __enter__(self) -> Ledger:
         self.open()

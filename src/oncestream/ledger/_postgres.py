@@ -5,13 +5,23 @@ from __future__ import annotations
 import contextlib
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .._dsn import postgres_url
 from .._errors import ConfigError, LedgerError
 from .._private import redact_url, scrub, split_url, url_secrets
-from ._base import HORIZONS, Horizon, KeyMode, Ledger, LedgerEntry, LedgerTx, check_key
+from ._base import (
+    HORIZONS,
+    REGISTRY,
+    Horizon,
+    KeyMode,
+    Ledger,
+    LedgerEntry,
+    LedgerTx,
+    Registration,
+    check_key,
+)
 
 __all__ = ["PostgresLedger"]
 
@@ -27,6 +37,14 @@ _SCHEMA = (
     " stream TEXT NOT NULL, consumer TEXT NOT NULL, filters TEXT NOT NULL,"
     " first_seq BIGINT NOT NULL, last_seq BIGINT NOT NULL,"
     " pruned_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (stream, consumer, filters))",
+    f"CREATE TABLE IF NOT EXISTS {REGISTRY} ("
+    " stream TEXT NOT NULL, consumer TEXT NOT NULL, filters TEXT NOT NULL,"
+    " stream_created TEXT NOT NULL, ack_floor BIGINT NOT NULL,"
+    " registered_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (stream, consumer))",
+)
+_REGISTRATIONS = (
+    f"SELECT stream, consumer, filters, stream_created, ack_floor FROM {REGISTRY}"
+    " WHERE stream = %s ORDER BY consumer"
 )
 _HORIZONS = (
     f"SELECT first_seq, last_seq, filters FROM {HORIZONS} WHERE stream = %s AND consumer = %s"
@@ -45,6 +63,13 @@ def _stream_key(stream: str) -> int:
 def _read_horizons(con: Any, stream: str, consumer: str) -> list[Horizon]:
     rows = con.execute(_HORIZONS, (stream, consumer)).fetchall()
     return [Horizon(int(first), int(last), tuple(filters.split())) for first, last, filters in rows]
+
+
+def _registrations(con: Any, stream: str) -> list[Registration]:
+    return [
+        Registration(st, c, tuple(f.split()), created, int(floor))
+        for st, c, f, created, floor in con.execute(_REGISTRATIONS, (stream,)).fetchall()
+    ]
 
 
 def _psycopg() -> Any:
@@ -250,6 +275,61 @@ class PostgresLedger(Ledger):
         finally:
             con.rollback()
 
+    def register(self, mine: Registration, check: Callable[[list[Registration]], None]) -> None:
+        psycopg = _psycopg()
+        con = self.connection
+        try:
+            # The stream's exclusive lock: two Processors starting together are checked
+            # one after the other (and a prune or a claim in flight finishes first).
+            con.execute(
+                "SELECT pg_advisory_xact_lock(%s, %s)", (_HORIZON_LOCK, _stream_key(mine.stream))
+            )
+            check(_registrations(con, mine.stream))
+            con.execute(
+                f"INSERT INTO {REGISTRY} (stream, consumer, filters, stream_created, ack_floor)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (stream, consumer) DO UPDATE SET"
+                " filters = excluded.filters, stream_created = excluded.stream_created,"
+                " ack_floor = excluded.ack_floor, registered_at = now()",
+                (
+                    mine.stream,
+                    mine.consumer,
+                    Horizon.key(mine.filters),
+                    mine.stream_created,
+                    mine.ack_floor,
+                ),
+            )
+            con.commit()
+        except psycopg.Error as exc:
+            con.rollback()
+            raise self.error("register the consumer", exc) from exc
+        except BaseException:
+            con.rollback()
+            raise
+
+    def registrations(self, stream: str) -> list[Registration]:
+        psycopg = _psycopg()
+        con = self.connection
+        try:
+            return _registrations(con, stream)
+        except psycopg.Error as exc:
+            raise self.error("read the registered consumers", exc) from exc
+        finally:
+            con.rollback()
+
+    def record_floors(self, stream: str, floors: dict[str, int]) -> None:
+        psycopg = _psycopg()
+        con = self.connection
+        try:
+            with con.cursor() as cursor:
+                cursor.executemany(
+                    f"UPDATE {REGISTRY} SET ack_floor = %s WHERE stream = %s AND consumer = %s",
+                    [(floor, stream, consumer) for consumer, floor in floors.items()],
+                )
+            con.commit()
+        except psycopg.Error as exc:
+            con.rollback()
+            raise self.error("record the ack floors", exc) from exc
+
     def prune(
         self,
         stream: str,
@@ -258,6 +338,7 @@ class PostgresLedger(Ledger):
         *,
         consumer: str | None = None,
         filters: Sequence[str] = (),
+        neighbours: Sequence[Registration] = (),
     ) -> int:
         psycopg = _psycopg()
         con = self.connection
@@ -275,14 +356,21 @@ class PostgresLedger(Ledger):
             ).fetchone()
             deleted = int(row[0])
             if deleted and consumer is not None:
-                con.execute(
-                    f"INSERT INTO {HORIZONS} (stream, consumer, filters, first_seq, last_seq)"
-                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (stream, consumer, filters)"
-                    f" DO UPDATE SET first_seq = least({HORIZONS}.first_seq, excluded.first_seq),"
-                    f" last_seq = greatest({HORIZONS}.last_seq, excluded.last_seq),"
-                    " pruned_at = now()",
-                    (stream, consumer, Horizon.key(filters), row[1], row[2]),
-                )
+                owners = [(consumer, Horizon.key(filters))] + [
+                    (n.consumer, Horizon.key(n.filters))
+                    for n in neighbours
+                    if n.consumer != consumer
+                ]
+                with con.cursor() as cursor:
+                    cursor.executemany(
+                        f"INSERT INTO {HORIZONS} (stream, consumer, filters, first_seq, last_seq)"
+                        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (stream, consumer, filters)"
+                        " DO UPDATE SET"
+                        f" first_seq = least({HORIZONS}.first_seq, excluded.first_seq),"
+                        f" last_seq = greatest({HORIZONS}.last_seq, excluded.last_seq),"
+                        " pruned_at = now()",
+                        [(stream, name, key, row[1], row[2]) for name, key in owners],
+                    )
             if self.key == "msg_id":
                 con.execute(
                     "DELETE FROM oncestream_msg_ids WHERE ctid IN ("

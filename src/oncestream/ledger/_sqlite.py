@@ -5,12 +5,22 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from .._errors import ConfigError, LedgerError, LedgerUnusable
-from ._base import HORIZONS, Horizon, KeyMode, Ledger, LedgerEntry, LedgerTx, check_key
+from ._base import (
+    HORIZONS,
+    REGISTRY,
+    Horizon,
+    KeyMode,
+    Ledger,
+    LedgerEntry,
+    LedgerTx,
+    Registration,
+    check_key,
+)
 
 __all__ = ["OLD_TABLE", "RUNS", "SQLiteLedger", "write_problem"]
 
@@ -48,6 +58,10 @@ _SCHEMA = (
     " stream TEXT NOT NULL, consumer TEXT NOT NULL, filters TEXT NOT NULL,"
     " first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, pruned_at REAL NOT NULL,"
     " PRIMARY KEY (stream, consumer, filters)) WITHOUT ROWID",
+    f"CREATE TABLE IF NOT EXISTS {REGISTRY} ("
+    " stream TEXT NOT NULL, consumer TEXT NOT NULL, filters TEXT NOT NULL,"
+    " stream_created TEXT NOT NULL, ack_floor INTEGER NOT NULL, registered_at REAL NOT NULL,"
+    " PRIMARY KEY (stream, consumer)) WITHOUT ROWID",
 )
 _MIGRATE = (
     f"CREATE TABLE IF NOT EXISTS {OLD_TABLE} ("
@@ -80,6 +94,25 @@ _RAISE_HORIZON = (
     " first_seq = min(first_seq, excluded.first_seq),"
     " last_seq = max(last_seq, excluded.last_seq), pruned_at = excluded.pruned_at"
 )
+
+
+_REGISTRATIONS = (
+    f"SELECT stream, consumer, filters, stream_created, ack_floor FROM {REGISTRY}"
+    " WHERE stream = ? ORDER BY consumer"
+)
+_REGISTER = (
+    f"INSERT INTO {REGISTRY} (stream, consumer, filters, stream_created, ack_floor,"
+    " registered_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (stream, consumer) DO UPDATE SET"
+    " filters = excluded.filters, stream_created = excluded.stream_created,"
+    " ack_floor = excluded.ack_floor, registered_at = excluded.registered_at"
+)
+
+
+def _registrations(con: sqlite3.Connection, stream: str) -> list[Registration]:
+    return [
+        Registration(s, c, tuple(f.split()), created, int(floor))
+        for s, c, f, created, floor in con.execute(_REGISTRATIONS, (stream,))
+    ]
 
 
 def _horizons(con: sqlite3.Connection, stream: str, consumer: str) -> list[Horizon]:
@@ -417,6 +450,46 @@ class SQLiteLedger(Ledger):
         except sqlite3.Error as exc:
             raise self.failure("read the prune horizon", exc) from exc
 
+    def register(self, mine: Registration, check: Callable[[list[Registration]], None]) -> None:
+        con = self.connection
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                check(_registrations(con, mine.stream))
+                con.execute(
+                    _REGISTER,
+                    (
+                        mine.stream,
+                        mine.consumer,
+                        Horizon.key(mine.filters),
+                        mine.stream_created,
+                        mine.ack_floor,
+                        time.time(),
+                    ),
+                )
+                con.execute("COMMIT")
+            except BaseException:
+                if con.in_transaction:
+                    con.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise self.failure("register the consumer", exc) from exc
+
+    def registrations(self, stream: str) -> list[Registration]:
+        try:
+            return _registrations(self.connection, stream)
+        except sqlite3.Error as exc:
+            raise self.failure("read the registered consumers", exc) from exc
+
+    def record_floors(self, stream: str, floors: dict[str, int]) -> None:
+        try:
+            self.connection.executemany(
+                f"UPDATE {REGISTRY} SET ack_floor = ? WHERE stream = ? AND consumer = ?",
+                [(floor, stream, consumer) for consumer, floor in floors.items()],
+            )
+        except sqlite3.Error as exc:
+            raise self.failure("record the ack floors", exc) from exc
+
     def prune(
         self,
         stream: str,
@@ -425,6 +498,7 @@ class SQLiteLedger(Ledger):
         *,
         consumer: str | None = None,
         filters: Sequence[str] = (),
+        neighbours: Sequence[Registration] = (),
     ) -> int:
         """Forget the sequences ``<= up_to_seq`` of at most ``limit`` runs; how many sequences.
 
@@ -454,8 +528,15 @@ class SQLiteLedger(Ledger):
                     deleted += up_to_seq + 1 - first
             if runs and consumer is not None:
                 span = (runs[0][0], max(min(last, up_to_seq) for _, last in runs))
-                con.execute(
-                    _RAISE_HORIZON, (stream, consumer, Horizon.key(filters), *span, time.time())
+                now = time.time()
+                con.executemany(
+                    _RAISE_HORIZON,
+                    [(stream, consumer, Horizon.key(filters), *span, now)]
+                    + [
+                        (stream, n.consumer, Horizon.key(n.filters), *span, now)
+                        for n in neighbours
+                        if n.consumer != consumer
+                    ],
                 )
             if self.key == "msg_id":
                 con.execute(

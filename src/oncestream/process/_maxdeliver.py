@@ -170,19 +170,30 @@ class DeliveryLimit:
         return self._error(
             f"{self.stream} seq {seq} failed (delivery {delivered} of {self.consumer_max})",
             self.consumer_max,
+            failed=seq,
         )
 
-    def _error(self, what: str, limit: int, seqs: tuple[int, ...] = ()) -> MaxDeliverError:
+    def _error(self, what: str, limit: int, *, failed: int | None = None) -> MaxDeliverError:
         where = f"{self.stream}/{self.consumer}"
+        # Unacked at its last delivery, the failed message is dropped by the server once
+        # the ack wait passes (the max-deliveries advisory); a reset back to it is then
+        # the only way it is delivered again.
+        back = f"`oncestream consumer reset {self.stream} {self.consumer} --to-seq " + (
+            f"{failed}`" if failed is not None else "N` (N: the sequence it names)"
+        )
+        subject = f"seq {failed}" if failed is not None else "a failed message"
         return MaxDeliverError(
             f"consumer {where} has max_deliver {limit} while this Processor runs ({what}), and "
             f"no dead-letter stream is configured: the server stops delivering a message after "
             f"{limit} deliveries, and it would be neither applied nor dead-lettered. Fix: "
-            f"{_fix(self.stream, self.consumer)}; then start the Processor again",
+            f"{_fix(self.stream, self.consumer)}; then start the Processor again. Deadline: "
+            f"the consumer's ack wait ({self.acks.ack_wait:g}s) after {subject}'s last "
+            f"delivery; after it the server stops delivering it (nothing pending, no error): "
+            f"then, after the edit and before the Processor starts, {back} (the messages "
+            "after it that were applied are in the ledger: acked, not applied again)",
             stream=self.stream,
             consumer=self.consumer,
             max_deliver=limit,
-            seqs=seqs,
         )
 
     # -- a message the server stopped delivering ------------------------------------

@@ -70,6 +70,7 @@ from ._pinning import (
     take_over,
 )
 from ._reclaim import reclaim_at_start
+from ._registry import Registry
 from ._setup import FloorHistory, check_handler, consumer_filters, setup_consumer
 
 __all__ = ["BatchHandler", "Handler", "Processor", "ProcessorOptions", "ProcessorStats"]
@@ -163,6 +164,7 @@ class Processor:
         self._progress = asyncio.Event()
         self._pull_log = LogThrottle(log)  # repeated pull timeouts: first 5, then a summary
         self._applier = Applier(ledger, chosen, self.stats, batched=batch_handler is not None)
+        self._registry = Registry(self._applier, ledger, self.stream, self.consumer)
         self._acks = self._acknowledger_type(
             self.stream,
             self.consumer,
@@ -207,7 +209,8 @@ class Processor:
         whose takeover resets it the same way).
 
         Raises:
-            ConfigError: the consumer exists with an incompatible config.
+            ConfigError: the consumer exists with an incompatible config, or the ledger's
+                registry refuses it (docs/processing.md, "One ledger, which consumers").
             ConsumerNotFound: it does not exist and ``create`` is off, or it was deleted
                 (a 409, or confirmed by ``CONSUMER.INFO`` after a run of "no responders";
                 a cluster partition or leader election is ridden through).
@@ -232,7 +235,11 @@ class Processor:
             if self.options.pinned:
                 require_reset(conn, "a pinned priority group")
                 self._applier.fence = self._owner_check(None)
+            if not self.options.bind:  # refused before it creates the consumer
+                await self._registry.check(conn, self.options.filter_subject)
             await self._setup_consumer(conn)
+            if not self.options.bind:
+                await self._registry.register(conn)
             if self.options.ack_all:
                 await self._own_consumer(conn)
             self._acks.limit = limit = DeliveryLimit(self._acks, self._applier, self._fail)
@@ -768,11 +775,10 @@ class Processor:
                 filters = consumer_filters(info.get("config") or {})
                 floor = int(info.get("ack_floor", {}).get("stream_seq", 0))
                 up_to = self._floors.prunable(floor, time.monotonic(), filters)
+                up_to, others = await self._registry.limit(self.conn, floor, up_to)
                 if up_to:
-                    # The span deleted joins the consumer's prune horizon (same transaction).
-                    prune = functools.partial(
-                        self.ledger.prune, consumer=self.consumer, filters=filters
-                    )
+                    # The span deleted joins every registered consumer's prune horizon.
+                    prune = self._registry.prune_call(filters, others)
                     deleted = await self._applier.db(prune, self.stream, up_to, opts.prune_limit)
                     self.stats.pruned += deleted
                     self._progress.set()

@@ -1,0 +1,168 @@
+"""Who uses the ledger: the Processor registers its consumer when it starts.
+
+Ledger rows are keyed by stream and sequence, not by consumer, so one ledger is
+sound for several consumers of a stream only when no two of them take the same
+message, and only for one life of the stream. At start the Processor records its
+consumer (:class:`~oncestream.ledger.Registration`: filters, the stream's creation
+time, the ack floor) and refuses:
+
+- a stream whose creation time is not the one recorded: it was deleted and created
+  again, its sequences number other messages, and the ledger would suppress them;
+- another consumer of the stream registered with filters that overlap: each would
+  skip every message the other applied (a consumer renamed included).
+
+At each pruning round, :meth:`Registry.limit` reads every other registered consumer's
+ack floor from the server: the ledger is pruned no further than the lowest, and
+the span deleted joins every registered consumer's prune horizon. A registered
+consumer that no longer exists holds pruning at its last recorded floor.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from .._connection import Connection
+from .._errors import ConfigError, ConsumerNotFound
+from ..ledger import Ledger, Registration
+from ._applying import Applier
+from ._setup import consumer_filters
+
+__all__ = ["Registry", "check_registry"]
+
+log = logging.getLogger("oncestream.processor")
+
+_DOCS = "docs/processing.md, 'One ledger, which consumers'"
+
+
+def ack_floor(info: dict[str, Any]) -> int:
+    """The consumer's ack floor (a stream sequence) in a ``CONSUMER.INFO`` reply."""
+    return int((info.get("ack_floor") or {}).get("stream_seq", 0))
+
+
+async def _registration(
+    conn: Connection, stream: str, consumer: str, info: dict[str, Any]
+) -> Registration:
+    created = str((await conn.stream_info(stream)).get("created") or "")
+    filters = consumer_filters(info.get("config") or {})
+    return Registration(stream, consumer, filters, created, ack_floor(info))
+
+
+def check_registry(mine: Registration, registered: list[Registration]) -> None:
+    """Refuse ``mine`` when the ledger's ``registered`` consumers of its stream forbid it."""
+    stream = mine.stream
+    for old in registered:
+        if old.stream_created and mine.stream_created and old.stream_created != mine.stream_created:
+            names = ", ".join(sorted(r.consumer for r in registered))
+            raise ConfigError(
+                f"stream {stream!r} was created at {mine.stream_created}, but this ledger "
+                f"records the messages of a stream {stream!r} created at {old.stream_created} "
+                f"(consumers {names}): the stream was deleted and created again, its "
+                f"sequences number other messages, and this ledger would skip them as applied. "
+                f"Process the new stream with a new ledger (another SQLite file, another "
+                f"PostgreSQL database); or, when nothing of the old stream is needed any more, "
+                f"delete its rows from this ledger ({_DOCS})"
+            )
+    for other in registered:
+        if other.consumer == mine.consumer or not other.overlaps(mine.filters):
+            continue
+        raise ConfigError(
+            f"consumer {stream}/{mine.consumer} (filters {_shown(mine.filters)}) and consumer "
+            f"{stream}/{other.consumer} (filters {_shown(other.filters)}), registered in this "
+            f"ledger, take some of the same messages: the ledger records each message of a "
+            f"stream once, so each would skip what the other applied. The rule: one ledger per "
+            f"consumer of a stream, unless their filter subjects are disjoint. Two consumers "
+            f"that both need the messages: give each its own ledger. A consumer renamed "
+            f"({other.consumer} -> {mine.consumer}): keep the old name, or stop it, create "
+            f"the new one starting after the old one's ack floor (sequence "
+            f"{other.ack_floor + 1} or later when last read), delete the old one and its "
+            f"registration ({_DOCS}): `DELETE FROM oncestream_consumers WHERE stream = "
+            f"'{stream}' AND consumer = '{other.consumer}'`"
+        )
+
+
+def _shown(filters: tuple[str, ...]) -> str:
+    return " ".join(filters) if filters else "none: every subject"
+
+
+class Registry:
+    """The Processor's consumer in its ledger's registry: checked and recorded at start,
+    the other registered consumers' floors at each pruning round.
+
+    Args:
+        applier: the Processor's applying part (its ledger lock and worker thread).
+        ledger, stream, consumer: the Processor's.
+    """
+
+    def __init__(self, applier: Applier, ledger: Ledger, stream: str, consumer: str) -> None:
+        self.applier, self.ledger = applier, ledger
+        self.stream, self.consumer = stream, consumer
+        self._missing: set[str] = set()  # logged once each
+
+    async def check(self, conn: Connection, filter_subject: str | None) -> None:
+        """:func:`check_registry` before the consumer is created: a refused Processor leaves
+        no consumer behind (:meth:`register` checks again, atomically).
+
+        Raises:
+            ConfigError: as :func:`check_registry`.
+        """
+        try:
+            info = await conn.consumer_info(self.stream, self.consumer)
+        except ConsumerNotFound:  # to be created with filter_subject (or refused: create off)
+            info = {"config": {"filter_subject": filter_subject} if filter_subject else {}}
+        mine = await _registration(conn, self.stream, self.consumer, info)
+        check_registry(mine, await self.applier.db(self.ledger.registrations, self.stream))
+
+    async def register(self, conn: Connection) -> Registration:
+        """Check the ledger's registry for the stream and record the consumer in it.
+
+        Raises:
+            ConfigError: the stream was created again since the ledger recorded it, or
+                another registered consumer of the stream takes some of the same subjects.
+        """
+        info = await conn.consumer_info(self.stream, self.consumer)
+        mine = await _registration(conn, self.stream, self.consumer, info)
+        await self.applier.db(self.ledger.register, mine, functools.partial(check_registry, mine))
+        return mine
+
+    async def limit(
+        self, conn: Connection, own_floor: int, up_to: int
+    ) -> tuple[int, list[Registration]]:
+        """``up_to`` lowered to the lowest ack floor of the other registered consumers, and
+        their registrations; records the floors read (``own_floor`` too)."""
+        registered = await self.applier.db(self.ledger.registrations, self.stream)
+        others = [r for r in registered if r.consumer != self.consumer]
+        floors = {self.consumer: own_floor}
+        for other in others:
+            try:
+                floor = ack_floor(await conn.consumer_info(self.stream, other.consumer))
+            except ConsumerNotFound:
+                floor = other.ack_floor
+                if other.consumer not in self._missing:
+                    self._missing.add(other.consumer)
+                    log.warning(
+                        "%s/%s: consumer %s is registered in the ledger but no longer exists "
+                        "on the server: the ledger is pruned no further than its last "
+                        "recorded ack floor, %d (%s says how to remove a registration)",
+                        self.stream,
+                        self.consumer,
+                        other.consumer,
+                        floor,
+                        _DOCS,
+                    )
+            else:
+                floors[other.consumer] = floor
+            up_to = min(up_to, floor)
+        await self.applier.db(self.ledger.record_floors, self.stream, floors)
+        return up_to, others
+
+    def prune_call(
+        self, filters: tuple[str, ...], others: list[Registration]
+    ) -> Callable[[str, int, int], int]:
+        """``ledger.prune`` recording the span in the horizon of the consumer and ``others``."""
+        prune = functools.partial(self.ledger.prune, consumer=self.consumer, filters=filters)
+        if others:  # a Ledger subclass written before the registry takes no neighbours
+            prune = functools.partial(prune, neighbours=others)
+        return prune
