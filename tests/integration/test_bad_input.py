@@ -940,8 +940,9 @@ CASES = [
         "process-ledger-corrupt-pages",
         [*PROCESS, "--stream", "BI_BAD4096", "--consumer", "c", "--handler", "bi_fx:handle"],
         CONFIG,
-        "LedgerUnusable: SQLite ledger {tmp}/ledger.db cannot be used (claim: database disk "
-        "image is malformed): the file is damaged",
+        # The first read of the damaged pages names it (the registry, since wave 4).
+        "LedgerUnusable: SQLite ledger {tmp}/ledger.db cannot be used (read the registered "
+        "consumers: database disk image is malformed): the file is damaged",
         setup=_damaged(4096),
         check=_untouched_and_unacked("BI_BAD4096"),
         subprocess=True,  # before the fix it retried forever: the timeout ends it
