@@ -24,7 +24,7 @@ from harness import make_streams, publish_orders
 from oncestream.server import NatsServer
 from oncestream.spark._session import scratch_root
 from oncestream.streams import StreamSpec
-from tests.spark._sink_drivers import BOTH, DRIVERS, INGEST, Drivers
+from tests.spark._sink_drivers import CLASSIC, DRIVERS, INGEST, Drivers
 from tests.spark._sink_helpers import (
     raw_headers_of,
     run_audit,
@@ -68,7 +68,7 @@ def test_killed_before_commit_inside_dedup_window(
     assert (b"Nats-Batch-Id" in raw_headers_of(url, "OUT", 2000)) is (ingest == "atomic")
 
 
-@BOTH
+@CLASSIC
 def test_killed_before_commit_with_a_msg_id_column(
     nats_server: NatsServer, tmp_path: Path, mode: str, drivers: Drivers
 ) -> None:

@@ -12,14 +12,14 @@ from pathlib import Path
 from harness import make_streams, order_ids_on, publish_orders
 from oncestream.server import NatsServer
 from oncestream.streams import StreamSpec
-from tests.spark._sink_drivers import BOTH, Drivers
+from tests.spark._sink_drivers import CLASSIC, Drivers
 from tests.spark._sink_helpers import (
     await_window_passed,
     stream_state,
 )
 
 
-@BOTH
+@CLASSIC
 def test_without_the_stream_option_a_restart_after_the_window_adds_nothing(
     nats_server: NatsServer, tmp_path: Path, mode: str, drivers: Drivers
 ) -> None:
@@ -50,7 +50,7 @@ def test_without_the_stream_option_a_restart_after_the_window_adds_nothing(
     assert stream_state(url, "OUT")["messages"] == 2000
 
 
-@BOTH
+@CLASSIC
 def test_new_query_on_a_reused_path_killed_between_the_commits(
     nats_server: NatsServer, tmp_path: Path, mode: str, drivers: Drivers
 ) -> None:
