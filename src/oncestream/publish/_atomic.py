@@ -13,16 +13,12 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import orjson
-
 from .._connection import Connection
 from .._errors import (
     ConfigError,
     ErrCode,
     JetStreamError,
-    NoResponders,
     PublishFailed,
-    jetstream_error,
 )
 from .._headers import (
     EXPECTED_STREAM,
@@ -36,6 +32,7 @@ from ..read import stored_ids
 from ._batch import (
     MAX_BATCH,
     Replies,
+    ack_response,
     batch_frames,
     check_atomic,
     commit_result,
@@ -104,14 +101,7 @@ def _puback(data: bytes, subject: str) -> tuple[int, bool]:
         NoResponders: no stream captures ``subject`` (the 503 status has no body).
         JetStreamError: the typed refusal (err_code kept), or a malformed ack.
     """
-    if not data:
-        raise NoResponders(f"no stream listens on subject {subject!r}")
-    try:
-        response = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise JetStreamError(f"malformed PubAck: {data!r}") from exc
-    if "error" in response:
-        raise jetstream_error(response["error"])
+    response = ack_response(data, subject, "PubAck")
     if "seq" not in response:
         raise JetStreamError(f"malformed PubAck: {data!r}")
     return int(response["seq"]), bool(response.get("duplicate"))

@@ -76,6 +76,7 @@ __all__ = [
     "AtomicBatchSender",
     "BatchRecord",
     "Replies",
+    "ack_response",
     "batch_frames",
     "check_atomic",
     "commit_result",
@@ -187,6 +188,27 @@ def probe_frame(subject: bytes, reply: bytes) -> bytes:
     )
 
 
+def ack_response(data: bytes, subject: str, what: str) -> Any:
+    """The decoded ack of a publish to ``subject``, refusals raised.
+
+    Args:
+        what: the ack's name in the malformed-ack message (``"PubAck"``).
+
+    Raises:
+        NoResponders: no stream captures ``subject`` (the 503 status has no body).
+        JetStreamError: the typed refusal (err_code kept), or an ack that is not JSON.
+    """
+    if not data:
+        raise NoResponders(f"no stream listens on subject {subject!r}")
+    try:
+        response = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise JetStreamError(f"malformed {what}: {data!r}") from exc
+    if "error" in response:
+        raise jetstream_error(response["error"])
+    return response
+
+
 def commit_result(data: bytes, subject: str) -> tuple[int, int]:
     """``(seq, count)`` of a batch's commit ack.
 
@@ -194,14 +216,7 @@ def commit_result(data: bytes, subject: str) -> tuple[int, int]:
         NoResponders: no stream captures ``subject`` (the 503 status has no body).
         JetStreamError: the typed refusal (err_code kept), or a malformed ack.
     """
-    if not data:
-        raise NoResponders(f"no stream listens on subject {subject!r}")
-    try:
-        response = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise JetStreamError(f"malformed batch commit ack: {data!r}") from exc
-    if "error" in response:
-        raise jetstream_error(response["error"])
+    response = ack_response(data, subject, "batch commit ack")
     return int(response.get("seq", 0)), int(response.get("count", -1))
 
 
