@@ -36,6 +36,7 @@ Tree::
 
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import Any
 
 __all__ = [
@@ -65,6 +66,48 @@ __all__ = [
     "WrongLastSequence",
     "jetstream_error",
 ]
+
+
+class ErrCode(IntEnum):
+    """The JetStream ``err_code`` values oncestream acts on: each named once, here.
+
+    Names follow nats-server's ``server/errors.json`` constants (``JS...Err``),
+    shortened; a member compares equal to the plain int a server answer carries.
+    Where a typed exception exists (:class:`StreamNotFound`...) catch that instead.
+    Internal (not in ``__all__``): callers see the typed exceptions and ``err_code``.
+    """
+
+    CLUSTER_NOT_AVAIL = 10008  # JSClusterNotAvailErr: no meta leader
+    CLUSTER_NOT_LEADER = 10009  # JSClusterNotLeaderErr
+    CONSUMER_CREATE = 10012  # JSConsumerCreateErrF: also a setting fixed at creation
+    CONSUMER_NOT_FOUND = 10014  # JSConsumerNotFoundErr
+    MAXIMUM_STREAMS_LIMIT = 10027  # JSMaximumStreamsLimitErr
+    NO_MESSAGE_FOUND = 10037  # JSNoMessageFoundErr
+    NOT_ENABLED_FOR_ACCOUNT = 10039  # JSNotEnabledForAccountErr
+    STREAM_INVALID_CONFIG = 10052  # JSStreamInvalidConfigF
+    MESSAGE_EXCEEDS_MAXIMUM = 10054  # JSStreamMessageExceedsMaximumErr
+    STREAM_MSG_DELETE_FAILED = 10057  # JSStreamMsgDeleteFailedF: no message at that seq
+    STREAM_NAME_EXIST = 10058  # JSStreamNameExistErr: the name has another config
+    STREAM_NOT_FOUND = 10059  # JSStreamNotFoundErr
+    STREAM_NOT_MATCH = 10060  # JSStreamNotMatchErr: expected stream does not match
+    STREAM_SUBJECT_OVERLAP = 10065  # JSStreamSubjectOverlapErr
+    WRONG_LAST_MSG_ID = 10070  # JSStreamWrongLastMsgIDErrF
+    WRONG_LAST_SEQUENCE = 10071  # JSStreamWrongLastSequenceErrF
+    STREAM_REPLICAS_NOT_SUPPORTED = 10074  # JSStreamReplicasNotSupportedErr
+    STREAM_OFFLINE = 10118  # JSStreamOfflineErr: every replica down
+    CONSUMER_OFFLINE = 10119  # JSConsumerOfflineErr
+    CONSUMER_ALREADY_EXISTS = 10148  # JSConsumerAlreadyExists
+    DUPLICATE_MESSAGE_CONFLICT = 10158  # JSStreamDuplicateMessageConflict: id in process
+    WRONG_LAST_SEQUENCE_CONSTANT = 10164  # JSStreamWrongLastSequenceConstantErr
+    TOO_MANY_REQUESTS = 10167  # JSStreamTooManyRequests: a full ingest queue dropped it
+    ATOMIC_INCOMPLETE_BATCH = 10176  # JSAtomicPublishIncompleteBatchErr
+    ATOMIC_TOO_LARGE_BATCH = 10199  # JSAtomicPublishTooLargeBatchErrF
+    ATOMIC_DUPLICATE_MESSAGE = 10201  # JSAtomicPublishContainsDuplicateMessageErr
+    CONSUMER_INVALID_RESET = 10204  # JSConsumerInvalidResetErr
+    BATCH_DISABLED = 10205  # JSBatchPublishDisabledErr
+    BATCH_UNKNOWN_ID = 10208  # JSBatchPublishUnknownBatchIDErr
+    ATOMIC_TOO_MANY_INFLIGHT = 10210  # JSAtomicPublishTooManyInflight
+    BATCH_TOO_MANY_INFLIGHT = 10211  # JSBatchPublishTooManyInflight
 
 
 class OncestreamError(Exception):
@@ -141,19 +184,19 @@ class NoResponders(JetStreamError):
 class StreamNotFound(JetStreamError):
     """No stream with that name, or (the server confirmed) none captures a published subject."""
 
-    err_codes = (10059,)
+    err_codes = (ErrCode.STREAM_NOT_FOUND,)
 
 
 class ConsumerNotFound(JetStreamError):
     """No consumer with that name on the stream."""
 
-    err_codes = (10014,)
+    err_codes = (ErrCode.CONSUMER_NOT_FOUND,)
 
 
 class MessageNotFound(JetStreamError):
     """No message at that sequence / for that subject."""
 
-    err_codes = (10037,)
+    err_codes = (ErrCode.NO_MESSAGE_FOUND,)
 
 
 class WrongLastSequence(JetStreamError):
@@ -165,25 +208,25 @@ class WrongLastSequence(JetStreamError):
     finding its own earlier attempt stored).
     """
 
-    err_codes = (10071, 10164)
+    err_codes = (ErrCode.WRONG_LAST_SEQUENCE, ErrCode.WRONG_LAST_SEQUENCE_CONSTANT)
 
 
 class WrongLastMsgId(JetStreamError):
     """An ``expected_last_msg_id`` check failed."""
 
-    err_codes = (10070,)
+    err_codes = (ErrCode.WRONG_LAST_MSG_ID,)
 
 
 class StreamMismatch(JetStreamError):
     """The message landed on a different stream than ``expected_stream``."""
 
-    err_codes = (10060,)
+    err_codes = (ErrCode.STREAM_NOT_MATCH,)
 
 
 class MessageTooLarge(JetStreamError):
     """The message exceeds the stream's max_msg_size or the server's max_payload."""
 
-    err_codes = (10054,)
+    err_codes = (ErrCode.MESSAGE_EXCEEDS_MAXIMUM,)
 
 
 class PublishError(OncestreamError):

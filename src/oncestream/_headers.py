@@ -51,6 +51,8 @@ __all__ = [
     "BATCH_COMMIT",
     "BATCH_ID",
     "BATCH_SEQ",
+    "BLOCK_START",
+    "BLOCK_START_B",
     "CONTROL_PREFIXES",
     "COUNTER_SOURCES",
     "EXPECTED_LAST_MSG_ID",
@@ -62,9 +64,14 @@ __all__ = [
     "MSG_ID",
     "MSG_TTL",
     "NUM_PENDING",
+    "PENDING_BYTES",
+    "PENDING_MESSAGES",
+    "PIN_ID",
     "ROLLUP",
+    "SCHEDULE",
     "SCHEDULER",
     "SCHEDULE_NEXT",
+    "SCHEDULE_TARGET",
     "SEQUENCE",
     "SERVER_STAMPED",
     "STREAM",
@@ -83,6 +90,7 @@ __all__ = [
     "msg_id_of",
     "own_block",
     "parse_block",
+    "render_block",
     "split_status",
     "writable_headers",
 ]
@@ -97,6 +105,14 @@ BATCH_SEQ = "Nats-Batch-Sequence"
 BATCH_COMMIT = "Nats-Batch-Commit"
 MSG_TTL = "Nats-TTL"
 ROLLUP = "Nats-Rollup"
+# A message schedule's own headers (server/stream.go): when, and the subject it fires on.
+SCHEDULE = "Nats-Schedule"
+SCHEDULE_TARGET = "Nats-Schedule-Target"
+# Status replies to a pull request: how much of it went unused (404/408), the pin a
+# pinned_client priority group gave this client.
+PENDING_MESSAGES = "Nats-Pending-Messages"
+PENDING_BYTES = "Nats-Pending-Bytes"
+PIN_ID = "Nats-Pin-Id"
 # Appended by the server to direct-get replies, in this order (the last two
 # only in batched replies).
 STREAM = "Nats-Stream"
@@ -128,6 +144,10 @@ _RESERVED = frozenset(name.lower() for name in (MSG_ID, *_DIRECT_TAIL, _UPTO_SEQ
 _CONTROL_LOWER = tuple(p.lower() for p in CONTROL_PREFIXES)
 _TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _HEAD = b"NATS/1.0"
+#: The first line of a header block without a status (text and bytes, for builders that
+#: format it into a template once).
+BLOCK_START = "NATS/1.0\r\n"
+BLOCK_START_B = BLOCK_START.encode()
 _CRLF = b"\r\n"
 _MSG_ID_B = MSG_ID.encode()
 _MSG_ID_KEY = b"\r\n" + _MSG_ID_B + b":"
@@ -424,7 +444,7 @@ def build_block(msg_id: str, extra: HeaderValues | None, expect: Mapping[str, st
     server stamps (:data:`SERVER_STAMPED`) are left out: they describe where a stored
     message came from, and the server refuses them from a client.
     """
-    parts = ["NATS/1.0\r\n", MSG_ID, ": ", msg_id, "\r\n"]
+    parts = [BLOCK_START, MSG_ID, ": ", msg_id, "\r\n"]
     if extra:
         for key, value in extra.items():
             if key.lower() in _STAMPED_LOWER:
@@ -435,3 +455,18 @@ def build_block(msg_id: str, extra: HeaderValues | None, expect: Mapping[str, st
         parts += [key, ": ", value, "\r\n"]
     parts.append("\r\n")
     return "".join(parts).encode()
+
+
+def render_block(headers: HeaderValues) -> bytes:
+    """The ``NATS/1.0`` block of ``headers`` as given: no checks, nothing left out.
+
+    For a message rebuilt from headers already parsed (a direct get's own lines, a
+    dead letter's record); a list value becomes one line per item. Writers use
+    :func:`build_block`.
+    """
+    lines = "".join(
+        f"{key}: {item}\r\n"
+        for key, value in headers.items()
+        for item in ((value,) if isinstance(value, str) else value)
+    )
+    return f"{BLOCK_START}{lines}\r\n".encode()

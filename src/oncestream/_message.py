@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
 
 from ._errors import JetStreamError, OncestreamError, OperationTimeout
-from ._headers import first_values, msg_id_of, parse_block
+from ._headers import first_values, msg_id_of, parse_block, render_block
 
 __all__ = [
     "ACK_V1",
@@ -228,8 +228,7 @@ class Message:
     def raw_headers(self) -> bytes | None:
         """The ``NATS/1.0`` header block as received (or rendered from :attr:`headers`)."""
         if self._raw_headers is None and self._headers:
-            lines = "".join(f"{k}: {v}\r\n" for k, v in self._headers.items())
-            return f"NATS/1.0\r\n{lines}\r\n".encode()
+            return render_block(self._headers)
         return self._raw_headers
 
     @property

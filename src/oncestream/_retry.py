@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ._connection import Connection
-from ._errors import JetStreamError, NoResponders, OperationTimeout, StreamNotFound
+from ._errors import ErrCode, JetStreamError, NoResponders, OperationTimeout, StreamNotFound
 
 __all__ = [
     "TRANSIENT_ERR_CODES",
@@ -37,10 +37,16 @@ log = logging.getLogger("oncestream.retry")
 
 T = TypeVar("T")
 
-#: JetStream ``err_code`` values that mean "not now" rather than "never":
-#: 10008 JSClusterNotAvailErr (no meta leader), 10009 JSClusterNotLeaderErr,
-#: 10118 JSStreamOfflineErr (every replica down), 10119 JSConsumerOfflineErr.
-TRANSIENT_ERR_CODES = frozenset({10008, 10009, 10118, 10119})
+#: JetStream ``err_code`` values that mean "not now" rather than "never": no meta
+#: leader, a cluster that cannot handle it, every replica of the stream/consumer down.
+TRANSIENT_ERR_CODES = frozenset(
+    {
+        ErrCode.CLUSTER_NOT_AVAIL,
+        ErrCode.CLUSTER_NOT_LEADER,
+        ErrCode.STREAM_OFFLINE,
+        ErrCode.CONSUMER_OFFLINE,
+    }
+)
 
 _FIRST_DELAY = 0.1
 _MAX_DELAY = 2.0

@@ -507,6 +507,98 @@ def test_server_times_are_parsed_in_one_place() -> None:
     assert offenders == []
 
 
+def _docstrings(tree: ast.Module) -> set[int]:
+    """``id()`` of every docstring constant in ``tree``."""
+    return {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+        and isinstance(n.body[0].value, ast.Constant)
+    }
+
+
+def err_code_literals(tree: ast.Module) -> list[int]:
+    """Lines with an int literal in nats-server's JetStream ``err_code`` range.
+
+    The codes run from 10002 (``server/errors.json``); 10000 itself is a round limit
+    (``10_000``), not a code.
+    """
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and type(node.value) is int
+        and 10_001 <= node.value <= 10_999
+    ]
+
+
+def test_the_err_code_rule_catches_a_planted_number() -> None:
+    planted = ast.parse(
+        '"""Compare with 10059 (a docstring does not count)."""\n'
+        "def f(exc):\n"
+        "    return exc.err_code != 10059  # nor a comment: 10058\n"
+    )
+    assert err_code_literals(planted) == [3]
+
+
+def test_jetstream_error_codes_are_named_in_one_place() -> None:
+    """Every JetStream ``err_code`` is an ``ErrCode`` member of ``_errors`` (issue 39)."""
+    offenders = [
+        f"{module}:{line}"
+        for module, _path, tree in _sources()
+        if module != "oncestream._errors"
+        for line in err_code_literals(tree)
+    ]
+    assert offenders == []
+
+
+def header_literals(tree: ast.Module) -> list[int]:
+    """Lines with a string or bytes literal naming a ``Nats-*`` header or a ``NATS/1.0`` block.
+
+    A literal names a header when it starts with ``Nats-`` or holds a header line
+    (``\\r\\nNats-``); prose that mentions one (an error message) does not count, nor
+    do docstrings.
+    """
+    docstrings = _docstrings(tree)
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or id(node) in docstrings:
+            continue
+        value = node.value
+        if isinstance(value, bytes):
+            value = value.decode("latin-1")
+        if isinstance(value, str) and (
+            value.startswith("Nats-") or "\r\nNats-" in value or "NATS/1.0" in value
+        ):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_header_rule_catches_planted_names_and_blocks() -> None:
+    planted = ast.parse(
+        '"""Reads Nats-Pending-Bytes from a NATS/1.0 block (a docstring does not count)."""\n'
+        'A = "Nats-Pending-Bytes"\n'
+        'B = b"\\r\\nNats-Pin-Id:"\n'
+        'C = "NATS/1.0\\r\\n" + "".join(lines)\n'
+        'D = f"the server checks Nats-Expected-Stream: {x}"\n'
+    )
+    assert header_literals(planted) == [2, 3, 4]
+
+
+def test_header_names_and_blocks_live_in_headers() -> None:
+    """``Nats-*`` names and ``NATS/1.0`` blocks are spelled in ``_headers`` only (issue 39)."""
+    offenders = [
+        f"{module}:{line}"
+        for module, _path, tree in _sources()
+        # The adapter's frame parser checks itself on frames spelled out whole.
+        if module != "oncestream._headers" and not _in_adapter(module)
+        for line in header_literals(tree)
+    ]
+    assert offenders == []
+
+
 #: Files reviewed past the flag: why they stay whole, and the length reviewed (a file
 #: that grows past it is flagged again).
 REVIEWED_LONG = {

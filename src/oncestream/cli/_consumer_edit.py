@@ -16,10 +16,6 @@ from ._consumer import Json, Name, Stream, check_filter, consumer_app
 from ._name_args import subject_filter
 from ._output import print_json
 
-#: nats-server's answer to a change of a setting fixed at creation (consumer.go
-#: checkNewConsumerConfig: "ack policy can not be updated", ...).
-CONSUMER_CREATE_FAILED = 10012
-
 _DURATIONS = ("ack_wait", "priority_timeout")
 
 

@@ -10,6 +10,7 @@ import typer
 
 from .._connection import connect
 from .._errors import ConfigError, MessageNotFound
+from .._headers import render_block
 from .._options import ConnectOptions, parse_duration, parse_int, rfc3339
 from ..process import DeadLetter, list_dead_letters, replay_dead_letters
 from ..streams import StoredMessage, get_message, stream_info
@@ -185,15 +186,7 @@ def _stored(letter: DeadLetter) -> StoredMessage:
         seq=letter.seq,
         subject=letter.dlq_subject,
         time=letter.time,
-        raw_headers=(
-            "NATS/1.0\r\n"
-            + "".join(
-                f"{name}: {value}\r\n"
-                for name, values in letter.headers.items()
-                for value in values
-            )
-            + "\r\n"
-        ).encode(),
+        raw_headers=render_block(letter.headers),
         data=letter.data,
     )
 

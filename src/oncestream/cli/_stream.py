@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from .._connection import connect
-from .._errors import ConfigError, JetStreamError, MessageNotFound, StreamNotFound
+from .._errors import ConfigError, ErrCode, JetStreamError, MessageNotFound, StreamNotFound
 from .._options import INT64_MAX, ConnectOptions, parse_duration, parse_int, rfc3339, seconds_to_ns
 from ..streams import (
     StoredMessage,
@@ -37,9 +37,6 @@ app.add_typer(stream_app)
 
 #: The largest max_msg_size nats-server takes (an int32 in its stream config).
 INT32_MAX = 2**31 - 1
-
-#: JetStream: "stream name already in use with a different configuration".
-STREAM_NAME_IN_USE = 10058
 
 Name = Annotated[str, typer.Argument(help="Stream name.", callback=stream_name)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
@@ -239,7 +236,7 @@ def add_command(
                 try:
                     return True, await add_stream(conn, config)
                 except JetStreamError as exc:
-                    if exc.err_code != STREAM_NAME_IN_USE:
+                    if exc.err_code != ErrCode.STREAM_NAME_EXIST:
                         raise
                     existing = await stream_info(conn, name)  # created meanwhile
             if allow_batched is None:  # the default is no difference from an existing stream

@@ -39,6 +39,7 @@ import orjson
 from .._connection import Connection
 from .._errors import (
     ConfigError,
+    ErrCode,
     JetStreamError,
     OncestreamError,
     PermissionDenied,
@@ -65,7 +66,16 @@ _VERSION = 1
 #: errors.json): account without JetStream, stream limit, invalid config, another stream's
 #: config under the name, overlapping subjects, replicas without a cluster. Any other
 #: (a store that cannot be created on a full disk, 10049; no meta leader) is failed work.
-_USAGE_ERR_CODES = frozenset({10039, 10027, 10052, 10058, 10065, 10074})
+_USAGE_ERR_CODES = frozenset(
+    {
+        ErrCode.NOT_ENABLED_FOR_ACCOUNT,
+        ErrCode.MAXIMUM_STREAMS_LIMIT,
+        ErrCode.STREAM_INVALID_CONFIG,
+        ErrCode.STREAM_NAME_EXIST,
+        ErrCode.STREAM_SUBJECT_OVERLAP,
+        ErrCode.STREAM_REPLICAS_NOT_SUPPORTED,
+    }
+)
 
 
 class ConcurrentRun(ConfigError):

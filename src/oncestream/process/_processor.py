@@ -45,7 +45,7 @@ from .._errors import (
     OperationTimeout,
     StreamNotFound,
 )
-from .._headers import msg_id_key
+from .._headers import SCHEDULE, msg_id_key
 from .._logthrottle import LogThrottle
 from .._message import Message
 from .._names import check_consumer_name, check_stream_name
@@ -77,7 +77,7 @@ __all__ = ["BatchHandler", "Handler", "Processor", "ProcessorOptions", "Processo
 
 log = logging.getLogger("oncestream.processor")
 
-_SCHEDULE = b"\r\nNats-Schedule:"
+_SCHEDULE = b"\r\n" + SCHEDULE.encode() + b":"
 #: LedgerEntry(stream, seq) at half the cost of the NamedTuple's keyword-capable __new__.
 _entry = functools.partial(tuple.__new__, LedgerEntry)
 #: Seconds one attempt of a takeover's fence waits for the ledger's lock (at most; a

@@ -52,8 +52,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from .._connection import Connection, translate_error
-from .._errors import ConfigError, StreamMismatch
-from .._headers import EXPECTED_STREAM, MSG_ID, writable_headers
+from .._errors import ConfigError, ErrCode, StreamMismatch
+from .._headers import EXPECTED_STREAM, MSG_ID, SCHEDULE, SCHEDULE_TARGET, writable_headers
 from .._names import subject_matches
 from ..read import iter_messages
 from ..streams import (
@@ -82,9 +82,6 @@ _DROP_PREFIX = "oncestream-"
 
 #: Schedule messages of a scheduled replay live on ``<this>.<stream>.<dlq>.<seq>``.
 SCHEDULE_PREFIX = "oncestream.schedule"
-#: nats-server headers of a message schedule (server/stream.go).
-SCHEDULE = "Nats-Schedule"
-SCHEDULE_TARGET = "Nats-Schedule-Target"
 #: The first nats-server release with message schedules (``allow_msg_schedules``).
 SCHEDULES_SINCE = (2, 12)
 
@@ -303,7 +300,7 @@ async def _check_target(conn: Connection, letter: DeadLetter) -> None:
     """Refuse a dead letter whose subject moved to another stream (or whose stream is gone)."""
     holders = await _holders(conn, letter.subject)
     if letter.stream not in holders:
-        raise StreamMismatch(_moved(letter, holders), code=400, err_code=10060)
+        raise StreamMismatch(_moved(letter, holders), code=400, err_code=ErrCode.STREAM_NOT_MATCH)
 
 
 async def _check_schedules(conn: Connection, letter: DeadLetter) -> None:

@@ -6,7 +6,7 @@ import inspect
 from typing import Any
 
 from .._connection import Connection
-from .._errors import ConfigError, ConsumerNotFound, JetStreamError
+from .._errors import ConfigError, ConsumerNotFound, ErrCode, JetStreamError, StreamNotFound
 from .._names import (
     subject_matches,
     subjects_overlap,
@@ -91,7 +91,7 @@ async def _create_consumer(
     try:
         return await conn.api(f"CONSUMER.CREATE.{stream}.{consumer}", payload)
     except JetStreamError as exc:
-        if exc.err_code == 10148:  # created concurrently by another instance
+        if exc.err_code == ErrCode.CONSUMER_ALREADY_EXISTS:  # created by another instance
             return await conn.consumer_info(stream, consumer)
         raise
 
@@ -188,9 +188,7 @@ async def _ensure_dlq_stream(conn: Connection, name: str, subject: str) -> None:
     """Create the dead-letter stream, or check that it captures ``subject``."""
     try:
         info = await conn.stream_info(name)
-    except JetStreamError as exc:
-        if exc.err_code != 10059:
-            raise
+    except StreamNotFound:
         subjects = [f"{name}.>"] if subject.startswith(f"{name}.") else [subject]
         await add_stream(
             conn,

@@ -13,15 +13,12 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import orjson
-
 from .._connection import Connection
 from .._errors import (
     ConfigError,
+    ErrCode,
     JetStreamError,
-    NoResponders,
     PublishFailed,
-    jetstream_error,
 )
 from .._headers import (
     EXPECTED_STREAM,
@@ -33,9 +30,9 @@ from .._headers import (
 )
 from ..read import stored_ids
 from ._batch import (
-    ERR_BATCH_DUPLICATE_MSG_ID,
     MAX_BATCH,
     Replies,
+    ack_response,
     batch_frames,
     check_atomic,
     commit_result,
@@ -43,7 +40,6 @@ from ._batch import (
     settles,
 )
 from ._duplicates import DuplicateFinder
-from ._fast_ingest import ERR_TOO_MANY_REQUESTS
 from ._frames import check_single_values, check_subject, too_large
 from ._options import PublisherOptions
 
@@ -57,20 +53,16 @@ log = logging.getLogger("oncestream.publisher")
 #: hold one of the 50 it stages per stream (jetstream.limits.batch.max_inflight_per_stream).
 MAX_INFLIGHT_BATCHES = 8
 
-#: "duplicate message id is in process" (clustered: an id proposed, not yet applied).
-ERR_DUPLICATE_IN_PROCESS = 10158
-#: "atomic publish batch is incomplete": not stored (a gap, abandoned after the batch
-#: timeout, or its first message dropped because too many batches were in flight).
-ERR_BATCH_INCOMPLETE = 10176
-ERR_BATCH_TOO_LARGE = 10199
-ERR_ATOMIC_TOO_MANY_INFLIGHT = 10210
-#: Refusals that say the batch was not stored: sending it again is safe.
+#: Refusals that say the batch was not stored: sending it again is safe. Incomplete: a
+#: gap, abandoned after the batch timeout, or its first message dropped because too
+#: many batches were in flight; a duplicate id in process (clustered: an id proposed,
+#: not yet applied).
 _NOT_STORED = frozenset(
     {
-        ERR_BATCH_INCOMPLETE,
-        ERR_ATOMIC_TOO_MANY_INFLIGHT,
-        ERR_TOO_MANY_REQUESTS,
-        ERR_DUPLICATE_IN_PROCESS,
+        ErrCode.ATOMIC_INCOMPLETE_BATCH,
+        ErrCode.ATOMIC_TOO_MANY_INFLIGHT,
+        ErrCode.TOO_MANY_REQUESTS,
+        ErrCode.DUPLICATE_MESSAGE_CONFLICT,
     }
 )
 
@@ -109,14 +101,7 @@ def _puback(data: bytes, subject: str) -> tuple[int, bool]:
         NoResponders: no stream captures ``subject`` (the 503 status has no body).
         JetStreamError: the typed refusal (err_code kept), or a malformed ack.
     """
-    if not data:
-        raise NoResponders(f"no stream listens on subject {subject!r}")
-    try:
-        response = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise JetStreamError(f"malformed PubAck: {data!r}") from exc
-    if "error" in response:
-        raise jetstream_error(response["error"])
+    response = ack_response(data, subject, "PubAck")
     if "seq" not in response:
         raise JetStreamError(f"malformed PubAck: {data!r}")
     return int(response["seq"]), bool(response.get("duplicate"))
@@ -442,14 +427,14 @@ class AtomicPublisher:
             try:
                 seq, count = commit_result(data, self.stream)
             except JetStreamError as exc:
-                if exc.err_code == ERR_BATCH_DUPLICATE_MSG_ID:
+                if exc.err_code == ErrCode.ATOMIC_DUPLICATE_MESSAGE:
                     rest = await self._duplicates(chunk)
                     if rest is None:
                         return
                     chunk = rest
                 elif exc.err_code in _NOT_STORED:
                     await asyncio.sleep(opts.backoff(attempt + 1))
-                elif exc.err_code == ERR_BATCH_TOO_LARGE:
+                elif exc.err_code == ErrCode.ATOMIC_TOO_LARGE_BATCH:
                     exc.add_note(
                         f"the server allows fewer than {len(chunk)} messages per atomic "
                         "batch (jetstream.limits.max_batch_size): lower the chunk size"

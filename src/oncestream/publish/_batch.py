@@ -46,11 +46,19 @@ from typing import Any
 import orjson
 
 from .._connection import Connection
-from .._errors import ConfigError, JetStreamError, NoResponders, PublishFailed, jetstream_error
+from .._errors import (
+    ConfigError,
+    ErrCode,
+    JetStreamError,
+    NoResponders,
+    PublishFailed,
+    jetstream_error,
+)
 from .._headers import (
     BATCH_COMMIT,
     BATCH_ID,
     BATCH_SEQ,
+    BLOCK_START_B,
     EXPECTED_LAST_SUBJECT_SEQ,
     EXPECTED_STREAM,
     MSG_ID,
@@ -59,17 +67,16 @@ from .._headers import (
 )
 from .._nats import FrameSubscription
 from ..streams import check_server_bugs, require_server
-from ._fast_ingest import ERR_TOO_MANY_REQUESTS
 from ._frames import check_subject, too_large
 from ._options import PublisherOptions
 
 __all__ = [
     "ATOMIC_SINCE",
-    "ERR_BATCH_DUPLICATE_MSG_ID",
     "MAX_BATCH",
     "AtomicBatchSender",
     "BatchRecord",
     "Replies",
+    "ack_response",
     "batch_frames",
     "check_atomic",
     "commit_result",
@@ -82,12 +89,13 @@ log = logging.getLogger("oncestream.producer")
 ATOMIC_SINCE = (2, 12)
 #: The server's default (and a stream's usual) largest atomic batch.
 MAX_BATCH = 1000
-# "atomic publish batch contains duplicate message id"
-ERR_BATCH_DUPLICATE_MSG_ID = 10201
 #: The settle probe's expected stream: no stream is named this (names cannot contain
 #: '.'), so whichever stream captures the probe's subject refuses it (10060), unstored.
 _PROBE_STREAM = "oncestream.settle"
-_PROBE_HEADER = b"NATS/1.0\r\n%b: %b\r\n\r\n" % (EXPECTED_STREAM.encode(), _PROBE_STREAM.encode())
+_PROBE_HEADER = BLOCK_START_B + b"%b: %b\r\n\r\n" % (
+    EXPECTED_STREAM.encode(),
+    _PROBE_STREAM.encode(),
+)
 
 BatchRecord = tuple[int, bytes, "Mapping[str, str] | None"]
 
@@ -133,7 +141,7 @@ def batch_frames(
     """
     control = "".join(f"{k}: {v}\r\n" for k, v in expect.items()) + f"{BATCH_ID}: {batch_id}\r\n"
     # The common row (a msg id, no user headers) formatted in one step.
-    head = b"NATS/1.0\r\n%b: %%b\r\n%b%b: %%d\r\n%%b\r\n" % (
+    head = BLOCK_START_B + b"%b: %%b\r\n%b%b: %%d\r\n%%b\r\n" % (
         MSG_ID.encode(),
         control.encode().replace(b"%", b"%%"),
         BATCH_SEQ.encode(),
@@ -180,6 +188,27 @@ def probe_frame(subject: bytes, reply: bytes) -> bytes:
     )
 
 
+def ack_response(data: bytes, subject: str, what: str) -> Any:
+    """The decoded ack of a publish to ``subject``, refusals raised.
+
+    Args:
+        what: the ack's name in the malformed-ack message (``"PubAck"``).
+
+    Raises:
+        NoResponders: no stream captures ``subject`` (the 503 status has no body).
+        JetStreamError: the typed refusal (err_code kept), or an ack that is not JSON.
+    """
+    if not data:
+        raise NoResponders(f"no stream listens on subject {subject!r}")
+    try:
+        response = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise JetStreamError(f"malformed {what}: {data!r}") from exc
+    if "error" in response:
+        raise jetstream_error(response["error"])
+    return response
+
+
 def commit_result(data: bytes, subject: str) -> tuple[int, int]:
     """``(seq, count)`` of a batch's commit ack.
 
@@ -187,14 +216,7 @@ def commit_result(data: bytes, subject: str) -> tuple[int, int]:
         NoResponders: no stream captures ``subject`` (the 503 status has no body).
         JetStreamError: the typed refusal (err_code kept), or a malformed ack.
     """
-    if not data:
-        raise NoResponders(f"no stream listens on subject {subject!r}")
-    try:
-        response = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise JetStreamError(f"malformed batch commit ack: {data!r}") from exc
-    if "error" in response:
-        raise jetstream_error(response["error"])
+    response = ack_response(data, subject, "batch commit ack")
     return int(response.get("seq", 0)), int(response.get("count", -1))
 
 
@@ -209,7 +231,7 @@ def settles(data: bytes) -> bool:
         return True
     with contextlib.suppress(orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
         error = orjson.loads(data).get("error") or {}
-        return int(error.get("err_code") or 0) != ERR_TOO_MANY_REQUESTS
+        return int(error.get("err_code") or 0) != ErrCode.TOO_MANY_REQUESTS
     return False
 
 

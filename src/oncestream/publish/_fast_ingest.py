@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .._errors import JetStreamError, jetstream_error
+from .._errors import ErrCode, JetStreamError, jetstream_error
 from ..streams import FAST_INGEST_SINCE
 from ._frames import AckTally, Pending, frame_msg_id, frame_subject
 
@@ -49,8 +49,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BATCH_LEVEL_ERRORS",
-    "ERR_BATCH_UNKNOWN",
-    "ERR_TOO_MANY_REQUESTS",
     "FAST_INGEST_SINCE",
     "FLOW",
     "LINGER",
@@ -82,13 +80,12 @@ MAX_OUTSTANDING_ACKS = 8
 #: the tail of a burst is confirmed at once rather than at the next window.
 LINGER = 0.002
 
-#: nats-server's error codes for a fast batch as a whole.
-ERR_BATCH_DISABLED = 10205  # the stream does not allow batched publishing (any more)
-ERR_BATCH_UNKNOWN = 10208  # the server forgot the batch: restart, or 10 s inactivity
-ERR_BATCH_INFLIGHT = 10211  # too many batches in flight on the stream or server
-BATCH_LEVEL_ERRORS = frozenset({ERR_BATCH_DISABLED, ERR_BATCH_UNKNOWN, ERR_BATCH_INFLIGHT})
-#: The stream's ingest queue was full and dropped this one message (HTTP 429).
-ERR_TOO_MANY_REQUESTS = 10167
+#: nats-server's error codes for a fast batch as a whole: the stream does not allow
+#: batched publishing (any more); the server forgot the batch (restart, or 10 s
+#: inactivity); too many batches in flight on the stream or server.
+BATCH_LEVEL_ERRORS = frozenset(
+    {ErrCode.BATCH_DISABLED, ErrCode.BATCH_UNKNOWN_ID, ErrCode.BATCH_TOO_MANY_INFLIGHT}
+)
 
 _OP_START, _OP_APPEND, _OP_EOB, _OP_PING = b"0", b"1", b"3", b"4"
 
@@ -493,14 +490,14 @@ class BatchTable:
     def _error(self, batch: FastBatch, seq: int, exc: JetStreamError) -> None:
         """A plain error reply to message ``seq`` of a batch."""
         if exc.err_code in BATCH_LEVEL_ERRORS:
-            if exc.err_code != ERR_BATCH_UNKNOWN:  # refused, not forgotten
+            if exc.err_code != ErrCode.BATCH_UNKNOWN_ID:  # refused, not forgotten
                 self._refuse(exc)
             self.drop(batch)
             return
         entry = batch.take(seq)
         if entry is None:
             return
-        if exc.err_code == ERR_TOO_MANY_REQUESTS:  # dropped by a full ingest queue
+        if exc.err_code == ErrCode.TOO_MANY_REQUESTS:  # dropped by a full ingest queue
             self._to_acks([entry])
         else:
             self._fail(entry, exc)

@@ -13,6 +13,7 @@ import orjson
 
 from .._errors import ConfigError, MessageTooLarge, TooManyInflight
 from .._headers import (
+    BLOCK_START_B,
     EXPECTED_LAST_MSG_ID,
     EXPECTED_LAST_SEQ,
     EXPECTED_LAST_SUBJECT_SEQ,
@@ -41,8 +42,8 @@ __all__ = [
 ]
 
 # The common case (only a msg id header) formatted in one step.
-_HPUB_ID_ONLY = b"HPUB %b %b%d %d %d\r\nNATS/1.0\r\n" + MSG_ID.encode() + b": %b\r\n\r\n%b\r\n"
-_ID_ONLY_HEADER_LEN = len(b"NATS/1.0\r\n" + MSG_ID.encode() + b": \r\n\r\n")
+_HPUB_ID_ONLY = b"HPUB %b %b%d %d %d\r\n" + BLOCK_START_B + MSG_ID.encode() + b": %b\r\n\r\n%b\r\n"
+_ID_ONLY_HEADER_LEN = len(BLOCK_START_B + MSG_ID.encode() + b": \r\n\r\n")
 
 
 def id_only_frame(expected_stream: str | None) -> tuple[bytes, int]:

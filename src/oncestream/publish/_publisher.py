@@ -30,6 +30,7 @@ import orjson
 from .._connection import Connection
 from .._errors import (
     ConfigError,
+    ErrCode,
     JetStreamError,
     OperationTimeout,
     PermissionDenied,
@@ -64,7 +65,7 @@ from ._frames import (
     too_many_inflight,
 )
 from ._options import KeyFunction, PubAck, PublisherOptions, PublisherStats, warn_unchecked_window
-from ._retry import ID_IN_PROCESS, RetryTable
+from ._retry import RetryTable
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -876,7 +877,7 @@ class Publisher:
             return
         if error is not None:
             exc = jetstream_error(error)
-            if exc.err_code == ID_IN_PROCESS:
+            if exc.err_code == ErrCode.DUPLICATE_MESSAGE_CONFLICT:
                 self._table.in_process(token, entry)
                 return
             if entry.attempts > 1:

@@ -24,17 +24,13 @@ from ._options import PublisherOptions
 if TYPE_CHECKING:
     from ._lanes import Lanes
 
-__all__ = ["ID_IN_PROCESS", "RetryTable"]
+__all__ = ["RetryTable"]
 
 log = logging.getLogger("oncestream.publisher")
 
 # Tokens of retried messages remembered to count the acks of their extra copies.
 _LATE_TOKENS = 100_000
 _monotonic = time.monotonic
-
-
-#: JetStream err_code "duplicate message id is in process" (see RetryTable.in_process).
-ID_IN_PROCESS = 10158
 
 
 class RetryTable:

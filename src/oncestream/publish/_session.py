@@ -47,12 +47,11 @@ from collections.abc import AsyncIterable, Iterable, Mapping
 from dataclasses import replace
 
 from .._connection import Connection
-from .._errors import ConfigError, JetStreamError, OncestreamError, WrongLastSequence
+from .._errors import ConfigError, ErrCode, JetStreamError, OncestreamError, WrongLastSequence
 from .._headers import check_user_headers
 from .._names import check_publish_subject
 from ..streams import StoredMessage
 from ._batch import (
-    ERR_BATCH_DUPLICATE_MSG_ID,
     MAX_BATCH,
     AtomicBatchSender,
     BatchRecord,
@@ -249,7 +248,8 @@ class ProducerSession:
         except BaseException as exc:
             self._started = False
             if not isinstance(exc, JetStreamError) or not (
-                isinstance(exc, WrongLastSequence) or exc.err_code == ERR_BATCH_DUPLICATE_MSG_ID
+                isinstance(exc, WrongLastSequence)
+                or exc.err_code == ErrCode.ATOMIC_DUPLICATE_MESSAGE
             ):
                 raise
             recovered = await self._stored_by_earlier_attempt(last_position)

@@ -54,7 +54,14 @@ from .._errors import (
     OperationTimeout,
     StreamNotFound,
 )
-from .._headers import first_values, parse_block, split_status
+from .._headers import (
+    PENDING_BYTES,
+    PENDING_MESSAGES,
+    PIN_ID,
+    first_values,
+    parse_block,
+    split_status,
+)
 from .._logthrottle import LogThrottle
 from .._message import Message
 from .._names import check_consumer_name, check_stream_name
@@ -73,7 +80,7 @@ _NO_RESPONDERS_CHECK = 5
 #: Longest delay between re-pulls while nothing responds (seconds).
 _MAX_HOLD = 2.0
 _DESCRIPTION = "Description"
-_PIN_HEADER = b"\r\nNats-Pin-Id:"
+_PIN_HEADER = b"\r\n" + PIN_ID.encode() + b":"
 
 
 def _status_headers(block: bytes) -> dict[str, str]:
@@ -231,8 +238,8 @@ class MessageStream:
             return
         if status in ("404", "408"):
             # The request ended; the server says how much of it went unused.
-            unused = int(headers.get("Nats-Pending-Messages", "0") or 0)
-            unused_bytes = int(headers.get("Nats-Pending-Bytes", "0") or 0)
+            unused = int(headers.get(PENDING_MESSAGES, "0") or 0)
+            unused_bytes = int(headers.get(PENDING_BYTES, "0") or 0)
             if unused or unused_bytes:
                 self._pending_msgs = max(0, self._pending_msgs - unused)
                 self._pending_bytes = max(0, self._pending_bytes - unused_bytes)

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._errors import OncestreamError
-from .._headers import MSG_ID, parse_block
+from .._headers import BLOCK_START, MSG_ID, SEQUENCE, SUBJECT, TIME_STAMP, parse_block
 from .._message import ack_layout
 from .._nats import FrameSink
 
@@ -29,13 +29,13 @@ ARROW_SCHEMA = pa.schema(
 
 # The server appends these after the message's own headers, always in this order.
 _DIRECT_RE = re.compile(
-    rb"\r\nNats-Subject: ([^\r]*)\r\nNats-Sequence: (\d+)\r\nNats-Time-Stamp: ([^\r]*)\r\n"
+    rf"\r\n{SUBJECT}: ([^\r]*)\r\n{SEQUENCE}: (\d+)\r\n{TIME_STAMP}: ([^\r]*)\r\n".encode()
 )
 # As nats-server reads it (see oncestream._headers.header_value): the first line
 # named exactly Nats-Msg-Id, spaces after the colon skipped, up to the next CRLF.
 _MSG_ID_RE = r"(?s)\r\n" + MSG_ID + r": *(?P<v>.*?)\r\n"
 _MSG_ID_KEY = b"\r\n" + MSG_ID.encode() + b":"
-_LEADING = "NATS/1.0\r\n" + MSG_ID + ": "
+_LEADING = BLOCK_START + MSG_ID + ": "
 
 
 def to_batch(

@@ -54,7 +54,7 @@ from pyspark.sql.types import (
 )
 
 from .._connection import Connection
-from .._errors import ConfigError, JetStreamError, OncestreamError, StreamMismatch
+from .._errors import ConfigError, ErrCode, JetStreamError, OncestreamError, StreamMismatch
 from .._headers import check_msg_id, is_clean_msg_id
 from .._retry import retrying
 from .._sync import run_sync, submit_sync
@@ -91,8 +91,6 @@ log = logging.getLogger("oncestream.spark.sink")
 
 _checked: set[tuple[int, Any]] = set()
 
-#: nats-server's JSStreamSubjectOverlapErr: "subjects overlap with an existing stream".
-_SUBJECTS_OVERLAP = 10065
 #: Atomic batches one task keeps awaiting their commit acks, at most (the server
 #: stages 50 per stream for all writers; maxInflight / atomicBatchSize below this).
 _ATOMIC_INFLIGHT = 4
@@ -123,7 +121,7 @@ async def _create_target(conn: Connection, spec: StreamSpec) -> dict[str, Any]:
     try:
         return await create_stream_if_missing(conn, spec)
     except JetStreamError as exc:
-        if exc.err_code != _SUBJECTS_OVERLAP:
+        if exc.err_code != ErrCode.STREAM_SUBJECT_OVERLAP:
             raise
         others = await overlapping_streams(conn, spec.subjects)
     named = " and ".join(f"stream {n!r} captures {', '.join(s)}" for n, s in others.items())
@@ -132,8 +130,8 @@ async def _create_target(conn: Connection, spec: StreamSpec) -> dict[str, Any]:
     raise ConfigError(
         f"option 'createStreamSubjects': cannot create stream {spec.name!r} with subjects "
         f"{', '.join(spec.subjects)}: {named or 'another stream captures them'}, and a "
-        f"subject belongs to one stream only (err_code {_SUBJECTS_OVERLAP}). Write to "
-        f"{', '.join(map(repr, others)) or 'that stream'} (option 'stream', without "
+        f"subject belongs to one stream only (err_code {ErrCode.STREAM_SUBJECT_OVERLAP:d}). "
+        f"Write to {', '.join(map(repr, others)) or 'that stream'} (option 'stream', without "
         "createStream) or choose subjects no other stream captures"
     ) from None
 

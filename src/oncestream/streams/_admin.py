@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from .._connection import Connection
-from .._errors import ConsumerNotFound, JetStreamError, MessageNotFound, StreamNotFound
+from .._errors import ConsumerNotFound, ErrCode, JetStreamError, MessageNotFound, StreamNotFound
 from .._headers import (
     LAST_SEQUENCE,
     NUM_PENDING,
@@ -24,6 +24,7 @@ from .._headers import (
     TIME_STAMP,
     msg_id_of,
     parse_block,
+    render_block,
 )
 from .._names import check_consumer_name, check_stream_name
 from .._options import rfc3339, server_time
@@ -327,14 +328,13 @@ async def last_message(
             code=int(status) if status.isdigit() else 0,
         )
     own = {k: v for k, v in headers.items() if k not in _DIRECT_TAIL}
-    block = "NATS/1.0\r\n" + "".join(f"{k}: {v}\r\n" for k, v in own.items()) + "\r\n"
     stamp = headers.get(TIME_STAMP)
     return StoredMessage(
         stream=stream,
         seq=int(headers[SEQUENCE]),
         subject=headers.get(SUBJECT, subject),
         data=answer.data,
-        raw_headers=block.encode(),
+        raw_headers=render_block(own),
         time=server_time(stamp or _EPOCH),
     )
 
@@ -348,7 +348,8 @@ async def delete_message(conn: Connection, stream: str, seq: int) -> bool:
     except MessageNotFound:
         return False
     except JetStreamError as exc:
-        if exc.err_code == 10057:  # no message at that sequence (deleted, or never stored)
+        # No message at that sequence (deleted, or never stored).
+        if exc.err_code == ErrCode.STREAM_MSG_DELETE_FAILED:
             return False
         raise
     return True

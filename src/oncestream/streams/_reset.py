@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from .._connection import Connection
-from .._errors import ConfigError, JetStreamError, NoResponders
+from .._errors import ConfigError, ErrCode, JetStreamError, NoResponders
 from .._options import parse_int, parse_time, rfc3339
 from ._admin import consumer_info, seq_at_time, stream_info
 from ._version import require_server
@@ -37,9 +37,6 @@ __all__ = ["ConsumerReset", "ResetTarget", "reset_consumer", "reset_refusal"]
 
 #: The first nats-server release with ``CONSUMER.RESET``.
 RESET_SINCE = (2, 14)
-
-#: ``invalid reset: ...`` (nats-server errors.json JSConsumerInvalidResetErr).
-INVALID_RESET = 10204
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,7 +204,7 @@ async def reset_consumer(
             "consumer has no leader right now)"
         ) from exc
     except JetStreamError as exc:
-        if exc.err_code != INVALID_RESET:
+        if exc.err_code != ErrCode.CONSUMER_INVALID_RESET:
             raise
         why = await reset_refusal(conn, config, seq)
         raise type(exc)(

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .._connection import Connection
-from .._errors import ConfigError, JetStreamError, StreamNotFound
+from .._errors import ConfigError, ErrCode, JetStreamError, StreamNotFound
 from .._names import check_stream_name, check_subject_filter
 from .._options import parse_duration, parse_int, seconds_to_ns
 from ._admin import add_stream, update_stream
@@ -204,8 +204,8 @@ async def create_stream_if_missing(conn: Connection, spec: StreamSpec) -> dict[s
         pass
     try:
         return await add_stream(conn, spec.to_api(server_version(conn)))
-    except JetStreamError as exc:  # 10058: created concurrently with another config
-        if exc.err_code != 10058:
+    except JetStreamError as exc:  # created concurrently with another config
+        if exc.err_code != ErrCode.STREAM_NAME_EXIST:
             raise
         return await conn.stream_info(spec.name)
 
