@@ -196,6 +196,8 @@ def summarize(
                 "seed": r["seed"],
                 "records": r.get("records", 0),
                 "acked": r["acked"],
+                "spark_mode": r.get("spark_mode"),
+                "pg_switches": (r.get("pg_active") or {}).get("switches"),
                 **violations(r),
             }
             for r in results

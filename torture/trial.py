@@ -263,9 +263,12 @@ class Trial:
         ):  # skip-position: the kill must come after a stored record, to resume after it
             return not_yet(f"no ack of {target} yet")
         if fault.kind in ("kill", "pause"):
+            if target not in self.workers:  # pg1/pg2 with --no-postgres
+                return Outcome(False, why=f"no worker {target} in this run", touched=False)
             return await asyncio.to_thread(self._apply_worker, fault.kind, self.workers[target])
         if fault.kind == CONSUMER_RESET:
-            return await self._reset_consumer(target, self.faults.index(fault))
+            turn = self.faults.index(fault) if fault in self.faults else 0
+            return await self._reset_consumer(target, turn)
         outcome = await asyncio.to_thread(
             server_faults.apply, self.topo, self.net, fault.kind, target
         )
@@ -279,6 +282,8 @@ class Trial:
         the next delivery at or below the ack floor it had (its ledger has no prune
         horizon: ``prune_interval=0``, so no target is refused for it)."""
         assert self.topo is not None
+        if consumer == "pg" and self.pg_admin is None:
+            return Outcome(False, why="no PostgreSQL processors in this run", touched=False)
         target = self.topo.processor_target()
         stream = target["stream"]
         try:
