@@ -33,10 +33,10 @@ from typing import Any
 
 from . import report
 from .checker import check, load_history
-from .nemesis import fault_menu
+from .nemesis import CONSUMER_RESET, fault_menu
 from .netns import cleanup_stale
 from .spark import KINDS as SPARK_KINDS
-from .spark import java_available, runs_spark
+from .spark import describe_mode, java_available, runs_spark, spark_mode
 from .topology import KINDS
 from .trial import SABOTAGE, Trial, planned_faults
 
@@ -139,7 +139,10 @@ def trial_plan(args: argparse.Namespace, index: int) -> dict[str, Any]:
         spark=spark,
         sabotage=args.sabotage,
     )
-    return {"index": index, "kind": kind, "seed": seed, "spark": spark, "faults": faults}
+    plan = {"index": index, "kind": kind, "seed": seed, "spark": spark, "faults": faults}
+    if spark:
+        plan["spark_mode"] = spark_mode(index, args.spark_every, kind == "leaf")
+    return plan
 
 
 def schedule_digest(plans: list[dict[str, Any]]) -> str:
@@ -281,6 +284,7 @@ def _run(
                 fault_kinds=args.fault_kinds,
                 spark=plan["spark"],
                 sabotage=args.sabotage,
+                spark_mode=plan.get("spark_mode"),
             )
             assert trial.faults == plan["faults"]
             started = time.monotonic()
@@ -293,13 +297,15 @@ def _run(
                     {
                         "trial": i,
                         "kind": plan["kind"],
-                        "spark": plan["spark"],
+                        "spark": describe_mode(plan["spark_mode"]) if plan["spark"] else False,
                         "records": result["records"],
                         "acked": result["acked"],
                         "wall_s": result["wall_s"],
                         **report.violations(result),
                         "landed": len(result["faults"]),
                         "skipped": len(result["skipped"]),
+                        "resets": sum(1 for f in result["faults"] if f["kind"] == CONSUMER_RESET),
+                        "pg_switches": (state.get("pg_active") or {}).get("switches"),
                     }
                 ),
                 flush=True,

@@ -146,6 +146,8 @@ def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any
         "spark": state.get("spark") is not None,
         "spark_ready_after_s": (state.get("spark") or {}).get("ready_after_s"),
         "spark_query_restarts": (state.get("spark") or {}).get("query_restarts"),
+        "spark_mode": (state.get("spark") or {}).get("mode"),
+        "pg_active": state.get("pg_active"),
         "spark_missing": spark_missing,
         "spark_duplicated": spark_duplicated,
         "cli_resumes": state.get("cli_resumes", 0),

@@ -62,6 +62,8 @@ def holds(kind: str, target: str) -> set[str]:
         return {f"cut:{pair}"}
     if kind == "degrade-pair":
         return {f"shape:{pair}", f"cut:{pair}", *(f"link:{n}" for n in nodes)}
+    if kind == "consumer-reset":  # a consumer, not its processes: kills may overlap it
+        return {f"consumer:{target}"}
     return {target}  # a worker
 
 

@@ -28,6 +28,11 @@ from typing import Any
 
 PRODUCERS = ("pub", "sess", "cli")
 PROCESSORS = ("lite", "pg1", "pg2")
+#: The processors' durable consumers (pg1 and pg2 share ``pg``, active/standby).
+CONSUMERS = ("lite", "pg")
+#: A processor's consumer moved back mid-run (``CONSUMER.RESET``): redeliveries the
+#: ledger must suppress.
+CONSUMER_RESET = "consumer-reset"
 #: Seconds a fault may wait past its start for a busy target or a precondition.
 MAX_WAIT = 8.0
 #: Start windows (s from the trial's start): faults at start-up, and in the drain
@@ -60,6 +65,7 @@ def fault_menu(topology_kind: str) -> list[tuple[str, str]]:
     menu: list[tuple[str, str]] = []
     for proc in (*PRODUCERS, *PROCESSORS):
         menu += [("kill", proc), ("pause", proc)]
+    menu += [(CONSUMER_RESET, consumer) for consumer in CONSUMERS]
     if topology_kind == "single":
         menu += [
             ("server-kill", "s1"),

@@ -175,6 +175,8 @@ def summarize(
         **totals,
         "violations": {k: v for k, v in totals.items() if v},
         "cli_resumes": sum(r.get("cli_resumes", 0) for r in results),
+        "pg_switches": sum((r.get("pg_active") or {}).get("switches", 0) for r in results),
+        "spark_modes": dict(Counter(r["spark_mode"] for r in results if r.get("spark_mode"))),
         "startup_retries": sum(sum((r.get("startup_retries") or {}).values()) for r in results),
         "disk_full_seen_by_server": sum(
             1 for r in results for f in r["faults"] if f.get("server_enospc")
@@ -194,6 +196,8 @@ def summarize(
                 "seed": r["seed"],
                 "records": r.get("records", 0),
                 "acked": r["acked"],
+                "spark_mode": r.get("spark_mode"),
+                "pg_switches": (r.get("pg_active") or {}).get("switches"),
                 **violations(r),
             }
             for r in results
@@ -240,7 +244,9 @@ def _markdown(summary: dict[str, Any], results: list[dict[str, Any]], plots: lis
         f"{summary['trials']} trials in {summary['wall_s']} s; "
         f"{summary['cli_resumes']} CLI resumes after a kill; "
         f"{summary['startup_retries']} start-up retries; faults by phase "
-        f"{summary['faults_by_phase']}.",
+        f"{summary['faults_by_phase']}; {summary.get('pg_switches', 0)} switches of the "
+        f"applying PostgreSQL Processor (active/standby); Spark trials by driver/sink "
+        f"{summary.get('spark_modes', {})}.",
         "",
         "A fault *landed* when its effect was checked (the process gone or stopped, no "
         "answer across a cut, packets through the shaping classes both ways, ENOSPC); "

@@ -51,6 +51,30 @@ def runs_spark(index: int, every: int) -> bool:
     return every > 0 and index % every == (index // every) % every
 
 
+def spark_mode(index: int, every: int, leaf: bool) -> dict[str, Any]:
+    """How Spark trial ``index`` runs, from its number alone: its ordinal among the
+    Spark trials (one per block of ``every``) picks the driver (``connect``: Spark
+    Connect, ``remote("local[...]")``, on odd ordinals; classic ``local_session`` on
+    even ones) and the ``jetstream`` sink's ``ingest`` (``atomic`` on ordinals 2, 3
+    of every 4, the default ``auto``, fast-ingest, on 0, 1), so every four
+    consecutive Spark trials cover the four combinations. ``headers``: in leaf
+    trials the source reads the hub's sourced stream with its headers
+    (``includeHeaders``) and the sink writes them (leaving out the server-stamped
+    ``Nats-Stream-Source``)."""
+    ordinal = index // every if every > 0 else index
+    return {
+        "connect": ordinal % 2 == 1,
+        "ingest": "atomic" if (ordinal // 2) % 2 else "auto",
+        "headers": leaf,
+    }
+
+
+def describe_mode(mode: dict[str, Any]) -> str:
+    """``connect/atomic/headers``-style words for a summary line."""
+    words = ["connect" if mode.get("connect") else "classic", str(mode.get("ingest", "auto"))]
+    return "/".join(words + (["headers"] if mode.get("headers") else []))
+
+
 def spark_order(rng: random.Random) -> list[str]:
     """Two of each Spark kind in a seeded order: the four Python-worker faults, in any
     order, come before the first ``spark-kill`` (a restarted driver has no Python
@@ -196,8 +220,9 @@ def _kill_all(pids: list[int]) -> None:
 class SparkPart:
     """Everything a Spark trial adds to :class:`torture.trial.Trial`."""
 
-    def __init__(self, trial_dir: Path, seed: int) -> None:
+    def __init__(self, trial_dir: Path, seed: int, mode: dict[str, Any] | None = None) -> None:
         self.dir = trial_dir
+        self.mode = mode or {}
         self.rng = random.Random(seed)
         self.db = trial_dir / "spark.db"
         self.go, self.ready_file = trial_dir / "spark-go", trial_dir / "spark-ready"
@@ -222,6 +247,7 @@ class SparkPart:
             "table": TABLE,
             "go": str(self.go),
             "ready": str(self.ready_file),
+            **self.mode,
         }
         import json
 
@@ -242,6 +268,7 @@ class SparkPart:
                 subjects=(f"{OUT_SUBJECT}.>",),
                 replicas=replicas,
                 duplicate_window=400.0,  # > the sink's task retry horizon (4 x 87 s)
+                allow_atomic=True,  # for the sink's ingest=atomic; allow_batched: the default
             ),
             StreamSpec(
                 name=COMMITS_STREAM,
@@ -359,6 +386,7 @@ class SparkPart:
             "ready_after_s": self.ready_after,
             "drained_after_s": self.drained_after,
             "query_restarts": _count_restarts(self.dir / "spark.log"),
+            "mode": describe_mode(self.mode),
         }
 
 

@@ -11,6 +11,13 @@ source, derive the record key and its producer, and write
 * ``to_db``: :func:`oncestream.spark.transactional` ``foreachBatch`` into a SQLite
   table without a unique key (a row written twice shows as two rows).
 
+The trial picks (``torture.spark.spark_mode``) the session, classic
+(``local_session``) or Spark Connect (``cfg["connect"]``: a Connect server in this
+process, as ``remote("local[...]")`` starts one), the sink's ``ingest``
+(``cfg["ingest"]``: ``auto`` or ``atomic``), and whether the source reads the
+headers and the sink writes them (``cfg["headers"]``, leaf trials: the hub's
+sourced stream, stamped ``Nats-Stream-Source``).
+
 Both keep their checkpoints under the trial directory, so a driver killed and
 started again resumes where its last committed batch ended. A query that fails
 (a killed Python worker can exhaust a task's retries, or kill the source's
@@ -55,6 +62,8 @@ def _source(spark: Any, cfg: dict[str, Any]) -> Any:
     )
     if cfg.get("domain"):
         reader = reader.option("domain", cfg["domain"])
+    if cfg.get("headers"):
+        reader = reader.option("includeHeaders", "true")
     text = F.col("data").cast("string")
     key = F.when(text.startswith("{"), F.get_json_object(text, "$.id")).otherwise(text)
     return reader.load().select(
@@ -62,6 +71,7 @@ def _source(spark: Any, cfg: dict[str, Any]) -> Any:
         "sequence",
         key.alias("key"),
         F.split(key, "-").getItem(0).alias("producer"),
+        "headers",
     )
 
 
@@ -70,12 +80,19 @@ def _to_stream(spark: Any, cfg: dict[str, Any]) -> Any:
 
     rows = _source(spark, cfg)
     record = F.struct(F.col("key").alias("id"), "producer", F.col("sequence").alias("source_seq"))
-    out = rows.select(
+    columns = [
         "stream",
         "sequence",
         F.concat(F.lit(f"{cfg['out_subject']}."), F.col("producer")).alias("subject"),
         F.to_json(record).cast("binary").alias("data"),
-    )
+    ]
+    if cfg.get("headers"):
+        # The hub's copies carry Nats-Stream-Source (server-stamped: the sink leaves it
+        # out) and whatever the producers' writes left (write-time Nats-* checks the
+        # sink refuses): every header but the latter goes to the sink as it was read.
+        own = "NOT startswith(lower(k), 'nats-') OR lower(k) = 'nats-stream-source'"
+        columns.append(F.expr(f"map_filter(headers, (k, v) -> {own})").alias("headers"))
+    out = rows.select(*columns)
     writer = (
         out.writeStream.format("jetstream")
         .queryName("to_stream")
@@ -85,6 +102,7 @@ def _to_stream(spark: Any, cfg: dict[str, Any]) -> Any:
         .option("taskMaxFailures", str(TASK_FAILURES))
         .option("ackTimeout", "2s")
         .option("maxAttempts", "30")
+        .option("ingest", cfg.get("ingest") or "auto")
         .option("checkpointLocation", str(Path(cfg["checkpoints"]) / "to_stream"))
         .trigger(processingTime="500 milliseconds")
     )
@@ -101,16 +119,52 @@ def _to_db(spark: Any, cfg: dict[str, Any]) -> Any:
     rows = _source(spark, cfg).select(
         "key", "producer", F.col("sequence").alias("source_seq"), F.col("stream")
     )
+    checkpoint = str(Path(cfg["checkpoints"]) / "to_db")
     return (
         rows.writeStream.queryName("to_db")
-        .foreachBatch(transactional(cfg["db"], table=cfg["table"]))
-        .option("checkpointLocation", str(Path(cfg["checkpoints"]) / "to_db"))
+        .foreachBatch(transactional(cfg["db"], table=cfg["table"], checkpoint_location=checkpoint))
+        .option("checkpointLocation", checkpoint)
         .trigger(processingTime="500 milliseconds")
         .start()
     )
 
 
 STARTERS = {"to_stream": _to_stream, "to_db": _to_db}
+
+
+def _connect_session(master: str, conf: dict[str, str]) -> Any:
+    """A Spark Connect session on a Connect server inside this process, as
+    ``SparkSession.builder.remote("local[...]")`` makes one, but on a free port of
+    127.0.0.1: ``remote("local")`` serves on the fixed 15002, which a driver restarted
+    right after a kill, or another Connect server on the machine, may find taken."""
+    import socket
+
+    from pyspark.sql.connect.session import SparkSession as RemoteSession
+
+    import oncestream.spark
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings = {
+        **conf,
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(port),
+    }
+    os.environ["SPARK_LOCAL_REMOTE"] = "1"  # what remote("local[...]") sets
+    RemoteSession._start_connect_server(master, settings)
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    # "localhost": the token remote("local") sets is sent over local credentials, not TLS
+    spark: Any = RemoteSession.builder.remote(f"sc://localhost:{port}").getOrCreate()
+    oncestream.spark.register(spark)
+    return spark
 
 
 def _wait_for(path: str, timeout: float) -> bool:
@@ -126,18 +180,19 @@ def run(cfg: dict[str, Any]) -> int:
     stopping: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
 
-    from oncestream.spark import local_session
+    conf = {
+        "spark.driver.memory": "512m",
+        "spark.sql.streaming.minBatchesToRetain": "20",
+        "spark.sql.adaptive.enabled": "false",
+    }
+    master = f"local[2,{TASK_FAILURES}]"
+    if cfg.get("connect"):
+        spark = _connect_session(master, conf)
+    else:
+        from oncestream.spark import local_session
 
-    spark = local_session(
-        f"torture-{cfg['name']}",
-        master=f"local[2,{TASK_FAILURES}]",
-        conf={
-            "spark.driver.memory": "512m",
-            "spark.sql.streaming.minBatchesToRetain": "20",
-            "spark.sql.adaptive.enabled": "false",
-        },
-    )
-    _log("session up")
+        spark = local_session(f"torture-{cfg['name']}", master=master, conf=conf)
+    _log(f"session up ({type(spark).__module__}, sink ingest {cfg.get('ingest') or 'auto'})")
     if not _wait_for(cfg["go"], 120.0):
         _log("no go file after 120 s")
         return 1

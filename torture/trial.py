@@ -27,16 +27,19 @@ import sqlite3
 import sys
 import time
 from collections import Counter
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from oncestream import connect
 from oncestream.read import read_stream
+from oncestream.streams import ResetTarget, consumer_info, reset_consumer
 
 from . import faults as server_faults
 from . import spark as sparkpart
 from .faults import Outcome, not_yet
 from .nemesis import (
+    CONSUMER_RESET,
     MAX_WAIT,
     PROCESSORS,
     PRODUCERS,
@@ -53,6 +56,9 @@ from .topology import HUB_STREAM, STREAM, SUBJECT, Topology
 from .workers import EFFECTS, EFFECTS_COLUMNS
 
 TICK = 0.1
+#: consumer-reset: the ack floor a consumer must have passed, and how far back the
+#: reset that does not go to the stream's first sequence moves it.
+RESET_MIN_FLOOR, RESET_BACK = 100, 300
 #: The drain gives up (and the checker counts what is missing) after this long.
 DRAIN_TIMEOUT = 120.0
 #: Negative-control modes (``--sabotage``): each breaks the system's effect once, in a
@@ -96,6 +102,7 @@ class Trial:
         fault_kinds: tuple[str, ...] = (),
         spark: bool = False,
         sabotage: str | None = None,
+        spark_mode: dict[str, Any] | None = None,
     ) -> None:
         self.index, self.seed, self.kind, self.out = index, seed, kind, out
         self.run_id, self.duration, self.rate = f"{run_id}{index:02d}", duration, rate
@@ -135,7 +142,7 @@ class Trial:
         self._sabotage_task: asyncio.Task[None] | None = None
         self._t0 = 0.0
         # -- tspark: one in --spark-every trials also runs the Spark job (torture/spark.py)
-        self.spark = sparkpart.SparkPart(self.dir, seed) if spark else None
+        self.spark = sparkpart.SparkPart(self.dir, seed, spark_mode or {}) if spark else None
 
     # -- setup -------------------------------------------------------------------------
 
@@ -204,6 +211,7 @@ class Trial:
                 "ledger": ledger,
                 "table": EFFECTS,
                 "consumer": "lite" if name == "lite" else "pg",
+                "pinned": name != "lite",  # pg1/pg2: active/standby on one consumer
                 "history": hist,
             }
             if name == "lite" and self.sabotage == "apply-twice":
@@ -255,11 +263,47 @@ class Trial:
         ):  # skip-position: the kill must come after a stored record, to resume after it
             return not_yet(f"no ack of {target} yet")
         if fault.kind in ("kill", "pause"):
+            if target not in self.workers:  # pg1/pg2 with --no-postgres
+                return Outcome(False, why=f"no worker {target} in this run", touched=False)
             return await asyncio.to_thread(self._apply_worker, fault.kind, self.workers[target])
+        if fault.kind == CONSUMER_RESET:
+            turn = self.faults.index(fault) if fault in self.faults else 0
+            return await self._reset_consumer(target, turn)
         outcome = await asyncio.to_thread(
             server_faults.apply, self.topo, self.net, fault.kind, target
         )
         return outcome
+
+    async def _reset_consumer(self, consumer: str, turn: int) -> Outcome:
+        """Move a processor's consumer back (``CONSUMER.RESET``, the product's
+        :func:`~oncestream.streams.reset_consumer`): alternately to the stream's first
+        sequence and to :data:`RESET_BACK` sequences below its ack floor. Needs the
+        consumer to have acked past the target; landed when the server's answer puts
+        the next delivery at or below the ack floor it had (its ledger has no prune
+        horizon: ``prune_interval=0``, so no target is refused for it)."""
+        assert self.topo is not None
+        if consumer == "pg" and self.pg_admin is None:
+            return Outcome(False, why="no PostgreSQL processors in this run", touched=False)
+        target = self.topo.processor_target()
+        stream = target["stream"]
+        try:
+            async with asyncio.timeout(5):  # the loop waits: heals must not wait long
+                async with await connect(self.topo.connect_options(target)) as conn:
+                    info = await consumer_info(conn, stream, consumer)
+                    floor = int((info.get("ack_floor") or {}).get("stream_seq", 0))
+                    if floor < RESET_MIN_FLOOR:
+                        return not_yet(f"consumer {consumer} acked up to seq {floor} only")
+                    to = (
+                        ResetTarget(start=True)
+                        if turn % 2 == 0
+                        else ResetTarget(seq=max(1, floor - RESET_BACK))
+                    )
+                    done = await reset_consumer(conn, stream, consumer, to)
+        except Exception as exc:  # no answer now (a fault of the servers): try again
+            return not_yet(f"consumer {consumer}: {type(exc).__name__}: {exc}"[:200])
+        how = f"{stream}/{consumer} from ack floor {floor} to seq {done.seq} ({to.describe()})"
+        back = 0 < done.seq <= floor
+        return Outcome(back, how, "" if back else f"reset to seq {done.seq}, not below {floor}")
 
     def _apply_worker(self, kind: str, worker: Worker) -> Outcome:
         """SIGKILL / SIGSTOP of a worker that is running; its effect checked in /proc."""
@@ -284,6 +328,8 @@ class Trial:
         if fault.kind in sparkpart.KINDS:
             assert self.spark is not None
             self.spark.heal(fault)
+        elif fault.kind == CONSUMER_RESET:
+            pass  # nothing to undo: the consumer delivers again what it had delivered
         elif fault.kind == "kill":
             worker = self.workers[target]
             if not worker.done and not worker.alive():
@@ -645,6 +691,7 @@ class Trial:
             },
             "reads": reads,
             "effects": {db: dict(Counter(r[0] for r in e)) for db, e in rows.items()},
+            "pg_active": _switches(rows.get("postgres", [])),
             "faults": self.fault_log,
             "sourced_after_s": self.sourced_after,
             "spark": spark,
@@ -692,6 +739,15 @@ def planned_faults(
     if sabotage == "skip-position":  # a resume to skip a position in
         planned.append(Fault(round(duration * 0.4, 3), 1.0, "kill", "sess", "sabotage"))
     return sorted(planned, key=lambda f: f.start)
+
+
+def _switches(rows: list[tuple[str, str, float, float]]) -> dict[str, Any]:
+    """Which of the active/standby pair applied the effects: rows per instance, and how
+    many times the applying instance changed (in apply order: takeovers, and a
+    standby's in-flight batch racing the new active one)."""
+    order = [proc for _, proc, _, _ in sorted(rows, key=lambda r: r[3])]
+    changes = sum(1 for a, b in pairwise(order) if a != b)
+    return {"rows": dict(Counter(order)), "switches": changes}
 
 
 def _read_history(path: Path) -> list[dict[str, Any]]:

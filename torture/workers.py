@@ -4,7 +4,8 @@ Usage: ``python -m torture.workers ROLE CONFIG_JSON``
 
 Roles: ``publisher`` (:class:`oncestream.Publisher`), ``session``
 (:class:`oncestream.ProducerSession`), ``processor`` (:class:`oncestream.Processor`
-on a SQLite or PostgreSQL ledger). Every acknowledged publish is appended to the
+on a SQLite or PostgreSQL ledger; with ``cfg["pinned"]`` one of an active/standby
+pair: a pinned priority group of their consumer). Every acknowledged publish is appended to the
 worker's history file (one JSON line, written with one ``write`` on an
 ``O_APPEND`` descriptor, so a SIGKILL never leaves half a line). A restarted
 producer resumes from its own history: keys without a recorded ack are sent
@@ -34,6 +35,7 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -102,6 +104,10 @@ def _connect_options(cfg: dict[str, Any]) -> ConnectOptions:
         name=cfg["name"],
     )
 
+
+#: Seconds without a pull from the active Processor of a pinned group before a standby
+#: takes over (the consumer's ``priority_timeout``).
+PINNED_TTL = 3.0
 
 #: Seconds a worker keeps retrying its start-up before it fails.
 STARTUP_BUDGET = 60.0
@@ -261,6 +267,11 @@ async def run_processor(cfg: dict[str, Any]) -> int:
     options = ProcessorOptions(
         batch=100, ack_wait=3.0, expires=2.0, max_deliver=1000, backoff=(0.2,), prune_interval=0
     )
+    if cfg.get("pinned"):
+        # The PostgreSQL pair is active/standby (a pinned priority group of their shared
+        # consumer): a kill or pause of the active one is a takeover. A batch of 100
+        # applies in well under a second, well within PINNED_TTL.
+        options = replace(options, priority_group="torture", policy="pinned", pinned_ttl=PINNED_TTL)
     loop = asyncio.get_running_loop()
     current: list[Processor] = []
     stopping: list[bool] = []

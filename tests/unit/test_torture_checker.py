@@ -245,3 +245,27 @@ def test_a_leaderless_replicas_count_is_unknown_to_the_drain() -> None:
     assert leader_count({"state": state, "cluster": {"name": "C"}}) == 0
     assert leader_count({"state": state, "cluster": {"name": "C", "leader": "c2"}}) == 638
     assert leader_count({"state": state}) == 638  # a single server: no cluster block
+
+
+def test_takeovers_are_counted_as_switches_of_the_applying_instance() -> None:
+    from torture.trial import _switches
+
+    rows = [("a", "pg1", 0.0, 1.0), ("c", "pg2", 0.0, 3.0), ("b", "pg1", 0.0, 2.0)]
+    rows += [("d", "pg1", 0.0, 4.0)]
+    assert _switches(rows) == {"rows": {"pg1": 3, "pg2": 1}, "switches": 2}
+    assert _switches([]) == {"rows": {}, "switches": 0}
+
+
+def test_a_fault_on_a_postgres_processor_without_postgres_is_skipped(tmp_path: Path) -> None:
+    import asyncio
+
+    from torture.nemesis import Fault
+    from torture.trial import Trial
+
+    trial = Trial(index=0, seed=1, kind="single", out=tmp_path, run_id="t", duration=8.0,
+                  faults=0, rate=10.0, pg_admin=None)  # fmt: skip
+    trial.topo = object()  # type: ignore[assignment]
+    trial.net = object()  # type: ignore[assignment]
+    for kind, target in (("kill", "pg2"), ("pause", "pg1"), ("consumer-reset", "pg")):
+        outcome = asyncio.run(trial._apply(Fault(1.0, 1.0, kind, target), target))
+        assert not outcome.landed and not outcome.retry and not outcome.touched, outcome

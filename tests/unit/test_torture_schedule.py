@@ -11,8 +11,9 @@ from pathlib import Path
 
 from torture.__main__ import ordinal
 from torture.faults import holds, resolve
-from torture.nemesis import PRODUCERS, fault_menu, menu_kinds, schedule
+from torture.nemesis import CONSUMER_RESET, PRODUCERS, fault_menu, menu_kinds, schedule
 from torture.netns import class_packets, drop_bytecode
+from torture.spark import describe_mode, spark_mode
 from torture.topology import KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,3 +141,31 @@ def test_coverage_warnings_name_kinds_below_10_in_100_trials() -> None:
     assert not [w for w in warnings if " kill " in w or " pause " in w], warnings
     assert coverage_warnings(rows[:50]) == []  # fewer than 100 trials: no verdict
     assert coverage_warnings(rows, ("kill", "pause")) == []  # restricted campaign
+
+
+def test_a_consumer_reset_is_in_every_menu_and_scheduled_in_100_trials() -> None:
+    argv = [sys.executable, "-m", "torture", "--schedule", "--trials", "100", "--seed", "7",
+            "--spark-every", "10"]  # fmt: skip
+    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()[:-1]]
+    for kind in KINDS:
+        assert {t for k, t in fault_menu(kind) if k == CONSUMER_RESET} == {"lite", "pg"}
+        resets = [f for r in rows if r["kind"] == kind for f in r["faults"]]
+        assert sum(f["kind"] == CONSUMER_RESET for f in resets) >= 10, kind
+    # it holds the consumer, not the processes: a kill of a processor may overlap it
+    assert holds(CONSUMER_RESET, "lite") == {"consumer:lite"}
+    # the Spark trials print their driver and sink choices, every combination twice
+    modes = Counter(
+        (r["spark_mode"]["connect"], r["spark_mode"]["ingest"]) for r in rows if r["spark"]
+    )
+    assert set(modes) == {(c, i) for c in (False, True) for i in ("auto", "atomic")}
+    assert min(modes.values()) >= 2, modes
+    assert all(r["spark_mode"]["headers"] == (r["kind"] == "leaf") for r in rows if r["spark"])
+
+
+def test_spark_choices_follow_the_spark_trials_ordinal() -> None:
+    seen = [spark_mode(i, 10, False) for i in range(0, 100, 11)]
+    assert [m["connect"] for m in seen[:4]] == [False, True, False, True]
+    assert [m["ingest"] for m in seen[:4]] == ["auto", "auto", "atomic", "atomic"]
+    assert describe_mode(spark_mode(3, 1, True)) == "connect/atomic/headers"
