@@ -54,16 +54,18 @@ def runs_spark(index: int, every: int) -> bool:
 def spark_mode(index: int, every: int, leaf: bool) -> dict[str, Any]:
     """How Spark trial ``index`` runs, from its number alone: its ordinal among the
     Spark trials (one per block of ``every``) picks the driver (``connect``: Spark
-    Connect, ``remote("local[...]")``, on odd ordinals; classic ``local_session`` on
-    even ones) and the ``jetstream`` sink's ``ingest`` (``atomic`` on ordinals 2, 3
-    of every 4, the default ``auto``, fast-ingest, on 0, 1), so every four
-    consecutive Spark trials cover the four combinations. ``headers``: in leaf
+    Connect, ``remote("local[...]")``, on the odd ordinals of 0-3, 8-11, ... and the
+    even ones of 4-7, 12-15, ..., so the leaf trials, every fourth ordinal from 2,
+    get both drivers; classic ``local_session`` on the others) and the ``jetstream``
+    sink's ``ingest`` (``atomic`` on ordinals 2, 3 of every 4, the default ``auto``,
+    fast-ingest, on 0, 1), so every four consecutive Spark trials cover the four
+    combinations. ``headers``: in leaf
     trials the source reads the hub's sourced stream with its headers
     (``includeHeaders``) and the sink writes them (leaving out the server-stamped
     ``Nats-Stream-Source``)."""
     ordinal = index // every if every > 0 else index
     return {
-        "connect": ordinal % 2 == 1,
+        "connect": ordinal % 2 != (ordinal // 4) % 2,
         "ingest": "atomic" if (ordinal // 2) % 2 else "auto",
         "headers": leaf,
     }
