@@ -16,7 +16,7 @@ from oncestream.spark._reader import (
     PartitionReader,
     check_retention,
     close_connections,
-    get_connection,
+    source_connection,
 )
 from tests.spark._helpers import publish
 
@@ -35,7 +35,7 @@ async def _read_all(conn: Connection, stream: str, first: int, last: int, **kw: 
 
 @pytest.fixture
 async def source_conn(options: ConnectOptions) -> AsyncIterator[Connection]:
-    yield await get_connection(options)
+    yield await source_connection(options)
     await close_connections()
 
 
@@ -92,7 +92,7 @@ async def test_messages_without_headers_and_empty_ranges(
 
 
 async def test_connection_is_reused(source_conn: Connection, options: ConnectOptions) -> None:
-    assert await get_connection(options) is source_conn
+    assert await source_connection(options) is source_conn
 
 
 async def test_check_retention(conn: Connection, make_stream: Any) -> None:
@@ -158,7 +158,7 @@ async def test_domain_prefix_is_used(server_factory: Any, tmp_path: Any) -> None
         js = admin.nc.jetstream(domain="hub")
         for i in range(5):
             await js.publish("dom.x", b"%d" % i)
-        reader_conn = await get_connection(opts.connect)
+        reader_conn = await source_connection(opts.connect)
         try:
             infos = await stream_infos(reader_conn, opts)
             (part,) = await plan_partitions(reader_conn, opts, infos, {"DOM": 0}, {"DOM": 5})
@@ -172,7 +172,7 @@ async def test_domain_prefix_is_used(server_factory: Any, tmp_path: Any) -> None
 async def test_nth_sequence_counts_messages_not_sequences(
     source_conn: Connection, conn: Connection, make_stream: Any
 ) -> None:
-    from oncestream.spark._planning import nth_sequence
+    from oncestream.read import nth_sequence
 
     await make_stream("NTH", ("nth.>",))
     for i in range(20):

@@ -20,7 +20,7 @@ from oncestream.spark._planning import stream_infos
 from oncestream.spark._reader import (
     ARROW_SCHEMA,
     close_connections,
-    get_connection,
+    source_connection,
 )
 from oncestream.spark._reader import PartitionReader as RangeReader
 from oncestream.spark._source_options import SourceOptions
@@ -33,7 +33,7 @@ IDLE = 0.4
 
 @pytest.fixture
 async def fast_conn(options: ConnectOptions) -> AsyncIterator[Connection]:
-    yield await get_connection(options.replace(request_timeout=IDLE))
+    yield await source_connection(options.replace(request_timeout=IDLE))
     await close_connections()
 
 

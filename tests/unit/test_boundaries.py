@@ -446,6 +446,65 @@ def test_no_two_classes_share_a_name() -> None:
     assert clashes == []
 
 
+#: Public functions two modules define, reviewed: why each pair stays (issue 39).
+SHARED_FUNCTION_NAMES = {
+    # ConnectOptions from each surface's own spelling: the CLI's flags, the Spark options.
+    "connect_options": {"oncestream.cli._connect_flags", "oncestream.spark._options"},
+    # Two starts: tail's --from (one stream) and the Spark source's startingOffsets/Timestamp.
+    "resolve_start": {"oncestream.cli._tail", "oncestream.spark._planning"},
+}
+
+
+def _is_verb(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A function a Typer group registers (``@stream_app.command("ls")``): the group scopes it."""
+    return any(
+        isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "command"
+        for d in node.decorator_list
+    )
+
+
+def public_functions(tree: ast.Module) -> set[str]:
+    """Public module-level functions of ``tree``, CLI verbs left out."""
+    return {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and not node.name.startswith("_")
+        and not _is_verb(node)
+    }
+
+
+def shared_function_names(modules: dict[str, ast.Module]) -> dict[str, set[str]]:
+    """``name -> modules`` for every public function more than one module defines."""
+    homes: dict[str, set[str]] = {}
+    for module, tree in modules.items():
+        for name in public_functions(tree):
+            homes.setdefault(name, set()).add(module)
+    return {name: found for name, found in homes.items() if len(found) > 1}
+
+
+def test_the_shared_name_rule_catches_a_planted_copy() -> None:
+    verb = '@app.command("ls")\ndef ls_command():\n    pass\n'
+    planted = {
+        "oncestream.read._range": ast.parse(f"async def nth_sequence(): pass\n{verb}"),
+        "oncestream.spark._planning": ast.parse(f"async def nth_sequence(): pass\n{verb}"),
+        "oncestream.spark._source": ast.parse(
+            "def _helper(): pass\nclass A:\n    def f(self): pass"
+        ),
+        "oncestream.cli._stream": ast.parse("class B:\n    def f(self): pass\ndef _helper(): pass"),
+    }
+    assert shared_function_names(planted) == {
+        "nth_sequence": {"oncestream.read._range", "oncestream.spark._planning"}
+    }
+
+
+def test_no_two_modules_define_a_public_function_of_one_name() -> None:
+    """One home per function: a second module with the same public name is a copy, or a
+    different concept that needs its own name, unless reviewed in SHARED_FUNCTION_NAMES."""
+    shared = shared_function_names({module: tree for module, _path, tree in _sources()})
+    assert shared == SHARED_FUNCTION_NAMES
+
+
 def test_header_names_are_written_once() -> None:
     """Every ``Nats-*`` header name is a constant of ``_headers``; no other module spells it."""
     offenders = []

@@ -55,6 +55,10 @@ ROW_BUCKETS: tuple[float, ...] = (1, 10, 100, 1_000, 10_000, 100_000, 1_000_000,
 SCRAPE_TIMEOUT = 2.0
 
 
+# Not metrics/_exporter's _Histogram: that one is private to metrics (not in its face),
+# and metrics shares spark's layer, so neither imports the other. That one takes its own
+# lock (the Processor's threads feed it); this one is fed by refresh() under the
+# collector's lock, and labels its integer bounds as floats ("1.0").
 @dataclass
 class _RowHistogram:
     counts: list[int] = field(default_factory=lambda: [0] * (len(ROW_BUCKETS) + 1))

@@ -14,7 +14,6 @@ from .._errors import ConfigError, MessageNotFound, StreamNotFound
 from .._names import subjects_overlap
 from .._retry import leader_stream_info, retrying
 from ..read import count_sequences
-from ..read import nth_sequence as _nth_sequence
 from ._offsets import created_of
 from ._reader import check_retention
 from ._source_options import EARLIEST, LATEST, RETRY_BUDGET, SourceOptions
@@ -25,7 +24,6 @@ __all__ = [
     "JetStreamPartition",
     "count_messages",
     "first_last",
-    "nth_sequence",
     "plan_partitions",
     "plan_ranges",
     "planning_cores",
@@ -336,8 +334,8 @@ async def count_messages(
 ) -> int:
     """How many messages of sequences ``(after, last]`` match ``subjects``, counting to ``at_most``.
 
-    Walks a ``headers_only`` consumer, as :func:`nth_sequence` does: no payloads
-    travel, one small frame per message, and the walk stops at ``at_most``.
+    Walks a ``headers_only`` consumer, as :func:`oncestream.read.nth_sequence` does: no
+    payloads travel, one small frame per message, and the walk stops at ``at_most``.
     """
     return await count_sequences(
         conn,
@@ -348,19 +346,4 @@ async def count_messages(
         subjects,
         retry_timeout=retry_timeout,
         budget_source=RETRY_BUDGET,
-    )
-
-
-async def nth_sequence(
-    conn: Connection,
-    stream: str,
-    after: int,
-    n: int,
-    subjects: tuple[str, ...],
-    *,
-    retry_timeout: float = 0.0,
-) -> tuple[int | None, bool]:
-    """:func:`oncestream.read.nth_sequence` with the source's retry budget named in errors."""
-    return await _nth_sequence(
-        conn, stream, after, n, subjects, retry_timeout=retry_timeout, budget_source=RETRY_BUDGET
     )

@@ -17,8 +17,7 @@ from .._options import ConnectOptions
 from .._retry import leader_stream_info, retrying
 from ..read import RangeReader, delete_consumer_later
 from ._columns import ARROW_SCHEMA, to_batch
-from ._connections import close_connections
-from ._connections import get_connection as _get_connection
+from ._connections import close_connections, get_connection
 from ._offsets import RECREATED_FIX, created_of, recreated_text
 from ._source_options import RETRY_BUDGET
 
@@ -28,15 +27,15 @@ __all__ = [
     "check_retention",
     "close_connections",
     "delete_consumer_later",
-    "get_connection",
+    "source_connection",
 ]
 
 log = logging.getLogger("oncestream.spark.source")
 
 
-async def get_connection(options: ConnectOptions) -> Connection:
+async def source_connection(options: ConnectOptions) -> Connection:
     """The source's connection for ``options`` in this process (shared by every partition)."""
-    return await _get_connection(options, name="oncestream-spark-source")
+    return await get_connection(options, name="oncestream-spark-source")
 
 
 # --------------------------------------------------------------------------- retention

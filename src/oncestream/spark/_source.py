@@ -32,6 +32,7 @@ from pyspark.sql.types import (
 from .._connection import Connection
 from .._errors import ConfigError, DataLossError
 from .._sync import run_sync
+from ..read import nth_sequence
 from ._compat import (
     ADMISSION_CONTROL,
     ReadAllAvailable,
@@ -48,7 +49,6 @@ from ._planning import (
     JetStreamPartition,
     count_messages,
     first_last,
-    nth_sequence,
     plan_partitions,
     resolve_end,
     resolve_start,
@@ -56,8 +56,8 @@ from ._planning import (
     stream_filters,
     stream_infos,
 )
-from ._reader import PartitionReader, check_retention, get_connection
-from ._source_options import SourceOptions
+from ._reader import PartitionReader, check_retention, source_connection
+from ._source_options import RETRY_BUDGET, SourceOptions
 from ._worker_heap import freeze_imports
 
 __all__ = [
@@ -89,7 +89,7 @@ def _read(options: SourceOptions, partition: JetStreamPartition) -> Iterator[pa.
     freeze_imports()
 
     async def open_reader() -> PartitionReader:
-        conn = await get_connection(options.connect)
+        conn = await source_connection(options.connect)
         first = await check_retention(
             conn,
             partition.stream,
@@ -139,7 +139,7 @@ class JetStreamBatchReader(DataSourceReader):
         """Resolve starting/ending offsets against the streams and split the ranges."""
 
         async def plan() -> list[JetStreamPartition]:
-            conn = await get_connection(self.options.connect)
+            conn = await source_connection(self.options.connect)
             infos = await stream_infos(conn, self.options)
             start = await resolve_start(conn, self.options, infos, streaming=False)
             end = await resolve_end(conn, self.options, infos)
@@ -196,7 +196,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def _infos(self) -> tuple[Connection, dict[str, dict[str, Any]]]:
         async def fetch() -> tuple[Connection, dict[str, dict[str, Any]]]:
-            conn = await get_connection(self.options.connect)
+            conn = await source_connection(self.options.connect)
             return conn, await stream_infos(conn, self.options)
 
         return run_sync(fetch())
@@ -390,7 +390,13 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return last_seq  # no filter can match this stream: skip to its head
         seq, exhausted = run_sync(
             nth_sequence(
-                conn, stream, after, count, filters, retry_timeout=self.options.retry_timeout
+                conn,
+                stream,
+                after,
+                count,
+                filters,
+                retry_timeout=self.options.retry_timeout,
+                budget_source=RETRY_BUDGET,
             )
         )
         return last_seq if exhausted or seq is None else seq
@@ -487,7 +493,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         last, last_created = split_offset(end)
 
         async def plan() -> list[JetStreamPartition]:
-            conn = await get_connection(self.options.connect)
+            conn = await source_connection(self.options.connect)
             infos = await stream_infos(conn, self.options)
             begin = {s: first.get(s, last.get(s, 0)) for s in infos}
             finish = {s: last.get(s, begin[s]) for s in infos}

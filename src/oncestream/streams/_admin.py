@@ -1,7 +1,7 @@
 """Stream and consumer administration and single-message reads over the JetStream API.
 
 Every call names the stream (and consumer) in its errors, so the CLI verbs can
-print them as they are.
+print them as they are: :meth:`Connection.api` names them, for every caller.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from .._connection import Connection
-from .._errors import ConsumerNotFound, ErrCode, JetStreamError, MessageNotFound, StreamNotFound
+from .._errors import ErrCode, JetStreamError, MessageNotFound
 from .._headers import (
     LAST_SEQUENCE,
     NUM_PENDING,
@@ -54,10 +54,6 @@ _DIRECT_TAIL = frozenset((STREAM, SUBJECT, SEQUENCE, TIME_STAMP, NUM_PENDING, LA
 _EPOCH = "1970-01-01T00:00:00Z"
 
 
-def _stream_missing(stream: str, exc: StreamNotFound) -> StreamNotFound:
-    return StreamNotFound(f"stream {stream!r} not found", code=exc.code, err_code=exc.err_code)
-
-
 async def stream_info(conn: Connection, stream: str) -> dict[str, Any]:
     """``STREAM.INFO``.
 
@@ -66,10 +62,7 @@ async def stream_info(conn: Connection, stream: str) -> dict[str, Any]:
         StreamNotFound: naming ``stream``.
     """
     check_stream_name(stream)
-    try:
-        return await conn.stream_info(stream)
-    except StreamNotFound as exc:
-        raise _stream_missing(stream, exc) from exc
+    return await conn.stream_info(stream)
 
 
 async def consumer_info(conn: Connection, stream: str, consumer: str) -> dict[str, Any]:
@@ -81,16 +74,7 @@ async def consumer_info(conn: Connection, stream: str, consumer: str) -> dict[st
     """
     check_stream_name(stream)
     check_consumer_name(consumer)
-    try:
-        return await conn.consumer_info(stream, consumer)
-    except StreamNotFound as exc:
-        raise _stream_missing(stream, exc) from exc
-    except ConsumerNotFound as exc:
-        raise ConsumerNotFound(
-            f"consumer {consumer!r} not found on stream {stream!r}",
-            code=exc.code,
-            err_code=exc.err_code,
-        ) from exc
+    return await conn.consumer_info(stream, consumer)
 
 
 async def add_stream(conn: Connection, config: dict[str, Any]) -> dict[str, Any]:
@@ -115,10 +99,7 @@ async def delete_stream(conn: Connection, stream: str) -> None:
         StreamNotFound: naming ``stream``.
     """
     check_stream_name(stream)
-    try:
-        await conn.api(f"STREAM.DELETE.{stream}")
-    except StreamNotFound as exc:
-        raise _stream_missing(stream, exc) from exc
+    await conn.api(f"STREAM.DELETE.{stream}")
 
 
 async def _paged(conn: Connection, subject: str, field: str) -> list[dict[str, Any]]:
@@ -145,10 +126,7 @@ async def list_consumers(conn: Connection, stream: str) -> list[dict[str, Any]]:
         StreamNotFound: naming ``stream``.
     """
     check_stream_name(stream)
-    try:
-        infos = await _paged(conn, f"CONSUMER.LIST.{stream}", "consumers")
-    except StreamNotFound as exc:
-        raise _stream_missing(stream, exc) from exc
+    infos = await _paged(conn, f"CONSUMER.LIST.{stream}", "consumers")
     return sorted(infos, key=lambda i: str(i.get("name", "")))
 
 
@@ -245,10 +223,7 @@ async def get_message(
         body["last_by_subj"] = last_by_subject
     if start_time is not None:
         body["start_time"] = rfc3339(start_time)
-    try:
-        reply = await conn.api(f"STREAM.MSG.GET.{stream}", body)
-    except StreamNotFound as exc:
-        raise _stream_missing(stream, exc) from exc
+    reply = await conn.api(f"STREAM.MSG.GET.{stream}", body)
     return _from_api(stream, reply.get("message") or {})
 
 
@@ -343,8 +318,6 @@ async def delete_message(conn: Connection, stream: str, seq: int) -> bool:
     """``STREAM.MSG.DELETE`` (no erase); False when the message was already gone."""
     try:
         await conn.api(f"STREAM.MSG.DELETE.{stream}", {"seq": seq, "no_erase": True})
-    except StreamNotFound as exc:
-        raise _stream_missing(stream, exc) from exc
     except MessageNotFound:
         return False
     except JetStreamError as exc:
