@@ -154,9 +154,10 @@ def delta(
         uri: the table: a local path, or an object-store URI (``s3://``, ``gs://``,
             ``az://``, ``abfss://``...) that delta-rs understands. Created on the
             first batch if missing.
-        query_name: a label in front of the query id in the Delta app id
-            (``name@<query id>``), so a new checkpoint under an old name is still a
-            new scope; alone it is the app id only outside a streaming query.
+        query_name: the Delta app id of calls outside a streaming query. Inside
+            one the query id is the app id whatever the name: a restart from the
+            checkpoint under another name skips its replayed batch, and a new
+            checkpoint under an old name is a new app id.
         checkpoint_location: the query's ``checkpointLocation``; batch ids are
             scoped by the query id Spark keeps there. Needed under Spark Connect,
             where the batch function is not told its query's id; classic Spark

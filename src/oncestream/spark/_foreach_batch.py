@@ -11,8 +11,8 @@ one). Classic Spark hands it to the batch function's thread; Spark Connect does
 not (the function runs in a Python process of the server, and the tasks its
 DataFrame runs carry no query id), so under Connect the writer reads it from
 the checkpoint (``checkpoint_location``), and refuses to run without it rather
-than share one scope among queries. ``query_name`` labels the scope
-(``name@<query id>``).
+than share one scope among queries. ``query_name`` does not enter a streaming
+query's scope (renaming a query keeps its batches); it scopes direct calls.
 
 Example::
 
@@ -256,9 +256,10 @@ def transactional(
         table: destination table (created from the DataFrame schema if absent).
         key_columns: primary key of a created table; required for ``upsert``.
         mode: ``append`` inserts; ``upsert`` inserts or updates by ``key_columns``.
-        query_name: a label in front of the query id in the scope
-            (``name@<query id>``), so a new checkpoint under an old name is still a
-            new scope; alone it is the scope only outside a streaming query.
+        query_name: the scope of calls outside a streaming query. Inside one the
+            query id is the scope whatever the name: a restart from the checkpoint
+            under another name skips its replayed batch, and a new checkpoint under
+            an old name is a new scope.
         checkpoint_location: the query's ``checkpointLocation``; batch ids are
             scoped by the query id Spark keeps there. Needed under Spark Connect,
             where the batch function is not told its query's id; classic Spark

@@ -10,10 +10,11 @@ Classic Spark tells the batch function its query id (a local property of the
 calling thread). Spark Connect runs the function in a Python worker of the server
 that gets a DataFrame and a batch id only, so there the scope comes from the
 query's ``checkpoint_location`` (Spark keeps the query id in its ``metadata``
-file); without it the helpers refuse rather than guess. A ``query_name`` is a
-label in front of the query id (``name@id``): a new checkpoint under an old name
-is a new scope. Before a recorded batch is skipped, the checkpoint is asked
-whether Spark committed it (:meth:`QueryScope.check_replay`).
+file); without it the helpers refuse rather than guess. Inside a streaming
+query the query id alone is the scope: a ``query_name`` does not enter it, so a
+restart from the same checkpoint under another name keeps its batches, and a new
+checkpoint under an old name is a new scope. Before a recorded batch is skipped,
+the checkpoint is asked whether Spark committed it (:meth:`QueryScope.check_replay`).
 """
 
 from __future__ import annotations
@@ -33,12 +34,12 @@ __all__ = ["QueryScope", "stale_batch_message"]
 
 @dataclass(kw_only=True)
 class QueryScope:
-    """What scopes a writer's batch ids: ``query_name``, else the query id.
+    """What scopes a writer's batch ids: the query id, else ``query_name``.
 
     Args:
         owner: how messages name the writer, e.g. ``transactional(table='t')``.
-        query_name: a label for the query's scope (``name@<query id>``); alone (a
-            call outside a streaming query) it is the scope.
+        query_name: the scope of calls outside a streaming query; inside one the
+            query id is the scope whatever the name.
         checkpoint_location: the query's ``checkpointLocation`` (its query id is
             read from there when Spark does not hand it over: Connect).
 
@@ -69,10 +70,11 @@ class QueryScope:
         """The scope of the batch ``df`` belongs to.
 
         The query id (classic Spark hands it over; ``checkpoint_location`` holds it),
-        as ``query_name@<query id>`` when a name is given: a new checkpoint under an
-        old name is a new scope, and its batch ids, which restart at 0, are not
-        skipped as the old query's. ``query_name`` alone only outside a streaming
-        query (a direct call).
+        whatever ``query_name`` says: a restart from the checkpoint under another
+        name is the same query (its replayed batch is skipped, not written again),
+        and a new checkpoint under an old name is a new one (its batch ids, which
+        restart at 0, are not skipped as the old query's). ``query_name`` only
+        outside a streaming query (a direct call).
 
         Raises:
             ConfigError: nothing names the query (Connect without either option, or
@@ -85,7 +87,7 @@ class QueryScope:
                 self._checkpoint_id = _checkpoint_query_id(df, self.checkpoint_location)
             query_id = self._checkpoint_id
         if query_id:
-            return f"{self.query_name}@{query_id}" if self.query_name else query_id
+            return query_id
         if _is_connect(df):
             raise ConfigError(_connect_needs_checkpoint(self.owner))
         if self.query_name:  # a call outside a streaming query: the caller's own scope
@@ -138,15 +140,15 @@ def stale_batch_message(where: str, recorded: int, scope: str, batch_id: int) ->
     """Why a batch id below the last one recorded for its scope is refused.
 
     Spark re-runs only a query's last batch whose commit it did not record, so an
-    older id means another query shares the scope: a new checkpoint reusing
-    ``query_name`` (its batch ids restart at 0, and would be skipped as done) or a
-    checkpoint restored from an older copy.
+    older id means the scope is shared: a checkpoint restored from an older copy
+    (same query id, older batches), or, for calls outside a streaming query, two
+    callers passing one ``query_name``.
     """
     return (
         f"{where} already holds batch {recorded} of query {scope!r}, and the query now "
-        f"writes batch {batch_id}: a new checkpoint reuses that query name (its batch ids "
-        "restart at 0) or the checkpoint was restored from an older copy; give this query "
-        "a new query_name"
+        f"writes batch {batch_id}: its checkpoint was restored from an older copy (start "
+        "the query from a new checkpoint), or, outside a streaming query, another caller "
+        "uses that scope (give this one a new query_name)"
     )
 
 
