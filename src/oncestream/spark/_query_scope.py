@@ -13,8 +13,17 @@ query's ``checkpoint_location`` (Spark keeps the query id in its ``metadata``
 file); without it the helpers refuse rather than guess. Inside a streaming
 query the query id alone is the scope: a ``query_name`` does not enter it, so a
 restart from the same checkpoint under another name keeps its batches, and a new
-checkpoint under an old name is a new scope. Before a recorded batch is skipped,
-the checkpoint is asked whether Spark committed it (:meth:`QueryScope.check_replay`).
+checkpoint under an old name is a new scope.
+
+A ``checkpoint_location`` that is not the running query's (a stale value, another
+job's) would scope the batches under another query's id, and skip this query's
+batches as that query's. So the id read from it must be one of the queries running
+in the session that started the query: Connect runs the function in a worker
+bound to a clone of that session, whose ``streams`` lists nothing, but unpickles the
+function while the starting session is the active one, so a scope keeps that
+session from its unpickling (:meth:`QueryScope.__setstate__`) and asks its
+``streams.active`` once per query run. Before a recorded batch is skipped, the
+checkpoint is also asked whether Spark committed it (:meth:`QueryScope.check_replay`).
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigError
 
@@ -54,6 +63,8 @@ class QueryScope:
     checkpoint_location: str | None = None
     #: The id read from ``checkpoint_location``, once per unpickled copy (one query run).
     _checkpoint_id: str | None = field(default=None, repr=False)
+    #: The Connect session that started the query (see :meth:`__setstate__`); not pickled.
+    _starter: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         name, location = self.query_name, self.checkpoint_location
@@ -65,6 +76,20 @@ class QueryScope:
             )
         if location is None and _connect_client():
             raise ConfigError(_connect_needs_checkpoint(self.owner))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_starter": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle; in a Connect foreachBatch worker, keep the session that started the query.
+
+        The worker unpickles the function while the active session is the one the
+        query was started from (later batches run on a clone of it, which lists no
+        streaming query): that session's ``streams.active`` tells whether
+        ``checkpoint_location`` is a running query's (:meth:`resolve`).
+        """
+        self.__dict__.update(state)
+        self._starter = _active_connect_session()
 
     def resolve(self, df: DataFrame) -> str:
         """The scope of the batch ``df`` belongs to.
@@ -78,13 +103,17 @@ class QueryScope:
 
         Raises:
             ConfigError: nothing names the query (Connect without either option, or
-                a call outside a streaming query), or the checkpoint's metadata
-                cannot be read.
+                a call outside a streaming query), the checkpoint's metadata cannot be
+                read, or (Connect) its query id is not one of the queries running in
+                the session that started this one: ``checkpoint_location`` is not the
+                running query's checkpointLocation.
         """
         query_id = _thread_query_id(df)
         if query_id is None and self.checkpoint_location:
             if self._checkpoint_id is None:
-                self._checkpoint_id = _checkpoint_query_id(df, self.checkpoint_location)
+                found = _checkpoint_query_id(df, self.checkpoint_location)
+                self._check_running(found)
+                self._checkpoint_id = found
             query_id = self._checkpoint_id
         if query_id:
             return query_id
@@ -98,6 +127,26 @@ class QueryScope:
             "query's checkpointLocation: its query id is read from there) or query_name= (a "
             "name unique to this caller); batch ids of writers sharing one scope are skipped "
             "as each other's"
+        )
+
+    def _check_running(self, query_id: str) -> None:
+        """Refuse a ``checkpoint_location`` whose query id is not a running query's.
+
+        Only where the session that started the query is known (a Connect
+        foreachBatch worker); elsewhere :meth:`check_replay` is the only check.
+        """
+        if self._starter is None:
+            return
+        running = sorted(str(query.id) for query in self._starter.streams.active)
+        if query_id in running:
+            return
+        raise ConfigError(
+            f"{self.owner}: checkpoint_location={self.checkpoint_location!r} is not this "
+            f"query's checkpointLocation: its metadata names query {query_id}, and the "
+            f"queries running in the session that started this one are "
+            f"{', '.join(running) or 'none'} (a stale or copied value would scope this "
+            "query's batches as that query's and skip them). Give the checkpointLocation "
+            "the query was started with"
         )
 
     def check_replay(self, df: DataFrame, batch_id: int) -> None:
@@ -190,6 +239,17 @@ def _checkpoint_query_id(df: DataFrame, location: str) -> str:
     if not isinstance(query_id, str) or not query_id:
         raise ConfigError(f"checkpoint_location={location!r}: {path} holds no query id")
     return query_id
+
+
+def _active_connect_session() -> Any:
+    """The active Spark Connect session of this process, if pyspark's Connect is loaded."""
+    module = sys.modules.get("pyspark.sql.connect.session")
+    if module is None:
+        return None
+    try:
+        return module.SparkSession.getActiveSession()
+    except Exception:  # no session to ask: the location is checked by its commits only
+        return None
 
 
 def _connect_client() -> bool:
