@@ -15,6 +15,10 @@ At each pruning round, :meth:`Registry.limit` reads every other registered consu
 ack floor from the server: the ledger is pruned no further than the lowest, and
 the span deleted joins every registered consumer's prune horizon. A registered
 consumer that no longer exists holds pruning at its last recorded floor.
+
+A consumer's filter edited while its Processor runs (``CONSUMER.CREATE`` with action
+``update``) is checked again before the Processor applies or suppresses anything
+under the new filter (:meth:`Registry.takes`, :meth:`Registry.recheck`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 
 from .._connection import Connection
 from .._errors import ConfigError, ConsumerNotFound
+from .._names import subject_matches
 from ..ledger import Ledger, Registration
 from ._applying import Applier
 from ._setup import consumer_filters
@@ -100,6 +105,8 @@ class Registry:
         self.applier, self.ledger = applier, ledger
         self.stream, self.consumer = stream, consumer
         self._missing: set[str] = set()  # logged once each
+        #: The filters recorded for this consumer (None: not registered, e.g. ``bind``).
+        self.filters: tuple[str, ...] | None = None
 
     async def check(self, conn: Connection, filter_subject: str | None) -> None:
         """:func:`check_registry` before the consumer is created: a refused Processor leaves
@@ -125,7 +132,54 @@ class Registry:
         info = await conn.consumer_info(self.stream, self.consumer)
         mine = await _registration(conn, self.stream, self.consumer, info)
         await self.applier.db(self.ledger.register, mine, functools.partial(check_registry, mine))
+        self.filters = mine.filters
         return mine
+
+    def takes(self, subjects: list[str]) -> bool:
+        """True when every one of ``subjects`` lies inside the filters registered.
+
+        Registered consumers' filters are disjoint, so a message inside this consumer's
+        registered filters was never another registered consumer's: the ledger may
+        suppress it. A message outside them proves the consumer's filter was edited
+        while running (the server delivers only what the filter matches): it must not
+        be applied or suppressed before :meth:`recheck`. Matching subjects costs no
+        round trip, unlike reading ``CONSUMER.INFO`` per batch, and a filter narrowed
+        or edited to another subject set inside the old one needs no check (nothing it
+        delivers can be another consumer's).
+        """
+        filters = self.filters
+        if not filters:  # not registered, or every subject (nothing can lie outside)
+            return True
+        return all(any(subject_matches(f, s) for f in filters) for s in subjects)
+
+    async def recheck(self, conn: Connection, filters: tuple[str, ...] | None = None) -> None:
+        """Register again when the consumer's filters (``filters``, or read from the server)
+        are not the ones recorded: recorded when the registry allows them.
+
+        Raises:
+            ConfigError: the new filters overlap another registered consumer's (as at start).
+        """
+        if self.filters is None or (filters is not None and set(filters) == set(self.filters)):
+            return
+        old = self.filters
+        try:
+            mine = await self.register(conn)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"consumer {self.stream}/{self.consumer} was edited while its Processor ran "
+                f"(filters registered: {_shown(old)}), and the registry refuses its new "
+                f"filters; the Processor stopped without applying or acknowledging the "
+                f"batch: {exc}"
+            ) from exc
+        if mine.filters != old:
+            log.warning(
+                "%s/%s: the consumer's filter subjects were edited while running (%s -> %s); "
+                "the ledger's registry allows them and records them",
+                self.stream,
+                self.consumer,
+                _shown(old),
+                _shown(mine.filters),
+            )
 
     async def limit(
         self, conn: Connection, own_floor: int, up_to: int
