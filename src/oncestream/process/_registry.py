@@ -12,7 +12,8 @@ time, the ack floor) and refuses:
   skip every message the other applied (a consumer renamed included).
 
 At each pruning round, :meth:`Registry.limit` reads every other registered consumer's
-ack floor from the server: the ledger is pruned no further than the lowest, and
+ack floor from the server (an idle one's, nothing pending or awaiting its ack: the
+stream's last sequence): the ledger is pruned no further than the lowest, and
 the span deleted joins every registered consumer's prune horizon. A registered
 consumer that no longer exists holds pruning at its last recorded floor.
 
@@ -90,6 +91,23 @@ def check_registry(mine: Registration, registered: list[Registration]) -> None:
 
 def _shown(filters: tuple[str, ...]) -> str:
     return " ".join(filters) if filters else "none: every subject"
+
+
+def _floor(info: dict[str, Any], last_seq: int) -> int:
+    """A neighbour's floor for pruning: its ack floor, or ``last_seq`` when it is idle.
+
+    A consumer whose filter no message matched keeps ack floor 0 and would hold
+    pruning at 0 for ever. One with nothing pending and nothing awaiting its ack has
+    acked every message its filter matched up to the stream's last sequence when
+    its info was read; ``last_seq`` was read before that, so it is no later, and
+    every row up to it that the neighbour's filter matches is acked. A later reset
+    of the neighbour to an earlier sequence is covered by the prune horizon (the
+    span deleted is recorded for every registered consumer).
+    """
+    floor = ack_floor(info)
+    if not info.get("num_pending") and not info.get("num_ack_pending"):
+        return max(floor, last_seq)
+    return floor
 
 
 class Registry:
@@ -189,9 +207,15 @@ class Registry:
         registered = await self.applier.db(self.ledger.registrations, self.stream)
         others = [r for r in registered if r.consumer != self.consumer]
         floors = {self.consumer: own_floor}
+        # Read before the neighbours' CONSUMER.INFO: see _floor.
+        last_seq = (
+            int(((await conn.stream_info(self.stream)).get("state") or {}).get("last_seq", 0))
+            if others
+            else 0
+        )
         for other in others:
             try:
-                floor = ack_floor(await conn.consumer_info(self.stream, other.consumer))
+                floor = _floor(await conn.consumer_info(self.stream, other.consumer), last_seq)
             except ConsumerNotFound:
                 floor = other.ack_floor
                 if other.consumer not in self._missing:
