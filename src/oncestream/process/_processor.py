@@ -672,8 +672,8 @@ class Processor:
 
     async def _process(self, msgs: list[Message]) -> None:
         began = time.perf_counter()
-        if not await self._registered_filters(msgs):
-            return
+        if not await self._registry.admit(self.conn, [m.subject for m in msgs], self._fail):
+            return  # the filter edited to overlap a neighbour: neither applied nor acked
         frontier = self._frontier
         if frontier is not None and not frontier.delivered(msgs):
             await self._reanchor(frontier.gap)
@@ -750,36 +750,6 @@ class Processor:
             self.stats.observe("batch", time.perf_counter() - began)
         self._progress.set()
 
-    async def _registered_filters(self, msgs: list[Message]) -> bool:
-        """False (the run failing) when ``msgs`` must not be applied or suppressed: the
-        consumer's filter was edited while running to one the ledger's registry refuses.
-
-        A subject outside the registered filters is the proof of an edit, found without
-        a round trip per batch (see :meth:`Registry.takes`); only then is the consumer
-        read and registered again.
-        """
-        registry = self._registry
-        if registry.takes([m.subject for m in msgs]):
-            return True
-        assert self.conn is not None
-        try:
-            await registry.recheck(self.conn)
-            if not registry.takes([m.subject for m in msgs]):
-                # Edited and edited back: what was delivered in between may be a
-                # neighbour's message, which the ledger would suppress.
-                outside = sorted({m.subject for m in msgs if not registry.takes([m.subject])})
-                raise ConfigError(
-                    f"consumer {self.stream}/{self.consumer} delivered messages on "
-                    f"{', '.join(outside)}, outside its filters "
-                    f"{' '.join(registry.filters or ())}: its filter was edited while the "
-                    f"Processor ran; the Processor stopped without applying or "
-                    f"acknowledging them (docs/processing.md, 'One ledger, which consumers')"
-                )
-        except ConfigError as exc:
-            self._fail(exc)
-            return False
-        return True
-
     async def _ack_through(self, reply: str | None) -> None:
         if reply is not None:
             await self._acks.ack_through(reply)
@@ -805,11 +775,8 @@ class Processor:
                     if unsafe is not None:
                         self._fail(unsafe)
                 filters = consumer_filters(info.get("config") or {})
-                try:  # an edited filter seen before a message outside it arrives
-                    await self._registry.recheck(self.conn, filters)
-                except ConfigError as exc:
-                    self._fail(exc)
-                    return
+                if not await self._registry.recheck(self.conn, filters, self._fail):
+                    return  # the filter edited to overlap a neighbour
                 floor = int(info.get("ack_floor", {}).get("stream_seq", 0))
                 up_to = self._floors.prunable(floor, time.monotonic(), filters)
                 up_to, others = await self._registry.limit(self.conn, floor, up_to)

@@ -19,7 +19,7 @@ consumer that no longer exists holds pruning at its last recorded floor.
 
 A consumer's filter edited while its Processor runs (``CONSUMER.CREATE`` with action
 ``update``) is checked again before the Processor applies or suppresses anything
-under the new filter (:meth:`Registry.takes`, :meth:`Registry.recheck`).
+under the new filter (:meth:`Registry.admit`, :meth:`Registry.recheck`).
 """
 
 from __future__ import annotations
@@ -170,7 +170,48 @@ class Registry:
             return True
         return all(any(subject_matches(f, s) for f in filters) for s in subjects)
 
-    async def recheck(self, conn: Connection, filters: tuple[str, ...] | None = None) -> None:
+    async def admit(
+        self, conn: Connection | None, subjects: list[str], fail: Callable[[ConfigError], None]
+    ) -> bool:
+        """True when messages on ``subjects`` may be applied or suppressed by the ledger;
+        else False, ``fail`` called with the ``ConfigError`` a start would raise.
+
+        Called before each batch: a subject outside the registered filters (see
+        :meth:`takes`) has the consumer read and registered again.
+        """
+        if self.takes(subjects):
+            return True
+        assert conn is not None
+        try:
+            await self._reregister(conn, None)
+            if not self.takes(subjects):
+                # Edited and edited back: what was delivered in between may be a
+                # neighbour's message, which the ledger would suppress.
+                outside = sorted({s for s in subjects if not self.takes([s])})
+                raise ConfigError(
+                    f"consumer {self.stream}/{self.consumer} delivered messages on "
+                    f"{', '.join(outside)}, outside its filters {_shown(self.filters or ())}: "
+                    f"its filter was edited while its Processor ran; the Processor stopped "
+                    f"without applying or acknowledging them ({_DOCS})"
+                )
+        except ConfigError as exc:
+            fail(exc)
+            return False
+        return True
+
+    async def recheck(
+        self, conn: Connection, filters: tuple[str, ...], fail: Callable[[ConfigError], None]
+    ) -> bool:
+        """As :meth:`admit`, for the consumer's ``filters`` read from its info: registered
+        again when they are not the ones recorded (an edit seen before any message)."""
+        try:
+            await self._reregister(conn, filters)
+        except ConfigError as exc:
+            fail(exc)
+            return False
+        return True
+
+    async def _reregister(self, conn: Connection, filters: tuple[str, ...] | None) -> None:
         """Register again when the consumer's filters (``filters``, or read from the server)
         are not the ones recorded: recorded when the registry allows them.
 
