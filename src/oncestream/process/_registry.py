@@ -110,6 +110,10 @@ def _floor(info: dict[str, Any], last_seq: int) -> int:
     return floor
 
 
+#: The most subjects :meth:`Registry.takes` remembers as inside the filters.
+_INSIDE_MAX = 10_000
+
+
 class Registry:
     """The Processor's consumer in its ledger's registry: checked and recorded at start,
     the other registered consumers' floors at each pruning round.
@@ -125,6 +129,9 @@ class Registry:
         self._missing: set[str] = set()  # logged once each
         #: The filters recorded for this consumer (None: not registered, e.g. ``bind``).
         self.filters: tuple[str, ...] | None = None
+        #: Subjects seen inside ``filters``: most batches repeat a few subjects, so the
+        #: check per message is a set lookup (0.77 -> 0.01 us/msg for 7 subjects).
+        self._inside: set[str] = set()
 
     async def check(self, conn: Connection, filter_subject: str | None) -> None:
         """:func:`check_registry` before the consumer is created: a refused Processor leaves
@@ -151,6 +158,7 @@ class Registry:
         mine = await _registration(conn, self.stream, self.consumer, info)
         await self.applier.db(self.ledger.register, mine, functools.partial(check_registry, mine))
         self.filters = mine.filters
+        self._inside.clear()
         return mine
 
     def takes(self, subjects: list[str]) -> bool:
@@ -168,7 +176,13 @@ class Registry:
         filters = self.filters
         if not filters:  # not registered, or every subject (nothing can lie outside)
             return True
-        return all(any(subject_matches(f, s) for f in filters) for s in subjects)
+        new = set(subjects).difference(self._inside)
+        if not all(any(subject_matches(f, s) for f in filters) for s in new):
+            return False
+        if len(self._inside) > _INSIDE_MAX:  # bounded: subjects may be unique per message
+            self._inside.clear()
+        self._inside.update(new)
+        return True
 
     async def admit(
         self, conn: Connection | None, subjects: list[str], fail: Callable[[ConfigError], None]
