@@ -308,3 +308,31 @@ async def test_a_registered_consumer_gone_from_the_server_holds_pruning(
         logger.removeHandler(seen)
     assert any("pruned no further than its last recorded ack floor, 0" in x for x in seen.lines)
     assert eu.stats.pruned == 0
+
+
+async def test_an_idle_disjoint_neighbour_does_not_hold_pruning(
+    conn, make_stream, ledger_and_effects
+) -> None:  # type: ignore[no-untyped-def]
+    """F6 (breaker w5 b9): us (pr.us) is registered but no message ever matched its
+    filter, so its ack floor stays 0; with nothing pending and nothing awaiting its
+    ack it has acked all it takes up to the stream's last sequence, and eu (pr.eu)
+    prunes past it. Then us takes new messages: each applied once."""
+    make, effects = ledger_and_effects
+    await make_stream("PR", ("pr.>",))
+    await _run(
+        conn, make(), lambda s: True, consumer="us", filter_subject="pr.us", prune_interval=0
+    )
+    await publish_n(conn, "pr.eu", 20, start=1)
+    eu = await _run(
+        conn,
+        make(),
+        lambda s: s.applied >= 20 and s.pruned >= 20,
+        consumer="eu",
+        filter_subject="pr.eu",
+    )
+    assert eu.pruned == 20
+    assert (await conn.consumer_info("PR", "us"))["ack_floor"]["stream_seq"] == 0
+    await publish_n(conn, "pr.us", 5, start=21)
+    us = await _run(conn, make(), lambda s: s.applied >= 5, consumer="us", filter_subject="pr.us")
+    assert us.applied == 5 and us.suppressed == 0, us
+    assert effects() == list(range(1, 26))

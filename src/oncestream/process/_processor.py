@@ -672,6 +672,8 @@ class Processor:
 
     async def _process(self, msgs: list[Message]) -> None:
         began = time.perf_counter()
+        if not await self._registry.admit(self.conn, [m.subject for m in msgs], self._fail):
+            return  # the filter edited to overlap a neighbour: neither applied nor acked
         frontier = self._frontier
         if frontier is not None and not frontier.delivered(msgs):
             await self._reanchor(frontier.gap)
@@ -773,6 +775,8 @@ class Processor:
                     if unsafe is not None:
                         self._fail(unsafe)
                 filters = consumer_filters(info.get("config") or {})
+                if not await self._registry.recheck(self.conn, filters, self._fail):
+                    return  # the filter edited to overlap a neighbour
                 floor = int(info.get("ack_floor", {}).get("stream_seq", 0))
                 up_to = self._floors.prunable(floor, time.monotonic(), filters)
                 up_to, others = await self._registry.limit(self.conn, floor, up_to)

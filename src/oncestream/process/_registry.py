@@ -12,9 +12,14 @@ time, the ack floor) and refuses:
   skip every message the other applied (a consumer renamed included).
 
 At each pruning round, :meth:`Registry.limit` reads every other registered consumer's
-ack floor from the server: the ledger is pruned no further than the lowest, and
+ack floor from the server (an idle one's, nothing pending or awaiting its ack: the
+stream's last sequence): the ledger is pruned no further than the lowest, and
 the span deleted joins every registered consumer's prune horizon. A registered
 consumer that no longer exists holds pruning at its last recorded floor.
+
+A consumer's filter edited while its Processor runs (``CONSUMER.CREATE`` with action
+``update``) is checked again before the Processor applies or suppresses anything
+under the new filter (:meth:`Registry.admit`, :meth:`Registry.recheck`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 
 from .._connection import Connection
 from .._errors import ConfigError, ConsumerNotFound
+from .._names import subject_matches
 from ..ledger import Ledger, Registration
 from ._applying import Applier
 from ._setup import consumer_filters
@@ -87,6 +93,27 @@ def _shown(filters: tuple[str, ...]) -> str:
     return " ".join(filters) if filters else "none: every subject"
 
 
+def _floor(info: dict[str, Any], last_seq: int) -> int:
+    """A neighbour's floor for pruning: its ack floor, or ``last_seq`` when it is idle.
+
+    A consumer whose filter no message matched keeps ack floor 0 and would hold
+    pruning at 0 for ever. One with nothing pending and nothing awaiting its ack has
+    acked every message its filter matched up to the stream's last sequence when
+    its info was read; ``last_seq`` was read before that, so it is no later, and
+    every row up to it that the neighbour's filter matches is acked. A later reset
+    of the neighbour to an earlier sequence is covered by the prune horizon (the
+    span deleted is recorded for every registered consumer).
+    """
+    floor = ack_floor(info)
+    if not info.get("num_pending") and not info.get("num_ack_pending"):
+        return max(floor, last_seq)
+    return floor
+
+
+#: The most subjects :meth:`Registry.takes` remembers as inside the filters.
+_INSIDE_MAX = 10_000
+
+
 class Registry:
     """The Processor's consumer in its ledger's registry: checked and recorded at start,
     the other registered consumers' floors at each pruning round.
@@ -100,6 +127,11 @@ class Registry:
         self.applier, self.ledger = applier, ledger
         self.stream, self.consumer = stream, consumer
         self._missing: set[str] = set()  # logged once each
+        #: The filters recorded for this consumer (None: not registered, e.g. ``bind``).
+        self.filters: tuple[str, ...] | None = None
+        #: Subjects seen inside ``filters``: most batches repeat a few subjects, so the
+        #: check per message is a set lookup (0.77 -> 0.01 us/msg for 7 subjects).
+        self._inside: set[str] = set()
 
     async def check(self, conn: Connection, filter_subject: str | None) -> None:
         """:func:`check_registry` before the consumer is created: a refused Processor leaves
@@ -125,7 +157,102 @@ class Registry:
         info = await conn.consumer_info(self.stream, self.consumer)
         mine = await _registration(conn, self.stream, self.consumer, info)
         await self.applier.db(self.ledger.register, mine, functools.partial(check_registry, mine))
+        self.filters = mine.filters
+        self._inside.clear()
         return mine
+
+    def takes(self, subjects: list[str]) -> bool:
+        """True when every one of ``subjects`` lies inside the filters registered.
+
+        Registered consumers' filters are disjoint, so a message inside this consumer's
+        registered filters was never another registered consumer's: the ledger may
+        suppress it. A message outside them proves the consumer's filter was edited
+        while running (the server delivers only what the filter matches): it must not
+        be applied or suppressed before :meth:`recheck`. Matching subjects costs no
+        round trip, unlike reading ``CONSUMER.INFO`` per batch, and a filter narrowed
+        or edited to another subject set inside the old one needs no check (nothing it
+        delivers can be another consumer's).
+        """
+        filters = self.filters
+        if not filters:  # not registered, or every subject (nothing can lie outside)
+            return True
+        new = set(subjects).difference(self._inside)
+        if not all(any(subject_matches(f, s) for f in filters) for s in new):
+            return False
+        if len(self._inside) > _INSIDE_MAX:  # bounded: subjects may be unique per message
+            self._inside.clear()
+        self._inside.update(new)
+        return True
+
+    async def admit(
+        self, conn: Connection | None, subjects: list[str], fail: Callable[[ConfigError], None]
+    ) -> bool:
+        """True when messages on ``subjects`` may be applied or suppressed by the ledger;
+        else False, ``fail`` called with the ``ConfigError`` a start would raise.
+
+        Called before each batch: a subject outside the registered filters (see
+        :meth:`takes`) has the consumer read and registered again.
+        """
+        if self.takes(subjects):
+            return True
+        assert conn is not None
+        try:
+            await self._reregister(conn, None)
+            if not self.takes(subjects):
+                # Edited and edited back: what was delivered in between may be a
+                # neighbour's message, which the ledger would suppress.
+                outside = sorted({s for s in subjects if not self.takes([s])})
+                raise ConfigError(
+                    f"consumer {self.stream}/{self.consumer} delivered messages on "
+                    f"{', '.join(outside)}, outside its filters {_shown(self.filters or ())}: "
+                    f"its filter was edited while its Processor ran; the Processor stopped "
+                    f"without applying or acknowledging them ({_DOCS})"
+                )
+        except ConfigError as exc:
+            fail(exc)
+            return False
+        return True
+
+    async def recheck(
+        self, conn: Connection, filters: tuple[str, ...], fail: Callable[[ConfigError], None]
+    ) -> bool:
+        """As :meth:`admit`, for the consumer's ``filters`` read from its info: registered
+        again when they are not the ones recorded (an edit seen before any message)."""
+        try:
+            await self._reregister(conn, filters)
+        except ConfigError as exc:
+            fail(exc)
+            return False
+        return True
+
+    async def _reregister(self, conn: Connection, filters: tuple[str, ...] | None) -> None:
+        """Register again when the consumer's filters (``filters``, or read from the server)
+        are not the ones recorded: recorded when the registry allows them.
+
+        Raises:
+            ConfigError: the new filters overlap another registered consumer's (as at start).
+        """
+        if self.filters is None or (filters is not None and set(filters) == set(self.filters)):
+            return
+        old = self.filters
+        try:
+            mine = await self.register(conn)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"consumer {self.stream}/{self.consumer} was edited while its Processor ran "
+                f"(filters registered: {_shown(old)}), and the registry refuses its new "
+                f"filters; the Processor stopped without applying or acknowledging the "
+                f"batch: {exc}"
+            ) from exc
+        if mine.filters != old:
+            log.warning(
+                "%s/%s: the consumer's filter subjects were edited while running (%s -> %s); "
+                "the ledger's registry allows them and records them",
+                self.stream,
+                self.consumer,
+                _shown(old),
+                _shown(mine.filters),
+            )
 
     async def limit(
         self, conn: Connection, own_floor: int, up_to: int
@@ -135,9 +262,15 @@ class Registry:
         registered = await self.applier.db(self.ledger.registrations, self.stream)
         others = [r for r in registered if r.consumer != self.consumer]
         floors = {self.consumer: own_floor}
+        # Read before the neighbours' CONSUMER.INFO: see _floor.
+        last_seq = (
+            int(((await conn.stream_info(self.stream)).get("state") or {}).get("last_seq", 0))
+            if others
+            else 0
+        )
         for other in others:
             try:
-                floor = ack_floor(await conn.consumer_info(self.stream, other.consumer))
+                floor = _floor(await conn.consumer_info(self.stream, other.consumer), last_seq)
             except ConsumerNotFound:
                 floor = other.ack_floor
                 if other.consumer not in self._missing:

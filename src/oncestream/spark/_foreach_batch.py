@@ -63,6 +63,9 @@ _PG_TYPES = {
     "timestamp_ntz": "TIMESTAMP",
     "date": "DATE",
 }
+#: The bigint advisory lock key serialising oncestream's PostgreSQL DDL (the ledger's
+#: schema takes the same key when it opens).
+_PG_DDL_LOCK = 74021
 _SQLITE_TYPES = {
     "string": "TEXT",
     "long": "INTEGER",
@@ -165,6 +168,31 @@ class BatchWriter:
             f"committed_at TEXT NOT NULL DEFAULT ({now}), PRIMARY KEY (query, batch_id, tbl))"
         )
 
+    def _create_postgres(self, tx: Any, schema: StructType) -> None:
+        """Create the tables that are missing, one transaction at a time.
+
+        Two transactions running ``CREATE TABLE IF NOT EXISTS`` of one new table at
+        once both insert its row type, and one fails on ``pg_type_typname_nsp_index``
+        (PostgreSQL's known race; two queries starting together into a new table).
+        An advisory lock held to commit serialises the creating transactions: the
+        second creates after the first committed, and its ``IF NOT EXISTS`` holds.
+        The lock is taken only while a table is missing in the schema a CREATE would
+        use, so the writes of running queries are never serialised by it.
+        """
+        names = [self.batches_table, *([self.table] if self.create_table else [])]
+        wanted = {n.lower() for n in names}  # plain identifiers fold to lower case
+        found = tx.execute(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND c.relname = ANY(%s)",
+            (sorted(wanted),),
+        ).fetchone()[0]
+        if found == len(wanted):
+            return
+        tx.execute("SELECT pg_advisory_xact_lock(%s)", (_PG_DDL_LOCK,))
+        tx.execute(self._batches_sql("BIGINT", "now()::text"))
+        if self.create_table:
+            tx.execute(self._create_sql(schema, _PG_TYPES))
+
     def _write(
         self,
         schema: StructType,
@@ -183,11 +211,11 @@ class BatchWriter:
             # two replays of one batch cannot both see it uncommitted.
             with ledger, ledger.transaction() as tx:
                 if postgres:
-                    tx.execute(self._batches_sql("BIGINT", "now()::text"))
+                    self._create_postgres(tx, schema)
                 else:
                     tx.execute(self._batches_sql("INTEGER", "CURRENT_TIMESTAMP"))
-                if self.create_table:
-                    tx.execute(self._create_sql(schema, _PG_TYPES if postgres else _SQLITE_TYPES))
+                    if self.create_table:
+                        tx.execute(self._create_sql(schema, _SQLITE_TYPES))
                 last = tx.execute(
                     f"SELECT max(batch_id) FROM {self.batches_table} WHERE query = {mark} "
                     f"AND tbl = {mark}",
