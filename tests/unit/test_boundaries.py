@@ -674,8 +674,9 @@ REVIEWED_LONG = {
     # delivery limit, reclaiming a dead instance's messages), the batch loop, the pin's
     # takeovers and stop. Each of those is a file of its own (_pinning, _ackfrontier,
     # _maxdeliver, _reclaim, _applying, _acking); what stays is their order and the
-    # state they share, read best in one place (wave 4: ack policy all and reclaim).
-    "_processor.py": 840,
+    # state they share, read best in one place (wave 4: ack policy all and reclaim;
+    # 855: the batch rolled back on a moved registry row is retried, review w5 M1).
+    "_processor.py": 855,
 }
 
 

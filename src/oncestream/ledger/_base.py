@@ -176,6 +176,15 @@ class LedgerTx(abc.ABC):
         """
         return []
 
+    def registered(self, stream: str, consumer: str) -> tuple[str, ...] | None:
+        """The filters of ``consumer``'s row in the registry, read inside the transaction
+        (None: no row, or a ledger without a registry).
+
+        Called after :meth:`horizons`: a registration of the stream either committed
+        before this read or waits for this transaction to end (the same locks).
+        """
+        return None
+
     @abc.abstractmethod
     def commit(self) -> None:
         """Commit the effects and the ledger rows atomically."""

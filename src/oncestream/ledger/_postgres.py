@@ -150,6 +150,17 @@ class _PostgresTx(LedgerTx):
         except psycopg.Error as exc:  # the first step of a claim, and reported as one
             raise self.ledger.error("claim", exc) from exc
 
+    def registered(self, stream: str, consumer: str) -> tuple[str, ...] | None:
+        psycopg = _psycopg()
+        try:  # under the stream's shared lock, taken by horizons()
+            row = self.connection.execute(
+                f"SELECT filters FROM {REGISTRY} WHERE stream = %s AND consumer = %s",
+                (stream, consumer),
+            ).fetchone()
+        except psycopg.Error as exc:
+            raise self.ledger.error("claim", exc) from exc
+        return None if row is None else tuple(row[0].split())
+
     def commit(self) -> None:
         if self.open:
             self.open = False

@@ -108,6 +108,9 @@ _REGISTER = (
 )
 
 
+_REGISTERED = f"SELECT filters FROM {REGISTRY} WHERE stream = ? AND consumer = ?"
+
+
 def _registrations(con: sqlite3.Connection, stream: str) -> list[Registration]:
     return [
         Registration(s, c, tuple(f.split()), created, int(floor))
@@ -247,6 +250,13 @@ class _SQLiteTx(LedgerTx):
             return _horizons(self.connection, stream, consumer)
         except sqlite3.Error as exc:  # the first step of a claim, and reported as one
             raise self.ledger.failure("claim", exc) from exc
+
+    def registered(self, stream: str, consumer: str) -> tuple[str, ...] | None:
+        try:
+            row = self.connection.execute(_REGISTERED, (stream, consumer)).fetchone()
+        except sqlite3.Error as exc:
+            raise self.ledger.failure("claim", exc) from exc
+        return None if row is None else tuple(row[0].split())
 
     def commit(self) -> None:
         if self.open:

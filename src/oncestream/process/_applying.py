@@ -94,6 +94,10 @@ class Applier:
         #: Whose prune horizons decide what was finished before (set by the Processor;
         #: "" reads none).
         self.stream = self.consumer = ""
+        #: Called in every batch transaction after the prune horizons are read (the
+        #: Processor's registry check); what it raises rolls the batch back and ends
+        #: :meth:`apply`.
+        self.registered: Callable[[LedgerTx], None] | None = None
 
     async def db(self, func: Callable[..., Any], *args: Any) -> Any:
         """Run a ledger call other than a batch (open, prune, close) on a worker thread.
@@ -196,6 +200,8 @@ class Applier:
         """``tx.claim(entries)`` for the messages outside every prune horizon of the
         consumer; the ones inside (pruned, so finished before) are not fresh."""
         horizons = tx.horizons(self.stream, self.consumer) if self.consumer else []
+        if self.registered is not None:
+            self.registered(tx)
         # Sorted by sequence: a batch that starts above every horizon (the usual
         # case, new messages) needs no look at each message.
         if not horizons or entries[0].seq > max(h.last_seq for h in horizons):

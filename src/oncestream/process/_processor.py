@@ -70,7 +70,7 @@ from ._pinning import (
     take_over,
 )
 from ._reclaim import reclaim_at_start
-from ._registry import Registry
+from ._registry import Registry, RegistryMoved
 from ._setup import FloorHistory, check_handler, consumer_filters, setup_consumer
 
 __all__ = ["BatchHandler", "Handler", "Processor", "ProcessorOptions", "ProcessorStats"]
@@ -238,8 +238,11 @@ class Processor:
             if not self.options.bind:  # refused before it creates the consumer
                 await self._registry.check(conn, self.options.filter_subject)
             await self._setup_consumer(conn)
-            if not self.options.bind:
+            if self.options.bind:
+                await self._registry.bind()
+            else:
                 await self._registry.register(conn)
+            self._applier.registered = self._registry.verify
             if self.options.ack_all:
                 await self._own_consumer(conn)
             self._acks.limit = limit = DeliveryLimit(self._acks, self._applier, self._fail)
@@ -258,6 +261,8 @@ class Processor:
             self._tasks.append(asyncio.create_task(self._acks.keep_alive()))
             if self.options.prune_interval > 0 and not self.options.bind:
                 self._tasks.append(asyncio.create_task(self._prune_loop()))
+            if not self.options.bind:  # pruning or not: a narrowing edit is recorded
+                self._tasks.append(asyncio.create_task(self._registry.watch(conn, self._fail)))
             self._running.set()
             await self._loop_batches(self._pull)
             if self._fatal is not None:
@@ -672,7 +677,10 @@ class Processor:
 
     async def _process(self, msgs: list[Message]) -> None:
         began = time.perf_counter()
-        if not await self._registry.admit(self.conn, [m.subject for m in msgs], self._fail):
+        # No registered filters (every subject, or none recorded): no subject list.
+        if self._registry.filters and not await self._registry.admit(
+            self.conn, [m.subject for m in msgs], self._fail
+        ):
             return  # the filter edited to overlap a neighbour: neither applied nor acked
         frontier = self._frontier
         if frontier is not None and not frontier.delivered(msgs):
@@ -710,7 +718,13 @@ class Processor:
         acks = self._acks
         acks.begin_batch(ordered)
         try:
-            outcome = await self._applier.apply(entries, ordered)
+            while True:
+                try:
+                    outcome = await self._applier.apply(entries, ordered)
+                    break
+                except RegistryMoved as moved:  # rolled back: nothing applied
+                    if not await self._registry.moved(self.conn, moved, ordered, self._fail):
+                        return  # refused: neither applied nor acked
         except LedgerUnusable:
             await acks.nak(ordered)  # nothing was applied: let the next worker have them
             raise

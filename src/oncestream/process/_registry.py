@@ -20,10 +20,24 @@ consumer that no longer exists holds pruning at its last recorded floor.
 A consumer's filter edited while its Processor runs (``CONSUMER.CREATE`` with action
 ``update``) is checked again before the Processor applies or suppresses anything
 under the new filter (:meth:`Registry.admit`, :meth:`Registry.recheck`).
+
+What a batch is checked against is the consumer's registry row, not this instance's
+memory of it: another instance of the same consumer (active/standby, competing, a
+``bind`` one next to registered ones) may have registered other filters since, and
+a neighbour then been allowed on the subjects this instance still thinks its own.
+So the row is read again inside each batch transaction (:meth:`Registry.verify`,
+after the prune horizons: a registration either committed before the read or waits
+for the transaction to end): when it is not the one the batch was checked against,
+the batch is rolled back (nothing applied, suppressed or acked) and checked again
+against the row, registering again when a subject lies outside it. Rows are
+disjoint at every instant, so a message inside its consumer's row when its
+transaction reads it is no other registered consumer's. The check costs one
+primary-key read per batch, no round trip to the server.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Callable
@@ -31,12 +45,13 @@ from typing import Any
 
 from .._connection import Connection
 from .._errors import ConfigError, ConsumerNotFound
+from .._message import Message
 from .._names import subject_matches
-from ..ledger import Ledger, Registration
+from ..ledger import Horizon, Ledger, LedgerTx, Registration
 from ._applying import Applier
 from ._setup import consumer_filters
 
-__all__ = ["Registry", "check_registry"]
+__all__ = ["Registry", "RegistryMoved", "check_registry"]
 
 log = logging.getLogger("oncestream.processor")
 
@@ -110,8 +125,28 @@ def _floor(info: dict[str, Any], last_seq: int) -> int:
     return floor
 
 
+#: Seconds between checks of the consumer's filters against its registry row.
+RECHECK_INTERVAL = 5.0
+#: Batches rolled back on :class:`RegistryMoved` between watch rounds before a stop.
+_MOVES = 3
+
 #: The most subjects :meth:`Registry.takes` remembers as inside the filters.
 _INSIDE_MAX = 10_000
+
+
+class RegistryMoved(Exception):
+    """The consumer's registry row, read in a batch transaction, is not the one the batch
+    was checked against (``filters``: the row's; None: no row). The batch was rolled back."""
+
+    def __init__(self, filters: tuple[str, ...] | None) -> None:
+        super().__init__(_shown(filters) if filters is not None else "not registered")
+        self.filters = filters
+
+
+def _depth(filters: tuple[str, ...]) -> int:
+    """The deepest token any of ``filters`` inspects (``a.>`` inspects one: ``>`` only
+    asks for more tokens, whatever they are)."""
+    return max((f.count(".") if f.endswith(">") else f.count(".") + 1 for f in filters), default=0)
 
 
 class Registry:
@@ -127,11 +162,32 @@ class Registry:
         self.applier, self.ledger = applier, ledger
         self.stream, self.consumer = stream, consumer
         self._missing: set[str] = set()  # logged once each
-        #: The filters recorded for this consumer (None: not registered, e.g. ``bind``).
+        #: A ``bind`` Processor: checks against the consumer's row, never registers.
+        self.bound = False
+        #: The filters of the consumer's registry row as last read (None: no row, or a
+        #: ledger without a registry): what :meth:`takes` checks against and
+        #: :meth:`verify` expects to find.
         self.filters: tuple[str, ...] | None = None
-        #: Subjects seen inside ``filters``: most batches repeat a few subjects, so the
-        #: check per message is a set lookup (0.77 -> 0.01 us/msg for 7 subjects).
+        self._key: str | None = None  # self.filters as the row stores them
+        #: Subjects, and subject keys, seen inside ``filters`` (see :meth:`takes`).
         self._inside: set[str] = set()
+        self._depth = 0
+        self._moves = 0  # RegistryMoved since the last watch round
+
+    def _adopt(self, filters: tuple[str, ...] | None) -> None:
+        self.filters = filters
+        self._key = None if filters is None else Horizon.key(filters)
+        self._inside.clear()
+        self._depth = _depth(filters or ())
+
+    async def _row(self) -> tuple[str, ...] | None:
+        registered: list[Registration] = await self.applier.db(
+            self.ledger.registrations, self.stream
+        )
+        for reg in registered:
+            if reg.consumer == self.consumer:
+                return reg.filters
+        return None
 
     async def check(self, conn: Connection, filter_subject: str | None) -> None:
         """:func:`check_registry` before the consumer is created: a refused Processor leaves
@@ -157,31 +213,60 @@ class Registry:
         info = await conn.consumer_info(self.stream, self.consumer)
         mine = await _registration(conn, self.stream, self.consumer, info)
         await self.applier.db(self.ledger.register, mine, functools.partial(check_registry, mine))
-        self.filters = mine.filters
-        self._inside.clear()
+        # Read back, not assumed: a ledger without a registry records nothing.
+        self._adopt(await self._row())
         return mine
+
+    async def bind(self) -> None:
+        """A ``bind`` Processor's start: check against the consumer's row (if registered)."""
+        self.bound = True
+        self._adopt(await self._row())
+
+    def verify(self, tx: LedgerTx) -> None:
+        """In a batch transaction: the consumer's row is still the one checked against.
+
+        Raises:
+            RegistryMoved: it is not (the transaction is rolled back).
+        """
+        row = tx.registered(self.stream, self.consumer)
+        if (None if row is None else Horizon.key(row)) != self._key:
+            raise RegistryMoved(row)
 
     def takes(self, subjects: list[str]) -> bool:
         """True when every one of ``subjects`` lies inside the filters registered.
 
         Registered consumers' filters are disjoint, so a message inside this consumer's
         registered filters was never another registered consumer's: the ledger may
-        suppress it. A message outside them proves the consumer's filter was edited
-        while running (the server delivers only what the filter matches): it must not
-        be applied or suppressed before :meth:`recheck`. Matching subjects costs no
-        round trip, unlike reading ``CONSUMER.INFO`` per batch, and a filter narrowed
-        or edited to another subject set inside the old one needs no check (nothing it
-        delivers can be another consumer's).
+        suppress it (:meth:`verify` confirms the row in the transaction). A message
+        outside them proves the consumer's filter was edited (the server delivers only
+        what the filter matches): it must not be applied or suppressed before it is
+        registered again. Matching subjects costs no round trip, unlike reading
+        ``CONSUMER.INFO`` per batch.
+
+        Subjects are remembered by their first tokens, as deep as any filter looks,
+        plus whether more follow: per-entity subjects (``orders.eu.<id>``) under
+        ``orders.eu.>`` share one key, so the check per message is a split and a set
+        lookup, whatever the number of filters.
         """
         filters = self.filters
-        if not filters:  # not registered, or every subject (nothing can lie outside)
+        if not filters:  # no row, or every subject (nothing can lie outside)
             return True
-        new = set(subjects).difference(self._inside)
-        if not all(any(subject_matches(f, s) for f in filters) for s in new):
+        inside, depth = self._inside, self._depth
+        unseen = set(subjects).difference(inside)  # most batches repeat a few subjects
+        if not unseen:
+            return True
+        new: list[tuple[str, str]] = []
+        for subject in unseen:
+            parts = subject.split(".", depth)
+            key = subject if len(parts) <= depth else subject[: -len(parts[-1])] + ">"
+            if key not in inside:
+                new.append((key, subject))
+        if not all(any(subject_matches(f, s) for f in filters) for _, s in new):
             return False
-        if len(self._inside) > _INSIDE_MAX:  # bounded: subjects may be unique per message
-            self._inside.clear()
-        self._inside.update(new)
+        if len(inside) > _INSIDE_MAX:  # bounded: subjects may be unique per message
+            inside.clear()
+        inside.update(k for k, _ in new)
+        inside.update(unseen)
         return True
 
     async def admit(
@@ -191,34 +276,101 @@ class Registry:
         else False, ``fail`` called with the ``ConfigError`` a start would raise.
 
         Called before each batch: a subject outside the registered filters (see
-        :meth:`takes`) has the consumer read and registered again.
+        :meth:`takes`) has the consumer read and registered again (a ``bind``
+        Processor, which does not register, stops).
         """
         if self.takes(subjects):
             return True
         assert conn is not None
         try:
+            if self.bound:
+                raise ConfigError(
+                    f"consumer {self.stream}/{self.consumer} delivered messages on "
+                    f"{self._outside(subjects)}, outside the filters registered for it in "
+                    f"the ledger ({_shown(self.filters or ())}): its filter was edited, and "
+                    f"this Processor runs with bind, so it does not register the new "
+                    f"filters; it stopped without applying or acknowledging them. Start a "
+                    f"Processor without bind on the consumer (its start checks the new "
+                    f"filters against the registry), then the bound ones ({_DOCS})"
+                )
             await self._reregister(conn, None)
             if not self.takes(subjects):
                 # Edited and edited back: what was delivered in between may be a
                 # neighbour's message, which the ledger would suppress.
-                outside = sorted({s for s in subjects if not self.takes([s])})
                 raise ConfigError(
                     f"consumer {self.stream}/{self.consumer} delivered messages on "
-                    f"{', '.join(outside)}, outside its filters {_shown(self.filters or ())}: "
-                    f"its filter was edited while its Processor ran; the Processor stopped "
-                    f"without applying or acknowledging them ({_DOCS})"
+                    f"{self._outside(subjects)}, outside its filters "
+                    f"{_shown(self.filters or ())}: its filter was edited while its "
+                    f"Processor ran; the Processor stopped without applying or "
+                    f"acknowledging them ({_DOCS})"
                 )
         except ConfigError as exc:
             fail(exc)
             return False
         return True
 
+    def _outside(self, subjects: list[str]) -> str:
+        filters = self.filters or ()
+        return ", ".join(
+            sorted({s for s in subjects if not any(subject_matches(f, s) for f in filters)})
+        )
+
+    async def moved(
+        self,
+        conn: Connection | None,
+        moved: RegistryMoved,
+        msgs: list[Message],
+        fail: Callable[[ConfigError], None],
+    ) -> bool:
+        """After :class:`RegistryMoved`: True to retry the batch, checked against the row
+        found (as :meth:`admit`; a registered Processor whose row is gone registers again).
+        Bounded: a row that keeps moving stops the run."""
+        self._moves += 1
+        if self._moves > _MOVES:
+            fail(
+                ConfigError(
+                    f"consumer {self.stream}/{self.consumer}: its registration in the ledger "
+                    f"changed under {_MOVES} attempts in a row (now: {moved}); the Processor "
+                    f"stopped without applying or acknowledging the batch. Another Processor "
+                    f"of the consumer keeps registering other filters: are its instances "
+                    f"configured alike? ({_DOCS})"
+                )
+            )
+            return False
+        self._adopt(moved.filters)
+        if moved.filters is None and not self.bound:
+            assert conn is not None
+            try:
+                await self._reregister(conn, None)
+            except ConfigError as exc:
+                fail(exc)
+                return False
+        return await self.admit(conn, [m.subject for m in msgs], fail)
+
+    async def watch(self, conn: Connection, fail: Callable[[ConfigError], None]) -> None:
+        """Compare the consumer's filters with its row every :data:`RECHECK_INTERVAL`
+        seconds, pruning or not: a narrowing edit is recorded (else a neighbour on the
+        subjects given up is refused), another instance's registration adopted."""
+        while True:
+            await asyncio.sleep(RECHECK_INTERVAL)
+            self._moves = 0
+            try:
+                info = await conn.consumer_info(self.stream, self.consumer)
+                if not await self.recheck(conn, consumer_filters(info.get("config") or {}), fail):
+                    return  # the filter edited to overlap a neighbour
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # best effort: each batch is checked in its transaction
+                log.debug("registry recheck skipped: %s", exc)
+
     async def recheck(
         self, conn: Connection, filters: tuple[str, ...], fail: Callable[[ConfigError], None]
     ) -> bool:
         """As :meth:`admit`, for the consumer's ``filters`` read from its info: registered
-        again when they are not the ones recorded (an edit seen before any message)."""
+        again when they are not the row's (an edit seen before any message, a narrowing
+        included, or another instance's registration)."""
         try:
+            self._adopt(await self._row())
             await self._reregister(conn, filters)
         except ConfigError as exc:
             fail(exc)
@@ -232,7 +384,9 @@ class Registry:
         Raises:
             ConfigError: the new filters overlap another registered consumer's (as at start).
         """
-        if self.filters is None or (filters is not None and set(filters) == set(self.filters)):
+        if self.bound or (
+            filters is not None and self.filters is not None and set(filters) == set(self.filters)
+        ):
             return
         old = self.filters
         try:
@@ -240,11 +394,11 @@ class Registry:
         except ConfigError as exc:
             raise ConfigError(
                 f"consumer {self.stream}/{self.consumer} was edited while its Processor ran "
-                f"(filters registered: {_shown(old)}), and the registry refuses its new "
+                f"(filters registered: {_shown(old or ())}), and the registry refuses its new "
                 f"filters; the Processor stopped without applying or acknowledging the "
                 f"batch: {exc}"
             ) from exc
-        if mine.filters != old:
+        if old is not None and mine.filters != old:
             log.warning(
                 "%s/%s: the consumer's filter subjects were edited while running (%s -> %s); "
                 "the ledger's registry allows them and records them",
