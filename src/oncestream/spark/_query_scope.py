@@ -139,6 +139,17 @@ class QueryScope:
             "as each other's"
         )
 
+    def run(self, df: DataFrame) -> str | None:
+        """The query run ``df``'s batch belongs to: classic Spark's run id, else None.
+
+        Classic Spark runs the batch function on the query's thread, whose job group
+        is the run id; under Connect the function's worker serves one query run.
+        """
+        if _thread_query_id(df) is None:
+            return None
+        value = df.sparkSession.sparkContext.getLocalProperty("spark.jobGroup.id")
+        return str(value) if value else None
+
     def _check_running(self, query_id: str) -> None:
         """Refuse a ``checkpoint_location`` whose query id is not a running query's.
 
