@@ -279,6 +279,66 @@ def transactional_reused_name(
     return {"errors": errors}
 
 
+@dataclass
+class TwoWriters:
+    """A foreachBatch function: two ``transactional`` writers into one table in one query.
+
+    ``ins`` appends the batch; ``upd`` upserts it again with each amount doubled (the
+    review's M3: ``upd``, scoped by the same query id, found each batch recorded).
+    """
+
+    target: str
+    checkpoint: str
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        from oncestream.spark import transactional
+
+        where = {"checkpoint_location": self.checkpoint, "key_columns": ["order_id"]}
+        ins = transactional(self.target, table="events", query_name="ins", **where)
+        upd = transactional(self.target, table="events", mode="upsert", query_name="upd", **where)
+        ins(df, batch_id)
+        upd(df.selectExpr("order_id", "amount * 2 AS amount"), batch_id)
+
+
+@dataclass
+class Recreated:
+    """A foreachBatch function re-creating an identical ``transactional`` writer each batch."""
+
+    target: str
+    checkpoint: str
+    skipped: list[int] | None = None
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        from oncestream.spark import transactional
+
+        write = transactional(
+            self.target, table="orders", key_columns=["order_id"],
+            checkpoint_location=self.checkpoint,
+        )  # fmt: skip
+        write(df, batch_id)
+        self.skipped = [*(self.skipped or []), *(getattr(write, "skipped", None) or [])]
+
+
+def transactional_two_writers(spark: Any, target: str, source: str, work: str) -> dict[str, Any]:
+    """Two writers into one table in one query; then one writer re-created every batch.
+
+    Returns the two-writer query's error and the amounts it left, and the
+    re-created writer's runs: crashed after the commit of batch 1, restarted.
+    """
+    import sqlite3
+
+    checkpoint = f"{work}/chk-two"
+    error = _run(_json_files(spark, source), TwoWriters(target, checkpoint), checkpoint)
+    with sqlite3.connect(target) as db:
+        amounts = sorted({row[0] for row in db.execute("SELECT amount FROM events")})
+    checkpoint = f"{work}/chk-one"
+    crash = CrashOnce(Recreated(target, checkpoint), 1, f"{work}/crashed", f"{work}/calls.jsonl")
+    first = _run(_json_files(spark, source), crash, checkpoint)
+    second = _run(_json_files(spark, source), crash, checkpoint)
+    calls = [json.loads(line) for line in Path(crash.log).read_text().splitlines()]
+    return {"error": error, "amounts": amounts, "first": first, "second": second, "calls": calls}
+
+
 # --------------------------------------------------------------------------- the rest
 
 
@@ -328,6 +388,7 @@ JOBS: dict[str, Callable[..., Any]] = {
         transactional_two_queries,
         transactional_new_checkpoint,
         transactional_reused_name,
+        transactional_two_writers,
         query_metrics,
         local_session_refused,
     )

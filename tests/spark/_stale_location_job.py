@@ -2,11 +2,13 @@
 
     python -m tests.spark._stale_location_job REMOTE WORK
 
-For each of ``transactional`` and ``delta``: run 1 (checkpoint chk1) dies after the
+For each of ``transactional``, ``delta`` and ``by_reference`` (a ``transactional``
+built when the worker imports tests/spark/_by_reference_writer.py, the function
+pickled by name): run 1 (checkpoint chk1) dies after the
 target's commit of batch 0, before Spark's. Run 2 starts over on a new checkpoint
 chk2 with new input, its writer still given ``checkpoint_location=chk1`` (the old
-one). Prints ``RESULT {"<writer>": {"error", "b_rows"}}``: run 2's error and how
-many of its 100 rows reached the target.
+one). Prints ``RESULT {"<writer>": {"first", "error", "b_rows"}}``: run 1's and
+run 2's errors and how many of run 2's 100 rows reached the target.
 """
 
 from __future__ import annotations
@@ -30,10 +32,10 @@ def _orders(folder: Path, prefix: str) -> str:
 def _scenario(spark: Any, root: Path, writer: Any, count_b: Any) -> dict[str, Any]:
     chk1, chk2, log = str(root / "chk1"), str(root / "chk2"), str(root / "calls.jsonl")
     first = CrashOnce(writer(chk1), 0, str(root / "crashed"), log)
-    _run(_json_files(spark, _orders(root / "in1", "a")), first, chk1)
+    first_error = _run(_json_files(spark, _orders(root / "in1", "a")), first, chk1)
     second = CrashOnce(writer(chk1), 99, str(root / "crashed2"), log)
     error = _run(_json_files(spark, _orders(root / "in2", "b")), second, chk2)
-    return {"error": error, "b_rows": count_b()}
+    return {"first": first_error, "error": error, "b_rows": count_b()}
 
 
 def main(remote: str, work: str) -> None:
@@ -57,7 +59,28 @@ def main(remote: str, work: str) -> None:
         return sum(1 for order_id in rows if order_id.startswith("b"))
 
     try:
+        by_reference = root / "by_reference"
+        spark.conf.set(
+            "oncestream.test.byReference",
+            json.dumps(
+                {
+                    "target": str(by_reference / "out.db"),
+                    "checkpoint_location": str(by_reference / "chk1"),
+                }
+            ),
+        )
+        from tests.spark import _by_reference_writer
+
+        def by_reference_rows() -> int:
+            with sqlite3.connect(by_reference / "out.db") as conn:
+                query = "SELECT count(*) FROM orders WHERE order_id LIKE 'b%'"
+                return int(conn.execute(query).fetchone()[0])
+
         result = {
+            # Pickled by name: the worker builds the writer by importing the module.
+            "by_reference": _scenario(
+                spark, by_reference, lambda chk: _by_reference_writer.write, by_reference_rows
+            ),
             "transactional": _scenario(
                 spark,
                 root / "transactional",

@@ -101,6 +101,43 @@ def test_query_scope(spark: Any) -> None:
         QueryScope(owner="w").resolve(spark.range(1))
 
 
+def test_two_writers_of_one_query_into_one_table_fail(spark: Any, tmp_path: Path) -> None:
+    """Two ``delta()`` writers into one table in one query: a ConfigError, not lost rows.
+
+    Both record the query id as their app id, so the second found each batch
+    recorded by the first and skipped its rows: before the claim check the query
+    ended without error and the odd orders were missing. An identical writer
+    re-created every batch is one writer.
+    """
+    import json
+
+    from tests.spark._jobs import _json_files, _run
+
+    source = tmp_path / "in"
+    source.mkdir()
+    for n in range(3):
+        lines = [json.dumps({"order_id": f"o{n}-{i}", "amount": float(i)}) for i in range(10)]
+        (source / f"part-{n}.json").write_text("\n".join(lines))
+    table = str(tmp_path / "orders")
+
+    def two_writers(df: Any, batch_id: int) -> None:
+        delta(table, query_name="even")(df.where("amount % 2 = 0"), batch_id)
+        delta(table, query_name="odd")(df.where("amount % 2 = 1"), batch_id)
+
+    error = _run(_json_files(spark, str(source)), two_writers, str(tmp_path / "chk-two"))
+    assert error is not None and "ConfigError" in error, error
+    assert f"two writers write Delta table {table} in one query (batch 0)" in error
+    assert "union them into one delta() writer" in error
+
+    other = str(tmp_path / "other")
+
+    def recreated(df: Any, batch_id: int) -> None:
+        delta(other)(df, batch_id)
+
+    assert _run(_json_files(spark, str(source)), recreated, str(tmp_path / "chk-one")) is None
+    assert len({r["order_id"] for r in _rows(Path(other))}) == len(_rows(Path(other))) == 30
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(ConfigError, match="mode must be"):
         delta("/t", mode="upsert")  # type: ignore[arg-type]

@@ -109,6 +109,29 @@ def test_streaming_query_crash_after_commit(spark_job, target: str, tmp_path: Pa
     assert batches == [(0,), (1,), (2,)]
 
 
+def test_two_writers_of_one_query_into_one_table_fail(spark_job, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Two writers, configured otherwise, into one table in one query: a ConfigError.
+
+    Their batch ids share the query's scope, so the second writer found each batch
+    recorded by the first and skipped it: before the claim check, every upsert was
+    skipped (amounts not doubled) and the query ended without error. A writer
+    re-created identically every batch is one writer: its replay is still skipped.
+    """
+    source, target = _orders(tmp_path / "in", "o"), str(tmp_path / "out.db")
+    result = spark_job("transactional_two_writers", target=target, source=source,
+                       work=str(tmp_path))  # fmt: skip
+    error = result["error"] or ""
+    assert "ConfigError" in error and "two writers write table events in one query" in error
+    assert "(union them), or give each writer its own batches_table" in error
+    assert result["amounts"] == [float(i) for i in range(100)]  # only ins wrote: refused
+    assert "planted crash" in result["first"] and result["second"] is None
+    calls = result["calls"]
+    assert [c["batch"] for c in calls] == [0, 1, 1, 2]
+    assert calls[2]["skipped"] == [1]  # the re-created writer skipped the replay
+    count, distinct = _rows(target, "SELECT count(*), count(DISTINCT order_id) FROM orders")[0]
+    assert (count, distinct) == (300, 300)
+
+
 def test_two_queries_write_one_table(spark_job, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Two queries, each with its own checkpoint, into one table: every row of both.
 

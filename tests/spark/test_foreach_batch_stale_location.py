@@ -7,7 +7,8 @@ from chk1 is run 1's query id, which records batch 0, and chk1 holds no commit o
 batch 0: without a check that chk1 is the running query's checkpoint, run 2's
 batch 0 was skipped as a replay and its 100 rows lost with no error
 (tests/spark/_stale_location_job.py). Run 2 must fail with a ``ConfigError`` naming
-the location instead.
+the location instead, also when the writer is built by the worker importing the
+module of a foreachBatch function pickled by reference (``by_reference``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ def test_a_stale_checkpoint_location_is_refused_not_skipped(connect_server, tmp_
     results = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and results, proc.stderr[-3000:]
     result = json.loads(results[-1][len("RESULT ") :])
-    for writer in ("transactional", "delta"):
+    for writer in ("transactional", "delta", "by_reference"):
+        # Run 1, its own location given, got to its planted crash: the check passed it.
+        assert "planted crash" in (result[writer]["first"] or ""), (writer, result)
         error = result[writer]["error"] or ""
         assert "ConfigError" in error, (writer, result)
         assert f"checkpoint_location={str(tmp_path / writer / 'chk1')!r}" in error, error

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import ConfigError, OncestreamError
 from .._private import redacted_repr
+from ._batch_claims import claim_batch, claimed_by_another, config_token
 from ._query_scope import QueryScope, stale_batch_message
 
 if TYPE_CHECKING:
@@ -72,11 +73,24 @@ class DeltaBatchWriter:
         """Append ``df`` with the application transaction ``(query, batch_id)``; skip a replay.
 
         Raises:
-            ConfigError: nothing names the query (see :class:`QueryScope`).
+            ConfigError: nothing names the query (see :class:`QueryScope`), or another
+                writer, configured otherwise, wrote this batch of the query into this
+                table in this process (each would skip the other's batches).
             DeltaWriteError: the table records a later batch of this query (a new
                 checkpoint reusing ``query_name``), or delta-rs failed.
         """
         app_id = self.scope.resolve(df)
+        target, token, run = (
+            ("delta", self.uri.rstrip("/"), app_id),
+            self._token(),
+            self.scope.run(df),
+        )
+        if claimed_by_another(target, batch_id, token, run):
+            raise ConfigError(
+                f"two writers write Delta table {self.uri} in one query (batch {batch_id}): "
+                "their batch ids would be skipped as each other's; write one DataFrame per "
+                "table per query: union them into one delta() writer"
+            )
         recorded = self.committed_version(app_id)
         if recorded is not None and batch_id <= recorded:
             if batch_id < recorded:
@@ -85,16 +99,26 @@ class DeltaBatchWriter:
                     stale_batch_message(f"Delta table {self.uri}", recorded, app_id, batch_id)
                 )
             self.scope.check_replay(df, batch_id)
+            claim_batch(target, batch_id, token, run)
             self.written = 0
             self.skipped = [*(self.skipped or []), batch_id]
             log.info("batch %s of %s already in %s; skipped", batch_id, app_id, self.uri)
             return
         table = df.toArrow()
         self._write(table, app_id, batch_id)
+        claim_batch(target, batch_id, token, run)
         self.written = table.num_rows
         log.info(
             "batch %s of %s: %s rows committed to %s", batch_id, app_id, self.written, self.uri
         )
+
+    def _token(self) -> str:
+        scope = self.scope
+        return config_token(
+            self.uri, self.mode, self.partition_by, self.schema_mode,
+            sorted((self.storage_options or {}).items()), scope.query_name,
+            scope.checkpoint_location,
+        )  # fmt: skip
 
     def committed_version(self, app_id: str) -> int | None:
         """The last batch id of ``app_id`` in the table (None: none, or no table yet)."""
@@ -172,7 +196,9 @@ def delta(
 
     Raises:
         ConfigError: a bad mode, schema mode, partition column or URI; deltalake
-            is not installed (``pip install 'oncestream[delta]'``).
+            is not installed (``pip install 'oncestream[delta]'``); (at write time)
+            another writer, configured otherwise, wrote this batch of the same query
+            into the table in this process: union the DataFrames into one writer.
         DeltaWriteError: (at write time) the table holds a later batch of the query,
             or delta-rs failed.
 

@@ -38,6 +38,7 @@ from .._dsn import Dsn, parse_dsn
 from .._errors import ConfigError, LedgerError
 from .._private import redacted_repr, scrub
 from ..ledger import ledger_from_dsn
+from ._batch_claims import claim_batch, claimed_by_another, config_token
 from ._query_scope import QueryScope, stale_batch_message
 
 if TYPE_CHECKING:
@@ -120,10 +121,18 @@ class BatchWriter:
         """Write ``df`` and mark ``batch_id`` committed, atomically; skip a committed id.
 
         Raises:
-            ConfigError: no query to scope the batch id by (see :func:`transactional`).
+            ConfigError: no query to scope the batch id by, or another writer of this
+                query wrote this batch into the table (see :func:`transactional`).
             LedgerError: the database refused the transaction.
         """
         query = self.scope.resolve(df)
+        target, token, run = self._claim_target(query), self._config_token(), self.scope.run(df)
+        if claimed_by_another(target, batch_id, token, run):
+            raise ConfigError(
+                f"two writers write table {self.table} in one query (batch {batch_id}): their "
+                "batch ids would be skipped as each other's; write one DataFrame per table per "
+                "query (union them), or give each writer its own batches_table"
+            )
         arrow = df.toArrow()
         columns = [_ident(c, "column name") for c in arrow.column_names]
         rows = list(zip(*(arrow.column(c).to_pylist() for c in columns), strict=True))
@@ -137,6 +146,19 @@ class BatchWriter:
             log.info(
                 "batch %s of %s: %s rows committed to %s", batch_id, query, self.written, self.table
             )
+        claim_batch(target, batch_id, token, run)
+
+    def _claim_target(self, query: str) -> tuple[str, ...]:
+        """Where ``(query, batch_id)`` is recorded (unquoted SQL names ignore case)."""
+        database = config_token(self.dsn.kind, self.dsn.path, self.dsn.url)
+        return ("transactional", database, self.batches_table.lower(), self.table.lower(), query)
+
+    def _config_token(self) -> str:
+        scope = self.scope
+        return config_token(
+            self.dsn.kind, self.dsn.path, self.dsn.url, self.table, self.key_columns, self.mode,
+            self.batches_table, self.create_table, scope.query_name, scope.checkpoint_location,
+        )  # fmt: skip
 
     # -- SQL text, shared by both dialects (both accept ON CONFLICT ... DO UPDATE)
 
@@ -303,7 +325,12 @@ def transactional(
     Raises:
         ConfigError: on a bad target URL, identifier, mode or missing key columns;
             under Spark Connect without ``checkpoint_location`` (at once when this
-            process holds a Connect session, else at the first batch).
+            process holds a Connect session, else at the first batch); (at write
+            time) when another writer, configured otherwise, wrote this batch of
+            the same query into ``table`` in this process: one query's writers share
+            its scope, so each would skip the other's batches. Write one DataFrame
+            per table per query (union them), or give each writer its own
+            ``batches_table``.
         LedgerError: (at write time) when the database rejects the transaction.
 
     Example::

@@ -21,14 +21,18 @@ batches as that query's. So the id read from it must be one of the queries runni
 in the session that started the query: Connect runs the function in a worker
 bound to a clone of that session, whose ``streams`` lists nothing, but unpickles the
 function while the starting session is the active one, so a scope keeps that
-session from its unpickling (:meth:`QueryScope.__setstate__`) and asks its
-``streams.active`` once per query run. Before a recorded batch is skipped, the
-checkpoint is also asked whether Spark committed it (:meth:`QueryScope.check_replay`).
+session from its unpickling (:meth:`QueryScope.__setstate__`; a writer built while
+the worker imports the module of a function pickled by reference keeps it from
+``__post_init__``) and asks its ``streams.active`` once per query run. The id read
+from the location is never pickled: a copy starts by reading it again. Before a
+recorded batch is skipped, the checkpoint is also asked whether Spark committed it
+(:meth:`QueryScope.check_replay`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -76,9 +80,15 @@ class QueryScope:
             )
         if location is None and _connect_client():
             raise ConfigError(_connect_needs_checkpoint(self.owner))
+        if location is not None and _in_connect_worker():
+            # Built in the server's worker: a foreachBatch function pickled by reference
+            # (a module-level function of an importable module) is unpickled by importing
+            # its module, which builds the writer with __init__, not __setstate__.
+            self._starter = _active_connect_session()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_starter": None}
+        # The id read on one side (a direct call on the client) is not the other query's.
+        return {**self.__dict__, "_starter": None, "_checkpoint_id": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickle; in a Connect foreachBatch worker, keep the session that started the query.
@@ -129,6 +139,17 @@ class QueryScope:
             "as each other's"
         )
 
+    def run(self, df: DataFrame) -> str | None:
+        """The query run ``df``'s batch belongs to: classic Spark's run id, else None.
+
+        Classic Spark runs the batch function on the query's thread, whose job group
+        is the run id; under Connect the function's worker serves one query run.
+        """
+        if _thread_query_id(df) is None:
+            return None
+        value = df.sparkSession.sparkContext.getLocalProperty("spark.jobGroup.id")
+        return str(value) if value else None
+
     def _check_running(self, query_id: str) -> None:
         """Refuse a ``checkpoint_location`` whose query id is not a running query's.
 
@@ -138,13 +159,16 @@ class QueryScope:
         if self._starter is None:
             return
         running = sorted(str(query.id) for query in self._starter.streams.active)
-        if query_id in running:
+        if query_id in running or not running:
+            # None running: the session is not the starting one (that one lists at
+            # least this query), e.g. a writer built during a batch on PySpark 4.3+,
+            # where the batch's active session is a clone; the commits check remains.
             return
         raise ConfigError(
             f"{self.owner}: checkpoint_location={self.checkpoint_location!r} is not this "
             f"query's checkpointLocation: its metadata names query {query_id}, and the "
             f"queries running in the session that started this one are "
-            f"{', '.join(running) or 'none'} (a stale or copied value would scope this "
+            f"{', '.join(running)} (a stale or copied value would scope this "
             "query's batches as that query's and skip them). Give the checkpointLocation "
             "the query was started with"
         )
@@ -250,6 +274,11 @@ def _active_connect_session() -> Any:
         return module.SparkSession.getActiveSession()
     except Exception:  # no session to ask: the location is checked by its commits only
         return None
+
+
+def _in_connect_worker() -> bool:
+    """Whether this process is a Python worker of a Spark Connect server (it sets the URL)."""
+    return "SPARK_CONNECT_LOCAL_URL" in os.environ and _active_connect_session() is not None
 
 
 def _connect_client() -> bool:

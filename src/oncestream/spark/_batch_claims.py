@@ -1,0 +1,74 @@
+"""Which writer of this process wrote a batch id into a target: two writers in one query fail.
+
+Inside a streaming query the scope of a writer's batch ids is the query id alone
+(:mod:`._query_scope`), so two writers of one query into one target record the
+same ``(query, batch_id)``: the second finds the first's record and skips its own
+rows as a replay, silently. A writer therefore claims each ``(target, batch_id)``
+it writes or skips in this process with a token of its configuration (not its
+identity: a writer re-created identically every batch is the same writer, and its
+replay of a batch must still be skipped); a writer with another token that meets
+the claim in the same query run is refused. Under Spark Connect the writers of one query run in one
+Python worker of the server; on classic Spark in the driver: one process either way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+
+__all__ = ["claim_batch", "claimed_by_another", "config_token"]
+
+#: Batch ids remembered per target: Spark runs a query's batches one at a time and
+#: replays only its last one, so a few cover every collision.
+_IDS_PER_TARGET = 8
+#: Targets remembered (least recently used dropped first).
+_TARGETS = 1024
+
+_lock = threading.Lock()
+#: target -> batch id -> (token, run) of the writer that wrote or skipped it.
+_claims: OrderedDict[Hashable, OrderedDict[int, tuple[str, str | None]]] = OrderedDict()
+
+
+def config_token(*parts: object) -> str:
+    """A digest of a writer's configuration (it may hold secrets: never kept in clear)."""
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def claimed_by_another(target: Hashable, batch_id: int, token: str, run: str | None) -> bool:
+    """Whether a writer configured otherwise wrote ``batch_id`` of ``target`` in this run.
+
+    Args:
+        target: what the batch ids are recorded for, scope included.
+        batch_id: the micro-batch id.
+        token: :func:`config_token` of the asking writer.
+        run: the query run (classic Spark's run id; None: this process, as under
+            Connect, whose worker serves one query run). A claim of an earlier run
+            does not count: a restarted query may be given a writer configured
+            otherwise (another ``query_name``), and its replay must still be skipped.
+    """
+    with _lock:
+        ids = _claims.get(target)
+        held = None if ids is None else ids.get(batch_id)
+    return held is not None and held[1] == run and held[0] != token
+
+
+def claim_batch(target: Hashable, batch_id: int, token: str, run: str | None) -> None:
+    """Record that the writer ``token`` wrote (or found recorded) ``batch_id`` of ``target``.
+
+    Claimed once the batch is in the target, so a writer whose attempt failed (its
+    transaction rolled back) leaves the batch to a writer configured otherwise.
+    """
+    with _lock:
+        ids = _claims.get(target)
+        if ids is None:
+            ids = _claims[target] = OrderedDict()
+            while len(_claims) > _TARGETS:
+                _claims.popitem(last=False)
+        else:
+            _claims.move_to_end(target)
+        ids[batch_id] = (token, run)
+        ids.move_to_end(batch_id)
+        while len(ids) > _IDS_PER_TARGET:
+            ids.popitem(last=False)

@@ -1,0 +1,28 @@
+"""The process-level claims that make two writers of one query into one target fail."""
+
+from __future__ import annotations
+
+from oncestream.spark._batch_claims import claim_batch, claimed_by_another, config_token
+
+
+def test_a_writer_configured_otherwise_meets_the_claim_of_its_run() -> None:
+    ins, upd = config_token("events", "append"), config_token("events", "upsert", ("id",))
+    target = ("test", "events", "query-1")
+    assert not claimed_by_another(target, 0, upd, "run-1")  # nothing written yet
+    claim_batch(target, 0, ins, "run-1")
+    assert claimed_by_another(target, 0, upd, "run-1")
+    assert not claimed_by_another(target, 0, ins, "run-1")  # the same configuration: a replay
+    assert not claimed_by_another(target, 1, upd, "run-1")  # another batch
+    assert not claimed_by_another(("test", "events", "query-2"), 0, upd, "run-1")
+    # A restart (another run) may come with a writer configured otherwise (renamed).
+    assert not claimed_by_another(target, 0, upd, "run-2")
+    claim_batch(target, 0, upd, "run-2")
+    assert claimed_by_another(target, 0, ins, "run-2")
+
+
+def test_claims_are_bounded_per_target() -> None:
+    target, first, second = ("test", "bounded"), config_token(1), config_token(2)
+    for batch_id in range(100):
+        claim_batch(target, batch_id, first, None)
+    assert not claimed_by_another(target, 0, second, None)  # long forgotten
+    assert claimed_by_another(target, 99, second, None)
