@@ -137,6 +137,17 @@ def test_two_writers_of_one_query_into_one_table_fail(spark: Any, tmp_path: Path
     assert _run(_json_files(spark, str(source)), recreated, str(tmp_path / "chk-one")) is None
     assert len({r["order_id"] for r in _rows(Path(other))}) == len(_rows(Path(other))) == 30
 
+    # One writer called twice for one batch: its second DataFrame is not a replay.
+    twice_table = str(tmp_path / "twice")
+    writer = delta(twice_table)
+
+    def twice(df: Any, batch_id: int) -> None:
+        writer(df.where("amount % 2 = 0"), batch_id)
+        writer(df.where("amount % 2 = 1"), batch_id)
+
+    error = _run(_json_files(spark, str(source)), twice, str(tmp_path / "chk-twice"))
+    assert error is not None and "or one writer twice" in error, error
+
 
 def test_bad_arguments() -> None:
     with pytest.raises(ConfigError, match="mode must be"):

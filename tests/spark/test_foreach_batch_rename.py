@@ -52,3 +52,24 @@ def test_restart_under_another_query_name(  # type: ignore[no-untyped-def]
         ).fetchone()
     assert error is None
     assert (count, distinct) == (300, 300)
+
+
+def test_one_writer_called_twice_for_one_batch_is_refused(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Two DataFrames into one table through one writer in one batch: a ConfigError.
+
+    Spark calls the batch function once per batch in a run, so the second call is
+    not a replay; on the code before, its rows were skipped as one (found by a
+    review: 150 of 300 rows, the query ended without error).
+    """
+    from oncestream.spark import transactional
+
+    source, target = _orders(tmp_path / "in"), str(tmp_path / "o.db")
+    writer = transactional(target, table="orders")
+
+    def twice(df, batch_id):  # type: ignore[no-untyped-def]
+        writer(df.where("amount % 2 = 0"), batch_id)
+        writer(df.where("amount % 2 = 1"), batch_id)
+
+    error = _run(_json_files(spark, source), twice, str(tmp_path / "chk"))
+    assert error is not None and "ConfigError" in error, error
+    assert "or one writer twice" in error

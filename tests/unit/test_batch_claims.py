@@ -26,3 +26,13 @@ def test_claims_are_bounded_per_target() -> None:
         claim_batch(target, batch_id, first, None)
     assert not claimed_by_another(target, 0, second, None)  # long forgotten
     assert claimed_by_another(target, 99, second, None)
+
+
+def test_a_second_write_of_one_batch_in_one_query_run_is_refused_too() -> None:
+    """Inside a streaming query the same writer called twice for a batch (two DataFrames
+    into one table) is refused; outside one (a direct call) it is a replay, skipped."""
+    target, token = ("test", "twice", "query-1"), config_token("ins")
+    claim_batch(target, 0, token, "run-1")
+    assert claimed_by_another(target, 0, token, "run-1", in_query=True)
+    assert not claimed_by_another(target, 0, token, "run-1")  # a direct call's re-run
+    assert not claimed_by_another(target, 0, token, "run-2", in_query=True)  # a restart

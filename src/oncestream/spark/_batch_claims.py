@@ -36,8 +36,16 @@ def config_token(*parts: object) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
-def claimed_by_another(target: Hashable, batch_id: int, token: str, run: str | None) -> bool:
-    """Whether a writer configured otherwise wrote ``batch_id`` of ``target`` in this run.
+def claimed_by_another(
+    target: Hashable, batch_id: int, token: str, run: str | None, *, in_query: bool = False
+) -> bool:
+    """Whether another write reached ``batch_id`` of ``target`` in this run.
+
+    A writer configured otherwise; inside a streaming query (``in_query``) also the
+    same writer (or an identical one) called a second time for the batch: Spark calls
+    a query's batch function once per batch in a run (a failed batch ends the run),
+    so a second write of one batch into one target in one run is a second
+    DataFrame, whose rows the replay check would skip.
 
     Args:
         target: what the batch ids are recorded for, scope included.
@@ -51,7 +59,7 @@ def claimed_by_another(target: Hashable, batch_id: int, token: str, run: str | N
     with _lock:
         ids = _claims.get(target)
         held = None if ids is None else ids.get(batch_id)
-    return held is not None and held[1] == run and held[0] != token
+    return held is not None and held[1] == run and (held[0] != token or in_query)
 
 
 def claim_batch(target: Hashable, batch_id: int, token: str, run: str | None) -> None:

@@ -85,11 +85,12 @@ class DeltaBatchWriter:
             self._token(),
             self.scope.run(df),
         )
-        if claimed_by_another(target, batch_id, token, run):
+        in_query = app_id != self.scope.query_name  # a query id: not a direct call
+        if claimed_by_another(target, batch_id, token, run, in_query=in_query):
             raise ConfigError(
-                f"two writers write Delta table {self.uri} in one query (batch {batch_id}): "
-                "their batch ids would be skipped as each other's; write one DataFrame per "
-                "table per query: union them into one delta() writer"
+                f"two writers write Delta table {self.uri} in one query (batch {batch_id}), "
+                "or one writer twice: their batch ids would be skipped as each other's; "
+                "write one DataFrame per table per batch: union them into one delta() writer"
             )
         recorded = self.committed_version(app_id)
         if recorded is not None and batch_id <= recorded:

@@ -127,11 +127,14 @@ class BatchWriter:
         """
         query = self.scope.resolve(df)
         target, token, run = self._claim_target(query), self._config_token(), self.scope.run(df)
-        if claimed_by_another(target, batch_id, token, run):
+        # A scope other than query_name is a streaming query's id (not a direct call).
+        in_query = query != self.scope.query_name
+        if claimed_by_another(target, batch_id, token, run, in_query=in_query):
             raise ConfigError(
-                f"two writers write table {self.table} in one query (batch {batch_id}): their "
-                "batch ids would be skipped as each other's; write one DataFrame per table per "
-                "query (union them), or give each writer its own batches_table"
+                f"two writers write table {self.table} in one query (batch {batch_id}), or "
+                "one writer twice: their batch ids would be skipped as each other's; write "
+                "one DataFrame per table per batch (union them), or give each writer its own "
+                "batches_table"
             )
         arrow = df.toArrow()
         columns = [_ident(c, "column name") for c in arrow.column_names]
