@@ -246,6 +246,7 @@ class Processor:
             if self.options.ack_all:
                 await self._own_consumer(conn)
             self._acks.limit = limit = DeliveryLimit(self._acks, self._applier, self._fail)
+            limit.moved = self._registry_moved
             await limit.subscribe()  # before the first pull: no drop goes unseen
             self._tasks.append(asyncio.create_task(limit.watch()))
             # Ack policy all resets the consumer itself (_own_consumer).
@@ -723,8 +724,10 @@ class Processor:
                     outcome = await self._applier.apply(entries, ordered)
                     break
                 except RegistryMoved as moved:  # rolled back: nothing applied
-                    if not await self._registry.moved(self.conn, moved, ordered, self._fail):
+                    if not await self._registry_moved(moved, ordered):
                         return  # refused: neither applied nor acked
+            if outcome is not None:
+                self._registry.applied()
         except LedgerUnusable:
             await acks.nak(ordered)  # nothing was applied: let the next worker have them
             raise
@@ -763,6 +766,11 @@ class Processor:
         if self.stats.observers:
             self.stats.observe("batch", time.perf_counter() - began)
         self._progress.set()
+
+    async def _registry_moved(self, moved: RegistryMoved, msgs: list[Message]) -> bool:
+        """After :class:`RegistryMoved` (a batch's, or a dropped message's): True to try
+        again, checked against the row found; False: the run stops (``_fail``)."""
+        return await self._registry.moved(self.conn, moved, msgs, self._fail)
 
     async def _ack_through(self, reply: str | None) -> None:
         if reply is not None:
