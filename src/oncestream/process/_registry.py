@@ -27,9 +27,11 @@ memory of it: another instance of the same consumer (active/standby, competing, 
 a neighbour then been allowed on the subjects this instance still thinks its own.
 So the row is read again inside each batch transaction (:meth:`Registry.verify`,
 after the prune horizons: a registration either committed before the read or waits
-for the transaction to end): when it is not the one the batch was checked against,
-the batch is rolled back (nothing applied, suppressed or acked) and checked again
-against the row, registering again when a subject lies outside it. Rows are
+for the transaction to end; PostgreSQL's READ COMMITTED lets the read see it): when
+a subject of the batch lies outside it, the batch is rolled back (nothing applied,
+suppressed or acked) and checked again against the row, registering again. The
+batch's subjects are checked, not this instance's last reading of the row, which a
+re-check may replace while the batch waits for the ledger lock. Rows are
 disjoint at every instant, so a message inside its consumer's row when its
 transaction reads it is no other registered consumer's. The check costs one
 primary-key read per batch, no round trip to the server.
