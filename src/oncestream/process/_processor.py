@@ -246,7 +246,7 @@ class Processor:
             if self.options.ack_all:
                 await self._own_consumer(conn)
             self._acks.limit = limit = DeliveryLimit(self._acks, self._applier, self._fail)
-            limit.moved = self._registry_moved
+            limit.moved = lambda moved, msgs: self._registry.moved(conn, moved, msgs, self._fail)
             await limit.subscribe()  # before the first pull: no drop goes unseen
             self._tasks.append(asyncio.create_task(limit.watch()))
             # Ack policy all resets the consumer itself (_own_consumer).
@@ -724,10 +724,8 @@ class Processor:
                     outcome = await self._applier.apply(entries, ordered)
                     break
                 except RegistryMoved as moved:  # rolled back: nothing applied
-                    if not await self._registry_moved(moved, ordered):
+                    if not await self._registry.moved(self.conn, moved, ordered, self._fail):
                         return  # refused: neither applied nor acked
-            if outcome is not None:
-                self._registry.applied()
         except LedgerUnusable:
             await acks.nak(ordered)  # nothing was applied: let the next worker have them
             raise
@@ -747,6 +745,7 @@ class Processor:
             return
         done, failures = outcome
         self.stats.batches += 1
+        self._registry.applied()  # a row that moved was absorbed: count again
         if frontier is not None:
             finished = done + _by_seq(extras) if extras else done
             if extras and done:
@@ -766,11 +765,6 @@ class Processor:
         if self.stats.observers:
             self.stats.observe("batch", time.perf_counter() - began)
         self._progress.set()
-
-    async def _registry_moved(self, moved: RegistryMoved, msgs: list[Message]) -> bool:
-        """After :class:`RegistryMoved` (a batch's, or a dropped message's): True to try
-        again, checked against the row found; False: the run stops (``_fail``)."""
-        return await self._registry.moved(self.conn, moved, msgs, self._fail)
 
     async def _ack_through(self, reply: str | None) -> None:
         if reply is not None:
