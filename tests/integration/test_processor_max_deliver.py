@@ -237,3 +237,48 @@ async def test_a_message_the_server_drops_under_a_bound_processor(
         assert failed.value.seqs == (7,)
         assert proc.stats.exhausted == 1
     assert effects(tmp_path / "l.db") == (COUNT - 1, COUNT - 1)
+
+
+class _MovingLedger(SQLiteLedger):
+    """A ledger whose registry row, read in the first transaction after the server
+    dropped a message, is another consumer's filters (as if registered meanwhile)."""
+
+    def __init__(self, path: Path, proc: list[Processor]) -> None:
+        super().__init__(path)
+        self.proc, self.moved = proc, 0
+
+    def begin(self) -> Any:
+        tx = super().begin()
+        if self.proc and self.proc[0].stats.exhausted and not self.moved:
+            self.moved += 1
+            tx.registered = lambda stream, consumer: ("other.>",)
+        return tx
+
+
+async def test_a_registry_move_while_settling_a_dropped_message_stops_the_run(
+    conn: Connection, make_stream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """Review w5b, finding 3: the drop's transaction finds the subject outside the row:
+    the bound Processor stops with ConfigError, the message neither dead-lettered nor
+    acked. Shown failing before the fix: the drop task ended silently, the run exited
+    normally with nothing dead-lettered."""
+    await make_stream("JOBS", ("jobs.>",))
+    await make_stream("DLQ", ("DLQ.>",))
+    await _add_consumer(conn, "w", 2)
+    await publish_n(conn, "jobs.x", COUNT, start=1)
+    holder: list[Processor] = []
+    ledger = _MovingLedger(tmp_path / "l.db", holder)
+    opts = _opts(bind=True, dead_letter_stream="DLQ")
+    proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=opts)
+    holder.append(proc)
+    task = asyncio.create_task(proc.run())
+    try:
+        async with asyncio.timeout(30):
+            await asyncio.wait({task}, timeout=20)
+    finally:
+        proc.request_stop()
+    with pytest.raises(ConfigError, match="outside the filters registered"):
+        await task
+    assert ledger.moved == 1
+    assert proc.stats.exhausted == 1 and proc.stats.dead_lettered == 0
+    assert await _dead_letters(conn) == []

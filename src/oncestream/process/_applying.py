@@ -28,7 +28,7 @@ from ..ledger import Ledger, LedgerEntry, LedgerTx
 from ..tracing import Tracer
 from ._options import ProcessorStats
 
-__all__ = ["Applier", "BatchHandler", "Handler", "Outcome"]
+__all__ = ["Applier", "BatchHandler", "Handler", "Outcome", "RegistryMoved"]
 
 log = logging.getLogger("oncestream.processor")
 
@@ -48,6 +48,21 @@ _LEDGER_ATTEMPTS = 3
 _LOCK_NOTICE = 1.0
 #: Batches at least this large commit off the event loop (the fsync would block it).
 _COMMIT_OFF_LOOP = 32
+
+
+class RegistryMoved(Exception):
+    """The consumer's registry row, read in a batch transaction, does not hold every
+    subject of the batch (``filters``: the row's; None: no row). The batch was rolled back.
+
+    Raised by the Processor's registry check (:attr:`Applier.registered`).
+    """
+
+    def __init__(self, filters: tuple[str, ...] | None) -> None:
+        if filters is None:
+            super().__init__("not registered")
+        else:
+            super().__init__(" ".join(filters) or "none: every subject")
+        self.filters = filters
 
 
 class _HandlerFailed(Exception):
@@ -94,10 +109,10 @@ class Applier:
         #: Whose prune horizons decide what was finished before (set by the Processor;
         #: "" reads none).
         self.stream = self.consumer = ""
-        #: Called in every batch transaction after the prune horizons are read (the
-        #: Processor's registry check); what it raises rolls the batch back and ends
-        #: :meth:`apply`.
-        self.registered: Callable[[LedgerTx], None] | None = None
+        #: Called in every batch transaction after the prune horizons are read, with the
+        #: subjects of the messages claimed (the Processor's registry check); what it
+        #: raises rolls the batch back and ends :meth:`apply`.
+        self.registered: Callable[[LedgerTx, list[str]], None] | None = None
 
     async def db(self, func: Callable[..., Any], *args: Any) -> Any:
         """Run a ledger call other than a batch (open, prune, close) on a worker thread.
@@ -201,7 +216,7 @@ class Applier:
         consumer; the ones inside (pruned, so finished before) are not fresh."""
         horizons = tx.horizons(self.stream, self.consumer) if self.consumer else []
         if self.registered is not None:
-            self.registered(tx)
+            self.registered(tx, [msg.subject for msg in msgs])
         # Sorted by sequence: a batch that starts above every horizon (the usual
         # case, new messages) needs no look at each message.
         if not horizons or entries[0].seq > max(h.last_seq for h in horizons):

@@ -31,7 +31,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .._connection import Connection
@@ -42,7 +42,7 @@ from .._nats import FrameSubscription
 from ..ledger import LedgerEntry
 from ..streams import get_message
 from ._acking import Acknowledger
-from ._applying import Applier
+from ._applying import Applier, RegistryMoved
 from ._options import ProcessorOptions
 from ._pinning import Superseded
 
@@ -114,6 +114,9 @@ class DeliveryLimit:
         self._read_at = -_REFRESH
         self._drops: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
         self._sub: FrameSubscription | None = None
+        #: After :class:`RegistryMoved` in a drop's transaction: True to try it again
+        #: (the Processor's registry re-check; it stops the run when it returns False).
+        self.moved: Callable[[RegistryMoved, list[Message]], Awaitable[bool]] | None = None
 
     @property
     def options(self) -> ProcessorOptions:
@@ -261,6 +264,27 @@ class DeliveryLimit:
         msg = Message(stored.subject, "", stored.data, None, raw_headers=stored.raw_headers)
         key = msg_id_key(stored.raw_headers) if self.applier.ledger.key == "msg_id" else None
         entry = LedgerEntry(self.stream, seq, key)
+        while True:  # bounded by ``moved`` (a row that keeps moving stops the run)
+            try:
+                settled = await self._settle(msg, entry, deliveries)
+                break
+            except RegistryMoved as moved:  # rolled back: nothing recorded or dead-lettered
+                if self.moved is None:
+                    raise OncestreamError(
+                        f"the consumer's registration in the ledger changed ({moved})"
+                    ) from moved
+                if not await self.moved(moved, [msg]):
+                    return  # refused: the run stops (``moved`` says why); not settled
+        if settled:
+            await self._settled(seq)
+
+    async def _settle(self, msg: Message, entry: LedgerEntry, deliveries: int) -> bool:
+        """One transaction for a dropped message; True when it is finished.
+
+        Raises:
+            RegistryMoved: the registry check in the transaction refused it.
+        """
+        seq = entry.seq
         applier = self.applier
         async with applier.lock:
             tx = await asyncio.to_thread(applier.ledger.begin)
@@ -270,11 +294,10 @@ class DeliveryLimit:
                         await asyncio.to_thread(applier.fence, tx)
                     except Superseded:  # a standby: the active instance settles it
                         await asyncio.to_thread(tx.rollback)
-                        return
+                        return False
                 fresh = await asyncio.to_thread(applier.claim, tx, [entry], [msg])
                 if not fresh[0]:
                     await asyncio.to_thread(tx.rollback)
-                    await self._settled(seq)
                     log.warning(
                         "%s seq %d reached the consumer's max_deliver (%d deliveries) after it "
                         "was applied (its ack came too late): nothing lost",
@@ -282,11 +305,11 @@ class DeliveryLimit:
                         seq,
                         deliveries,
                     )
-                    return
+                    return True
                 if not self.acks.dlq_subject:
                     await asyncio.to_thread(tx.rollback)
                     self._lost(seq, deliveries)
-                    return
+                    return False
                 # Recorded with the dead letter: a copy still buffered is not applied too.
                 text = (
                     f"MaxDeliverError: the server stopped delivering it after {deliveries} "
@@ -298,7 +321,7 @@ class DeliveryLimit:
             except BaseException:
                 tx.rollback()
                 raise
-        await self._settled(seq)
+        return True
 
     async def _settled(self, seq: int) -> None:
         """``seq`` is finished: with ack policy ``all`` the ack frontier may move past it."""

@@ -246,6 +246,7 @@ class Processor:
             if self.options.ack_all:
                 await self._own_consumer(conn)
             self._acks.limit = limit = DeliveryLimit(self._acks, self._applier, self._fail)
+            limit.moved = lambda moved, msgs: self._registry.moved(conn, moved, msgs, self._fail)
             await limit.subscribe()  # before the first pull: no drop goes unseen
             self._tasks.append(asyncio.create_task(limit.watch()))
             # Ack policy all resets the consumer itself (_own_consumer).
@@ -744,6 +745,7 @@ class Processor:
             return
         done, failures = outcome
         self.stats.batches += 1
+        self._registry.applied()  # a row that moved was absorbed: count again
         if frontier is not None:
             finished = done + _by_seq(extras) if extras else done
             if extras and done:

@@ -27,9 +27,11 @@ memory of it: another instance of the same consumer (active/standby, competing, 
 a neighbour then been allowed on the subjects this instance still thinks its own.
 So the row is read again inside each batch transaction (:meth:`Registry.verify`,
 after the prune horizons: a registration either committed before the read or waits
-for the transaction to end): when it is not the one the batch was checked against,
-the batch is rolled back (nothing applied, suppressed or acked) and checked again
-against the row, registering again when a subject lies outside it. Rows are
+for the transaction to end; PostgreSQL's READ COMMITTED lets the read see it): when
+a subject of the batch lies outside it, the batch is rolled back (nothing applied,
+suppressed or acked) and checked again against the row, registering again. The
+batch's subjects are checked, not this instance's last reading of the row, which a
+re-check may replace while the batch waits for the ledger lock. Rows are
 disjoint at every instant, so a message inside its consumer's row when its
 transaction reads it is no other registered consumer's. The check costs one
 primary-key read per batch, no round trip to the server.
@@ -48,7 +50,7 @@ from .._errors import ConfigError, ConsumerNotFound
 from .._message import Message
 from .._names import subject_matches
 from ..ledger import Horizon, Ledger, LedgerTx, Registration
-from ._applying import Applier
+from ._applying import Applier, RegistryMoved
 from ._setup import consumer_filters
 
 __all__ = ["Registry", "RegistryMoved", "check_registry"]
@@ -127,26 +129,57 @@ def _floor(info: dict[str, Any], last_seq: int) -> int:
 
 #: Seconds between checks of the consumer's filters against its registry row.
 RECHECK_INTERVAL = 5.0
-#: Batches rolled back on :class:`RegistryMoved` between watch rounds before a stop.
+#: Batches rolled back on :class:`RegistryMoved` in a row (no batch applied, no watch
+#: round between) before a stop.
 _MOVES = 3
 
 #: The most subjects :meth:`Registry.takes` remembers as inside the filters.
 _INSIDE_MAX = 10_000
 
 
-class RegistryMoved(Exception):
-    """The consumer's registry row, read in a batch transaction, is not the one the batch
-    was checked against (``filters``: the row's; None: no row). The batch was rolled back."""
-
-    def __init__(self, filters: tuple[str, ...] | None) -> None:
-        super().__init__(_shown(filters) if filters is not None else "not registered")
-        self.filters = filters
-
-
 def _depth(filters: tuple[str, ...]) -> int:
     """The deepest token any of ``filters`` inspects (``a.>`` inspects one: ``>`` only
     asks for more tokens, whatever they are)."""
     return max((f.count(".") if f.endswith(">") else f.count(".") + 1 for f in filters), default=0)
+
+
+class _Inside:
+    """Which subjects lie inside ``filters`` (each inside one of them), remembered.
+
+    Subjects are remembered by their first tokens, as deep as any filter looks,
+    plus whether more follow: per-entity subjects (``orders.eu.<id>``) under
+    ``orders.eu.>`` share one key, so the check per message is a split and a set
+    lookup, whatever the number of filters.
+    """
+
+    def __init__(self, filters: tuple[str, ...]) -> None:
+        self.filters = filters
+        self.key = Horizon.key(filters)
+        self.seen: set[str] = set()
+        self.depth = _depth(filters)
+
+    def takes(self, subjects: list[str]) -> bool:
+        filters, seen, depth = self.filters, self.seen, self.depth
+        if not filters:  # every subject
+            return True
+        unseen = set(subjects).difference(seen)  # most batches repeat a few subjects
+        if not unseen:
+            return True
+        new: list[tuple[str, str]] = []
+        for subject in unseen:
+            parts = subject.split(".", depth)
+            # More tokens than any filter inspects: the first ``depth`` ones and ">"
+            # (built from the tokens: the last may be empty, as in "a.b.").
+            key = subject if len(parts) <= depth else ".".join(parts[:depth]) + ".>"
+            if key not in seen:
+                new.append((key, subject))
+        if not all(any(subject_matches(f, s) for f in filters) for _, s in new):
+            return False
+        if len(seen) > _INSIDE_MAX:  # bounded: subjects may be unique per message
+            seen.clear()
+        seen.update(k for k, _ in new)
+        seen.update(unseen)
+        return True
 
 
 class Registry:
@@ -165,20 +198,20 @@ class Registry:
         #: A ``bind`` Processor: checks against the consumer's row, never registers.
         self.bound = False
         #: The filters of the consumer's registry row as last read (None: no row, or a
-        #: ledger without a registry): what :meth:`takes` checks against and
-        #: :meth:`verify` expects to find.
+        #: ledger without a registry): what :meth:`takes` checks against before a batch.
+        #: :meth:`verify` does not use them (they may change while a batch waits).
         self.filters: tuple[str, ...] | None = None
-        self._key: str | None = None  # self.filters as the row stores them
-        #: Subjects, and subject keys, seen inside ``filters`` (see :meth:`takes`).
-        self._inside: set[str] = set()
-        self._depth = 0
-        self._moves = 0  # RegistryMoved since the last watch round
+        self._inside = _Inside(())  # self.filters, for takes()
+        self._row_inside = _Inside(())  # the row verify() read last (under the ledger lock)
+        #: The registry recorded this consumer once (the ledger has a registry): from then
+        #: on a batch transaction that finds no row is refused.
+        self._recorded = False
+        self._unchecked_logged = False
+        self._moves = 0  # RegistryMoved since the last watch round or batch applied
 
     def _adopt(self, filters: tuple[str, ...] | None) -> None:
         self.filters = filters
-        self._key = None if filters is None else Horizon.key(filters)
-        self._inside.clear()
-        self._depth = _depth(filters or ())
+        self._inside = _Inside(filters or ())
 
     async def _row(self) -> tuple[str, ...] | None:
         registered: list[Registration] = await self.applier.db(
@@ -215,6 +248,7 @@ class Registry:
         await self.applier.db(self.ledger.register, mine, functools.partial(check_registry, mine))
         # Read back, not assumed: a ledger without a registry records nothing.
         self._adopt(await self._row())
+        self._recorded = self._recorded or self.filters is not None
         return mine
 
     async def bind(self) -> None:
@@ -222,52 +256,65 @@ class Registry:
         self.bound = True
         self._adopt(await self._row())
 
-    def verify(self, tx: LedgerTx) -> None:
-        """In a batch transaction: the consumer's row is still the one checked against.
+    def verify(self, tx: LedgerTx, subjects: list[str]) -> None:
+        """In a batch transaction: every one of the batch's ``subjects`` lies inside the
+        consumer's registry row as this transaction reads it.
+
+        Checked against the row read here, never against this instance's memory of it
+        (which a re-check may change between the batch's admission and its transaction).
+        A ``bind`` Processor whose consumer has no row is not checked; a registered one
+        is refused without its row (deleted: it registers again). A ledger whose
+        transactions do not read the registry (:meth:`LedgerTx.registered` not
+        implemented) is not checked here (logged once).
 
         Raises:
-            RegistryMoved: it is not (the transaction is rolled back).
+            RegistryMoved: a subject lies outside the row, or the row is gone (the
+                transaction is rolled back; :meth:`moved` checks again).
         """
+        if type(tx).registered is LedgerTx.registered:
+            if not self._unchecked_logged and self.filters is not None:
+                self._unchecked_logged = True
+                log.warning(
+                    "%s/%s: the ledger's transactions (%s) do not read the registry "
+                    "(LedgerTx.registered): batches are checked against the consumer's "
+                    "registration as read at start and at each re-check only, not inside "
+                    "each transaction; another instance's registration in between goes "
+                    "unseen (%s)",
+                    self.stream,
+                    self.consumer,
+                    type(tx).__name__,
+                    _DOCS,
+                )
+            return
         row = tx.registered(self.stream, self.consumer)
-        if (None if row is None else Horizon.key(row)) != self._key:
+        if row is None:
+            if self.bound or not self._recorded:
+                return  # nothing registered to check against (a bind start with no row)
+            raise RegistryMoved(None)
+        inside = self._row_inside
+        if inside.key != Horizon.key(row):
+            inside = self._row_inside = _Inside(row)
+        if not inside.takes(subjects):
             raise RegistryMoved(row)
+
+    def applied(self) -> None:
+        """A batch went through its transaction: the count of rows moved starts again."""
+        self._moves = 0
 
     def takes(self, subjects: list[str]) -> bool:
         """True when every one of ``subjects`` lies inside the filters registered.
 
         Registered consumers' filters are disjoint, so a message inside this consumer's
         registered filters was never another registered consumer's: the ledger may
-        suppress it (:meth:`verify` confirms the row in the transaction). A message
-        outside them proves the consumer's filter was edited (the server delivers only
-        what the filter matches): it must not be applied or suppressed before it is
-        registered again. Matching subjects costs no round trip, unlike reading
-        ``CONSUMER.INFO`` per batch.
-
-        Subjects are remembered by their first tokens, as deep as any filter looks,
-        plus whether more follow: per-entity subjects (``orders.eu.<id>``) under
-        ``orders.eu.>`` share one key, so the check per message is a split and a set
-        lookup, whatever the number of filters.
+        suppress it (:meth:`verify` confirms it against the row in the transaction). A
+        message outside them proves the consumer's filter was edited (the server
+        delivers only what the filter matches): it must not be applied or suppressed
+        before it is registered again. Matching subjects costs no round trip, unlike
+        reading ``CONSUMER.INFO`` per batch (see :class:`_Inside`).
         """
-        filters = self.filters
-        if not filters:  # no row, or every subject (nothing can lie outside)
+        if not self.filters:  # no row, or every subject (nothing can lie outside)
             return True
-        inside, depth = self._inside, self._depth
-        unseen = set(subjects).difference(inside)  # most batches repeat a few subjects
-        if not unseen:
-            return True
-        new: list[tuple[str, str]] = []
-        for subject in unseen:
-            parts = subject.split(".", depth)
-            key = subject if len(parts) <= depth else subject[: -len(parts[-1])] + ">"
-            if key not in inside:
-                new.append((key, subject))
-        if not all(any(subject_matches(f, s) for f in filters) for _, s in new):
-            return False
-        if len(inside) > _INSIDE_MAX:  # bounded: subjects may be unique per message
-            inside.clear()
-        inside.update(k for k, _ in new)
-        inside.update(unseen)
-        return True
+        return self._inside.takes(subjects)
 
     async def admit(
         self, conn: Connection | None, subjects: list[str], fail: Callable[[ConfigError], None]
