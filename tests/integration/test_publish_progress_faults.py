@@ -16,6 +16,7 @@ from oncestream import Connection, ConnectOptions, OncestreamError, connect
 from oncestream._errors import ConfigError
 from oncestream.cli import app
 from oncestream.cli._app import exit_code_for
+from oncestream.load import LoadObserver, LoadOptions, LoadStart, load
 from oncestream.load._input import PrefixHasher, SubjectTemplate, file_facts
 from oncestream.load._plan import plan_resume
 from oncestream.load._progress import (
@@ -25,7 +26,9 @@ from oncestream.load._progress import (
     PublishProgress,
     progress_key,
 )
+from oncestream.publish import PublisherOptions
 from oncestream.server import NatsServer
+from tests.integration.test_publisher import read_back
 
 
 def _record(run: str, line: int) -> PublishProgress:
@@ -133,3 +136,87 @@ async def test_a_store_failure_creating_the_progress_stream_exits_1_not_2(
     assert result.exit_code == 1, result.output
     assert f"cannot create the progress stream '{PROGRESS_STREAM}'" in result.output
     assert "re-run" in result.output
+
+
+#: Longer than the connection's request timeout below, shorter than the run's retry horizon.
+_PAUSE = 2.5
+
+
+def _resume_after_pause(server: NatsServer) -> asyncio.TimerHandle:
+    server.pause()
+    return asyncio.get_running_loop().call_later(_PAUSE, server.resume)
+
+
+class _PauseAtFirstReservation(LoadObserver):
+    """Pauses the server as publishing begins: the next request is the progress record's."""
+
+    def __init__(self, server: NatsServer) -> None:
+        self.server = server
+        self.timer: asyncio.TimerHandle | None = None
+
+    def publishing(self, start: LoadStart) -> None:
+        self.timer = _resume_after_pause(self.server)
+
+
+async def test_a_pause_at_the_first_progress_reservation_is_ridden_out(
+    nats_server: NatsServer, make_stream, tmp_path: Path
+) -> None:
+    """Found by the fault campaign (trial 53): a leader stalled as the run wrote its first
+    progress record; the record's publisher timed out on its one STREAM.INFO and the run
+    stopped (exit 1, nothing stored) although its publishes ride such a pause out."""
+    await make_stream("ORDERS", ("orders.>",), duplicate_window=60)
+    total = 300
+    path = tmp_path / "orders.jsonl"
+    path.write_text("".join(orjson.dumps({"id": f"o{i}"}).decode() + "\n" for i in range(total)))
+    options = LoadOptions(
+        stream="ORDERS",
+        subject="orders.x",
+        id_field="id",
+        publisher=PublisherOptions(ack_timeout=1.0, max_attempts=10),
+    )
+    observer = _PauseAtFirstReservation(nats_server)
+    quick = ConnectOptions(servers=(nats_server.url,), request_timeout=1.0)
+    async with await connect(quick) as conn:
+        try:
+            result = await load(conn, str(path), options, observer=observer)
+        finally:
+            if observer.timer is not None:
+                observer.timer.cancel()
+                nats_server.resume()
+        assert observer.timer is not None  # the pause happened
+        assert result.complete and result.stored == total, result
+        ids = [m.msg_id for m in await read_back(conn, "ORDERS")]
+    assert sorted(ids) == sorted(f"o{i}" for i in range(total))
+
+
+async def test_progress_requests_at_start_ride_out_a_pause(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """Looking up (and creating) the progress stream, reading the last record and the
+    first write each retry a paused server within the store's horizon (1 s x 10)."""
+    quick = ConnectOptions(servers=(nats_server.url,), request_timeout=1.0)
+    async with await connect(quick) as conn:
+        store = ProgressStore(conn, PROGRESS_STREAM, "k", ack_timeout=1.0, max_attempts=10)
+        try:
+            timer = _resume_after_pause(nats_server)
+            try:
+                await store.ensure()
+            finally:
+                timer.cancel()
+                nats_server.resume()
+            timer = _resume_after_pause(nats_server)
+            try:
+                assert await store.last() is None
+            finally:
+                timer.cancel()
+                nats_server.resume()
+            timer = _resume_after_pause(nats_server)
+            try:
+                await store.write(_record("run-1", 5))
+            finally:
+                timer.cancel()
+                nats_server.resume()
+            last = await store.last()
+        finally:
+            await store.close()
+    assert last is not None and (last.run, last.line) == ("run-1", 5)

@@ -45,6 +45,7 @@ from .._errors import (
     PermissionDenied,
     WrongLastSequence,
 )
+from .._retry import retrying
 from ..publish import SubjectLog
 from ..streams import StreamSpec, add_stream, stream_exists
 from ._labels import Label, default_label
@@ -146,10 +147,17 @@ class ProgressStore:
         self._label = label
         self.subject = f"{PROGRESS_SUBJECT}.{key}"
         self._lock = asyncio.Lock()
-        # As patient as the run's own publishes (ack timeout, attempts): a
-        # server outage the records ride out must not stop the run at a progress record.
+        # As patient as the run's own publishes (ack timeout, attempts): a server
+        # outage the records ride out must not stop the run at a progress record, nor
+        # at one of its requests (STREAM.INFO, the last record, creating the stream).
+        self._budget = ack_timeout * max_attempts
         self._log = SubjectLog(
-            conn, stream, self.subject, ack_timeout=ack_timeout, max_attempts=max_attempts
+            conn,
+            stream,
+            self.subject,
+            ack_timeout=ack_timeout,
+            max_attempts=max_attempts,
+            retry_budget=self._budget,
         )
 
     @property
@@ -166,7 +174,11 @@ class ProgressStore:
             OncestreamError: the server failed to create it (a full disk, no meta leader):
                 failed work, to re-run.
         """
-        if await stream_exists(self.conn, self.stream):
+        if await retrying(
+            lambda: stream_exists(self.conn, self.stream),
+            budget=self._budget,
+            what=f"looking up the progress stream {self.stream!r}",
+        ):
             return
         spec = StreamSpec(
             name=self.stream,
@@ -176,7 +188,12 @@ class ProgressStore:
             replicas=replicas,
         )
         try:
-            await add_stream(self.conn, spec.to_api())
+            # Creating it again with the same config is no error: safe to repeat.
+            await retrying(
+                lambda: add_stream(self.conn, spec.to_api()),
+                budget=self._budget,
+                what=f"creating the progress stream {self.stream!r}",
+            )
         except (JetStreamError, PermissionDenied) as exc:
             what = (
                 f"cannot create the progress stream {self.stream!r} "

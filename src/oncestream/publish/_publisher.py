@@ -287,6 +287,11 @@ class Publisher:
         )
 
     @property
+    def started(self) -> bool:
+        """Whether :meth:`start` succeeded."""
+        return self._started
+
+    @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._closed

@@ -24,6 +24,7 @@ import asyncio
 
 from .._connection import Connection
 from .._errors import WrongLastSequence
+from .._retry import retrying
 from ..streams import StoredMessage, last_message
 from ._options import PubAck, PublisherOptions
 from ._publisher import Publisher
@@ -47,6 +48,9 @@ class SubjectLog:
         ack_timeout, max_attempts: the retry settings of the log's own Publisher.
         direct: read the last record with a direct get (any replica answers; the
             stream needs ``allow_direct``) instead of ``STREAM.MSG.GET``.
+        retry_budget: seconds for which the log's own requests (reading the last
+            record, the Publisher's start-up ``STREAM.INFO``) retry transient errors
+            (a timeout, no stream leader); 0: none. Permanent errors propagate at once.
 
     Attributes:
         last_seq: the stream sequence of the last record read or appended (0: none).
@@ -62,8 +66,10 @@ class SubjectLog:
         direct: bool = False,
         ack_timeout: float = 2.0,
         max_attempts: int = 3,
+        retry_budget: float = 0.0,
     ) -> None:
         self.conn = conn
+        self.retry_budget = retry_budget
         self.stream = stream
         self.subject = subject
         self.direct = direct
@@ -87,7 +93,11 @@ class SubjectLog:
         Raises:
             StreamNotFound: the stream does not exist.
         """
-        found = await last_message(self.conn, self.stream, self.subject, direct=self.direct)
+        found = await retrying(
+            lambda: last_message(self.conn, self.stream, self.subject, direct=self.direct),
+            budget=self.retry_budget,
+            what=f"reading the last record on {self.subject!r}",
+        )
         self.last_seq = 0 if found is None else found.seq
         return found
 
@@ -118,6 +128,13 @@ class SubjectLog:
             PublishFailed: no PubAck after every retry.
         """
         expected = self.last_seq
+        if not self.publisher.started:
+            # Its STREAM.INFO is a request of its own: as patient as the reads.
+            await retrying(
+                self.publisher.start,
+                budget=self.retry_budget,
+                what=f"starting the publisher of {self.subject!r}",
+            )
         attempt = 0
         while True:
             attempt += 1
