@@ -58,7 +58,7 @@ from .workers import EFFECTS, EFFECTS_COLUMNS
 TICK = 0.1
 #: consumer-reset: the ack floor a consumer must have passed, and how far back the
 #: reset that does not go to the stream's first sequence moves it.
-RESET_MIN_FLOOR, RESET_BACK = 100, 300
+RESET_MIN_FLOOR, RESET_BACK = 20, 300
 #: The drain gives up (and the checker counts what is missing) after this long.
 DRAIN_TIMEOUT = 120.0
 #: Negative-control modes (``--sabotage``): each breaks the system's effect once, in a
