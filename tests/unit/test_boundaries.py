@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import nats
@@ -511,14 +511,7 @@ def test_header_names_are_written_once() -> None:
     for module, _path, tree in _sources():
         if module == "oncestream._headers":
             continue
-        docstrings = {
-            id(n.body[0].value)
-            for n in ast.walk(tree)
-            if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-            and n.body
-            and isinstance(n.body[0], ast.Expr)
-            and isinstance(n.body[0].value, ast.Constant)
-        }
+        docstrings = _docstrings(tree)
         for node in ast.walk(tree):
             if (
                 isinstance(node, ast.Constant)
@@ -529,6 +522,16 @@ def test_header_names_are_written_once() -> None:
             ):
                 offenders.append(f"{module}:{node.lineno}")
     assert offenders == []
+
+
+def _offenders(rule: Callable[[ast.Module], list[int]], exempt: Callable[[str], bool]) -> list[str]:
+    """``module:line`` of every line ``rule`` finds in a module that ``exempt`` does not spare."""
+    return [
+        f"{module}:{line}"
+        for module, _path, tree in _sources()
+        if not exempt(module)
+        for line in rule(tree)
+    ]
 
 
 def time_parsers(tree: ast.Module) -> list[int]:
@@ -557,13 +560,8 @@ def test_server_times_are_parsed_in_one_place() -> None:
     (``spark/_columns`` parses a whole Arrow column of them with pyarrow's compute
     functions, the vectorised form of the same rule.)
     """
-    offenders = [
-        f"{module}:{line}"
-        for module, _path, tree in _sources()
-        if module not in {"oncestream._options", "oncestream.spark._columns"}
-        for line in time_parsers(tree)
-    ]
-    assert offenders == []
+    home = {"oncestream._options", "oncestream.spark._columns"}
+    assert _offenders(time_parsers, lambda module: module in home) == []
 
 
 def _docstrings(tree: ast.Module) -> set[int]:
@@ -604,13 +602,7 @@ def test_the_err_code_rule_catches_a_planted_number() -> None:
 
 def test_jetstream_error_codes_are_named_in_one_place() -> None:
     """Every JetStream ``err_code`` is an ``ErrCode`` member of ``_errors`` (issue 39)."""
-    offenders = [
-        f"{module}:{line}"
-        for module, _path, tree in _sources()
-        if module != "oncestream._errors"
-        for line in err_code_literals(tree)
-    ]
-    assert offenders == []
+    assert _offenders(err_code_literals, lambda module: module == "oncestream._errors") == []
 
 
 def header_literals(tree: ast.Module) -> list[int]:
@@ -648,13 +640,10 @@ def test_the_header_rule_catches_planted_names_and_blocks() -> None:
 
 def test_header_names_and_blocks_live_in_headers() -> None:
     """``Nats-*`` names and ``NATS/1.0`` blocks are spelled in ``_headers`` only (issue 39)."""
-    offenders = [
-        f"{module}:{line}"
-        for module, _path, tree in _sources()
-        # The adapter's frame parser checks itself on frames spelled out whole.
-        if module != "oncestream._headers" and not _in_adapter(module)
-        for line in header_literals(tree)
-    ]
+    # The adapter's frame parser checks itself on frames spelled out whole.
+    offenders = _offenders(
+        header_literals, lambda module: module == "oncestream._headers" or _in_adapter(module)
+    )
     assert offenders == []
 
 
