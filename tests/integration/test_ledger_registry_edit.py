@@ -15,43 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from typing import Any
 
 import pytest
 
 from harness import publish_n
-from oncestream import ConfigError, Processor, ProcessorOptions, SQLiteLedger
-
-
-def _into(table: str) -> Any:
-    def handler(msg: Any, tx: Any) -> None:
-        tx.execute(f"CREATE TABLE IF NOT EXISTS {table} (id BIGINT NOT NULL)")
-        tx.execute(f"INSERT INTO {table} (id) VALUES (?)", (int(msg.data),))
-
-    return handler
-
-
-def _opts(**kw: Any) -> ProcessorOptions:
-    return ProcessorOptions(**{"batch": 20, "ack_wait": 5, "expires": 2, **kw})
-
-
-async def _edit_filter(conn: Any, consumer: str, *filters: str) -> None:
-    config = dict((await conn.consumer_info("PR", consumer))["config"])
-    config.pop("filter_subject", None)
-    config.pop("filter_subjects", None)
-    if len(filters) == 1:
-        config["filter_subject"] = filters[0]
-    else:
-        config["filter_subjects"] = list(filters)
-    await conn.api(
-        f"CONSUMER.CREATE.PR.{consumer}",
-        {"stream_name": "PR", "config": config, "action": "update"},
-    )
-
-
-def _ids(path: Any, table: str) -> set[int]:
-    with sqlite3.connect(path) as db:
-        return {r[0] for r in db.execute(f"SELECT id FROM {table}")}
+from oncestream import ConfigError
+from tests.integration._registry_support import edit_filter, ids, processor
 
 
 # prune_interval 0: the message outside B's registered filters is what reveals the
@@ -62,21 +31,9 @@ async def test_a_filter_edited_to_overlap_while_running_stops_the_run(  # type: 
 ) -> None:
     await make_stream("PR", ("pr.>",))
     path = tmp_path / "ledger.db"
-    a = Processor(
-        conn,
-        "PR",
-        "a",
-        _into("effects_a"),
-        ledger=SQLiteLedger(path),
-        options=_opts(filter_subject="pr.eu", prune_interval=0.2),
-    )
-    b = Processor(
-        conn,
-        "PR",
-        "b",
-        _into("effects_b"),
-        ledger=SQLiteLedger(path),
-        options=_opts(filter_subject="pr.us", prune_interval=b_prune_interval),
+    a = processor(conn, path, "a", "effects_a", filter_subject="pr.eu", prune_interval=0.2)
+    b = processor(
+        conn, path, "b", "effects_b", filter_subject="pr.us", prune_interval=b_prune_interval
     )
     ta, tb = asyncio.create_task(a.run()), asyncio.create_task(b.run())
     try:
@@ -84,7 +41,7 @@ async def test_a_filter_edited_to_overlap_while_running_stops_the_run(  # type: 
         await publish_n(conn, "pr.us", 10, start=101)
         await a.wait_until(lambda s: s.applied >= 10, 30)
         await b.wait_until(lambda s: s.applied >= 10, 30)
-        await _edit_filter(conn, "b", "pr.>")
+        await edit_filter(conn, "b", "pr.>")
         await publish_n(conn, "pr.eu", 10, start=11)
         await publish_n(conn, "pr.us", 10, start=111)
         await a.wait_until(lambda s: s.applied >= 20, 30)
@@ -100,17 +57,10 @@ async def test_a_filter_edited_to_overlap_while_running_stops_the_run(  # type: 
         assert name in text, text
     # B applied none of A's messages and suppressed nothing (each would be a skip).
     assert b.stats.suppressed == 0
-    assert not _ids(path, "effects_b") & set(range(1, 21))
-    assert _ids(path, "effects_a") == set(range(1, 21))
+    assert not ids(path, "effects_b") & set(range(1, 21))
+    assert ids(path, "effects_a") == set(range(1, 21))
     # A new start of B is refused the same way.
-    again = Processor(
-        conn,
-        "PR",
-        "b",
-        _into("effects_b"),
-        ledger=SQLiteLedger(path),
-        options=_opts(prune_interval=0),
-    )
+    again = processor(conn, path, "b", "effects_b", prune_interval=0)
     with pytest.raises(ConfigError, match="take some of the same messages"):
         async with asyncio.timeout(30):
             await again.run()
@@ -119,27 +69,13 @@ async def test_a_filter_edited_to_overlap_while_running_stops_the_run(  # type: 
 async def test_a_filter_edited_to_stay_disjoint_is_recorded(conn, make_stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
     await make_stream("PR", ("pr.>",))
     path = tmp_path / "ledger.db"
-    a = Processor(
-        conn,
-        "PR",
-        "a",
-        _into("effects_a"),
-        ledger=SQLiteLedger(path),
-        options=_opts(filter_subject="pr.eu", prune_interval=0),
-    )
-    b = Processor(
-        conn,
-        "PR",
-        "b",
-        _into("effects_b"),
-        ledger=SQLiteLedger(path),
-        options=_opts(filter_subject="pr.us", prune_interval=0),
-    )
+    a = processor(conn, path, "a", "effects_a", filter_subject="pr.eu", prune_interval=0)
+    b = processor(conn, path, "b", "effects_b", filter_subject="pr.us", prune_interval=0)
     ta, tb = asyncio.create_task(a.run()), asyncio.create_task(b.run())
     try:
         await publish_n(conn, "pr.us", 5, start=101)
         await b.wait_until(lambda s: s.applied >= 5, 30)
-        await _edit_filter(conn, "b", "pr.us", "pr.ca")
+        await edit_filter(conn, "b", "pr.us", "pr.ca")
         await publish_n(conn, "pr.eu", 5, start=1)
         await publish_n(conn, "pr.ca", 5, start=201)
         await publish_n(conn, "pr.us", 5, start=106)
@@ -150,8 +86,8 @@ async def test_a_filter_edited_to_stay_disjoint_is_recorded(conn, make_stream, t
         await b.stop()
     await ta
     await tb
-    assert _ids(path, "effects_b") == set(range(101, 111)) | set(range(201, 206))
-    assert _ids(path, "effects_a") == set(range(1, 6))
+    assert ids(path, "effects_b") == set(range(101, 111)) | set(range(201, 206))
+    assert ids(path, "effects_a") == set(range(1, 6))
     with sqlite3.connect(path) as db:
         rows = dict(db.execute("SELECT consumer, filters FROM oncestream_consumers"))
     assert rows["b"].split() == ["pr.ca", "pr.us"], rows

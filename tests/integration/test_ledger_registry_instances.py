@@ -16,49 +16,13 @@ checks against the consumer's registry row the same way.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from typing import Any
 
 import pytest
 
 from harness import publish_n
-from oncestream import ConfigError, Processor, ProcessorOptions, SQLiteLedger
-
-
-def _into(table: str) -> Any:
-    def handler(msg: Any, tx: Any) -> None:
-        tx.execute(f"CREATE TABLE IF NOT EXISTS {table} (id BIGINT NOT NULL)")
-        tx.execute(f"INSERT INTO {table} (id) VALUES (?)", (int(msg.data),))
-
-    return handler
-
-
-async def _edit_filter(conn: Any, consumer: str, subject: str) -> None:
-    """``CONSUMER.CREATE`` with action update, as ``oncestream consumer edit --filter``."""
-    config = dict((await conn.consumer_info("PR", consumer))["config"])
-    config.pop("filter_subjects", None)
-    config["filter_subject"] = subject
-    await conn.api(
-        f"CONSUMER.CREATE.PR.{consumer}",
-        {"stream_name": "PR", "config": config, "action": "update"},
-    )
-
-
-def _opts(**kw: Any) -> ProcessorOptions:
-    return ProcessorOptions(**{"batch": 20, "ack_wait": 5, "expires": 1, **kw})
-
-
-async def _start_stop(proc: Processor) -> None:
-    task = asyncio.create_task(proc.run())
-    await proc.wait_running(30)
-    await proc.stop()
-    await task
-
-
-def _table(path: Any, table: str) -> set[int]:
-    with sqlite3.connect(path) as db:
-        names = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        return {r[0] for r in db.execute(f"SELECT id FROM {table}")} if table in names else set()
+from oncestream import ConfigError, Processor
+from tests.integration._registry_support import edit_filter, ids, processor, start_stop
 
 
 async def test_a_stale_instance_does_not_apply_a_neighbours_messages(  # type: ignore[no-untyped-def]
@@ -68,18 +32,16 @@ async def test_a_stale_instance_does_not_apply_a_neighbours_messages(  # type: i
     path = tmp_path / "ledger.db"
 
     def proc(consumer: str, table: str, **kw: Any) -> Processor:
-        return Processor(
-            conn, "PR", consumer, _into(table), ledger=SQLiteLedger(path), options=_opts(**kw)
-        )
+        return processor(conn, path, consumer, table, **{"expires": 1, **kw})
 
     a2 = proc("a", "effects_a", filter_subject="pr.eu.>", prune_interval=0)
     t2 = asyncio.create_task(a2.run())
     try:
         await a2.wait_running(30)
-        await _edit_filter(conn, "a", "pr.eu.de")
-        await _start_stop(proc("a", "effects_a", create=False))  # A1 registers pr.eu.de
-        await _start_stop(proc("c", "effects_c", filter_subject="pr.eu.fr", prune_interval=0))
-        await _edit_filter(conn, "a", "pr.eu.>")
+        await edit_filter(conn, "a", "pr.eu.de")
+        await start_stop(proc("a", "effects_a", create=False))  # A1 registers pr.eu.de
+        await start_stop(proc("c", "effects_c", filter_subject="pr.eu.fr", prune_interval=0))
+        await edit_filter(conn, "a", "pr.eu.>")
         await publish_n(conn, "pr.eu.fr", 10, start=1)
         with pytest.raises(ConfigError) as refused:
             async with asyncio.timeout(15):
@@ -90,7 +52,7 @@ async def test_a_stale_instance_does_not_apply_a_neighbours_messages(  # type: i
     for name in ("PR/a", "PR/c", "pr.eu.fr", "edited while its Processor ran"):
         assert name in text, text
     assert (a2.stats.applied, a2.stats.suppressed) == (0, 0)
-    assert not _table(path, "effects_a")
+    assert not ids(path, "effects_a")
     c = proc("c", "effects_c", filter_subject="pr.eu.fr", prune_interval=0)
     tc = asyncio.create_task(c.run())
     try:
@@ -99,7 +61,7 @@ async def test_a_stale_instance_does_not_apply_a_neighbours_messages(  # type: i
         await c.stop()
     await tc
     assert c.stats.suppressed == 0
-    assert _table(path, "effects_c") == set(range(1, 11))
+    assert ids(path, "effects_c") == set(range(1, 11))
 
 
 async def test_a_bound_instance_outside_the_registered_filters_stops(  # type: ignore[no-untyped-def]
@@ -107,22 +69,14 @@ async def test_a_bound_instance_outside_the_registered_filters_stops(  # type: i
 ) -> None:
     await make_stream("PR", ("pr.>",))
     path = tmp_path / "ledger.db"
-    led = SQLiteLedger(path)
-    await _start_stop(
-        Processor(
-            conn,
-            "PR",
-            "a",
-            _into("effects_a"),
-            ledger=led,
-            options=_opts(filter_subject="pr.eu.de", prune_interval=0),
+    await start_stop(
+        processor(
+            conn, path, "a", "effects_a", filter_subject="pr.eu.de", prune_interval=0, expires=1
         )
     )
     # Edited while no registered instance runs: the registry still says pr.eu.de.
-    await _edit_filter(conn, "a", "pr.eu.>")
-    bound = Processor(
-        conn, "PR", "a", _into("effects_a"), ledger=SQLiteLedger(path), options=_opts(bind=True)
-    )
+    await edit_filter(conn, "a", "pr.eu.>")
+    bound = processor(conn, path, "a", "effects_a", bind=True, expires=1)
     task = asyncio.create_task(bound.run())
     try:
         await publish_n(conn, "pr.eu.de", 3, start=1)
@@ -137,4 +91,4 @@ async def test_a_bound_instance_outside_the_registered_filters_stops(  # type: i
     for name in ("PR/a", "pr.eu.fr", "pr.eu.de", "bind"):
         assert name in text, text
     assert bound.stats.suppressed == 0
-    assert _table(path, "effects_a") == {1, 2, 3}
+    assert ids(path, "effects_a") == {1, 2, 3}
