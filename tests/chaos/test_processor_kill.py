@@ -240,7 +240,10 @@ async def test_kill_a_pipelined_postgres_worker_mid_batch(
         conn,
         make_stream,
         tmp_path,
-        total=12_000,
+        # Up to 4,000 messages per hook kill and ~3,000 per random one at the pipelined
+        # rate: 30,000 leaves the sixth kill work to land in (CI: seed 784194562 used up
+        # 12,000 before it).
+        total=30_000,
         kills=6,
         seed=seed,
         db=postgres_url,
