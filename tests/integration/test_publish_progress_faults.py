@@ -12,7 +12,15 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from oncestream import Connection, ConnectOptions, OncestreamError, connect
+from harness import publish_n
+from oncestream import (
+    Connection,
+    ConnectOptions,
+    OncestreamError,
+    Publisher,
+    StreamNotFound,
+    connect,
+)
 from oncestream._errors import ConfigError
 from oncestream.cli import app
 from oncestream.cli._app import exit_code_for
@@ -27,6 +35,7 @@ from oncestream.load._progress import (
     progress_key,
 )
 from oncestream.publish import PublisherOptions
+from oncestream.read import stored_ids
 from oncestream.server import NatsServer
 from tests.integration.test_publisher import read_back
 
@@ -220,3 +229,74 @@ async def test_progress_requests_at_start_ride_out_a_pause(
         finally:
             await store.close()
     assert last is not None and (last.run, last.line) == ("run-1", 5)
+
+
+async def test_the_target_check_at_start_rides_out_a_pause(
+    nats_server: NatsServer, make_stream, tmp_path: Path
+) -> None:
+    """The load's first requests (the target's STREAM.INFO and STREAM.NAMES) retry a
+    paused server within the run's patience, as its publishes do; before, the first
+    request timed out and the run stopped with nothing stored."""
+    await make_stream("ORDERS", ("orders.>",), duplicate_window=60)
+    path = tmp_path / "orders.jsonl"
+    path.write_text("".join(orjson.dumps({"id": f"o{i}"}).decode() + "\n" for i in range(50)))
+    options = LoadOptions(
+        stream="ORDERS",
+        subject="orders.x",
+        id_field="id",
+        publisher=PublisherOptions(ack_timeout=1.0, max_attempts=10),
+    )
+    quick = ConnectOptions(servers=(nats_server.url,), request_timeout=1.0)
+    async with await connect(quick) as conn:
+        timer = _resume_after_pause(nats_server)
+        try:
+            result = await load(conn, str(path), options)
+        finally:
+            timer.cancel()
+            nats_server.resume()
+        assert result.complete and result.stored == 50, result
+        ids = [m.msg_id for m in await read_back(conn, "ORDERS")]
+    assert sorted(ids) == sorted(f"o{i}" for i in range(50))
+
+
+async def test_a_publisher_start_rides_out_a_pause(nats_server: NatsServer, make_stream) -> None:
+    """``Publisher.start``'s STREAM.INFO (the window guard) retries a paused server for
+    ``ack_timeout x max_attempts``; a missing stream still fails at once."""
+    await make_stream("ORDERS", ("orders.>",), duplicate_window=60)
+    quick = ConnectOptions(servers=(nats_server.url,), request_timeout=1.0)
+    async with await connect(quick) as conn:
+        pub = Publisher(conn, PublisherOptions(stream="ORDERS", ack_timeout=1.0, max_attempts=10))
+        timer = _resume_after_pause(nats_server)
+        try:
+            await pub.start()
+        finally:
+            timer.cancel()
+            nats_server.resume()
+        try:
+            ack = await (await pub.publish("orders.x", b"{}", msg_id="a"))
+            assert ack.stream == "ORDERS" and not ack.duplicate
+        finally:
+            await pub.close()
+        missing = Publisher(conn, PublisherOptions(stream="NOPE", ack_timeout=1.0, max_attempts=10))
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(StreamNotFound):
+            await missing.start()
+        assert asyncio.get_running_loop().time() - started < 1.0
+
+
+async def test_the_resume_scan_of_stored_ids_rides_out_a_pause(
+    nats_server: NatsServer, conn: Connection, make_stream
+) -> None:
+    """The resume scan (which ids an earlier run stored) retries a paused server for the
+    budget it is given; the load gives it its patience."""
+    await make_stream("ORDERS", ("orders.>",), duplicate_window=60)
+    await publish_n(conn, "orders.x", 20, msg_id=lambda i: f"o{i}")
+    quick = ConnectOptions(servers=(nats_server.url,), request_timeout=1.0)
+    async with await connect(quick) as slow:
+        timer = _resume_after_pause(nats_server)
+        try:
+            ids = await stored_ids(slow, "ORDERS", 0, retry_timeout=10.0)
+        finally:
+            timer.cancel()
+            nats_server.resume()
+    assert ids == {f"o{i}" for i in range(20)}

@@ -60,6 +60,7 @@ _FLAGS = {
     "progress_stream": "--progress-stream",
     "fresh": "--fresh",
     "no_resume": "--no-resume",
+    "patience": "--ack-timeout x --max-attempts",
 }
 
 

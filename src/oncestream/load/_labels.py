@@ -15,6 +15,7 @@ LABELS = {
     "progress_stream": "LoadOptions.progress_stream",
     "fresh": "fresh=True",
     "no_resume": "resume=False",
+    "patience": "LoadOptions.publisher's ack_timeout x max_attempts",
 }
 
 #: Gives the name of an option (a key of :data:`LABELS`) for a message.

@@ -27,6 +27,7 @@ import orjson
 
 from .._connection import Connection
 from .._errors import ConfigError, OncestreamError
+from .._retry import retrying
 from ..publish import Publisher
 from ._input import (
     FileFacts,
@@ -327,7 +328,14 @@ async def _load(
     stream = options.stream
     pub_options = options.publisher_options()
     budget = conn.options.connect_timeout
-    info = await check_target(conn, stream, options.template, options.label)
+    # As patient at start-up as the run's own publishes (and its progress records): a
+    # leader election or a paused server here is failed work only once it outlasts them.
+    info = await retrying(
+        lambda: check_target(conn, stream, options.template, options.label),
+        budget=pub_options.ack_timeout * pub_options.max_attempts,
+        what=f"checking stream {stream!r}",
+        budget_source=options.label("patience"),
+    )
     facts = opened.facts
     plan = ResumePlan()
     try:

@@ -48,7 +48,7 @@ class LoadOptions:
             stream sequence of each record.
         labels: how messages name the options, by option (keys ``stream``,
             ``subject``, ``id_field``, ``progress_stream``, ``fresh``,
-            ``no_resume``); the default is their Python spelling, ``oncestream
+            ``no_resume``, ``patience``); the default is their Python spelling, ``oncestream
             publish`` passes its flags.
 
     Raises:

@@ -187,7 +187,14 @@ async def plan_resume(
             f"Re-run with {label('fresh')} to start over"
         )
     try:
-        plan.found = await stored_ids(conn, stream, previous.scan_from, last_seq)
+        plan.found = await stored_ids(
+            conn,
+            stream,
+            previous.scan_from,
+            last_seq,
+            retry_timeout=ack_timeout * max_attempts,
+            budget_source=label("patience"),
+        )
     except OncestreamError as exc:
         raise OncestreamError(
             f"scanning stream {stream!r} for records of an earlier run: {exc}"

@@ -39,6 +39,7 @@ from .._errors import (
 )
 from .._headers import EXPECTED_STREAM, check_msg_id
 from .._nats import FrameSubscription, exception_retrieved, status_code
+from .._retry import retrying
 from ..streams import check_server_bugs, server_version
 from ..tracing import tracer
 from ._columns import check_columns, frames
@@ -168,8 +169,12 @@ class Publisher:
     async def start(self) -> None:
         """Check the stream (window guard) and subscribe to the reply inbox.
 
+        A transient failure of the stream lookup (a leader election, a paused
+        server) is retried for ``ack_timeout x max_attempts`` seconds.
+
         Raises:
             StreamNotFound: ``options.stream`` does not exist.
+            OperationTimeout: the stream lookup failed transiently for that long.
             ConfigError: the retry horizon exceeds the stream's duplicate window.
             PermissionDenied: the user may not subscribe to the reply inbox (no
                 PubAck could arrive).
@@ -181,7 +186,14 @@ class Publisher:
         opts = self.options
         config: dict[str, object] = {}
         if opts.stream is not None:
-            info = await self.conn.stream_info(opts.stream)
+            # As patient as one message's sends: a leader election or a paused server
+            # at start is ridden out as it would be a moment later, mid-run.
+            info = await retrying(
+                lambda: self.conn.stream_info(opts.stream or ""),
+                budget=opts.ack_timeout * opts.max_attempts,
+                what=f"STREAM.INFO {opts.stream}",
+                budget_source="PublisherOptions ack_timeout x max_attempts",
+            )
             config = info.get("config", {})
             window = int(config.get("duplicate_window") or 0) / 1e9  # type: ignore[call-overload]
             self.duplicate_window = window

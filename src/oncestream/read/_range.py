@@ -652,7 +652,13 @@ async def iter_messages(
 
 
 async def stored_ids(
-    conn: Connection, stream: str, after: int, until: int | None = None
+    conn: Connection,
+    stream: str,
+    after: int,
+    until: int | None = None,
+    *,
+    retry_timeout: float = 0.0,
+    budget_source: str = "the caller's retry budget",
 ) -> set[str]:
     """The msg ids ``stream`` holds at sequences ``after+1 .. until`` (default: its end).
 
@@ -660,10 +666,20 @@ async def stored_ids(
     The range reader reads headers only where it uses a consumer; a stream with
     ``allow_direct`` is read with batched direct gets.
 
+    Args:
+        retry_timeout: seconds to ride out a transient failure (an election, a paused
+            leader) of the stream lookup and of each read (0: none).
+        budget_source: what sets ``retry_timeout``, named when it runs out.
+
     Raises:
         StreamNotFound: the stream does not exist.
     """
-    info = await conn.stream_info(stream)
+    info = await retrying(
+        lambda: conn.stream_info(stream),
+        budget=retry_timeout,
+        what=f"STREAM.INFO {stream}",
+        budget_source=budget_source,
+    )
     last = int(info["state"].get("last_seq", 0))
     if until is not None:
         last = min(last, until)
@@ -672,7 +688,14 @@ async def stored_ids(
         return ids
     direct = bool(info["config"].get("allow_direct"))
     reader = RangeReader(
-        conn, stream, after + 1, last, direct=direct, headers_only=not direct, retry_timeout=0
+        conn,
+        stream,
+        after + 1,
+        last,
+        direct=direct,
+        headers_only=not direct,
+        retry_timeout=retry_timeout,
+        budget_source=budget_source,
     )
     try:
         while (chunk := await reader.next_chunk()) is not None:
