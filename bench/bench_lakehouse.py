@@ -135,7 +135,7 @@ def _run(
     spark: Any, url: str, columns: list[str], start: Callable[[Any, str], Any]
 ) -> tuple[float, float]:
     """(rows/s, seconds) of one AvailableNow query over stream LAKE."""
-    from oncestream.spark import supports_read_limits
+    from oncestream.spark._internal import supports_read_limits
 
     reader = (
         spark.readStream.format("jetstream")

@@ -15,7 +15,7 @@ Reports (group "pipeline", bench/run.py's RESULT contract):
 * ``latency`` (``--rate R``, or ``--latency-rate``): p50/p99/max from the order's
   creation (just before publish) to the commit of the Processor's transaction.
 
-Each mode ends with an audit (``oncestream.audit.compare``): every order of ``ORDERS``
+Each mode ends with an audit (``oncestream.audit._audit.compare``): every order of ``ORDERS``
 that passes the filter is in the output table exactly once (0 missing, 0 duplicated,
 0 unexpected). Env: BENCH_PIPELINE_ORDERS (default 1,000,000),
 BENCH_PIPELINE_RATE (0: half the measured throughput; -1: skip the latency run).

@@ -10,7 +10,7 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 
-from oncestream.server import free_ports
+from oncestream.server._internal import free_ports
 
 __all__ = ["free_port", "start_logged", "stop_group"]
 

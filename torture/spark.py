@@ -403,7 +403,7 @@ def _count_restarts(log: Path) -> int:
 
 def java_available() -> bool:
     try:
-        from oncestream.spark import check_java
+        from oncestream.spark._internal import check_java
 
         check_java()
     except Exception:

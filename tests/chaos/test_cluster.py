@@ -29,7 +29,8 @@ from oncestream import (
     pull_messages,
 )
 from oncestream.publish import Publisher, PublisherOptions, SubjectLog
-from oncestream.server import Cluster, wait_for
+from oncestream.server import Cluster
+from oncestream.server._internal import wait_for
 from oncestream.streams import StreamSpec, ensure_stream
 from tests._scenario import assert_exactly_once, publish_ids, stream_ids, wait_messages
 from tests.handlers import record

@@ -165,7 +165,8 @@ async def test_soak_repeated_sigkill_during_publish(
 async def test_producer_session_survives_sigkill_restart(
     nats_server: NatsServer, conn: Connection, make_stream, batch_size: int
 ) -> None:
-    from oncestream.publish import SOURCE_POS_HEADER, ProducerSession
+    from oncestream.publish import ProducerSession
+    from oncestream.publish._session import SOURCE_POS_HEADER
 
     await make_stream("SESS", ("sess.>",), duplicate_window=60, extra={"allow_atomic": True})
     opts = PublisherOptions(ack_timeout=1.0, max_attempts=10, retry_backoff=(0.05, 0.25))

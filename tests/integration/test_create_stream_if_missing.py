@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from oncestream._connection import Connection
-from oncestream.streams import StreamSpec, create_stream_if_missing, overlapping_streams
+from oncestream.streams import StreamSpec, create_stream_if_missing
+from oncestream.streams._internal import overlapping_streams
 
 
 async def test_creates_missing_and_leaves_existing_alone(

@@ -13,13 +13,8 @@ from typing import Any
 
 from oncestream import ConnectOptions, Publisher, PublisherOptions, connect
 from oncestream.server import NatsServer
-from oncestream.streams import (
-    StreamSource,
-    StreamSpec,
-    create_stream_if_missing,
-    ensure_stream,
-    server_version,
-)
+from oncestream.streams import StreamSource, StreamSpec, create_stream_if_missing, ensure_stream
+from oncestream.streams._internal import server_version
 from tests.integration._cli import cli_json
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from oncestream import ConfigError
-from oncestream.ledger import LedgerEntry, PostgresLedger, SQLiteLedger, read_applied_count
+from oncestream.ledger import LedgerEntry, PostgresLedger, SQLiteLedger
+from oncestream.ledger._internal import read_applied_count
 
 
 def _fill(ledger: SQLiteLedger | PostgresLedger, stream: str, rows: int) -> None:

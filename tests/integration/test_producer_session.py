@@ -8,7 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from oncestream import ConfigError, Connection, ConnectOptions, WrongLastSequence, connect
-from oncestream.publish import SOURCE_POS_HEADER, ProducerSession, Publisher, PublisherOptions
+from oncestream.publish import ProducerSession, Publisher, PublisherOptions
+from oncestream.publish._session import SOURCE_POS_HEADER
 from oncestream.streams import delete_stream
 from tests.integration.test_publisher import read_back
 

@@ -22,7 +22,7 @@ import pytest
 
 from harness import publish_n, stop_group
 from oncestream import Connection
-from oncestream.server import free_ports
+from oncestream.server._internal import free_ports
 from oncestream.streams import StreamSource, StreamSpec, ensure_stream
 from tests._prometheus import PrometheusServer
 from tests.integration._cli import with_conn

@@ -40,7 +40,8 @@ from oncestream import (
 )
 from oncestream._dsn import parse_dsn
 from oncestream.audit import KeySpec, OutputSpec
-from oncestream.ledger import ledger_from_dsn, ledger_from_url
+from oncestream.ledger import ledger_from_url
+from oncestream.ledger._internal import ledger_from_dsn
 from oncestream.server import ClusterConfig, LeafRemote, NatsServer
 from tests import server_configs
 
@@ -268,7 +269,7 @@ def network_cases(pw: str, nats_url: str, pg_role: str) -> list[Case]:
 
 
 def _read_count(url: str) -> int:
-    from oncestream.ledger import read_applied_count
+    from oncestream.ledger._internal import read_applied_count
 
     return read_applied_count(url, "S")
 

@@ -244,14 +244,8 @@ async def test_a_server_learnt_from_the_cluster_must_do_tls_too(
     The client connects to A and learns B from A's INFO (gossip). When A stops,
     the reconnect to B is refused: the password never reaches B.
     """
-    from oncestream.server import (
-        Authorization,
-        ClusterConfig,
-        ServerConfig,
-        ServerTLS,
-        TLSConfig,
-        free_ports,
-    )
+    from oncestream.server import Authorization, ClusterConfig, ServerConfig, ServerTLS, TLSConfig
+    from oncestream.server._internal import free_ports
 
     route_a, route_b = free_ports(2)
     login = Authorization(user="app", password=PASSWORD)

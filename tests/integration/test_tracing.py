@@ -20,7 +20,7 @@ from oncestream import (
     SQLiteLedger,
 )
 from oncestream.ledger import LedgerEntry
-from oncestream.tracing import OUTCOME
+from oncestream.tracing._otel import OUTCOME
 from tests._tracing import span_exporter
 from tests.handlers import record
 

@@ -25,7 +25,7 @@ from oncestream import Processor, ProcessorOptions, Publisher, PublisherOptions,
 from oncestream import connect as nats_connect
 from oncestream.server import HubLeaf
 from oncestream.streams import StreamSpec, ensure_stream, get_message
-from oncestream.tracing import OUTCOME
+from oncestream.tracing._otel import OUTCOME
 from tests._scenario import assert_exactly_once, stream_ids, wait_messages
 from tests._tracing import span_exporter
 from tests.handlers import record

@@ -172,7 +172,7 @@ async def test_domain_prefix_is_used(server_factory: Any, tmp_path: Any) -> None
 async def test_nth_sequence_counts_messages_not_sequences(
     source_conn: Connection, conn: Connection, make_stream: Any
 ) -> None:
-    from oncestream.read import nth_sequence
+    from oncestream.read._internal import nth_sequence
 
     await make_stream("NTH", ("nth.>",))
     for i in range(20):

@@ -25,7 +25,7 @@ from oncestream import (
 )
 from oncestream.server import NatsServer
 from oncestream.streams import StreamSpec
-from oncestream.tracing import OUTCOME
+from oncestream.tracing._otel import OUTCOME
 from tests._tracing import span_exporter
 from tests.handlers import record
 

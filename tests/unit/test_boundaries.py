@@ -389,6 +389,15 @@ def _imports(name: str, path: Path, tree: ast.Module) -> Iterator[tuple[int, str
                     yield node.lineno, alias.name
 
 
+#: A component's internal face: what other oncestream components (the CLI, spark, tools)
+#: share with it and users do not import (docs/architecture.md, "Faces").
+INTERNAL_FACE = "_internal"
+
+
+def _internal_face(target: str) -> bool:
+    return target.split(".")[2:] == [INTERNAL_FACE]
+
+
 def layer_violations(name: str, path: Path, tree: ast.Module) -> list[str]:
     """Imports of a component of the same or a higher layer, and of another's private file."""
     own = _component(name)
@@ -401,7 +410,7 @@ def layer_violations(name: str, path: Path, tree: ast.Module) -> list[str]:
             found.append(f"line {line}: {target} (layer {_LEVEL[other]} >= {_LEVEL[own]})")
         elif own not in _LEVEL:
             found.append(f"line {line}: the foundation imports {target}")
-        if target != other and target.split(".")[2].startswith("_"):
+        if target != other and target.split(".")[2].startswith("_") and not _internal_face(target):
             found.append(f"line {line}: {target} is a private file of {other}; import {other}")
     return found
 
@@ -425,6 +434,35 @@ def test_imports_point_down_and_go_through_faces() -> None:
         if (hits := layer_violations(module, path, tree))
     }
     assert offenders == {}, offenders
+
+
+def test_the_layer_rule_accepts_the_internal_face_only() -> None:
+    snippet = ast.parse(
+        "from ..read._internal import locate_ids\nfrom ..read._internals import locate_ids\n"
+    )
+    hits = layer_violations("oncestream.publish._x", SRC / "publish" / "_x.py", snippet)
+    assert hits == [
+        "line 2: oncestream.read._internals is a private file of oncestream.read; "
+        "import oncestream.read"
+    ]
+
+
+def test_internal_faces_are_faces_apart_from_the_public_one() -> None:
+    """Each ``_internal.py`` only re-exports, says it is internal, and shares no public name."""
+    import importlib
+
+    faces = sorted(SRC.glob(f"*/{INTERNAL_FACE}.py"))
+    assert faces, "no internal face found"
+    for path in faces:
+        component = f"oncestream.{path.parent.name}"
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        doc = ast.get_docstring(tree) or ""
+        assert "may change without notice" in doc, path
+        for node in tree.body[1:]:
+            assert isinstance(node, ast.ImportFrom | ast.Assign), f"{path}:{node.lineno}"
+        internal = importlib.import_module(f"{component}.{INTERNAL_FACE}")
+        public = importlib.import_module(component)
+        assert set(internal.__all__) & set(public.__all__) == set(), component
 
 
 def test_root_holds_the_foundation_only() -> None:
@@ -665,7 +703,7 @@ REVIEWED_LONG = {
     # _maxdeliver, _reclaim, _applying, _acking); what stays is their order and the
     # state they share, read best in one place (wave 4: ack policy all and reclaim;
     # 855: the batch rolled back on a moved registry row is retried, review w5 M1).
-    "_processor.py": 855,
+    "_processor.py": 856,  # 856: RESET_SINCE comes from streams._internal (w4/surface)
 }
 
 

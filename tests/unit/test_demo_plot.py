@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from oncestream import ConfigError
-from oncestream.demo import DemoConfig
+from oncestream.demo._internal import DemoConfig
 from oncestream.demo._plot import check_plot_path, save_latency_plot
 
 

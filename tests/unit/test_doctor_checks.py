@@ -11,19 +11,15 @@ from typing import Any
 import pytest
 
 from oncestream import ConfigError
-from oncestream.doctor import (
-    SPARK_TASK_MAX_FAILURES,
-    DoctorOptions,
-    DoctorReport,
-    Finding,
-    Target,
+from oncestream.doctor import DoctorOptions, DoctorReport, Finding, Target
+from oncestream.doctor._checks import (
     check_consumer,
     check_server,
     check_stream,
     check_sync_unknown,
     duration,
-    parse_target,
 )
+from oncestream.doctor._internal import SPARK_TASK_MAX_FAILURES, parse_target
 from oncestream.publish import PublisherOptions
 from oncestream.spark._sink_options import SinkOptions
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from oncestream import ConfigError
-from oncestream.spark import check_java
+from oncestream.spark._internal import check_java
 
 
 def test_java_17_is_found_here() -> None:

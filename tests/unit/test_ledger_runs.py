@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from oncestream import SQLiteLedger
-from oncestream.ledger import LedgerEntry, read_applied_count
+from oncestream.ledger import LedgerEntry
+from oncestream.ledger._internal import read_applied_count
 
 
 def _claim(ledger: SQLiteLedger, *seqs: int, stream: str = "S") -> list[bool]:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from oncestream._dsn import parse_dsn
-from oncestream.ledger import SQLiteLedger, ledger_from_dsn
+from oncestream.ledger import SQLiteLedger
+from oncestream.ledger._internal import ledger_from_dsn
 
 
 def _tables(db: Path) -> set[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from oncestream.spark._metrics import _commit_record, source_batches, source_positions
-from oncestream.streams import upstream_rows
+from oncestream.streams._internal import upstream_rows
 
 
 def test_upstream_rows_of_a_mirror_and_of_cross_domain_sources() -> None:

@@ -17,14 +17,9 @@ import pytest
 
 from oncestream import ConfigError
 from oncestream.publish._batch import batch_frames
-from oncestream.streams import (
-    SERVER_BUGS,
-    check_server_bugs,
-    format_version,
-    known_bugs,
-    require_server,
-)
 from oncestream.streams import _version as version_module
+from oncestream.streams import require_server
+from oncestream.streams._internal import SERVER_BUGS, check_server_bugs, format_version, known_bugs
 
 BUG = {bug.key: bug for bug in SERVER_BUGS}
 

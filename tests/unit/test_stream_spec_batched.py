@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from oncestream.streams import FAST_INGEST_SINCE, StreamSource, StreamSpec
+from oncestream.streams import StreamSource, StreamSpec
+from oncestream.streams._internal import FAST_INGEST_SINCE
 
 
 @pytest.mark.parametrize(

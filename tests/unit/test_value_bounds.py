@@ -27,7 +27,7 @@ from oncestream._options import (
     parse_time,
     rfc3339,
 )
-from oncestream.demo import DemoConfig
+from oncestream.demo._internal import DemoConfig
 from oncestream.read import StartPosition
 from oncestream.spark._source_options import SourceOptions
 from oncestream.streams import ResetTarget, StreamSpec

@@ -8,6 +8,6 @@ Example::
     assert report.ok
 """
 
-from ._audit import SAMPLES, AuditReport, KeySpec, OutputReport, OutputSpec, audit, compare
+from ._audit import AuditReport, KeySpec, OutputReport, OutputSpec, audit
 
-__all__ = ["SAMPLES", "AuditReport", "KeySpec", "OutputReport", "OutputSpec", "audit", "compare"]
+__all__ = ["AuditReport", "KeySpec", "OutputReport", "OutputSpec", "audit"]

@@ -11,7 +11,8 @@ from .._connection import connect
 from .._errors import ConfigError
 from .._names import check_stream_name
 from .._options import ConnectOptions
-from ..audit import SAMPLES, AuditReport, KeySpec, OutputSpec, audit
+from ..audit import AuditReport, KeySpec, OutputSpec, audit
+from ..audit._internal import SAMPLES
 from ._app import EXIT_FAILURE, app, cli_errors, console, run_async
 from ._connect_flags import with_connect_options
 

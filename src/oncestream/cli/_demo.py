@@ -34,7 +34,7 @@ def demo_command(
     ),
 ) -> None:
     """Publish orders, run a Spark pipeline through faults, audit it: 0 missing, 0 duplicated."""
-    from ..demo import DemoConfig, print_summary, run_demo, summary_dict
+    from ..demo._internal import DemoConfig, print_summary, run_demo, summary_dict
 
     config = DemoConfig(
         messages=messages,

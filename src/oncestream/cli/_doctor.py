@@ -8,14 +8,8 @@ from rich.text import Text
 from .._connection import connect
 from .._errors import ConfigError
 from .._options import ConnectOptions, parse_duration
-from ..doctor import (
-    SPARK_TASK_MAX_FAILURES,
-    DoctorOptions,
-    DoctorReport,
-    Target,
-    diagnose,
-    parse_target,
-)
+from ..doctor import DoctorOptions, DoctorReport, Target, diagnose
+from ..doctor._internal import SPARK_TASK_MAX_FAILURES, parse_target
 from ..publish import PublisherOptions
 from ..streams import list_streams
 from ._app import app, cli_errors, console, run_async

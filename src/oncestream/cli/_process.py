@@ -16,10 +16,12 @@ from .._connection import connect
 from .._errors import ConfigError
 from .._names import check_consumer_name, check_stream_name, check_subject_filter
 from .._options import ConnectOptions, parse_duration
-from ..ledger import check_ledger_target, ledger_from_url
-from ..process import Handler, Processor, ProcessorOptions, ProcessorStats, check_handler
-from ..read import check_group_name
-from ..tracing import configure_from_env
+from ..ledger import ledger_from_url
+from ..ledger._internal import check_ledger_target
+from ..process import Handler, Processor, ProcessorOptions, ProcessorStats
+from ..process._internal import check_handler
+from ..read._internal import check_group_name
+from ..tracing._internal import configure_from_env
 from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
 from ._process_extras import RecentRate, metrics_endpoint, start_position

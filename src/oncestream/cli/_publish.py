@@ -41,10 +41,10 @@ from ..load import (
     LoadResult,
     LoadStart,
     load,
-    open_input,
 )
+from ..load._internal import open_input
 from ..publish import PublisherOptions
-from ..tracing import configure_from_env
+from ..tracing._internal import configure_from_env
 from ._app import EXIT_CONFIG, EXIT_FAILURE, app, cli_errors, console, err_console, run_async
 from ._connect_flags import with_connect_options
 from ._process_extras import metrics_endpoint

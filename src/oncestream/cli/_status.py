@@ -11,8 +11,9 @@ from .._connection import Connection, connect
 from .._errors import ConfigError
 from .._names import check_consumer_name, check_stream_name
 from .._options import ConnectOptions
-from ..ledger import read_applied_count
-from ..streams import consumer_info, list_consumers, list_streams, stream_info, upstream_rows
+from ..ledger._internal import read_applied_count
+from ..streams import consumer_info, list_consumers, list_streams, stream_info
+from ..streams._internal import upstream_rows
 from ._app import app, cli_errors, console, run_async
 from ._connect_flags import with_connect_options
 from ._output import print_table, rows_table

@@ -17,10 +17,10 @@ from ..streams import (
     delete_stream,
     get_message,
     list_streams,
-    server_version,
     stream_info,
     update_stream,
 )
+from ..streams._internal import server_version
 from ._app import WaitTimeout, app, cli_errors, console, poll_until, run_async
 from ._connect_flags import with_connect_options
 from ._help import new_typer

@@ -15,7 +15,8 @@ from .._connection import Connection, connect
 from .._errors import ConfigError, StreamNotFound
 from .._options import ConnectOptions, parse_int, parse_time, rfc3339
 from ..read import iter_messages
-from ..streams import StoredMessage, seq_at_time, stream_info
+from ..streams import StoredMessage, stream_info
+from ..streams._internal import seq_at_time
 from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
 from ._name_args import stream_name, subject_filter

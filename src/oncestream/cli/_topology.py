@@ -19,7 +19,8 @@ from .._errors import ConfigError, ServerError
 from .._options import parse_duration
 from .._private import private_dir, write_private
 from .._sync import run_sync
-from ..server import Cluster, HubLeaf, Topology, monitor, stop_pid
+from ..server import Cluster, HubLeaf, Topology, monitor
+from ..server._internal import stop_pid
 from ._app import app, cli_errors, console
 from ._help import new_typer
 

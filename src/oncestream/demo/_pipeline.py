@@ -45,7 +45,7 @@ class Pipeline:
     def _orders(self) -> DataFrame:
         from pyspark.sql import functions as F
 
-        from ..spark import supports_read_limits
+        from ..spark._internal import supports_read_limits
 
         reader = (
             self.spark.readStream.format("jetstream")

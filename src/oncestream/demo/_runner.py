@@ -395,9 +395,9 @@ def _warm_up(spark: Any) -> None:
     """Start the Python workers and import what the pipeline's tasks need, before timing."""
 
     def touch(batches: Any) -> Any:
-        import oncestream.spark
+        from oncestream.spark._internal import warm_worker
 
-        oncestream.spark.warm_worker()
+        warm_worker()
 
         yield from batches
 

@@ -12,40 +12,8 @@ Example::
         print(finding.severity, finding.target, finding.message, finding.fix)
 """
 
-from ._checks import (
-    MIN_SERVER,
-    check_consumer,
-    check_server,
-    check_stream,
-    check_sync_unknown,
-    duration,
-)
-from ._diagnose import diagnose, read_sync_policy
-from ._findings import SEVERITIES, DoctorReport, Finding, Severity
-from ._options import (
-    MIN_ACK_WAIT,
-    SPARK_TASK_MAX_FAILURES,
-    DoctorOptions,
-    Target,
-    parse_target,
-)
+from ._diagnose import diagnose
+from ._findings import DoctorReport, Finding, Severity
+from ._options import DoctorOptions, Target
 
-__all__ = [
-    "MIN_ACK_WAIT",
-    "MIN_SERVER",
-    "SEVERITIES",
-    "SPARK_TASK_MAX_FAILURES",
-    "DoctorOptions",
-    "DoctorReport",
-    "Finding",
-    "Severity",
-    "Target",
-    "check_consumer",
-    "check_server",
-    "check_stream",
-    "check_sync_unknown",
-    "diagnose",
-    "duration",
-    "parse_target",
-    "read_sync_policy",
-]
+__all__ = ["DoctorOptions", "DoctorReport", "Finding", "Severity", "Target", "diagnose"]

@@ -6,7 +6,7 @@ rules are the ones oncestream enforces or relies on elsewhere: the Publisher's
 window guard (:meth:`PublisherOptions.check_window_fits`), the ``jetstream``
 sink's task-retry horizon, the Processor's consumer (explicit acks, unlimited
 deliveries, in-progress acks), and the known-bug table of nats-server releases
-(:data:`oncestream.streams.SERVER_BUGS`).
+(:data:`oncestream.streams._internal.SERVER_BUGS`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._errors import ConfigError
-from ..publish import FAST_INGEST_SINCE
-from ..read import RANGE_CONSUMER_PREFIX
-from ..streams import SERVER_BUGS, ServerBug, format_version, known_bugs
+from ..publish._internal import FAST_INGEST_SINCE
+from ..read._internal import RANGE_CONSUMER_PREFIX
+from ..streams._internal import SERVER_BUGS, ServerBug, format_version, known_bugs
 from ._findings import Finding, Severity
 from ._options import DoctorOptions
 

@@ -12,14 +12,8 @@ import orjson
 
 from .._connection import Connection
 from .._errors import OncestreamError
-from ..streams import (
-    consumer_info,
-    format_version,
-    list_consumers,
-    server_cluster,
-    server_version,
-    stream_info,
-)
+from ..streams import consumer_info, list_consumers, stream_info
+from ..streams._internal import format_version, server_cluster, server_version
 from ._checks import check_consumer, check_server, check_stream, check_sync_unknown
 from ._findings import DoctorReport, Finding
 from ._options import DoctorOptions, Target

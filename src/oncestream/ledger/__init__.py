@@ -5,14 +5,12 @@ lazily) share the :class:`Ledger` contract. :func:`ledger_from_url` builds one
 from ``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or ``postgresql://...``.
 """
 
-from ._base import Horizon, KeyMode, Ledger, LedgerEntry, LedgerTx, Registration
-from ._from_url import ledger_from_dsn, ledger_from_url
+from ._base import KeyMode, Ledger, LedgerEntry, LedgerTx, Registration
+from ._from_url import ledger_from_url
 from ._postgres import PostgresLedger
-from ._readonly import check_ledger_target, read_applied_count, read_horizons
 from ._sqlite import SQLiteLedger
 
 __all__ = [
-    "Horizon",
     "KeyMode",
     "Ledger",
     "LedgerEntry",
@@ -20,9 +18,5 @@ __all__ = [
     "PostgresLedger",
     "Registration",
     "SQLiteLedger",
-    "check_ledger_target",
-    "ledger_from_dsn",
     "ledger_from_url",
-    "read_applied_count",
-    "read_horizons",
 ]

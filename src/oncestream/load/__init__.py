@@ -14,7 +14,7 @@ Example::
     print(result.stored, result.duplicates, result.skipped)
 """
 
-from ._input import InputFormat, open_input
+from ._input import InputFormat
 from ._load import LoadObserver, LoadStart, Source, load
 from ._options import LoadOptions
 from ._progress import PROGRESS_STREAM, ConcurrentRun
@@ -31,5 +31,4 @@ __all__ = [
     "LoadStart",
     "Source",
     "load",
-    "open_input",
 ]

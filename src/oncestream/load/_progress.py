@@ -47,7 +47,8 @@ from .._errors import (
 )
 from .._retry import retrying
 from ..publish import SubjectLog
-from ..streams import StreamSpec, add_stream, stream_exists
+from ..streams import StreamSpec, add_stream
+from ..streams._internal import stream_exists
 from ._labels import Label, default_label
 
 __all__ = [

@@ -11,17 +11,10 @@ Example::
     server = serve_metrics(9464)  # http://127.0.0.1:9464/metrics
 """
 
-from ._exporter import (
-    LATENCY_BUCKETS,
-    Instrumentation,
-    MetricsServer,
-    instrument,
-    serve_metrics,
-)
+from ._exporter import Instrumentation, MetricsServer, instrument, serve_metrics
 from ._streams import StreamsInstrumentation, instrument_streams
 
 __all__ = [
-    "LATENCY_BUCKETS",
     "Instrumentation",
     "MetricsServer",
     "StreamsInstrumentation",

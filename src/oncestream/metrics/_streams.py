@@ -28,7 +28,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from .._connection import Connection
 from .._errors import ConfigError, StreamNotFound
-from ..streams import list_streams, stream_info, upstream_rows
+from ..streams import list_streams, stream_info
+from ..streams._internal import upstream_rows
 
 __all__ = ["StreamsInstrumentation", "instrument_streams"]
 

@@ -12,7 +12,6 @@ from ._applying import BatchHandler, Handler
 from ._options import ProcessorOptions, ProcessorStats
 from ._processor import Processor
 from ._replay import DeadLetter, ReplayReport, list_dead_letters, replay_dead_letters
-from ._setup import check_handler
 
 __all__ = [
     "BatchHandler",
@@ -22,7 +21,6 @@ __all__ = [
     "ProcessorOptions",
     "ProcessorStats",
     "ReplayReport",
-    "check_handler",
     "list_dead_letters",
     "replay_dead_letters",
 ]

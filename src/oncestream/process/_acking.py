@@ -26,7 +26,7 @@ from .._connection import Connection
 from .._errors import OncestreamError
 from .._logthrottle import LogThrottle
 from .._message import Message
-from ..tracing import Tracer
+from ..tracing._internal import Tracer
 from ._deadletter import dead_letter_headers, publish_dead_letter
 from ._options import ProcessorOptions, ProcessorStats
 

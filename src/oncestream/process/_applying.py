@@ -25,7 +25,7 @@ from .._errors import LedgerError, LedgerUnusable
 from .._logthrottle import LogThrottle
 from .._message import Message
 from ..ledger import Ledger, LedgerEntry, LedgerTx
-from ..tracing import Tracer
+from ..tracing._internal import Tracer
 from ._options import ProcessorStats
 
 __all__ = ["Applier", "BatchHandler", "Handler", "Outcome", "RegistryMoved"]

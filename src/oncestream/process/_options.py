@@ -10,7 +10,8 @@ from typing import Any
 from .._errors import ConfigError
 from .._names import check_publish_subject, check_stream_name, check_subject_filter
 from .._options import parse_duration, parse_positive_int
-from ..read import PullOptions, StartPosition, check_group_name
+from ..read import PullOptions, StartPosition
+from ..read._internal import check_group_name
 
 __all__ = ["ProcessorOptions", "ProcessorStats"]
 

@@ -47,7 +47,8 @@ from typing import Any
 from .._connection import Connection
 from .._errors import LedgerError, LedgerUnusable, OncestreamError
 from ..ledger import Ledger, LedgerTx, PostgresLedger, SQLiteLedger
-from ..streams import RESET_SINCE, require_server
+from ..streams import require_server
+from ..streams._internal import RESET_SINCE
 
 __all__ = [
     "FenceBusy",

@@ -52,8 +52,9 @@ from .._names import check_consumer_name, check_stream_name
 from .._options import ConnectOptions
 from ..ledger import Ledger, LedgerEntry
 from ..read import MessageStream, PullOptions
-from ..streams import RESET_SINCE, require_server
-from ..tracing import tracer
+from ..streams import require_server
+from ..streams._internal import RESET_SINCE
+from ..tracing._internal import tracer
 from ._ackfrontier import AckFrontier
 from ._acking import Acknowledger
 from ._applying import Applier, BatchHandler, Handler

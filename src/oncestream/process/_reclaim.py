@@ -31,7 +31,7 @@ from typing import Any
 
 from .._connection import Connection
 from .._errors import ConsumerNotFound, OncestreamError, StreamNotFound
-from ..streams import RESET_SINCE, server_version
+from ..streams._internal import RESET_SINCE, server_version
 from ._pinning import reset_to_ack_floor
 
 __all__ = ["SETTLE", "Reclaimed", "reclaim_at_start", "reclaim_held"]

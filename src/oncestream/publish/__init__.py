@@ -9,18 +9,13 @@ Example::
 """
 
 from ._atomic import AtomicPublisher, AtomicStats
-from ._batch import MAX_BATCH, check_atomic
-from ._fast_ingest import FAST_INGEST_SINCE
 from ._frames import AckTally
 from ._options import KeyFunction, PubAck, PublisherOptions, PublisherStats
 from ._publisher import Publisher
 from ._records import SubjectLog
-from ._session import SOURCE_POS_HEADER, ProducerSession
+from ._session import ProducerSession
 
 __all__ = [
-    "FAST_INGEST_SINCE",
-    "MAX_BATCH",
-    "SOURCE_POS_HEADER",
     "AckTally",
     "AtomicPublisher",
     "AtomicStats",
@@ -31,5 +26,4 @@ __all__ = [
     "PublisherOptions",
     "PublisherStats",
     "SubjectLog",
-    "check_atomic",
 ]

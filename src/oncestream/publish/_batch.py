@@ -66,7 +66,8 @@ from .._headers import (
     build_block,
 )
 from .._nats import FrameSubscription
-from ..streams import check_server_bugs, require_server
+from ..streams import require_server
+from ..streams._internal import check_server_bugs
 from ._frames import check_subject, too_large
 from ._options import PublisherOptions
 

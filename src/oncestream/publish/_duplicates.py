@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from .._connection import Connection
-from ..read import locate_ids
-from ..streams import seq_at_time
+from ..read._internal import locate_ids
+from ..streams._internal import seq_at_time
 
 __all__ = ["DuplicateFinder"]
 

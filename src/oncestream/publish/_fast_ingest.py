@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .._errors import ErrCode, JetStreamError, jetstream_error
-from ..streams import FAST_INGEST_SINCE
+from ..streams._internal import FAST_INGEST_SINCE
 from ._frames import AckTally, Pending, frame_msg_id, frame_subject
 
 if TYPE_CHECKING:

@@ -40,8 +40,8 @@ from .._errors import (
 from .._headers import EXPECTED_STREAM, check_msg_id
 from .._nats import FrameSubscription, exception_retrieved, status_code
 from .._retry import retrying
-from ..streams import check_server_bugs, server_version
-from ..tracing import tracer
+from ..streams._internal import check_server_bugs, server_version
+from ..tracing._internal import tracer
 from ._columns import check_columns, frames
 from ._fast_ingest import (
     LINGER,

@@ -13,11 +13,11 @@ Example::
         print(server.url)
 """
 
-from ._cluster import Cluster, Topology, free_ports, monitor, stop_pid, wait_for
-from ._config import JetStreamConfig, ServerConfig, render
+from ._cluster import Cluster, Topology, monitor
+from ._config import JetStreamConfig, ServerConfig
 from ._hubleaf import HubLeaf, hub_leaf_accounts
 from ._jwt import OperatorSetup
-from ._process import NatsServer, find_nats_server
+from ._process import NatsServer
 from ._topology import (
     Account,
     AccountsConfig,
@@ -53,11 +53,6 @@ __all__ = [
     "TLSConfig",
     "Topology",
     "User",
-    "find_nats_server",
-    "free_ports",
     "hub_leaf_accounts",
     "monitor",
-    "render",
-    "stop_pid",
-    "wait_for",
 ]

@@ -14,27 +14,10 @@ Example::
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._lag import lag
-from ._register import register, warm_worker
-from ._session import check_java, local_session
+from ._register import register
+from ._session import local_session
 
-__all__ = [
-    "check_java",
-    "delta",
-    "instrument_query",
-    "lag",
-    "local_session",
-    "register",
-    "supports_read_limits",
-    "transactional",
-    "warm_worker",
-]
-
-
-def supports_read_limits() -> bool:
-    """Whether this PySpark lets the source honour ``maxMessagesPerTrigger`` and the like (4.2+)."""
-    from ._compat import ADMISSION_CONTROL
-
-    return ADMISSION_CONTROL
+__all__ = ["delta", "instrument_query", "lag", "local_session", "register", "transactional"]
 
 
 if _TYPE_CHECKING:

@@ -29,7 +29,8 @@ import orjson
 from .._connection import Connection
 from .._errors import PublishError, StreamNotFound
 from ..publish import PubAck, Publisher, PublisherOptions, SubjectLog
-from ..streams import StreamSpec, ensure_stream, stream_exists
+from ..streams import StreamSpec, ensure_stream
+from ..streams._internal import stream_exists
 from ._connections import get_publisher
 
 __all__ = [

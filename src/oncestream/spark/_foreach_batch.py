@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .._dsn import Dsn, parse_dsn
 from .._errors import ConfigError, LedgerError
 from .._private import redacted_repr, scrub
-from ..ledger import ledger_from_dsn
+from ..ledger._internal import ledger_from_dsn
 from ._batch_claims import claim_batch, claimed_by_another, config_token
 from ._query_scope import QueryScope, stale_batch_message
 

@@ -13,7 +13,7 @@ from .._connection import Connection
 from .._errors import ConfigError, MessageNotFound, StreamNotFound
 from .._names import subjects_overlap
 from .._retry import leader_stream_info, retrying
-from ..read import count_sequences
+from ..read._internal import count_sequences
 from ._offsets import created_of
 from ._reader import check_retention
 from ._source_options import EARLIEST, LATEST, RETRY_BUDGET, SourceOptions
@@ -334,7 +334,7 @@ async def count_messages(
 ) -> int:
     """How many messages of sequences ``(after, last]`` match ``subjects``, counting to ``at_most``.
 
-    Walks a ``headers_only`` consumer, as :func:`oncestream.read.nth_sequence` does: no
+    Walks a ``headers_only`` consumer, as :func:`oncestream.read._internal.nth_sequence` does: no
     payloads travel, one small frame per message, and the walk stops at ``at_most``.
     """
     return await count_sequences(

@@ -15,7 +15,8 @@ from .._connection import Connection
 from .._errors import DataLossError
 from .._options import ConnectOptions
 from .._retry import leader_stream_info, retrying
-from ..read import RangeReader, delete_consumer_later
+from ..read import RangeReader
+from ..read._internal import delete_consumer_later
 from ._columns import ARROW_SCHEMA, to_batch
 from ._connections import close_connections, get_connection
 from ._offsets import RECREATED_FIX, created_of, recreated_text

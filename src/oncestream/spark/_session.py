@@ -232,3 +232,10 @@ def _quiet_accumulator_server(context: Any) -> None:
         original(request, client_address)
 
     server.handle_error = handle_error
+
+
+def supports_read_limits() -> bool:
+    """Whether this PySpark lets the source honour ``maxMessagesPerTrigger`` and the like (4.2+)."""
+    from ._compat import ADMISSION_CONTROL
+
+    return ADMISSION_CONTROL

@@ -58,15 +58,11 @@ from .._errors import ConfigError, ErrCode, JetStreamError, OncestreamError, Str
 from .._headers import check_msg_id, is_clean_msg_id
 from .._retry import retrying
 from .._sync import run_sync, submit_sync
-from ..publish import (
-    AckTally,
-    AtomicPublisher,
-    PubAck,
-    Publisher,
-    check_atomic,
-)
+from ..publish import AckTally, AtomicPublisher, PubAck, Publisher
+from ..publish._internal import check_atomic
 from ..read import stored_ids
-from ..streams import StreamSpec, create_stream_if_missing, overlapping_streams, owning_stream
+from ..streams import StreamSpec, create_stream_if_missing
+from ..streams._internal import overlapping_streams, owning_stream
 from ._commits import (
     AttemptMarker,
     CommitRecord,

@@ -14,7 +14,8 @@ from typing import Any, Literal
 from .._errors import ConfigError
 from .._names import check_publish_subject, check_stream_name
 from .._options import ConnectOptions, parse_bool, parse_duration, parse_positive_int
-from ..publish import MAX_BATCH, PublisherOptions
+from ..publish import PublisherOptions
+from ..publish._internal import MAX_BATCH
 from ..streams import StreamSpec, lineage_id
 from ._commits import COMMITS_STREAM
 from ._options import (

@@ -32,7 +32,7 @@ from pyspark.sql.types import (
 from .._connection import Connection
 from .._errors import ConfigError, DataLossError
 from .._sync import run_sync
-from ..read import nth_sequence
+from ..read._internal import nth_sequence
 from ._compat import (
     ADMISSION_CONTROL,
     ReadAllAvailable,

@@ -81,7 +81,7 @@ async def add_stream(conn: Connection, config: dict[str, Any]) -> dict[str, Any]
     """``STREAM.CREATE`` with a raw stream config (durations in nanoseconds); the stream's info.
 
     Every stream oncestream creates passes here, so the known-bug check for
-    creates (:func:`~oncestream.streams.check_server_bugs`) runs here once.
+    creates (:func:`~oncestream.streams._internal.check_server_bugs`) runs here once.
     """
     check_server_bugs(conn, "create", replicas=int(config.get("num_replicas") or 1))
     return await conn.api(f"STREAM.CREATE.{config['name']}", config)

@@ -3,13 +3,13 @@
 Each row was read in nats-server's source and history: the pull request that
 fixes it, the code before and after, and the release tags that carry the fix
 (``git tag --contains``). The start-up checks
-(:func:`~oncestream.streams.check_server_bugs`: the Publisher, atomic batches,
+(:func:`~oncestream.streams._internal.check_server_bugs`: the Publisher, atomic batches,
 every stream create) and ``oncestream doctor`` both read this table; a row is
 added here and nowhere else.
 
 Example::
 
-    from oncestream.streams import known_bugs
+    from oncestream.streams._internal import known_bugs
 
     [bug.key for bug in known_bugs((2, 14, 0), cluster=True, replicas=3)]
     # ['dedupe-leader-change', 'atomic-eob-max-size']

@@ -25,6 +25,4 @@ Example::
         await pub.publish("orders.eu", b"...", msg_id="o-1")
 """
 
-from ._otel import OUTCOME, Tracer, configure_from_env, tracer
-
-__all__ = ["OUTCOME", "Tracer", "configure_from_env", "tracer"]
+__all__: list[str] = []

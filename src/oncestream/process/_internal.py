@@ -1,0 +1,9 @@
+"""The internal face of ``oncestream.process``: what other oncestream components import from it.
+
+Internal: for other oncestream components, may change without notice. Users
+import the public face (``oncestream.process``); see docs/architecture.md.
+"""
+
+from ._setup import check_handler
+
+__all__ = ["check_handler"]

@@ -1,0 +1,25 @@
+"""The internal face of ``oncestream.read``: what other oncestream components import from it.
+
+Internal: for other oncestream components, may change without notice. Users
+import the public face (``oncestream.read``); see docs/architecture.md.
+"""
+
+from ._options import check_group_name
+from ._range import (
+    RANGE_CONSUMER_PREFIX,
+    StreamRecord,
+    count_sequences,
+    delete_consumer_later,
+    locate_ids,
+    nth_sequence,
+)
+
+__all__ = [
+    "RANGE_CONSUMER_PREFIX",
+    "StreamRecord",
+    "check_group_name",
+    "count_sequences",
+    "delete_consumer_later",
+    "locate_ids",
+    "nth_sequence",
+]
