@@ -688,10 +688,6 @@ NOT_RETRY_LOOPS = {
     "oncestream.publish._atomic._settle_chunk": "settles a chunk, re-sends its unstored rows",
     "oncestream.publish._atomic._one_by_one": "re-sends only the rows not stored or found",
     "oncestream.publish._atomic._settle": "probes until the stream answers (a fresh future)",
-    "oncestream.publish._batch.send": "a new reply subject and frames per attempt; gives up "
-    "with the positions in PublishFailed",
-    "oncestream.publish._records.append": "decides from the subject's last record whether "
-    "a refused append was its own in-flight attempt",
 }
 
 
