@@ -6,16 +6,19 @@ requests to a consumer that lived on the dead node get ``503`` (no
 responders), and a leaderless meta group answers ``10008``. All of these go
 away by themselves; a missing stream, a denied subject or a bad request do
 not. :func:`retrying` is the one retry loop (the Spark source uses it for its
-driver-side planning and its executor-side range reads): it repeats an
-idempotent operation with bounded exponential backoff while the error is
-transient, within a total time budget, and lets every other error through at
-once. Callers name what sets the budget; this module knows no option names.
+driver-side planning and its executor-side range reads; the Processor for its
+ledger, ack confirmations, consumer resets and dead letters, with a predicate,
+a count and delays of its own): it repeats an idempotent operation with bounded
+exponential backoff while the error is transient, within a total time budget,
+and lets every other error through at once. Callers name what sets the budget;
+this module knows no option names.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -77,28 +80,41 @@ def backoff(attempt: int) -> float:
 async def retrying(
     operation: Callable[[], Awaitable[T]],
     *,
-    budget: float,
+    budget: float | None,
     what: str,
     on_retry: Callable[[BaseException], Awaitable[None]] | None = None,
     budget_source: str = "the caller's retry budget",
+    attempts: int | None = None,
+    retry_if: Callable[[BaseException], bool] = is_transient,
+    delay: Callable[[int], float] = backoff,
+    log_retries: bool = True,
 ) -> T:
     """Run ``operation`` until it succeeds, retrying transient errors for ``budget`` seconds.
 
     ``operation`` must be safe to repeat (it is called again from scratch).
-    Errors for which :func:`is_transient` is false propagate at once. After
-    ``budget`` seconds (counted from the first attempt; an attempt already
-    running is not interrupted) the last transient error propagates with a
-    note saying how long it was retried.
+    Errors for which ``retry_if`` (by default :func:`is_transient`) is false
+    propagate at once. After ``budget`` seconds (counted from the first
+    attempt; an attempt already running is not interrupted) the last transient
+    error propagates with a note saying how long it was retried; after
+    ``attempts`` attempts it propagates as it is.
 
     Args:
         operation: a coroutine function without arguments.
-        budget: total seconds to keep retrying (0: no retries).
+        budget: total seconds to keep retrying (0: no retries; None: no
+            time limit, for a caller bounded by ``attempts`` or ``retry_if``).
         what: the operation, for logs and the note.
         on_retry: awaited with the error before each retry; it may reset
             state or raise a permanent error instead (e.g. after learning
             that a stream does not exist).
         budget_source: what sets ``budget``, named in the note (e.g. the
             option a user changes to wait longer).
+        attempts: at most this many calls of ``operation`` (None: no limit).
+        retry_if: whether an error is worth another attempt; it may also
+            look at the caller's state (a stop requested).
+        delay: seconds to wait before retry number ``n`` (0-based), by
+            default :func:`backoff`; never past the budget.
+        log_retries: log each retry on ``oncestream.retry`` (False for a
+            caller that reports them itself, in ``on_retry``).
 
     Raises:
         OncestreamError: the operation's own error (permanent, or transient
@@ -108,25 +124,29 @@ async def retrying(
 
         info = await retrying(lambda: conn.stream_info("ORDERS"), budget=30, what="STREAM.INFO")
     """
-    deadline = time.monotonic() + budget
+    deadline = None if budget is None else time.monotonic() + budget
     attempt = 0
     while True:
         try:
             return await operation()
         except Exception as exc:
-            if not is_transient(exc):
+            if not retry_if(exc) or (attempts is not None and attempt + 1 >= attempts):
                 raise
-            left = deadline - time.monotonic()
+            left = math.inf if deadline is None else deadline - time.monotonic()
             if left <= 0:
                 exc.add_note(
                     f"{what}: still failing after {budget:g}s of retries ({attempt + 1} attempts; "
                     f"{budget_source} sets this budget)"
                 )
                 raise
-            log.info("%s: %s; retrying (%.1fs of the retry budget left)", what, exc, left)
+            if log_retries:
+                log.info("%s: %s; retrying (%.1fs of the retry budget left)", what, exc, left)
             if on_retry is not None:
                 await on_retry(exc)
-            await asyncio.sleep(min(backoff(attempt), max(0.0, deadline - time.monotonic())))
+            wait = delay(attempt)
+            if deadline is not None:
+                wait = min(wait, max(0.0, deadline - time.monotonic()))
+            await asyncio.sleep(wait)
             attempt += 1
 
 

@@ -1,4 +1,4 @@
-"""The retry policy's pure logic: what is transient, backoff, budget, on_retry."""
+"""The retry policy's pure logic: what is transient, backoff, budget, attempts, on_retry."""
 
 from __future__ import annotations
 
@@ -110,6 +110,36 @@ async def test_on_retry_may_turn_a_transient_error_permanent() -> None:
 
     with pytest.raises(StreamNotFound):
         await retrying(no_responders, budget=30, what="op", on_retry=probe)
+
+
+async def test_attempts_predicate_and_delays_are_the_callers() -> None:
+    """The form the Processor's loops use: no time budget, a count, its own errors and delays."""
+    calls: list[int] = []
+    waits: list[int] = []
+
+    async def busy() -> None:
+        calls.append(1)
+        raise ValueError(f"busy {len(calls)}")
+
+    def delay(attempt: int) -> float:
+        waits.append(attempt)
+        return 0.0
+
+    with pytest.raises(ValueError, match="busy 3") as caught:
+        await retrying(
+            busy,
+            budget=None,
+            what="op",
+            attempts=3,
+            retry_if=lambda exc: isinstance(exc, ValueError),
+            delay=delay,
+        )
+    assert len(calls) == 3 and waits == [0, 1]  # no wait after the last attempt
+    assert not getattr(caught.value, "__notes__", [])  # a count, not a spent budget
+    calls.clear()
+    with pytest.raises(ValueError, match="busy 1"):  # the predicate says no: one attempt
+        await retrying(busy, budget=None, what="op", retry_if=lambda exc: False)
+    assert len(calls) == 1
 
 
 def test_retry_timeout_option() -> None:

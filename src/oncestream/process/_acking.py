@@ -26,6 +26,7 @@ from .._connection import Connection
 from .._errors import OncestreamError
 from .._logthrottle import LogThrottle
 from .._message import Message
+from .._retry import retrying
 from ..tracing._internal import Tracer
 from ._deadletter import dead_letter_headers, publish_dead_letter
 from ._options import ProcessorOptions, ProcessorStats
@@ -44,6 +45,11 @@ _TERM = b"+TERM"
 _NAK = b"-NAK"
 #: Double-ack confirmations outstanding at once (they overlap the next batches).
 _MAX_CONFIRMING = 4
+
+
+def _confirm_delay(attempt: int) -> float:
+    """Seconds before ack confirmation retry ``attempt`` (0-based): 0.05 doubling, at most 1."""
+    return min(0.05 * float(2 ** min(attempt, 16)), 1.0)
 
 
 def _nak_after(seconds: float) -> bytes:
@@ -176,22 +182,35 @@ class Acknowledger:
                 log.debug("ack confirmation ended with %s", exc)
 
     async def _double_ack(self, reply: str) -> None:
-        assert self.conn is not None
-        delay = 0.05
-        for attempt in range(self.options.double_ack_attempts):
-            try:
-                await self.conn.request(reply, _ACK, timeout=self.options.double_ack_timeout)
-                self.stats.double_acks += 1
-                return
-            except Exception as exc:
-                log.debug("ack confirmation attempt %d failed: %s", attempt + 1, exc)
-            if self.stopping() and attempt >= 1:
-                break
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
-        # The ledger still makes a redelivery harmless; the ack stays sent.
-        self.stats.double_ack_failures += 1
-        log.warning("ack of %s not confirmed; a redelivery will be suppressed", reply)
+        conn = self.conn
+        assert conn is not None
+        failures = 0
+
+        async def confirm() -> None:
+            await conn.request(reply, _ACK, timeout=self.options.double_ack_timeout)
+
+        def again(exc: BaseException) -> bool:
+            nonlocal failures
+            failures += 1
+            log.debug("ack confirmation attempt %d failed: %s", failures, exc)
+            return not (self.stopping() and failures >= 2)  # a stop waits for two at most
+
+        try:
+            await retrying(
+                confirm,
+                budget=None,
+                what=f"ack confirmation of {reply}",
+                attempts=self.options.double_ack_attempts,
+                retry_if=again,
+                delay=_confirm_delay,
+                log_retries=False,
+            )
+        except Exception:  # each attempt was logged in again()
+            # The ledger still makes a redelivery harmless; the ack stays sent.
+            self.stats.double_ack_failures += 1
+            log.warning("ack of %s not confirmed; a redelivery will be suppressed", reply)
+            return
+        self.stats.double_acks += 1
 
     # -- failures
 

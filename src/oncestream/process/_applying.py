@@ -24,6 +24,7 @@ from typing import Any
 from .._errors import LedgerError, LedgerUnusable
 from .._logthrottle import LogThrottle
 from .._message import Message
+from .._retry import retrying
 from ..ledger import Ledger, LedgerEntry, LedgerTx
 from ..tracing._internal import Tracer
 from ._options import ProcessorStats
@@ -129,16 +130,34 @@ class Applier:
         ``entries[i]`` is the ledger key of ``msgs[i]``; both sorted by sequence.
         """
         self.loop = asyncio.get_running_loop()
-        for attempt in range(_LEDGER_ATTEMPTS):
-            try:
-                async with self.lock:
-                    return await self._apply(entries, msgs)
-            except LedgerUnusable:
+        failures = 0
+
+        async def once() -> Outcome:
+            async with self.lock:
+                return await self._apply(entries, msgs)
+
+        def again(exc: BaseException) -> bool:
+            nonlocal failures
+            if isinstance(exc, LedgerUnusable) or not isinstance(exc, LedgerError):
+                return False
+            failures += 1
+            self.stats.ledger_errors += 1
+            log.warning("ledger transaction failed (attempt %d): %s", failures, exc)
+            return True
+
+        try:
+            return await retrying(
+                once,
+                budget=None,
+                what="ledger transaction",
+                attempts=_LEDGER_ATTEMPTS,
+                retry_if=again,
+                delay=lambda attempt: 0.2 * (attempt + 1),
+                log_retries=False,
+            )
+        except LedgerError as exc:
+            if isinstance(exc, LedgerUnusable) or failures < _LEDGER_ATTEMPTS:
                 raise
-            except LedgerError as exc:
-                self.stats.ledger_errors += 1
-                log.warning("ledger transaction failed (attempt %d): %s", attempt + 1, exc)
-                await asyncio.sleep(0.2 * (attempt + 1))
         log.error("ledger unavailable: handing %d messages back for redelivery", len(msgs))
         return None
 

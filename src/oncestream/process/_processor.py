@@ -50,6 +50,7 @@ from .._logthrottle import LogThrottle
 from .._message import Message
 from .._names import check_consumer_name, check_stream_name
 from .._options import ConnectOptions
+from .._retry import retrying
 from ..ledger import Ledger, LedgerEntry
 from ..read import MessageStream, PullOptions
 from ..streams import require_server
@@ -386,31 +387,45 @@ class Processor:
         here would be missing when it is needed.
         """
         began, noticed = time.monotonic(), 0.0
-        while True:
-            try:
-                await self._applier.db(self.ledger.open)
-                return True
-            except LedgerUnusable:
-                raise
-            except LedgerError as exc:
-                if not is_lock_wait(exc):
-                    raise
-                if self._stop_requested:
-                    return False
-                now = time.monotonic()
-                if not noticed or now - noticed >= _WAIT_NOTICE:
-                    noticed = now
-                    log.warning(
-                        "%s/%s: cannot open the ledger yet, another process holds its lock "
-                        "(%.0fs so far; an instance frozen inside a batch, or busy with a "
-                        "long one?); waiting: %s",
-                        self.stream,
-                        self.consumer,
-                        now - began,
-                        exc,
-                    )
-                self.stats.ledger_errors += 1
-                await asyncio.sleep(_RETRY_DELAY)
+
+        def locked(exc: BaseException) -> bool:
+            return (
+                isinstance(exc, LedgerError)
+                and not isinstance(exc, LedgerUnusable)
+                and is_lock_wait(exc)
+            )
+
+        async def waiting(exc: BaseException) -> None:
+            nonlocal noticed
+            now = time.monotonic()
+            if not noticed or now - noticed >= _WAIT_NOTICE:
+                noticed = now
+                log.warning(
+                    "%s/%s: cannot open the ledger yet, another process holds its lock "
+                    "(%.0fs so far; an instance frozen inside a batch, or busy with a "
+                    "long one?); waiting: %s",
+                    self.stream,
+                    self.consumer,
+                    now - began,
+                    exc,
+                )
+            self.stats.ledger_errors += 1
+
+        try:
+            await retrying(
+                functools.partial(self._applier.db, self.ledger.open),
+                budget=None,
+                what="opening the ledger",
+                retry_if=lambda exc: locked(exc) and not self._stop_requested,
+                on_retry=waiting,
+                delay=lambda _attempt: _RETRY_DELAY,
+                log_retries=False,
+            )
+        except LedgerError as exc:
+            if locked(exc) and self._stop_requested:
+                return False
+            raise
+        return True
 
     # -- consumer --------------------------------------------------------
 
@@ -483,20 +498,21 @@ class Processor:
         await pull.stop()  # nothing delivered before the reset reaches the new inbox
         pull.take_unprocessed()
         await self._acks.drain()  # acks decided before the reset reach the server first
-        delay = 0.1
-        deadline = time.monotonic() + max(self._acks.ack_wait, 5.0)
-        while True:
-            try:
-                await reset_to_ack_floor(self.conn, self.stream, self.consumer)
-                break
-            except OncestreamError as exc:
-                if time.monotonic() >= deadline or self._stop_requested:
-                    raise
-                log.warning(
-                    "%s/%s: consumer reset failed (%s); retrying", self.stream, self.consumer, exc
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        conn = self.conn
+
+        async def reset_failed(exc: BaseException) -> None:
+            log.warning(
+                "%s/%s: consumer reset failed (%s); retrying", self.stream, self.consumer, exc
+            )
+
+        await retrying(
+            lambda: reset_to_ack_floor(conn, self.stream, self.consumer),
+            budget=max(self._acks.ack_wait, 5.0),
+            what=f"resetting {self.stream}/{self.consumer} to its ack floor",
+            retry_if=lambda exc: isinstance(exc, OncestreamError) and not self._stop_requested,
+            on_retry=reset_failed,
+            log_retries=False,
+        )
         self._frontier.restart()
         self.stats.resets += 1
         self._pull = await self._new_pull(None)

@@ -66,6 +66,7 @@ from .._headers import (
     build_block,
 )
 from .._nats import FrameSubscription
+from .._retry import retrying
 from ..streams import require_server
 from ..streams._internal import check_server_bugs
 from ._frames import check_subject, too_large
@@ -236,6 +237,10 @@ def settles(data: bytes) -> bool:
     return False
 
 
+class _NoCommitAck(Exception):
+    """An attempt of a batch got no commit ack in time: the one error worth another."""
+
+
 class Replies:
     """The reply inbox of atomic batches and settle probes: one future per reply subject."""
 
@@ -350,9 +355,11 @@ class AtomicBatchSender:
             PublishFailed: no commit ack after ``max_attempts`` attempts.
         """
         opts = self.options
-        for attempt in range(1, opts.max_attempts + 1):
-            if attempt > 1:
-                await asyncio.sleep(opts.backoff(attempt))
+        attempt = 0
+
+        async def once() -> int:
+            nonlocal attempt
+            attempt += 1
             self.attempts += 1
             reply, future = self._replies.expect()
             payload = self._frames(records, expected_seq, reply)
@@ -367,11 +374,22 @@ class AtomicBatchSender:
             except TimeoutError:
                 self._replies.forget(reply)
                 log.debug("no commit ack for a batch on %s (attempt %d)", self.subject, attempt)
-                continue
+                raise _NoCommitAck from None
             seq, count = commit_result(data, self.subject)
             if count != len(records):
                 raise JetStreamError(f"batch commit stored {count} of {len(records)}")
             return seq
+
+        with contextlib.suppress(_NoCommitAck):
+            return await retrying(
+                once,
+                budget=None,
+                what=f"batch publish to {self.subject!r}",
+                attempts=opts.max_attempts,
+                retry_if=lambda exc: isinstance(exc, _NoCommitAck),
+                delay=lambda retry: opts.backoff(retry + 2),  # before attempt 2, 3 ...
+                log_retries=False,
+            )
         first, last = records[0][0], records[-1][0]
         raise PublishFailed(
             f"no commit ack for positions {first}..{last} on {self.subject!r} after "

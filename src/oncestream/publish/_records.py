@@ -20,8 +20,6 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
-
 from .._connection import Connection
 from .._errors import WrongLastSequence
 from .._retry import retrying
@@ -135,9 +133,10 @@ class SubjectLog:
                 budget=self.retry_budget,
                 what=f"starting the publisher of {self.subject!r}",
             )
-        attempt = 0
-        while True:
-            attempt += 1
+        in_flight = False  # the last refusal left the subject where it was
+
+        async def once() -> PubAck:
+            nonlocal in_flight
             future = await self.publisher.publish(
                 self.subject,
                 data,
@@ -154,16 +153,24 @@ class SubjectLog:
                 found = await self.last()
                 if found is not None and found.msg_id == msg_id:
                     return PubAck(self.stream, found.seq, True, None)
-                if (found.seq if found else 0) != expected or attempt >= _IN_FLIGHT_RETRIES:
-                    raise
                 # The subject still ends where it did: nothing was stored in between.
                 # A replicated stream refuses (10164) while another write to the subject
                 # is in flight, such as an earlier attempt of this very append: once it
                 # is stored (then found above) or dropped, asking again settles it.
-                await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
-                continue
+                in_flight = (found.seq if found else 0) == expected
+                raise
             self.last_seq = ack.seq
             return ack
+
+        return await retrying(
+            once,
+            budget=None,
+            what=f"appending to {self.subject!r}",
+            attempts=_IN_FLIGHT_RETRIES,
+            retry_if=lambda exc: isinstance(exc, WrongLastSequence) and in_flight,
+            delay=lambda attempt: min(0.05 * 2 ** (attempt + 1), 1.0),
+            log_retries=False,
+        )
 
     async def close(self) -> None:
         """Close the log's own Publisher (one given to it is left open)."""

@@ -10,10 +10,11 @@ from typing import Any
 from pyspark.sql.datasource import InputPartition
 
 from .._connection import Connection
-from .._errors import ConfigError, MessageNotFound, StreamNotFound
+from .._errors import ConfigError, StreamNotFound
 from .._names import subjects_overlap
 from .._retry import leader_stream_info, retrying
 from ..read._internal import count_sequences
+from ..streams._internal import seq_at_time
 from ._offsets import created_of
 from ._reader import check_retention
 from ._source_options import EARLIEST, LATEST, RETRY_BUDGET, SourceOptions
@@ -165,26 +166,21 @@ def first_last(info: dict[str, Any]) -> tuple[int, int]:
     return int(state.get("first_seq", 0)), int(state.get("last_seq", 0))
 
 
-async def sequence_at(
-    conn: Connection, stream: str, when: float, options: SourceOptions
-) -> int | None:
-    """The first sequence of ``stream`` stored at or after ``when`` (epoch seconds), or None.
+async def sequence_at(conn: Connection, stream: str, when: float, options: SourceOptions) -> int:
+    """The first sequence of ``stream`` stored at or after ``when`` (epoch seconds); when
+    none was, the sequence the next message will get (its last sequence + 1).
 
-    One ``STREAM.MSG.GET`` by ``start_time``; transient errors are retried for
+    :func:`oncestream.streams._internal.seq_at_time` (which checks nats-server 2.15.1's answer
+    for a time past the last message), with transient errors retried for
     ``options.retry_timeout``.
     """
     moment = datetime.fromtimestamp(when, UTC)
-    body = {"start_time": moment.isoformat().replace("+00:00", "Z")}
-    try:
-        reply = await retrying(
-            lambda: conn.api(f"STREAM.MSG.GET.{stream}", body),
-            budget=options.retry_timeout,
-            budget_source=RETRY_BUDGET,
-            what=f"STREAM.MSG.GET {stream!r}",
-        )
-    except MessageNotFound:
-        return None
-    return int(reply["message"]["seq"])
+    return await retrying(
+        lambda: seq_at_time(conn, stream, moment),
+        budget=options.retry_timeout,
+        budget_source=RETRY_BUDGET,
+        what=f"STREAM.MSG.GET {stream!r} by start time",
+    )
 
 
 async def resolve_start(
@@ -201,8 +197,8 @@ async def resolve_start(
     for stream, info in infos.items():
         first_seq, last_seq = first_last(info)
         if options.starting_timestamp is not None:
-            seq = await sequence_at(conn, stream, options.starting_timestamp, options)
-            out[stream] = last_seq if seq is None else seq - 1
+            # None stored at or after it: the stream's end, messages stored since included.
+            out[stream] = await sequence_at(conn, stream, options.starting_timestamp, options) - 1
             continue
         default = LATEST if streaming else EARLIEST
         spec = options.starting.get(stream, default)
@@ -235,7 +231,7 @@ async def resolve_end(
         last_seq = first_last(info)[1]
         if options.ending_timestamp is not None:
             seq = await sequence_at(conn, stream, options.ending_timestamp, options)
-            out[stream] = last_seq if seq is None else min(seq - 1, last_seq)
+            out[stream] = min(seq - 1, last_seq)
             continue
         spec = options.ending_for(stream)
         out[stream] = last_seq if spec == LATEST else spec - 1
