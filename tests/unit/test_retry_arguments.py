@@ -12,7 +12,11 @@ import logging
 
 import pytest
 
+from oncestream import ConnectOptions
+from oncestream._errors import ConfigError, OperationTimeout
 from oncestream._retry import retrying
+from oncestream.publish import SubjectLog
+from oncestream.read import RangeReader
 
 
 class Spun(Exception):
@@ -62,3 +66,45 @@ async def test_no_budget_is_not_logged_as_infinite_seconds(
     with caplog.at_level(logging.INFO, logger="oncestream.retry"):
         await retrying(op, budget=None, what="op", attempts=2, delay=lambda _n: 0.0)
     assert [r.getMessage() for r in caplog.records if "inf" in r.getMessage()] == []
+
+
+class _TimesOut:
+    """A connection whose every request times out (a stream without a leader, for ever)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.options = ConnectOptions()
+
+    async def request(self, *_args: object, **_kwargs: object) -> None:
+        self.calls += 1
+        if self.calls > 5:
+            raise Spun(f"{self.calls} requests and still retrying")
+        raise OperationTimeout("request timed out")
+
+    api = request
+
+
+@pytest.mark.parametrize("budget", [None, float("nan"), -1.0])
+def test_subject_log_refuses_a_retry_budget_that_is_not_seconds(budget: float | None) -> None:
+    """Before issue 39 ``retry_budget=None`` failed at first use with a TypeError; now
+    ``retrying`` reads None as "no time limit" and ``last()`` retries a timeout for ever
+    (a NaN budget spins with no delay). The public option should be checked up front."""
+    with pytest.raises(ConfigError, match="retry_budget"):
+        SubjectLog(_TimesOut(), "S", "s.a", retry_budget=budget)  # type: ignore[arg-type]
+
+
+async def test_subject_log_with_no_budget_does_not_retry_for_ever() -> None:
+    conn = _TimesOut()
+    try:
+        log = SubjectLog(conn, "S", "s.a", retry_budget=None)  # type: ignore[arg-type]
+    except ConfigError:
+        return  # refused up front: what the test above asks for
+    with pytest.raises((OperationTimeout, TypeError, ConfigError)):
+        await log.last()
+    assert conn.calls <= 1
+
+
+@pytest.mark.parametrize("budget", [None, float("nan"), -1.0])
+def test_range_reader_refuses_a_retry_timeout_that_is_not_seconds(budget: float | None) -> None:
+    with pytest.raises(ConfigError, match="retry_timeout"):
+        RangeReader(_TimesOut(), "S", 1, 10, direct=False, retry_timeout=budget)  # type: ignore[arg-type]
