@@ -119,11 +119,16 @@ async def retrying(
     Raises:
         OncestreamError: the operation's own error (permanent, or transient
             once the budget is spent).
+        ValueError: ``attempts`` below 1, or ``budget`` negative or NaN (a caller's bug).
 
     Example::
 
         info = await retrying(lambda: conn.stream_info("ORDERS"), budget=30, what="STREAM.INFO")
     """
+    if attempts is not None and attempts < 1:
+        raise ValueError(f"{what}: attempts must be at least 1, got {attempts}")
+    if budget is not None and not budget >= 0:  # NaN fails this too
+        raise ValueError(f"{what}: budget must be seconds >= 0 or None, got {budget!r}")
     deadline = None if budget is None else time.monotonic() + budget
     attempt = 0
     while True:
@@ -139,7 +144,9 @@ async def retrying(
                     f"{budget_source} sets this budget)"
                 )
                 raise
-            if log_retries:
+            if log_retries and deadline is None:
+                log.info("%s: %s; retrying (attempt %d)", what, exc, attempt + 2)
+            elif log_retries:
                 log.info("%s: %s; retrying (%.1fs of the retry budget left)", what, exc, left)
             if on_retry is not None:
                 await on_retry(exc)

@@ -780,8 +780,9 @@ REVIEWED_LONG = {
     # state they share, read best in one place (wave 4: ack policy all and reclaim;
     # 855: the batch rolled back on a moved registry row is retried, review w5 M1;
     # 871: the ledger open and the consumer reset wait on _retry.retrying, issue 39;
-    # 872: RESET_SINCE comes from streams._internal, w4/surface).
-    "_processor.py": 872,
+    # 872: RESET_SINCE comes from streams._internal, w4/surface; 873: the reset's
+    # give-up note names the consumer's ack_wait, review39 minor 4).
+    "_processor.py": 873,
 }
 
 

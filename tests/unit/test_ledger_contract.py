@@ -7,8 +7,7 @@ import threading
 import pytest
 
 from oncestream import ConfigError, SQLiteLedger
-from oncestream.ledger import Ledger, LedgerEntry, PostgresLedger, ledger_from_url
-from oncestream.ledger._internal import Horizon
+from oncestream.ledger import Horizon, Ledger, LedgerEntry, PostgresLedger, ledger_from_url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -29,8 +29,7 @@ from .._errors import ConfigError, StreamNotFound
 from .._names import check_stream_name
 from .._options import server_time
 from .._private import redact_url, redacted_repr
-from ..read import read_stream
-from ..read._internal import StreamRecord
+from ..read import StreamRecord, read_stream
 from ..streams import lineage_id
 from ._keys import KeySpec
 from ._outputs import parquet_keys, sql_keys

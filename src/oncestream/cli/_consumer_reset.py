@@ -9,7 +9,8 @@ import typer
 from .._connection import connect
 from .._errors import ConfigError
 from .._options import ConnectOptions, parse_time
-from ..ledger._internal import Horizon, read_horizons
+from ..ledger import Horizon
+from ..ledger._internal import read_horizons
 from ..streams import ConsumerReset, ResetTarget, reset_consumer
 from ._app import cli_errors, console, err_console, run_async
 from ._connect_flags import with_connect_options

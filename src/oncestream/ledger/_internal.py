@@ -4,12 +4,10 @@ Internal: for other oncestream components, may change without notice. Users
 import the public face (``oncestream.ledger``); see docs/architecture.md.
 """
 
-from ._base import Horizon
 from ._from_url import ledger_from_dsn
 from ._readonly import check_ledger_target, read_applied_count, read_horizons
 
 __all__ = [
-    "Horizon",
     "check_ledger_target",
     "ledger_from_dsn",
     "read_applied_count",

@@ -512,6 +512,7 @@ class Processor:
             retry_if=lambda exc: isinstance(exc, OncestreamError) and not self._stop_requested,
             on_retry=reset_failed,
             log_retries=False,
+            budget_source="the consumer's ack_wait (at least 5 s)",
         )
         self._frontier.restart()
         self.stats.resets += 1

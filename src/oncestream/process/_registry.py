@@ -49,8 +49,7 @@ from .._connection import Connection
 from .._errors import ConfigError, ConsumerNotFound
 from .._message import Message
 from .._names import subject_matches
-from ..ledger import Ledger, LedgerTx, Registration
-from ..ledger._internal import Horizon
+from ..ledger import Horizon, Ledger, LedgerTx, Registration
 from ._applying import Applier, RegistryMoved
 from ._setup import consumer_filters
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from .._connection import Connection
 from .._errors import WrongLastSequence
+from .._options import parse_duration
 from .._retry import retrying
 from ..streams import StoredMessage, last_message
 from ._options import PubAck, PublisherOptions
@@ -67,7 +68,7 @@ class SubjectLog:
         retry_budget: float = 0.0,
     ) -> None:
         self.conn = conn
-        self.retry_budget = retry_budget
+        self.retry_budget = parse_duration("SubjectLog retry_budget", retry_budget)
         self.stream = stream
         self.subject = subject
         self.direct = direct

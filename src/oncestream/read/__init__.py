@@ -10,7 +10,7 @@ Example::
 
 from ._options import PullOptions
 from ._pull import MessageStream, pull_messages
-from ._range import RangeReader, iter_messages, read_stream, stored_ids
+from ._range import RangeReader, StreamRecord, iter_messages, read_stream, stored_ids
 from ._start import StartPosition
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "PullOptions",
     "RangeReader",
     "StartPosition",
+    "StreamRecord",
     "iter_messages",
     "pull_messages",
     "read_stream",

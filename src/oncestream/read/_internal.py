@@ -7,7 +7,6 @@ import the public face (``oncestream.read``); see docs/architecture.md.
 from ._options import check_group_name
 from ._range import (
     RANGE_CONSUMER_PREFIX,
-    StreamRecord,
     count_sequences,
     delete_consumer_later,
     locate_ids,
@@ -16,7 +15,6 @@ from ._range import (
 
 __all__ = [
     "RANGE_CONSUMER_PREFIX",
-    "StreamRecord",
     "check_group_name",
     "count_sequences",
     "delete_consumer_later",

@@ -41,7 +41,7 @@ from .._errors import (
 from .._headers import SEQUENCE, SUBJECT, TIME_STAMP, direct_value, msg_id_key, own_block
 from .._message import ack_layout
 from .._nats import FrameSink, FrameSubscription, status_code
-from .._options import server_time
+from .._options import parse_duration, server_time
 from .._retry import Unavailable, retrying, stream_missing
 from ..streams import StoredMessage
 
@@ -144,7 +144,7 @@ class RangeReader:
         self.subjects = subjects
         self.direct = direct and len(subjects) <= 1
         self.batch = batch
-        self.retry_timeout = retry_timeout
+        self.retry_timeout = parse_duration("RangeReader retry_timeout", retry_timeout)
         self.replicated = replicated
         self.headers_only = headers_only
         self.idle_timeout = idle_timeout or conn.options.request_timeout

@@ -12,7 +12,7 @@ that context, with the ledger's outcome on it (``oncestream.outcome``:
 
 Spans go to the global OpenTelemetry tracer provider the application set up;
 the CLI sets one up from the standard ``OTEL_*`` variables
-(:func:`configure_from_env`). Propagation uses the global propagator (W3C
+(``oncestream.tracing._internal.configure_from_env``). Propagation uses the global propagator (W3C
 trace context unless ``OTEL_PROPAGATORS`` says otherwise).
 
 Example::
