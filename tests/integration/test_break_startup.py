@@ -32,11 +32,15 @@ SHORT = ["--ack-timeout", "1s", "--max-attempts", "2"]
 
 
 class PauseAt:
-    """A relay to ``server`` that pauses it (SIGSTOP) just before the ``nth`` client
-    write holding ``trigger`` reaches it; the server stays paused until :meth:`close`."""
+    """A relay to ``server`` that pauses it (SIGSTOP; with ``kill``, kills it) just before
+    the ``nth`` client write holding ``trigger`` reaches it; a paused server stays paused
+    until :meth:`close`."""
 
-    def __init__(self, server: NatsServer, trigger: bytes, nth: int = 1) -> None:
+    def __init__(
+        self, server: NatsServer, trigger: bytes, nth: int = 1, *, kill: bool = False
+    ) -> None:
         self.server = server
+        self.kill = kill
         self.trigger = trigger
         self.nth = nth
         self.seen = 0
@@ -52,9 +56,13 @@ class PauseAt:
         while not self._closed:
             try:
                 client, _ = self._listener.accept()
-                upstream = socket.create_connection(("127.0.0.1", self.server.port), timeout=5)
             except OSError:
                 return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.server.port), timeout=5)
+            except OSError:  # killed: the client sees a refused connection
+                _shut(client)
+                continue
             upstream.settimeout(None)
             with self._lock:
                 self._sockets += [client, upstream]
@@ -68,7 +76,10 @@ class PauseAt:
                     with self._lock:
                         self.seen += chunk.count(self.trigger)
                         if self.seen >= self.nth and not self.fired.is_set():
-                            self.server.pause()
+                            if self.kill:
+                                self.server.kill()
+                            else:
+                                self.server.pause()
                             self.fired.set()
                 dst.sendall(chunk)
         except OSError:
@@ -82,7 +93,8 @@ class PauseAt:
 
     def close(self) -> None:
         self._closed = True
-        self.server.resume()
+        if not self.kill:
+            self.server.resume()
         _shut(self._listener)
         with self._lock:
             sockets, self._sockets = self._sockets, []
@@ -127,7 +139,7 @@ def _args(url: str, file: str, *extra: str) -> list[str]:
 
 async def _stream(url: str, *, allow_direct: bool = True) -> None:
     spec = StreamSpec(
-        name="ORDERS", subjects=("orders.>",), duplicate_window=120, allow_direct=allow_direct
+        name="ORDERS", subjects=("orders.>",), duplicate_window=300, allow_direct=allow_direct
     )
     async with await connect(ConnectOptions(servers=(url,))) as conn:
         await ensure_stream(conn, spec)
@@ -283,3 +295,32 @@ async def test_ctrl_c_during_a_stalled_resume_scan_stops_as_promptly_as_at_the_c
     code, err = await _finish(await _start(_args(nats_server.url, file, "--on-error", "skip")), 120)
     assert code == 0, err
     await _all_but_line_100_once(nats_server.url)
+
+
+# -- Defect 4: a killed server cuts the patience short at the reconnect limit ----------
+
+
+async def test_a_server_killed_at_start_is_waited_for_the_whole_patience(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """The server is killed as the load's first STREAM.INFO reaches it and is back 40 s
+    later; the run was given 20s x 5 = 100 s of patience, so it must ride that out (exit 0,
+    every record once). Observed on 50bbd84: exit 1 after ~35 s with ``error: ConnectError:
+    $JS.API.STREAM.INFO.ORDERS: ConnectionClosedError: nats: connection closed``: the
+    connection gives up after max_reconnect_attempts (60) x reconnect_wait (0.5 s), which
+    no flag of ``oncestream publish`` sets and the error does not name; the patience the
+    user set is not what limits the wait for a killed (rather than paused) server."""
+    await _stream(nats_server.url)
+    file = _write(tmp_path / "orders.jsonl", _records(TOTAL))
+    relay = PauseAt(nats_server, b"STREAM.INFO.ORDERS", kill=True)
+    patient = ["--ack-timeout", "20s", "--max-attempts", "5"]
+    try:
+        proc = await _start(_args(relay.url, file, *patient))
+        await relay.wait_fired()
+        await asyncio.sleep(40)  # the outage: longer than the reconnect limit, within patience
+        await asyncio.to_thread(nats_server.start)
+        code, err = await _finish(proc, 120)
+    finally:
+        relay.close()
+    assert code == 0, err
+    await _stored_once(nats_server.url, {f"o{i}" for i in range(TOTAL)})
