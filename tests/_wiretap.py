@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Callable
 from types import TracebackType
 
 __all__ = ["WireTap"]
@@ -30,6 +31,8 @@ class WireTap:
 
     Attributes:
         upstream: the port connections are relayed to (changeable; new connections only).
+        on_request: called with each chunk a client sent, before it is relayed (in the
+            relay's thread); e.g. to stop the server just before a given request.
         sent: every byte received from clients, all connections in order of arrival.
         first_bytes: the first chunk each client connection sent.
         accepted: connections accepted so far.
@@ -37,6 +40,7 @@ class WireTap:
 
     def __init__(self, upstream: int) -> None:
         self.upstream = upstream
+        self.on_request: Callable[[bytes], None] | None = None
         self.sent = bytearray()
         self.first_bytes: list[bytes] = []
         self.accepted = 0
@@ -129,6 +133,8 @@ class WireTap:
                         if first[0]:
                             self.first_bytes.append(bytes(chunk))
                             first[0] = False
+                    if self.on_request is not None:
+                        self.on_request(chunk)
                 target.sendall(chunk)
         except OSError:
             pass

@@ -11,7 +11,6 @@ server is resumed and the stream read back: every record stored exactly once.
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from oncestream import ConnectOptions, connect
 from oncestream.read import stored_ids
 from oncestream.server import NatsServer
 from oncestream.streams import StreamSpec, ensure_stream
+from tests._wiretap import WireTap
 from tests.integration.test_publish_resume import _cli, _finish, _start
 
 TOTAL = 200
@@ -43,68 +43,29 @@ class PauseAt:
         self.seen = 0
         self.fired = threading.Event()
         self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"nats://127.0.0.1:{self._listener.getsockname()[1]}"
-        self._closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._tap = WireTap(server.port)
+        self._tap.on_request = self._saw
+        self.url = self._tap.url()
 
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.server.port), timeout=5)
-            except OSError:  # killed: the client sees a refused connection
-                _shut(client)
-                continue
-            upstream.settimeout(None)
-            with self._lock:
-                self._sockets += [client, upstream]
-            for src, dst, up in ((client, upstream, True), (upstream, client, False)):
-                threading.Thread(target=self._pump, args=(src, dst, up), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, up: bool) -> None:
-        try:
-            while chunk := src.recv(65536):
-                if up and not self.fired.is_set():
-                    with self._lock:
-                        self.seen += chunk.count(self.trigger)
-                        if self.seen >= self.nth and not self.fired.is_set():
-                            if self.kill:
-                                self.server.kill()
-                            else:
-                                self.server.pause()
-                            self.fired.set()
-                dst.sendall(chunk)
-        except OSError:
-            pass
-        finally:
-            _shut(src)
-            _shut(dst)
+    def _saw(self, chunk: bytes) -> None:
+        if self.fired.is_set():
+            return
+        with self._lock:
+            self.seen += chunk.count(self.trigger)
+            if self.seen >= self.nth and not self.fired.is_set():
+                if self.kill:
+                    self.server.kill()
+                else:
+                    self.server.pause()
+                self.fired.set()
 
     async def wait_fired(self, timeout: float = 60) -> None:
         assert await asyncio.to_thread(self.fired.wait, timeout), "the request never came"
 
     def close(self) -> None:
-        self._closed = True
         if not self.kill:
             self.server.resume()
-        _shut(self._listener)
-        with self._lock:
-            sockets, self._sockets = self._sockets, []
-        for sock in sockets:
-            _shut(sock)
-
-
-def _shut(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    sock.close()
+        self._tap.close()
 
 
 def _write(path: Path, lines: list[str]) -> str:
