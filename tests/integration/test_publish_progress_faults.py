@@ -5,7 +5,9 @@ issue 20): neither a lost PubAck of its own progress write nor a replica's stale
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -156,6 +158,17 @@ def _resume_after_pause(server: NatsServer) -> asyncio.TimerHandle:
     return asyncio.get_running_loop().call_later(_PAUSE, server.resume)
 
 
+@contextlib.contextmanager
+def _paused(server: NatsServer) -> Iterator[None]:
+    """The server paused for ``_PAUSE`` seconds as the block starts; resumed by its end."""
+    timer = _resume_after_pause(server)
+    try:
+        yield
+    finally:
+        timer.cancel()
+        server.resume()
+
+
 class _PauseAtFirstReservation(LoadObserver):
     """Pauses the server as publishing begins: the next request is the progress record's."""
 
@@ -207,24 +220,12 @@ async def test_progress_requests_at_start_ride_out_a_pause(
     async with await connect(quick) as conn:
         store = ProgressStore(conn, PROGRESS_STREAM, "k", ack_timeout=1.0, max_attempts=10)
         try:
-            timer = _resume_after_pause(nats_server)
-            try:
+            with _paused(nats_server):
                 await store.ensure()
-            finally:
-                timer.cancel()
-                nats_server.resume()
-            timer = _resume_after_pause(nats_server)
-            try:
+            with _paused(nats_server):
                 assert await store.last() is None
-            finally:
-                timer.cancel()
-                nats_server.resume()
-            timer = _resume_after_pause(nats_server)
-            try:
+            with _paused(nats_server):
                 await store.write(_record("run-1", 5))
-            finally:
-                timer.cancel()
-                nats_server.resume()
             last = await store.last()
         finally:
             await store.close()
@@ -248,12 +249,8 @@ async def test_the_target_check_at_start_rides_out_a_pause(
     )
     quick = ConnectOptions(servers=(nats_server.url,), request_timeout=1.0)
     async with await connect(quick) as conn:
-        timer = _resume_after_pause(nats_server)
-        try:
+        with _paused(nats_server):
             result = await load(conn, str(path), options)
-        finally:
-            timer.cancel()
-            nats_server.resume()
         assert result.complete and result.stored == 50, result
         ids = [m.msg_id for m in await read_back(conn, "ORDERS")]
     assert sorted(ids) == sorted(f"o{i}" for i in range(50))
@@ -266,12 +263,8 @@ async def test_a_publisher_start_rides_out_a_pause(nats_server: NatsServer, make
     quick = ConnectOptions(servers=(nats_server.url,), request_timeout=1.0)
     async with await connect(quick) as conn:
         pub = Publisher(conn, PublisherOptions(stream="ORDERS", ack_timeout=1.0, max_attempts=10))
-        timer = _resume_after_pause(nats_server)
-        try:
+        with _paused(nats_server):
             await pub.start()
-        finally:
-            timer.cancel()
-            nats_server.resume()
         try:
             ack = await (await pub.publish("orders.x", b"{}", msg_id="a"))
             assert ack.stream == "ORDERS" and not ack.duplicate
@@ -293,10 +286,6 @@ async def test_the_resume_scan_of_stored_ids_rides_out_a_pause(
     await publish_n(conn, "orders.x", 20, msg_id=lambda i: f"o{i}")
     quick = ConnectOptions(servers=(nats_server.url,), request_timeout=1.0)
     async with await connect(quick) as slow:
-        timer = _resume_after_pause(nats_server)
-        try:
+        with _paused(nats_server):
             ids = await stored_ids(slow, "ORDERS", 0, retry_timeout=10.0)
-        finally:
-            timer.cancel()
-            nats_server.resume()
     assert ids == {f"o{i}" for i in range(20)}
