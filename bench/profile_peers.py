@@ -131,6 +131,11 @@ NATS_GROUPS = (
     ("JetStream store: read", r"\(\*(fileStore|msgBlock|memStore)\)\."),
     ("consumer delivery", r"\(\*consumer\)\.|\(\*consumerFileStore\)"),
     (
+        "header checks (msg id, expected-*)",
+        r"checkMsgHeadersPreClusteredProposal|getHeaderKeyIndex|sliceHeader|"
+        r"^github.com/nats-io/nats-server/v2/server\.getHeader$",
+    ),
+    (
         "stream ingest (other)",
         r"processJetStreamMsg|processInboundJetStreamMsg|processJetStreamBatch|"
         r"processJetStreamFast|\(\*stream\)\.process|\(\*jetStream\)",
@@ -160,7 +165,19 @@ NATSGO_GROUPS = (
     ("Go runtime scheduler", r"^runtime\.(schedule|findRunnable|mcall|park_m|netpoll|futex)"),
 )
 #: Our Python process (py-spy frames are "function (path:line)").
+MEASUREMENT = "measurement (the bench's /proc samplers)"
 PY_GROUPS = (
+    # "own:": only the stack's first frame outside the standard library is tested;
+    # "leaf:": only the stack's top frame.
+    (
+        "measurement (the bench's /proc samplers)",
+        r"own:^(\w+\.)?\w+ \(.*bench/_cpu\.py|"
+        r"own:^(ThreadSampler\.\w+|_stat|descendants|_cmdline|GoProfile\.\w+) \(",
+    ),
+    # Main-thread samples whose Python stack ends at the asyncio.run() call (py-spy saw
+    # no frame above it: the event loop between Python frames).
+    ("event loop / other", r"leaf:^(child|processor|pipeline|spark_write) \(.*bench/"),
+    ("thread-pool wait (py-spy counts it)", r"leaf:^_worker \(.*concurrent/futures/thread\.py"),
     (
         "ledger commit (fsync)",
         r"^(\w+\.)?(_commit|commit) \(.*(process/_applying|ledger/_sqlite|ledger/_postgres)",
@@ -169,9 +186,10 @@ PY_GROUPS = (
     ("handler insert", r"^(\w+\.)?(insert_row|_pg_insert|_timed_handler) "),
     ("acks", r"process/_acking|process/_ackfrontier|^_UnsentAcks"),
     ("Message construction", r"oncestream/_message\.py|oncestream/_headers\.py"),
-    ("frame parsing", r"oncestream/_nats/|nats/protocol/parser"),
-    ("pull stream (per-frame dispatch)", r"oncestream/read/"),
+    ("frame parsing (+ per-frame callback)", r"oncestream/_nats/|nats/protocol/parser"),
+    ("pull stream", r"oncestream/read/"),
     ("nats-py client (other)", r"site-packages/nats/"),
+    ("psycopg outside handler/claim/commit frames", r"site-packages/psycopg/"),
     ("Processor (other)", r"oncestream/process/|oncestream/ledger/"),
     ("event loop / other", r"asyncio/|selectors\.py"),
 )
@@ -183,9 +201,17 @@ def classify(frames: list[str], groups: Iterable[tuple[str, str]], go: bool) -> 
         if any(re.search(_GO_GC[1], f) for f in frames):
             return "GC"
         if any(re.search(_GO_SYSCALL, f) for f in frames[:8]):
-            return "syscalls"
+            store = any(re.search(r"\(\*(msgBlock|fileStore)\)", f) for f in frames)
+            return "syscalls: store files" if store else "syscalls: network / other"
+    own = next((f for f in frames if not re.match(_STDLIB, f)), frames[0])
     for group, pattern in groups:
-        if pattern and any(re.search(pattern, f) for f in frames):
+        if pattern.startswith("own:"):
+            if any(re.search(alt, own) for alt in pattern[4:].split("|own:")):
+                return group
+        elif pattern.startswith("leaf:"):
+            if re.search(pattern[5:], frames[0]):
+                return group
+        elif any(re.search(pattern, f) for f in frames):
             return group
     return "other"
 
@@ -479,7 +505,8 @@ class ProfiledWindow(_cases.Window):
             else None
         )
         pg = self.postgres_pid
-        self.pg = ThreadSampler(lambda: descendants(pg)).start() if pg else None
+        pg_pids = descendants(pg) if pg else []  # the backends exist before the window
+        self.pg = ThreadSampler(lambda: pg_pids).start() if pg else None
         self.go = GoProfile(self.prof_port, self.work).start() if self.prof_port else None
         self.spy = PySpy(os.getpid(), self.work / "pyspy.txt") if self.pyspy else None
         super().__enter__()
@@ -529,7 +556,7 @@ class ProfiledWindow(_cases.Window):
 def child(args: argparse.Namespace) -> None:
     ProfiledWindow.prof_port = args.prof_port
     ProfiledWindow.work = Path(tempfile.mkdtemp(prefix="profile-peers-"))
-    ProfiledWindow.pyspy = args.case.startswith("processor")
+    ProfiledWindow.pyspy = True
     _cases.Window = ProfiledWindow  # the cases look their Window up when they run
     ns = argparse.Namespace(
         format=args.format,
@@ -781,6 +808,7 @@ def run_postgres(n: int, statements: int) -> dict[str, Any]:
             finally:
                 server.close()
         e2e["system"] = "oncestream Processor + PostgresLedger, INSERT handler"
+        e2e["n"] = n
     finally:
         pg.stop()
     return {"micro": micro, "processor": e2e}
@@ -806,11 +834,22 @@ def breakdown(record: dict[str, Any], n: int) -> list[tuple[str, float]]:
     driver = procs.pop("driver", None)
     client_go = procs.pop("nats.go client", None)
     for key, used in sorted(procs.items(), key=lambda kv: -kv[1]):
+        # A process seen last as a zombie has no command line left.
+        key = (
+            "a one-off process that exited (command line gone)"
+            if key.strip() == ("other Python:")
+            else key
+        )
         rows.append((f"Python: {key}", _us(used, n)))
     if "python" in prof and driver is not None:
-        for group, share in prof["python"]["shares"].items():
-            rows.append((f"our process: {group}", _us(driver * share, n)))
-        rows.append(("our process: total", _us(driver, n)))
+        shares_ = prof["python"]["shares"]
+        for group, share in shares_.items():
+            rows.append((f"driver / Processor (Python): {group}", _us(driver * share, n)))
+        rows.append(("driver / Processor (Python): total", _us(driver, n)))
+        measured = shares_.get(MEASUREMENT, 0.0)
+        rows.append(
+            ("driver / Processor (Python): total less measurement", _us(driver * (1 - measured), n))
+        )
     elif driver is not None:
         rows.append(("driver (Python)", _us(driver, n)))
     if client_go is not None:
@@ -828,7 +867,7 @@ def breakdown(record: dict[str, Any], n: int) -> list[tuple[str, float]]:
         rows.append(("Kafka broker: total", _us(server, n)))
     for title, used in sorted(prof.get("postgres", {}).items(), key=lambda kv: -kv[1]):
         rows.append((f"PostgreSQL: {title}", _us(used, n)))
-    return [(k, v) for k, v in rows if v >= 0.005 or k.endswith(": total")]
+    return [(k, v) for k, v in rows if v >= 0.005 or ": total" in k]
 
 
 def side_by_side(title: str, records: list[dict[str, Any]], n: int) -> str:
@@ -845,10 +884,11 @@ def side_by_side(title: str, records: list[dict[str, Any]], n: int) -> str:
     )
     for key in order:
         cells = [f"{c[key]:.2f}" if key in c else "" for c in cols]
-        bold = key.endswith(": total")
+        bold = ": total" in key
         label = f"**{key}**" if bold else key
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    client = [r["client_cpu"] for r in records]
+    # The profilers (py-spy, jcmd) are left out here; the Window's client_cpu counts them.
+    client = [sum(r["profile"]["processes"].values()) for r in records]
     lines.append(
         "| **client total** | " + " | ".join(f"**{_us(c, n):.2f}**" for c in client) + " |"
     )
@@ -896,6 +936,7 @@ def main() -> int:
     parser.add_argument("--n", default="1e6", help="messages per case")
     parser.add_argument("--pg-statements", default="5e4", help="postgres: INSERTs per variant")
     parser.add_argument("--pg-n", default="", help="postgres: Processor messages (default --n)")
+    parser.add_argument("--tables", default="", help="reprint the tables of a results file")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("case", nargs="?", help=argparse.SUPPRESS)
     parser.add_argument("--format", default="jetstream", help=argparse.SUPPRESS)
@@ -908,6 +949,13 @@ def main() -> int:
     if args.child:
         args.n = int(float(args.n))
         child(args)
+        return 0
+    if args.tables:
+        saved = json.loads(Path(args.tables).read_text())
+        md = [tables(path, got, saved["meta"]["n"]) for path, got in saved["results"].items()]
+        saved["markdown"] = md
+        Path(args.tables).write_text(json.dumps(saved, indent=1))
+        print("\n".join(md))
         return 0
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     bad = [p for p in paths if p not in PATHS]
@@ -965,22 +1013,27 @@ def run_path(
 ) -> str:
     """Run one path's cases into ``results``; its Markdown tables."""
     if path in plan:
-        records = [run_spark_or_processor(*spec, n) for spec in plan[path]]
-        results[path] = records
-        return side_by_side(f"{path}, N={n:,}", records, n)
-    if path == "consume":
+        results[path] = [run_spark_or_processor(*spec, n) for spec in plan[path]]
+    elif path == "consume":
         ours = run_spark_or_processor(
             "consume", "oncestream Processor + SQLite ledger", "processor", "jetstream", n
         )
         results[path] = [ours, run_natsgo_consume(n)]
-        return side_by_side(f"consume with acks, N={n:,}", results[path], n)
-    got = run_postgres(pg_n, statements)
-    results[path] = got
-    return (
-        pg_table(got["micro"])
-        + "\n"
-        + side_by_side(f"Processor + PostgreSQL, N={pg_n:,}", [got["processor"]], pg_n)
-    )
+    else:
+        results[path] = run_postgres(pg_n, statements)
+    return tables(path, results[path], n)
+
+
+def tables(path: str, got: Any, n: int) -> str:
+    """The Markdown tables of one path's results."""
+    if isinstance(got, dict) and "error" in got:
+        return f"### {path}: failed\n\n{got['error']}\n"
+    if path == "postgres":
+        pg_n = got["processor"]["n"]
+        title = f"Processor + PostgreSQL, N={pg_n:,}"
+        return pg_table(got["micro"]) + "\n" + side_by_side(title, [got["processor"]], pg_n)
+    title = "consume with acks" if path == "consume" else path
+    return side_by_side(f"{title}, N={n:,}", got, n)
 
 
 if __name__ == "__main__":
