@@ -8,6 +8,8 @@
 //	batch   : orbit.go atomic BatchPublisher, -batch messages per commit, a Nats-Msg-Id each
 //	fast    : orbit.go FastPublisher (fast-ingest batch, flow-controlled acks), one batch
 //
+// -cpuprofile FILE writes a Go CPU profile of the cases (bench/profile_peers.py reads it).
+//
 // It prints one JSON object per case on stdout, like bench/go. Built by
 // `make bench-peers` with the Go module proxy (go.mod pins the versions).
 package main
@@ -18,6 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -175,6 +178,7 @@ func main() {
 	cases := flag.String("cases", "publish,consume", "comma-separated cases; consume reads what publish wrote")
 	pending := flag.Int("max-pending", 4000, "async publish window")
 	batch := flag.Int("batch", 1000, "messages per atomic batch")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the cases to this file (go tool pprof)")
 	flag.Parse()
 
 	nc, err := nats.Connect(*url)
@@ -188,6 +192,17 @@ func main() {
 	}
 	ctx := context.Background()
 	ensureStream(ctx, js, *stream, *subject, strings.Contains(*cases, "batch") || strings.Contains(*cases, "fast"))
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fail("cpuprofile: %v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fail("cpuprofile: %v", err)
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	for _, c := range strings.Split(*cases, ",") {
 		switch c {
 		case "publish":
