@@ -36,7 +36,7 @@ from oncestream.load._progress import (
     PublishProgress,
     progress_key,
 )
-from oncestream.publish import PublisherOptions
+from oncestream.publish import PublisherOptions, SubjectLog
 from oncestream.read import stored_ids
 from oncestream.server import NatsServer
 from tests.integration.test_publisher import read_back
@@ -275,6 +275,36 @@ async def test_a_publisher_start_rides_out_a_pause(nats_server: NatsServer, make
         with pytest.raises(StreamNotFound):
             await missing.start()
         assert asyncio.get_running_loop().time() - started < 1.0
+
+
+async def test_a_log_start_that_stays_stalled_gives_up_once_after_its_budget(
+    nats_server: NatsServer, make_stream
+) -> None:
+    """A SubjectLog's first append retries its Publisher's start at one level: against a
+    server paused throughout it gives up after the log's retry budget with one note.
+    Shown failing before: each attempt of the log's retry also retried the start's
+    STREAM.INFO for the Publisher's own patience (2 s here), so it took up to twice the
+    budget and the error carried two notes."""
+    await make_stream("LOG", ("log.>",), duplicate_window=60)
+    quick = ConnectOptions(servers=(nats_server.url,), request_timeout=0.5)
+    async with await connect(quick) as conn:
+        log = SubjectLog(conn, "LOG", "log.a", ack_timeout=1.0, max_attempts=2, retry_budget=2.0)
+        loop = asyncio.get_running_loop()
+        nats_server.pause()
+        try:
+            started = loop.time()
+            with pytest.raises(OncestreamError) as caught:
+                await log.append(b"x", msg_id="a")
+            elapsed = loop.time() - started
+        finally:
+            nats_server.resume()
+        notes = [n for n in getattr(caught.value, "__notes__", []) if "of retries" in n]
+        assert len(notes) == 1 and "starting the publisher" in notes[0], notes
+        # The budget, plus the one request that was running when it ran out.
+        assert elapsed < 2.0 + 0.5 + 0.5, elapsed
+        ack = await log.append(b"x", msg_id="a")  # the server back: the same log appends
+        assert ack.seq == 1 and not ack.duplicate
+        await log.close()
 
 
 async def test_the_resume_scan_of_stored_ids_rides_out_a_pause(

@@ -771,8 +771,9 @@ REVIEWED_LONG = {
     # the chunk loop of Arrow columns beside publish_many's, and _publish_many_acks split
     # out so a paused fast path falls back without recursing; 1148: a chunk that cannot be
     # built gives back its slot; 1160: a publish permission denial moves the fast batches
-    # to the ack path for good, wave 4; 1170: start() retries its stream lookup).
-    "_publisher.py": 1170,
+    # to the ack path for good, wave 4; 1170: start() retries its stream lookup; 1185:
+    # start(retry_budget=), a caller's one-level retry).
+    "_publisher.py": 1185,
     # The Processor's life: start (ledger, consumer, ownership for ack policy all, the
     # delivery limit, reclaiming a dead instance's messages), the batch loop, the pin's
     # takeovers and stop. Each of those is a file of its own (_pinning, _ackfrontier,

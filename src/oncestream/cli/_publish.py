@@ -236,7 +236,7 @@ async def _run(
     )
     shown = _Console(name, progress, metrics)
     pub = load_options.publisher
-    patience = pub.ack_timeout * pub.max_attempts
+    patience = pub.patience
     limit = options.max_reconnect_attempts
     if limit != -1 and limit * options.reconnect_wait < patience:
         # A server restarting at start-up is waited for as long as a stalled one: the

@@ -332,7 +332,7 @@ async def _load(
     # leader election or a paused server here is failed work only once it outlasts them.
     info = await retrying(
         lambda: check_target(conn, stream, options.template, options.label),
-        budget=pub_options.ack_timeout * pub_options.max_attempts,
+        budget=pub_options.patience,
         what=f"checking stream {stream!r}",
         budget_source=options.label("patience"),
     )

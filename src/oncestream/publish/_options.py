@@ -137,6 +137,17 @@ class PublisherOptions:
         return self.retry_backoff[index]
 
     @property
+    def patience(self) -> float:
+        """``ack_timeout * max_attempts``: how long a start-up request is retried.
+
+        As patient as one message's sends (backoff delays aside): a leader election
+        or a paused server at start is ridden out as it would be a moment later.
+        :meth:`Publisher.start` retries its ``STREAM.INFO`` this long, and
+        ``oncestream publish`` its other start-up requests.
+        """
+        return self.ack_timeout * self.max_attempts
+
+    @property
     def retry_horizon(self) -> float:
         """Longest time after a message's first send at which it can still be sent again.
 

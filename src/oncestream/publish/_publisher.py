@@ -39,6 +39,7 @@ from .._errors import (
 )
 from .._headers import EXPECTED_STREAM, check_msg_id
 from .._nats import FrameSubscription, exception_retrieved, status_code
+from .._options import parse_duration
 from .._retry import retrying
 from ..streams._internal import check_server_bugs, server_version
 from ..tracing._internal import tracer
@@ -166,34 +167,48 @@ class Publisher:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self) -> None:
+    async def start(self, *, retry_budget: float | None = None) -> None:
         """Check the stream (window guard) and subscribe to the reply inbox.
 
         A transient failure of the stream lookup (a leader election, a paused
-        server) is retried for ``ack_timeout x max_attempts`` seconds.
+        server) is retried for ``retry_budget`` seconds.
+
+        Args:
+            retry_budget: seconds to retry the lookup (0: one attempt, for a caller
+                that retries the whole start itself); None: the options'
+                :attr:`~PublisherOptions.patience`.
 
         Raises:
             StreamNotFound: ``options.stream`` does not exist.
             OperationTimeout: the stream lookup failed transiently for that long.
-            ConfigError: the retry horizon exceeds the stream's duplicate window.
+            ConfigError: the retry horizon exceeds the stream's duplicate window, or
+                ``retry_budget`` is not a duration.
             PermissionDenied: the user may not subscribe to the reply inbox (no
                 PubAck could arrive).
         """
+        opts = self.options
+        budget = (
+            opts.patience if retry_budget is None else parse_duration("retry_budget", retry_budget)
+        )
         if self._started:
             return
         if self._closed:
             raise PublishError("this Publisher is closed")
-        opts = self.options
         config: dict[str, object] = {}
         if opts.stream is not None:
-            # As patient as one message's sends: a leader election or a paused server
-            # at start is ridden out as it would be a moment later, mid-run.
-            info = await retrying(
-                lambda: self.conn.stream_info(opts.stream or ""),
-                budget=opts.ack_timeout * opts.max_attempts,
-                what=f"STREAM.INFO {opts.stream}",
-                budget_source="PublisherOptions ack_timeout x max_attempts",
-            )
+            if not budget:  # the caller retries the whole start (and notes it)
+                info = await self.conn.stream_info(opts.stream)
+            else:
+                info = await retrying(
+                    lambda: self.conn.stream_info(opts.stream or ""),
+                    budget=budget,
+                    what=f"STREAM.INFO {opts.stream}",
+                    budget_source=(
+                        "PublisherOptions ack_timeout x max_attempts"
+                        if retry_budget is None
+                        else "the caller's retry budget"
+                    ),
+                )
             config = info.get("config", {})
             window = int(config.get("duplicate_window") or 0) / 1e9  # type: ignore[call-overload]
             self.duplicate_window = window

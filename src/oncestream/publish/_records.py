@@ -49,7 +49,9 @@ class SubjectLog:
             stream needs ``allow_direct``) instead of ``STREAM.MSG.GET``.
         retry_budget: seconds for which the log's own requests (reading the last
             record, the Publisher's start-up ``STREAM.INFO``) retry transient errors
-            (a timeout, no stream leader); 0: none. Permanent errors propagate at once.
+            (a timeout, no stream leader); 0: none, except that an unstarted
+            Publisher retries its ``STREAM.INFO`` for its own
+            :attr:`~PublisherOptions.patience`. Permanent errors propagate at once.
 
     Attributes:
         last_seq: the stream sequence of the last record read or appended (0: none).
@@ -127,10 +129,14 @@ class SubjectLog:
             PublishFailed: no PubAck after every retry.
         """
         expected = self.last_seq
-        if not self.publisher.started:
-            # Its STREAM.INFO is a request of its own: as patient as the reads.
+        if not self.publisher.started and not self.retry_budget:
+            await self.publisher.start()  # its STREAM.INFO retries for its own patience
+        elif not self.publisher.started:
+            # As patient as the reads, at one level: the whole start (its STREAM.INFO,
+            # the reply subscription's flush) is retried here and none of it inside, so
+            # a stalled lookup gives up after retry_budget, not after twice that.
             await retrying(
-                self.publisher.start,
+                lambda: self.publisher.start(retry_budget=0.0),
                 budget=self.retry_budget,
                 what=f"starting the publisher of {self.subject!r}",
             )
