@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 __all__ = ["CpuSampler", "cpu_seconds", "role_of"]
@@ -28,17 +29,29 @@ def role_of(cmdline: str) -> str:
     return next((role for key, role in _ROLES if key in cmdline), "driver")
 
 
-def _read(pid: int) -> tuple[int, float, str] | None:
-    """(parent pid, CPU seconds, command line) of ``pid``; None when it is gone."""
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds) of ``pid``; None when it is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        cmd = (
-            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        )
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK, cmd
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _read(pid: int) -> tuple[int, float, str] | None:
+    """(parent pid, CPU seconds, command line) of ``pid``; None when it is gone."""
+    stat = _stat(pid)
+    return None if stat is None else (*stat, _cmdline(pid))
 
 
 def cpu_seconds(pid: int) -> float:
@@ -54,6 +67,11 @@ class CpuSampler:
     last interval). ``stop()`` returns seconds per role (see :func:`role_of`).
     ``also``: processes outside this tree to count as well (a nats-server that
     the parent of a benchmark process started).
+
+    The sampler runs in the measured process, so its own thread's CPU is taken
+    off this process's count (it is the benchmark's, not the client's): a sample
+    reads every ``/proc/<pid>/stat`` of the machine to find the descendants, and
+    each new descendant's command line once.
     """
 
     def __init__(self, interval: float = 0.25, also: tuple[int, ...] = ()) -> None:
@@ -67,12 +85,12 @@ class CpuSampler:
     def _sample(self) -> None:
         procs = {}
         for entry in os.listdir("/proc"):
-            if entry.isdigit() and (info := _read(int(entry))) is not None:
+            if entry.isdigit() and (info := _stat(int(entry))) is not None:
                 procs[int(entry)] = info
         root = os.getpid()
         tree = {root, *self.also}
         children: dict[int, list[int]] = {}
-        for pid, (ppid, _, _) in procs.items():
+        for pid, (ppid, _) in procs.items():
             children.setdefault(ppid, []).append(pid)
         todo = [root]
         while todo:
@@ -81,15 +99,23 @@ class CpuSampler:
                     tree.add(child)
                     todo.append(child)
         for pid in tree & procs.keys():
-            _, cpu, cmd = procs[pid]
+            cpu = procs[pid][1]
+            if pid == root:
+                cpu -= self._own
             self._first.setdefault(pid, 0.0 if self._started else cpu)
+            known = self._last.get(pid)
+            cmd = known[1] if known is not None else _cmdline(pid)
             self._last[pid] = (cpu, cmd)
 
     _started = False
+    #: CPU seconds the sampler thread has used (taken off this process's count).
+    _own = 0.0
 
     def _run(self) -> None:
+        began = time.thread_time()
         while not self._stop.wait(self.interval):
             self._sample()
+            self._own = time.thread_time() - began
 
     def start(self) -> CpuSampler:
         if Path("/proc/self/stat").exists():

@@ -118,7 +118,7 @@ def _pg_copy(msgs: Any, tx: Any) -> None:
             copy.write_row((msg.data,))
 
 
-async def _processor(
+async def processor_case(
     url: str,
     n: int,
     stream: str,
@@ -231,7 +231,9 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
                 raise SystemExit(f"{args.case} needs --pg-url")
             pg_url = args.pg_url
         return asyncio.run(
-            _processor(args.url, args.n, args.stream, pg_url, batched=batched, ack_policy=policy)
+            processor_case(
+                args.url, args.n, args.stream, pg_url, batched=batched, ack_policy=policy
+            )
         )
     if args.case == "spark-source":
         from bench.bench_spark_source import spark_read

@@ -577,7 +577,7 @@ def child(args: argparse.Namespace) -> None:
                 return await real(*a, **kw)
 
         _scale_cases.processor = windowed
-        asyncio.run(_scale_cases._processor(args.target, args.n, "SCALE", args.pg_url))
+        asyncio.run(_scale_cases.processor_case(args.target, args.n, "SCALE", args.pg_url))
         window = ProfiledWindow.last
         assert window is not None
         result = window.result(args.n)
@@ -792,7 +792,7 @@ def run_postgres(n: int, statements: int) -> dict[str, Any]:
 
     pg = PostgresServer().start()
     try:
-        postmaster = pg._proc.pid if pg._proc is not None else 0
+        postmaster = pg.pid or 0
         micro = pg_micro(pg.url, lambda: descendants(postmaster), statements)
         case = _case("consume", "oncestream Processor + SQLite ledger")
         with tempfile.TemporaryDirectory(prefix="profile-peers-") as tmp:

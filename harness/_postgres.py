@@ -144,6 +144,11 @@ class PostgresServer:
                 raise RuntimeError("pg_hba.conf password rule not in effect after 10 s")
             time.sleep(0.05)
 
+    @property
+    def pid(self) -> int | None:
+        """The postmaster's process id while the server runs (None: not running)."""
+        return None if self._proc is None else self._proc.pid
+
     def stop(self) -> None:
         if self._proc is not None:
             # runuser forwards the signal; SIGINT is PostgreSQL's "fast shutdown".
