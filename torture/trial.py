@@ -40,12 +40,12 @@ from . import spark as sparkpart
 from .faults import Outcome, not_yet
 from .nemesis import (
     CONSUMER_RESET,
-    MAX_WAIT,
     PROCESSORS,
     PRODUCERS,
     Fault,
     Worker,
     fault_menu,
+    max_wait,
     python_argv,
     wait_state,
 )
@@ -349,7 +349,7 @@ class Trial:
     async def _start_due(self, now: float, pending: list[Fault], active: list[Any]) -> None:
         """Start the faults that are due. One whose target is busy, whose leader is
         unknown or whose precondition does not hold yet retries every 0.5 s, and is
-        skipped (with the last reason) after :data:`MAX_WAIT` s; one whose effect was
+        skipped (with the last reason) after :func:`max_wait` s; one whose effect was
         not seen is healed at once and skipped."""
         for fault in [f for f in pending if f.start <= now]:
             if self._retry_at.get(fault, 0.0) > now:
@@ -384,12 +384,12 @@ class Trial:
                     pending.remove(fault)
                     self._skip(fault, target, why, outcome.how)
                     continue
-            if now - fault.start < MAX_WAIT:
+            if now - fault.start < max_wait(fault.kind):
                 self._retry_at[fault] = now + 0.5
                 self._waiting[fault] = why
                 continue
             pending.remove(fault)
-            self._skip(fault, target, f"not started within {MAX_WAIT:g}s: {why}")
+            self._skip(fault, target, f"not started within {max_wait(fault.kind):g}s: {why}")
 
     def _server_log_size(self, fault: Fault, target: str) -> int:
         if fault.kind != "disk-full" or self.topo is None:
