@@ -13,9 +13,12 @@ Cases (the same query for both formats; only the format's options differ):
   2 tasks (``minPartitions=2``), the second of two reads timed (JIT warm);
 - ``spark-write``: ``df.write`` of N 128-byte rows from 2 tasks, each with an id
   (jetstream ``msg_id`` / Kafka ``key``; Kafka's producer is idempotent, acks=all),
-  after a 100,000-row warm-up write elsewhere;
+  after a 100,000-row warm-up write elsewhere; the one subject / topic is an option,
+  not a column;
 - ``pipeline``: ``readStream`` of the N stored messages -> ``writeStream`` into another
-  stream/topic, ``Trigger.AvailableNow``, N/10 per micro-batch, checkpointed; after the
+  stream/topic (its one subject / topic an option; our rows keep ``stream`` and
+  ``sequence``, the lineage ids), ``Trigger.AvailableNow``, N/10 per micro-batch,
+  checkpointed; after the
   same query on another N/10 messages (JIT and Python workers warm), or with ``--cold``
   as the first query of the session (Spark's start-up of the source and sink included).
 
@@ -140,33 +143,32 @@ def spark_write(args: argparse.Namespace) -> dict[str, Any]:
     kafka = args.format == "kafka"
     batched = False if args.pre_change else None
 
-    def frame(n: int, prefix: str, subject: str) -> Any:
+    def frame(n: int, prefix: str) -> Any:
         data = F.expr("cast(lpad(cast(id as string), 128, 'x') as binary)")
         key = F.concat(F.lit(prefix), F.col("id").cast("string"))
         if kafka:
             return spark.range(0, n, numPartitions=2).select(key.alias("key"), data.alias("value"))
-        return spark.range(0, n, numPartitions=2).select(
-            F.lit(subject).alias("subject"), data.alias("data"), key.alias("msg_id")
-        )
+        return spark.range(0, n, numPartitions=2).select(data.alias("data"), key.alias("msg_id"))
 
-    def write(df: Any, name: str) -> None:
+    def write(df: Any, name: str, subject: str) -> None:
         if kafka:
             df.write.format("kafka").option("kafka.bootstrap.servers", args.target).option(
                 "topic", name.lower()
             ).save()
         else:
-            df.write.format("jetstream").option("servers", args.target).option("stream", name).mode(
-                "append"
-            ).save()
+            # One subject, named as an option (as Kafka's case names its topic).
+            df.write.format("jetstream").option("servers", args.target).option(
+                "stream", name
+            ).option("subject", subject).mode("append").save()
 
     if not kafka:
         asyncio.run(_ensure(args.target, StreamSpec(name="WARM", subjects=("warm.>",))))
         spec = scale_spec(STREAM, duplicate_window=120, storage="file", batched=batched)
         asyncio.run(_ensure(args.target, spec))
-    write(frame(100_000, "warm-", "warm.x"), "WARM")
-    df = frame(args.n, "r-", SUBJECT)
+    write(frame(100_000, "warm-"), "WARM", "warm.x")
+    df = frame(args.n, "r-")
     with Window(args.server_pid) as w:
-        write(df, STREAM)
+        write(df, STREAM, SUBJECT)
     stored = (
         _kafka_count(spark, args.target, TOPIC)
         if kafka
@@ -199,13 +201,13 @@ def pipeline(args: argparse.Namespace) -> dict[str, Any]:
                 name=out_name, subjects=(f"{out_name.lower()}.>",), allow_batched=batched
             )
             asyncio.run(_ensure(args.target, spec))
+            # One output subject, named as an option (as Kafka's case names its topic).
             out = (
-                source.selectExpr(
-                    f"'{out_name.lower()}.x' AS subject", "data", "stream", "sequence"
-                )
+                source.selectExpr("data", "stream", "sequence")
                 .writeStream.format("jetstream")
                 .option("servers", args.target)
                 .option("stream", out_name)
+                .option("subject", f"{out_name.lower()}.x")
             )
         checkpoint = tempfile.mkdtemp(prefix="bench-peers-chk-")
         return out.option("checkpointLocation", checkpoint).trigger(availableNow=True)
