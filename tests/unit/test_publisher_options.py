@@ -37,22 +37,12 @@ def test_defaults_and_horizon() -> None:
         ({"retry_backoff": (0.1, -1)}, "retry_backoff"),
         ({"stream": "a.b"}, "stream"),
         ({"stream": ""}, "stream"),
-        ({"linger": 0}, "linger"),
-        ({"linger": -0.1}, "linger"),
-        ({"linger": 5.0}, "linger must be a duration > 0 and below ack_timeout"),
-        ({"linger": "soon"}, "linger"),
     ],
 )
 def test_invalid_values_name_the_option(kwargs: dict[str, object], fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment) as info:
         PublisherOptions(**kwargs)  # type: ignore[arg-type]
     assert repr(next(iter(kwargs.values()))) in str(info.value)
-
-
-def test_linger_default_and_durations() -> None:
-    assert PublisherOptions().linger is None  # the Publisher's 2 ms
-    assert PublisherOptions(linger="250ms").linger == 0.25
-    assert PublisherOptions(linger=1, ack_timeout="2s").linger == 1.0
 
 
 def test_options_are_frozen_and_keyword_only() -> None:

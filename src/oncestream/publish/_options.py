@@ -62,13 +62,6 @@ class PublisherOptions:
             :class:`ConfigError` naming why they are unavailable); ``"acks"``
             always waits for each message's PubAck (its stream sequence and
             duplicate flag). See :mod:`oncestream.publish._fast_ingest`.
-        linger: time without a new publish after which the open fast-ingest
-            batch is ended, so that the server confirms its last messages
-            (seconds or a duration string, below ``ack_timeout``). None: 2 ms,
-            for messages published one at a time. A bulk writer whose calls
-            come with short gaps keeps one batch with a longer one (the Spark
-            sink's tasks use 0.25 s): each new batch starts with a flow window
-            of one message. :meth:`Publisher.flush` ends the batch at once.
 
     Raises:
         ConfigError: naming the bad value and what is allowed.
@@ -83,7 +76,6 @@ class PublisherOptions:
     check_window: bool = True
     tracing: bool = False
     ingest: Literal["auto", "fast", "acks"] = "auto"
-    linger: float | None = None
 
     def __post_init__(self) -> None:
         if self.ingest not in ("auto", "fast", "acks"):
@@ -107,14 +99,6 @@ class PublisherOptions:
         if ack_timeout <= 0:
             raise ConfigError(f"ack_timeout must be a duration > 0, got {self.ack_timeout!r}")
         object.__setattr__(self, "ack_timeout", ack_timeout)
-        if self.linger is not None:
-            linger = parse_duration("linger", self.linger)
-            if not 0 < linger < ack_timeout:
-                raise ConfigError(
-                    f"linger must be a duration > 0 and below ack_timeout ({ack_timeout:g}s), "
-                    f"got {self.linger!r}"
-                )
-            object.__setattr__(self, "linger", linger)
         backoff = self.retry_backoff
         if isinstance(backoff, str):  # "50ms,250ms,1s"
             backoff = tuple(part for part in backoff.split(",") if part.strip())

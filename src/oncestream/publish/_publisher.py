@@ -1038,10 +1038,10 @@ class Publisher:
 
     def _arm_linger(self) -> None:
         self._linger_sent = self._sent
-        self._linger = self._loop.call_later(self.options.linger or LINGER, self._on_linger)  # type: ignore[union-attr]
+        self._linger = self._loop.call_later(LINGER, self._on_linger)  # type: ignore[union-attr]
 
     def _on_linger(self) -> None:
-        """End the open batch once nothing was published for the linger (its tail is then acked)."""
+        """End the open batch once nothing was published for LINGER (its tail is then acked)."""
         self._linger = None
         batch = self._fast.open
         if batch is None or self._closed:

@@ -29,7 +29,6 @@ from ._options import (
 __all__ = [
     "INGEST",
     "SINK_OPTIONS",
-    "TASK_LINGER",
     "SinkOptions",
     "id_scope",
     "lineage_id",
@@ -56,13 +55,6 @@ SINK_OPTIONS = (
     "createStreamAllowBatched",
     "createStreamAllowAtomic",
 )
-
-#: Seconds a task's Publisher keeps its fast-ingest batch open between publishes (at
-#: most half of ``ackTimeout``). A task publishes one Arrow batch at a time; at the
-#: Publisher's 2 ms a hand-over from Spark that took longer ended the batch, and each
-#: new one starts on a one-message flow window (bench/peers spark-write at 10^6: 8-26
-#: batches a task, 1 at 0.1-0.5 s, 3-5% faster). flush() at the task's end ends it.
-TASK_LINGER = 0.25
 
 #: The sink's ``ingest`` values: the Publisher's three, and atomic chunks.
 INGEST = ("auto", "fast", "acks", "atomic")
@@ -155,9 +147,6 @@ class SinkOptions:
                 f"option 'atomicBatchSize' must be 1..{MAX_BATCH} (rows per atomic batch; "
                 f"{MAX_BATCH} is the server's largest), got {size!r}"
             )
-        if self.publisher.linger is None:
-            linger = min(TASK_LINGER, self.publisher.ack_timeout / 2)
-            object.__setattr__(self, "publisher", replace(self.publisher, linger=linger))
         if self.ingest == "atomic":
             if self.stream is None:
                 raise ConfigError(
