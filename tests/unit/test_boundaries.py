@@ -772,8 +772,9 @@ REVIEWED_LONG = {
     # out so a paused fast path falls back without recursing; 1148: a chunk that cannot be
     # built gives back its slot; 1160: a publish permission denial moves the fast batches
     # to the ack path for good, wave 4; 1170: start() retries its stream lookup; 1185:
-    # start(retry_budget=), a caller's one-level retry).
-    "_publisher.py": 1185,
+    # start(retry_budget=), a caller's one-level retry; 1192: a start whose flush fails
+    # drops its reply subscription, break40).
+    "_publisher.py": 1192,
     # The Processor's life: start (ledger, consumer, ownership for ack policy all, the
     # delivery limit, reclaiming a dead instance's messages), the batch loop, the pin's
     # takeovers and stop. Each of those is a file of its own (_pinning, _ackfrontier,

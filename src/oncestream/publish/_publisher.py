@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -238,7 +239,13 @@ class Publisher:
         self._sub = await conn.subscribe_frames(wildcard, self._on_reply)
         # The server must know the reply subscription before the first ack; it
         # reports a refused subscription before it answers the flush's PING.
-        await conn.flush()
+        try:
+            await conn.flush()
+        except BaseException:  # a caller retrying start() subscribes anew: drop this one
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+            self._sub = None
+            raise
         denial = conn.subscription_denial(wildcard)
         if denial is not None:
             await self._sub.unsubscribe()
