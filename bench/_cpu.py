@@ -56,8 +56,8 @@ def _read(pid: int) -> tuple[int, float, str] | None:
 
 def cpu_seconds(pid: int) -> float:
     """CPU seconds (user + system) ``pid`` has used so far; 0.0 when it is gone."""
-    read = _read(pid)
-    return read[1] if read else 0.0
+    stat = _stat(pid)
+    return stat[1] if stat else 0.0
 
 
 class CpuSampler:
