@@ -170,6 +170,29 @@ def test_replicas_and_the_fsync_policy() -> None:
     assert check_sync_unknown([]) == []
 
 
+def test_a_replicated_stream_with_the_default_sync_is_warned_as_one_replica_is() -> None:
+    """R3/R5 with the default fsync policy: the fault campaign's power-loss faults lost
+    acknowledged writes there (docs/guarantees.md), so doctor warns as it does for R1."""
+    for replicas in (3, 5):
+        lazy = stream_findings(
+            stream(num_replicas=replicas), sync={"sync_always": False, "sync_interval": 120.0}
+        )
+        assert lazy["storage"].severity == "ok"
+        assert lazy["sync-interval"].severity == "warning"
+        message = lazy["sync-interval"].message
+        assert f"{replicas} replicas and sync_interval 2m" in message
+        assert "docs/guarantees.md#durability-per-setting" in message
+        assert "sync_interval: always" in lazy["sync-interval"].fix
+        always = stream_findings(
+            stream(num_replicas=replicas), sync={"sync_always": True, "sync_interval": 120.0}
+        )
+        assert always["sync-interval"].severity == "ok"
+    assert "sync-interval" not in stream_findings(stream(num_replicas=3), sync=None)
+    note = check_sync_unknown([], ["R"])[0]
+    assert note.severity == "note" and "R is replicated" in note.message
+    assert "1 replica" not in note.message
+
+
 # -- fast ingest -----------------------------------------------------------------------------
 
 

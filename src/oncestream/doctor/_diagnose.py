@@ -78,7 +78,11 @@ async def diagnose(
     )
     findings: list[Finding] = check_server(version, cluster=cluster, replicas=replicas)
     if sync is None:
-        findings += check_sync_unknown([_name(info) for info, _ in checked if _single_file(info)])
+        files = [info for info, _ in checked if _file(info)]
+        findings += check_sync_unknown(
+            [_name(i) for i in files if _replicas(i) == 1],
+            [_name(i) for i in files if _replicas(i) > 1],
+        )
     for info, consumers in checked:
         findings += check_stream(info, options=opts, version=version, cluster=cluster, sync=sync)
         stream = _name(info)
@@ -96,6 +100,9 @@ def _name(info: dict[str, Any]) -> str:
     return str((info.get("config") or {}).get("name"))
 
 
-def _single_file(info: dict[str, Any]) -> bool:
-    config = info.get("config") or {}
-    return int(config.get("num_replicas") or 1) == 1 and config.get("storage") != "memory"
+def _file(info: dict[str, Any]) -> bool:
+    return (info.get("config") or {}).get("storage") != "memory"
+
+
+def _replicas(info: dict[str, Any]) -> int:
+    return int((info.get("config") or {}).get("num_replicas") or 1)
