@@ -245,16 +245,14 @@ def _durability(
             )
         ]
     if replicas > 1:
-        found = [
-            Finding(
-                severity="ok",
-                target=target,
-                check="storage",
-                message=f"file storage, {replicas} replicas: a message is acknowledged once a "
-                "majority of them stored it",
-            )
-        ]
-        return found + _replicated_sync(target, replicas, sync)
+        stored = Finding(
+            severity="ok",
+            target=target,
+            check="storage",
+            message=f"file storage, {replicas} replicas: a message is acknowledged once a "
+            "majority of them stored it",
+        )
+        return [stored, *_replicated_sync(target, replicas, sync)]
     found: list[Finding] = []
     if cluster:
         found.append(
