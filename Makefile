@@ -8,7 +8,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup setup-oldest setup-oldest-nats demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture check-java clean
+.PHONY: setup setup-oldest setup-oldest-nats demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture lazyfs check-java clean
 
 setup: $(STAMP)
 
@@ -99,7 +99,7 @@ $(NATS_STAMP): pyproject.toml
 
 # Two workers, one test file each at a time (module fixtures stay whole; each worker
 # has its own SparkSession): most tests wait on servers and JVMs, not on the CPU.
-test: setup setup-oldest setup-oldest-nats test-services lint
+test: setup setup-oldest setup-oldest-nats test-services lazyfs lint
 	$(BIN)/pytest -n 2 --dist loadfile
 	ONCESTREAM_NATS_FASTPATH=0 $(BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider $(FALLBACK_TESTS)
 	$(NATS_BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider $(NATS_TESTS)
@@ -150,7 +150,16 @@ bench-scale: setup check-java bench-ref
 bench-pipeline: setup check-java
 	$(BIN)/python bench/bench_pipeline.py
 
-# Randomized fault campaign (issues 11, 20): needs root (network namespaces, tmpfs).
+# LazyFS (github.com/dsrhaslab/lazyfs, pinned commit), built into the git-ignored
+# torture/.lazyfs from its source with Debian's libfuse3, toml11 and spdlog (installed
+# when missing, as root): the campaign's lost-page-cache faults (os-crash, power-loss)
+# mount each node's store on it. Never committed.
+lazyfs: torture/.lazyfs/bin/lazyfs
+
+torture/.lazyfs/bin/lazyfs: scripts/build-lazyfs
+	scripts/build-lazyfs
+
+# Randomized fault campaign (issues 11, 20, 52): needs root (network namespaces, tmpfs).
 # Writes torture/results/<timestamp>/ and torture/results/latest.json. Exit 0 only
 # when every input record of every producer is stored once and applied once in each
 # database (and once in each Spark output: SPARK_EVERY=N runs the Spark job in one
@@ -162,14 +171,17 @@ bench-pipeline: setup check-java
 # SABOTAGE=drop-acked|apply-twice|skip-position|drop-row is the negative control:
 # the system is broken on purpose and the run must exit 1 naming the violation,
 # e.g. make torture TRIALS=1 SABOTAGE=skip-position (drop-row: SPARK_EVERY=1).
+# OPTIONS="window=short dead_letters=replay" pins drawn options (--option, each NAME=VALUE).
 TRIALS ?= 100
 SEED   ?= 7
 FAULTS ?=
 SPARK_EVERY ?= 10
 SABOTAGE ?=
-torture: setup
+OPTIONS ?=
+torture: setup setup-oldest lazyfs
 	$(BIN)/python -m torture --trials $(TRIALS) --seed $(SEED) --spark-every $(SPARK_EVERY) \
-		$(if $(FAULTS),--fault-kinds $(FAULTS)) $(if $(SABOTAGE),--sabotage $(SABOTAGE))
+		$(if $(FAULTS),--fault-kinds $(FAULTS)) $(if $(SABOTAGE),--sabotage $(SABOTAGE)) \
+		$(foreach o,$(OPTIONS),--option $(o))
 
 clean:
-	rm -rf $(VENV) $(OLD_VENV) $(NATS_VENV) .peers build .mypy_cache .pytest_cache .ruff_cache src/*.egg-info
+	rm -rf $(VENV) $(OLD_VENV) $(NATS_VENV) .peers build .mypy_cache .pytest_cache .ruff_cache src/*.egg-info torture/.lazyfs

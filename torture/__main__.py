@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,12 +32,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import report
+from . import lazyfs, report
 from .checker import check, load_history
-from .nemesis import CONSUMER_RESET, fault_menu
+from .nemesis import CONSUMER_RESET, STACK_FAULTS, fault_menu, stack_menu
 from .netns import cleanup_stale
-from .spark import KINDS as SPARK_KINDS
-from .spark import describe_mode, java_available, runs_spark, spark_mode
+from .options import SPARK_VALUES, VALUES, TrialOptions, draw
+from .spark import ALL_KINDS as SPARK_KINDS
+from .spark import describe_mode, java_available, oldest_python, runs_spark, spark_mode
+from .storefaults import CRASH_KINDS
 from .topology import KINDS
 from .trial import SABOTAGE, Trial, planned_faults
 
@@ -55,6 +58,23 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=12.0, help="run phase per trial (s)")
     p.add_argument("--first", type=int, default=0, help="index of the first trial (rerun one)")
     p.add_argument("--faults", type=int, default=5, help="faults per trial (start-up, run, drain)")
+    p.add_argument(
+        "--stack-faults",
+        type=int,
+        default=None,
+        help="faults per trial on PostgreSQL, the SQLite ledger's disk and (R3) the servers' "
+        "storage and membership, from a cycle of their own (default: "
+        + ", ".join(f"{k} {v}" for k, v in STACK_FAULTS.items())
+        + ")",
+    )
+    p.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="pin a drawn option in every trial (e.g. dead_letters=replay, window=short, "
+        "spark_out=sqlite); repeatable",
+    )
     p.add_argument(
         "--fault-kinds",
         default="",
@@ -82,7 +102,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         choices=SABOTAGE,
         default=None,
         help="negative control: break the system once per trial; the run must exit 1 "
-        "(drop-row needs a Spark trial)",
+        "(drop-row needs a Spark trial, drop-letter dead letters, drop-pg-effect PostgreSQL)",
     )
     p.add_argument(
         "--schedule", action="store_true", help="print each trial's fault schedule and exit"
@@ -97,13 +117,28 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if args.faults < 0 or args.rate <= 0 or args.first < 0:
         p.error(f"need --faults >= 0, --rate > 0, --first >= 0 (got {args.faults}, "
                 f"{args.rate}, {args.first})")  # fmt: skip
+    if args.stack_faults is not None and args.stack_faults < 0:
+        p.error(f"need --stack-faults >= 0 (got {args.stack_faults})")
+    values = {**VALUES, **SPARK_VALUES}
+    args.pinned = {}
+    for item in args.option:
+        name, sep, value = item.partition("=")
+        if not sep or name not in values or value not in values[name]:
+            allowed = "; ".join(f"{n}={'|'.join(v)}" for n, v in values.items())
+            p.error(f"--option {item!r}: expected NAME=VALUE from {allowed}")
+        args.pinned[name] = value
     only = tuple(k for k in args.fault_kinds.split(",") if k)
-    known = {k for kind in KINDS for k, _ in fault_menu(kind)} | set(SPARK_KINDS)
+    known = {k for kind in KINDS for k, _ in (*fault_menu(kind), *stack_menu(kind))}
+    known |= set(SPARK_KINDS)
     if set(only) - known:
         p.error(f"unknown --fault-kinds {sorted(set(only) - known)}; known: {sorted(known)}")
     if only:
         spark = set(only) & set(SPARK_KINDS)  # every trial kind can run Spark
-        kinds = tuple(k for k in kinds if spark or {f for f, _ in fault_menu(k)} & set(only))
+        kinds = tuple(
+            k
+            for k in kinds
+            if spark or {f for f, _ in (*fault_menu(k), *stack_menu(k))} & set(only)
+        )
         if not kinds:
             p.error(f"no trial kind of --kinds has any of --fault-kinds {','.join(only)}")
     args.kinds, args.fault_kinds = kinds, only
@@ -111,6 +146,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args.spark_trials = [i for i in indices if runs_spark(i, args.spark_every)]
     if args.sabotage == "drop-row" and not args.spark_trials:
         p.error("--sabotage drop-row needs a Spark trial in the run (e.g. --spark-every 1)")
+    if args.sabotage == "drop-letter" and args.pinned.get("dead_letters", "keep") == "none":
+        p.error("--sabotage drop-letter needs dead letters (not --option dead_letters=none)")
+    if args.sabotage == "drop-letter":
+        args.pinned.setdefault("dead_letters", "keep")
+    if args.sabotage == "drop-pg-effect" and not args.postgres:
+        p.error("--sabotage drop-pg-effect needs PostgreSQL (not --no-postgres)")
     return args
 
 
@@ -128,6 +169,10 @@ def trial_plan(args: argparse.Namespace, index: int) -> dict[str, Any]:
     spark_faults = not args.fault_kinds or bool(set(args.fault_kinds) & set(SPARK_KINDS))
     spark = index in args.spark_trials and spark_faults
     seed = args.seed * 1000 + index
+    spark_ordinal = index // args.spark_every if spark and args.spark_every else None
+    options = trial_options(args, index, kind, spark_ordinal)
+    stack = STACK_FAULTS[kind] if args.stack_faults is None else args.stack_faults
+    mode = spark_mode(index, args.spark_every, kind == "leaf") if spark else None
     faults = planned_faults(
         seed=seed,
         kind=kind,
@@ -138,15 +183,41 @@ def trial_plan(args: argparse.Namespace, index: int) -> dict[str, Any]:
         fault_kinds=args.fault_kinds,
         spark=spark,
         sabotage=args.sabotage,
+        stack_faults=stack,
+        spark_mode=mode,
     )
-    plan = {"index": index, "kind": kind, "seed": seed, "spark": spark, "faults": faults}
-    if spark:
-        plan["spark_mode"] = spark_mode(index, args.spark_every, kind == "leaf")
+    plan = {"index": index, "kind": kind, "seed": seed, "spark": spark, "faults": faults,
+            "options": options, "stack_faults": stack}  # fmt: skip
+    if mode is not None:
+        plan["spark_mode"] = mode
     return plan
 
 
+def trial_options(
+    args: argparse.Namespace, index: int, kind: str, spark_ordinal: int | None
+) -> TrialOptions:
+    """The options trial ``index`` draws (:func:`torture.options.draw`), ``--option`` pins
+    applied. A leaf trial's processors read the hub's sourced stream, which has no
+    subjects to replay into: ``replay`` becomes ``keep`` there."""
+    drawn = draw(args.seed, index, spark_ordinal).as_dict()
+    spark = spark_ordinal is not None
+    drawn |= {k: v for k, v in args.pinned.items() if k not in SPARK_VALUES or spark}
+    if kind == "leaf" and drawn.get("dead_letters") == "replay":
+        drawn["dead_letters"] = "keep"
+    if drawn.get("dead_letters", "none") != "none" and not drawn.get("fail_share"):
+        drawn["fail_share"] = draw(args.seed, index, None).fail_share or 0.005
+    if drawn.get("dead_letters") == "none":
+        drawn["fail_share"] = 0.0
+    return TrialOptions(**drawn)
+
+
+def _plan_json(plan: dict[str, Any]) -> dict[str, Any]:
+    return {**plan, "faults": [f.as_dict() for f in plan["faults"]],
+            "options": plan["options"].as_dict()}  # fmt: skip
+
+
 def schedule_digest(plans: list[dict[str, Any]]) -> str:
-    rows = [{**p, "faults": [f.as_dict() for f in p["faults"]]} for p in plans]
+    rows = [_plan_json(p) for p in plans]
     return hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -174,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     plans = [trial_plan(args, i) for i in range(args.first, args.first + args.trials)]
     if args.schedule:
         for plan in plans:
-            print(json.dumps({**plan, "faults": [f.as_dict() for f in plan["faults"]]}))
+            print(json.dumps(_plan_json(plan)))
         print(json.dumps({"schedule_sha256": schedule_digest(plans)}))
         return 0
     if any(p["spark"] for p in plans) and not java_available():
@@ -188,6 +259,20 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_HARNESS
     if os.geteuid() != 0:
         print("torture needs root (network namespaces, tmpfs mounts)", file=sys.stderr)
+        return EXIT_HARNESS
+    crashes = [p["index"] for p in plans if {f.kind for f in p["faults"]} & set(CRASH_KINDS)]
+    missing = lazyfs.available() if crashes else None
+    if missing:
+        print(f"error: trials {crashes} schedule an OS crash (os-crash, power-loss), which "
+              f"needs LazyFS: {missing}", file=sys.stderr)  # fmt: skip
+        return EXIT_HARNESS
+    oldest = [p["index"] for p in plans if p["spark"] and p["options"].pyspark == "oldest"]
+    if oldest and oldest_python() is None:
+        print(
+            f"error: Spark trials {oldest} run the oldest PySpark, whose venv is missing: "
+            "run `make setup-oldest` (or pin --option pyspark=newest)",
+            file=sys.stderr,
+        )
         return EXIT_HARNESS
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -217,6 +302,7 @@ def _campaign(args: argparse.Namespace, plans: list[dict[str, Any]], argv: list[
     results: list[dict[str, Any]] = []
     try:
         _run(args, plans, out, run_id, results)
+        summary = report.write(out, results, args.seed, run_id, args.fault_kinds, about)
     except KeyboardInterrupt as exc:
         _write_status(args.out, {"status": "interrupted", "error": str(exc), **about,
                                  "trials_done": len(results)})  # fmt: skip
@@ -233,12 +319,15 @@ def _campaign(args: argparse.Namespace, plans: list[dict[str, Any]], argv: list[
             file=sys.stderr,
         )
         return EXIT_HARNESS
-    summary = report.write(out, results, args.seed, run_id, args.fault_kinds, about)
     print(f"report: {out / 'report.md'}")
     keys = ("trials", "records", "acked", *report.KEYS, "faults", "skipped")
     print(json.dumps({k: summary[k] for k in keys}))
     for warning in summary["coverage_warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
+    for t in summary["measured_limits"]["trials"]:
+        counts = ", ".join(f"{k}={v}" for k, v in t.items() if k not in ("trial", "setting", "why"))
+        print(f"measured limit (not a violation): trial {t['trial']}, {t['setting']} "
+              f"({t['why']}): {counts or 'nothing lost'}")  # fmt: skip
     if args.sabotage and not summary["sabotaged"]:
         print(f"warning: --sabotage {args.sabotage} found nothing to break", file=sys.stderr)
     if summary["violations"]:
@@ -258,62 +347,128 @@ def _run(
     run_id: str,
     results: list[dict[str, Any]],
 ) -> None:
-    pg = None
+    template = None
     try:
-        pg_admin = None
         if args.postgres:
-            sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-            from harness import PostgresServer
+            from .postgres import make_template
 
-            pg = PostgresServer().start()
-            pg_admin = pg.url
+            template = make_template()  # one initdb; every trial starts a copy
         for plan in plans:
-            i = plan["index"]
-            trial = Trial(
-                index=i,
-                seed=plan["seed"],
-                kind=plan["kind"],
-                out=out,
-                run_id=run_id,
-                duration=args.duration,
-                faults=args.faults,
-                rate=args.rate,
-                pg_admin=pg_admin,
-                campaign_seed=args.seed,
-                ordinal=ordinal(args.kinds, i),
-                fault_kinds=args.fault_kinds,
-                spark=plan["spark"],
-                sabotage=args.sabotage,
-                spark_mode=plan.get("spark_mode"),
-            )
-            assert trial.faults == plan["faults"]
             started = time.monotonic()
-            state = asyncio.run(trial.run())
-            result = check(load_history(trial.history), state)
+            try:
+                state, history = _trial(args, plan, out, run_id, template)
+                result = check(history, state)
+            except KeyboardInterrupt:
+                raise
+            except Exception as exc:  # the harness failed in this trial: a reported failure
+                result = harness_failure(plan, out, exc)
             result["wall_s"] = round(time.monotonic() - started, 1)
             results.append(result)
-            print(
-                json.dumps(
-                    {
-                        "trial": i,
-                        "kind": plan["kind"],
-                        "spark": describe_mode(plan["spark_mode"]) if plan["spark"] else False,
-                        "records": result["records"],
-                        "acked": result["acked"],
-                        "wall_s": result["wall_s"],
-                        **report.violations(result),
-                        "landed": len(result["faults"]),
-                        "skipped": len(result["skipped"]),
-                        "resets": sum(1 for f in result["faults"] if f["kind"] == CONSUMER_RESET),
-                        "pg_switches": (state.get("pg_active") or {}).get("switches"),
-                    }
-                ),
-                flush=True,
-            )
+            print(json.dumps(_trial_line(plan, result)), flush=True)
     finally:
-        if pg is not None:
-            pg.stop()
+        if template is not None:
+            shutil.rmtree(template, ignore_errors=True)
         cleanup_stale()  # also this run's own state, if a signal hit between setup steps
+
+
+def _trial(
+    args: argparse.Namespace,
+    plan: dict[str, Any],
+    out: Path,
+    run_id: str,
+    template: Path | None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    i = plan["index"]
+    trial = Trial(
+        index=i,
+        seed=plan["seed"],
+        kind=plan["kind"],
+        out=out,
+        run_id=run_id,
+        duration=args.duration,
+        faults=args.faults,
+        rate=args.rate,
+        pg_template=template,
+        campaign_seed=args.seed,
+        ordinal=ordinal(args.kinds, i),
+        fault_kinds=args.fault_kinds,
+        spark=plan["spark"],
+        sabotage=args.sabotage,
+        spark_mode=plan.get("spark_mode"),
+        options=plan["options"],
+        stack_faults=plan["stack_faults"],
+    )
+    assert trial.faults == plan["faults"]
+    state = asyncio.run(trial.run())
+    return state, load_history(trial.history)
+
+
+def harness_failure(plan: dict[str, Any], out: Path, exc: BaseException) -> dict[str, Any]:
+    """The result of a trial the harness itself failed in: a failure with the traceback and
+    the tail of every log of the trial, so the campaign still ends with a verdict."""
+    error = "".join(traceback.format_exception(exc))
+    logs: dict[str, list[str]] = {}
+    for tdir in out.glob(f"trial-{plan['index']:03d}-*"):
+        for log in sorted(tdir.glob("*.log")):
+            try:
+                logs[log.name] = log.read_text(errors="replace").splitlines()[-20:]
+            except OSError:
+                continue
+        (tdir / "harness-failure.txt").write_text(error)
+    print(f"trial {plan['index']}: the harness failed: {type(exc).__name__}: {exc}",
+          file=sys.stderr)  # fmt: skip
+    failure = {"error": error.splitlines()[-1][:500], "traceback": error[-4000:], "logs": logs}
+    return {
+        "index": plan["index"],
+        "kind": plan["kind"],
+        "seed": plan["seed"],
+        "records": 0,
+        "acked": 0,
+        "stored": {},
+        "lost": [],
+        "unstored": [],
+        "missing_at_hub": [],
+        "duplicated": [],
+        "applied_twice": {},
+        "missing_effects": {},
+        "unexpected": [],
+        "worker_failures": [],
+        "reader_mismatch": {},
+        "unreadable": {},
+        "spark": plan["spark"],
+        "spark_mode": describe_mode(plan["spark_mode"]) if plan["spark"] else None,
+        "spark_missing": {},
+        "spark_duplicated": {},
+        "dead_letters": {},
+        "replays": [],
+        "options": plan["options"].as_dict(),
+        "limit": None,
+        "harness_failures": [failure],
+        "notes": [f"the harness failed: {failure['error']}"],
+        "faults": [],
+        "skipped": [],
+        "recovery": [],
+        "timing": {},
+        "load": {"acks_per_s": None, "latency_p50_ms": None, "latency_p99_ms": None},
+    }
+
+
+def _trial_line(plan: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "trial": plan["index"],
+        "kind": plan["kind"],
+        "spark": describe_mode(plan["spark_mode"]) if plan["spark"] else False,
+        "options": " ".join(plan["options"].words()),
+        "records": result["records"],
+        "acked": result["acked"],
+        "wall_s": result["wall_s"],
+        **report.violations(result),
+        **({"limit": result["limit"]} if result.get("limit") else {}),
+        "landed": len(result["faults"]),
+        "skipped": len(result["skipped"]),
+        "resets": sum(1 for f in result["faults"] if f["kind"] == CONSUMER_RESET),
+        "pg_switches": (result.get("pg_active") or {}).get("switches"),
+    }
 
 
 if __name__ == "__main__":

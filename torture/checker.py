@@ -29,8 +29,22 @@ about the input, not only about what a history line says was acknowledged:
   with what that reader, the product's reader and each server's ``/jsz`` said. The
   checks that need such a stream's content are not made for it (a note says so); the
   others (effects against the input, worker failures) are.
+* ``dead_letters``: (trials whose handlers fail for a share of the keys) per consumer,
+  a failing key stored but not in the dead-letter stream, there more than once, a key
+  there that does not fail, or a failing key applied although it was not replayed.
+* ``replays``: (``dead_letters=replay``) a failing key whose dead letter was not
+  replayed exactly once, or a replayed copy of a key that does not fail. (The replayed
+  copy is stored next to the original: it is not counted as ``duplicated``, and its
+  effect is the key's one effect in each database.)
+* ``harness_failures``: the harness itself failed in the trial (its traceback and
+  the tail of every log are in the report): the trial's verdict is unknown.
 * ``recovery``: per fault, seconds from its heal to the next ack and the next
   applied effect.
+
+A trial whose settings allow acknowledged writes to be lost (nats-server's default
+``sync_interval`` and a fault that drops what was not fsynced: ``os-crash``,
+``power-loss``) has ``limit`` set: what it measured is reported per setting as the
+server's measured limit, not counted as oncestream's violation (:func:`allowed_loss`).
 
 Every stream count the checks use is the independent reader's.
 """
@@ -44,6 +58,8 @@ from pathlib import Path
 from typing import Any
 
 PRODUCED, SOURCED = "T", "TH"  # the producers' stream; the hub's source of it (leaf trials)
+#: Faults that drop what a node had not fsynced (torture/storefaults.py).
+LOST_PAGE_CACHE = ("os-crash", "power-loss")
 
 
 def load_history(path: Path) -> list[dict[str, Any]]:
@@ -75,13 +91,35 @@ def expected_keys(inputs: dict[str, dict[str, Any]]) -> dict[str, str]:
     return keys
 
 
+def allowed_loss(state: dict[str, Any]) -> str | None:
+    """Why this trial's settings allow acknowledged writes to be lost (None: they do not).
+
+    nats-server acknowledges a write before it is fsynced unless ``sync_interval:
+    always``: a machine crash (here: LazyFS dropping what was not synced) may lose it.
+    """
+    if state.get("sync", "always") == "always":
+        return None
+    crashes = sorted(
+        {f["kind"] for f in state.get("faults", ()) if not f.get("skipped")} & set(LOST_PAGE_CACHE)
+    )
+    if not crashes:
+        return None
+    return f"sync_interval default (2 min) and {', '.join(crashes)}"
+
+
 def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any]:
-    expected = expected_keys(state["inputs"])
+    inputs: dict[str, dict[str, Any]] = state["inputs"]
+    expected = expected_keys(inputs)
+    processed_by = {p for p, spec in inputs.items() if spec.get("processed", True)}
+    processed = {k for k, p in expected.items() if p in processed_by}
+    home = {p: spec.get("stream", PRODUCED) for p, spec in inputs.items()}
     acked = {h["key"] for h in history if h["op"] == "ack"}
     streams: dict[str, dict[str, int]] = state["streams"]
     reads: dict[str, dict[str, Any]] = state.get("reads") or {}
     unreadable = {s: r["unreadable"] for s, r in reads.items() if "unreadable" in r}
-    # An unreadable producers' stream: nothing can be said about what it stores.
+    # A producer's stream unreadable: nothing can be said about what it stores.
+    readable = {p for p in inputs if home[p] in streams}
+    stored_by = {p: streams[home[p]] for p in readable}
     stored = streams.get(PRODUCED)
     duplicated: set[str] = set()
     for counts in streams.values():
@@ -89,15 +127,24 @@ def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any
     # Leaf trials: stored at the leaf but not at the hub after the drain.
     at_hub = streams.get(SOURCED)
     missing_at_hub = set() if at_hub is None or stored is None else stored.keys() - at_hub.keys()
+    options = state.get("options") or {}
+    mode = options.get("dead_letters", "none")
+    failing = set(state.get("failing") or ())
     applied_twice: dict[str, list[str]] = {}
     missing: dict[str, list[str]] = {}
+    # keep: a failing key is dead-lettered and never applied; replay: its replayed copy is
+    # applied, once, like any other key.
+    owed = processed - failing if mode == "keep" else processed
     for db, effects in state["effects"].items():
         applied_twice[db] = sorted(k for k, n in effects.items() if n > 1)
-        missing[db] = sorted(expected.keys() - effects.keys())
+        missing[db] = sorted(owed - effects.keys())
+    dead, replays = dead_letter_check(state, failing, mode)
     stored_keys = {k for c in streams.values() for k in c}
     unexpected = sorted(stored_keys - expected.keys())
     unexpected += sorted({k for e in state["effects"].values() for k in e} - expected.keys())
-    spark_missing, spark_duplicated = spark_check(state.get("spark"), expected.keys())
+    spark_missing, spark_duplicated = spark_check(
+        state.get("spark"), processed, state.get("replays") or {}
+    )
     failures = [*state.get("worker_failures", ())]
     failures += [
         {"worker": u["worker"], "code": None, "why": "never finished its input", **u}
@@ -133,8 +180,12 @@ def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any
         "records": len(expected),
         "acked": len(acked),
         "stored": {s: len(c) for s, c in streams.items()},
-        "lost": [] if stored is None else sorted(acked - stored.keys()),
-        "unstored": [] if stored is None else sorted(expected.keys() - stored.keys()),
+        "lost": sorted(
+            k for k in acked if expected.get(k) in readable and k not in stored_by[expected[k]]
+        ),
+        "unstored": sorted(
+            k for k, p in expected.items() if p in readable and k not in stored_by[p]
+        ),
         "missing_at_hub": sorted(missing_at_hub),
         "duplicated": sorted(duplicated),
         "applied_twice": applied_twice,
@@ -152,6 +203,13 @@ def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any
         "spark_duplicated": spark_duplicated,
         "cli_resumes": state.get("cli_resumes", 0),
         "startup_retries": state.get("startup_retries") or {},
+        "dead_letters": dead,
+        "replays": replays,
+        "options": options,
+        "sync": state.get("sync"),
+        "limit": allowed_loss(state),
+        "reruns": state.get("reruns") or {},
+        "harness_failures": state.get("harness_failures") or [],
         "sabotage": state.get("sabotage"),
         "sabotaged": state.get("sabotaged") or [],
         "notes": notes,
@@ -167,16 +225,64 @@ def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any
     }
 
 
+def dead_letter_check(
+    state: dict[str, Any], failing: set[str], mode: str
+) -> tuple[dict[str, list[str]], list[str]]:
+    """The dead-letter stream and the replays against the failing keys.
+
+    Every consumer dead-letters each failing key it received exactly once (the keys
+    stored in the processed stream); with ``replay`` the SQLite consumer's dead letters
+    were replayed, so none of its letters is left and each failing key has exactly one
+    replayed copy in the processed stream. Returns ``({consumer: [problem...]},
+    [replay problem...])``, each problem ``"<what>:<key>"``.
+    """
+    if mode == "none":
+        return {}, []
+    processed_stream = state.get("processed_stream", PRODUCED)
+    arrived = failing & set((state["streams"].get(processed_stream) or {}).keys())
+    letters: dict[str, dict[str, int]] | None = state.get("dead_letters")
+    problems: dict[str, list[str]] = {}
+    if letters is None:
+        if state.get("dlq_unreadable") or arrived:
+            problems["dlq"] = [f"unreadable:{len(arrived)} failing keys unchecked"]
+        return problems, []
+    consumers = ["lite", "pg"] if "postgres" in state["effects"] else ["lite"]
+    for consumer in consumers:
+        held = letters.get(consumer, {})
+        owed = set() if (mode == "replay" and consumer == "lite") else arrived
+        found = [f"missing:{k}" for k in sorted(owed - held.keys())]
+        found += [f"twice:{k}" for k, n in sorted(held.items()) if n > 1 and k in owed]
+        found += [f"not-replayed:{k}" for k in sorted(held.keys() - owed) if k in failing]
+        found += [f"unexpected:{k}" for k in sorted(held.keys() - failing)]
+        if mode == "keep":
+            applied = {k for e in state["effects"].values() for k in e}
+            found += [f"applied:{k}" for k in sorted(arrived & applied)]
+        if found:
+            problems[consumer] = found
+    replay_problems: list[str] = []
+    if mode == "replay":
+        copies: dict[str, int] = state.get("replays") or {}
+        replay_problems += [f"missing:{k}" for k in sorted(arrived - copies.keys())]
+        replay_problems += [f"twice:{k}" for k, n in sorted(copies.items()) if n > 1]
+        replay_problems += [f"unexpected:{k}" for k in sorted(copies.keys() - failing)]
+    return problems, replay_problems
+
+
 def reader_mismatch(reads: dict[str, dict[str, Any]]) -> dict[str, int]:
-    """Per stream read twice: keys counted differently by the two readers, plus how far
-    the independent reader's total is from the server's ``state.messages``."""
+    """Per stream read twice: keys (and replayed copies) counted differently by the two
+    readers, plus how far the independent reader's total is from the server's
+    ``state.messages``. (The dead-letter stream is read by the independent reader only.)"""
     out = {}
     for stream, read in reads.items():
-        if "unreadable" in read:
-            continue  # reported as unreadable
+        if "unreadable" in read or read.get("independent_only"):
+            continue  # reported as unreadable / not read twice
         raw, project = Counter(read["raw"]), Counter(read["project"])
         differ = sum(abs(raw[k] - project[k]) for k in raw.keys() | project.keys())
-        out[stream] = differ + abs(sum(raw.values()) - int(read["messages"]))
+        raw_r = Counter(read.get("raw_replays") or {})
+        project_r = Counter(read.get("project_replays") or {})
+        differ += sum(abs(raw_r[k] - project_r[k]) for k in raw_r.keys() | project_r.keys())
+        total = sum(raw.values()) + sum(raw_r.values())
+        out[stream] = differ + abs(total - int(read["messages"]))
     return out
 
 
@@ -195,13 +301,16 @@ def load(history: list[dict[str, Any]]) -> dict[str, float | None]:
 
 
 def spark_check(
-    spark: dict[str, Any] | None, expected: Any
+    spark: dict[str, Any] | None, expected: Any, copies: dict[str, int] | None = None
 ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """Per Spark output: input keys it lacks, keys it holds more than once.
 
-    A key in an output that no input has counts as missing too (listed as
-    ``+key``): the Spark job cannot have read it.
+    ``expected``: the keys of the stream the job reads; ``copies``: replayed dead
+    letters stored there next to their original (the job reads each as a record of its
+    own: a key with one copy belongs in each output twice). A key in an output that no
+    input has counts as missing too (listed as ``+key``): the Spark job cannot have read it.
     """
+    copies = copies or {}
     missing: dict[str, list[str]] = {}
     duplicated: dict[str, list[str]] = {}
     for output in ("stream", "db"):
@@ -210,7 +319,9 @@ def spark_check(
         counts: dict[str, int] = spark.get(output) or {}
         missing[output] = sorted(set(expected) - counts.keys())
         missing[output] += sorted(f"+{k}" for k in counts.keys() - set(expected))
-        duplicated[output] = sorted(k for k, n in counts.items() if n > 1)
+        duplicated[output] = sorted(k for k, n in counts.items() if n > 1 + copies.get(k, 0))
+        missing[output] += sorted(k for k, n in counts.items() if n < 1 + copies.get(k, 0) and
+                                  k in copies)  # fmt: skip
     return missing, duplicated
 
 
@@ -259,4 +370,7 @@ def violations(result: dict[str, Any]) -> dict[str, int]:
         "spark_missing": sum(len(v) for v in (result.get("spark_missing") or {}).values()),
         "spark_duplicated": sum(len(v) for v in (result.get("spark_duplicated") or {}).values()),
         "unreadable": len(result.get("unreadable") or {}),
+        "dead_letters": sum(len(v) for v in (result.get("dead_letters") or {}).values()),
+        "replays": len(result.get("replays") or ()),
+        "harness_failures": len(result.get("harness_failures") or ()),
     }

@@ -50,10 +50,16 @@ def holds(kind: str, target: str) -> set[str]:
     """
     nodes = target.split("|")
     pair = "|".join(sorted(nodes))
-    if kind in ("server-kill", "server-pause", "disk-full"):
+    if kind in ("server-kill", "server-pause", "disk-full", "bitflip", "truncate", "os-crash"):
         return {f"srv:{target}"}
-    if kind == "cluster-kill":
-        return {f"srv:{n}" for n in ("c1", "c2", "c3")}
+    if kind in ("cluster-kill", "power-loss"):
+        return {f"srv:{n}" for n in CLUSTER_NODES}
+    if kind == "membership":  # one change of the peer set at a time
+        return {f"srv:{target}", "membership"}
+    if kind in ("pg-kill", "pg-pause", "pg-cut"):
+        return {"pg"}  # a cut's check needs the server up; a kill's, the server not cut
+    if kind == "ledger-full":
+        return {f"ledger:{target}"}
     if kind == "partition":
         return {f"link:{target}"}
     if kind == "degrade":
@@ -67,18 +73,32 @@ def holds(kind: str, target: str) -> set[str]:
     return {target}  # a worker
 
 
-def resolve(target: str, leader: str | None, busy: set[str], kind: str, turn: int) -> str | None:
+#: Every node a cluster trial may run (``c4``: the spare a membership change starts).
+CLUSTER_NODES = ("c1", "c2", "c3", "c4")
+
+
+def resolve(
+    target: str,
+    leader: str | None,
+    busy: set[str],
+    kind: str,
+    turn: int,
+    peers: list[str] | None = None,
+) -> str | None:
     """Concrete node names for ``leader``/``follower`` roles (None: no leader known).
 
-    Among the followers, the first (rotated by ``turn``) whose resources are free,
-    so a second fault on "a follower" picks the other one instead of waiting.
+    ``peers``: the stream's peer set, leader first (default: c1..c3), since a
+    membership change moves it. Among the followers, the first (rotated by ``turn``)
+    whose resources are free, so a second fault on "a follower" picks the other one
+    instead of waiting.
     """
     roles = target.split("|")
     if not {"leader", "follower"} & set(roles):
         return target
     if leader is None:
         return None
-    followers = [n for n in ("c1", "c2", "c3") if n != leader]
+    members = peers if peers and peers[0] == leader else ["c1", "c2", "c3"]
+    followers = [n for n in members if n != leader]
     followers = followers[turn % 2 :] + followers[: turn % 2]
     if roles == ["follower", "follower"]:
         return "|".join(followers)
@@ -127,7 +147,7 @@ CLIENT_PORT = 4222
 
 def apply(topo: Topology, net: Net, kind: str, target: str) -> Outcome:
     """Start a server or network fault once its precondition holds; check its effect."""
-    nodes = list(topo.servers) if kind == "cluster-kill" else target.split("|")
+    nodes = topo.members() if kind == "cluster-kill" else target.split("|")
     network = kind in ("partition", "partition-pair", "degrade", "degrade-pair")
     for node in nodes:
         down = _server_down(topo, node, stopped_ok=network)
@@ -204,7 +224,7 @@ def heal(topo: Topology, net: Net, kind: str, target: str, outcome: Outcome) -> 
     elif kind == "server-pause":
         topo.servers[target].resume()
     elif kind == "cluster-kill":
-        for node in topo.servers:
+        for node in topo.members():
             topo.restart(node)
     elif kind == "partition":
         net.link_up(target)

@@ -104,6 +104,32 @@ def fault_menu(topology_kind: str) -> list[tuple[str, str]]:
     return menu
 
 
+def stack_menu(topology_kind: str) -> list[tuple[str, str]]:
+    """(kind, target) pairs of the faults on the rest of the stack and on the servers'
+    storage and membership (issue 52), drawn from a cycle of their own
+    (:func:`schedule` with ``group="stack:<kind>"``), so they add to a trial's faults
+    without thinning the coverage of the others.
+
+    Every trial: PostgreSQL killed, paused, cut off from one member of the pair
+    (:mod:`torture.postgres`); the SQLite ledger's file system full. R3 clusters also:
+    a follower's (or the leader's) stream files bit-flipped or truncated, a stream peer
+    removed for a fresh node, one node's OS crash and a power loss of all
+    (:mod:`torture.storefaults`).
+    """
+    menu = [("pg-kill", "pg"), ("pg-pause", "pg"), ("pg-cut", "pg1"), ("pg-cut", "pg2")]
+    menu += [("ledger-full", "lite")]
+    if topology_kind.startswith("cluster"):
+        menu += [("bitflip", "follower"), ("truncate", "follower"), ("bitflip", "leader")]
+        menu += [("membership", "follower"), ("membership", "leader")]
+        menu += [("os-crash", "follower"), ("os-crash", "leader"), ("power-loss", "all")]
+    return menu
+
+
+#: How many stack faults (:func:`stack_menu`) a trial of each kind gets by default: the
+#: cluster kinds' nine kinds 11 times or more in 100 trials (25 of each trial kind).
+STACK_FAULTS = {"single": 2, "leaf": 2, "cluster": 4, "cluster-sync": 4}
+
+
 def menu_kinds(menu: list[tuple[str, str]]) -> list[str]:
     return sorted({kind for kind, _ in menu})
 
@@ -123,7 +149,14 @@ def cycle_kind(campaign_seed: int, group: str, kinds: list[str], position: int) 
 
 
 #: Seconds a fault of each kind lasts (uniform in the range); default (1, 5).
-DURATIONS = {"cluster-kill": (2.0, 5.0), "partition-pair": (2.0, 7.0), "degrade-pair": (2.0, 6.0)}
+DURATIONS = {
+    "cluster-kill": (2.0, 5.0),
+    "partition-pair": (2.0, 7.0),
+    "degrade-pair": (2.0, 6.0),
+    "power-loss": (2.0, 5.0),
+    "membership": (2.0, 6.0),
+    "pg-cut": (2.0, 7.0),
+}
 
 
 def windows(count: int, duration: float) -> list[tuple[str, float, float]]:
@@ -207,6 +240,8 @@ def wait_state(pid: int, wanted: set[str | None], timeout: float = 1.0) -> str |
 #: A CLI run that failed before publishing (no summary line) this many times in a row
 #: is a failure, not a start-up retry.
 MAX_STARTUP_FAILURES = 30
+#: Re-runs a worker may ask for (:attr:`Worker.rerun_ok`) before its exit is a failure.
+MAX_RERUNS = 60
 
 
 class Worker:
@@ -235,6 +270,13 @@ class Worker:
         self._startup_streak = 0
         self.done = False
         self.stopping = False
+        #: An exit 1 that asks to be re-run is not a failure: ``"any"`` (``oncestream dlq
+        #: replay``: a re-run replays nothing twice), True (``oncestream publish`` with the
+        #: short retry horizon: it printed "resume: re-run the same command"), False.
+        self.rerun_ok: bool | str = False
+        #: The environment the process starts with (None: the harness's).
+        self.env: dict[str, str] | None = None
+        self.reruns = 0
         self._accounted = False  # the current run's exit is accounted
         self._log_from = 0
 
@@ -256,6 +298,7 @@ class Worker:
                     stdin=subprocess.DEVNULL,
                     start_new_session=True,
                     cwd=Path(__file__).resolve().parent.parent,
+                    env=self.env,
                 )
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
@@ -332,6 +375,9 @@ class Worker:
         if code == 0 and self.restart_until_done:
             self.done = True
             return
+        if code == 1 and self._asks_rerun():
+            self.reruns += 1
+            return
         if self.cli and code == 1 and self.startup_exit():
             self.startup_retries += 1
             self._startup_streak += 1
@@ -339,6 +385,11 @@ class Worker:
                 return
         self._startup_streak = 0
         self._fail(code, "exited unasked" if code == 0 else "exit code")
+
+    def _asks_rerun(self) -> bool:
+        if not self.rerun_ok or self.reruns >= MAX_RERUNS:
+            return False
+        return self.rerun_ok == "any" or "resume: re-run the same command" in self.run_log()
 
     def startup_exit(self) -> bool:
         """This run of the CLI failed before publishing: an error, and no summary line."""

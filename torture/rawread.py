@@ -21,7 +21,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,12 @@ from harness import RawClient
 
 #: err_code of "no message found": a deleted sequence inside the range.
 NO_MESSAGE = 10037
+#: Headers oncestream's dead letters and their replays carry (``oncestream dlq``).
+REPLAY_OF, DEAD_LETTER_BY, REPLAY_MARKER = (
+    "Oncestream-Replay-Of",
+    "Oncestream-Consumer",
+    "Oncestream-Replay-Marker",
+)
 
 
 #: How long :func:`read_raw` keeps asking a cluster that does not answer. Around a
@@ -49,8 +55,20 @@ READ_WAIT = 60.0
 ROUND_PAUSE = 0.5
 
 
+def parse_headers(block: bytes) -> dict[str, str]:
+    """A ``NATS/1.0`` header block's first value per name (by hand: no oncestream code)."""
+    out: dict[str, str] = {}
+    for line in block.decode(errors="replace").split("\r\n")[1:]:
+        name, sep, value = line.partition(":")
+        if sep and name.strip() and name.strip() not in out:
+            out[name.strip()] = value.strip()
+    return out
+
+
 @dataclass(frozen=True)
 class RawRead:
+    #: records by key; a replayed dead letter (``Oncestream-Replay-Of``) counts in
+    #: ``replays`` instead, a dead letter in ``letters`` (by the consumer that gave up)
     keys: Counter[str]
     #: the server's own count (``STREAM.INFO`` ``state.messages``)
     messages: int
@@ -60,6 +78,9 @@ class RawRead:
     waited_s: float = 0.0
     #: the failed attempts before it, ``"<url>: <error>"``
     errors: tuple[str, ...] = ()
+    replays: Counter[str] = field(default_factory=Counter)
+    #: dead letters: consumer -> key -> how many
+    letters: dict[str, Counter[str]] = field(default_factory=dict)
 
 
 class Unreadable(RuntimeError):
@@ -127,16 +148,43 @@ async def read_raw(
         await asyncio.sleep(ROUND_PAUSE)
 
 
+async def read_once(
+    servers: list[str], stream: str, *, domain: str | None = None
+) -> RawRead | None:
+    """One try per server (a small stream polled while the trial runs); None: no answer."""
+    for url in servers:
+        try:
+            return await _read(url, stream, domain)
+        except (OSError, TimeoutError, RuntimeError, ValueError):
+            continue
+    return None
+
+
 async def _read(url: str, stream: str, domain: str | None) -> RawRead:
     keys: Counter[str] = Counter()
-    state = await _walk(url, stream, domain, lambda _seq, key: keys.update((key,)))
-    return RawRead(keys, int(state["messages"]), int(state["first_seq"]), int(state["last_seq"]))
+    replays: Counter[str] = Counter()
+    letters: dict[str, Counter[str]] = {}
+
+    def visit(_seq: int, key: str, headers: dict[str, str]) -> None:
+        if REPLAY_MARKER in headers:
+            return  # the replay's own bookkeeping in the dead-letter stream
+        if DEAD_LETTER_BY in headers:
+            letters.setdefault(headers[DEAD_LETTER_BY], Counter())[key] += 1
+        elif REPLAY_OF in headers:
+            replays[key] += 1
+        else:
+            keys[key] += 1
+
+    state = await _walk(url, stream, domain, visit)
+    first, last = int(state["first_seq"]), int(state["last_seq"])
+    return RawRead(keys, int(state["messages"]), first, last, replays=replays, letters=letters)
 
 
 async def _walk(
-    url: str, stream: str, domain: str | None, visit: Callable[[int, str], object]
+    url: str, stream: str, domain: str | None, visit: Callable[[int, str, dict[str, str]], object]
 ) -> dict[str, Any]:
-    """``visit(seq, key)`` for every stored message of ``stream``; its ``STREAM.INFO`` state."""
+    """``visit(seq, key, headers)`` for every stored message of ``stream``; its
+    ``STREAM.INFO`` state."""
     prefix = api(domain)
     async with RawClient(url, timeout=10.0) as raw:
         info = await _request(raw, f"{prefix}.STREAM.INFO.{stream}", {})
@@ -165,7 +213,9 @@ async def _walk(
                 raise _not_an_answer(seq, payload)
             if int(message["seq"]) != seq:
                 raise RuntimeError(f"asked for seq {seq}, got {message['seq']}")
-            visit(seq, record_key(base64.b64decode(message.get("data") or "")))
+            hdrs = base64.b64decode(message.get("hdrs") or "")
+            headers = parse_headers(hdrs) if hdrs else {}
+            visit(seq, record_key(base64.b64decode(message.get("data") or "")), headers)
     return state
 
 
@@ -174,6 +224,22 @@ def _not_an_answer(seq: int, payload: bytes) -> RuntimeError:
     # of 2d9a601 crashed on one with KeyError). Re-read rather than guess; read_raw
     # gives up after its wait, naming the answer.
     return RuntimeError(f"seq {seq}: not a STREAM.MSG.GET answer: {payload[:200]!r}")
+
+
+async def walk_any(
+    servers: list[str],
+    stream: str,
+    domain: str | None,
+    visit: Callable[[int, str, dict[str, str]], object],
+) -> bool:
+    """``visit`` every message of ``stream`` through the first server that answers."""
+    for url in servers:
+        try:
+            await _walk(url, stream, domain, visit)
+        except (OSError, TimeoutError, RuntimeError, ValueError):
+            continue
+        return True
+    return False
 
 
 async def seq_of(servers: list[str], stream: str, key: str, *, domain: str | None) -> int | None:
@@ -185,7 +251,9 @@ async def seq_of(servers: list[str], stream: str, key: str, *, domain: str | Non
     found: list[int] = []
     for url in servers:
         try:
-            await _walk(url, stream, domain, lambda seq, k: found.append(seq) if k == key else None)
+            await _walk(
+                url, stream, domain, lambda seq, k, _h: found.append(seq) if k == key else None
+            )
         except (OSError, TimeoutError, RuntimeError, ValueError):
             continue
         return found[0] if found else None

@@ -27,7 +27,12 @@ KEYS = (
     "spark_missing",
     "spark_duplicated",
     "unreadable",
+    "dead_letters",
+    "replays",
+    "harness_failures",
 )
+#: Replicas of the producers' stream per trial kind (the durability table's rows).
+REPLICAS = {"single": 1, "leaf": 1, "cluster": 3, "cluster-sync": 3}
 #: Fewer landed faults than this of a kind, over a run of at least COVERAGE_TRIALS trials,
 #: prints a warning (issue 11: every fault kind at least 10 times in 100 trials).
 COVERAGE_MIN, COVERAGE_TRIALS = 10, 100
@@ -143,6 +148,60 @@ def landing_warnings(per_kind: dict[str, dict[str, Any]]) -> list[str]:
     ]
 
 
+def setting(result: dict[str, Any]) -> str:
+    """``R3, sync default``-style words for a trial's durability setting."""
+    replicas = REPLICAS.get(result["kind"], 1)
+    return f"R{replicas}, sync {result.get('sync') or 'default'}"
+
+
+def durability(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per setting (replicas, ``sync_interval``): acknowledged writes lost, in every trial
+    and in the trials where a lost-page-cache fault (an OS crash) landed."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in results:
+        if r.get("harness_failures"):
+            continue
+        row = out.setdefault(
+            setting(r),
+            {"trials": 0, "acked": 0, "lost": 0, "crash_trials": 0, "crashes": 0,
+             "crash_acked": 0, "crash_lost": 0, "limit_trials": 0},
+        )  # fmt: skip
+        crashes = sum(1 for f in r["faults"] if f["kind"] in ("os-crash", "power-loss"))
+        row["trials"] += 1
+        row["acked"] += r["acked"]
+        row["lost"] += len(r["lost"])
+        row["limit_trials"] += bool(r.get("limit"))
+        if crashes:
+            row["crash_trials"] += 1
+            row["crashes"] += crashes
+            row["crash_acked"] += r["acked"]
+            row["crash_lost"] += len(r["lost"])
+    return dict(sorted(out.items()))
+
+
+def _limit_row(r: dict[str, Any]) -> dict[str, Any]:
+    counts = {k: v for k, v in violations(r).items() if v}
+    return {"trial": r["index"], "setting": setting(r), "why": r["limit"], **counts}
+
+
+def by_option(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per drawn option value (``window=short``...): the trials that ran it, the faults
+    that landed in them (by kind) and the violations counted there."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in results:
+        opts = r.get("options") or {}
+        for name, value in opts.items():
+            if name == "fail_share":
+                continue
+            row = out.setdefault(f"{name}={value}", {"trials": 0, "faults": 0, "violations": 0,
+                                                     "by_kind": Counter()})  # fmt: skip
+            row["trials"] += 1
+            row["faults"] += len(r["faults"])
+            row["violations"] += 0 if r.get("limit") else sum(violations(r).values())
+            row["by_kind"].update(f["kind"] for f in r["faults"])
+    return {k: {**v, "by_kind": dict(sorted(v["by_kind"].items()))} for k, v in sorted(out.items())}
+
+
 def summarize(
     results: list[dict[str, Any]],
     seed: int,
@@ -151,7 +210,12 @@ def summarize(
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     per_fault = landing(results)
-    totals = {k: sum(violations(r)[k] for r in results) for k in KEYS}
+    # A trial whose settings allow acked writes to be lost (checker.allowed_loss) reports
+    # what it measured as the server's limit, not as oncestream's violation.
+    counted = [r for r in results if not r.get("limit")]
+    limited = [r for r in results if r.get("limit")]
+    totals = {k: sum(violations(r)[k] for r in counted) for k in KEYS}
+    limits = {k: sum(violations(r)[k] for r in limited) for k in KEYS}
     phases = Counter(f.get("phase", "run") for r in results for f in r["faults"])
     return {
         "status": "done",
@@ -174,6 +238,15 @@ def summarize(
         "acked": sum(r["acked"] for r in results),
         **totals,
         "violations": {k: v for k, v in totals.items() if v},
+        "measured_limits": {
+            "trials": [_limit_row(r) for r in limited],
+            "totals": {k: v for k, v in limits.items() if v},
+        },
+        "durability": durability(results),
+        "by_option": by_option(results),
+        "harness_failures": [
+            {"trial": r["index"], **f} for r in results for f in r.get("harness_failures", ())
+        ],
         "cli_resumes": sum(r.get("cli_resumes", 0) for r in results),
         "pg_switches": sum((r.get("pg_active") or {}).get("switches", 0) for r in results),
         "spark_modes": dict(Counter(r["spark_mode"] for r in results if r.get("spark_mode"))),
@@ -197,6 +270,8 @@ def summarize(
                 "records": r.get("records", 0),
                 "acked": r["acked"],
                 "spark_mode": r.get("spark_mode"),
+                "options": r.get("options") or {},
+                "limit": r.get("limit"),
                 "pg_switches": (r.get("pg_active") or {}).get("switches"),
                 **violations(r),
             }
@@ -274,6 +349,8 @@ def _markdown(summary: dict[str, Any], results: list[dict[str, Any]], plots: lis
         "",
         *_kind_table(summary["per_kind"]),
         *_sync_comparison(summary["per_kind"]),
+        *_durability_table(summary),
+        *_option_table(summary["by_option"]),
         *[f"- warning: {w}" for w in summary["coverage_warnings"]],
         "",
         "| trial | kind | seed | records | acked | " + " | ".join(KEYS) + " |",
@@ -285,6 +362,19 @@ def _markdown(summary: dict[str, Any], results: list[dict[str, Any]], plots: lis
             f"| {row['index']} | {row['kind']} | {row['seed']} | {row['records']} "
             f"| {row['acked']} | {vals} |"
         )
+    lines += ["", "Options per trial (the rest are the library's defaults):", ""]
+    for row in summary["per_trial"]:
+        words = " ".join(f"{k}={v}" for k, v in row.get("options", {}).items())
+        limit = f" (measured limit: {row['limit']})" if row.get("limit") else ""
+        lines.append(f"- trial {row['index']} ({row['kind']}): {words}{limit}")
+    if summary.get("harness_failures"):
+        lines += ["", "## Harness failures (the trial's verdict is unknown)", ""]
+        for f in summary["harness_failures"]:
+            lines += [f"- trial {f['trial']}: {f['error']}", "", "  ```text"]
+            lines += [f"  {t}" for t in f.get("traceback", "").splitlines()[-25:]]
+            lines += ["  ```"]
+            for name, tail in f.get("logs", {}).items():
+                lines += [f"  {name}:", "  ```text", *[f"  {t}" for t in tail[-10:]], "  ```"]
     if summary["failures"]:
         lines += ["", "## Worker failures", ""]
         for f in summary["failures"]:
@@ -301,6 +391,57 @@ def _markdown(summary: dict[str, Any], results: list[dict[str, Any]], plots: lis
         lines += ["", "## Notes", ""] + [f"- {n}" for n in summary["notes"]]
     lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def _durability_table(summary: dict[str, Any]) -> list[str]:
+    """Acknowledged writes lost per setting; the trials whose settings allowed it."""
+    rows = summary.get("durability") or {}
+    if not rows:
+        return []
+    lines = [
+        "## Durability per setting (acknowledged writes lost)",
+        "",
+        "| setting | trials | acked | lost | trials with an OS crash (os-crash, power-loss) "
+        "| crashes landed | acked in them | lost in them | measured limits (not counted) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in rows.items():
+        lines.append(
+            f"| {name} | {row['trials']} | {row['acked']} | {row['lost']} | "
+            f"{row['crash_trials']} | {row['crashes']} | {row['crash_acked']} | "
+            f"{row['crash_lost']} | {row['limit_trials']} trials |"
+        )
+    limits = summary.get("measured_limits") or {}
+    if limits.get("trials"):
+        found = []
+        for t in limits["trials"]:
+            counts = [f"{k} {v}" for k, v in t.items() if k not in ("trial", "setting", "why")]
+            found.append(f"trial {t['trial']} ({t['setting']}, {t['why']}): "
+                         + (", ".join(counts) or "nothing lost"))  # fmt: skip
+        lines += [
+            "",
+            "Measured limits: trials whose settings allow acknowledged writes to be lost "
+            "(nats-server's default `sync_interval` and an OS crash); what they found is the "
+            "server's limit under that setting, not counted as a violation: " + "; ".join(found),
+        ]
+    return [*lines, ""]
+
+
+def _option_table(rows: dict[str, dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    lines = [
+        "## Faults landed per drawn option",
+        "",
+        "| option | trials | faults landed | violations | landed by kind |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in rows.items():
+        kinds = ", ".join(f"{k} {n}" for k, n in row["by_kind"].items())
+        lines.append(
+            f"| `{name}` | {row['trials']} | {row['faults']} | {row['violations']} | {kinds} |"
+        )
+    return [*lines, ""]
 
 
 def _kind_table(per: dict[str, dict[str, Any]]) -> list[str]:
@@ -365,8 +506,12 @@ def _plots(out: Path, results: list[dict[str, Any]]) -> list[str]:
     latencies: list[float] = []
     seen: set[str] = set()
     for r in results:
-        tdir = next(out.glob(f"trial-{r['index']:03d}-*"))
+        tdir = next(out.glob(f"trial-{r['index']:03d}-*"), None)
+        if tdir is None or not (tdir / "history.jsonl").exists():
+            continue  # a trial the harness failed in before it wrote anything
         history = load_history(tdir / "history.jsonl")
+        if not history:
+            continue
         latencies += [h["latency"] for h in history if h["op"] == "ack" and "latency" in h]
         if r["kind"] in seen and not any(violations(r).values()):
             continue  # one picture per trial kind, plus every trial with a violation

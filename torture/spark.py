@@ -14,6 +14,11 @@ stream into a ``jetstream`` output stream and, through the transactional
 * ``pyworker-kill``: SIGKILL of one Spark Python worker, found by walking the
   JVM's process tree in /proc and killed by PID (the fault waits for one to exist).
 * ``pyworker-pause``: SIGSTOP of one such worker, SIGCONT of the same PID at the heal.
+* ``executor-kill``: (trials whose driver runs ``local-cluster``: executors in JVMs of
+  their own, as on a cluster) SIGKILL of an executor JVM and its Python workers while a
+  task runs Python code there (the sink's or the ``foreachBatch`` source's rows: a write
+  in flight); Spark's worker starts a new executor and the tasks are retried. Landed
+  when the executor's JVM is gone.
 """
 
 from __future__ import annotations
@@ -35,11 +40,17 @@ from oncestream.streams import StreamSpec, ensure_stream
 
 from .faults import Outcome, not_yet
 from .nemesis import Fault, Worker, wait_state
+from .options import SHORT_SINK_WINDOW
 
 if TYPE_CHECKING:
     from .trial import Trial
 
 KINDS = ("spark-kill", "spark-pause", "pyworker-kill", "pyworker-pause")
+#: Only in trials whose driver runs executors of their own (``mode["executors"]``).
+EXECUTOR_KILL = "executor-kill"
+ALL_KINDS = (*KINDS, EXECUTOR_KILL)
+#: The master of those trials: one worker, two cores, executors of 1 GiB.
+CLUSTER_MASTER = "local-cluster[1,2,1024]"
 TARGET = "spark"
 OUT_STREAM, OUT_SUBJECT = "SO", "so"
 COMMITS_STREAM = "SPARK_COMMITS"
@@ -64,17 +75,22 @@ def spark_mode(index: int, every: int, leaf: bool) -> dict[str, Any]:
     (``includeHeaders``) and the sink writes them (leaving out the server-stamped
     ``Nats-Stream-Source``)."""
     ordinal = index // every if every > 0 else index
+    connect = ordinal % 2 != (ordinal // 4) % 2
     return {
-        "connect": ordinal % 2 != (ordinal // 4) % 2,
+        "connect": connect,
         "ingest": "atomic" if (ordinal // 2) % 2 else "auto",
         "headers": leaf,
+        # Two classic trials in every eight (one per sink ingest) run executors in JVMs of
+        # their own (local-cluster), the target of executor-kill.
+        "executors": "cluster" if ordinal % 8 in (2, 5) else "local",
     }
 
 
 def describe_mode(mode: dict[str, Any]) -> str:
     """``connect/atomic/headers``-style words for a summary line."""
     words = ["connect" if mode.get("connect") else "classic", str(mode.get("ingest", "auto"))]
-    return "/".join(words + (["headers"] if mode.get("headers") else []))
+    words += ["headers"] if mode.get("headers") else []
+    return "/".join(words + (["executors"] if mode.get("executors") == "cluster" else []))
 
 
 def spark_order(rng: random.Random) -> list[str]:
@@ -92,7 +108,9 @@ def spark_order(rng: random.Random) -> list[str]:
     return [*before, "spark-kill", *after]
 
 
-def spark_schedule(seed: int, duration: float, only: tuple[str, ...] = ()) -> list[Fault]:
+def spark_schedule(
+    seed: int, duration: float, only: tuple[str, ...] = (), executors: bool = False
+) -> list[Fault]:
     """Two faults of each Spark kind per Spark trial (:func:`spark_order`), in disjoint
     slots of the run, seeded.
 
@@ -112,7 +130,12 @@ def spark_schedule(seed: int, duration: float, only: tuple[str, ...] = ()) -> li
         length = min(0.5 if kind == "pyworker-kill" else 4.0, length)
         if not only or kind in only:
             faults.append(Fault(round(start, 3), round(length, 3), kind, TARGET))
-    return faults
+    if executors and (not only or EXECUTOR_KILL in only):
+        # Two, between the worker faults' slots: the executor's tasks are running then.
+        for share in (0.3, 0.7):
+            start = lo + (hi - lo) * share + rng.uniform(0.0, slot * 0.3)
+            faults.append(Fault(round(start, 3), 0.5, EXECUTOR_KILL, TARGET))
+    return sorted(faults, key=lambda f: f.start)
 
 
 def _children() -> dict[int, list[int]]:
@@ -219,12 +242,36 @@ def _kill_all(pids: list[int]) -> None:
             pass
 
 
+ROOT = Path(__file__).resolve().parent.parent
+#: The oldest PySpark the package admits, in its own venv (``make setup-oldest``).
+OLDEST_VENV = ROOT / ".venv-pyspark4.0.0"
+
+
+def oldest_python() -> str | None:
+    """The oldest PySpark's Python (``TORTURE_PYSPARK_OLDEST`` or ``make setup-oldest``'s
+    venv), None when neither exists."""
+    path = Path(os.environ.get("TORTURE_PYSPARK_OLDEST") or OLDEST_VENV / "bin" / "python")
+    return str(path) if path.is_file() else None
+
+
 class SparkPart:
     """Everything a Spark trial adds to :class:`torture.trial.Trial`."""
 
-    def __init__(self, trial_dir: Path, seed: int, mode: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        trial_dir: Path,
+        seed: int,
+        mode: dict[str, Any] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
         self.dir = trial_dir
         self.mode = mode or {}
+        #: The drawn Spark options (torture/options.py): ``sink_stream``, ``spark_out``,
+        #: ``pyspark``.
+        self.options = options or {}
+        self.out = self.options.get("spark_out", "sqlite")
+        self.pg_url: str | None = None
+        self.delta = trial_dir / "spark-delta"
         self.rng = random.Random(seed)
         self.db = trial_dir / "spark.db"
         self.go, self.ready_file = trial_dir / "spark-go", trial_dir / "spark-ready"
@@ -238,8 +285,12 @@ class SparkPart:
         """Start the driver (its JVM boots while the servers start)."""
         assert trial.topo is not None
         target = trial.topo.processor_target()
+        self.pg_url = trial.pg_url
         cfg = {
             **target,
+            **self.options,
+            "pg_url": trial.pg_url,
+            "delta": str(self.delta),
             "name": TARGET,
             "out_stream": OUT_STREAM,
             "out_subject": OUT_SUBJECT,
@@ -250,11 +301,16 @@ class SparkPart:
             "go": str(self.go),
             "ready": str(self.ready_file),
             **self.mode,
+            "master": CLUSTER_MASTER if self.mode.get("executors") == "cluster" else None,
         }
         import json
 
-        argv = [sys.executable, "-m", "torture.spark_job", json.dumps(cfg)]
+        python = sys.executable
+        if self.options.get("pyspark") == "oldest":
+            python = oldest_python() or sys.executable  # checked at the campaign's start
+        argv = [python, "-m", "torture.spark_job", json.dumps(cfg)]
         self.worker = SparkWorker(TARGET, argv, self.dir / "spark.log", restart_until_done=False)
+        self.worker.env = {**os.environ, "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
         self.worker.start()
         self.t0 = time.monotonic()
         return self.worker
@@ -264,12 +320,16 @@ class SparkPart:
         assert trial.topo is not None
         topo = trial.topo
         replicas = 3 if topo.clustered else 1
+        # The default window (2 min) covers the sink's task retry horizon at its defaults
+        # (4 tasks x 27.3 s); a short one (30 s: its Publisher's own horizon fits, a driver
+        # restart does not) leaves retries beyond it to the commit records.
+        window = SHORT_SINK_WINDOW if trial.short else 120.0
         specs = (
             StreamSpec(
                 name=OUT_STREAM,
                 subjects=(f"{OUT_SUBJECT}.>",),
                 replicas=replicas,
-                duplicate_window=400.0,  # > the sink's task retry horizon (4 x 87 s)
+                duplicate_window=window,
                 allow_atomic=True,  # for the sink's ingest=atomic; allow_batched: the default
             ),
             StreamSpec(
@@ -298,6 +358,8 @@ class SparkPart:
     def apply(self, fault: Fault) -> Outcome:
         """Start a Spark fault once its target exists; check that it took effect."""
         assert self.worker is not None
+        if fault.kind == EXECUTOR_KILL:
+            return self._kill_executor()
         if fault.kind in ("spark-kill", "spark-pause"):
             tree = self.worker.tree()
             if not tree:
@@ -327,6 +389,26 @@ class SparkPart:
             return Outcome(state in ("T", "t"), how, f"state {state} after SIGSTOP")
         os.kill(pid, signal.SIGKILL)
         state = wait_state(pid, {None, "Z"})
+        return Outcome(state in (None, "Z"), how, f"state {state} after SIGKILL")
+
+    def _kill_executor(self) -> Outcome:
+        """SIGKILL of an executor JVM (and its Python workers) running Python tasks."""
+        assert self.worker is not None
+        proc = self.worker.proc
+        if proc is None or not self.worker.alive():
+            return not_yet("the Spark driver is not running")
+        executors = [p for p in descendants(proc.pid) if "CoarseGrainedExecutorBackend" in
+                     _cmdline(p)]  # fmt: skip
+        if not executors:
+            return not_yet("no executor JVM yet")
+        busy = [e for e in executors if any(_busy(_cmdline(w)) for w in descendants(e))]
+        if not busy:
+            return not_yet("no executor is running Python tasks (a write) now")
+        jvm = busy[self.rng.randrange(len(busy))]
+        tree = [jvm, *descendants(jvm)]
+        _kill_all(tree)
+        state = wait_state(jvm, {None, "Z"})
+        how = f"SIGKILL executor JVM pid {jvm} and {len(tree) - 1} processes below it"
         return Outcome(state in (None, "Z"), how, f"state {state} after SIGKILL")
 
     def heal(self, fault: Fault) -> None:
@@ -363,6 +445,24 @@ class SparkPart:
         self.worker.stop(timeout=60.0)
 
     def db_keys(self) -> list[str]:
+        """The keys the second query wrote (its ``spark_out``: a SQLite or PostgreSQL table
+        through ``transactional``, or a Delta table); [] while there is none."""
+        if self.out == "delta":
+            try:
+                from deltalake import DeltaTable
+
+                return [str(k) for k in DeltaTable(str(self.delta)).to_pyarrow_table(
+                    columns=["key"]).column("key").to_pylist()]  # fmt: skip
+            except Exception:  # no table yet (its first batch not written)
+                return []
+        if self.out == "postgres" and self.pg_url:
+            import psycopg
+
+            try:
+                with psycopg.connect(self.pg_url, connect_timeout=5) as pg:
+                    return [r[0] for r in pg.execute(f"SELECT key FROM {TABLE}")]
+            except psycopg.Error:
+                return []
         try:
             with sqlite3.connect(self.db) as db:
                 return [r[0] for r in db.execute(f"SELECT key FROM {TABLE}")]
@@ -389,6 +489,7 @@ class SparkPart:
             "drained_after_s": self.drained_after,
             "query_restarts": _count_restarts(self.dir / "spark.log"),
             "mode": describe_mode(self.mode),
+            "options": self.options,
         }
 
 

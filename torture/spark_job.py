@@ -8,8 +8,13 @@ source, derive the record key and its producer, and write
 * ``to_stream``: the ``jetstream`` sink into the output stream (one JSON record per
   input record, ``{"id": key, "producer": ..., "source_seq": ...}``; message ids
   from the source's lineage, ``STREAM:SEQ``);
-* ``to_db``: :func:`oncestream.spark.transactional` ``foreachBatch`` into a SQLite
-  table without a unique key (a row written twice shows as two rows).
+* ``to_db``: :func:`oncestream.spark.transactional` ``foreachBatch`` into a SQLite or
+  the trial's PostgreSQL table without a unique key (a row written twice shows as two
+  rows), or :func:`oncestream.spark.delta` into a Delta table (``cfg["spark_out"]``).
+
+The sink and the source run their defaults; the sink is given option ``stream`` or
+not (``cfg["sink_stream"]``); the driver runs the newest PySpark or the oldest the
+package admits (the trial picks the interpreter).
 
 The trial picks (``torture.spark.spark_mode``) the session, classic
 (``local_session``) or Spark Connect (``cfg["connect"]``: a Connect server in this
@@ -57,8 +62,6 @@ def _source(spark: Any, cfg: dict[str, Any]) -> Any:
         .option("servers", ",".join(cfg["servers"]))
         .option("stream", cfg["stream"])
         .option("startingOffsets", "earliest")
-        .option("maxMessagesPerTrigger", "2000")
-        .option("requestTimeout", "3s")
     )
     if cfg.get("domain"):
         reader = reader.option("domain", cfg["domain"])
@@ -93,19 +96,22 @@ def _to_stream(spark: Any, cfg: dict[str, Any]) -> Any:
         own = "NOT startswith(lower(k), 'nats-') OR lower(k) = 'nats-stream-source'"
         columns.append(F.expr(f"map_filter(headers, (k, v) -> {own})").alias("headers"))
     out = rows.select(*columns)
+    # The sink's defaults (ack timeout, attempts, in flight), as users get them; with or
+    # without option 'stream' as the trial drew (atomic chunks need it: 'auto' without).
+    with_stream = cfg.get("sink_stream", "with") == "with"
+    ingest = (cfg.get("ingest") or "auto") if with_stream else "auto"
     writer = (
         out.writeStream.format("jetstream")
         .queryName("to_stream")
         .option("servers", ",".join(cfg["servers"]))
-        .option("stream", cfg["out_stream"])
         .option("commitsStream", cfg["commits_stream"])
         .option("taskMaxFailures", str(TASK_FAILURES))
-        .option("ackTimeout", "2s")
-        .option("maxAttempts", "30")
-        .option("ingest", cfg.get("ingest") or "auto")
+        .option("ingest", ingest)
         .option("checkpointLocation", str(Path(cfg["checkpoints"]) / "to_stream"))
         .trigger(processingTime="500 milliseconds")
     )
+    if with_stream:
+        writer = writer.option("stream", cfg["out_stream"])
     if cfg.get("domain"):
         writer = writer.option("domain", cfg["domain"])
     return writer.start()
@@ -114,15 +120,21 @@ def _to_stream(spark: Any, cfg: dict[str, Any]) -> Any:
 def _to_db(spark: Any, cfg: dict[str, Any]) -> Any:
     from pyspark.sql import functions as F
 
-    from oncestream.spark import transactional
+    from oncestream.spark import delta, transactional
 
     rows = _source(spark, cfg).select(
         "key", "producer", F.col("sequence").alias("source_seq"), F.col("stream")
     )
     checkpoint = str(Path(cfg["checkpoints"]) / "to_db")
+    out = cfg.get("spark_out", "sqlite")
+    if out == "delta":  # delta-rs, with the batch id in the same Delta commit
+        write = delta(cfg["delta"], checkpoint_location=checkpoint)
+    else:  # SQLite or the trial's PostgreSQL
+        target = cfg["pg_url"] if out == "postgres" else cfg["db"]
+        write = transactional(target, table=cfg["table"], checkpoint_location=checkpoint)
     return (
         rows.writeStream.queryName("to_db")
-        .foreachBatch(transactional(cfg["db"], table=cfg["table"], checkpoint_location=checkpoint))
+        .foreachBatch(write)
         .option("checkpointLocation", checkpoint)
         .trigger(processingTime="500 milliseconds")
         .start()
@@ -185,7 +197,9 @@ def run(cfg: dict[str, Any]) -> int:
         "spark.sql.streaming.minBatchesToRetain": "20",
         "spark.sql.adaptive.enabled": "false",
     }
-    master = f"local[2,{TASK_FAILURES}]"
+    # local-cluster: executors in JVMs of their own (the executor-kill fault's target);
+    # spark.task.maxFailures is then Spark's default, TASK_FAILURES as well.
+    master = cfg.get("master") or f"local[2,{TASK_FAILURES}]"
     if cfg.get("connect"):
         spark = _connect_session(master, conf)
     else:

@@ -28,12 +28,15 @@ from oncestream.server import (
 )
 from oncestream.streams import StreamSource, StreamSpec, ensure_stream
 
+from .lazyfs import LazyMount
 from .netns import Net
 
 #: ``cluster`` runs the server's default sync; ``cluster-sync`` adds ``sync_interval: always``.
 KINDS = ("single", "cluster", "leaf", "cluster-sync")
 CLIENT, ROUTE, LEAF, HTTP = 4222, 6222, 7422, 8222
 STREAM, SUBJECT = "T", "t"
+#: The Publisher's own stream in short-window trials (it relies on the window by design).
+PUB_STREAM, PUB_SUBJECT = "TP", "tp"
 HUB_STREAM = "TH"
 PROGRESS_STREAM, PROGRESS_SUBJECT = "ONCESTREAM_PUBLISH_PROGRESS", "oncestream.publish.progress"
 TMPFS_BYTES = 48 * 1024 * 1024
@@ -42,25 +45,43 @@ TMPFS_BYTES = 48 * 1024 * 1024
 class Topology:
     """Servers of one trial kind, started inside namespaces of ``net``."""
 
-    def __init__(self, kind: str, net: Net, work: Path) -> None:
+    def __init__(
+        self, kind: str, net: Net, work: Path, *, lazy: bool = False, spare: bool = False
+    ) -> None:
         self.kind, self.net, self.work = kind, net, work
         self.servers: dict[str, NatsServer] = {}
         self.addr: dict[str, str] = {}
         self.store_mount: Path | None = None
+        #: ``lazy``: each node's store on its own LazyFS mount (the lost-page-cache faults).
+        self.lazy: dict[str, LazyMount] = {}
+        self._want_lazy = lazy
         self.clustered = kind.startswith("cluster")
         nodes = (
             ["c1", "c2", "c3"]
             if self.clustered
             else {"single": ["s1"], "leaf": ["hub", "leaf"]}[kind]
         )
+        #: ``spare``: a fourth cluster node, configured and routed, started by the first
+        #: membership change (a fresh node for the stream to move a replica to).
+        self.spare = "c4" if spare and self.clustered else None
+        if self.spare:
+            nodes.append(self.spare)
+        #: Nodes whose server was started at least once (the spare only after its start).
+        self.started: set[str] = set()
         for node in nodes:
             self.addr[node] = net.add_node(node)
         for node in nodes:
             self._add(node)
 
+    def store(self, node: str) -> Path:
+        """``node``'s JetStream store folder (a LazyFS mount in ``lazy`` trials)."""
+        return self.work / node / "jetstream"
+
     def _add(self, node: str) -> None:
-        store = self.work / node / "jetstream"
+        store = self.store(node)
         store.mkdir(parents=True, exist_ok=True)
+        if self._want_lazy:
+            self.lazy[node] = LazyMount(store, self.work / node)
         blocks: tuple[Any, ...] = ()
         domain = sync = None
         if self.kind == "single":
@@ -105,10 +126,18 @@ class Topology:
         )
 
     def start(self) -> None:
-        for server in self.servers.values():
+        for mount in self.lazy.values():
+            self.net.track_mount(str(mount.mount))  # a crashed run's cleanup unmounts it
+            mount.start()
+            assert mount.proc is not None
+            self.net.track_pid(mount.proc.pid)
+        for node, server in self.servers.items():
+            if node == self.spare:
+                continue
             server.start()
             assert server.pid is not None
             self.net.track_pid(server.pid)
+            self.started.add(node)
 
     def restart(self, node: str) -> None:
         server = self.servers[node]
@@ -116,6 +145,11 @@ class Topology:
         server.start()
         assert server.pid is not None
         self.net.track_pid(server.pid)
+        self.started.add(node)
+
+    def members(self) -> list[str]:
+        """The nodes of the cluster (or the trial's servers): every one started so far."""
+        return [n for n in self.servers if n in self.started]
 
     def url(self, node: str) -> str:
         return f"nats://{self.addr[node]}:{CLIENT}"
@@ -123,7 +157,7 @@ class Topology:
     def producer_target(self) -> dict[str, Any]:
         """servers/domain the producers use."""
         if self.clustered:
-            return {"servers": [self.url(n) for n in ("c1", "c2", "c3")], "domain": None}
+            return {"servers": [self.url(n) for n in self.servers], "domain": None}
         if self.kind == "leaf":
             return {"servers": [self.url("leaf")], "domain": "leaf"}
         return {"servers": [self.url("s1")], "domain": None}
@@ -143,28 +177,29 @@ class Topology:
             connect_timeout=3.0,
         )
 
-    async def create_streams(self, timeout: float = 60.0) -> None:
-        """Create the streams, retrying while the cluster elects its meta leader."""
+    async def create_streams(self, timeout: float = 60.0, *, window: float | None = None) -> None:
+        """Create the streams, retrying while the cluster elects its meta leader.
+
+        ``window``: the producers' stream's duplicate window (None: StreamSpec's default,
+        what users get); a short one also creates :data:`PUB_STREAM`, the Publisher's.
+        """
         deadline = time.monotonic() + timeout
         while True:
             try:
-                return await self._create_streams()
+                return await self._create_streams(window)
             except OncestreamError:
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.5)
 
-    async def _create_streams(self) -> None:
+    async def _create_streams(self, window: float | None) -> None:
         replicas = 3 if self.clustered else 1
-        # allow_batched: the producers' Publishers send first attempts as fast-ingest
-        # batches (issue 24), so the campaign's faults land on that path.
-        spec = StreamSpec(
-            name=STREAM,
-            subjects=(f"{SUBJECT}.>",),
-            replicas=replicas,
-            duplicate_window=300.0,
-            allow_batched=True,
-        )
+        # As oncestream creates streams for users: allow_batched where the server takes
+        # fast-ingest batches (the Publishers' first attempts go that way), the default
+        # duplicate window unless the trial drew a short one.
+        spec = StreamSpec(name=STREAM, subjects=(f"{SUBJECT}.>",), replicas=replicas)
+        if window is not None:
+            spec = replace(spec, duplicate_window=window)
         # A fresh cluster drops API requests until it has a meta leader (~0.4 s): a
         # short request timeout retries soon instead of waiting the default 5 s.
         options = replace(self.connect_options(self.producer_target()), request_timeout=1.5)
@@ -181,6 +216,9 @@ class Topology:
         async with await connect(options) as conn:
             await ensure_stream(conn, spec)
             await ensure_stream(conn, progress)
+            if window is not None:
+                pub = StreamSpec(name=PUB_STREAM, subjects=(f"{PUB_SUBJECT}.>",), replicas=replicas)
+                await ensure_stream(conn, pub)
         if self.kind == "leaf":
             origin = StreamSource(name=STREAM, domain="leaf")
             hub = self.connect_options(self.processor_target())
@@ -189,15 +227,32 @@ class Topology:
 
     async def leader(self) -> str | None:
         """The cluster's stream leader (server name), or None."""
+        peers = await self.peers_now()
+        return peers[0] if peers else None
+
+    async def peers_now(self) -> list[str]:
+        """The stream's peers, its leader first ([]: unknown, or no leader)."""
         if not self.clustered:
-            return None
+            return []
         try:
             async with await connect(self.connect_options(self.producer_target())) as conn:
-                info = await conn.stream_info(STREAM)
+                return await self.stream_peers(conn)
         except Exception:
-            return None
-        leader = (info.get("cluster") or {}).get("leader")
-        return str(leader) if leader else None
+            return []
+
+    @staticmethod
+    async def stream_peers(conn: Any) -> list[str]:
+        """``STREAM.INFO``'s peer set of the producers' stream: its leader, then each
+        replica ([] without a leader)."""
+        try:
+            info = await conn.stream_info(STREAM)
+        except Exception:
+            return []
+        cluster = info.get("cluster") or {}
+        if not cluster.get("leader"):
+            return []
+        replicas = [str(r.get("name")) for r in cluster.get("replicas") or () if r.get("name")]
+        return [str(cluster["leader"]), *replicas]
 
     def meta_leaders(self) -> dict[str, str | None]:
         """Each node's JetStream metadata leader per its ``/jsz`` ("": none; None: no
@@ -221,3 +276,5 @@ class Topology:
                 pass
         if self.store_mount is not None:
             subprocess.run(["umount", "-l", str(self.store_mount)], check=False, timeout=20)
+        for mount in self.lazy.values():
+            mount.stop()

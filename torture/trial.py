@@ -20,10 +20,13 @@ pacing and every fault happen while the whole pipeline runs):
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import random
 import shutil
 import signal
 import sqlite3
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -36,8 +39,10 @@ from oncestream.read import read_stream
 from oncestream.streams import ResetTarget, consumer_info, reset_consumer
 
 from . import faults as server_faults
+from . import postgres as pgpart
 from . import spark as sparkpart
-from .faults import Outcome, not_yet
+from . import storefaults
+from .faults import Outcome, fill, not_yet
 from .nemesis import (
     CONSUMER_RESET,
     PROCESSORS,
@@ -47,12 +52,14 @@ from .nemesis import (
     fault_menu,
     max_wait,
     python_argv,
+    stack_menu,
     wait_state,
 )
 from .nemesis import schedule as fault_schedule
 from .netns import Net
-from .rawread import Unreadable, delete_msg, read_raw, record_key, seq_of
-from .topology import HUB_STREAM, STREAM, SUBJECT, Topology
+from .options import SHORT_WINDOW, TrialOptions, failing_key
+from .rawread import Unreadable, delete_msg, read_once, read_raw, record_key, seq_of
+from .topology import HUB_STREAM, PUB_STREAM, PUB_SUBJECT, STREAM, SUBJECT, Topology
 from .workers import EFFECTS, EFFECTS_COLUMNS
 
 TICK = 0.1
@@ -63,8 +70,24 @@ RESET_MIN_FLOOR, RESET_BACK = 20, 300
 DRAIN_TIMEOUT = 120.0
 #: Negative-control modes (``--sabotage``): each breaks the system's effect once, in a
 #: way only the checker's real checks can notice.
-SABOTAGE = ("drop-acked", "apply-twice", "skip-position", "drop-row")
+SABOTAGE = (
+    "drop-acked",
+    "apply-twice",
+    "skip-position",
+    "drop-row",
+    "drop-letter",
+    "drop-pg-effect",
+    "truncate-all",
+)
 CLI_INPUT = "cli-input.jsonl"
+#: The dead-letter stream of trials whose handlers fail for a share of the keys.
+DLQ = "DLQ"
+#: The SQLite ledger's file system (the ``ledger-full`` fault fills it).
+LEDGER_TMPFS = 24 * 1024 * 1024
+#: ``sync_interval`` per trial kind ("default": nats-server's 2 minutes).
+SYNC = {"single": "always", "cluster": "default", "leaf": "default", "cluster-sync": "always"}
+#: Fault kinds that throw away what a node had not fsynced (an OS crash).
+LOST_PAGE_CACHE = storefaults.CRASH_KINDS
 
 
 def leader_count(info: dict[str, Any]) -> int:
@@ -96,17 +119,20 @@ class Trial:
         duration: float,
         faults: int,
         rate: float,
-        pg_admin: str | None,
+        pg_template: Path | None,
         campaign_seed: int | None = None,
         ordinal: int = 0,
         fault_kinds: tuple[str, ...] = (),
         spark: bool = False,
         sabotage: str | None = None,
         spark_mode: dict[str, Any] | None = None,
+        options: TrialOptions | None = None,
+        stack_faults: int = 0,
     ) -> None:
         self.index, self.seed, self.kind, self.out = index, seed, kind, out
         self.run_id, self.duration, self.rate = f"{run_id}{index:02d}", duration, rate
         self.sabotage = sabotage
+        self.options = options or TrialOptions()
         self.faults = planned_faults(
             seed=seed,
             kind=kind,
@@ -117,12 +143,18 @@ class Trial:
             fault_kinds=fault_kinds,
             spark=spark,
             sabotage=sabotage,
+            stack_faults=stack_faults,
+            spark_mode=spark_mode,
         )
         self.timing: dict[str, float] = {}
         self._retry_at: dict[Fault, float] = {}
         self._waiting: dict[Fault, str] = {}
         self._leader: str | None = None
-        self.pg_admin = pg_admin
+        self._peers: list[str] = []
+        self.pg_template = pg_template
+        self.postgres: pgpart.TrialPostgres | None = None
+        self.pg_url: str | None = None
+        self.ledger_mount: Path | None = None
         self.dir = out / f"trial-{index:03d}-{kind}"
         self.work = Path(f"/tmp/oncestream-torture-{self.run_id}")
         self.history = self.dir / "history.jsonl"
@@ -132,45 +164,85 @@ class Trial:
         self.topo: Topology | None = None
         self.net: Net | None = None
         self.count = int(rate * duration)
+        self.short = self.options.window == "short"
+        # The Publisher relies on the duplicate window by design: with a short one it
+        # writes its own stream (the default window), checked but not processed.
+        pub_stream = PUB_STREAM if self.short else STREAM
         self.inputs: dict[str, dict[str, Any]] = {
-            "pub": {"positions": self.count},
-            "sess": {"positions": self.count // 2},
-            "cli": {"file": str(self.dir / CLI_INPUT), "id_field": "id"},
-        }
+            "pub": {"positions": self.count, "stream": pub_stream, "processed": not self.short},
+            "sess": {"positions": self.count // 2, "stream": STREAM, "processed": True},
+            "cli": {"file": str(self.dir / CLI_INPUT), "id_field": "id", "stream": STREAM,
+                    "processed": True},
+        }  # fmt: skip
+        self.replays: list[Worker] = []
         self.sourced_after: float | None = None
         self._sabotaged = False
         self._sabotage_task: asyncio.Task[None] | None = None
         self._t0 = 0.0
         # -- tspark: one in --spark-every trials also runs the Spark job (torture/spark.py)
-        self.spark = sparkpart.SparkPart(self.dir, seed, spark_mode or {}) if spark else None
+        spark_options = {k: v for k, v in self.options.as_dict().items()
+                         if k in ("sink_stream", "spark_out", "pyspark")}  # fmt: skip
+        self.spark = (
+            sparkpart.SparkPart(self.dir, seed, spark_mode or {}, spark_options) if spark else None
+        )
 
     # -- setup -------------------------------------------------------------------------
 
-    def _pg_url(self) -> str | None:
-        if self.pg_admin is None:
+    def _start_postgres(self) -> str | None:
+        """The trial's PostgreSQL in namespace ``pg``; the database URL (None: no PostgreSQL)."""
+        if self.pg_template is None:
             return None
+        assert self.net is not None
+        address = self.net.add_node(pgpart.NODE)
+        for node in pgpart.MEMBER_NODES.values():
+            self.net.add_node(node)
+        self.postgres = pgpart.TrialPostgres(
+            self.pg_template, self.work, address, self.net.exec_prefix(pgpart.NODE)
+        )
+        self.postgres.start()
+        self._track_postgres()
         import psycopg
 
         db = f"torture_{self.run_id}"
-        with psycopg.connect(self.pg_admin, autocommit=True) as pg:
-            pg.execute(f"DROP DATABASE IF EXISTS {db}")
+        with psycopg.connect(self.postgres.admin_url, autocommit=True) as pg:
             pg.execute(f"CREATE DATABASE {db}")
-        url = self.pg_admin.rsplit("/", 1)[0] + f"/{db}"
+        url = self.postgres.url(db)
         with psycopg.connect(url, autocommit=True) as pg:  # before two processors race to it
             pg.execute(f"CREATE TABLE {EFFECTS} {EFFECTS_COLUMNS}")
+        self.pg_url = url
         return url
+
+    def _track_postgres(self) -> None:
+        assert self.net is not None and self.postgres is not None
+        for pid in [*self.postgres.processes()[:1], self.postgres.pid or 0]:
+            if pid:
+                self.net.track_pid(pid)  # a crashed run's cleanup kills it
+
+    def _mount_ledger(self) -> Path:
+        """The SQLite ledger's own small tmpfs (the ``ledger-full`` fault fills it)."""
+        assert self.net is not None
+        mount = self.work / "ledger"
+        mount.mkdir(parents=True, exist_ok=True)
+        self.net.track_mount(str(mount))
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={LEDGER_TMPFS}", "tmpfs",
+                        str(mount)], check=True, timeout=20)  # fmt: skip
+        self.ledger_mount = mount
+        return mount
 
     def _workers(self, pg_url: str | None, t0_wall: float) -> None:
         """Every worker, paced from ``t0_wall`` (the trial's start, wall clock)."""
-        assert self.topo is not None
+        assert self.topo is not None and self.net is not None
         prod = self.topo.producer_target()
         proc = self.topo.processor_target()
         hist = str(self.history)
-        base = {**prod, "stream": STREAM, "subject": SUBJECT, "history": hist, "t0": t0_wall}
+        base = {**prod, "history": hist, "t0": t0_wall}
         # The ProducerSession waits for each ack (~350/s on an R3 `sync_interval: always`
         # stream here), so it runs at half the Publisher's rate and has room to catch up.
         for name, role, share in (("pub", "publisher", 1), ("sess", "session", 2)):
-            cfg = {**base, "name": name, "count": self.count // share, "rate": self.rate / share}
+            stream = self.inputs[name]["stream"]
+            subject = PUB_SUBJECT if stream == PUB_STREAM else SUBJECT
+            cfg = {**base, "name": name, "count": self.count // share, "rate": self.rate / share,
+                   "stream": stream, "subject": subject}  # fmt: skip
             if name == "sess" and self.sabotage == "skip-position":
                 cfg |= {"sabotage": self.sabotage, "marker": str(self.dir / "sabotage-skip")}
             self._add(name, python_argv(role, cfg), done=True)
@@ -178,30 +250,21 @@ class Trial:
         with open(lines, "w") as f:
             for i in range(self.count // 2):
                 f.write(json.dumps({"id": f"cli-{i}", "n": i}) + "\n")
-        cli = [
-            str(Path(sys.executable).parent / "oncestream"),
-            "publish",
-            str(lines),
-            "--stream",
-            STREAM,
-            "--subject",
-            f"{SUBJECT}.cli",
-            "--id-field",
-            "id",
-            "--no-progress",
-            "--ack-timeout",
-            "2s",
-            "--max-attempts",
-            "10",
-            "--rate",
-            f"{self.rate / 2:g}",
-        ]
+        cli = [str(Path(sys.executable).parent / "oncestream"), "publish", str(lines),
+               "--stream", STREAM, "--subject", f"{SUBJECT}.cli", "--id-field", "id",
+               "--no-progress", "--rate", f"{self.rate / 2:g}"]  # fmt: skip
+        if self.short:
+            # The retry horizon a user must pick to fit a 4 s window (the CLI's window guard
+            # refuses the default 27 s): a fault outlasting it ends a run with exit 1, and
+            # the re-run resumes from the progress records, beyond the window.
+            cli += ["--ack-timeout", "1s", "--max-attempts", "3"]
         for url in prod["servers"]:
             cli += ["-s", url]
         if prod["domain"]:
             cli += ["--domain", prod["domain"]]
         self._add("cli", cli, done=True, cli=True)
-        ledgers = {"lite": str(self.dir / "lite.db")}
+        self.workers["cli"].rerun_ok = self.short
+        ledgers = {"lite": str((self.ledger_mount or self.dir) / "lite.db")}
         if pg_url:
             ledgers |= {"pg1": pg_url, "pg2": pg_url}
         for name, ledger in ledgers.items():
@@ -213,10 +276,29 @@ class Trial:
                 "consumer": "lite" if name == "lite" else "pg",
                 "pinned": name != "lite",  # pg1/pg2: active/standby on one consumer
                 "history": hist,
+                "options": self.options.as_dict(),
+                "dlq": DLQ,
             }
             if name == "lite" and self.sabotage == "apply-twice":
-                cfg |= {"sabotage": self.sabotage, "sabotage_key": "pub-10"}
-            self._add(name, python_argv("processor", cfg), done=False)
+                cfg |= {"sabotage": self.sabotage, "sabotage_key": "sess-10"}
+            argv = python_argv("processor", cfg)
+            if name in pgpart.MEMBER_NODES:  # in its own namespace: a pg-cut reaches one
+                argv = [*self.net.exec_prefix(pgpart.MEMBER_NODES[name]), *argv]
+            self._add(name, argv, done=False)
+
+    def replay_argv(self) -> list[str]:
+        """``oncestream dlq replay``: the SQLite consumer's dead letters, as an operator
+        replays them once the handler is fixed (only the one consumer's letters: every
+        processor receives a replayed copy)."""
+        assert self.topo is not None
+        target = self.topo.processor_target()
+        argv = [str(Path(sys.executable).parent / "oncestream"), "dlq", "replay", DLQ,
+                "--error", "(lite)", "--force"]  # fmt: skip
+        for url in target["servers"]:
+            argv += ["-s", url]
+        if target["domain"]:
+            argv += ["--domain", target["domain"]]
+        return argv
 
     def _add(self, name: str, argv: list[str], *, done: bool, cli: bool = False) -> None:
         log = self.dir / f"{name}.log"
@@ -242,24 +324,33 @@ class Trial:
         the background: asking may take seconds while nodes are down, heals must not wait."""
         assert self.topo is not None
         while True:
-            self._leader = await self.topo.leader()  # bounded by its connect/request timeouts
+            peers = await self.topo.peers_now()  # bounded by its connect/request timeouts
+            self._leader = peers[0] if peers else None
+            if peers:
+                self._peers = peers
             await asyncio.sleep(0.3)
 
     async def _resolve(self, fault: Fault, turn: int, now: float) -> str | None:
         """Concrete target; with no known stream leader for 1.5 s (e.g. the cluster is
         still electing after a restart), roles are guessed (any node) rather than skipped."""
         leader = self._leader
+        peers = self._peers or ["c1", "c2", "c3"]
         if leader is None and now - fault.start >= 1.5:
-            leader = ("c1", "c2", "c3")[turn % 3]
-        return server_faults.resolve(fault.target, leader, self.busy, fault.kind, turn)
+            leader = peers[turn % len(peers)]
+            peers = [leader, *(p for p in peers if p != leader)]
+        return server_faults.resolve(fault.target, leader, self.busy, fault.kind, turn, peers)
 
     async def _apply(self, fault: Fault, target: str) -> Outcome:
         assert self.topo is not None and self.net is not None
-        if fault.kind in sparkpart.KINDS:
+        if fault.kind in sparkpart.ALL_KINDS:
             assert self.spark is not None
             return await asyncio.to_thread(self.spark.apply, fault)
-        if fault.phase == "sabotage" and not any(
-            h["op"] == "ack" and h["process"] == target for h in _read_history(self.history)
+        if (
+            fault.phase == "sabotage"
+            and fault.kind == "kill"
+            and not any(
+                h["op"] == "ack" and h["process"] == target for h in _read_history(self.history)
+            )
         ):  # skip-position: the kill must come after a stored record, to resume after it
             return not_yet(f"no ack of {target} yet")
         if fault.kind in ("kill", "pause"):
@@ -269,10 +360,93 @@ class Trial:
         if fault.kind == CONSUMER_RESET:
             turn = self.faults.index(fault) if fault in self.faults else 0
             return await self._reset_consumer(target, turn)
+        if fault.kind in pgpart.KINDS:
+            return await asyncio.to_thread(self._apply_pg, fault.kind, target)
+        if fault.kind == "ledger-full":
+            return await asyncio.to_thread(self._fill_ledger)
+        if fault.kind == "truncate-all":  # the sabotage: every node's copy at once
+            outcome = await asyncio.to_thread(storefaults.truncate_all, self.topo, STREAM)
+            if outcome.landed:
+                self._note("sabotage", "all", outcome.how[:300])
+            return outcome
+        if fault.kind in storefaults.CORRUPT_KINDS:
+            rng = random.Random(f"{self.seed}:{fault.start}")
+            return await asyncio.to_thread(
+                storefaults.corrupt, self.topo, fault.kind, target, rng, STREAM
+            )
+        if fault.kind in storefaults.CRASH_KINDS:
+            nodes = self.topo.members() if fault.kind == "power-loss" else [target]
+            return await asyncio.to_thread(storefaults.lose_page_cache, self.topo, nodes)
+        if fault.kind == "membership":
+            return await self._membership(target)
         outcome = await asyncio.to_thread(
             server_faults.apply, self.topo, self.net, fault.kind, target
         )
         return outcome
+
+    def _apply_pg(self, kind: str, target: str) -> Outcome:
+        """``pg-kill`` / ``pg-pause`` / ``pg-cut`` (:mod:`torture.postgres`)."""
+        assert self.net is not None
+        pg = self.postgres
+        if pg is None:
+            return Outcome(False, why="no PostgreSQL in this run", touched=False)
+        pid = pg.pid
+        if pid is None or wait_state(pid, {None, "Z"}, timeout=0) in (None, "Z"):
+            return not_yet("PostgreSQL is not running")
+        if kind == "pg-kill":
+            pids = pg.kill()
+            gone = wait_state(pid, {None, "Z"}) in (None, "Z")
+            how = f"SIGKILL {len(pids)} PostgreSQL processes (postmaster pid {pid})"
+            return Outcome(gone, how, "" if gone else "the postmaster is still there")
+        if kind == "pg-pause":
+            pids = pg.signal_all(signal.SIGSTOP)
+            state = wait_state(pid, {"T", "t"})
+            how = f"SIGSTOP {len(pids)} PostgreSQL processes (postmaster pid {pid})"
+            return Outcome(state in ("T", "t"), how, f"postmaster state {state}")
+        member = pgpart.MEMBER_NODES[target]
+        self.net.cut(member, pgpart.NODE)
+        seen = self.net.probe(self.net.nodes[pgpart.NODE], pgpart.PORT, src=member)
+        cut = seen in ("timeout", "unreachable")
+        how = f"tc bpf drop both ways {target} ({member}) <-> PostgreSQL; probe: {seen}"
+        return Outcome(cut, how, "" if cut else f"the member still reaches it: {seen}")
+
+    def _fill_ledger(self) -> Outcome:
+        if self.ledger_mount is None:
+            why = "the SQLite ledger has no file system of its own"
+            return Outcome(False, why=why, touched=False)
+        code, written = fill(self.ledger_mount / "filler")
+        full = code == errno.ENOSPC
+        how = f"ledger tmpfs filled: {written // (1 << 20)} MiB written, then " + (
+            errno.errorcode.get(code, str(code)) if code is not None else "no error"
+        )
+        return Outcome(full, how, "" if full else f"the filler stopped without ENOSPC ({code})")
+
+    async def _membership(self, victim: str) -> Outcome:
+        """A stream peer removed and a fresh node added (:mod:`torture.storefaults`)."""
+        assert self.topo is not None
+        topo = self.topo
+        peers = await topo.peers_now()
+        if len(peers) < 3 or victim not in peers:
+            return not_yet(f"stream peers {peers}: {victim} is not one of three")
+        down = [n for n in peers if topo.servers[n].pid is None]
+        if down:
+            return not_yet(f"stream peers down: {down}")
+        spare = topo.spare
+        if spare is not None and spare not in topo.started:
+            await asyncio.to_thread(topo.restart, spare)  # the fresh node joins the cluster
+            self._track_servers()
+        pid = storefaults.kill_node(topo, victim)
+        storefaults.wipe(topo, victim)
+        result = await storefaults.remove_peer(topo, victim, STREAM, timeout=10.0)
+        how = f"SIGKILL {victim} pid {pid}, store wiped, STREAM.PEER.REMOVE: {result}"
+        removed = bool(result.get("removed"))
+        return Outcome(removed, how[:400], "" if removed else "the peer set did not change")
+
+    def _track_servers(self) -> None:
+        assert self.topo is not None and self.net is not None
+        for server in self.topo.servers.values():
+            if server.pid is not None and server.pid not in self.net.state["pids"]:
+                self.net.track_pid(server.pid)
 
     async def _reset_consumer(self, consumer: str, turn: int) -> Outcome:
         """Move a processor's consumer back (``CONSUMER.RESET``, the product's
@@ -282,7 +456,7 @@ class Trial:
         the next delivery at or below the ack floor it had (its ledger has no prune
         horizon: ``prune_interval=0``, so no target is refused for it)."""
         assert self.topo is not None
-        if consumer == "pg" and self.pg_admin is None:
+        if consumer == "pg" and self.pg_url is None:
             return Outcome(False, why="no PostgreSQL processors in this run", touched=False)
         target = self.topo.processor_target()
         stream = target["stream"]
@@ -325,7 +499,7 @@ class Trial:
 
     def _heal(self, fault: Fault, target: str, outcome: Outcome) -> None:
         assert self.topo is not None and self.net is not None
-        if fault.kind in sparkpart.KINDS:
+        if fault.kind in sparkpart.ALL_KINDS:
             assert self.spark is not None
             self.spark.heal(fault)
         elif fault.kind == CONSUMER_RESET:
@@ -336,6 +510,26 @@ class Trial:
                 worker.start()
         elif fault.kind == "pause":
             self.workers[target].signal(signal.SIGCONT)
+        elif fault.kind in ("pg-kill", "pg-pause") and self.postgres is not None:
+            if fault.kind == "pg-pause":
+                self.postgres.signal_all(signal.SIGCONT)
+            elif outcome.landed or self.postgres.pid is None:
+                self.postgres.start()
+                self._track_postgres()
+        elif fault.kind == "pg-cut":
+            self.net.uncut(pgpart.MEMBER_NODES[target], pgpart.NODE)
+        elif fault.kind == "ledger-full":
+            if self.ledger_mount is not None:
+                (self.ledger_mount / "filler").unlink(missing_ok=True)
+        elif fault.kind in (*storefaults.CORRUPT_KINDS, "os-crash", "membership"):
+            if outcome.touched and self.topo.servers[target].pid is None:
+                self.topo.restart(target)  # membership: a fresh node (its store was wiped)
+                self._track_servers()
+        elif fault.kind in ("power-loss", "truncate-all"):
+            for node in self.topo.members():
+                if self.topo.servers[node].pid is None:
+                    self.topo.restart(node)
+            self._track_servers()
         else:
             server_faults.heal(self.topo, self.net, fault.kind, target, outcome)
 
@@ -392,7 +586,7 @@ class Trial:
             self._skip(fault, target, f"not started within {max_wait(fault.kind):g}s: {why}")
 
     def _server_log_size(self, fault: Fault, target: str) -> int:
-        if fault.kind != "disk-full" or self.topo is None:
+        if fault.kind not in ("disk-full", *storefaults.CORRUPT_KINDS) or self.topo is None:
             return 0
         return server_faults.server_log_size(self.topo, target)
 
@@ -404,11 +598,18 @@ class Trial:
                 entry["server_enospc"] = server_faults.server_log_has(
                     self.topo, target, entry.pop("log_from"), "no space left on device"
                 )
+            if fault.kind in storefaults.CORRUPT_KINDS:
+                entry["log_at"] = entry.pop("log_from")  # what the restarted server says
             entry.pop("log_from", None)
-            await asyncio.to_thread(self._heal, fault, target, outcome)
+            try:
+                await asyncio.to_thread(self._heal, fault, target, outcome)
+                healed = "ok"
+            except Exception as exc:  # e.g. a server that does not start on a damaged store
+                healed = f"failed: {type(exc).__name__}: {exc}"[:600]
+                entry["heal_error"] = healed
             self.busy -= held
             entry["wall_end"], entry["mono_end"] = time.time(), time.monotonic()
-            self._note("heal", f"{fault.kind}:{target}", "ok")
+            self._note("heal", f"{fault.kind}:{target}", healed)
             self.fault_log.append(entry)
 
     # -- tfaults: end ----------------------------------------------------------------------
@@ -441,12 +642,13 @@ class Trial:
         victim = acked[len(acked) // 2]
         assert self.topo is not None
         target = self.topo.producer_target()
+        stream = self.inputs["pub"]["stream"]
         seq = int(victim["seq"])
         if seq == 0:  # confirmed by a fast-ingest flow ack: a range, no sequence of its own
             seq = (
-                await seq_of(target["servers"], STREAM, victim["key"], domain=target["domain"]) or 0
+                await seq_of(target["servers"], stream, victim["key"], domain=target["domain"]) or 0
             )
-        if seq and await delete_msg(target["servers"], STREAM, seq, domain=target["domain"]):
+        if seq and await delete_msg(target["servers"], stream, seq, domain=target["domain"]):
             self._sabotaged = True
             self._note("sabotage", victim["key"], f"drop-acked (seq {seq})")
         else:
@@ -460,13 +662,22 @@ class Trial:
         try:
             with Net(self.run_id) as net:
                 self.net = net
-                self.topo = Topology(self.kind, net, self.work)
+                kinds = {f.kind for f in self.faults}
+                self.topo = Topology(
+                    self.kind,
+                    net,
+                    self.work,
+                    lazy=bool(kinds & set(LOST_PAGE_CACHE)),
+                    spare="membership" in kinds,
+                )
                 try:
                     return await self._run()
                 finally:
                     for worker in self.workers.values():
                         worker.kill()
                     self.topo.stop()
+                    if self.postgres is not None:
+                        self.postgres.stop()
         finally:
             for log in self.work.glob("*/*.log"):  # the servers' logs
                 shutil.copyfile(log, self.dir / f"server-{log.name}")
@@ -478,8 +689,9 @@ class Trial:
         if self.spark is not None:  # tspark: the JVM boots while the servers start
             self.workers[sparkpart.TARGET] = self.spark.start(self)
         self.topo.start()
-        await self.topo.create_streams()
-        pg_url = self._pg_url()
+        await self.topo.create_streams(window=SHORT_WINDOW if self.short else None)
+        pg_url = self._start_postgres()
+        self._mount_ledger()
         if self.spark is not None:
             await self.spark.create_streams(self)
             await self.spark.wait_ready()
@@ -506,6 +718,7 @@ class Trial:
                 await self._heal_due(now, active)
                 self._supervise()
                 self._sabotage_tick(now)
+                self._replay_tick(now)
                 if now >= self.duration:
                     if "run_s" not in self.timing:
                         self.timing["run_s"] = round(now, 3)
@@ -547,14 +760,87 @@ class Trial:
             if self.sabotage == "drop-row":
                 key = self.spark.drop_row()
                 self._note("sabotage", str(key), "drop-row (foreachBatch table)")
+        if self.sabotage == "drop-letter":
+            await self._drop_letter()
+        if self.sabotage == "drop-pg-effect":
+            self._drop_pg_effect()
         return await self._final_state()
+
+    async def _drop_letter(self) -> None:
+        """Sabotage ``drop-letter``: after the drain, one dead letter deleted from ``DLQ``
+        behind the Processors' back; the checker must miss it (``dead_letters``)."""
+        assert self.topo is not None
+        target = self.topo.processor_target()
+        domain = target.get("domain")
+        found: list[tuple[int, str]] = []
+
+        def visit(seq: int, key: str, headers: dict[str, str]) -> None:
+            if headers.get("Oncestream-Consumer") == "lite" and not found:
+                found.append((seq, key))
+
+        from .rawread import walk_any
+
+        await walk_any(target["servers"], DLQ, domain, visit)
+        if found and await delete_msg(target["servers"], DLQ, found[0][0], domain=domain):
+            self._note("sabotage", found[0][1], f"drop-letter (DLQ seq {found[0][0]})")
+
+    def _drop_pg_effect(self) -> None:
+        """Sabotage ``drop-pg-effect``: after the drain, one effect row deleted from the
+        trial's PostgreSQL (the one the pg-* faults hit); the checker must miss it."""
+        if self.pg_url is None:
+            return
+        import psycopg
+
+        with psycopg.connect(self.pg_url, autocommit=True) as pg:
+            row = pg.execute(f"DELETE FROM {EFFECTS} WHERE ctid IN (SELECT ctid FROM {EFFECTS} "
+                             "ORDER BY key LIMIT 1) RETURNING key").fetchone()  # fmt: skip
+        if row:
+            self._note("sabotage", str(row[0]), "drop-pg-effect (PostgreSQL effects)")
 
     def _supervise(self) -> None:
         for name, worker in self.workers.items():
             worker.supervise(in_fault=name in self.busy)
 
+    def _replay_tick(self, now: float) -> None:
+        """``dead_letters=replay``: ``oncestream dlq replay`` once mid-run (under the faults);
+        the drain runs it again once every failing key was dead-lettered (:meth:`_drained`)."""
+        if self.options.dead_letters != "replay" or self.replays or now < self.duration * 0.6:
+            return
+        self._start_replay()
+
+    def _start_replay(self) -> None:
+        name = f"replay{len(self.replays) + 1}"
+        self._add(name, self.replay_argv(), done=True, cli=True)
+        worker = self.workers[name]
+        worker.rerun_ok = "any"  # exit 1: a re-run replays nothing twice (its contract)
+        worker.start()
+        self.replays.append(worker)
+        self._note("replay", name, "start")
+
+    def failing_expected(self) -> set[str]:
+        """The processed input keys whose handler fails (dead-lettered by every consumer)."""
+        from .checker import expected_keys
+
+        share = self.options.fail_share
+        processed = {p for p, spec in self.inputs.items() if spec.get("processed", True)}
+        return {
+            k
+            for k, p in expected_keys(self.inputs).items()
+            if p in processed and failing_key(k, share)
+        }
+
+    async def _dead_letters_now(self) -> dict[str, int] | None:
+        """Dead letters per consumer in ``DLQ`` now (None: no answer; {}: none yet)."""
+        assert self.topo is not None
+        target = self.topo.processor_target()
+        read = await read_once(target["servers"], DLQ, domain=target.get("domain"))
+        if read is None:
+            return None if await self.message_count(target, DLQ) else {}
+        return {c: sum(keys.values()) for c, keys in read.letters.items()}
+
     async def _drained(self, now: float) -> bool:
-        """One look: producers done, the hub caught up, every stored record applied."""
+        """One look: producers done, the hub caught up, every stored record applied or
+        dead-lettered (and, with ``replay``, the SQLite consumer's dead letters replayed)."""
         assert self.topo is not None
         if not all(w.done for w in self.workers.values() if w.restart_until_done):
             return False
@@ -567,7 +853,32 @@ class Trial:
                 self.sourced_after = round(now - self.duration, 3)
         target = self.topo.processor_target()
         stored = await self.message_count(target, target["stream"])
-        return bool(stored) and all(len(c) >= stored for c in self._effects_now().values())
+        failing = len(self.failing_expected()) if self.options.failing else 0
+        if failing:
+            letters = await self._dead_letters_now()
+            if letters is None:
+                return False
+            consumers = ["lite", "pg"] if self.pg_url else ["lite"]
+            if self.options.dead_letters == "replay":
+                if len(self.replays) < 2:  # the drain's replay, once lite gave up on each
+                    replayed = max(0, stored - self.count_processed())
+                    if letters.get("lite", 0) + replayed >= failing:
+                        self._start_replay()
+                    return False
+                consumers.remove("lite")
+                if letters.get("lite", 0):
+                    return False
+            if any(letters.get(c, 0) < failing for c in consumers):
+                return False
+        effects = await asyncio.to_thread(self._effects_now)  # a paused PostgreSQL: seconds
+        return bool(stored) and all(len(c) >= stored - failing for c in effects.values())
+
+    def count_processed(self) -> int:
+        """Input records of the processed producers (each stored once when all is well)."""
+        from .checker import expected_keys
+
+        processed = {p for p, spec in self.inputs.items() if spec.get("processed", True)}
+        return sum(1 for p in expected_keys(self.inputs).values() if p in processed)
 
     def _effects_now(self) -> dict[str, set[str]]:
         out = {}
@@ -577,18 +888,17 @@ class Trial:
 
     def _effect_rows(self) -> dict[str, list[tuple[str, str, float, float]]]:
         rows: dict[str, list[tuple[str, str, float, float]]] = {}
-        lite = self.dir / "lite.db"
+        lite = (self.ledger_mount or self.dir) / "lite.db"
         try:
             with sqlite3.connect(lite) as db:
                 rows["sqlite"] = list(db.execute("SELECT key, proc, wall, mono FROM effects"))
         except sqlite3.Error:
             rows["sqlite"] = []
-        if self.pg_admin is not None:
+        if self.pg_url is not None:
             import psycopg
 
-            url = self.pg_admin.rsplit("/", 1)[0] + f"/torture_{self.run_id}"
             try:
-                with psycopg.connect(url) as pg:
+                with psycopg.connect(self.pg_url, connect_timeout=5) as pg:
                     rows["postgres"] = list(pg.execute("SELECT key, proc, wall, mono FROM effects"))
             except psycopg.Error:
                 rows["postgres"] = []
@@ -606,15 +916,25 @@ class Trial:
         return leader_count(info)
 
     async def stream_keys(
-        self, target: dict[str, Any], stream: str, *, strict: bool = False
+        self,
+        target: dict[str, Any],
+        stream: str,
+        *,
+        strict: bool = False,
+        replays: list[str] | None = None,
     ) -> list[str]:
-        """Keys of ``stream`` through the project's reader ([] on an error unless ``strict``)."""
+        """Keys of ``stream`` through the project's reader ([] on an error unless ``strict``);
+        replayed dead letters (msg id ``replay:...``) go to ``replays`` when given."""
         assert self.topo is not None
         keys: list[str] = []
         try:
             async with await connect(self.topo.connect_options(target)) as conn:
                 async for chunk in read_stream(conn, stream):
-                    keys += [record_key(bytes(r.data)) for r in chunk]
+                    for r in chunk:
+                        if replays is not None and (r.msg_id or "").startswith("replay:"):
+                            replays.append(record_key(bytes(r.data)))
+                        else:
+                            keys.append(record_key(bytes(r.data)))
         except Exception:
             if strict:
                 raise
@@ -633,11 +953,18 @@ class Trial:
         except Unreadable as exc:
             return {"unreadable": await self._unreadable(target, stream, exc)}
         read: dict[str, Any] = {"raw": dict(raw.keys), "messages": raw.messages}
+        read["raw_replays"] = dict(raw.replays)
+        read["letters"] = {c: dict(keys) for c, keys in raw.letters.items()}
         if raw.errors:
             read |= {"waited_s": raw.waited_s, "failed_reads": len(raw.errors)}
             read["last_error"] = raw.errors[-1]
+        if stream == DLQ:  # dead letters: the independent reader's (by consumer) only
+            read["independent_only"] = True
+            return read
+        replays: list[str] = []
         try:
-            read["project"] = dict(Counter(await self.stream_keys(target, stream, strict=True)))
+            keys = await self.stream_keys(target, stream, strict=True, replays=replays)
+            read["project"], read["project_replays"] = dict(Counter(keys)), dict(Counter(replays))
         except Exception as exc:  # the product's reader failed where the raw one did not
             read |= {"project": {}, "project_error": f"{type(exc).__name__}: {exc}"}
         return read
@@ -666,8 +993,12 @@ class Trial:
     async def _final_state(self) -> dict[str, Any]:
         assert self.topo is not None
         reads = {STREAM: await self._read_both(self.topo.producer_target(), STREAM)}
+        if self.short:
+            reads[PUB_STREAM] = await self._read_both(self.topo.producer_target(), PUB_STREAM)
         if self.kind == "leaf":
             reads[HUB_STREAM] = await self._read_both(self.topo.processor_target(), HUB_STREAM)
+        if self.options.failing:
+            reads[DLQ] = await self._read_both(self.topo.processor_target(), DLQ)
         rows = self._effect_rows()
         with open(self.history, "a") as f:
             for db, entries in rows.items():
@@ -687,8 +1018,17 @@ class Trial:
             "inputs": self.inputs,
             "processed_stream": self.topo.processor_target()["stream"],
             "streams": {
-                s: r["raw"] for s, r in reads.items() if s != sparkpart.OUT_STREAM and "raw" in r
+                s: r["raw"]
+                for s, r in reads.items()
+                if s not in (sparkpart.OUT_STREAM, DLQ) and "raw" in r
             },
+            "options": self.options.as_dict(),
+            "sync": SYNC[self.kind],
+            "failing": sorted(self.failing_expected()) if self.options.failing else [],
+            "dead_letters": (reads.get(DLQ) or {}).get("letters"),
+            "dlq_unreadable": "unreadable" in (reads.get(DLQ) or {}),
+            "replays": (reads.get(self.topo.processor_target()["stream"]) or {}).get("raw_replays"),
+            "reruns": {n: w.reruns for n, w in self.workers.items() if w.reruns},
             "reads": reads,
             "effects": {db: dict(Counter(r[0] for r in e)) for db, e in rows.items()},
             "pg_active": _switches(rows.get("postgres", [])),
@@ -713,6 +1053,10 @@ class Trial:
                 if h["op"] == "sabotage"
             ],
         }
+        for entry in self.fault_log:  # what a restarted server said of its damaged files
+            if "log_at" in entry:
+                node, since = entry["resolved"], entry["log_at"]
+                entry["noticed"] = storefaults.noticed(self.topo, node, since)
         (self.dir / "final-state.json").write_text(json.dumps(state))
         return state
 
@@ -728,16 +1072,34 @@ def planned_faults(
     fault_kinds: tuple[str, ...],
     spark: bool,
     sabotage: str | None = None,
+    stack_faults: int = 0,
+    spark_mode: dict[str, Any] | None = None,
 ) -> list[Fault]:
-    """A trial's whole fault schedule, from its seed and options alone (``--schedule``)."""
+    """A trial's whole fault schedule, from its seed and options alone (``--schedule``):
+    ``faults`` from the trial kind's menu, ``stack_faults`` from its stack menu (each
+    menu a seeded cycle of its own), the Spark faults in Spark trials."""
     menu = [(k, t) for k, t in fault_menu(kind) if not fault_kinds or k in fault_kinds]
     planned = fault_schedule(
         seed, kind, duration, faults, campaign_seed=campaign_seed, ordinal=ordinal, menu=menu
     )
+    stack = [(k, t) for k, t in stack_menu(kind) if not fault_kinds or k in fault_kinds]
+    planned += fault_schedule(
+        seed + 500_000,
+        kind,
+        duration,
+        stack_faults,
+        campaign_seed=campaign_seed,
+        ordinal=ordinal,
+        menu=stack,
+        group=f"stack:{kind}",
+    )
     if spark:
-        planned += sparkpart.spark_schedule(seed, duration, fault_kinds)
+        executors = (spark_mode or {}).get("executors") == "cluster"
+        planned += sparkpart.spark_schedule(seed, duration, fault_kinds, executors)
     if sabotage == "skip-position":  # a resume to skip a position in
         planned.append(Fault(round(duration * 0.4, 3), 1.0, "kill", "sess", "sabotage"))
+    if sabotage == "truncate-all":  # every copy of the stream's blocks cut mid-run
+        planned.append(Fault(round(duration * 0.5, 3), 1.0, "truncate-all", "all", "sabotage"))
     return sorted(planned, key=lambda f: f.start)
 
 

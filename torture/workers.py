@@ -20,6 +20,12 @@ error ends the worker with exit 1 (the trial counts it as a failure), and so
 does a publish that failed for good: a producer exits 0 only when every record
 of its input was acknowledged.
 
+Every worker runs the library's defaults (``PublisherOptions()``,
+``ProcessorOptions()``) plus what the trial drew (:mod:`torture.options`, in
+``cfg["options"]``): the SQLite Processor's ack policy, a batch handler (``COPY`` on
+PostgreSQL), pruning, and handlers that fail for a share of the keys (dead-lettered
+to ``DLQ``; a replayed copy, carrying ``Oncestream-Replay-Of``, is applied).
+
 ``cfg["sabotage"]`` breaks the system under test on purpose, for the campaign's
 negative control (``python -m torture --sabotage KIND``): ``skip-position`` (the
 session skips one position when it resumes) and ``apply-twice`` (the processor
@@ -35,12 +41,12 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from oncestream import (
     ConnectOptions,
+    Message,
     OncestreamError,
     PostgresLedger,
     Processor,
@@ -51,6 +57,8 @@ from oncestream import (
     SQLiteLedger,
     connect,
 )
+
+from .options import failing_key
 
 #: The effects table: no unique constraint, so an effect applied twice shows as two rows.
 EFFECTS = "effects"
@@ -105,10 +113,6 @@ def _connect_options(cfg: dict[str, Any]) -> ConnectOptions:
     )
 
 
-#: Seconds without a pull from the active Processor of a pinned group before a standby
-#: takes over (the consumer's ``priority_timeout``).
-PINNED_TTL = 3.0
-
 #: Seconds a worker keeps retrying its start-up before it fails.
 STARTUP_BUDGET = 60.0
 
@@ -140,14 +144,9 @@ async def run_publisher(cfg: dict[str, Any]) -> int:
     name, count, rate = cfg["name"], int(cfg["count"]), float(cfg["rate"])
     history = History(cfg["history"], name)
     done = acked_keys(cfg["history"])
-    options = PublisherOptions(
-        stream=cfg["stream"],
-        max_inflight=256,
-        ack_timeout=2.0,
-        max_attempts=30,
-        retry_backoff=(0.1, 0.5, 1.0),
-        ingest="fast",  # the stream allows batches (topology.py): refuse to fall back
-    )
+    # The defaults a user gets (ack timeout, attempts, in flight, ingest "auto": fast-ingest
+    # batches where the stream allows them, as streams created by oncestream do).
+    options = PublisherOptions(stream=cfg["stream"])
 
     async def started() -> tuple[Any, Publisher]:
         conn = await connect(_connect_options(cfg))
@@ -203,7 +202,7 @@ async def run_publisher(cfg: dict[str, Any]) -> int:
 async def run_session(cfg: dict[str, Any]) -> int:
     name, count, rate = cfg["name"], int(cfg["count"]), float(cfg["rate"])
     history = History(cfg["history"], name)
-    options = PublisherOptions(ack_timeout=2.0, max_attempts=30, retry_backoff=(0.1, 0.5, 1.0))
+    options = PublisherOptions()  # the defaults (the session sets the stream itself)
 
     async def started() -> tuple[Any, ProducerSession, int | None]:
         conn = await connect(_connect_options(cfg))
@@ -248,30 +247,78 @@ async def run_session(cfg: dict[str, Any]) -> int:
     return 0
 
 
+#: The header a replayed dead letter carries (``oncestream dlq replay``).
+REPLAY_OF = "Oncestream-Replay-Of"
+#: Ledger-side backoff of handler failures in trials with failing keys: a user's pick, so
+#: a failing message reaches the dead-letter stream within seconds (the default, 1 s, 5 s,
+#: 30 s..., takes over a minute at max_deliver 5).
+FAIL_BACKOFF = (0.5, 1.0)
+
+
+def record_key(msg: Any) -> str:
+    text = bytes(msg.data).decode()
+    return str(json.loads(text)["id"]) if text.startswith("{") else text
+
+
+def processor_options(cfg: dict[str, Any]) -> ProcessorOptions:
+    """The library's defaults, plus what the trial drew (``cfg["options"]``)."""
+    drawn = cfg.get("options") or {}
+    changes: dict[str, Any] = {}
+    if not cfg.get("pinned") and drawn.get("ack_policy") == "all":
+        changes["ack_policy"] = "all"
+    if drawn.get("prune") == "on":
+        changes |= {"prune_interval": 1.0, "prune_grace": 1.0}
+    if drawn.get("dead_letters", "none") != "none":
+        changes |= {"dead_letter_stream": cfg.get("dlq", "DLQ"), "backoff": FAIL_BACKOFF}
+    if cfg.get("pinned"):
+        # The PostgreSQL pair is active/standby (a pinned priority group of their shared
+        # consumer): a kill or pause of the active one is a takeover (after the default
+        # pinned_ttl).
+        changes |= {"priority_group": "torture", "policy": "pinned"}
+    return ProcessorOptions(**changes)
+
+
 async def run_processor(cfg: dict[str, Any]) -> int:
     name, table = cfg["name"], cfg["table"]
     history = History(cfg["history"], name)
     postgres = cfg["ledger"].startswith("postgresql://")
     ph = "%s" if postgres else "?"
-    insert = f"INSERT INTO {table} (key, proc, wall, mono) VALUES ({ph}, {ph}, {ph}, {ph})"
+    columns = "(key, proc, wall, mono)"
+    insert = f"INSERT INTO {table} {columns} VALUES ({ph}, {ph}, {ph}, {ph})"
     twice = cfg.get("sabotage_key") if cfg.get("sabotage") == "apply-twice" else None
+    drawn = cfg.get("options") or {}
+    share = float(drawn.get("fail_share") or 0.0)
+    group = cfg["consumer"]
 
-    def handler(msg: Any, tx: Any) -> None:
-        text = bytes(msg.data).decode()
-        key = str(json.loads(text)["id"]) if text.startswith("{") else text
-        tx.execute(insert, (key, name, time.time(), time.monotonic()))
-        if key == twice:  # the negative control: one effect applied a second time
-            tx.execute(insert, (key, name, time.time(), time.monotonic()))
-            history.write("sabotage", key, "apply-twice")
+    def rows_of(msgs: list[Message]) -> list[tuple[str, str, float, float]]:
+        rows = []
+        for msg in msgs:
+            key = record_key(msg)
+            # A share of the keys fails in every processor's handler, until an operator
+            # replays its dead letter: the replayed copy is applied.
+            if failing_key(key, share) and REPLAY_OF not in (msg.headers or {}):
+                raise ValueError(f"refused {key} ({group})")
+            rows.append((key, name, time.time(), time.monotonic()))
+            if key == twice:  # the negative control: one effect applied a second time
+                rows.append((key, name, time.time(), time.monotonic()))
+                history.write("sabotage", key, "apply-twice")
+        return rows
 
-    options = ProcessorOptions(
-        batch=100, ack_wait=3.0, expires=2.0, max_deliver=1000, backoff=(0.2,), prune_interval=0
-    )
-    if cfg.get("pinned"):
-        # The PostgreSQL pair is active/standby (a pinned priority group of their shared
-        # consumer): a kill or pause of the active one is a takeover. A batch of 100
-        # applies in well under a second, well within PINNED_TTL.
-        options = replace(options, priority_group="torture", policy="pinned", pinned_ttl=PINNED_TTL)
+    def handler(msg: Message, tx: Any) -> None:
+        for row in rows_of([msg]):
+            tx.execute(insert, row)
+
+    def batch_handler(msgs: list[Message], tx: Any) -> None:
+        rows = rows_of(msgs)
+        if postgres:  # one COPY per transaction, committed with the ledger rows
+            with tx.connection.cursor().copy(f"COPY {table} {columns} FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+        else:
+            tx.executemany(insert, rows)
+
+    batched = drawn.get("handler") == "batch"
+    options = processor_options(cfg)
     loop = asyncio.get_running_loop()
     current: list[Processor] = []
     stopping: list[bool] = []
@@ -291,8 +338,11 @@ async def run_processor(cfg: dict[str, Any]) -> int:
         with ledger.transaction() as tx:
             tx.execute(f"CREATE TABLE IF NOT EXISTS {table} {EFFECTS_COLUMNS}")
         conn = await connect(_connect_options(cfg))
+        handlers: dict[str, Any] = (
+            {"batch_handler": batch_handler} if batched else {"handler": handler}
+        )
         processor = Processor(
-            conn, cfg["stream"], cfg["consumer"], handler, ledger=ledger, options=options
+            conn, cfg["stream"], group, ledger=ledger, options=options, **handlers
         )
         current[:] = [processor]
         if stopping:

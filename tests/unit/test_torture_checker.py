@@ -263,7 +263,7 @@ def test_a_fault_on_a_postgres_processor_without_postgres_is_skipped(tmp_path: P
     from torture.trial import Trial
 
     trial = Trial(index=0, seed=1, kind="single", out=tmp_path, run_id="t", duration=8.0,
-                  faults=0, rate=10.0, pg_admin=None)  # fmt: skip
+                  faults=0, rate=10.0, pg_template=None)  # fmt: skip
     trial.topo = object()  # type: ignore[assignment]
     trial.net = object()  # type: ignore[assignment]
     for kind, target in (("kill", "pg2"), ("pause", "pg1"), ("consumer-reset", "pg")):

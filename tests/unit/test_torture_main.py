@@ -28,7 +28,11 @@ class _Trial:
         names = ("seed", "kind", "duration", "faults", "campaign_seed", "ordinal")
         plan = {n: kw[n] for n in names}
         self.faults = planned_faults(
-            **plan, fault_kinds=kw["fault_kinds"], spark=kw["spark"], sabotage=kw["sabotage"]
+            **plan,
+            fault_kinds=kw["fault_kinds"],
+            spark=kw["spark"],
+            sabotage=kw["sabotage"],
+            stack_faults=kw["stack_faults"],
         )
         self.dir = kw["out"] / f"trial-{kw['index']:03d}-{kw['kind']}"
         self.history = self.dir / "history.jsonl"
@@ -97,14 +101,37 @@ def test_a_violation_exits_1_and_is_named(
     assert "VIOLATIONS: lost=1, unstored=1" in capsys.readouterr().out
 
 
-def test_a_harness_crash_exits_2_and_says_so_in_latest_json(
+def test_a_harness_crash_in_a_trial_is_that_trials_reported_failure(
     fake: type[_Trial], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The campaign goes on and ends with a verdict: the trial failed, with its traceback."""
     (tmp_path / "latest.json").write_text(json.dumps({"status": "done", "violations": {}}))
     fake.crash = True
+    code, latest = _run(tmp_path, "--trials", "2")
+    assert code == 1
+    assert latest["status"] == "done" and latest["trials"] == 2
+    assert latest["violations"] == {"harness_failures": 2}
+    assert "the harness tripped over itself" in latest["harness_failures"][0]["error"]
+    assert "VIOLATIONS: harness_failures=2" in capsys.readouterr().out
+    report = next(tmp_path.glob("*/report.md")).read_text()
+    assert "## Harness failures" in report and "the harness tripped over itself" in report
+
+
+def test_a_harness_crash_outside_the_trials_exits_2_and_says_so_in_latest_json(
+    fake: type[_Trial],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "latest.json").write_text(json.dumps({"status": "done", "violations": {}}))
+
+    def broken(*_: Any) -> None:
+        raise RuntimeError("the harness tripped over itself")
+
+    monkeypatch.setattr(torture_main.report, "write", broken)
     code, latest = _run(tmp_path)
     assert code == 2
-    assert latest["status"] == "crashed" and latest["trials_done"] == 0
+    assert latest["status"] == "crashed" and latest["trials_done"] == 1
     assert "the harness tripped over itself" in latest["error"]
     assert "verdict is unknown" in capsys.readouterr().err
 

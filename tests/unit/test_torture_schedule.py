@@ -95,7 +95,7 @@ def test_roles_and_what_a_fault_holds() -> None:
     assert resolve("leader|follower", "c2", busy, "partition-pair", 0) == "c2|c3"
     assert resolve("follower", None, set(), "server-kill", 0) is None
     assert resolve("leaf|hub", None, set(), "partition-pair", 0) == "leaf|hub"
-    assert holds("cluster-kill", "all") == {"srv:c1", "srv:c2", "srv:c3"}
+    assert holds("cluster-kill", "all") == {"srv:c1", "srv:c2", "srv:c3", "srv:c4"}
     assert holds("partition-pair", "c1|c3") == holds("partition-pair", "c3|c1")
     # a degrade waits for (and blocks) a cut of the links it shapes: its effect needs traffic
     assert holds("degrade", "c1") & holds("partition", "c1")

@@ -23,6 +23,7 @@ import torture.rawread as rawread
 import torture.trial as trial_module
 from torture.checker import check, load_history, violations
 from torture.nemesis import Worker
+from torture.options import TrialOptions
 from torture.rawread import RawRead, read_raw
 from torture.report import KEYS
 from torture.workers import EFFECTS, EFFECTS_COLUMNS
@@ -95,7 +96,7 @@ class _Topology:
 def _trial(tmp_path: Path) -> trial_module.Trial:
     trial = trial_module.Trial(
         index=19, seed=41019, kind="cluster-sync", out=tmp_path, run_id="ab",
-        duration=12.0, faults=5, rate=1.0, pg_admin=None,
+        duration=12.0, faults=5, rate=1.0, pg_template=None,
     )  # fmt: skip
     trial.dir.mkdir(parents=True)
     lines = [
@@ -211,7 +212,8 @@ def test_the_campaign_names_an_unreadable_trial_and_exits_1(
 
 def _plan_without_faults(args: Any, index: int) -> dict[str, Any]:
     kind = args.kinds[index % len(args.kinds)]
-    return {"index": index, "kind": kind, "seed": 1000 + index, "spark": False, "faults": []}
+    return {"index": index, "kind": kind, "seed": 1000 + index, "spark": False, "faults": [],
+            "options": TrialOptions(), "stack_faults": 0}  # fmt: skip
 
 
 def test_the_guarantees_page_names_every_violation_count_and_the_readers_wait() -> None:

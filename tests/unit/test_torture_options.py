@@ -1,0 +1,198 @@
+"""The campaign's drawn options and the checks they add (torture/options.py, checker.py):
+dead letters and replays accounted per consumer, the Publisher's own stream in
+short-window trials, losses the server's settings allow reported as measured limits,
+a harness failure reported as a trial's failure, faults landed per option."""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from typing import Any
+
+import pytest
+from torture.__main__ import harness_failure, parse, trial_plan
+from torture.checker import allowed_loss, check, spark_check, violations
+from torture.nemesis import STACK_FAULTS, menu_kinds, schedule, stack_menu
+from torture.options import SPARK_VALUES, VALUES, TrialOptions, draw, failing_key
+from torture.report import by_option, durability, summarize
+
+KEYS = ["sess-0", "sess-1", "sess-2", "cli-0", "cli-1"]
+
+
+def _nonzero(result: dict[str, Any]) -> dict[str, int]:
+    return {k: v for k, v in violations(result).items() if v}
+
+
+def test_each_option_value_comes_up_in_every_few_trials() -> None:
+    seen: dict[str, Counter[str]] = {name: Counter() for name in {**VALUES, **SPARK_VALUES}}
+    for index in range(12):
+        drawn = draw(42, index, index).as_dict()
+        for name, value in drawn.items():
+            if name in seen:
+                seen[name][value] += 1
+    for name, values in {**VALUES, **SPARK_VALUES}.items():
+        assert set(seen[name]) == set(values), (name, seen[name])
+    assert draw(42, 5, None) == draw(42, 5, None)  # a trial reruns from its number
+    assert draw(42, 5, None).sink_stream is None  # Spark options only in Spark trials
+
+
+def test_a_failing_share_of_keys_is_a_hash_every_process_agrees_on() -> None:
+    keys = [f"pub-{i}" for i in range(20000)]
+    share = sum(failing_key(k, 0.005) for k in keys) / len(keys)
+    assert 0.003 < share < 0.007
+    assert not any(failing_key(k, 0.0) for k in keys)
+    assert [failing_key(k, 0.01) for k in keys[:50]] == [failing_key(k, 0.01) for k in keys[:50]]
+
+
+def test_options_are_pinned_and_a_leaf_trial_keeps_its_dead_letters() -> None:
+    args = parse(["--trials", "4", "--seed", "3", "--option", "dead_letters=replay",
+                  "--option", "window=short", "--spark-every", "0"])  # fmt: skip
+    plans = [trial_plan(args, i) for i in range(4)]
+    for plan in plans:
+        opts: TrialOptions = plan["options"]
+        assert opts.window == "short" and opts.fail_share > 0
+        # The hub's sourced stream has no subjects to replay into.
+        assert opts.dead_letters == ("keep" if plan["kind"] == "leaf" else "replay")
+    with pytest.raises(SystemExit):
+        parse(["--option", "window=long"])
+
+
+def test_the_stack_faults_cover_every_kind_ten_times_in_100_trials() -> None:
+    for kind, count in STACK_FAULTS.items():
+        kinds = menu_kinds(stack_menu(kind))
+        seen: Counter[str] = Counter()
+        for ordinal in range(25):  # 100 trials: 25 of each kind
+            faults = schedule(ordinal, kind, 12.0, count, campaign_seed=42, ordinal=ordinal,
+                              menu=stack_menu(kind), group=f"stack:{kind}")  # fmt: skip
+            seen.update(f.kind for f in faults)
+        assert set(seen) == set(kinds), kind
+        assert min(seen.values()) >= 10, (kind, seen)
+
+
+# -- dead letters, replays, the Publisher's own stream ---------------------------------------
+
+
+def _state(mode: str, failing: list[str], **changes: Any) -> dict[str, Any]:
+    ones = dict.fromkeys(KEYS, 1)
+    applied = {k: 1 for k in KEYS if mode == "replay" or k not in failing}
+    letters: dict[str, dict[str, int]] = {"pg": dict.fromkeys(failing, 1)}
+    if mode == "keep":
+        letters["lite"] = dict.fromkeys(failing, 1)
+    state: dict[str, Any] = {
+        "index": 0,
+        "seed": 1,
+        "kind": "single",
+        "sync": "always",
+        "inputs": {
+            "pub": {"positions": 2, "stream": "TP", "processed": False},
+            "sess": {"positions": 3, "stream": "T", "processed": True},
+            "cli": {"positions": 2, "stream": "T", "processed": True},
+        },
+        "processed_stream": "T",
+        "streams": {"T": dict(ones), "TP": {"pub-0": 1, "pub-1": 1}},
+        "reads": {},
+        "effects": {"sqlite": dict(applied), "postgres": dict(applied)},
+        "options": {"dead_letters": mode, "fail_share": 0.1},
+        "failing": failing,
+        "dead_letters": letters,
+        "replays": dict.fromkeys(failing, 1) if mode == "replay" else {},
+        "faults": [],
+        "worker_failures": [],
+        "unfinished": [],
+    }
+    state.update(copy.deepcopy(changes))
+    return state
+
+
+def test_dead_letters_kept_once_per_consumer_and_not_applied_are_clean() -> None:
+    result = check([], _state("keep", ["sess-1"]))
+    assert _nonzero(result) == {}, result["dead_letters"]
+    # The Publisher's stream in a short-window trial: stored, checked, not processed.
+    assert result["missing_effects"] == {"sqlite": [], "postgres": []}
+
+
+def test_a_dead_letter_missing_twice_or_applied_is_a_violation() -> None:
+    state = _state("keep", ["sess-1", "cli-0"])
+    state["dead_letters"]["lite"] = {"sess-1": 2}  # cli-0 missing, sess-1 twice
+    state["effects"]["postgres"]["cli-0"] = 1  # applied although it failed
+    result = check([], state)
+    assert result["dead_letters"] == {
+        "lite": ["missing:cli-0", "twice:sess-1", "applied:cli-0"],
+        "pg": ["applied:cli-0"],
+    }
+    assert _nonzero(result) == {"dead_letters": 4}
+
+
+def test_a_replayed_key_is_replayed_once_and_applied_once() -> None:
+    result = check([], _state("replay", ["sess-1"]))
+    assert _nonzero(result) == {}
+    twice = _state("replay", ["sess-1"], replays={"sess-1": 2})
+    assert check([], twice)["replays"] == ["twice:sess-1"]
+    left = _state("replay", ["sess-1"], replays={})
+    left["dead_letters"]["lite"] = {"sess-1": 1}
+    result = check([], left)
+    assert result["replays"] == ["missing:sess-1"]
+    assert result["dead_letters"] == {"lite": ["not-replayed:sess-1"]}
+
+
+def test_a_lost_record_of_the_publishers_own_stream_is_found_there() -> None:
+    state = _state("keep", [], streams={"T": dict.fromkeys(KEYS, 1), "TP": {"pub-0": 1}})
+    history = [{"mono": 0.0, "process": "pub", "op": "ack", "key": "pub-1"}]
+    result = check(history, state)
+    assert result["lost"] == ["pub-1"] and result["unstored"] == ["pub-1"]
+    assert result["missing_effects"] == {"sqlite": [], "postgres": []}
+
+
+def test_spark_outputs_hold_a_replayed_key_twice() -> None:
+    spark = {"stream": {"a": 1, "b": 2}, "db": {"a": 1, "b": 1}}
+    missing, duplicated = spark_check(spark, {"a", "b"}, {"b": 1})
+    assert duplicated == {"stream": [], "db": []}
+    assert missing == {"stream": [], "db": ["b"]}
+
+
+# -- measured limits, harness failures, per-option counts -------------------------------------
+
+
+def test_losses_the_settings_allow_are_a_measured_limit_not_a_violation() -> None:
+    crash = [{"kind": "power-loss", "resolved": "all"}]
+    stored = {"T": {k: 1 for k in KEYS if k != "sess-0"}, "TP": {"pub-0": 1, "pub-1": 1}}
+    lost = _state("none", [], sync="default", kind="cluster", faults=crash, streams=stored)
+    assert allowed_loss(lost) == "sync_interval default (2 min) and power-loss"
+    history = [{"mono": 0.0, "process": "sess", "op": "ack", "key": "sess-0"}]
+    limited = check(history, lost)
+    assert limited["lost"] == ["sess-0"] and limited["limit"]
+    always = dict(lost, sync="always", kind="cluster-sync")
+    assert allowed_loss(always) is None  # with always the same loss counts
+    counted = check(history, always)
+    summary = summarize([limited, counted], seed=1)
+    assert summary["violations"] == {"lost": 1, "unstored": 1}  # the always trial only
+    assert summary["measured_limits"]["totals"] == {"lost": 1, "unstored": 1}
+    rows = durability([limited, counted])
+    assert rows["R3, sync default"]["crash_lost"] == 1
+    assert rows["R3, sync always"]["lost"] == 1
+
+
+def test_a_harness_crash_is_a_reported_trial_failure(tmp_path: Any) -> None:
+    args = parse(["--trials", "1", "--spark-every", "0", "--out", str(tmp_path)])
+    plan = trial_plan(args, 0)
+    (tmp_path / "trial-000-single").mkdir()
+    (tmp_path / "trial-000-single" / "pub.log").write_text("line one\nlast line\n")
+    result = harness_failure(plan, tmp_path, RuntimeError("boom"))
+    assert _nonzero(result) == {"harness_failures": 1}
+    failure = result["harness_failures"][0]
+    assert "RuntimeError: boom" in failure["error"]
+    assert failure["logs"]["pub.log"] == ["line one", "last line"]
+    summary = summarize([result], seed=1)
+    assert summary["violations"] == {"harness_failures": 1}
+    assert summary["harness_failures"][0]["trial"] == 0
+
+
+def test_faults_landed_are_counted_per_option() -> None:
+    results = [
+        {**check([], _state("keep", [])), "faults": [{"kind": "pg-kill"}, {"kind": "kill"}]},
+        {**check([], _state("none", [])), "faults": [{"kind": "pg-kill"}]},
+    ]
+    rows = by_option(results)
+    assert rows["dead_letters=keep"] == {"trials": 1, "faults": 2, "violations": 0,
+                                         "by_kind": {"kill": 1, "pg-kill": 1}}  # fmt: skip
+    assert rows["dead_letters=none"]["by_kind"] == {"pg-kill": 1}
