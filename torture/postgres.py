@@ -106,6 +106,7 @@ class TrialPostgres:
     def start(self, timeout: float = 60.0) -> None:
         """Start (or restart after a kill: crash recovery); returns once it is ready."""
         (self.data / "postmaster.pid").unlink(missing_ok=True)  # a SIGKILLed server's
+        start = self.log.stat().st_size if self.log.exists() else 0
         argv = [*self.ns_prefix, *_as_postgres(), str(self.bin / "postgres"), "-D",
                 str(self.data), "-h", self.address, "-p", str(PORT), "-k", str(self.dir),
                 "-c", "max_connections=60"]  # fmt: skip
@@ -113,10 +114,9 @@ class TrialPostgres:
         self.proc = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
         log.close()
         deadline = time.monotonic() + timeout
-        start = self.log.stat().st_size
         while True:
             with open(self.log, "rb") as f:
-                f.seek(max(0, start - 200))
+                f.seek(start)  # this start's lines only (an earlier run's are above)
                 if _READY.encode() in f.read():
                     return
             if self.proc.poll() is not None or time.monotonic() > deadline:

@@ -175,6 +175,8 @@ class Trial:
                     "processed": True},
         }  # fmt: skip
         self.replays: list[Worker] = []
+        self._replay_look: asyncio.Task[bool] | None = None
+        self._replay_next = 0.0
         self.sourced_after: float | None = None
         self._sabotaged = False
         self._sabotage_task: asyncio.Task[None] | None = None
@@ -742,7 +744,7 @@ class Trial:
                         break
                 await asyncio.sleep(TICK)
         finally:
-            for task in (watch, check, self._sabotage_task):
+            for task in (watch, check, self._sabotage_task, self._replay_look):
                 if task is not None:
                     task.cancel()
         await self._heal_due(0.0, active, every=True)
@@ -802,11 +804,24 @@ class Trial:
             worker.supervise(in_fault=name in self.busy)
 
     def _replay_tick(self, now: float) -> None:
-        """``dead_letters=replay``: ``oncestream dlq replay`` once mid-run (under the faults);
-        the drain runs it again once every failing key was dead-lettered (:meth:`_drained`)."""
+        """``dead_letters=replay``: ``oncestream dlq replay`` once mid-run (under the faults),
+        once the SQLite consumer dead-lettered something (the CLI exits 2 on a dead-letter
+        stream that does not exist yet); the drain runs it again once every failing key was
+        dead-lettered (:meth:`_drained`)."""
         if self.options.dead_letters != "replay" or self.replays or now < self.duration * 0.6:
             return
-        self._start_replay()
+        if now > self.duration or (self._replay_look and not self._replay_look.done()):
+            return
+        if self._replay_look is not None and self._replay_look.result():
+            self._start_replay()
+            return
+        if now >= self._replay_next:  # a look a second at most
+            self._replay_next = now + 1.0
+            self._replay_look = asyncio.create_task(self._lite_letters())
+
+    async def _lite_letters(self) -> bool:
+        letters = await self._dead_letters_now()
+        return bool(letters and letters.get("lite"))
 
     def _start_replay(self) -> None:
         name = f"replay{len(self.replays) + 1}"

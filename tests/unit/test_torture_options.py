@@ -196,3 +196,29 @@ def test_faults_landed_are_counted_per_option() -> None:
     assert rows["dead_letters=keep"] == {"trials": 1, "faults": 2, "violations": 0,
                                          "by_kind": {"kill": 1, "pg-kill": 1}}  # fmt: skip
     assert rows["dead_letters=none"]["by_kind"] == {"pg-kill": 1}
+
+
+# -- the storage faults' file surgery ---------------------------------------------------------
+
+
+def test_bit_flips_and_truncation_change_the_file(tmp_path: Any) -> None:
+    import random
+    from pathlib import Path
+
+    from torture.storefaults import flip_bits, stream_files, truncate
+
+    msgs = Path(tmp_path) / "jetstream" / "$G" / "streams" / "T" / "msgs"
+    msgs.mkdir(parents=True)
+    for name in ("1.blk", "2.blk", "index.db"):
+        (msgs / name).write_bytes(bytes(range(256)) * 16)
+    files = stream_files(Path(tmp_path), "T")
+    assert [f.name for f in files] == ["1.blk", "2.blk"]
+    before = files[0].read_bytes()
+    offsets = flip_bits(files[0], random.Random(1), flips=2)
+    after = files[0].read_bytes()
+    assert len(after) == len(before) and len(offsets) == 2
+    changed = [i for i in range(len(before)) if before[i] != after[i]]
+    assert changed and set(changed) <= set(offsets)
+    assert all(bin(before[i] ^ after[i]).count("1") == 1 for i in changed)
+    size, keep = truncate(files[1], random.Random(2))
+    assert size == 4096 and keep < size and files[1].stat().st_size == keep
