@@ -128,7 +128,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
             p.error(f"--option {item!r}: expected NAME=VALUE from {allowed}")
         args.pinned[name] = value
     only = tuple(k for k in args.fault_kinds.split(",") if k)
-    known = {k for kind in KINDS for k, _ in (*fault_menu(kind), *stack_menu(kind))}
+    known = {k for kind in KINDS for k, _ in (*fault_menu(kind), *stack_menu(kind, crashes=True))}
     known |= set(SPARK_KINDS)
     if set(only) - known:
         p.error(f"unknown --fault-kinds {sorted(set(only) - known)}; known: {sorted(known)}")
@@ -137,7 +137,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         kinds = tuple(
             k
             for k in kinds
-            if spark or {f for f, _ in (*fault_menu(k), *stack_menu(k))} & set(only)
+            if spark or {f for f, _ in (*fault_menu(k), *stack_menu(k, crashes=True))} & set(only)
         )
         if not kinds:
             p.error(f"no trial kind of --kinds has any of --fault-kinds {','.join(only)}")

@@ -104,7 +104,7 @@ def fault_menu(topology_kind: str) -> list[tuple[str, str]]:
     return menu
 
 
-def stack_menu(topology_kind: str) -> list[tuple[str, str]]:
+def stack_menu(topology_kind: str, *, crashes: bool = False) -> list[tuple[str, str]]:
     """(kind, target) pairs of the faults on the rest of the stack and on the servers'
     storage and membership (issue 52), drawn from a cycle of their own
     (:func:`schedule` with ``group="stack:<kind>"``), so they add to a trial's faults
@@ -114,15 +114,38 @@ def stack_menu(topology_kind: str) -> list[tuple[str, str]]:
     (:mod:`torture.postgres`); the SQLite ledger's file system full. R3 clusters also:
     a follower's (or the leader's) stream files bit-flipped or truncated, a stream peer
     removed for a fresh node, one node's OS crash and a power loss of all
-    (:mod:`torture.storefaults`).
+    (:mod:`torture.storefaults`; the crashes in ``cluster`` trials only when ``crashes``:
+    :func:`crash_fault` schedules them there).
     """
     menu = [("pg-kill", "pg"), ("pg-pause", "pg"), ("pg-cut", "pg1"), ("pg-cut", "pg2")]
     menu += [("ledger-full", "lite")]
     if topology_kind.startswith("cluster"):
         menu += [("bitflip", "follower"), ("truncate", "follower"), ("bitflip", "leader")]
         menu += [("membership", "follower"), ("membership", "leader")]
-        menu += [("os-crash", "follower"), ("os-crash", "leader"), ("power-loss", "all")]
+    if topology_kind == "cluster-sync" or (topology_kind == "cluster" and crashes):
+        menu += CRASH_MENU
     return menu
+
+
+#: The OS crashes (lost page cache). In ``cluster`` trials (the default sync) a landed one
+#: makes the trial's losses the server's measured limit rather than violations, so they
+#: come one per trial in every other cluster trial (:func:`crash_fault`), leaving the
+#: others' counts as evidence; ``cluster-sync`` trials (``always``) draw them as any
+#: other stack fault, since every loss there counts.
+CRASH_MENU = [("os-crash", "follower"), ("os-crash", "leader"), ("power-loss", "all")]
+
+
+def crash_fault(seed: int, kind: str, duration: float, ordinal: int) -> list[Fault]:
+    """The one OS crash of every other ``cluster`` trial: ``power-loss`` and ``os-crash``
+    taking turns, during the run."""
+    if kind != "cluster" or ordinal % 2:
+        return []
+    rng = random.Random(seed + 900_000)
+    crash, target = CRASH_MENU[2] if (ordinal // 2) % 2 == 0 else CRASH_MENU[rng.randrange(2)]
+    lo, hi = STARTUP[1], max(STARTUP[1] + 0.5, duration - 1.5)
+    start = rng.uniform(lo, hi)
+    low, high = DURATIONS.get(crash, (1.0, 5.0))
+    return [Fault(round(start, 3), round(rng.uniform(low, high), 3), crash, target, "run")]
 
 
 #: How many stack faults (:func:`stack_menu`) a trial of each kind gets by default: the

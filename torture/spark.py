@@ -131,8 +131,8 @@ def spark_schedule(
         if not only or kind in only:
             faults.append(Fault(round(start, 3), round(length, 3), kind, TARGET))
     if executors and (not only or EXECUTOR_KILL in only):
-        # Two, between the worker faults' slots: the executor's tasks are running then.
-        for share in (0.3, 0.7):
+        # Three, spread over the run: the executor's tasks are running then.
+        for share in (0.25, 0.5, 0.75):
             start = lo + (hi - lo) * share + rng.uniform(0.0, slot * 0.3)
             faults.append(Fault(round(start, 3), 0.5, EXECUTOR_KILL, TARGET))
     return sorted(faults, key=lambda f: f.start)

@@ -40,6 +40,7 @@ PUB_STREAM, PUB_SUBJECT = "TP", "tp"
 HUB_STREAM = "TH"
 PROGRESS_STREAM, PROGRESS_SUBJECT = "ONCESTREAM_PUBLISH_PROGRESS", "oncestream.publish.progress"
 TMPFS_BYTES = 48 * 1024 * 1024
+LAZY_STORE_BYTES = 1 << 30
 
 
 class Topology:
@@ -114,7 +115,11 @@ class Topology:
                 store_dir=store,
                 domain=domain,
                 sync_interval=sync,
-                max_file_store=TMPFS_BYTES * 4 if self.kind == "single" else None,
+                # LazyFS reports no free space (its statfs is FUSE's zeros), from which
+                # nats-server would size the store at 0 B: give the limit.
+                max_file_store=TMPFS_BYTES * 4
+                if self.kind == "single"
+                else (LAZY_STORE_BYTES if self._want_lazy else None),
             ),
             blocks=blocks,
         )

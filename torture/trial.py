@@ -49,6 +49,7 @@ from .nemesis import (
     PRODUCERS,
     Fault,
     Worker,
+    crash_fault,
     fault_menu,
     max_wait,
     python_argv,
@@ -1097,7 +1098,10 @@ def planned_faults(
     planned = fault_schedule(
         seed, kind, duration, faults, campaign_seed=campaign_seed, ordinal=ordinal, menu=menu
     )
-    stack = [(k, t) for k, t in stack_menu(kind) if not fault_kinds or k in fault_kinds]
+    # Crashes of a `cluster` (default sync) trial come from crash_fault(), unless named.
+    named = bool(set(fault_kinds) & {"os-crash", "power-loss"})
+    stack = [(k, t) for k, t in stack_menu(kind, crashes=named)
+             if not fault_kinds or k in fault_kinds]  # fmt: skip
     planned += fault_schedule(
         seed + 500_000,
         kind,
@@ -1108,6 +1112,8 @@ def planned_faults(
         menu=stack,
         group=f"stack:{kind}",
     )
+    if not fault_kinds:
+        planned += crash_fault(seed, kind, duration, ordinal)
     if spark:
         executors = (spark_mode or {}).get("executors") == "cluster"
         planned += sparkpart.spark_schedule(seed, duration, fault_kinds, executors)
