@@ -197,6 +197,15 @@ def _busy(cmdline: str) -> bool:
     return any(b in cmdline for b in ("streaming", "pyspark.worker", "write_into", "plan_data"))
 
 
+def _task_worker(pid: int) -> bool:
+    """A Python worker a task runs in: forked by a ``pyspark.daemon`` (reused between the
+    tasks of a query's micro-batches), or one of the runners :func:`_busy` names."""
+    cmd = _cmdline(pid)
+    if "pyspark" not in cmd:
+        return False
+    return _busy(cmd) or "pyspark.daemon" in _cmdline(_parent(pid))
+
+
 def _parent(pid: int) -> int:
     try:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
@@ -401,9 +410,9 @@ class SparkPart:
                      _cmdline(p)]  # fmt: skip
         if not executors:
             return not_yet("no executor JVM yet")
-        busy = [e for e in executors if any(_busy(_cmdline(w)) for w in descendants(e))]
+        busy = [e for e in executors if any(_task_worker(w) for w in descendants(e))]
         if not busy:
-            return not_yet("no executor is running Python tasks (a write) now")
+            return not_yet("no executor runs a Python worker of a task (a write) now")
         jvm = busy[self.rng.randrange(len(busy))]
         tree = [jvm, *descendants(jvm)]
         _kill_all(tree)

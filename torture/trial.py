@@ -267,27 +267,36 @@ class Trial:
             cli += ["--domain", prod["domain"]]
         self._add("cli", cli, done=True, cli=True)
         self.workers["cli"].rerun_ok = self.short
-        ledgers = {"lite": str((self.ledger_mount or self.dir) / "lite.db")}
-        if pg_url:
-            ledgers |= {"pg1": pg_url, "pg2": pg_url}
-        for name, ledger in ledgers.items():
-            cfg = {
-                **proc,
-                "name": name,
-                "ledger": ledger,
-                "table": EFFECTS,
-                "consumer": "lite" if name == "lite" else "pg",
-                "pinned": name != "lite",  # pg1/pg2: active/standby on one consumer
-                "history": hist,
-                "options": self.options.as_dict(),
-                "dlq": DLQ,
-            }
+        for name, cfg in self._processor_configs(pg_url).items():
+            cfg = {**proc, "history": hist, "options": self.options.as_dict(), "dlq": DLQ, **cfg}
             if name == "lite" and self.sabotage == "apply-twice":
                 cfg |= {"sabotage": self.sabotage, "sabotage_key": "sess-10"}
             argv = python_argv("processor", cfg)
             if name in pgpart.MEMBER_NODES:  # in its own namespace: a pg-cut reaches one
                 argv = [*self.net.exec_prefix(pgpart.MEMBER_NODES[name]), *argv]
             self._add(name, argv, done=False)
+
+    def _processor_configs(self, pg_url: str | None) -> dict[str, dict[str, Any]]:
+        """The processors of the trial (``options.members``): the SQLite ``Processor``
+        (consumer ``lite``) and the PostgreSQL pair active/standby on consumer ``pg``.
+
+        TODO(lead): with ``members="partitioned"`` (once oncestream.process has partitioned
+        group members) return the members of a group over partitions here instead of the
+        pair (each its own worker, ``cfg["partitions"]``, in a namespace of its own so a
+        pg-cut reaches one; ``pgpart.MEMBER_NODES`` names them), add the value to
+        ``torture.options.VALUES["members"]`` and the role to ``torture.workers``; the
+        checker needs nothing new (every key once per database).
+        """
+        lite = str((self.ledger_mount or self.dir) / "lite.db")
+        configs: dict[str, dict[str, Any]] = {
+            "lite": {"name": "lite", "ledger": lite, "consumer": "lite", "pinned": False}
+        }
+        if pg_url:
+            for name in ("pg1", "pg2"):  # active/standby on one consumer
+                configs[name] = {"name": name, "ledger": pg_url, "consumer": "pg", "pinned": True}
+        for cfg in configs.values():
+            cfg["table"] = EFFECTS
+        return configs
 
     def replay_argv(self) -> list[str]:
         """``oncestream dlq replay``: the SQLite consumer's dead letters, as an operator
