@@ -29,9 +29,10 @@ about the input, not only about what a history line says was acknowledged:
   with what that reader, the product's reader and each server's ``/jsz`` said. The
   checks that need such a stream's content are not made for it (a note says so); the
   others (effects against the input, worker failures) are.
-* ``dead_letters``: (trials whose handlers fail for a share of the keys) per consumer,
-  a failing key stored but not in the dead-letter stream, there more than once, a key
-  there that does not fail, or a failing key applied although it was not replayed.
+* ``dead_letters``: (trials whose handlers fail for a share of the keys) a failing key
+  stored but not in the dead-letter stream, there more than once (one dead letter per
+  message, whichever consumer gave up first), a key there that does not fail, or a
+  failing key applied although it was not replayed.
 * ``replays``: (``dead_letters=replay``) a failing key whose dead letter was not
   replayed exactly once, or a replayed copy of a key that does not fail. (The replayed
   copy is stored next to the original: it is not counted as ``duplicated``, and its
@@ -163,6 +164,12 @@ def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any
         if r.get("waited_s")
     ]
     notes += [
+        f"stream {s}: gone after an OS crash (every server answered 'stream not found' "
+        f"for {r['waited_s']} s): every record of it is counted as lost"
+        for s, r in sorted(reads.items())
+        if r.get("gone")
+    ]
+    notes += [
         f"stream {s}: the product's reader failed where the independent one read it: "
         f"{r['project_error']}"
         for s, r in sorted(reads.items())
@@ -230,11 +237,13 @@ def dead_letter_check(
 ) -> tuple[dict[str, list[str]], list[str]]:
     """The dead-letter stream and the replays against the failing keys.
 
-    Every consumer dead-letters each failing key it received exactly once (the keys
-    stored in the processed stream); with ``replay`` the SQLite consumer's dead letters
-    were replayed, so none of its letters is left and each failing key has exactly one
-    replayed copy in the processed stream. Returns ``({consumer: [problem...]},
-    [replay problem...])``, each problem ``"<what>:<key>"``.
+    Every processor's handler fails the same keys, and a dead letter's msg id is
+    ``dlq:<stream>:<seq>`` whichever consumer sends it, so the stream holds exactly one
+    dead letter per failing key that arrived (the first consumer's; the others' are
+    de-duplicated). With ``replay`` every dead letter was replayed: none is left, and
+    each failing key has exactly one replayed copy in the processed stream, which
+    every consumer applies. Returns ``({"dlq": [problem...]}, [replay problem...])``,
+    each problem ``"<what>:<key>"``.
     """
     if mode == "none":
         return {}, []
@@ -246,19 +255,19 @@ def dead_letter_check(
         if state.get("dlq_unreadable") or arrived:
             problems["dlq"] = [f"unreadable:{len(arrived)} failing keys unchecked"]
         return problems, []
-    consumers = ["lite", "pg"] if "postgres" in state["effects"] else ["lite"]
-    for consumer in consumers:
-        held = letters.get(consumer, {})
-        owed = set() if (mode == "replay" and consumer == "lite") else arrived
-        found = [f"missing:{k}" for k in sorted(owed - held.keys())]
-        found += [f"twice:{k}" for k, n in sorted(held.items()) if n > 1 and k in owed]
-        found += [f"not-replayed:{k}" for k in sorted(held.keys() - owed) if k in failing]
-        found += [f"unexpected:{k}" for k in sorted(held.keys() - failing)]
-        if mode == "keep":
-            applied = {k for e in state["effects"].values() for k in e}
-            found += [f"applied:{k}" for k in sorted(arrived & applied)]
-        if found:
-            problems[consumer] = found
+    held: Counter[str] = Counter()
+    for counts in letters.values():
+        held.update(counts)
+    owed = set() if mode == "replay" else arrived
+    found = [f"missing:{k}" for k in sorted(owed - held.keys())]
+    found += [f"twice:{k}" for k, n in sorted(held.items()) if n > 1 and k in owed]
+    found += [f"not-replayed:{k}" for k in sorted(held.keys() - owed) if k in failing]
+    found += [f"unexpected:{k}" for k in sorted(held.keys() - failing)]
+    if mode == "keep":
+        for db, effects in sorted(state["effects"].items()):
+            found += [f"applied:{k}@{db}" for k in sorted(arrived & effects.keys())]
+    if found:
+        problems["dlq"] = found
     replay_problems: list[str] = []
     if mode == "replay":
         copies: dict[str, int] = state.get("replays") or {}

@@ -31,6 +31,8 @@ from harness import RawClient
 
 #: err_code of "no message found": a deleted sequence inside the range.
 NO_MESSAGE = 10037
+#: err_code of "stream not found".
+STREAM_NOT_FOUND = 10059
 #: Headers oncestream's dead letters and their replays carry (``oncestream dlq``).
 REPLAY_OF, DEAD_LETTER_BY, REPLAY_MARKER = (
     "Oncestream-Replay-Of",
@@ -81,6 +83,8 @@ class RawRead:
     replays: Counter[str] = field(default_factory=Counter)
     #: dead letters: consumer -> key -> how many
     letters: dict[str, Counter[str]] = field(default_factory=dict)
+    #: every server answered "stream not found" for ``gone_after`` s (see read_raw)
+    gone: bool = False
 
 
 class Unreadable(RuntimeError):
@@ -117,7 +121,12 @@ async def _request(raw: RawClient, subject: str, body: dict[str, Any]) -> dict[s
 
 
 async def read_raw(
-    servers: list[str], stream: str, *, domain: str | None = None, wait: float = READ_WAIT
+    servers: list[str],
+    stream: str,
+    *,
+    domain: str | None = None,
+    wait: float = READ_WAIT,
+    gone_after: float | None = None,
 ) -> RawRead:
     """Every key of ``stream``, with the server's own message count.
 
@@ -126,12 +135,18 @@ async def read_raw(
     have passed (at least one round is made). The wait and the failed attempts are
     in the result (``waited_s``, ``errors``).
 
+    ``gone_after``: when every server has answered "stream not found" (10059) for this
+    long, the stream is taken for gone (an OS crash took it: the trial knows when that
+    can be) and an empty read with ``gone`` set is returned; None never does.
+
     Raises:
         Unreadable: no complete read within ``wait`` seconds.
     """
     errors: list[str] = []
     started = time.monotonic()
+    not_found_since: float | None = None
     while True:
+        round_errors = len(errors)
         for url in servers:
             began = time.monotonic()
             try:
@@ -143,6 +158,15 @@ async def read_raw(
                 continue
             return replace(read, waited_s=round(began - started, 3), errors=tuple(errors))
         waited = time.monotonic() - started
+        missing = all(f"'err_code': {STREAM_NOT_FOUND}" in e for e in errors[round_errors:])
+        if not missing:
+            not_found_since = None
+        elif not_found_since is None:
+            not_found_since = time.monotonic()
+        gone = not_found_since is not None and time.monotonic() - not_found_since
+        if gone_after is not None and gone is not False and gone >= gone_after:
+            return RawRead(Counter(), 0, 0, 0, waited_s=round(waited, 3),
+                           errors=tuple(errors), gone=True)  # fmt: skip
         if waited >= wait:
             raise Unreadable(stream, round(waited, 3), errors)
         await asyncio.sleep(ROUND_PAUSE)

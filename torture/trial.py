@@ -34,7 +34,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from oncestream import connect
+from oncestream import StreamNotFound, connect
 from oncestream.read import read_stream
 from oncestream.streams import ResetTarget, consumer_info, reset_consumer
 
@@ -89,6 +89,9 @@ LEDGER_TMPFS = 24 * 1024 * 1024
 SYNC = {"single": "always", "cluster": "default", "leaf": "default", "cluster-sync": "always"}
 #: Fault kinds that throw away what a node had not fsynced (an OS crash).
 LOST_PAGE_CACHE = storefaults.CRASH_KINDS
+#: Seconds of "stream not found" after such a crash before the drain takes the stream
+#: for gone (Jepsen's power loss took whole streams with the default sync; so here).
+GONE_AFTER = 15.0
 
 
 def leader_count(info: dict[str, Any]) -> int:
@@ -177,6 +180,7 @@ class Trial:
         }  # fmt: skip
         self.replays: list[Worker] = []
         self._replay_look: asyncio.Task[bool] | None = None
+        self._not_found: dict[str, float] = {}
         self._replay_next = 0.0
         self.sourced_after: float | None = None
         self._sabotaged = False
@@ -299,13 +303,14 @@ class Trial:
         return configs
 
     def replay_argv(self) -> list[str]:
-        """``oncestream dlq replay``: the SQLite consumer's dead letters, as an operator
-        replays them once the handler is fixed (only the one consumer's letters: every
-        processor receives a replayed copy)."""
+        """``oncestream dlq replay --all``: every dead letter, as an operator replays them
+        once the handler is fixed. Every consumer failed each of them (one shared handler),
+        and the stream holds one dead letter per message whichever consumer sent it; every
+        consumer receives the replayed copy and applies it once."""
         assert self.topo is not None
         target = self.topo.processor_target()
         argv = [str(Path(sys.executable).parent / "oncestream"), "dlq", "replay", DLQ,
-                "--error", "(lite)", "--force"]  # fmt: skip
+                "--all", "--force"]  # fmt: skip
         for url in target["servers"]:
             argv += ["-s", url]
         if target["domain"]:
@@ -779,15 +784,15 @@ class Trial:
         return await self._final_state()
 
     async def _drop_letter(self) -> None:
-        """Sabotage ``drop-letter``: after the drain, one dead letter deleted from ``DLQ``
-        behind the Processors' back; the checker must miss it (``dead_letters``)."""
+        """Sabotage ``drop-letter``: after the drain, the first dead letter deleted from
+        ``DLQ`` behind the Processors' back; the checker must miss it (``dead_letters``)."""
         assert self.topo is not None
         target = self.topo.processor_target()
         domain = target.get("domain")
         found: list[tuple[int, str]] = []
 
         def visit(seq: int, key: str, headers: dict[str, str]) -> None:
-            if headers.get("Oncestream-Consumer") == "lite" and not found:
+            if headers.get("Oncestream-Consumer") and not found:
                 found.append((seq, key))
 
         from .rawread import walk_any
@@ -815,9 +820,9 @@ class Trial:
 
     def _replay_tick(self, now: float) -> None:
         """``dead_letters=replay``: ``oncestream dlq replay`` once mid-run (under the faults),
-        once the SQLite consumer dead-lettered something (the CLI exits 2 on a dead-letter
-        stream that does not exist yet); the drain runs it again once every failing key was
-        dead-lettered (:meth:`_drained`)."""
+        once something was dead-lettered (the CLI exits 2 on a dead-letter stream that does
+        not exist yet); the drain runs it again once every failing key was dead-lettered
+        and the consumers settled (:meth:`_drained`)."""
         if self.options.dead_letters != "replay" or self.replays or now < self.duration * 0.6:
             return
         if now > self.duration or (self._replay_look and not self._replay_look.done()):
@@ -831,7 +836,7 @@ class Trial:
 
     async def _lite_letters(self) -> bool:
         letters = await self._dead_letters_now()
-        return bool(letters and letters.get("lite"))
+        return bool(letters and sum(letters.values()))
 
     def _start_replay(self) -> None:
         name = f"replay{len(self.replays) + 1}"
@@ -867,7 +872,14 @@ class Trial:
         """One look: producers done, the hub caught up, every stored record applied or
         dead-lettered (and, with ``replay``, the SQLite consumer's dead letters replayed)."""
         assert self.topo is not None
+        target = self.topo.processor_target()
+        if self.stream_gone(STREAM) or self.stream_gone(target["stream"]):
+            if "stream_gone" not in self.timing:
+                self.timing["stream_gone"] = round(now, 3)
+                self._note("trial", self.kind, "stream gone after an OS crash: drain ends")
+            return True
         if not all(w.done for w in self.workers.values() if w.restart_until_done):
+            await self.message_count(self.topo.producer_target(), STREAM)  # notices a loss
             return False
         if self.kind == "leaf":
             at_leaf = await self.message_count(self.topo.producer_target(), STREAM)
@@ -880,23 +892,42 @@ class Trial:
         stored = await self.message_count(target, target["stream"])
         failing = len(self.failing_expected()) if self.options.failing else 0
         if failing:
+            # Dead-lettered (one letter per message, whichever consumer sent it first) and
+            # every consumer done with them: nothing pending or unacknowledged.
             letters = await self._dead_letters_now()
-            if letters is None:
+            if letters is None or not await self._consumers_settled(target):
                 return False
-            consumers = ["lite", "pg"] if self.pg_url else ["lite"]
+            held = sum(letters.values())
             if self.options.dead_letters == "replay":
-                if len(self.replays) < 2:  # the drain's replay, once lite gave up on each
+                if len(self.replays) < 2:  # the drain's replay, once all were dead-lettered
                     replayed = max(0, stored - self.count_processed())
-                    if letters.get("lite", 0) + replayed >= failing:
+                    if held + replayed >= failing:
                         self._start_replay()
                     return False
-                consumers.remove("lite")
-                if letters.get("lite", 0):
+                if held:
                     return False
-            if any(letters.get(c, 0) < failing for c in consumers):
+            elif held < failing:
                 return False
         effects = await asyncio.to_thread(self._effects_now)  # a paused PostgreSQL: seconds
         return bool(stored) and all(len(c) >= stored - failing for c in effects.values())
+
+    async def _consumers_settled(self, target: dict[str, Any]) -> bool:
+        """Every processor consumer has nothing pending and nothing unacknowledged (a
+        failing message is done only once it was dead-lettered and terminated)."""
+        assert self.topo is not None
+        names = ["lite", "pg"] if self.pg_url else ["lite"]
+        try:
+            async with asyncio.timeout(5):
+                async with await connect(self.topo.connect_options(target)) as conn:
+                    for name in names:
+                        info = await consumer_info(conn, target["stream"], name)
+                        if int(info.get("num_pending") or 0) or int(
+                            info.get("num_ack_pending") or 0
+                        ):
+                            return False
+        except Exception:  # no answer now (a fault): look again
+            return False
+        return True
 
     def count_processed(self) -> int:
         """Input records of the processed producers (each stored once when all is well)."""
@@ -936,9 +967,23 @@ class Trial:
         try:
             async with await connect(self.topo.connect_options(target)) as conn:
                 info = await conn.stream_info(stream)
+        except StreamNotFound:
+            self._not_found.setdefault(stream, time.monotonic())
+            return 0
         except Exception:
             return 0
+        self._not_found.pop(stream, None)
         return leader_count(info)
+
+    def stream_gone(self, stream: str) -> bool:
+        """After an OS crash the settings allow to lose writes (the default sync), the
+        stream has been answered "not found" for :data:`GONE_AFTER` s: the crash took it
+        (the stream's own creation was never fsynced), and nothing will bring it back."""
+        since = self._not_found.get(stream)
+        crashed = SYNC[self.kind] != "always" and any(
+            f["kind"] in LOST_PAGE_CACHE for f in self.fault_log if not f.get("skipped")
+        )
+        return crashed and since is not None and time.monotonic() - since > GONE_AFTER
 
     async def stream_keys(
         self,
@@ -973,10 +1018,21 @@ class Trial:
         finding about the servers or the fault schedule, not a harness crash: the read
         then holds ``unreadable`` (see :meth:`_unreadable`) and the checker reports it.
         """
+        # After an OS crash the default sync allows to lose writes, a stream answered "not
+        # found" by every server for GONE_AFTER s is gone (the crash took its creation).
+        crashed = self.stream_gone(stream) or (
+            SYNC[self.kind] != "always"
+            and any(f["kind"] in LOST_PAGE_CACHE for f in self.fault_log if not f.get("skipped"))
+        )
         try:
-            raw = await read_raw(target["servers"], stream, domain=target.get("domain"))
+            raw = await read_raw(target["servers"], stream, domain=target.get("domain"),
+                                 gone_after=GONE_AFTER if crashed else None)  # fmt: skip
         except Unreadable as exc:
             return {"unreadable": await self._unreadable(target, stream, exc)}
+        if raw.gone:
+            return {"raw": {}, "project": {}, "messages": 0, "gone": True,
+                    "waited_s": raw.waited_s, "failed_reads": len(raw.errors),
+                    "last_error": raw.errors[-1] if raw.errors else ""}  # fmt: skip
         read: dict[str, Any] = {"raw": dict(raw.keys), "messages": raw.messages}
         read["raw_replays"] = dict(raw.replays)
         read["letters"] = {c: dict(keys) for c, keys in raw.letters.items()}

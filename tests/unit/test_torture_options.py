@@ -75,9 +75,11 @@ def test_the_stack_faults_cover_every_kind_ten_times_in_100_trials() -> None:
 def _state(mode: str, failing: list[str], **changes: Any) -> dict[str, Any]:
     ones = dict.fromkeys(KEYS, 1)
     applied = {k: 1 for k in KEYS if mode == "replay" or k not in failing}
-    letters: dict[str, dict[str, int]] = {"pg": dict.fromkeys(failing, 1)}
+    # One dead letter per message, whichever consumer gave up first (its msg id is
+    # dlq:<stream>:<seq>); none left once replayed.
+    letters: dict[str, dict[str, int]] = {}
     if mode == "keep":
-        letters["lite"] = dict.fromkeys(failing, 1)
+        letters["pg"] = dict.fromkeys(failing, 1)
     state: dict[str, Any] = {
         "index": 0,
         "seed": 1,
@@ -104,7 +106,7 @@ def _state(mode: str, failing: list[str], **changes: Any) -> dict[str, Any]:
     return state
 
 
-def test_dead_letters_kept_once_per_consumer_and_not_applied_are_clean() -> None:
+def test_dead_letters_kept_once_and_not_applied_are_clean() -> None:
     result = check([], _state("keep", ["sess-1"]))
     assert _nonzero(result) == {}, result["dead_letters"]
     # The Publisher's stream in a short-window trial: stored, checked, not processed.
@@ -113,12 +115,11 @@ def test_dead_letters_kept_once_per_consumer_and_not_applied_are_clean() -> None
 
 def test_a_dead_letter_missing_twice_or_applied_is_a_violation() -> None:
     state = _state("keep", ["sess-1", "cli-0"])
-    state["dead_letters"]["lite"] = {"sess-1": 2}  # cli-0 missing, sess-1 twice
+    state["dead_letters"] = {"pg": {"sess-1": 1}, "lite": {"sess-1": 1, "sess-0": 1}}
     state["effects"]["postgres"]["cli-0"] = 1  # applied although it failed
     result = check([], state)
     assert result["dead_letters"] == {
-        "lite": ["missing:cli-0", "twice:sess-1", "applied:cli-0"],
-        "pg": ["applied:cli-0"],
+        "dlq": ["missing:cli-0", "twice:sess-1", "unexpected:sess-0", "applied:cli-0@postgres"]
     }
     assert _nonzero(result) == {"dead_letters": 4}
 
@@ -129,10 +130,10 @@ def test_a_replayed_key_is_replayed_once_and_applied_once() -> None:
     twice = _state("replay", ["sess-1"], replays={"sess-1": 2})
     assert check([], twice)["replays"] == ["twice:sess-1"]
     left = _state("replay", ["sess-1"], replays={})
-    left["dead_letters"]["lite"] = {"sess-1": 1}
+    left["dead_letters"]["pg"] = {"sess-1": 1}
     result = check([], left)
     assert result["replays"] == ["missing:sess-1"]
-    assert result["dead_letters"] == {"lite": ["not-replayed:sess-1"]}
+    assert result["dead_letters"] == {"dlq": ["not-replayed:sess-1"]}
 
 
 def test_a_lost_record_of_the_publishers_own_stream_is_found_there() -> None:
@@ -222,3 +223,22 @@ def test_bit_flips_and_truncation_change_the_file(tmp_path: Any) -> None:
     assert all(bin(before[i] ^ after[i]).count("1") == 1 for i in changed)
     size, keep = truncate(files[1], random.Random(2))
     assert size == 4096 and keep < size and files[1].stat().st_size == keep
+
+
+async def test_a_stream_every_server_says_is_not_found_is_gone_only_after_a_crash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torture.rawread as rawread
+
+    async def not_found(url: str, stream: str, domain: Any) -> Any:
+        raise RuntimeError(
+            f"STREAM.INFO {stream}: {{'code': 404, 'err_code': 10059, 'description': 'x'}}"
+        )
+
+    monkeypatch.setattr(rawread, "_read", not_found)
+    monkeypatch.setattr(rawread, "ROUND_PAUSE", 0.01)
+    servers = ["nats://a:4222", "nats://b:4222"]
+    read = await rawread.read_raw(servers, "T", wait=5.0, gone_after=0.1)
+    assert read.gone and read.messages == 0 and not read.keys
+    with pytest.raises(rawread.Unreadable):  # without a crash: unreadable, never "gone"
+        await rawread.read_raw(servers, "T", wait=0.2)
