@@ -479,14 +479,17 @@ class SparkPart:
             return []
 
     def drop_row(self) -> str | None:
-        """Sabotage ``drop-row``: delete one row of the ``foreachBatch`` table behind the
-        job's back (after its drain); the key of the row, None when the table is empty."""
+        """Sabotage ``drop-row``: behind the job's back (after its drain), delete one row of
+        the ``foreachBatch`` table (SQLite: ``spark_out=sqlite``) and write another one a
+        second time, what a lost or a retried task's write would leave; the keys of both
+        (``"dropped,doubled"``), None when the table has fewer than two rows."""
         with sqlite3.connect(self.db) as db:
-            row = db.execute(f"SELECT rowid, key FROM {TABLE} ORDER BY rowid LIMIT 1").fetchone()
-            if row is None:
+            rows = db.execute(f"SELECT rowid, key FROM {TABLE} ORDER BY rowid LIMIT 2").fetchall()
+            if len(rows) < 2:
                 return None
-            db.execute(f"DELETE FROM {TABLE} WHERE rowid = ?", (row[0],))
-        return str(row[1])
+            db.execute(f"DELETE FROM {TABLE} WHERE rowid = ?", (rows[0][0],))
+            db.execute(f"INSERT INTO {TABLE} SELECT * FROM {TABLE} WHERE rowid = ?", (rows[1][0],))
+        return f"{rows[0][1]},{rows[1][1]}"
 
     def final(self, stream: dict[str, int] | None) -> dict[str, Any]:
         """The outputs (``stream``: the output stream's keys, read by the trial; None when

@@ -9,7 +9,9 @@ must exit 1 naming the violation in its output and in ``latest.json``:
 * ``skip-position``: the ``ProducerSession`` skips one position when it resumes
   after a kill (``unstored``): nothing was acked for it, so the old check, which
   only looked at acknowledged keys, passed it;
-* ``drop-row``: one row of the Spark ``foreachBatch`` table deleted (``spark_missing``);
+* ``drop-row``: one row of the Spark ``foreachBatch`` table deleted and another written
+  twice (``spark_missing``, ``spark_duplicated``: what an executor killed mid-write could
+  leave);
 * ``drop-letter``: one dead letter deleted from the dead-letter stream (``dead_letters``:
   the checker accounts for every key a handler failed on, per consumer);
 * ``drop-pg-effect``: one effect row deleted from the trial's PostgreSQL, the server the
@@ -99,6 +101,8 @@ def test_sabotage_fails_the_campaign_naming_the_violation(
     assert latest["sabotaged"], latest  # it did break something
     assert latest["violations"].get(violation, 0) >= 1, latest["violations"]
     assert f"VIOLATIONS: {violation}=" in result.stdout or f", {violation}=" in result.stdout
+    if mode == "drop-row":
+        assert latest["violations"].get("spark_duplicated", 0) >= 1, latest["violations"]
     if mode == "skip-position":
         # What the old checker looked at sees nothing: no acked key is missing, and
         # every record of the processed stream has its effect.
