@@ -37,8 +37,9 @@ CONSUMER_RESET = "consumer-reset"
 MAX_WAIT = 8.0
 #: ... for a consumer reset, whose precondition (the consumer acked past its target,
 #: its leader reachable) waits out a whole-cluster kill: ~6.5 s to heal and the
-#: consumer's re-creation after it (7 of the 8 skips of the 699c4cf campaign).
-MAX_WAIT_BY_KIND = {"consumer-reset": 20.0}
+#: consumer's re-creation after it (7 of the 8 skips of the 699c4cf campaign). An
+#: executor kill waits out a driver restart (20-30 s before executors run tasks again).
+MAX_WAIT_BY_KIND = {"consumer-reset": 20.0, "executor-kill": 30.0}
 
 
 def max_wait(kind: str) -> float:

@@ -24,6 +24,7 @@ stream into a ``jetstream`` output stream and, through the transactional
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import signal
@@ -294,12 +295,11 @@ class SparkPart:
         """Start the driver (its JVM boots while the servers start)."""
         assert trial.topo is not None
         target = trial.topo.processor_target()
-        self.pg_url = trial.pg_url
         cfg = {
             **target,
             **self.options,
-            "pg_url": trial.pg_url,
             "delta": str(self.delta),
+            "worker_dir": str(self.dir / "spark-work"),
             "name": TARGET,
             "out_stream": OUT_STREAM,
             "out_subject": OUT_SUBJECT,
@@ -312,14 +312,18 @@ class SparkPart:
             **self.mode,
             "master": CLUSTER_MASTER if self.mode.get("executors") == "cluster" else None,
         }
-        import json
-
         python = sys.executable
         if self.options.get("pyspark") == "oldest":
             python = oldest_python() or sys.executable  # checked at the campaign's start
         argv = [python, "-m", "torture.spark_job", json.dumps(cfg)]
         self.worker = SparkWorker(TARGET, argv, self.dir / "spark.log", restart_until_done=False)
-        self.worker.env = {**os.environ, "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
+        self.worker.env = {
+            **os.environ,
+            "PYSPARK_PYTHON": python,
+            "PYSPARK_DRIVER_PYTHON": python,
+            # local-cluster's worker keeps the executors' folders here, not in the venv
+            "SPARK_WORKER_DIR": str(self.dir / "spark-work"),
+        }
         self.worker.start()
         self.t0 = time.monotonic()
         return self.worker
@@ -352,7 +356,9 @@ class SparkPart:
         async with await connect(topo.connect_options(topo.processor_target())) as conn:
             for spec in specs:
                 await ensure_stream(conn, spec)
-        self.go.write_text("go\n")
+        # What exists only now (the driver started before the trial's PostgreSQL did).
+        self.pg_url = trial.pg_url
+        self.go.write_text(json.dumps({"pg_url": trial.pg_url}) + "\n")
 
     async def wait_ready(self, timeout: float = 150.0) -> None:
         """Until both queries started (bounded; the driver is supervised)."""

@@ -210,6 +210,7 @@ def run(cfg: dict[str, Any]) -> int:
     if not _wait_for(cfg["go"], 120.0):
         _log("no go file after 120 s")
         return 1
+    cfg = {**cfg, **json.loads(Path(cfg["go"]).read_text())}  # the trial's PostgreSQL URL
     queries: dict[str, Any] = {}
     restarts = 0
     ready = False
