@@ -33,6 +33,9 @@ from harness import RawClient
 NO_MESSAGE = 10037
 #: err_code of "stream not found".
 STREAM_NOT_FOUND = 10059
+#: What a read of a server under a fault may raise: no answer, a closed connection
+#: (EOFError: a server killed mid-read), an error answer, a malformed one.
+_TRANSIENT = (OSError, TimeoutError, RuntimeError, ValueError, EOFError)
 #: Headers oncestream's dead letters and their replays carry (``oncestream dlq``).
 REPLAY_OF, DEAD_LETTER_BY, REPLAY_MARKER = (
     "Oncestream-Replay-Of",
@@ -151,7 +154,7 @@ async def read_raw(
             began = time.monotonic()
             try:
                 read = await _read(url, stream, domain)
-            except (OSError, TimeoutError, RuntimeError, ValueError) as exc:
+            except _TRANSIENT as exc:
                 errors.append(f"{url}: {type(exc).__name__}: {exc}")
                 if url == servers[0]:  # once a round: a retried read is rare, worth seeing
                     print(f"rawread: {stream!r} read again after {errors[-1]}", file=sys.stderr)
@@ -179,7 +182,7 @@ async def read_once(
     for url in servers:
         try:
             return await _read(url, stream, domain)
-        except (OSError, TimeoutError, RuntimeError, ValueError):
+        except _TRANSIENT:
             continue
     return None
 
@@ -260,7 +263,7 @@ async def walk_any(
     for url in servers:
         try:
             await _walk(url, stream, domain, visit)
-        except (OSError, TimeoutError, RuntimeError, ValueError):
+        except _TRANSIENT:
             continue
         return True
     return False
@@ -278,7 +281,7 @@ async def seq_of(servers: list[str], stream: str, key: str, *, domain: str | Non
             await _walk(
                 url, stream, domain, lambda seq, k, _h: found.append(seq) if k == key else None
             )
-        except (OSError, TimeoutError, RuntimeError, ValueError):
+        except _TRANSIENT:
             continue
         return found[0] if found else None
     return None
@@ -291,7 +294,7 @@ async def delete_msg(servers: list[str], stream: str, seq: int, *, domain: str |
         try:
             async with RawClient(url) as raw:
                 answer = await _request(raw, subject, {"seq": seq})
-        except (OSError, TimeoutError, RuntimeError, ValueError):
+        except _TRANSIENT:
             continue
         if answer.get("success"):
             return True

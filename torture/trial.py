@@ -835,7 +835,10 @@ class Trial:
             self._replay_look = asyncio.create_task(self._lite_letters())
 
     async def _lite_letters(self) -> bool:
-        letters = await self._dead_letters_now()
+        try:
+            letters = await self._dead_letters_now()
+        except Exception:  # no answer now (a fault): look again
+            return False
         return bool(letters and sum(letters.values()))
 
     def _start_replay(self) -> None:
