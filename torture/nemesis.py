@@ -39,7 +39,16 @@ MAX_WAIT = 8.0
 #: its leader reachable) waits out a whole-cluster kill: ~6.5 s to heal and the
 #: consumer's re-creation after it (7 of the 8 skips of the 699c4cf campaign). An
 #: executor kill waits out a driver restart (20-30 s before executors run tasks again).
-MAX_WAIT_BY_KIND = {"consumer-reset": 20.0, "executor-kill": 30.0}
+MAX_WAIT_BY_KIND = {
+    "consumer-reset": 20.0,
+    "executor-kill": 30.0,
+    # A Spark fault that waited for a Python worker (a slow driver start: the oldest
+    # PySpark) holds the driver into the next one's slot: 3 of one trial's were skipped.
+    "spark-kill": 20.0,
+    "spark-pause": 20.0,
+    "pyworker-kill": 20.0,
+    "pyworker-pause": 20.0,
+}
 
 
 def max_wait(kind: str) -> float:
