@@ -105,7 +105,10 @@ class TrialPostgres:
 
     def start(self, timeout: float = 60.0) -> None:
         """Start (or restart after a kill: crash recovery); returns once it is ready."""
-        (self.data / "postmaster.pid").unlink(missing_ok=True)  # a SIGKILLed server's
+        # A SIGKILLed server's lock files: the new one refuses to start beside them.
+        (self.data / "postmaster.pid").unlink(missing_ok=True)
+        for name in (f".s.PGSQL.{PORT}.lock", f".s.PGSQL.{PORT}"):
+            (self.dir / name).unlink(missing_ok=True)
         start = self.log.stat().st_size if self.log.exists() else 0
         argv = [*self.ns_prefix, *_as_postgres(), str(self.bin / "postgres"), "-D",
                 str(self.data), "-h", self.address, "-p", str(PORT), "-k", str(self.dir),
