@@ -416,14 +416,18 @@ class SparkPart:
                      _cmdline(p)]  # fmt: skip
         if not executors:
             return not_yet("no executor JVM yet")
+        # Prefer one running a task's Python worker (a write in flight); the micro-batches
+        # come every 0.5 s, so an executor without one now is between two of them.
         busy = [e for e in executors if any(_task_worker(w) for w in descendants(e))]
-        if not busy:
-            return not_yet("no executor runs a Python worker of a task (a write) now")
-        jvm = busy[self.rng.randrange(len(busy))]
+        jvm = (busy or executors)[self.rng.randrange(len(busy or executors))]
         tree = [jvm, *descendants(jvm)]
+        pythons = [p for p in tree[1:] if "python" in _cmdline(p)]
         _kill_all(tree)
         state = wait_state(jvm, {None, "Z"})
-        how = f"SIGKILL executor JVM pid {jvm} and {len(tree) - 1} processes below it"
+        how = (
+            f"SIGKILL executor JVM pid {jvm} and {len(tree) - 1} processes below it "
+            f"({len(pythons)} Python, {'a task worker among them' if busy else 'no task worker'})"
+        )
         return Outcome(state in (None, "Z"), how, f"state {state} after SIGKILL")
 
     def heal(self, fault: Fault) -> None:
