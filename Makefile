@@ -8,7 +8,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup setup-oldest setup-oldest-nats demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture check-java clean
+.PHONY: setup setup-oldest setup-pysparks setup-client setup-oldest-nats dist test-client demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture check-java clean
 
 setup: $(STAMP)
 
@@ -47,33 +47,60 @@ FALLBACK_TESTS := tests/integration/test_nats_adapter.py tests/integration/test_
 	tests/integration/test_pull.py \
 	tests/spark/test_partition_reader.py tests/spark/test_source_batch.py
 
-# The oldest supported PySpark (pyproject: pyspark>=4.0,<4.4) in a second venv: installed
-# first, then oncestream into it, which must keep it (checked). The Spark guarantee tests
-# run there too (spark/_compat.py holds what differs between releases), less the sink's
-# fast-ingest and atomic variants (OLDEST_SKIP: the Publisher's paths, the same on every
-# PySpark) and the Connect variants of the kill tests (each kill starts a Connect server of
-# its own; Connect on this PySpark is covered by test_delta_connect.py and the restarts).
+# Every PySpark release the package admits (pyproject: pyspark>=4.0,<4.4), one per minor:
+# the newest is the main venv's; each other one gets a venv of its own,
+# .venv-pyspark<version>, where that pyspark is installed first and then oncestream, which
+# must keep it (checked). The Spark guarantee tests (SPARK_RELEASE_TESTS) run on each
+# (spark/_compat.py holds what differs between releases), less the sink's fast-ingest and
+# atomic variants (SPARK_RELEASE_SKIP: the Publisher's paths, the same on every PySpark)
+# and the Connect variants of the kill tests (each kill starts a Connect server of its
+# own; Connect on these releases is covered by test_delta_connect.py and the restarts).
 # The kills after the window and on a reused path, the commit-record restarts and the
 # delta-rs unit cases exercise our own code the same way on every PySpark: they run on
-# the newest only, so that make test stays under 30 minutes on 2 cores.
+# the newest only.
 OLDEST_PYSPARK := 4.0.0
-OLD_VENV  := .venv-pyspark$(OLDEST_PYSPARK)
-OLD_BIN   := $(OLD_VENV)/bin
-OLD_STAMP := $(OLD_VENV)/.installed-stamp
-OLDEST_SKIP := not fast and not atomic and not (kill and connect)
-OLDEST_TESTS := tests/spark/test_compat.py tests/spark/test_source_kill.py \
+PYSPARK_RELEASES := $(OLDEST_PYSPARK) 4.1.4 4.2.0
+SPARK_RELEASE_SKIP := not fast and not atomic and not (kill and connect)
+SPARK_RELEASE_TESTS := tests/spark/test_compat.py tests/spark/test_source_kill.py \
 	tests/spark/test_sink_kill.py tests/spark/test_foreach_batch.py \
 	tests/spark/test_delta_spark.py tests/spark/test_delta_connect.py
+pyspark_venv = .venv-pyspark$(1)
+PYSPARK_STAMPS := $(foreach v,$(PYSPARK_RELEASES),$(call pyspark_venv,$(v))/.installed-stamp)
+.PRECIOUS: .venv-pyspark%/.installed-stamp
 
-setup-oldest: $(OLD_STAMP)
+setup-oldest: $(call pyspark_venv,$(OLDEST_PYSPARK))/.installed-stamp
+setup-pysparks: $(PYSPARK_STAMPS)
 
-$(OLD_STAMP): pyproject.toml
-	@test -x $(OLD_BIN)/python || $(PYTHON) -m venv $(OLD_VENV)
-	$(OLD_BIN)/python -m pip install --quiet --upgrade pip
-	$(OLD_BIN)/python -m pip install --quiet "pyspark==$(OLDEST_PYSPARK)"
-	$(OLD_BIN)/python -m pip install --quiet -e ".[all]"
-	@$(OLD_BIN)/python -c 'import sys, pyspark; v = pyspark.__version__; sys.exit(0 if v == "$(OLDEST_PYSPARK)" else f"error: installing oncestream replaced pyspark $(OLDEST_PYSPARK) with {v}")'
-	@touch $(OLD_STAMP)
+.venv-pyspark%/.installed-stamp: pyproject.toml
+	@test -x .venv-pyspark$*/bin/python || $(PYTHON) -m venv .venv-pyspark$*
+	.venv-pyspark$*/bin/python -m pip install --quiet --upgrade pip
+	.venv-pyspark$*/bin/python -m pip install --quiet "pyspark==$*"
+	.venv-pyspark$*/bin/python -m pip install --quiet -e ".[all]"
+	@.venv-pyspark$*/bin/python -c 'import sys, pyspark; v = pyspark.__version__; sys.exit(0 if v == "$*" else f"error: installing oncestream replaced pyspark $* with {v}")'
+	@touch $@
+
+# A thin Spark Connect client: pyspark-client (the Connect client alone, no JVM, no classic
+# pyspark; its newest release is CLIENT_PYSPARK) in .venv-connect-client<version>, with
+# oncestream[spark-client]; it must not have pyspark (checked). Its tests (CLIENT_TESTS:
+# the jetstream source, the sink and `transactional` through Connect) run against a Connect
+# server of the same release, started from that release's venv above
+# (ONCESTREAM_CONNECT_SERVER_PYTHON: tests/spark/_connect_server.py).
+CLIENT_PYSPARK := 4.2.0
+CLIENT_VENV  := .venv-connect-client$(CLIENT_PYSPARK)
+CLIENT_STAMP := $(CLIENT_VENV)/.installed-stamp
+CLIENT_TESTS := tests/thin_client tests/spark/test_connect.py tests/spark/test_foreach_batch.py
+CLIENT_SELECT := connect or thin_client or bad_arguments
+
+setup-client: $(CLIENT_STAMP)
+
+$(CLIENT_STAMP): pyproject.toml
+	@test -x $(CLIENT_VENV)/bin/python || $(PYTHON) -m venv $(CLIENT_VENV)
+	$(CLIENT_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(CLIENT_VENV)/bin/python -m pip install --quiet "pyspark-client==$(CLIENT_PYSPARK)"
+	$(CLIENT_VENV)/bin/python -m pip install --quiet -e ".[spark-client,postgres,dev]"
+	@$(CLIENT_VENV)/bin/python -c 'import sys, importlib.metadata as m; v = m.version("pyspark-client"); sys.exit(0 if v == "$(CLIENT_PYSPARK)" else f"error: installing oncestream replaced pyspark-client $(CLIENT_PYSPARK) with {v}")'
+	@! $(CLIENT_VENV)/bin/python -m pip show --quiet pyspark 2>/dev/null || { echo "error: $(CLIENT_VENV) has pyspark beside pyspark-client" >&2; exit 1; }
+	@touch $@
 
 # The oldest nats-py the range admits (pyproject: nats-py>=2.10,<2.17) in a third venv
 # (no Spark extras): the adapter's tests (src/oncestream/_nats) and the Publisher and pull
@@ -99,13 +126,21 @@ $(NATS_STAMP): pyproject.toml
 
 # Two workers, one test file each at a time (module fixtures stay whole; each worker
 # has its own SparkSession): most tests wait on servers and JVMs, not on the CPU.
-test: setup setup-oldest setup-oldest-nats test-services lint
+test: setup setup-pysparks setup-client setup-oldest-nats test-services lint
 	$(BIN)/pytest -n 2 --dist loadfile
 	ONCESTREAM_NATS_FASTPATH=0 $(BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider $(FALLBACK_TESTS)
 	$(NATS_BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider $(NATS_TESTS)
 	ONCESTREAM_NATS_FASTPATH=0 $(NATS_BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider $(NATS_TESTS)
-	PYSPARK_PYTHON=$(abspath $(OLD_BIN)/python) PYSPARK_DRIVER_PYTHON=$(abspath $(OLD_BIN)/python) \
-		$(OLD_BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider -k "$(OLDEST_SKIP)" $(OLDEST_TESTS)
+	$(MAKE) --no-print-directory $(PYSPARK_RELEASES:%=test-pyspark%) test-client
+
+# The Spark guarantee tests on one of PYSPARK_RELEASES, in its venv (make test-pyspark4.1.4).
+test-pyspark%: .venv-pyspark%/.installed-stamp
+	PYSPARK_PYTHON=$(abspath .venv-pyspark$*/bin/python) PYSPARK_DRIVER_PYTHON=$(abspath .venv-pyspark$*/bin/python) \
+		.venv-pyspark$*/bin/pytest -n 2 --dist loadfile -q -p no:cacheprovider -k "$(SPARK_RELEASE_SKIP)" $(SPARK_RELEASE_TESTS)
+
+test-client: $(CLIENT_STAMP) $(call pyspark_venv,$(CLIENT_PYSPARK))/.installed-stamp
+	ONCESTREAM_CONNECT_SERVER_PYTHON=$(abspath $(call pyspark_venv,$(CLIENT_PYSPARK))/bin/python) \
+		$(CLIENT_VENV)/bin/pytest -n 2 --dist loadfile -q -p no:cacheprovider -k "$(CLIENT_SELECT)" $(CLIENT_TESTS)
 
 soak: setup check-java
 	$(BIN)/pytest -m soak -p no:cacheprovider
@@ -172,4 +207,4 @@ torture: setup
 		$(if $(FAULTS),--fault-kinds $(FAULTS)) $(if $(SABOTAGE),--sabotage $(SABOTAGE))
 
 clean:
-	rm -rf $(VENV) $(OLD_VENV) $(NATS_VENV) .peers build .mypy_cache .pytest_cache .ruff_cache src/*.egg-info
+	rm -rf $(VENV) $(foreach v,$(PYSPARK_RELEASES),$(call pyspark_venv,$(v))) $(CLIENT_VENV) $(NATS_VENV) .peers build .mypy_cache .pytest_cache .ruff_cache src/*.egg-info
