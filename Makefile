@@ -14,25 +14,28 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "error: Python >= 3.11 is required, found " + sys.version.split()[0])'
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[all]"
+	$(PYTHON) scripts/venv.py $(VENV) --extras all
 	@touch $(STAMP)
 
 check-java:
 	@scripts/check-java
 
+# The sdist and the wheel, into dist/, checked (scripts/dist.py: metadata, contents);
+# tests/dist/test_wheel_install.py builds them the same way and installs the wheel.
+dist: setup
+	$(BIN)/python scripts/dist.py
+
 demo: setup check-java
 	$(BIN)/oncestream demo
 
 lint: setup
-	$(BIN)/ruff check src tests bench examples torture harness
-	$(BIN)/ruff format --check src tests bench examples torture harness
+	$(BIN)/ruff check src tests bench examples torture harness scripts
+	$(BIN)/ruff format --check src tests bench examples torture harness scripts
 	$(BIN)/mypy
 
 format: setup
-	$(BIN)/ruff format src tests bench examples torture harness
-	$(BIN)/ruff check --fix src tests bench examples torture harness
+	$(BIN)/ruff format src tests bench examples torture harness scripts
+	$(BIN)/ruff check --fix src tests bench examples torture harness scripts
 
 # The Debian packages the suite uses (PostgreSQL, Prometheus, curl, iproute2, a Java 17+
 # runtime): installed when missing as root; any other user is told the one command to run.
@@ -72,11 +75,7 @@ setup-oldest: $(call pyspark_venv,$(OLDEST_PYSPARK))/.installed-stamp
 setup-pysparks: $(PYSPARK_STAMPS)
 
 .venv-pyspark%/.installed-stamp: pyproject.toml
-	@test -x .venv-pyspark$*/bin/python || $(PYTHON) -m venv .venv-pyspark$*
-	.venv-pyspark$*/bin/python -m pip install --quiet --upgrade pip
-	.venv-pyspark$*/bin/python -m pip install --quiet "pyspark==$*"
-	.venv-pyspark$*/bin/python -m pip install --quiet -e ".[all]"
-	@.venv-pyspark$*/bin/python -c 'import sys, pyspark; v = pyspark.__version__; sys.exit(0 if v == "$*" else f"error: installing oncestream replaced pyspark $* with {v}")'
+	$(PYTHON) scripts/venv.py .venv-pyspark$* --first "pyspark==$*" --extras all
 	@touch $@
 
 # A thin Spark Connect client: pyspark-client (the Connect client alone, no JVM, no classic
@@ -94,12 +93,8 @@ CLIENT_SELECT := connect or thin_client or bad_arguments
 setup-client: $(CLIENT_STAMP)
 
 $(CLIENT_STAMP): pyproject.toml
-	@test -x $(CLIENT_VENV)/bin/python || $(PYTHON) -m venv $(CLIENT_VENV)
-	$(CLIENT_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(CLIENT_VENV)/bin/python -m pip install --quiet "pyspark-client==$(CLIENT_PYSPARK)"
-	$(CLIENT_VENV)/bin/python -m pip install --quiet -e ".[spark-client,postgres,dev]"
-	@$(CLIENT_VENV)/bin/python -c 'import sys, importlib.metadata as m; v = m.version("pyspark-client"); sys.exit(0 if v == "$(CLIENT_PYSPARK)" else f"error: installing oncestream replaced pyspark-client $(CLIENT_PYSPARK) with {v}")'
-	@! $(CLIENT_VENV)/bin/python -m pip show --quiet pyspark 2>/dev/null || { echo "error: $(CLIENT_VENV) has pyspark beside pyspark-client" >&2; exit 1; }
+	$(PYTHON) scripts/venv.py $(CLIENT_VENV) --first "pyspark-client==$(CLIENT_PYSPARK)" \
+		--extras spark-client,postgres,dev --absent pyspark
 	@touch $@
 
 # The oldest nats-py the range admits (pyproject: nats-py>=2.10,<2.17) in a third venv
@@ -117,11 +112,7 @@ NATS_TESTS := tests/integration/test_nats_adapter.py tests/unit/test_publisher_w
 setup-oldest-nats: $(NATS_STAMP)
 
 $(NATS_STAMP): pyproject.toml
-	@test -x $(NATS_BIN)/python || $(PYTHON) -m venv $(NATS_VENV)
-	$(NATS_BIN)/python -m pip install --quiet --upgrade pip
-	$(NATS_BIN)/python -m pip install --quiet "nats-py==$(OLDEST_NATS)"
-	$(NATS_BIN)/python -m pip install --quiet -e ".[dev]"
-	@$(NATS_BIN)/python -c 'import sys, importlib.metadata as m; v = m.version("nats-py"); sys.exit(0 if v == "$(OLDEST_NATS)" else f"error: installing oncestream replaced nats-py $(OLDEST_NATS) with {v}")'
+	$(PYTHON) scripts/venv.py $(NATS_VENV) --first "nats-py==$(OLDEST_NATS)" --extras dev
 	@touch $(NATS_STAMP)
 
 # Two workers, one test file each at a time (module fixtures stay whole; each worker
@@ -207,4 +198,4 @@ torture: setup
 		$(if $(FAULTS),--fault-kinds $(FAULTS)) $(if $(SABOTAGE),--sabotage $(SABOTAGE))
 
 clean:
-	rm -rf $(VENV) $(foreach v,$(PYSPARK_RELEASES),$(call pyspark_venv,$(v))) $(CLIENT_VENV) $(NATS_VENV) .peers build .mypy_cache .pytest_cache .ruff_cache src/*.egg-info
+	rm -rf $(VENV) $(foreach v,$(PYSPARK_RELEASES),$(call pyspark_venv,$(v))) $(CLIENT_VENV) $(NATS_VENV) .peers build dist .mypy_cache .pytest_cache .ruff_cache src/*.egg-info
