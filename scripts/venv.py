@@ -117,11 +117,23 @@ def _copy(source: Path, target: Path) -> None:
         shutil.copytree(source, target, symlinks=True)
 
 
-def restore(cached: Path, venv: Path) -> None:
-    """Make ``venv`` from the cached copy and install this checkout into it."""
+def usable(cached: Path | None) -> bool:
+    """Whether ``cached`` is a complete copy, stored less than MAX_AGE_DAYS ago."""
+    if cached is None or not (cached / DONE).exists():
+        return False
+    return time.time() - (cached / DONE).stat().st_mtime < MAX_AGE_DAYS * 86400
+
+
+def copy_of(cached: Path, venv: Path) -> None:
+    """Make ``venv`` a copy of ``cached`` (hard links), its scripts pointing at ``venv``."""
     _copy(cached, venv)
     (venv / DONE).unlink(missing_ok=True)
     _repoint(venv, cached, venv)
+
+
+def restore(cached: Path, venv: Path) -> None:
+    """Make ``venv`` from the cached copy and install this checkout into it."""
+    copy_of(cached, venv)
     run(_pip(venv, "--no-deps", "-e", "."), "installing oncestream (cached venv)")
 
 
@@ -210,11 +222,7 @@ def main(argv: list[str]) -> int:
         args.absent,
     )
     cached = root / f"{venv.name}-{key}" if root else None
-    fresh = (
-        cached is not None
-        and (cached / DONE).exists()
-        and time.time() - (cached / DONE).stat().st_mtime < MAX_AGE_DAYS * 86400
-    )
+    fresh = usable(cached)
     started = time.monotonic()
     try:
         if fresh and cached is not None and not venv.exists():
