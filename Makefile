@@ -8,7 +8,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup setup-oldest setup-pysparks setup-client setup-oldest-nats dist test-client demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture check-java clean
+.PHONY: setup setup-oldest setup-pysparks setup-client setup-oldest-nats dist test-main test-fallback test-nats test-nats-fallback test-client demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture check-java clean
 
 setup: $(STAMP)
 
@@ -115,14 +115,33 @@ $(NATS_STAMP): pyproject.toml
 	$(PYTHON) scripts/venv.py $(NATS_VENV) --first "nats-py==$(OLDEST_NATS)" --extras dev
 	@touch $(NATS_STAMP)
 
-# Two workers, one test file each at a time (module fixtures stay whole; each worker
-# has its own SparkSession): most tests wait on servers and JVMs, not on the CPU.
+# The stages of make test. The main suite runs on two workers, one test file each at a
+# time (module fixtures stay whole; each worker has its own SparkSession). The other
+# stages (the adapter's fallback, the oldest nats-py, each other PySpark release, the
+# thin Connect client) run one after another in a second lane beside it
+# (scripts/stages.py): most tests wait on servers, JVMs and timeouts, not on the CPU.
+# TEST_LANES=1 runs every stage in one lane; a stage runs alone as `make <stage>`.
+TEST_LANES ?= 2
+OTHER_STAGES := test-fallback test-nats test-nats-fallback $(PYSPARK_RELEASES:%=test-pyspark%) \
+	test-client
 test: setup setup-pysparks setup-client setup-oldest-nats test-services lint
+ifeq ($(TEST_LANES),1)
+	$(PYTHON) scripts/stages.py --lane "test-main $(OTHER_STAGES)"
+else
+	$(PYTHON) scripts/stages.py --lane "test-main" --lane "$(OTHER_STAGES)"
+endif
+
+test-main: setup
 	$(BIN)/pytest -n 2 --dist loadfile
+
+test-fallback: setup
 	ONCESTREAM_NATS_FASTPATH=0 $(BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider $(FALLBACK_TESTS)
+
+test-nats: $(NATS_STAMP)
 	$(NATS_BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider $(NATS_TESTS)
+
+test-nats-fallback: $(NATS_STAMP)
 	ONCESTREAM_NATS_FASTPATH=0 $(NATS_BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider $(NATS_TESTS)
-	$(MAKE) --no-print-directory $(PYSPARK_RELEASES:%=test-pyspark%) test-client
 
 # The Spark guarantee tests on one of PYSPARK_RELEASES, in its venv (make test-pyspark4.1.4).
 test-pyspark%: .venv-pyspark%/.installed-stamp
