@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
+import subprocess
+import sys
 
 import pyspark
 import pytest
 
 from oncestream import ConfigError
-from tests.spark._connect_server import ConnectServer
+from tests.spark._connect_server import ROOT, ConnectServer, job_env
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -36,13 +39,16 @@ def test_this_is_the_connect_client_alone() -> None:
 
 
 def test_the_server_runs_the_clients_release(connect_server: ConnectServer) -> None:
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.builder.remote(connect_server.url).getOrCreate()
-    try:
-        assert spark.version == pyspark.__version__
-    finally:
-        spark.stop()
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.thin_client._versions", connect_server.url],
+        cwd=ROOT, env=job_env(), capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert json.loads(lines[-1][len("RESULT ") :]) == {
+        "client": pyspark.__version__,
+        "server": pyspark.__version__,
+    }
 
 
 def test_local_session_names_the_connect_client_and_the_fix() -> None:

@@ -179,6 +179,8 @@ def local_session(
         spark = local_session("demo")
         df = spark.read.format("jetstream").option("servers", url).option("stream", "ORDERS").load()
     """
+    # First: pyspark-client's is_remote() is always true, and its message is the one to give.
+    SparkConf, SparkContext, launch_gateway = _classic_pyspark()
     if "pyspark" in sys.modules:
         from pyspark.sql.utils import is_remote
 
@@ -189,7 +191,6 @@ def local_session(
                 "SparkSession.builder.remote(url).getOrCreate(), with "
                 "oncestream.spark.register(spark)"
             )
-    SparkConf, SparkContext, launch_gateway = _classic_pyspark()
     check_java()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
