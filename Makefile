@@ -8,12 +8,11 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup setup-oldest setup-pysparks setup-client setup-oldest-nats dist test-main test-fallback test-nats test-nats-fallback test-client demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture check-java clean
+.PHONY: venvs setup setup-oldest setup-pysparks setup-client setup-oldest-nats dist test-main test-fallback test-nats test-nats-fallback test-client demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture check-java clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "error: Python >= 3.11 is required, found " + sys.version.split()[0])'
 	$(PYTHON) scripts/venv.py $(VENV) --extras all
 	@touch $(STAMP)
 
@@ -117,6 +116,12 @@ $(NATS_STAMP): pyproject.toml
 	$(PYTHON) scripts/venv.py $(NATS_VENV) --first "nats-py==$(OLDEST_NATS)" --extras dev
 	@touch $(NATS_STAMP)
 
+# Every venv make test uses, three built at a time when missing (pip waits on the index as
+# much as on the CPU); each is a copy of an earlier build when one matches (scripts/venv.py).
+VENV_STAMPS := $(STAMP) $(PYSPARK_STAMPS) $(CLIENT_STAMP) $(NATS_STAMP)
+venvs:
+	@$(MAKE) --no-print-directory -j 3 --output-sync=target $(VENV_STAMPS)
+
 # The stages of make test. The main suite runs on two workers, one test file each at a
 # time (module fixtures stay whole; each worker has its own SparkSession). The other
 # stages (the adapter's fallback, the oldest nats-py, each other PySpark release, the
@@ -126,7 +131,7 @@ $(NATS_STAMP): pyproject.toml
 TEST_LANES ?= 2
 OTHER_STAGES := test-fallback test-nats test-nats-fallback $(PYSPARK_RELEASES:%=test-pyspark%) \
 	test-client
-test: setup setup-pysparks setup-client setup-oldest-nats test-services lint
+test: venvs test-services lint
 ifeq ($(TEST_LANES),1)
 	$(PYTHON) scripts/stages.py --lane "test-main $(OTHER_STAGES)"
 else

@@ -7,7 +7,7 @@ Each stage is a Makefile target, run as ``make --no-print-directory <stage>``. T
 lane's output is shown as it comes; every other lane's is kept in a file and shown,
 whole and under the stage's name, when the stage ends. Every stage runs even after
 one failed (the report is complete); at the end a table gives each stage's lane, start,
-wall time and exit status, and the run's wall time. Exit 0 when every stage passed, 1
+wall time, CPU time and exit status, and the run's wall time. Exit 0 when every stage passed, 1
 when one failed, 2 on bad usage.
 
 Why lanes: most of the suite waits on JVMs, servers and timeouts, not on the CPU, so a
@@ -36,7 +36,18 @@ class Result:
     lane: int
     start: float
     wall: float
+    cpu: float  # user + system seconds of the stage's processes (those it waited for)
     code: int
+
+
+def _run(argv: list[str], log: Path | None) -> tuple[int, float]:
+    """Run ``argv`` (output to ``log``, else inherited); its exit code and CPU seconds."""
+    with open(log, "wb") if log is not None else open(os.devnull, "rb") as sink:
+        out = sink if log is not None else None
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=out and subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_utime + usage.ru_stime
 
 
 def run_lane(
@@ -45,21 +56,15 @@ def run_lane(
     make = os.environ.get("MAKE", "make")
     for stage in stages:
         start = time.monotonic()
-        argv = [make, "--no-print-directory", stage]
+        # The first lane's output is shown as it comes; the others' once a stage ends.
         log = out / f"{stage}.log" if out is not None else None
-        if log is None:  # the first lane: shown as it comes
-            done = subprocess.run(argv, cwd=ROOT, check=False)
-        else:
-            with open(log, "wb") as sink:
-                done = subprocess.run(
-                    argv, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, check=False
-                )
+        code, cpu = _run([make, "--no-print-directory", stage], log)
         wall = time.monotonic() - start
-        results.append(Result(stage, lane, start - t0, wall, done.returncode))  # GIL-atomic
+        results.append(Result(stage, lane, start - t0, wall, cpu, code))  # GIL-atomic
         if log is not None:
             text = log.read_text(errors="replace")
             sys.stdout.write(
-                f"\n===== {stage} (lane {lane + 1}): exit {done.returncode}, {wall:.0f} s =====\n"
+                f"\n===== {stage} (lane {lane + 1}): exit {code}, {wall:.0f} s =====\n"
                 f"{text}===== end of {stage} =====\n"
             )
             sys.stdout.flush()
@@ -86,9 +91,12 @@ def main(argv: list[str]) -> int:
         for thread in threads:
             thread.join()
     total = time.monotonic() - t0
-    print("\nstage                          lane   start    wall  exit")
+    print("\nstage                          lane   start    wall     cpu  exit")
     for r in sorted(results, key=lambda r: r.start):
-        print(f"{r.stage:<30} {r.lane + 1:>4} {r.start:>6.0f}s {r.wall:>6.0f}s {r.code:>5}")
+        print(
+            f"{r.stage:<30} {r.lane + 1:>4} {r.start:>6.0f}s {r.wall:>6.0f}s {r.cpu:>6.0f}s"
+            f" {r.code:>5}"
+        )
     failed = [r.stage for r in results if r.code != 0]
     print(f"all stages: {total:.0f} s; " + (f"FAILED: {' '.join(failed)}" if failed else "passed"))
     return 1 if failed else 0

@@ -21,7 +21,8 @@ since; the age bounds how late). An existing DIR is updated with pip as before.
 ``ONCESTREAM_VENV_CACHE=off`` builds without the cache; ``=PATH`` puts it elsewhere.
 Older copies of the same venv are removed when a new one is stored.
 
-Exit 0 when DIR is ready, 1 when a step or check failed (named), 2 on bad usage.
+Exit 0 when DIR is ready, 1 when a step or check failed (named) or the python is older
+than 3.11 (``PYTHON=python3.12 make ...`` picks another), 2 on bad usage.
 """
 
 from __future__ import annotations
@@ -203,6 +204,12 @@ def check(venv: Path, first: list[str], absent: list[str]) -> None:
 
 
 def main(argv: list[str]) -> int:
+    if sys.version_info < (3, 11):  # noqa: UP036 (run by any python3, before a venv exists)
+        found = sys.version.split()[0]
+        print(
+            f"error: Python >= 3.11 is required, found {found} ({sys.executable})", file=sys.stderr
+        )
+        return 1
     parser = argparse.ArgumentParser(prog="scripts/venv.py", description=__doc__.split("\n")[0])
     parser.add_argument("venv", type=Path)
     parser.add_argument("--first", action="append", default=[], metavar="NAME==VERSION")
