@@ -131,7 +131,7 @@ venvs:
 TEST_LANES ?= 2
 OTHER_STAGES := test-fallback test-nats test-nats-fallback $(PYSPARK_RELEASES:%=test-pyspark%) \
 	test-client
-test: venvs test-services lint
+test: test-services venvs lint
 ifeq ($(TEST_LANES),1)
 	$(PYTHON) scripts/stages.py --lane "test-main $(OTHER_STAGES)"
 else
