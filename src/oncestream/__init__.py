@@ -58,7 +58,7 @@ from .read import (
 )
 from .streams import StoredMessage, StreamSource, StreamSpec, ensure_stream, lineage_id
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AuditReport",
