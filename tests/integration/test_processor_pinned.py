@@ -27,6 +27,7 @@ from oncestream import (
 )
 from oncestream.ledger import LedgerEntry
 from oncestream.metrics import instrument
+from oncestream.process._acking import Acknowledger
 from oncestream.process._pinning import OwnerCheck, Superseded, fence_name, require_reset
 from tests._support import effects
 from tests.handlers import record
@@ -181,6 +182,15 @@ async def test_an_existing_consumer_with_another_policy_is_refused(
         await pinned.run()
 
 
+class _AcksLost(Acknowledger):
+    async def ack(self, replies: list[str]) -> None:  # the acks are lost on the way
+        return None
+
+
+class _AcksLostProcessor(Processor):
+    _acknowledger_type = _AcksLost
+
+
 async def test_redeliveries_of_applied_messages_count_as_late_acks(
     conn: Connection, make_stream, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -188,12 +198,9 @@ async def test_redeliveries_of_applied_messages_count_as_late_acks(
     await make_stream("JOBS", ("jobs.>",))
     await publish_n(conn, "jobs.x", 20)
     db = tmp_path / "l.db"
-    first = Processor(conn, "JOBS", "w", record, ledger=SQLiteLedger(db), options=_opts(ack_wait=1))
-
-    async def lost(replies: list[str]) -> None:  # the acks are lost on the way
-        return None
-
-    first._acks.ack = lost  # type: ignore[method-assign]
+    first = _AcksLostProcessor(
+        conn, "JOBS", "w", record, ledger=SQLiteLedger(db), options=_opts(ack_wait=1)
+    )
     task = await _start(first)
     await first.wait_until(lambda s: s.applied == 20)
     await first.wait_until(lambda s: s.suppressed == 20, timeout=10)  # redelivered after 1s
