@@ -1155,7 +1155,7 @@ class Publisher:
 
 
 class _Lanes:
-    """The Publisher's methods its retry table and fast batches call (a ``Lanes``)."""
+    """The Publisher's methods its retry table and fast batches call (a ``BatchLanes``)."""
 
     def __init__(self, pub: Publisher) -> None:
         self.fail, self.queue, self.write_out = pub._fail, pub._enqueue, pub._write_out
