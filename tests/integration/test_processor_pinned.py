@@ -353,7 +353,7 @@ async def test_a_standby_starting_while_the_ledger_is_locked_waits_for_it(
     opts = _opts(priority_group="g", pinned_ttl=2)
     ledger = SQLiteLedger(db, busy_timeout=0.2)
     proc = Processor(conn, "JOBS", "w", record, ledger=ledger, options=opts)
-    caplog.set_level(logging.WARNING, "oncestream.processor")
+    caplog.set_level(logging.WARNING, "oncestream.process")
     task = asyncio.create_task(proc.run())
     try:
         # Several busy timeouts pass and it is still there, waiting.

@@ -628,6 +628,51 @@ def test_server_times_are_parsed_in_one_place() -> None:
     assert _offenders(time_parsers, lambda module: module in home) == []
 
 
+def hand_named_loggers(tree: ast.Module) -> list[int]:
+    """Lines naming one of oncestream's loggers by hand: ``getLogger("oncestream...")`` or a
+    name built at run time. ``getLogger(__name__)`` follows the tree; another library's
+    logger (``"nats"``, ``"py4j"``, configured by the CLI) and the root one are not ours."""
+    lines = []
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.Call)
+            and (
+                (isinstance(node.func, ast.Attribute) and node.func.attr == "getLogger")
+                or (isinstance(node.func, ast.Name) and node.func.id == "getLogger")
+            )
+            and node.args
+        ):
+            continue
+        name = node.args[0]
+        if isinstance(name, ast.Name) and name.id == "__name__":
+            continue
+        if isinstance(name, ast.Constant) and not str(name.value).startswith("oncestream"):
+            continue
+        if isinstance(name, ast.Attribute) and name.attr == "__module__":
+            continue  # another module's logger, by its __name__
+        lines.append(node.lineno)
+    return lines
+
+
+def test_the_logger_rule_catches_a_hand_written_name() -> None:
+    planted = ast.parse(
+        "import logging\n"
+        "from logging import getLogger\n"
+        "log = logging.getLogger(__name__)\n"
+        'old = logging.getLogger("oncestream.processor")\n'
+        'spark = getLogger(f"oncestream.spark.{part}")\n'
+        'logging.getLogger("nats").setLevel(logging.WARNING)\n'
+        "other = logging.getLogger(CommitStore.__module__)\n"
+    )
+    assert hand_named_loggers(planted) == [4, 5]
+
+
+def test_loggers_follow_the_module_tree() -> None:
+    """``logging.getLogger(__name__)`` everywhere: a logger's name says where a line comes
+    from, and a component is filtered by its prefix (docs/operations.md, "Logs")."""
+    assert _offenders(hand_named_loggers, lambda module: False) == []
+
+
 def _docstrings(tree: ast.Module) -> set[int]:
     """``id()`` of every docstring constant in ``tree``."""
     return {

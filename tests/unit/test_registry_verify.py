@@ -121,7 +121,7 @@ def test_a_transaction_without_registered_is_not_checked_and_says_so_once(
     the run stopped after 3 moves)."""
     ledger, applier, registry = _setup(tmp_path, ("o.a",))
     registry._adopt(("o.a",))
-    with caplog.at_level(logging.WARNING, logger="oncestream.processor"):
+    with caplog.at_level(logging.WARNING, logger="oncestream.process"):
         for seq in (1, 2):
             tx = _PlainTx(ledger.begin())
             entries = [LedgerEntry("S", seq, None)]

@@ -26,7 +26,7 @@ from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
 from ._process_extras import RecentRate, metrics_endpoint, start_position
 
-log = logging.getLogger("oncestream.cli.process")
+log = logging.getLogger(__name__)
 
 
 def load_handler(path: str) -> Handler:

@@ -60,7 +60,7 @@ from ._run import (
 
 __all__ = ["LoadObserver", "LoadStart", "Source", "load"]
 
-log = logging.getLogger("oncestream.load")
+log = logging.getLogger(__name__)
 
 _Records = Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]]
 #: What :func:`load` reads: a path, an open binary file, or records (mappings).

@@ -59,7 +59,7 @@ __all__ = [
     "progress_key",
 ]
 
-log = logging.getLogger("oncestream.load")
+log = logging.getLogger(__name__)
 
 PROGRESS_STREAM = "ONCESTREAM_PUBLISH_PROGRESS"
 PROGRESS_SUBJECT = "oncestream.publish.progress"

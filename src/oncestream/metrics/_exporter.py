@@ -43,7 +43,7 @@ from ..publish import Publisher
 
 __all__ = ["LATENCY_BUCKETS", "Instrumentation", "MetricsServer", "instrument", "serve_metrics"]
 
-log = logging.getLogger("oncestream.metrics")
+log = logging.getLogger(__name__)
 
 #: Seconds; from a fast SQLite handler call to a slow batch.
 LATENCY_BUCKETS: tuple[float, ...] = (

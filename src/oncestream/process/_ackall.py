@@ -33,7 +33,7 @@ from ._pulls import Pulls
 
 __all__ = ["AckAllOwner"]
 
-log = logging.getLogger("oncestream.processor")
+log = logging.getLogger(__name__)
 
 
 class AckAllOwner:

@@ -35,7 +35,7 @@ from ._options import ProcessorStats
 
 __all__ = ["Acknowledger", "UnsentAcks"]
 
-log = logging.getLogger("oncestream.processor")
+log = logging.getLogger(__name__)
 
 _ACK = b"+ACK"
 _WPI = b"+WPI"

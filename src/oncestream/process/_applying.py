@@ -33,7 +33,7 @@ from ._options import ProcessorStats
 
 __all__ = ["Applier", "BatchHandler", "Handler", "Outcome", "RegistryMoved"]
 
-log = logging.getLogger("oncestream.processor")
+log = logging.getLogger(__name__)
 
 #: ``handler(msg, tx)``; may be a coroutine function. ``msg`` is a :class:`Message`
 #: (subject, data, headers, parsed JetStream ``metadata``); effects go through ``tx``.

@@ -54,7 +54,7 @@ from ._setup import FloorHistory, consumer_filters, setup_consumer
 
 __all__ = ["ConsumerLoop"]
 
-log = logging.getLogger("oncestream.processor")
+log = logging.getLogger(__name__)
 
 _SCHEDULE = b"\r\n" + SCHEDULE.encode() + b":"
 #: LedgerEntry(stream, seq) at half the cost of the NamedTuple's keyword-capable __new__.

@@ -25,7 +25,7 @@ from ._options import ProcessorStats
 
 __all__ = ["RETRY_DELAY", "WAIT_NOTICE", "LedgerCalls", "is_lock_wait"]
 
-log = logging.getLogger("oncestream.processor")
+log = logging.getLogger(__name__)
 
 #: Seconds before a step that waits for another process (a locked ledger, a consumer
 #: reset that failed) is tried again.

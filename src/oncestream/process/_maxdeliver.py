@@ -48,7 +48,7 @@ from ._pinning import Superseded
 
 __all__ = ["DeadLetters", "DeliveryLimit", "DroppedMessages", "advisory_subject", "refusal"]
 
-log = logging.getLogger("oncestream.processor")
+log = logging.getLogger(__name__)
 
 #: Seconds between two ``CONSUMER.INFO`` reads on failures (a poison flood costs one a second).
 _REFRESH = 1.0

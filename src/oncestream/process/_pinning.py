@@ -70,7 +70,7 @@ __all__ = [
     "take_over",
 ]
 
-log = logging.getLogger("oncestream.processor")
+log = logging.getLogger(__name__)
 
 _TABLE = "oncestream_owners"
 #: Seconds one attempt of a takeover's fence waits for the ledger's lock (at most; a

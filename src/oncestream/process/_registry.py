@@ -56,7 +56,7 @@ from ._setup import consumer_filters
 
 __all__ = ["Registry", "RegistryMoved", "check_registry"]
 
-log = logging.getLogger("oncestream.processor")
+log = logging.getLogger(__name__)
 
 _DOCS = "docs/processing.md, 'One ledger, which consumers'"
 

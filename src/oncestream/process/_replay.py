@@ -73,7 +73,7 @@ __all__ = [
     "subject_matches",
 ]
 
-log = logging.getLogger("oncestream.deadletters")
+log = logging.getLogger(__name__)
 
 MARKER = "Oncestream-Replay-Marker"
 MARKER_AFTER = "Oncestream-Replay-After"

@@ -64,7 +64,7 @@ __all__ = [
     "rereply",
 ]
 
-log = logging.getLogger("oncestream.publisher")
+log = logging.getLogger(__name__)
 _monotonic = time.monotonic
 
 #: The most messages the server may store between two flow acks (the server's own

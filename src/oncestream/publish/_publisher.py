@@ -75,7 +75,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AckTally", "KeyFunction", "PubAck", "Publisher", "PublisherOptions", "PublisherStats"]
 
-log = logging.getLogger("oncestream.publisher")
+log = logging.getLogger(__name__)
 
 # Write to the socket once this much is queued, even before the loop yields.
 WRITE_BATCH_BYTES = 64 * 1024

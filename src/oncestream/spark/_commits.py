@@ -43,7 +43,7 @@ __all__ = [
     "tail_of",
 ]
 
-log = logging.getLogger("oncestream.spark.sink")
+log = logging.getLogger(__name__)
 
 COMMITS_STREAM = "ONCESTREAM_SINK_COMMITS"
 #: Subjects of the records: ``<COMMITS_SUBJECT>.<records stream, lower case>.<scope>``.

@@ -47,7 +47,7 @@ from ._lag import _get, _offsets
 
 __all__ = ["ROW_BUCKETS", "QueryInstrumentation", "instrument_query"]
 
-log = logging.getLogger("oncestream.spark.metrics")
+log = logging.getLogger(__name__)
 
 #: Rows per micro-batch.
 ROW_BUCKETS: tuple[float, ...] = (1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)

@@ -67,7 +67,7 @@ __all__ = [
     "JetStreamStreamReader",
 ]
 
-log = logging.getLogger("oncestream.spark.source")
+log = logging.getLogger(__name__)
 
 SCHEMA = StructType(
     [
