@@ -599,13 +599,13 @@ def _offenders(rule: Callable[[ast.Module], list[int]], exempt: Callable[[str], 
 
 
 def time_parsers(tree: ast.Module) -> list[int]:
-    """Lines calling ``strptime``: parsing a server's RFC 3339 text by hand."""
+    """Lines calling ``strptime`` or ``fromisoformat``: parsing a time by hand."""
     return [
         node.lineno
         for node in ast.walk(tree)
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "strptime"
+        and node.func.attr in ("strptime", "fromisoformat")
     ]
 
 
@@ -614,15 +614,19 @@ def test_the_time_parser_rule_catches_a_planted_copy() -> None:
         "from datetime import datetime\n"
         "def _time(text):\n"
         "    return datetime.strptime(text[:19], '%Y-%m-%dT%H:%M:%S')\n"
+        "def replay_time(at):\n"
+        "    return datetime.fromisoformat(at.replace('Z', '+00:00'))\n"
     )
-    assert time_parsers(planted) == [3]
+    assert time_parsers(planted) == [3, 5]
 
 
-def test_server_times_are_parsed_in_one_place() -> None:
-    """``_options.server_time`` is the one parser of the times the server writes (issue 39).
+def test_times_are_parsed_in_one_place() -> None:
+    """``_options`` holds the one parser of the times a user types (``parse_time``: the
+    CLI's flags, the Spark source's options, the Python API; a time without a zone is
+    refused) and the one of the times the server writes (``server_time``).
 
-    (``spark/_columns`` parses a whole Arrow column of them with pyarrow's compute
-    functions, the vectorised form of the same rule.)
+    (``spark/_columns`` parses a whole Arrow column of server times with pyarrow's
+    compute functions, the vectorised form of ``server_time``.)
     """
     home = {"oncestream._options", "oncestream.spark._columns"}
     assert _offenders(time_parsers, lambda module: module in home) == []

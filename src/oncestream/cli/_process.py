@@ -106,7 +106,9 @@ def process_command(
         None, "--start-seq", help="A consumer created here starts at this stream sequence."
     ),
     start_time: str | None = typer.Option(
-        None, "--start-time", help="A consumer created here starts at this time (ISO or '1h' ago)."
+        None,
+        "--start-time",
+        help="A consumer created here starts at this time (ISO 8601 with a zone, or '1h' ago).",
     ),
     new_only: bool = typer.Option(
         False, "--new-only", help="A consumer created here gets only messages stored from now."
