@@ -1115,6 +1115,61 @@ def test_tools_import_the_harness_not_the_tests() -> None:
     assert offenders == {}, offenders
 
 
+def private_imports(tree: ast.Module) -> list[str]:
+    """Imports that reach past oncestream's faces: a foundation module (``oncestream._x``), a
+    component's private file (``oncestream.read._range``; its ``_internal`` face aside), or
+    a private module named in ``from oncestream.read import _range``."""
+    found = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] != "oncestream":
+                continue
+            private = [p for p in parts[1:3] if p.startswith("_") and p != "__version__"]
+            if private and not (
+                len(parts) >= 3 and parts[2] == INTERNAL_FACE and private == [parts[2]]
+            ):
+                found.append(f"line {node.lineno}: {name}")
+                break
+    return found
+
+
+def test_the_tools_face_rule_catches_a_planted_private_import() -> None:
+    planted = ast.parse(
+        "from oncestream import connect\n"
+        "from oncestream.spark._internal import check_java\n"
+        "from oncestream.audit._audit import compare\n"
+        "from oncestream._options import ConnectOptions\n"
+        "from oncestream.read import _range\n"
+        "def f():\n"
+        "    import oncestream.demo._workload as w\n"
+    )
+    assert [hit.split(":")[0] for hit in private_imports(planted)] == [
+        "line 3",
+        "line 4",
+        "line 5",
+        "line 7",
+    ]
+
+
+def test_tools_import_faces_only() -> None:
+    """bench/, torture/, harness/ and examples/ use oncestream as other components do: its
+    public faces and internal faces (``_internal``), never a private file (issue 47)."""
+    root = SRC.parents[1]
+    offenders = {
+        str(path.relative_to(root)): hits
+        for folder in ("bench", "torture", "harness", "examples")
+        for path in sorted((root / folder).rglob("*.py"))
+        if (hits := private_imports(ast.parse(path.read_text(encoding="utf-8"))))
+    }
+    assert offenders == {}, offenders
+
+
 def test_architecture_doc_names_every_module() -> None:
     doc = (SRC.parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
     missing = sorted(
