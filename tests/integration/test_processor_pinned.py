@@ -258,7 +258,7 @@ async def test_a_takeover_whose_consumer_reset_fails_keeps_the_pin_and_retries(
     new pin stayed unacknowledged for the ack wait (30 s here), and with nothing else
     pending no new pin was handed out before that: nothing was applied for 30 s.
     """
-    from oncestream.process import _processor
+    from oncestream.process import _pinning
 
     await make_stream("JOBS", ("jobs.>",))
     db = tmp_path / "l.db"
@@ -267,7 +267,7 @@ async def test_a_takeover_whose_consumer_reset_fails_keeps_the_pin_and_retries(
     task_a = await _start(a)
     await publish_n(conn, "jobs.x", 10)
     await a.wait_until(lambda s: s.applied == 10)
-    real = _processor.reset_to_ack_floor
+    real = _pinning.reset_to_ack_floor
     failed: list[str] = []
 
     async def fails_once(conn: Connection, stream: str, consumer: str) -> int:
@@ -276,7 +276,7 @@ async def test_a_takeover_whose_consumer_reset_fails_keeps_the_pin_and_retries(
             raise OperationTimeout("injected: the consumer reset was not answered")
         return await real(conn, stream, consumer)
 
-    monkeypatch.setattr(_processor, "reset_to_ack_floor", fails_once)
+    monkeypatch.setattr(_pinning, "reset_to_ack_floor", fails_once)
     async with await connect(options) as conn_b:
         b = Processor(conn_b, "JOBS", "w", record, ledger=SQLiteLedger(db), options=opts)
         task_b = await _start(b)
