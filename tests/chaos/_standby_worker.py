@@ -10,7 +10,7 @@ The handler inserts ``(seq, subject, worker, at)`` into ``effects`` in the
 shared SQLite ledger (no unique key: a second application would show; the
 rowid is the order of application across both workers). Prints ``READY``
 once pulling, the Processor's takeover/demotion log lines as they happen
-(``oncestream.processor`` on stdout), and ``STATS {json}`` on a SIGTERM exit.
+(``oncestream.process`` on stdout), and ``STATS {json}`` on a SIGTERM exit.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ async def main(url: str, db: str, name: str, stream: str, consumer: str, ttl: st
     NAME = name
     handler_log = logging.StreamHandler(sys.stdout)
     handler_log.setFormatter(logging.Formatter("LOG %(message)s"))
-    logging.getLogger("oncestream.processor").addHandler(handler_log)
-    logging.getLogger("oncestream.processor").setLevel(logging.WARNING)
+    logging.getLogger("oncestream.process").addHandler(handler_log)
+    logging.getLogger("oncestream.process").setLevel(logging.WARNING)
     ledger = SQLiteLedger(db, busy_timeout=float(os.environ.get("BUSY_TIMEOUT", "30")))
     ledger.open()
     ledger.connection.execute(

@@ -175,9 +175,9 @@ async def _start_publisher_and_create(url: str) -> None:
 def test_publisher_and_stream_create_warn_on_a_release_with_a_known_bug(
     nats_server: NatsServer, old_release: None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="oncestream.server"):
+    with caplog.at_level(logging.WARNING, logger="oncestream.streams"):
         asyncio.run(_start_publisher_and_create(nats_server.url))
-    warned = [r.getMessage() for r in caplog.records if r.name == "oncestream.server"]
+    warned = [r.getMessage() for r in caplog.records if r.name == "oncestream.streams._version"]
     assert len(warned) == 1, warned  # once per process: the create, then the Publisher
     assert warned[0].startswith("nats-server 2.14.4 has a known bug (idempotent-create-created")
     assert "Fixed in nats-server 2.14.5 or newer (2.12.15 on 2.12)" in warned[0]
@@ -186,9 +186,9 @@ def test_publisher_and_stream_create_warn_on_a_release_with_a_known_bug(
 def test_the_shipped_release_starts_without_a_warning(
     nats_server: NatsServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="oncestream.server"):
+    with caplog.at_level(logging.WARNING, logger="oncestream.streams"):
         asyncio.run(_start_publisher_and_create(nats_server.url))
-    assert [r for r in caplog.records if r.name == "oncestream.server"] == []
+    assert [r for r in caplog.records if r.name == "oncestream.streams._version"] == []
 
 
 def test_the_operations_page_shows_what_doctor_prints(nats_server: NatsServer) -> None:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from oncestream import ConfigError, StartPosition
 from oncestream._options import parse_time
-from oncestream.cli._dlq import parse_range
+from oncestream.cli._dlq import parse_range, replay_time
 from oncestream.cli._tail import preview
 from oncestream.process._replay import subject_matches
+from oncestream.spark._source_options import SourceOptions
+from oncestream.streams import ResetTarget
 
 NOW = datetime(2026, 11, 22, 15, 0, tzinfo=UTC)
 
@@ -18,9 +21,47 @@ NOW = datetime(2026, 11, 22, 15, 0, tzinfo=UTC)
 def test_parse_time() -> None:
     assert parse_time("t", "10m", now=NOW) == NOW - timedelta(minutes=10)
     assert parse_time("t", "2026-11-22T14:00:00Z") == NOW - timedelta(hours=1)
-    assert parse_time("t", "2026-11-22T14:00:00").tzinfo is UTC
+    assert parse_time("t", "2026-11-22T16:00:00+02:00") == NOW - timedelta(hours=1)
+    assert parse_time("t", NOW) is NOW
     with pytest.raises(ConfigError, match="--from must be an ISO 8601 time"):
         parse_time("--from", "yesterday")
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        # The one rule for a time without a zone, wherever a user types one: refused.
+        (lambda: parse_time("--to-time", "2026-11-22T14:00:00"), r"--to-time needs a time zone"),
+        (
+            lambda: parse_time("t", datetime(2026, 11, 22, 14)),
+            r"t needs a time zone, got the naive",
+        ),
+        (lambda: StartPosition(time="2026-11-22T14:00"), r"start time needs a time zone"),
+        (lambda: ResetTarget(time=datetime(2026, 11, 22)), r"reset time needs a time zone"),
+        (lambda: replay_time("2026-11-22T14:00:00", None), r"--at needs a time zone"),
+        (
+            lambda: SourceOptions.from_spark_options(
+                {
+                    "servers": "nats://127.0.0.1:4222",
+                    "stream": "A",
+                    "startingTimestamp": "2026-11-22T14:00:00",
+                }
+            ),
+            r"option 'startingTimestamp' needs a time zone",
+        ),
+        # A duration ago only where it means something: not for --at, not in Spark options.
+        (lambda: replay_time("10m", None), r"--at must be an ISO 8601 time .* use --in 10m"),
+        (
+            lambda: SourceOptions.from_spark_options(
+                {"servers": "nats://127.0.0.1:4222", "stream": "A", "endingTimestamp": "10m"}
+            ),
+            r"must be an ISO 8601 time with a zone .* or milliseconds since the epoch",
+        ),
+    ],
+)
+def test_a_time_without_a_zone_is_refused_everywhere(call: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        call()
 
 
 def test_start_position() -> None:

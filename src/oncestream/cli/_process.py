@@ -26,7 +26,7 @@ from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
 from ._process_extras import RecentRate, metrics_endpoint, start_position
 
-log = logging.getLogger("oncestream.cli.process")
+log = logging.getLogger(__name__)
 
 
 def load_handler(path: str) -> Handler:
@@ -106,7 +106,9 @@ def process_command(
         None, "--start-seq", help="A consumer created here starts at this stream sequence."
     ),
     start_time: str | None = typer.Option(
-        None, "--start-time", help="A consumer created here starts at this time (ISO or '1h' ago)."
+        None,
+        "--start-time",
+        help="A consumer created here starts at this time (ISO 8601 with a zone, or '1h' ago).",
     ),
     new_only: bool = typer.Option(
         False, "--new-only", help="A consumer created here gets only messages stored from now."

@@ -14,7 +14,7 @@ from ..process import Processor
 from ..publish import Publisher
 from ..read import StartPosition
 
-log = logging.getLogger("oncestream.cli.process")
+log = logging.getLogger(__name__)
 
 __all__ = ["RecentRate", "metrics_endpoint", "start_position"]
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DemoConfig", "DemoResult", "run_demo"]
 
-log = logging.getLogger("oncestream.demo")
+log = logging.getLogger(__name__)
 
 _MAX_RESTARTS = 8
 

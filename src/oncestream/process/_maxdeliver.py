@@ -32,7 +32,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from .._connection import Connection
 from .._errors import MaxDeliverError, MessageNotFound, OncestreamError
@@ -41,14 +41,14 @@ from .._message import Message
 from .._nats import FrameSubscription
 from ..ledger import LedgerEntry
 from ..streams import get_message
-from ._acking import Acknowledger
 from ._applying import Applier, RegistryMoved
-from ._options import ProcessorOptions
+from ._bound import BoundConsumer
+from ._options import ProcessorOptions, ProcessorStats
 from ._pinning import Superseded
 
-__all__ = ["DeliveryLimit", "advisory_subject", "refusal"]
+__all__ = ["DeadLetters", "DeliveryLimit", "DroppedMessages", "advisory_subject", "refusal"]
 
-log = logging.getLogger("oncestream.processor")
+log = logging.getLogger(__name__)
 
 #: Seconds between two ``CONSUMER.INFO`` reads on failures (a poison flood costs one a second).
 _REFRESH = 1.0
@@ -93,34 +93,26 @@ def refusal(
 
 
 class DeliveryLimit:
-    """What a running Processor knows of its consumer's ``max_deliver``, and acts on.
+    """What a running Processor knows of its consumer's ``max_deliver``.
 
     Args:
-        acks: the Processor's acknowledging part (its connection, dead-letter subject,
-            options and counters).
-        applier: its applying part (the ledger, its lock, the prune horizons).
-        fail: called with the :class:`MaxDeliverError` that must end the run.
+        bound: the consumer (its dead-letter subject, ack wait and options).
+        conn: where its config is read again (``CONSUMER.INFO``).
+
+    Example::
+
+        limit = DeliveryLimit(bound, conn)
+        stop = limit.failing(seq, delivered)  # a MaxDeliverError to end the run, or None
     """
 
-    def __init__(
-        self, acks: Acknowledger, applier: Applier, fail: Callable[[MaxDeliverError], None]
-    ) -> None:
-        self.acks = acks
-        self.applier = applier
-        self.fail = fail
-        self.stream, self.consumer = acks.stream, acks.consumer
+    def __init__(self, bound: BoundConsumer, conn: Connection) -> None:
+        self.bound = bound
+        self.conn = conn
+        self.stream, self.consumer = bound.stream, bound.consumer
+        self.options = bound.options
         #: The consumer's max_deliver as last read (-1: none, or not known: ``bind``).
         self.consumer_max = -1
         self._read_at = -_REFRESH
-        self._drops: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
-        self._sub: FrameSubscription | None = None
-        #: After :class:`RegistryMoved` in a drop's transaction: True to try it again
-        #: (the Processor's registry re-check; it stops the run when it returns False).
-        self.moved: Callable[[RegistryMoved, list[Message]], Awaitable[bool]] | None = None
-
-    @property
-    def options(self) -> ProcessorOptions:
-        return self.acks.options
 
     # -- what the consumer's limit is -------------------------------------------------
 
@@ -130,7 +122,7 @@ class DeliveryLimit:
         limit = int(config.get("max_deliver", -1) or -1)
         limit = limit if limit > 0 else -1
         changed, self.consumer_max = limit != self.consumer_max, limit
-        if limit > 0 and not self.acks.dlq_subject:
+        if limit > 0 and not self.bound.dlq_subject:
             return self._error("seen by a pruning round, before any message failed", limit)
         if changed and 0 < limit <= self.options.max_deliver:
             log.warning(
@@ -147,12 +139,11 @@ class DeliveryLimit:
 
     async def refresh(self) -> None:
         """Read the consumer's config again, at most once a second (never with ``bind``)."""
-        conn = self.acks.conn
-        if self.options.bind or conn is None or time.monotonic() - self._read_at < _REFRESH:
+        if self.options.bind or time.monotonic() - self._read_at < _REFRESH:
             return
         self._read_at = time.monotonic()
         try:
-            info = await conn.consumer_info(self.stream, self.consumer)
+            info = await self.conn.consumer_info(self.stream, self.consumer)
         except OncestreamError as exc:  # the next failure asks again; the advisory stays
             log.debug("consumer info for max_deliver not read: %s", exc)
             return
@@ -168,7 +159,7 @@ class DeliveryLimit:
     def failing(self, seq: int, delivered: int) -> MaxDeliverError | None:
         """The error that ends the run when message ``seq`` failed and the consumer's limit
         would drop it (no dead-letter stream); None when it is safe to retry."""
-        if self.consumer_max <= 0 or self.acks.dlq_subject:
+        if self.consumer_max <= 0 or self.bound.dlq_subject:
             return None
         return self._error(
             f"{self.stream} seq {seq} failed (delivery {delivered} of {self.consumer_max})",
@@ -190,7 +181,7 @@ class DeliveryLimit:
             f"no dead-letter stream is configured: the server stops delivering a message after "
             f"{limit} deliveries, and it would be neither applied nor dead-lettered. Fix: "
             f"{_fix(self.stream, self.consumer)}; then start the Processor again. Deadline: "
-            f"the consumer's ack wait ({self.acks.ack_wait:g}s) after {subject}'s last "
+            f"the consumer's ack wait ({self.bound.ack_wait:g}s) after {subject}'s last "
             f"delivery; after it the server stops delivering it (nothing pending, no error): "
             f"then, after the edit and before the Processor starts, {back} (the messages "
             "after it that were applied are in the ledger: acked, not applied again)",
@@ -199,20 +190,64 @@ class DeliveryLimit:
             max_deliver=limit,
         )
 
-    # -- a message the server stopped delivering ------------------------------------
+
+class DeadLetters(Protocol):
+    """What :class:`DroppedMessages` needs of the acknowledging part (:mod:`._acking`)."""
+
+    async def dead_letter(self, msg: Message, seq: int, attempts: int, text: str) -> bool:
+        """Publish a dead letter; False when it was not stored."""
+        ...
+
+    async def dropped(self, seq: int) -> None:
+        """``seq`` was settled after the server stopped delivering it."""
+        ...
+
+
+class DroppedMessages:
+    """Settles each message the server stopped delivering at the consumer's ``max_deliver``.
+
+    Args:
+        bound: the consumer (its dead-letter subject).
+        conn: where the advisories arrive and the message is read back from the stream.
+        stats: counters (``exhausted``).
+        applier: the applying part (the ledger, its lock, the fence and the claim).
+        acks: the acknowledging part (dead letters, and the ack once one is settled).
+        fail: called with the :class:`MaxDeliverError` that must end the run.
+        moved: after :class:`RegistryMoved` in a drop's transaction: True to try it
+            again (the registry's re-check; it stops the run when it returns False).
+    """
+
+    def __init__(
+        self,
+        bound: BoundConsumer,
+        conn: Connection,
+        stats: ProcessorStats,
+        applier: Applier,
+        acks: DeadLetters,
+        *,
+        fail: Callable[[MaxDeliverError], None],
+        moved: Callable[[RegistryMoved, list[Message]], Awaitable[bool]],
+    ) -> None:
+        self.bound = bound
+        self.conn = conn
+        self.stats = stats
+        self.applier = applier
+        self.acks = acks
+        self.fail = fail
+        self.moved = moved
+        self.stream, self.consumer = bound.stream, bound.consumer
+        self._drops: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
+        self._sub: FrameSubscription | None = None
 
     async def subscribe(self) -> None:
         """Subscribe to the server's max-deliveries advisories of the consumer."""
-        conn = self.acks.conn
-        assert conn is not None
-        self._sub = await conn.subscribe_frames(
+        self._sub = await self.conn.subscribe_frames(
             advisory_subject(self.stream, self.consumer), self._on_advisory
         )
 
     async def watch(self) -> None:
         """Run until cancelled: settle each message an advisory names (after :meth:`subscribe`)."""
-        conn = self.acks.conn
-        assert conn is not None
+        conn = self.conn
         try:
             while True:
                 seq, deliveries = await self._drops.get()
@@ -249,7 +284,7 @@ class DeliveryLimit:
 
     async def _dropped(self, conn: Connection, seq: int, deliveries: int) -> None:
         """Settle one message the server will not deliver again."""
-        self.acks.stats.exhausted += 1
+        self.stats.exhausted += 1
         try:
             stored = await get_message(conn, self.stream, seq=seq)
         except MessageNotFound:
@@ -269,14 +304,10 @@ class DeliveryLimit:
                 settled = await self._settle(msg, entry, deliveries)
                 break
             except RegistryMoved as moved:  # rolled back: nothing recorded or dead-lettered
-                if self.moved is None:
-                    raise OncestreamError(
-                        f"the consumer's registration in the ledger changed ({moved})"
-                    ) from moved
                 if not await self.moved(moved, [msg]):
                     return  # refused: the run stops (``moved`` says why); not settled
         if settled:
-            await self._settled(seq)
+            await self.acks.dropped(seq)  # with ack policy all the ack may move past it
 
     async def _settle(self, msg: Message, entry: LedgerEntry, deliveries: int) -> bool:
         """One transaction for a dropped message; True when it is finished.
@@ -306,7 +337,7 @@ class DeliveryLimit:
                         deliveries,
                     )
                     return True
-                if not self.acks.dlq_subject:
+                if not self.bound.dlq_subject:
                     await asyncio.to_thread(tx.rollback)
                     self._lost(seq, deliveries)
                     return False
@@ -322,13 +353,6 @@ class DeliveryLimit:
                 tx.rollback()
                 raise
         return True
-
-    async def _settled(self, seq: int) -> None:
-        """``seq`` is finished: with ack policy ``all`` the ack frontier may move past it."""
-        frontier = self.acks.frontier
-        reply = frontier.dropped(seq) if frontier is not None else None
-        if reply is not None:
-            await self.acks.ack_through(reply)
 
     def _lost(self, seq: int, deliveries: int) -> None:
         where = f"{self.stream}/{self.consumer}"

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DeltaBatchWriter", "delta"]
 
-log = logging.getLogger("oncestream.spark.delta")
+log = logging.getLogger(__name__)
 
 _MODES = ("append", "overwrite")
 _SCHEMA_MODES = (None, "merge")

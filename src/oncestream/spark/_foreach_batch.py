@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BatchWriter", "transactional"]
 
-log = logging.getLogger("oncestream.spark.foreach_batch")
+log = logging.getLogger(__name__)
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PG_TYPES = {

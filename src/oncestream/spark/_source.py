@@ -32,7 +32,7 @@ from pyspark.sql.types import (
 from .._connection import Connection
 from .._errors import ConfigError, DataLossError
 from .._sync import run_sync
-from ..read._internal import nth_sequence
+from ..read._internal import count_sequences, nth_sequence
 from ._compat import (
     ADMISSION_CONTROL,
     ReadAllAvailable,
@@ -47,7 +47,6 @@ from ._compat import (
 from ._offsets import RECREATED_FIX, created_of, make_offset, recreated_text, split_offset
 from ._planning import (
     JetStreamPartition,
-    count_messages,
     first_last,
     plan_partitions,
     resolve_end,
@@ -67,7 +66,7 @@ __all__ = [
     "JetStreamStreamReader",
 ]
 
-log = logging.getLogger("oncestream.spark.source")
+log = logging.getLogger(__name__)
 
 SCHEMA = StructType(
     [
@@ -364,7 +363,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 continue
             first_seq, head = first_last(info)
             counted += run_sync(
-                count_messages(
+                count_sequences(
                     conn,
                     stream,
                     max(begin[stream], first_seq - 1),
@@ -372,6 +371,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     at_most - counted,
                     filters,
                     retry_timeout=self.options.retry_timeout,
+                    budget_source=RETRY_BUDGET,
                 )
             )
         return counted
