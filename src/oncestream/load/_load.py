@@ -40,6 +40,7 @@ from ._input import (
     file_facts,
     open_input,
     read_items,
+    rewritten,
     snapshot,
 )
 from ._options import LoadOptions
@@ -426,7 +427,17 @@ async def _publish(
         )
         await drain(pub, tally, state, budget)
         confirmed.advance(tally.max_seq)
-        complete = state.eof and confirmed.first_unconfirmed is None and not tally.failed
+        changed = None
+        raw = getattr(opened.source, "raw", None)
+        if opened.facts is not None and (tally.malformed or getattr(raw, "short", False)):
+            # Asked only when something came of it: a malformed line, or an early end.
+            assert opened.source is not None
+            changed = rewritten(opened.source, opened.facts)
+        complete = (
+            state.eof and confirmed.first_unconfirmed is None and not tally.failed and not changed
+        )
+        if changed is not None and state.eof and not state.stopped:
+            state.stopped = True  # the file ended early: what it held is not all read
         progress_error = state.progress_error or await keeper.final(done=complete, budget=budget)
         seconds = time.monotonic() - state.started
         refused = (
@@ -460,6 +471,7 @@ async def _publish(
         errors=tuple(tally.errors),
         refused=refused,
         progress_error=progress_error,
+        rewritten=changed,
         seconds=seconds,
         duplicate_window=pub.duplicate_window,
     )
@@ -480,6 +492,11 @@ def _why(result: LoadResult, what: str) -> str:
         reason = f"{type(result.failure).__name__}: {result.failure}"
     elif result.stopped and result.progress_error:
         reason = f"its progress could not be recorded ({result.progress_error})"
+    elif result.rewritten:
+        reason = (
+            f"the file was rewritten while it was read ({result.rewritten}): line {first:,} is "
+            "torn by the rewrite, not a malformed record"
+        )
     elif result.stopped:
         reason = "a malformed record stopped it"
     else:
