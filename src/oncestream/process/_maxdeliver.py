@@ -22,7 +22,10 @@ only) is handled: a message the ledger holds was applied (its ack was late); any
 other is dead-lettered from the stream, in a ledger transaction that records it,
 or, without a dead-letter stream, the run fails with ``MaxDeliverError`` naming
 its sequence. Either way it is counted (``ProcessorStats.exhausted``) and logged
-as an error; it is never counted as applied.
+as an error; it is never counted as applied. When its dead letter is refused (a
+full dead-letter stream), the Processor moves the consumer back to it before the
+run fails: the server forgets a dropped message, and only that makes the next
+run deliver it again (``MaxDeliverError`` says so, or names the reset to run).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from .._headers import msg_id_key
 from .._message import Message
 from .._nats import FrameSubscription
 from ..ledger import LedgerEntry
-from ..streams import get_message
+from ..streams import ResetTarget, get_message, reset_consumer
 from ._acking import Acknowledger
 from ._applying import Applier, RegistryMoved
 from ._options import ProcessorOptions
@@ -220,11 +223,12 @@ class DeliveryLimit:
                     await self._dropped(conn, seq, deliveries)
                 except OncestreamError as exc:
                     log.error("%s seq %d dropped by the server: %s", self.stream, seq, exc)
+                    back = await self._deliver_again(conn, seq)
                     self.fail(
                         MaxDeliverError(
                             f"the server stopped delivering {self.stream} seq {seq} after "
                             f"{deliveries} deliveries (consumer {self.stream}/{self.consumer} "
-                            f"max_deliver) and it could not be dead-lettered: {exc}",
+                            f"max_deliver) and it could not be dead-lettered: {exc}. {back}",
                             stream=self.stream,
                             consumer=self.consumer,
                             max_deliver=deliveries,
@@ -246,6 +250,55 @@ class DeliveryLimit:
             log.warning("unreadable max-deliveries advisory: %r", bytes(data)[:200])
             return
         self._drops.put_nowait((seq, deliveries))
+
+    async def _deliver_again(self, conn: Connection, seq: int) -> str:
+        """Move the consumer back to ``seq``, a message the server dropped and that could not
+        be settled (its dead letter refused: the dead-letter stream full, say): the way back.
+
+        Past its ``max_deliver`` the server forgets the message (its ack floor moves past
+        it, nothing is pending), and neither the ledger nor the dead-letter stream holds
+        it: a plain restart would find nothing to do. Moved back, the consumer holds it
+        again, as the next message to deliver: the restart delivers it afresh, and the
+        messages after it that were applied are in the ledger (acked, not applied again).
+        Pruning cannot have passed it: a round prunes up to the ack floor seen
+        ``prune_grace`` ago, below ``seq`` until the drop a moment ago.
+
+        Returns:
+            What the error says to do: restart once there is room, or the reset to run
+            (``bind``, a server without consumer reset, or the reset failed).
+        """
+        where = f"{self.stream} {self.consumer}"
+        room = (
+            f"make room in the dead-letter stream {self.options.dead_letter_stream} (its "
+            f"limits: `oncestream stream info {self.options.dead_letter_stream}`)"
+            if self.acks.dlq_subject
+            else "fix what refused it"
+        )
+        manual = (
+            f"Way back: {room}, then `oncestream consumer reset {where} --to-seq {seq}` before "
+            "the Processor runs again (the messages after it that were applied are in the "
+            "ledger: acked, not applied again); a plain restart would not deliver it again"
+        )
+        if self.options.bind:
+            return manual
+        try:
+            await reset_consumer(conn, self.stream, self.consumer, ResetTarget(seq=seq))
+        except OncestreamError as exc:
+            log.error(
+                "%s/%s: the reset back to seq %d failed: %s", self.stream, self.consumer, seq, exc
+            )
+            return f"{manual} (the Processor's own reset failed: {exc})"
+        log.warning(
+            "%s/%s: moved back to seq %d, which the server dropped: a restart delivers it again",
+            self.stream,
+            self.consumer,
+            seq,
+        )
+        return (
+            f"The consumer was moved back to seq {seq} (a consumer reset): {room} and start the "
+            f"Processor again; it delivers seq {seq} again (the messages after it that were "
+            "applied are in the ledger: acked, not applied again)"
+        )
 
     async def _dropped(self, conn: Connection, seq: int, deliveries: int) -> None:
         """Settle one message the server will not deliver again."""
@@ -316,7 +369,10 @@ class DeliveryLimit:
                     f"deliveries (consumer {self.stream}/{self.consumer} max_deliver)"
                 )
                 if not await self.acks.dead_letter(msg, seq, deliveries, text):
-                    raise OncestreamError("the dead-letter publish was not confirmed")
+                    why = self.acks.dead_letter_error
+                    raise OncestreamError(
+                        "the dead-letter publish was not confirmed" + (f" ({why})" if why else "")
+                    )
                 await asyncio.to_thread(tx.commit)
             except BaseException:
                 tx.rollback()
