@@ -110,7 +110,8 @@ def _run_suite(where: Path) -> tuple[int | None, str, float]:
         start_new_session=True,
         # The repository on the path for the planted conftest; a short backstop.
         env={
-            **os.environ,
+            # Not this run's own xdist worker variables (this test may run in a worker).
+            **{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
             "COLUMNS": "200",
             "PYTHONPATH": str(ROOT),
             "ONCESTREAM_TEST_BACKSTOP_GRACE": "2",

@@ -94,3 +94,8 @@ def test_shell_and_preexec_fn_are_refused() -> None:
         popen_tied(["true"], shell=True)
     with pytest.raises(ValueError, match="preexec_fn="):
         popen_tied(["true"], preexec_fn=lambda: None)
+
+
+def test_a_missing_command_fails_as_popen_does(kind: str) -> None:
+    with pytest.raises(FileNotFoundError):
+        popen_tied(["no-such-command-anywhere"])

@@ -24,6 +24,7 @@ Elsewhere than Linux the child is started as it is (no parent-death signal).
 from __future__ import annotations
 
 import concurrent.futures
+import errno
 import os
 import queue
 import shutil
@@ -145,6 +146,10 @@ def popen_tied(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
     prefix = launcher()
     if not prefix:
         return subprocess.Popen(list(argv), **kwargs)
+    # As Popen would: a command that is not there fails here, not as the launcher's exit 127.
+    path = (kwargs.get("env") or os.environ).get("PATH", os.defpath)
+    if shutil.which(argv[0], path=path) is None:
+        raise FileNotFoundError(errno.ENOENT, "no such executable", argv[0])
     command = [*prefix, str(os.getpid()), *argv]  # the launcher checks the parent's PID
     proc: subprocess.Popen[bytes] = _SPAWNER.call(lambda: subprocess.Popen(command, **kwargs))
     return proc
