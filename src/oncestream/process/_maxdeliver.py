@@ -117,6 +117,8 @@ class DeliveryLimit:
         self._read_at = -_REFRESH
         self._drops: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
         self._sub: FrameSubscription | None = None
+        #: The sequence this run moved the consumer back to (a drop it could not settle).
+        self._moved_back: int | None = None
         #: After :class:`RegistryMoved` in a drop's transaction: True to try it again
         #: (the Processor's registry re-check; it stops the run when it returns False).
         self.moved: Callable[[RegistryMoved, list[Message]], Awaitable[bool]] | None = None
@@ -260,8 +262,10 @@ class DeliveryLimit:
         it: a plain restart would find nothing to do. Moved back, the consumer holds it
         again, as the next message to deliver: the restart delivers it afresh, and the
         messages after it that were applied are in the ledger (acked, not applied again).
-        Pruning cannot have passed it: a round prunes up to the ack floor seen
-        ``prune_grace`` ago, below ``seq`` until the drop a moment ago.
+        Pruning has not passed it: a round prunes up to the ack floor seen
+        ``prune_grace`` ago (120 s by default), below ``seq`` until the drop a moment ago.
+        Never moved forward: after a move back to an earlier drop, a later one is left
+        to that (both come again).
 
         Returns:
             What the error says to do: restart once there is room, or the reset to run
@@ -281,6 +285,12 @@ class DeliveryLimit:
         )
         if self.options.bind:
             return manual
+        if self._moved_back is not None and self._moved_back <= seq:
+            # Never forward: a second drop settled after the first must not skip that one.
+            return (
+                f"The consumer was moved back to seq {self._moved_back}, before it: {room} and "
+                "start the Processor again; it delivers both again"
+            )
         try:
             await reset_consumer(conn, self.stream, self.consumer, ResetTarget(seq=seq))
         except OncestreamError as exc:
@@ -288,6 +298,7 @@ class DeliveryLimit:
                 "%s/%s: the reset back to seq %d failed: %s", self.stream, self.consumer, seq, exc
             )
             return f"{manual} (the Processor's own reset failed: {exc})"
+        self._moved_back = seq
         log.warning(
             "%s/%s: moved back to seq %d, which the server dropped: a restart delivers it again",
             self.stream,
