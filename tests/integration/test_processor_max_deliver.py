@@ -284,28 +284,32 @@ async def test_a_registry_move_while_settling_a_dropped_message_stops_the_run(
     assert await _dead_letters(conn) == []
 
 
-async def _full_dlq(conn: Connection) -> None:
-    """A dead-letter stream with room for one message, holding one: it refuses the next."""
-    config = {"name": "DLQ", "subjects": ["DLQ.>"], "max_msgs": 1, "discard": "new"}
+async def _full_dlq(conn: Connection, room: int = 1) -> None:
+    """A dead-letter stream with room for ``room`` messages, holding as many: it refuses
+    the next."""
+    config = {"name": "DLQ", "subjects": ["DLQ.>"], "max_msgs": room, "discard": "new"}
     await conn.api("STREAM.CREATE.DLQ", config)
-    await publish_n(conn, "DLQ.JOBS", 1, data=lambda _: b"an earlier dead letter")
+    await publish_n(conn, "DLQ.JOBS", room, data=lambda _: b"an earlier dead letter")
     info = await conn.stream_info("DLQ")
-    assert info["state"]["messages"] == 1
+    assert info["state"]["messages"] == room
 
 
+@pytest.mark.parametrize("count", [COUNT, 2 * COUNT], ids=["seq-7", "seqs-7-14"])
 async def test_a_full_dead_letter_stream_never_loses_the_message_on_restart(
-    conn: Connection, make_stream, tmp_path: Path
+    conn: Connection, make_stream, tmp_path: Path, count: int
 ) -> None:  # type: ignore[no-untyped-def]
     """Issue 48: consumer max_deliver 3, a Processor dead-lettering after 2 attempts, the
     dead-letter stream full. The server drops seq 7 after its 3rd delivery; its dead
     letter is refused: the run fails with MaxDeliverError naming the way back, and the
     restarts deliver seq 7 again until it can be dead-lettered (before the fix the error
     named no way back and a plain restart ended "caught up" with seq 7 neither applied
-    nor dead-lettered)."""
+    nor dead-lettered). With 7 and 14 failing, the drop of 14 settled after 7's must not
+    move the consumer forward past 7."""
+    failing = list(range(7, count + 1, 7))
     await make_stream("JOBS", ("jobs.>",))
-    await _full_dlq(conn)
+    await _full_dlq(conn, room=len(failing))
     await _add_consumer(conn, "w", 3)
-    await publish_n(conn, "jobs.x", COUNT, start=1)
+    await publish_n(conn, "jobs.x", count, start=1)
     ledger = SQLiteLedger(tmp_path / "l.db")
     opts = _opts(max_deliver=2, dead_letter_stream="DLQ")
 
@@ -317,7 +321,7 @@ async def test_a_full_dead_letter_stream_never_loses_the_message_on_restart(
             if fails:
                 await asyncio.wait({task}, timeout=30)
             else:
-                await proc.wait_until(lambda s: s.dead_lettered >= 1, timeout=30)
+                await proc.wait_until(lambda s: s.dead_lettered >= len(failing), timeout=30)
                 await proc.wait_caught_up(10)
         finally:
             proc.request_stop()
@@ -335,22 +339,23 @@ async def test_a_full_dead_letter_stream_never_loses_the_message_on_restart(
     assert "The consumer was moved back to seq 7" in text, text
     assert "make room in the dead-letter stream DLQ" in text, text
     assert failed.seqs == (7,)
-    assert first.stats.applied == COUNT - 1
+    assert first.stats.applied == count - len(failing)
     # The server holds seq 7 again: the restart finds it (the dead-letter stream still
     # full: it fails again, never "caught up" with seq 7 missing).
     info = await conn.consumer_info("JOBS", "w")
-    assert info["ack_floor"]["stream_seq"] == 6 and info["num_pending"] == COUNT - 6, info
+    assert info["ack_floor"]["stream_seq"] == 6 and info["num_pending"] == count - 6, info
     again, failed = await run_once(fails=True)
     assert isinstance(failed, MaxDeliverError), f"restart ended without seq 7: {again.stats}"
     assert "moved back to seq 7" in str(failed)
-    assert again.stats.applied == 0, again.stats  # 8..10 delivered again: in the ledger
+    assert again.stats.applied == 0, again.stats  # the others delivered again: in the ledger
 
     await conn.api("STREAM.PURGE.DLQ", {})  # the room it asks for
     last, failed = await run_once(fails=False)
     assert failed is None, failed
-    assert (last.stats.applied, last.stats.dead_lettered) == (0, 1), last.stats
-    assert await _dead_letters(conn) == [7]
-    assert effects(tmp_path / "l.db") == (COUNT - 1, COUNT - 1)  # each applied once
+    assert (last.stats.applied, last.stats.dead_lettered) == (0, len(failing)), last.stats
+    assert sorted(await _dead_letters(conn)) == failing
+    done = count - len(failing)
+    assert effects(tmp_path / "l.db") == (done, done)  # each applied once
 
 
 async def test_a_bound_processor_names_the_reset_for_a_refused_dead_letter(
