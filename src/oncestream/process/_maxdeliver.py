@@ -119,6 +119,8 @@ class DeliveryLimit:
         self._sub: FrameSubscription | None = None
         #: The sequence this run moved the consumer back to (a drop it could not settle).
         self._moved_back: int | None = None
+        #: The drop being settled (not finished if the run stops meanwhile).
+        self._settling: int | None = None
         #: After :class:`RegistryMoved` in a drop's transaction: True to try it again
         #: (the Processor's registry re-check; it stops the run when it returns False).
         self.moved: Callable[[RegistryMoved, list[Message]], Awaitable[bool]] | None = None
@@ -221,9 +223,12 @@ class DeliveryLimit:
         try:
             while True:
                 seq, deliveries = await self._drops.get()
+                self._settling = seq
                 try:
                     await self._dropped(conn, seq, deliveries)
+                    self._settling = None
                 except OncestreamError as exc:
+                    self._settling = None
                     log.error("%s seq %d dropped by the server: %s", self.stream, seq, exc)
                     back = await self._deliver_again(conn, seq)
                     self.fail(
@@ -238,9 +243,55 @@ class DeliveryLimit:
                         )
                     )
         finally:
+            await self._move_back_unsettled(conn)
             if self._sub is not None:
                 await self._sub.unsubscribe()
                 self._sub = None
+
+    async def _move_back_unsettled(self, conn: Connection) -> None:
+        """The run stops with drops not settled (queued, or cut short): move the consumer
+        back to the first of them, which the server no longer holds (a later drop may have
+        moved it forward: never past one that came earlier)."""
+        left = [seq for seq, _ in self._queued()]
+        if self._settling is not None:
+            left.append(self._settling)
+            self._settling = None
+        if not left:
+            return
+        target = min(left)
+        if self._moved_back is not None and self._moved_back <= target:
+            return
+        where = f"{self.stream} {self.consumer}"
+        if self.options.bind:
+            log.error(
+                "%s/%s: stopped before settling seq %s, which the server stopped delivering: "
+                "run `oncestream consumer reset %s --to-seq %d` before the next run",
+                self.stream, self.consumer, sorted(left), where, target,
+            )  # fmt: skip
+            return
+        try:
+            await reset_consumer(conn, self.stream, self.consumer, ResetTarget(seq=target))
+        except (OncestreamError, OSError) as exc:
+            log.error(
+                "%s/%s: stopped before settling seq %s, which the server stopped delivering, "
+                "and the reset back failed (%s): run `oncestream consumer reset %s --to-seq %d` "
+                "before the next run",
+                self.stream, self.consumer, sorted(left), exc, where, target,
+            )  # fmt: skip
+            return
+        self._moved_back = target
+        log.warning(
+            "%s/%s: stopped before settling seq %s, which the server stopped delivering: moved "
+            "back to seq %d, the next run delivers them again",
+            self.stream, self.consumer, sorted(left), target,
+        )  # fmt: skip
+
+    def _queued(self) -> list[tuple[int, int]]:
+        """Every drop waiting in the queue (taken out of it)."""
+        taken = []
+        while not self._drops.empty():
+            taken.append(self._drops.get_nowait())
+        return taken
 
     def _on_advisory(
         self, _subject: bytes, _reply: bytes, data: bytes | bytearray, _headers: bytes | None
