@@ -22,7 +22,13 @@ from collections.abc import Generator
 
 import pytest
 
-__all__ = ["pytest_runtest_call", "pytest_runtest_setup", "pytest_runtest_teardown"]
+__all__ = [
+    "pytest_configure",
+    "pytest_runtest_call",
+    "pytest_runtest_setup",
+    "pytest_runtest_teardown",
+    "pytest_unconfigure",
+]
 
 #: Seconds past a test's timeout before its worker is ended (the environment may
 #: lower it: the test of this backstop does).
@@ -40,11 +46,28 @@ def _timeout(item: pytest.Item) -> float:
     return float(given if given is not None else item.config.getini("timeout") or 0)
 
 
+#: stderr as it was at start-up: during a test fd 2 is captured, and what faulthandler
+#: wrote there would go with the worker (as pytest's own faulthandler plugin does).
+_STDERR = pytest.StashKey[int]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    assert sys.__stderr__ is not None
+    config.stash[_STDERR] = os.dup(sys.__stderr__.fileno())
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _STDERR in config.stash:
+        os.close(config.stash[_STDERR])
+        del config.stash[_STDERR]
+
+
 def _guard(item: pytest.Item) -> Generator[None, object, object]:
     budget = _timeout(item)
-    if budget <= 0:
+    if budget <= 0 or _STDERR not in item.config.stash:
         return (yield)
-    faulthandler.dump_traceback_later(budget + BACKSTOP_GRACE, exit=True, file=sys.__stderr__)
+    stderr = item.config.stash[_STDERR]
+    faulthandler.dump_traceback_later(budget + BACKSTOP_GRACE, exit=True, file=stderr)
     try:
         return (yield)
     finally:

@@ -66,10 +66,7 @@ def test_crash():
     time.sleep(600)
 """
 #: The repository's hooks, as tests/conftest.py loads them (the backstop of a hung test).
-CONFTEST = (
-    "from tests._backstop import pytest_runtest_call, pytest_runtest_setup, "
-    "pytest_runtest_teardown  # noqa: F401\n"
-)
+CONFTEST = "from tests._backstop import *  # noqa: F403\n"
 
 
 def _plant(where: Path, sig: str) -> None:

@@ -20,8 +20,9 @@ _ACK_POLICIES = ("explicit", "all")
 #: Batches the Processor keeps requested: the next one arrives while one commits.
 PULL_WINDOW_BATCHES = 2
 #: The shortest pruning interval but 0 (never): each round asks the server for the
-#: consumer's state and may write to the ledger, so 0.0001s kept an idle worker at ~23%
-#: of a core; 0.1s costs about 1%.
+#: consumer's state and may write to the ledger. Idle, measured (2 cores, load 1.4):
+#: 0.0001s cost 52% of a core in the worker and 14% in the server; 0.1s 2.4% and 1.1%;
+#: the default 30s 0.1% and 0.3%.
 MIN_PRUNE_INTERVAL = 0.1
 
 
