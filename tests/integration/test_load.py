@@ -213,3 +213,7 @@ async def test_a_file_rewritten_in_place_while_loaded_names_the_rewrite(
     assert "torn by the rewrite" in str(stopped.value)
     counts = await _ids(conn, "RW")
     _once(counts, [f"r{i}" for i in range(result.confirmed)])
+    # The rewritten file is not what was published: a re-run is refused, naming --fresh
+    # (before: its progress recorded the new file's lines as the ones published).
+    with pytest.raises(ConfigError, match="changed since an earlier publish"):
+        await load(conn, str(path), options)

@@ -343,7 +343,7 @@ async def test_a_full_dead_letter_stream_never_loses_the_message_on_restart(
     # The server holds seq 7 again: the restart finds it (the dead-letter stream still
     # full: it fails again, never "caught up" with seq 7 missing).
     info = await conn.consumer_info("JOBS", "w")
-    assert info["ack_floor"]["stream_seq"] == 6 and info["num_pending"] == count - 6, info
+    assert info["ack_floor"]["stream_seq"] == 6, info  # (delivered again meanwhile: unacked)
     again, failed = await run_once(fails=True)
     assert isinstance(failed, MaxDeliverError), f"restart ended without seq 7: {again.stats}"
     assert re.search(r"moved back to seq (7|14)", str(failed)), failed

@@ -428,11 +428,15 @@ async def _publish(
         await drain(pub, tally, state, budget)
         confirmed.advance(tally.max_seq)
         changed = None
-        raw = getattr(opened.source, "raw", None)
-        if opened.facts is not None and (tally.malformed or getattr(raw, "short", False)):
-            # Asked only when something came of it: a malformed line, or an early end.
-            assert opened.source is not None
-            changed = rewritten(opened.source, opened.facts)
+        if opened.facts is not None and opened.source is not None:
+            raw = getattr(opened.source, "raw", None)
+            symptom = bool(tally.malformed) or bool(getattr(raw, "short", False))
+            changed = rewritten(opened.source, opened.facts, symptom=symptom)
+        if changed is not None:
+            # What was published is not the file as it is now, nor as it was: the final
+            # record keeps the whole file's hash from the start, not the prefix read since,
+            # so a re-run of the rewritten file is refused (it names --fresh).
+            keeper.prefix_trusted = False
         complete = (
             state.eof and confirmed.first_unconfirmed is None and not tally.failed and not changed
         )
