@@ -146,6 +146,25 @@ def test_consumers_that_lose_or_redeliver_messages_and_their_fixes(
     assert _checks(report, "consumer DR_C/fine") == {"consumer": "ok"}
 
 
+def test_max_deliver_is_judged_by_the_processors_rule(nats_server: NatsServer) -> None:
+    """A consumer max_deliver of 6, which a Processor with a dead-letter stream accepts
+    (it dead-letters after 5 attempts), is not BREAKS (issue 48): a warning when doctor
+    does not know the dead-letter stream, a note when told; BREAKS where the Processor
+    refuses it (its --max-deliver not below 6)."""
+    url = nats_server.url
+    _stream(url, "DR_MD", allow_batched=True)
+    assert cli(url, "consumer", "add", "DR_MD", "six", "--max-deliver", "6").exit_code == 0
+    target = "consumer DR_MD/six"
+    code, report = _doctor(url, "DR_MD")
+    assert (code, _checks(report, target)) == (0, {"max-deliver": "warning"}), report
+    code, report = _doctor(url, "DR_MD", "--dead-letter-stream", "DLQ")
+    assert (code, _checks(report, target)) == (0, {"max-deliver": "note"}), report
+    code, report = _doctor(url, "DR_MD", "--dead-letter-stream", "DLQ", "--max-deliver", "6")
+    assert (code, _checks(report, target)) == (1, {"max-deliver": "breaks"}), report
+    code, report = _doctor(url)  # the whole server: healthy with it
+    assert code == 0, report
+
+
 def test_status_points_to_doctor(nats_server: NatsServer) -> None:
     _stream(nats_server.url, "DR_ST")
     shown = cli(nats_server.url, "status", "DR_ST")

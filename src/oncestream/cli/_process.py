@@ -19,7 +19,7 @@ from .._options import ConnectOptions, parse_duration
 from ..ledger import ledger_from_url
 from ..ledger._internal import check_ledger_target
 from ..process import Handler, Processor, ProcessorOptions, ProcessorStats
-from ..process._internal import check_handler
+from ..process._internal import check_handler, check_prune_interval
 from ..read._internal import check_group_name
 from ..tracing._internal import configure_from_env
 from ._app import app, cli_errors, run_async
@@ -146,7 +146,8 @@ def process_command(
         f"{_DEFAULTS.prune_interval:g}s",
         "--prune-interval",
         help="How often ledger rows at or below the consumer's ack floor are deleted "
-        "(0 = never: every row is kept). What was pruned is still never applied again.",
+        "(0 = never: every row is kept; otherwise at least 0.1s). What was pruned is "
+        "still never applied again.",
     ),
     prune_grace: str = typer.Option(
         f"{_DEFAULTS.prune_grace:g}s",
@@ -189,7 +190,7 @@ def process_command(
     if ack_policy not in ("explicit", "all"):
         raise ConfigError(f"--ack-policy must be explicit or all, got {ack_policy!r}")
     priority = _priority_options(standby, takeover_after, overflow_min_pending, priority_group)
-    interval = parse_duration("--prune-interval", prune_interval)
+    interval = check_prune_interval("--prune-interval", prune_interval)
     grace = parse_duration("--prune-grace", prune_grace)
 
     async def main() -> ProcessorStats:

@@ -64,6 +64,7 @@ __all__ = [
     "read_records",
     "record_id",
     "record_of",
+    "rewritten",
     "snapshot",
 ]
 
@@ -248,6 +249,8 @@ class FileFacts:
     size: int
     sha256: str
     lines: int
+    #: The file's modification time when it was counted (``st_mtime_ns``; 0: unknown).
+    mtime_ns: int = 0
 
 
 def open_input(file: str, say: Callable[[str], None] = lambda _: None) -> IO[bytes]:
@@ -325,6 +328,7 @@ def check_text(name: str, head: bytes) -> None:
 
 def file_facts(path: str, source: IO[bytes]) -> FileFacts:
     """Hash and count the lines of an open regular file, then rewind it."""
+    mtime_ns = os.fstat(source.fileno()).st_mtime_ns
     digest = hashlib.sha256()
     size = lines = 0
     last = b"\n"
@@ -336,7 +340,13 @@ def file_facts(path: str, source: IO[bytes]) -> FileFacts:
     if last != b"\n":
         lines += 1
     source.seek(0)
-    return FileFacts(path=os.path.realpath(path), size=size, sha256=digest.hexdigest(), lines=lines)
+    return FileFacts(
+        path=os.path.realpath(path),
+        size=size,
+        sha256=digest.hexdigest(),
+        lines=lines,
+        mtime_ns=mtime_ns,
+    )
 
 
 class _Snapshot(io.RawIOBase):
@@ -345,6 +355,8 @@ class _Snapshot(io.RawIOBase):
     def __init__(self, source: IO[bytes], size: int) -> None:
         self._source = source
         self._left = size
+        #: The file ended before ``size`` bytes: it was cut (truncated) while it was read.
+        self.short = False
 
     def readable(self) -> bool:
         return True
@@ -354,8 +366,13 @@ class _Snapshot(io.RawIOBase):
             return 0
         view = memoryview(buffer).cast("B")[: self._left]
         count = self._source.readinto(view)  # type: ignore[attr-defined]
+        if not count:
+            self.short = True
         self._left -= count
         return int(count)
+
+    def fileno(self) -> int:
+        return self._source.fileno()
 
 
 def snapshot(source: IO[bytes], facts: FileFacts) -> IO[bytes]:
@@ -367,6 +384,46 @@ def snapshot(source: IO[bytes], facts: FileFacts) -> IO[bytes]:
     hash and size the run reports and records as its progress.
     """
     return io.BufferedReader(_Snapshot(source, facts.size))
+
+
+def rewritten(source: IO[bytes], facts: FileFacts, *, symptom: bool) -> str | None:
+    """How the file behind ``source`` (a :func:`snapshot`) changed in place since ``facts``
+    were taken, or None when the bytes counted then are still the same.
+
+    A file rewritten while it is read is read partly before and partly after the
+    rewrite: the line at the seam is torn (a line of each, or one cut short), which
+    reads as a malformed record (``symptom``: one was seen). Lines appended meanwhile
+    are not a change here: the snapshot stops at the bytes counted. A file that grew
+    is taken for appended to unless there is a symptom (then its first ``facts.size``
+    bytes are hashed again); one that kept its size but not its modification time is
+    hashed again too.
+    """
+    raw = getattr(source, "raw", None)
+    short = isinstance(raw, _Snapshot) and raw.short
+    cut = f"it ended before the {facts.size:,} bytes counted at the start"
+    try:
+        fd = source.fileno()
+        now = os.fstat(fd)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return cut if short else None
+    if short or now.st_size < facts.size:
+        return f"{facts.size:,} bytes at the start, {now.st_size:,} now; {cut}"
+    if not facts.mtime_ns or now.st_mtime_ns == facts.mtime_ns:
+        return None
+    if now.st_size > facts.size and not symptom:
+        return None  # appended to (read only up to the counted bytes)
+    digest = hashlib.sha256()
+    offset = 0
+    while offset < facts.size:
+        chunk = os.pread(fd, min(_HASH_CHUNK, facts.size - offset), offset)
+        if not chunk:
+            break
+        digest.update(chunk)
+        offset += len(chunk)
+    if offset == facts.size and digest.hexdigest() == facts.sha256:
+        return None  # appended to, not rewritten
+    grew = f", {now.st_size:,} now" if now.st_size != facts.size else ""
+    return f"{facts.size:,} bytes at the start{grew}, and they are not the same any more"
 
 
 class PrefixHasher:

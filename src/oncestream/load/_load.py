@@ -21,7 +21,7 @@ from .._connection import Connection
 from .._errors import OncestreamError
 from .._retry import retrying
 from ..publish import Publisher
-from ._input import OpenedSource, Source, open_source
+from ._input import OpenedSource, Source, open_source, rewritten
 from ._options import LoadOptions
 from ._plan import ResumePlan, check_target, plan_resume, refused_subject
 from ._result import LoadIncomplete, LoadResult
@@ -251,7 +251,21 @@ async def _publish(
         )
         await drain(pub, tally, state, budget)
         confirmed.advance(tally.max_seq)
-        complete = state.eof and confirmed.first_unconfirmed is None and not tally.failed
+        changed = None
+        if opened.facts is not None and opened.source is not None:
+            raw = getattr(opened.source, "raw", None)
+            symptom = bool(tally.malformed) or bool(getattr(raw, "short", False))
+            changed = rewritten(opened.source, opened.facts, symptom=symptom)
+        if changed is not None:
+            # What was published is not the file as it is now, nor as it was: the final
+            # record keeps the whole file's hash from the start, not the prefix read since,
+            # so a re-run of the rewritten file is refused (it names --fresh).
+            keeper.prefix_trusted = False
+        complete = (
+            state.eof and confirmed.first_unconfirmed is None and not tally.failed and not changed
+        )
+        if changed is not None and state.eof and not state.stopped:
+            state.stopped = True  # the file ended early: what it held is not all read
         progress_error = state.progress_error or await keeper.final(done=complete, budget=budget)
         seconds = time.monotonic() - state.started
         refused = (
@@ -285,6 +299,7 @@ async def _publish(
         errors=tuple(tally.errors),
         refused=refused,
         progress_error=progress_error,
+        rewritten=changed,
         seconds=seconds,
         duplicate_window=pub.duplicate_window,
     )
@@ -305,6 +320,11 @@ def _why(result: LoadResult, what: str) -> str:
         reason = f"{type(result.failure).__name__}: {result.failure}"
     elif result.stopped and result.progress_error:
         reason = f"its progress could not be recorded ({result.progress_error})"
+    elif result.rewritten:
+        reason = (
+            f"the file was rewritten while it was read ({result.rewritten}): line {first:,} is "
+            "torn by the rewrite, not a malformed record"
+        )
     elif result.stopped:
         reason = "a malformed record stopped it"
     else:

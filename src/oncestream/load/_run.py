@@ -22,6 +22,7 @@ import time
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from .._errors import (
     ConfigError,
@@ -184,14 +185,22 @@ class ProgressKeeper:
         self._last_write = time.monotonic()
         self._task: asyncio.Task[None] | None = None
         self.error: OncestreamError | None = None
+        #: False once the file is known to have changed in place: the prefix hash read
+        #: since is of other bytes than those published.
+        self.prefix_trusted = True
 
     def _record(self, *, done: bool = False) -> PublishProgress | None:
         if self.base is None:
             return None
-        prefix = {}
-        if self.hasher is not None:
+        prefix: dict[str, Any] = {}
+        if self.hasher is not None and self.prefix_trusted:
             self.hasher.advance_to(self.confirmed.line)
-            prefix = {"prefix_sha256": self.hasher.hexdigest(), "offset": self.hasher.offset}
+            if self.hasher.line < self.confirmed.line:  # the file lost lines meanwhile
+                self.prefix_trusted = False
+            else:
+                prefix = {"prefix_sha256": self.hasher.hexdigest(), "offset": self.hasher.offset}
+        if not self.prefix_trusted:
+            prefix = {"prefix_sha256": "", "offset": 0}
         return self.base.advanced(
             **prefix,
             line=self.confirmed.line,

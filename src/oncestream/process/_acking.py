@@ -102,6 +102,8 @@ class Acknowledger:
         self.conn = conn
         #: Where dead letters go ("" = no dead-letter stream: keep retrying).
         self.dlq_subject = bound.dlq_subject
+        #: Why the last dead-letter publish failed (e.g. the dead-letter stream is full).
+        self.dead_letter_error: OncestreamError | None = None
         #: Seconds the server waits for an ack.
         self.ack_wait = bound.ack_wait
         self._confirming: deque[asyncio.Task[None]] = deque()
@@ -376,6 +378,7 @@ class Acknowledger:
             log.error(
                 "dead letter for %s seq %d not stored (%s); retrying later", self.stream, seq, exc
             )
+            self.dead_letter_error = exc
             return False
         self.stats.dead_lettered += 1
         log.warning(

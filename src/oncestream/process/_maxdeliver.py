@@ -22,7 +22,10 @@ only) is handled: a message the ledger holds was applied (its ack was late); any
 other is dead-lettered from the stream, in a ledger transaction that records it,
 or, without a dead-letter stream, the run fails with ``MaxDeliverError`` naming
 its sequence. Either way it is counted (``ProcessorStats.exhausted``) and logged
-as an error; it is never counted as applied.
+as an error; it is never counted as applied. When its dead letter is refused (a
+full dead-letter stream), the Processor moves the consumer back to it before the
+run fails: the server forgets a dropped message, and only that makes the next
+run deliver it again (``MaxDeliverError`` says so, or names the reset to run).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from .._headers import msg_id_key
 from .._message import Message
 from .._nats import FrameSubscription
 from ..ledger import LedgerEntry
-from ..streams import get_message
+from ..streams import ResetTarget, get_message, reset_consumer
 from ._applying import Applier, RegistryMoved
 from ._bound import BoundConsumer
 from ._options import ProcessorOptions, ProcessorStats
@@ -194,6 +197,9 @@ class DeliveryLimit:
 class DeadLetters(Protocol):
     """What :class:`DroppedMessages` needs of the acknowledging part (:mod:`._acking`)."""
 
+    #: Why the last dead-letter publish failed (e.g. the dead-letter stream is full).
+    dead_letter_error: OncestreamError | None
+
     async def dead_letter(self, msg: Message, seq: int, attempts: int, text: str) -> bool:
         """Publish a dead letter; False when it was not stored."""
         ...
@@ -238,6 +244,14 @@ class DroppedMessages:
         self.stream, self.consumer = bound.stream, bound.consumer
         self._drops: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
         self._sub: FrameSubscription | None = None
+        #: The sequence this run moved the consumer back to (a drop it could not settle).
+        self._moved_back: int | None = None
+        #: The drop being settled (not finished if the run stops meanwhile).
+        self._settling: int | None = None
+
+    @property
+    def options(self) -> ProcessorOptions:
+        return self.bound.options
 
     async def subscribe(self) -> None:
         """Subscribe to the server's max-deliveries advisories of the consumer."""
@@ -251,15 +265,19 @@ class DroppedMessages:
         try:
             while True:
                 seq, deliveries = await self._drops.get()
+                self._settling = seq
                 try:
                     await self._dropped(conn, seq, deliveries)
+                    self._settling = None
                 except OncestreamError as exc:
+                    self._settling = None
                     log.error("%s seq %d dropped by the server: %s", self.stream, seq, exc)
+                    back = await self._deliver_again(conn, seq)
                     self.fail(
                         MaxDeliverError(
                             f"the server stopped delivering {self.stream} seq {seq} after "
                             f"{deliveries} deliveries (consumer {self.stream}/{self.consumer} "
-                            f"max_deliver) and it could not be dead-lettered: {exc}",
+                            f"max_deliver) and it could not be dead-lettered: {exc}. {back}",
                             stream=self.stream,
                             consumer=self.consumer,
                             max_deliver=deliveries,
@@ -267,9 +285,55 @@ class DroppedMessages:
                         )
                     )
         finally:
+            await self._move_back_unsettled(conn)
             if self._sub is not None:
                 await self._sub.unsubscribe()
                 self._sub = None
+
+    async def _move_back_unsettled(self, conn: Connection) -> None:
+        """The run stops with drops not settled (queued, or cut short): move the consumer
+        back to the first of them, which the server no longer holds (a later drop may have
+        moved it forward: never past one that came earlier)."""
+        left = [seq for seq, _ in self._queued()]
+        if self._settling is not None:
+            left.append(self._settling)
+            self._settling = None
+        if not left:
+            return
+        target = min(left)
+        if self._moved_back is not None and self._moved_back <= target:
+            return
+        where = f"{self.stream} {self.consumer}"
+        if self.options.bind:
+            log.error(
+                "%s/%s: stopped before settling seq %s, which the server stopped delivering: "
+                "run `oncestream consumer reset %s --to-seq %d` before the next run",
+                self.stream, self.consumer, sorted(left), where, target,
+            )  # fmt: skip
+            return
+        try:
+            await reset_consumer(conn, self.stream, self.consumer, ResetTarget(seq=target))
+        except (OncestreamError, OSError) as exc:
+            log.error(
+                "%s/%s: stopped before settling seq %s, which the server stopped delivering, "
+                "and the reset back failed (%s): run `oncestream consumer reset %s --to-seq %d` "
+                "before the next run",
+                self.stream, self.consumer, sorted(left), exc, where, target,
+            )  # fmt: skip
+            return
+        self._moved_back = target
+        log.warning(
+            "%s/%s: stopped before settling seq %s, which the server stopped delivering: moved "
+            "back to seq %d, the next run delivers them again",
+            self.stream, self.consumer, sorted(left), target,
+        )  # fmt: skip
+
+    def _queued(self) -> list[tuple[int, int]]:
+        """Every drop waiting in the queue (taken out of it)."""
+        taken = []
+        while not self._drops.empty():
+            taken.append(self._drops.get_nowait())
+        return taken
 
     def _on_advisory(
         self, _subject: bytes, _reply: bytes, data: bytes | bytearray, _headers: bytes | None
@@ -281,6 +345,64 @@ class DroppedMessages:
             log.warning("unreadable max-deliveries advisory: %r", bytes(data)[:200])
             return
         self._drops.put_nowait((seq, deliveries))
+
+    async def _deliver_again(self, conn: Connection, seq: int) -> str:
+        """Move the consumer back to ``seq``, a message the server dropped and that could not
+        be settled (its dead letter refused: the dead-letter stream full, say): the way back.
+
+        Past its ``max_deliver`` the server forgets the message (its ack floor moves past
+        it, nothing is pending), and neither the ledger nor the dead-letter stream holds
+        it: a plain restart would find nothing to do. Moved back, the consumer holds it
+        again, as the next message to deliver: the restart delivers it afresh, and the
+        messages after it that were applied are in the ledger (acked, not applied again).
+        Pruning has not passed it: a round prunes up to the ack floor seen
+        ``prune_grace`` ago (120 s by default), below ``seq`` until the drop a moment ago.
+        Never moved forward: after a move back to an earlier drop, a later one is left
+        to that (both come again).
+
+        Returns:
+            What the error says to do: restart once there is room, or the reset to run
+            (``bind``, a server without consumer reset, or the reset failed).
+        """
+        where = f"{self.stream} {self.consumer}"
+        room = (
+            f"make room in the dead-letter stream {self.options.dead_letter_stream} (its "
+            f"limits: `oncestream stream info {self.options.dead_letter_stream}`)"
+            if self.bound.dlq_subject
+            else "fix what refused it"
+        )
+        manual = (
+            f"Way back: {room}, then `oncestream consumer reset {where} --to-seq {seq}` before "
+            "the Processor runs again (the messages after it that were applied are in the "
+            "ledger: acked, not applied again); a plain restart would not deliver it again"
+        )
+        if self.options.bind:
+            return manual
+        if self._moved_back is not None and self._moved_back <= seq:
+            # Never forward: a second drop settled after the first must not skip that one.
+            return (
+                f"The consumer was moved back to seq {self._moved_back}, before it: {room} and "
+                "start the Processor again; it delivers both again"
+            )
+        try:
+            await reset_consumer(conn, self.stream, self.consumer, ResetTarget(seq=seq))
+        except OncestreamError as exc:
+            log.error(
+                "%s/%s: the reset back to seq %d failed: %s", self.stream, self.consumer, seq, exc
+            )
+            return f"{manual} (the Processor's own reset failed: {exc})"
+        self._moved_back = seq
+        log.warning(
+            "%s/%s: moved back to seq %d, which the server dropped: a restart delivers it again",
+            self.stream,
+            self.consumer,
+            seq,
+        )
+        return (
+            f"The consumer was moved back to seq {seq} (a consumer reset): {room} and start the "
+            f"Processor again; it delivers seq {seq} again (the messages after it that were "
+            "applied are in the ledger: acked, not applied again)"
+        )
 
     async def _dropped(self, conn: Connection, seq: int, deliveries: int) -> None:
         """Settle one message the server will not deliver again."""
@@ -347,7 +469,10 @@ class DroppedMessages:
                     f"deliveries (consumer {self.stream}/{self.consumer} max_deliver)"
                 )
                 if not await self.acks.dead_letter(msg, seq, deliveries, text):
-                    raise OncestreamError("the dead-letter publish was not confirmed")
+                    why = self.acks.dead_letter_error
+                    raise OncestreamError(
+                        "the dead-letter publish was not confirmed" + (f" ({why})" if why else "")
+                    )
                 await asyncio.to_thread(tx.commit)
             except BaseException:
                 tx.rollback()
