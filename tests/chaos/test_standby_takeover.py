@@ -20,7 +20,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -99,14 +98,6 @@ class Worker:
                 self.lines.append(line)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
-
-
-@pytest.fixture
-def workers() -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    yield started
-    for worker in started:
-        worker.stop()
 
 
 def _effects(db: Path) -> list[tuple[int, str, str, float]]:
