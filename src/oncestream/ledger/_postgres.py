@@ -51,6 +51,8 @@ _REGISTRATIONS = (
 _HORIZONS = (
     f"SELECT first_seq, last_seq, filters FROM {HORIZONS} WHERE stream = %s AND consumer = %s"
 )
+#: SQLSTATEs outside psycopg's OperationalError that a retry on a new connection fixes.
+_TRANSIENT_STATES = frozenset({"25P03", "26000"})
 _CLAIM_NEW = (
     "INSERT INTO oncestream_applied (stream, seq) SELECT %s, s FROM unnest(%s::bigint[]) AS u(s)"
 )
@@ -319,11 +321,12 @@ class PostgresLedger(Ledger):
 
     def is_transient(self, exc: BaseException) -> bool:
         psycopg = _psycopg()
-        # Connection loss, deadlocks, serialization failures, admin shutdown; and the
-        # pipelined writes' prepared statements dropped (a DISCARD ALL or DEALLOCATE
-        # ALL by someone else): the batch is retried with them prepared anew.
+        # Connection loss, deadlocks, serialization failures, admin shutdown; the session
+        # ended by idle_in_transaction_session_timeout (25P03: a frozen batch, retried on
+        # a new connection); the pipelined writes' prepared statements dropped by someone
+        # else (26000: DISCARD ALL, DEALLOCATE ALL): retried with them prepared anew.
         return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) or (
-            getattr(exc, "sqlstate", None) == "26000"
+            getattr(exc, "sqlstate", None) in _TRANSIENT_STATES
         )
 
     def open(self) -> None:
