@@ -187,3 +187,44 @@ def test_a_batch_with_redelivered_messages_claims_only_the_new_ones(
         tx.execute(INSERT, (4, b"x"))
     tx.commit()
     assert ledger.applied_count("S") == 5
+
+
+def test_merged_inserts_keep_the_order_of_everything_around_them(postgres_url: str) -> None:
+    """``merge_inserts``: a run of one-row inserts goes out as multi-row INSERTs, sent
+    before whatever comes next, including a statement sent through ``tx.connection``."""
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("CREATE TABLE effects (id BIGSERIAL PRIMARY KEY, n INT UNIQUE, body BYTEA)")
+        admin.execute("CREATE TABLE seen (n BIGINT)")
+    led = PostgresLedger(postgres_url, merge_inserts=True)
+    led.open()
+    try:
+        tx = led.begin()
+        tx.claim([LedgerEntry("S", 1)])
+        with tx.pipeline():
+            rows = [tx.execute(INSERT, (n, b"x")) for n in range(1, 301)]
+            tx.connection.execute("INSERT INTO seen SELECT count(*) FROM effects")
+            tx.execute(INSERT, (1000, None))
+            tx.execute(INSERT, (1001, b"y"))
+            updated = tx.execute("UPDATE effects SET body = %s WHERE n >= %s", (b"z", 1000))
+            assert (rows[0].rowcount, rows[-1].statusmessage) == (1, "INSERT 0 1")
+            assert updated.rowcount == 2
+        tx.commit()
+        tx = led.begin()
+        tx.claim([LedgerEntry("S", 2)])
+        with pytest.raises(psycopg.errors.UniqueViolation), tx.pipeline():
+            for n in range(2000, 2010):
+                tx.execute(INSERT, (n, b"x"))
+            tx.execute(INSERT, (5, b"taken"))
+        tx.rollback()
+    finally:
+        led.close()
+    with psycopg.connect(postgres_url) as check:
+        assert check.execute("SELECT n FROM seen").fetchall() == [(300,)]
+        assert check.execute("SELECT count(*), min(n), max(n) FROM effects").fetchone() == (
+            302,
+            1,
+            1001,
+        )
+        # Sequence values in the order of the calls, as one insert each would give them.
+        ids = check.execute("SELECT n FROM effects ORDER BY id").fetchall()
+        assert [n for (n,) in ids] == [*range(1, 301), 1000, 1001]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections import deque
 from typing import Any
 
 __all__ = ["PipelinedResult", "PipelinedWrites", "supported"]
@@ -52,6 +53,31 @@ def supported(pipeline: Any) -> bool:
         and hasattr(pipeline, "command_queue")
         and hasattr(pipeline, "_communicate_gen")
     )
+
+
+#: ``INSERT INTO t (a, b) VALUES (%s, %s)``: one row of placeholders and nothing else.
+_ONE_ROW = re.compile(
+    r"(\s*insert\s+into\s+[^()]+?\s*\([^()]*\)\s*values\s*)\(\s*%s(?:\s*,\s*%s)*\s*\)\s*;?\s*",
+    re.IGNORECASE,
+)
+#: Rows per merged INSERT: a group is cut into these sizes (greedy), so that a statement
+#: has at most this many prepared forms per parameter types.
+_CHUNKS = (256, 64, 16, 4, 1)
+
+
+def _merged_sql(head: str, columns: int, rows: int) -> bytes:
+    """``head`` followed by ``rows`` rows of ``columns`` numbered placeholders."""
+    values = ", ".join(
+        "(" + ", ".join(f"${row * columns + col + 1}" for col in range(columns)) + ")"
+        for row in range(rows)
+    )
+    return (head + values).encode()
+
+
+def _merge_head(sql: str) -> str | None:
+    """The ``INSERT INTO t (cols) VALUES `` of a one-row insert of placeholders, or None."""
+    match = _ONE_ROW.fullmatch(sql)
+    return None if match is None else match.group(1)
 
 
 def _plan(sql: str) -> tuple[bytes, int] | None:
@@ -89,7 +115,8 @@ class PipelinedResult:
 
     def __init__(self, writes: PipelinedWrites | None) -> None:
         self._writes = writes
-        self._result: Any = None
+        #: (rows changed, command status) once known.
+        self._result: tuple[int, bytes | None] | None = None
 
     # psycopg's pipeline hands a command's results to the object queued for it.
     def _check_results(self, results: list[Any]) -> None:
@@ -103,26 +130,24 @@ class PipelinedResult:
                 raise errors.error_from_result(result, encoding=_encoding(self._writes))
 
     def _set_results(self, results: list[Any]) -> None:
-        if self._writes is not None:
-            self._result = results[-1] if results else None
+        if self._writes is not None and results:
+            tuples = results[-1].command_tuples
+            self._result = (-1 if tuples is None else int(tuples), results[-1].command_status)
 
-    def _settled(self) -> Any:
+    def _settled(self) -> tuple[int, bytes | None]:
         if self._result is None and self._writes is not None:
             self._writes.wait_results()
-        return self._result
+        return self._result or (-1, None)
 
     @property
     def rowcount(self) -> int:
         """Rows the write changed (-1 when unknown)."""
-        result = self._settled()
-        tuples = None if result is None else result.command_tuples
-        return -1 if tuples is None else int(tuples)
+        return self._settled()[0]
 
     @property
     def statusmessage(self) -> str | None:
         """The command's status, e.g. ``INSERT 0 1``."""
-        result = self._settled()
-        status = None if result is None else result.command_status
+        status = self._settled()[1]
         return None if status is None else bytes(status).decode()
 
     def _no_rows(self) -> Any:
@@ -148,6 +173,34 @@ class PipelinedResult:
         """Nothing to release (for code that closes what ``execute`` returned)."""
 
 
+class _MergedRows(PipelinedResult):
+    """The results of one merged INSERT, handed to each of its rows' results (one row each)."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, writes: PipelinedWrites, rows: list[PipelinedResult]) -> None:
+        super().__init__(writes)
+        self.rows = rows
+
+    def _set_results(self, results: list[Any]) -> None:
+        for row in self.rows:
+            row._result = (1, b"INSERT 0 1")
+
+
+class _FlushingQueue(deque[Any]):
+    """psycopg's command queue, which first sends the merged rows waiting in front of
+    whatever psycopg queues (a statement through ``tx.connection``): order is kept."""
+
+    def __init__(self, writes: PipelinedWrites) -> None:
+        super().__init__()
+        self.writes = writes
+
+    def append(self, command: Any) -> None:
+        if self.writes.group:
+            self.writes.send_group()
+        super().append(command)
+
+
 def _encoding(writes: PipelinedWrites | None) -> str:
     return writes.encoding if writes is not None else "utf-8"
 
@@ -158,13 +211,20 @@ class PipelinedWrites:
     Args:
         connection: the psycopg connection, in a transaction, inside ``pipeline``.
         pipeline: what ``connection.pipeline()`` returned.
-        prepared: ``(sql, parameter types) -> statement name`` for this connection
+        prepared: ``(sql, parameter types[, rows]) -> statement name`` for this connection
             (kept by the ledger across batches; names prepared here are dropped
             again when the block fails, as their Parse may not have run).
+        merge: send consecutive one-row ``INSERT ... VALUES (%s, ...)`` of one statement
+            as multi-row INSERTs (``PostgresLedger(merge_inserts=True)``).
     """
 
     def __init__(
-        self, connection: Any, pipeline: Any, prepared: dict[tuple[str, Any], bytes]
+        self,
+        connection: Any,
+        pipeline: Any,
+        prepared: dict[tuple[Any, ...], bytes],
+        *,
+        merge: bool = False,
     ) -> None:
         from psycopg.adapt import PyFormat, Transformer
 
@@ -177,9 +237,21 @@ class PipelinedWrites:
         self._auto = PyFormat.AUTO
         self._auto_formats: dict[int, list[Any]] = {}
         self._plans: dict[str, tuple[bytes, int] | None] = {}
-        self._new: list[tuple[str, Any]] = []
+        self._new: list[tuple[Any, ...]] = []
         self._buffered = 0  # estimated bytes sent to libpq since the last Sync
         self._ignore = PipelinedResult(None)
+        #: Merging: consecutive one-row inserts of one statement, not sent yet.
+        self.merge = merge
+        self.group: list[PipelinedResult] = []
+        self._group_key: tuple[str, Any] | None = None
+        self._group_values: list[Any] = []
+        self._group_head = ""
+        self._group_formats: list[Any] = []
+        self._heads: dict[str, str | None] = {}
+        self._queue = pipeline.command_queue
+        if merge:
+            pipeline.command_queue = _FlushingQueue(self)
+            pipeline.command_queue.extend(self._queue)
 
     def execute(self, sql: Any, params: Any) -> PipelinedResult | None:
         """Queue ``sql`` if the fast path takes it (its result), else None."""
@@ -203,6 +275,12 @@ class PipelinedWrites:
         else:
             values = types = ()
         key = (sql, types)
+        if self.merge:
+            head = self._head(sql)
+            if head is not None and count:
+                return self._add_row(key, head, values, count)
+            if self.group:
+                self.send_group()
         name = self.prepared.get(key)
         queue = self.pipeline.result_queue
         if name is None:
@@ -227,6 +305,68 @@ class PipelinedWrites:
             self.sync()  # a write larger than the threshold: its Sync right behind it
         return result
 
+    def _head(self, sql: str) -> str | None:
+        try:
+            return self._heads[sql]
+        except KeyError:
+            head = self._heads[sql] = _merge_head(sql)
+            return head
+
+    def _add_row(self, key: tuple[str, Any], head: str, values: Any, count: int) -> PipelinedResult:
+        """Queue one row of a mergeable insert (sent with its neighbours by :meth:`send_group`)."""
+        if self._group_key != key:
+            if self.group:
+                self.send_group()
+            self._group_key, self._group_head = key, head
+            self._group_formats = list(self._transformer.formats or ())
+        try:
+            size = 8 * count + sum(map(len, values))
+        except TypeError:  # a NULL among them
+            size = 8 * count + sum(len(v) for v in values if v is not None)
+        if self._buffered + size > _SYNC_EVERY:
+            self.sync()  # sends the group so far, then starts a new one
+            self._group_key, self._group_head = key, head
+            self._group_formats = list(self._transformer.formats or ())
+        result = PipelinedResult(self)
+        self.group.append(result)
+        self._group_values.extend(values)
+        self._buffered += size
+        return result
+
+    def send_group(self) -> None:
+        """Send the queued rows as merged INSERTs of at most 256 rows (_CHUNKS sizes)."""
+        rows, values = self.group, self._group_values
+        assert self._group_key is not None
+        sql, types = self._group_key
+        columns = len(types)
+        self.group, self._group_values = [], []
+        self._group_key = None
+        queue = self.pipeline.result_queue
+        start = 0
+        while start < len(rows):
+            size = next(c for c in _CHUNKS if c <= len(rows) - start and c * columns <= 65535)
+            key = (sql, types, size)
+            name = self.prepared.get(key)
+            if name is None:
+                name = self.prepared[key] = b"oncestream_%d" % next(_names)
+                self._new.append(key)
+                query = _merged_sql(self._group_head, columns, size)
+                self.pgconn.send_prepare(name, query, param_types=types * size)
+                queue.append((self._ignore, None))
+            chunk = values[start * columns : (start + size) * columns]
+            self.pgconn.send_query_prepared(name, chunk, param_formats=self._group_formats * size)
+            queue.append((_MergedRows(self, rows[start : start + size]), None))
+            start += size
+
+    def close(self) -> None:
+        """The block ends: send what waits (its Sync comes with psycopg's end of the
+        pipeline) and give psycopg its own command queue back."""
+        if self.group:
+            self.send_group()
+        if self.merge:
+            self._queue.extend(self.pipeline.command_queue)
+            self.pipeline.command_queue = self._queue
+
     def _formats(self, count: int) -> list[Any]:
         formats = self._auto_formats.get(count)
         if formats is None:
@@ -238,6 +378,8 @@ class PipelinedWrites:
         results that arrived, so the server never waits to write them."""
         if not self._buffered:
             return
+        if self.group:
+            self.send_group()
         self._buffered = 0
         self.pgconn.pipeline_sync()
         self.pipeline.result_queue.append(None)  # psycopg's entry for a Sync
@@ -245,6 +387,8 @@ class PipelinedWrites:
 
     def wait_results(self) -> None:
         """Send what is buffered and wait for every result queued so far (a round trip)."""
+        if self.group:
+            self.send_group()
         self._buffered = 0  # psycopg's sync() sends its own Sync behind the writes
         self.pipeline.sync()
 
