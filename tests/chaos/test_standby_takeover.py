@@ -49,6 +49,7 @@ class Worker:
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         self.lines: list[str] = []
+        self.signalled: set[signal.Signals] = set()
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -81,6 +82,18 @@ class Worker:
     def signal(self, sig: signal.Signals) -> None:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, sig)
+            self.signalled.add(sig)
+
+    def exit_problem(self) -> str | None:
+        """Why the worker's exit was not clean (it must exit 0 on the final SIGTERM, and
+        never crash: a SIGSEGV on shutdown was seen), or None; after :meth:`stop`."""
+        output = "".join(self.lines)
+        if "Fatal Python error" in output:
+            return f"{self.name} crashed: {output[-2000:]}"
+        expected = -signal.SIGKILL if signal.SIGKILL in self.signalled else 0
+        if self.proc.returncode != expected:
+            return f"{self.name} exited {self.proc.returncode}, not {expected}: {output[-2000:]}"
+        return None
 
     def stop(self) -> None:
         if self.proc.poll() is None:
