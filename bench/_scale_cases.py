@@ -147,7 +147,8 @@ async def processor_case(
                 ack_policy=ack_policy,
             )
         else:
-            ledger = PostgresLedger(pg_url, merge_inserts=merge_inserts)
+            # (Only when set: the case runs against older oncestreams too.)
+            ledger = PostgresLedger(pg_url, **({"merge_inserts": True} if merge_inserts else {}))
             ledger.open()
             ledger.connection.execute("CREATE TABLE effects (id BIGSERIAL PRIMARY KEY, body BYTEA)")
             ledger.connection.commit()
