@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from oncestream.ledger._pg_pipeline import _plan
+from oncestream.ledger._pg_pipeline import _merge_head, _merged_sql, _plan
 
 
 @pytest.mark.parametrize(
@@ -43,3 +43,36 @@ def test_writes_without_rows_are_taken_with_numbered_placeholders(
 )
 def test_everything_else_goes_through_psycopg(sql: str) -> None:
     assert _plan(sql) is None
+
+
+@pytest.mark.parametrize(
+    ("sql", "head"),
+    [
+        ("INSERT INTO t (a, b) VALUES (%s, %s)", "INSERT INTO t (a, b) VALUES "),
+        ("insert into s.t(a) values(%s);", "insert into s.t(a) values"),
+        ('INSERT INTO "T" ("a") VALUES ( %s )', 'INSERT INTO "T" ("a") VALUES '),
+    ],
+)
+def test_one_row_inserts_of_placeholders_can_be_merged(sql: str, head: str) -> None:
+    assert _merge_head(sql) == head
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "INSERT INTO t (a) VALUES (%s) ON CONFLICT DO NOTHING",  # rows could meet each other
+        "INSERT INTO t (a) VALUES (%s), (%s)",
+        "INSERT INTO t (a, b) VALUES (%s, now())",
+        "INSERT INTO t VALUES (%s)",  # no column list
+        "INSERT INTO t (a) SELECT %s",
+        "UPDATE t SET a = %s",
+    ],
+)
+def test_other_statements_are_never_merged(sql: str) -> None:
+    assert _merge_head(sql) is None
+
+
+def test_a_merged_insert_numbers_its_rows_placeholders_in_order() -> None:
+    assert _merged_sql("INSERT INTO t (a, b) VALUES ", 2, 3) == (
+        b"INSERT INTO t (a, b) VALUES ($1, $2), ($3, $4), ($5, $6)"
+    )
