@@ -115,8 +115,8 @@ class PipelinedResult:
 
     def __init__(self, writes: PipelinedWrites | None) -> None:
         self._writes = writes
-        #: (rows changed, command status) once known.
-        self._result: tuple[int, bytes | None] | None = None
+        #: The statement's PGresults, or (rows changed, command status), once known.
+        self._result: Any = None
 
     # psycopg's pipeline hands a command's results to the object queued for it.
     def _check_results(self, results: list[Any]) -> None:
@@ -130,14 +130,18 @@ class PipelinedResult:
                 raise errors.error_from_result(result, encoding=_encoding(self._writes))
 
     def _set_results(self, results: list[Any]) -> None:
-        if self._writes is not None and results:
-            tuples = results[-1].command_tuples
-            self._result = (-1 if tuples is None else int(tuples), results[-1].command_status)
+        self._result = results  # read when asked (most never are)
 
     def _settled(self) -> tuple[int, bytes | None]:
         if self._result is None and self._writes is not None:
             self._writes.wait_results()
-        return self._result or (-1, None)
+        result = self._result
+        if isinstance(result, list):
+            if not result:
+                return (-1, None)
+            tuples = result[-1].command_tuples
+            return (-1 if tuples is None else int(tuples), result[-1].command_status)
+        return result or (-1, None)
 
     @property
     def rowcount(self) -> int:
