@@ -158,7 +158,9 @@ class LedgerTx(abc.ABC):
         it. PostgreSQL sends them in pipeline mode (psycopg's ``conn.pipeline()``):
         one network round trip for the block instead of one per statement; a
         statement's error is raised by a later statement or when the block ends
-        (reading a result, ``fetchone()``, waits for it). Elsewhere it does nothing.
+        (reading a result, ``fetchone()``, waits for it). Writes without rows are
+        queued in libpq's buffer and sent with a Sync behind them
+        (:mod:`oncestream.ledger._pg_pipeline`). Elsewhere it does nothing.
         """
         yield
 
