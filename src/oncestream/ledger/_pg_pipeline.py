@@ -111,12 +111,12 @@ class PipelinedResult:
     A write returns no rows: the fetch methods raise ``psycopg.ProgrammingError``.
     """
 
-    __slots__ = ("_result", "_writes")
+    __slots__ = ("_outcome", "_writes")
 
     def __init__(self, writes: PipelinedWrites | None) -> None:
         self._writes = writes
         #: The statement's PGresults, or (rows changed, command status), once known.
-        self._result: Any = None
+        self._outcome: Any = None
 
     # psycopg's pipeline hands a command's results to the object queued for it.
     def _check_results(self, results: list[Any]) -> None:
@@ -130,12 +130,12 @@ class PipelinedResult:
                 raise errors.error_from_result(result, encoding=_encoding(self._writes))
 
     def _set_results(self, results: list[Any]) -> None:
-        self._result = results  # read when asked (most never are)
+        self._outcome = results  # read when asked (most never are)
 
     def _settled(self) -> tuple[int, bytes | None]:
-        if self._result is None and self._writes is not None:
+        if self._outcome is None and self._writes is not None:
             self._writes.wait_results()
-        result = self._result
+        result = self._outcome
         if isinstance(result, list):
             if not result:
                 return (-1, None)
@@ -188,7 +188,7 @@ class _MergedRows(PipelinedResult):
 
     def _set_results(self, results: list[Any]) -> None:
         for row in self.rows:
-            row._result = (1, b"INSERT 0 1")
+            row._outcome = (1, b"INSERT 0 1")
 
 
 class _FlushingQueue(deque[Any]):
