@@ -106,11 +106,17 @@ class _PostgresTx(LedgerTx):
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         writes = self._writes
-        if writes is not None:
-            result = writes.execute(sql, params)
-            if result is not None:
-                return result
-        return self.connection.execute(sql, params)
+        if writes is None:
+            return self.connection.execute(sql, params)
+        result = writes.execute(sql, params)
+        if result is not None:
+            return result
+        # Anything else (a read, RETURNING) gets its results at once, with a Sync (a round
+        # trip): psycopg would fetch them later behind a Flush, which disarms the server's
+        # idle_in_transaction_session_timeout until the next Sync.
+        cursor = self.connection.execute(sql, params)
+        writes.wait_results()
+        return cursor
 
     def claim(self, entries: Sequence[LedgerEntry]) -> list[bool]:
         if not entries:
@@ -142,10 +148,12 @@ class _PostgresTx(LedgerTx):
         """
         psycopg = _psycopg()
         con = self.connection
+        # Not in a psycopg pipeline block: its end sends a Flush behind the Sync, and a
+        # Flush read after the Sync disarms idle_in_transaction_session_timeout until the
+        # next Sync (a batch frozen in its handlers would never be ended).
+        con.execute("SAVEPOINT oncestream_claim")
         try:
-            with con.pipeline():  # one round trip for both
-                con.execute("SAVEPOINT oncestream_claim")
-                con.execute(_CLAIM_NEW, (stream, seqs))
+            con.execute(_CLAIM_NEW, (stream, seqs))
             return [True] * len(seqs)
         except psycopg.errors.UniqueViolation:
             con.execute("ROLLBACK TO SAVEPOINT oncestream_claim")
