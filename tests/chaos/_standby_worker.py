@@ -1,14 +1,18 @@
 """Subprocess worker for the active/standby tests: a Processor in a pinned priority group.
 
 Usage: python -m tests.chaos._standby_worker URL DB NAME STREAM CONSUMER PINNED_TTL
+
+DB is an SQLite file or a ``postgresql://`` URL (a PostgreSQL ledger with its default
+settings: the handler's statements go out in pipeline mode).
 (environment: ``BATCH``, ``HANDLER_SLEEP`` seconds per message, ``BUSY_TIMEOUT`` the
 SQLite ledger's busy timeout in seconds, ``FREEZE_AT`` a stream sequence whose handler
 call prints ``FROZEN`` and then, inside its batch's transaction, SIGSTOPs the worker, or
 with ``FREEZE_FOR`` blocks for that many seconds: a long batch)
 
 The handler inserts ``(seq, subject, worker, at)`` into ``effects`` in the
-shared SQLite ledger (no unique key: a second application would show; the
-rowid is the order of application across both workers). Prints ``READY``
+shared ledger database (no unique key: a second application would show; the
+rowid, on PostgreSQL the ``id`` column, is the order of application across both
+workers). Prints ``READY``
 once pulling, the Processor's takeover/demotion log lines as they happen
 (``oncestream.process`` on stdout), and ``STATS {json}`` on a SIGTERM exit.
 """
@@ -20,13 +24,22 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import sys
 import time
 from typing import Any
 
-from oncestream import ConnectOptions, Processor, ProcessorOptions, SQLiteLedger, connect
+from oncestream import (
+    ConnectOptions,
+    PostgresLedger,
+    Processor,
+    ProcessorOptions,
+    SQLiteLedger,
+    connect,
+)
 
 NAME = ""
+INSERT = "INSERT INTO effects (seq, subject, worker, at) VALUES (?, ?, ?, ?)"
 #: Seconds per handler call (a slow new active leaves the old one a window to misbehave).
 HANDLER_SLEEP = float(os.environ.get("HANDLER_SLEEP", "0"))
 #: Freeze while applying this stream sequence, the ledger's write lock held: SIGSTOP
@@ -38,7 +51,7 @@ FREEZE_FOR = float(os.environ.get("FREEZE_FOR", "0"))
 def handler(msg: Any, tx: Any) -> None:
     global FREEZE_AT
     tx.execute(
-        "INSERT INTO effects (seq, subject, worker, at) VALUES (?, ?, ?, ?)",
+        INSERT if isinstance(tx.connection, sqlite3.Connection) else INSERT.replace("?", "%s"),
         (msg.seq, msg.subject, NAME, time.time()),
     )
     if HANDLER_SLEEP:
@@ -59,12 +72,22 @@ async def main(url: str, db: str, name: str, stream: str, consumer: str, ttl: st
     handler_log.setFormatter(logging.Formatter("LOG %(message)s"))
     logging.getLogger("oncestream.process").addHandler(handler_log)
     logging.getLogger("oncestream.process").setLevel(logging.WARNING)
-    ledger = SQLiteLedger(db, busy_timeout=float(os.environ.get("BUSY_TIMEOUT", "30")))
-    ledger.open()
-    ledger.connection.execute(
-        "CREATE TABLE IF NOT EXISTS effects (seq INTEGER NOT NULL, subject TEXT NOT NULL, "
-        "worker TEXT NOT NULL, at REAL NOT NULL)"
-    )
+    ledger: SQLiteLedger | PostgresLedger
+    if db.startswith("postgresql://"):
+        ledger = PostgresLedger(db)
+        ledger.open()
+        ledger.connection.execute(
+            "CREATE TABLE IF NOT EXISTS effects (id BIGSERIAL PRIMARY KEY, seq BIGINT NOT NULL,"
+            " subject TEXT NOT NULL, worker TEXT NOT NULL, at DOUBLE PRECISION NOT NULL)"
+        )
+        ledger.connection.commit()
+    else:
+        ledger = SQLiteLedger(db, busy_timeout=float(os.environ.get("BUSY_TIMEOUT", "30")))
+        ledger.open()
+        ledger.connection.execute(
+            "CREATE TABLE IF NOT EXISTS effects (seq INTEGER NOT NULL, subject TEXT NOT NULL, "
+            "worker TEXT NOT NULL, at REAL NOT NULL)"
+        )
     conn = await connect(ConnectOptions(servers=(url,), reconnect_wait=0.1))
     options = ProcessorOptions(
         batch=int(os.environ.get("BATCH", "50")),

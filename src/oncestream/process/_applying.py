@@ -177,7 +177,7 @@ class Applier:
             elif self.inline:
                 await self._run_batch_inline(entries, msgs)
             else:
-                await asyncio.to_thread(self._run_batch, entries, msgs)
+                await self.ledger.call(self._run_batch, entries, msgs)
             return msgs, []
         except _HandlerFailed as failed:
             log.debug(
@@ -192,7 +192,7 @@ class Applier:
                 elif self.inline:
                     await self._run_batch_inline([entry], [msg])
                 else:
-                    await asyncio.to_thread(self._run_batch, [entry], [msg])
+                    await self.ledger.call(self._run_batch, [entry], [msg])
                 done.append(msg)
             except _HandlerFailed as failed:
                 failures.append((msg, failed.error))
@@ -276,7 +276,7 @@ class Applier:
         tx = self.ledger.begin_nowait()
         if tx is not None:
             return tx  # the usual case: no lock to wait for, no thread hop
-        task = asyncio.ensure_future(asyncio.to_thread(self.ledger.begin))
+        task = asyncio.ensure_future(self.ledger.call(self.ledger.begin, undo=_rollback))
         try:
             done, _ = await asyncio.wait({task}, timeout=_LOCK_NOTICE)
             if not done:
@@ -290,9 +290,12 @@ class Applier:
                 )
                 await asyncio.shield(task)
         except asyncio.CancelledError:
-            # A transaction begun after all must not stay open on a connection being closed.
-            with contextlib.suppress(Exception):
-                (await task).rollback()
+            # A transaction begun after all is rolled back on the ledger's thread
+            # (undo) before the connection can be closed.
+            task.cancel()
+            while not task.done():  # cancelled again meanwhile: still wait for the undo
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait({task})
             raise
         return task.result()
 
@@ -304,15 +307,9 @@ class Applier:
             self._run_batch(entries, msgs, tx=tx)
             return
         tx, fresh = self._run_batch(entries, msgs, commit=False, tx=tx)
-        # The commit's fsync runs off the loop, which keeps receiving meanwhile.
-        commit = asyncio.ensure_future(asyncio.to_thread(self._commit, tx))
-        try:
-            await asyncio.shield(commit)
-        except asyncio.CancelledError:
-            # Never leave a commit running on a connection that is about to close.
-            with contextlib.suppress(Exception):
-                await commit
-            raise
+        # The commit's fsync runs off the loop, which keeps receiving meanwhile; a
+        # cancelled caller waits for it (Ledger.call), never leaves it running.
+        await self.ledger.call(self._commit, tx)
         self._count(fresh, msgs)
 
     def _count(self, fresh: list[bool], msgs: Sequence[Message]) -> None:
@@ -405,7 +402,7 @@ class Applier:
     async def _call_db(self, func: Callable[..., Any], *args: Any) -> Any:
         if self.inline:
             return func(*args)
-        return await asyncio.to_thread(func, *args)
+        return await self.ledger.call(func, *args)
 
     def _call_async_handler(self, msg: Message | list[Message], tx: LedgerTx) -> None:
         # On the DB worker thread: the handler's coroutine runs on the event loop
@@ -418,6 +415,10 @@ class Applier:
 
 async def _awaited(awaitable: Awaitable[None]) -> None:
     await awaitable
+
+
+def _rollback(tx: LedgerTx) -> None:
+    tx.rollback()
 
 
 def _fresh_only(fresh: list[bool], msgs: Sequence[Message]) -> list[Message]:

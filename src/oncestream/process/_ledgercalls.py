@@ -69,13 +69,15 @@ class LedgerCalls:
         self.lock = asyncio.Lock()
 
     async def db(self, func: Callable[..., Any], *args: Any) -> Any:
-        """Run a ledger call other than a batch (open, prune, close) on a worker thread.
+        """Run a ledger call other than a batch (open, prune, close) on the ledger's thread.
 
         Each may wait for another process's lock on the database (SQLite's busy
         timeout blocks the calling thread); the event loop keeps running meanwhile.
+        A cancelled caller holds the lock until the thread's call has returned
+        (:meth:`Ledger.call`), so nothing else uses or closes the connection under it.
         """
         async with self.lock:
-            return await asyncio.to_thread(func, *args)
+            return await self.ledger.call(func, *args)
 
     async def open(self, who: str, stats: ProcessorStats, stopping: Callable[[], bool]) -> bool:
         """Open the ledger; False when a stop was requested while it was locked.

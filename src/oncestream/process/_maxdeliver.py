@@ -42,7 +42,7 @@ from .._errors import MaxDeliverError, MessageNotFound, OncestreamError
 from .._headers import msg_id_key
 from .._message import Message
 from .._nats import FrameSubscription
-from ..ledger import LedgerEntry
+from ..ledger import LedgerEntry, LedgerTx
 from ..streams import ResetTarget, get_message, reset_consumer
 from ._applying import Applier, RegistryMoved
 from ._bound import BoundConsumer
@@ -440,17 +440,17 @@ class DroppedMessages:
         seq = entry.seq
         applier = self.applier
         async with applier.lock:
-            tx = await asyncio.to_thread(applier.ledger.begin)
+            tx = await applier.ledger.call(applier.ledger.begin, undo=_rollback)
             try:
                 if applier.fence is not None:
                     try:
-                        await asyncio.to_thread(applier.fence, tx)
+                        await applier.ledger.call(applier.fence, tx)
                     except Superseded:  # a standby: the active instance settles it
-                        await asyncio.to_thread(tx.rollback)
+                        await applier.ledger.call(tx.rollback)
                         return False
-                fresh = await asyncio.to_thread(applier.claim, tx, [entry], [msg])
+                fresh = await applier.ledger.call(applier.claim, tx, [entry], [msg])
                 if not fresh[0]:
-                    await asyncio.to_thread(tx.rollback)
+                    await applier.ledger.call(tx.rollback)
                     log.warning(
                         "%s seq %d reached the consumer's max_deliver (%d deliveries) after it "
                         "was applied (its ack came too late): nothing lost",
@@ -460,7 +460,7 @@ class DroppedMessages:
                     )
                     return True
                 if not self.bound.dlq_subject:
-                    await asyncio.to_thread(tx.rollback)
+                    await applier.ledger.call(tx.rollback)
                     self._lost(seq, deliveries)
                     return False
                 # Recorded with the dead letter: a copy still buffered is not applied too.
@@ -473,7 +473,7 @@ class DroppedMessages:
                     raise OncestreamError(
                         "the dead-letter publish was not confirmed" + (f" ({why})" if why else "")
                     )
-                await asyncio.to_thread(tx.commit)
+                await applier.ledger.call(tx.commit)
             except BaseException:
                 tx.rollback()
                 raise
@@ -504,3 +504,7 @@ class DroppedMessages:
                 seqs=(seq,),
             )
         )
+
+
+def _rollback(tx: LedgerTx) -> None:
+    tx.rollback()
