@@ -63,7 +63,9 @@ async def _dead_letters(conn: Connection) -> list[int]:
     """The original sequences of the messages in the DLQ stream."""
     info = await conn.stream_info("DLQ")
     seqs = []
-    for seq in range(1, int(info["state"]["last_seq"]) + 1):
+    state = info["state"]
+    first = max(int(state["first_seq"]), 1)  # past a purge; 0 in a stream never written
+    for seq in range(first, int(state["last_seq"]) + 1 if state["messages"] else first):
         reply = await conn.api("STREAM.MSG.GET.DLQ", {"seq": seq})
         block = base64.b64decode(reply["message"].get("hdrs", "")).decode()
         for line in block.split("\r\n"):

@@ -246,6 +246,7 @@ class ConsumerLoop:
             acks,
             fail=self._fail,
             moved=lambda moved, msgs: registry.moved(conn, moved, msgs, self._fail),
+            settled=self._progress.set,
         )
         self._parts = parts = _Parts(bound, applier, acks, limit, fence, owner, pins)
         await drops.subscribe()  # before the first pull: no drop goes unseen

@@ -221,6 +221,8 @@ class DroppedMessages:
         fail: called with the :class:`MaxDeliverError` that must end the run.
         moved: after :class:`RegistryMoved` in a drop's transaction: True to try it
             again (the registry's re-check; it stops the run when it returns False).
+        settled: called after each drop is settled (the run's progress: what
+            ``Processor.wait_until`` re-checks on).
     """
 
     def __init__(
@@ -233,6 +235,7 @@ class DroppedMessages:
         *,
         fail: Callable[[MaxDeliverError], None],
         moved: Callable[[RegistryMoved, list[Message]], Awaitable[bool]],
+        settled: Callable[[], None] = lambda: None,
     ) -> None:
         self.bound = bound
         self.conn = conn
@@ -241,6 +244,7 @@ class DroppedMessages:
         self.acks = acks
         self.fail = fail
         self.moved = moved
+        self.settled = settled
         self.stream, self.consumer = bound.stream, bound.consumer
         self._drops: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
         self._sub: FrameSubscription | None = None
@@ -430,6 +434,7 @@ class DroppedMessages:
                     return  # refused: the run stops (``moved`` says why); not settled
         if settled:
             await self.acks.dropped(seq)  # with ack policy all the ack may move past it
+        self.settled()
 
     async def _settle(self, msg: Message, entry: LedgerEntry, deliveries: int) -> bool:
         """One transaction for a dropped message; True when it is finished.
