@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from oncestream import ConfigError
+from oncestream._dsn import parse_dsn
 from oncestream.spark._table_identity import (
     canonical_uri,
     location_identity,
@@ -98,6 +99,10 @@ def test_sqlite_dsn_spellings_are_one_database(
         found = {s: table_identity("sqlite", s, table="Orders") for s in spellings}
         assert len(set(found.values())) == 1, found
         assert table_identity("sqlite", "t1.db", table="orders") in found.values()
+        # A parsed DSN is its file, also where the path would not parse as a DSN again.
+        assert table_identity("sqlite", parse_dsn("t1.db"), table="orders") in found.values()
+    colon = parse_dsn("sqlite:///data:2024.db")
+    assert table_identity("sqlite", colon) == table_identity("sqlite", "./data:2024.db")
 
 
 @pytest.mark.parametrize(

@@ -55,7 +55,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 from urllib.parse import unquote
 
-from .._dsn import parse_dsn
+from .._dsn import Dsn, parse_dsn
 from .._errors import ConfigError
 from .._private import split_url
 
@@ -86,7 +86,7 @@ _AZURE_AT = frozenset({"abfs", "abfss", "wasb", "wasbs"})
 
 def table_identity(
     kind: TableKind,
-    target: str,
+    target: str | Dsn,
     *,
     table: str = "",
     execute: Callable[..., Any] | None = None,
@@ -96,7 +96,8 @@ def table_identity(
     Args:
         kind: ``"delta"`` or ``"iceberg"`` (``target`` is the table's location: a
             local path, a ``file:`` URI or an object-store URI), ``"sqlite"``
-            (``target`` is the database: a file path or an ``sqlite:`` URL) or
+            (``target`` is the database: a file path, an ``sqlite:`` URL or its
+            parsed :class:`~oncestream._dsn.Dsn`) or
             ``"postgresql"`` (``target`` is the database URL, used only to name it
             in messages: the server is asked through ``execute``).
         target: see ``kind``.
@@ -123,9 +124,9 @@ def table_identity(
     """
     name = table.lower()
     if kind in ("delta", "iceberg"):
-        return f"{kind}|{location_identity(target)}|{name}"
+        return f"{kind}|{location_identity(str(target))}|{name}"
     if kind == "sqlite":
-        dsn = parse_dsn(target, "target")
+        dsn = target if isinstance(target, Dsn) else parse_dsn(target, "target")
         if dsn.kind != "sqlite" or dsn.path is None:
             raise ConfigError(f"table_identity('sqlite', ...) needs an SQLite database, got {dsn}")
         return f"sqlite|{_local_identity(dsn.path)}|{name}"
