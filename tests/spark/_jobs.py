@@ -377,6 +377,8 @@ def local_session_refused(spark: Any) -> str:
     return "started"
 
 
+from tests.spark._replay_jobs import replay_sink  # noqa: E402
+
 JOBS: dict[str, Callable[..., Any]] = {
     job.__name__: job
     for job in (
@@ -391,6 +393,7 @@ JOBS: dict[str, Callable[..., Any]] = {
         transactional_two_writers,
         query_metrics,
         local_session_refused,
+        replay_sink,
     )
 }
 

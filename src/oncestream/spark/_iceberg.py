@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import ConfigError, OncestreamError
+from .._iceberg_catalog import CatalogSpec, catalog_spec
 from .._private import redacted_repr, scrub
 from ._batch_claims import claim_batch, claimed_by_another, config_token
-from ._iceberg_catalog import CatalogSpec, catalog_spec
 from ._query_scope import QueryScope, stale_batch_message
 
 if TYPE_CHECKING:
