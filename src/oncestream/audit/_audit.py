@@ -50,7 +50,9 @@ SAMPLES = 5
 
 @dataclass(frozen=True, kw_only=True)
 class OutputSpec:
-    """An output to audit: ``stream:NAME``, ``parquet:PATH``, ``delta:PATH``,
+    """An output to audit: a stream, a Parquet path, a Delta, Iceberg or SQL table.
+
+    Written ``stream:NAME``, ``parquet:PATH``, ``delta:PATH``,
     ``iceberg:CATALOG#NAMESPACE.TABLE`` or ``sql:DSN#TABLE``.
 
     For ``iceberg`` the catalog is a warehouse folder (the embedded catalog
