@@ -63,7 +63,8 @@ OLD_STAMP := $(OLD_VENV)/.installed-stamp
 OLDEST_SKIP := not fast and not atomic and not (kill and connect)
 OLDEST_TESTS := tests/spark/test_compat.py tests/spark/test_source_kill.py \
 	tests/spark/test_sink_kill.py tests/spark/test_foreach_batch.py \
-	tests/spark/test_delta_spark.py tests/spark/test_delta_connect.py
+	tests/spark/test_delta_spark.py tests/spark/test_delta_connect.py \
+	tests/spark/test_iceberg_kill.py
 
 setup-oldest: $(OLD_STAMP)
 

@@ -9,8 +9,8 @@ beside the new snapshot:
   mark outlives any history retention (Flink's Iceberg sink keeps its
   ``flink.max-committed-checkpoint-id`` in snapshot summaries only and looks
   for it in the retained ancestors);
-- the snapshot summary properties ``oncestream.query`` and
-  ``oncestream.batch-id`` (the table's history says which batch of which query
+- two snapshot summary properties, :data:`SUMMARY_QUERY` and
+  :data:`SUMMARY_BATCH` (the table's history says which batch of which query
   each snapshot holds);
 - a commit requirement that the mark is still what the writer read: the SQL
   catalog validates it against the table's current metadata inside the commit,
