@@ -44,6 +44,7 @@ from .._iceberg_catalog import CatalogSpec, catalog_spec
 from .._private import redacted_repr, scrub
 from ._batch_claims import claim_batch, claimed_by_another, config_token
 from ._query_scope import QueryScope, stale_batch_message
+from ._table_identity import table_identity
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -97,12 +98,14 @@ class IcebergBatchWriter:
     skipped: list[int] | None = None
     #: The open catalog of this process (never pickled: reopened where the writer runs).
     _opened: Any = field(default=None, repr=False, compare=False)
+    #: The table's identity, found in this process (never pickled: a path's inode is local).
+    _identity: str | None = field(default=None, repr=False, compare=False)
 
     def __repr__(self) -> str:
         return redacted_repr(self)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_opened": None}
+        return {**self.__dict__, "_opened": None, "_identity": None}
 
     @property
     def name(self) -> str:
@@ -195,10 +198,28 @@ class IcebergBatchWriter:
     def _table_key(self) -> tuple[str, ...]:
         """What the batch ids of this table are claimed under in this process.
 
-        The catalog's identity (its database and name, whatever the URL's spelling)
-        and the table's identifier.
+        The table's identity (:func:`._table_identity.table_identity`): its catalog's
+        database, whatever the URL's spelling (an SQLite file by inode, PostgreSQL
+        by what the server reports), the catalog's name and the table's identifier.
         """
-        return ("iceberg", *self.catalog.identity, *self.table)
+        if self._identity is None:
+            name = f"{self.catalog.name}:{self.name}"
+            dsn = self.catalog.dsn
+            if dsn.kind == "sqlite":
+                self._identity = table_identity("iceberg", dsn.path or "", table=name)
+            else:
+                try:
+                    with self._catalog().engine.connect() as conn:
+                        where = table_identity(
+                            "postgresql", dsn.url, table="iceberg_tables",
+                            execute=conn.exec_driver_sql,
+                        )  # fmt: skip
+                except ConfigError:
+                    raise
+                except Exception as exc:
+                    raise self._error(f"identifying {self.catalog}", exc) from exc
+                self._identity = f"iceberg|{where}|{name.lower()}"
+        return ("iceberg", self._identity)
 
     def _token(self) -> str:
         scope = self.scope
