@@ -185,7 +185,8 @@ class IcebergBatchWriter:
         else:
             raise IcebergWriteError(
                 f"batch {batch_id} of query {query!r}: {_ROUNDS} commits into Iceberg table "
-                f"{self.name} in a row conflicted with another commit of this query's mark"
+                f"{self.name} in a row conflicted with other commits (pyiceberg retries each "
+                "one: raise the table's commit.retry.num-retries for this many writers)"
             )
         self.written = rows.num_rows
         log.info(
@@ -206,6 +207,7 @@ class IcebergBatchWriter:
             name = f"{self.catalog.name}:{self.name}"
             dsn = self.catalog.dsn
             if dsn.kind == "sqlite":
+                self._catalog()  # creates the file: identified by its inode from the start
                 self._identity = table_identity("iceberg", dsn.path or "", table=name)
             else:
                 try:
