@@ -271,6 +271,10 @@ class _Demo:
 
     def _plot(self, result: DemoResult, data_dir: Path) -> None:
         config = self.config
+        if config.output != "parquet":
+            # Latency is output store time minus input store time, per message: a stream's.
+            result.plot_note = f"no latency plot: the {config.output} table keeps no time per row"
+            return
         path = config.plot or (data_dir / "latency.png" if config.keep else None)
         if path is None:
             result.plot_note = "run with --keep or --plot PATH for a latency plot"
