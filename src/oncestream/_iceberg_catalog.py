@@ -100,7 +100,14 @@ class CatalogSpec:
             os.makedirs(os.path.dirname(os.path.abspath(self.dsn.path or "")), exist_ok=True)
         props = dict(self.properties)
         props.update(uri=self.uri, warehouse=self.warehouse)
-        return SqlCatalog(self.name, **props)
+        try:
+            return SqlCatalog(self.name, **props)
+        except Exception as exc:
+            # Two writers opening a new catalog at once both create its tables (SQLAlchemy's
+            # create_all checks, then creates): the second fails; its tables exist now.
+            if "already exists" not in str(exc):
+                raise
+            return SqlCatalog(self.name, **props)
 
 
 def _secret_key(key: str) -> bool:

@@ -124,7 +124,7 @@ class IcebergBatchWriter:
                 past what the check needs, or pyiceberg or the catalog failed.
         """
         query = self.scope.resolve(df)
-        target, token, run = self._table_key(), self._token(), self.scope.run(df)
+        target, token, run = (*self._table_key(), query), self._token(), self.scope.run(df)
         in_query = query != self.scope.query_name  # a query id: not a direct call
         if claimed_by_another(target, batch_id, token, run, in_query=in_query):
             raise ConfigError(
@@ -197,7 +197,7 @@ class IcebergBatchWriter:
     # -- the pieces
 
     def _table_key(self) -> tuple[str, ...]:
-        """What the batch ids of this table are claimed under in this process.
+        """What the batch ids of this table are claimed under in this process (with the query).
 
         The table's identity (:func:`._table_identity.table_identity`): its catalog's
         database, whatever the URL's spelling (an SQLite file by inode, PostgreSQL
