@@ -291,7 +291,7 @@ class IcebergBatchWriter:
             return
         raise IcebergWriteError(
             f"Iceberg table {self.name} has no {MARK_PREFIX}{query} property and its "
-            f"history was expired (oldest retained snapshot {oldest}, whose parent is gone), "
+            f"history was expired (snapshots before {oldest} are gone), "
             f"so whether batch {batch_id} of query {query!r} was committed before cannot be "
             f"told. If this query never wrote batch {batch_id} here, record the batch before "
             f"it: ALTER TABLE {self.name} SET TBLPROPERTIES ('{MARK_PREFIX}{query}' = "
@@ -324,13 +324,22 @@ def committed_batch(table: Any, query: str) -> int | None:
 
 
 def truncated_history(table: Any) -> int | None:
-    """The oldest retained snapshot whose parent was expired, or None (history complete)."""
+    """The oldest retained snapshot if older ones were expired, else None (history complete).
+
+    Expired history shows as a retained snapshot whose parent is gone, or (format
+    v2, where each commit's sequence number is one more than the last) an oldest
+    snapshot past sequence number 1: pyiceberg's expiry clears the parent of the
+    snapshot it keeps.
+    """
     snapshots = table.metadata.snapshots
+    if not snapshots:
+        return None
     ids = {s.snapshot_id for s in snapshots}
-    cut = [
-        s for s in snapshots if s.parent_snapshot_id is not None and s.parent_snapshot_id not in ids
-    ]
-    return min(cut, key=lambda s: s.timestamp_ms).snapshot_id if cut else None
+    oldest = min(snapshots, key=lambda s: (s.sequence_number or 0, s.timestamp_ms))
+    dangling = [s for s in snapshots if s.parent_snapshot_id not in (None, *ids)]
+    if dangling or (oldest.sequence_number or 0) > 1:
+        return int(min(dangling or [oldest], key=lambda s: s.timestamp_ms).snapshot_id)
+    return None
 
 
 def _conflict(exc: BaseException) -> bool:
