@@ -1,11 +1,12 @@
 """A driver SIGKILLed around oncestream.spark.iceberg's commit, then restarted from its checkpoint.
 
-Two kill points: in micro-batch 3's function before the Iceberg commit (nothing of
-the batch is in the table; the restart runs it again) and right after it, before
-Spark's commit log (the batch is in the table; the restart replays it and the
-writer must skip it). On a classic session (the driver a subprocess whose whole
-session is killed) and under Spark Connect (the function runs in the Connect
-server's Python worker: the server's session is killed; tests/spark/_sink_drivers.py).
+Two kill points, one after the other in one chain of runs: in a micro-batch's
+function before the Iceberg commit (nothing of the batch is in the table; the
+restart runs it again) and right after it, before Spark's commit log (the batch is
+in the table; the restart replays it and the writer must skip it). On a classic
+session (the driver a subprocess whose whole session is killed) and under Spark
+Connect (the function runs in the Connect server's Python worker: the server's
+session is killed; tests/spark/_sink_drivers.py).
 Afterwards the table holds every input row once, read back with pyiceberg and, where
 Iceberg has a Spark runtime for this PySpark (tests/spark/_iceberg_spark.py), by
 Spark through it; elsewhere the test checks the error that says there is none.
@@ -58,10 +59,15 @@ def assert_each_row_once(sequences: list[int], total: int) -> None:
 
 
 @pytest.mark.parametrize("mode", ["classic", "connect"])
-@pytest.mark.parametrize("kill", ["before", "after"])
 def test_driver_killed_around_the_iceberg_commit(
-    nats_server: NatsServer, tmp_path: Path, kill: str, mode: str, drivers: Drivers
+    nats_server: NatsServer, tmp_path: Path, mode: str, drivers: Drivers
 ) -> None:
+    """Both kill points in one chain of runs (each driver start is 10-20 s of CI time).
+
+    Run 1: batches 0-1. Run 2: killed in batch 3 before its Iceberg commit. Run 3:
+    batch 3 again, 4, then killed in batch 5 after its Iceberg commit. Run 4: batch 5
+    replayed (skipped) to the end.
+    """
     url = nats_server.url
     warehouse, checkpoint = tmp_path / "lake", tmp_path / "chk"
     make_streams(url, StreamSpec(name="IN", subjects=("in.>",)))
@@ -70,20 +76,27 @@ def test_driver_killed_around_the_iceberg_commit(
     assert drivers.run_job([*args, "none"], kills=False) == 0
     assert _batches(checkpoint, "commits") == [0, 1]
     publish_orders(url, "IN", "in.orders", 1000, start=1000)
-    assert drivers.run_job([*args, f"{kill}:3"], kills=True) == -9
-    assert (tmp_path / f"killed-{kill}-3").exists()
+    assert drivers.run_job([*args, "before:3"], kills=True) == -9
+    assert (tmp_path / "killed-before-3").exists()
     assert _batches(checkpoint, "offsets") == [0, 1, 2, 3]
     assert _batches(checkpoint, "commits") == [0, 1, 2]  # Spark never committed batch 3
-    in_table = sorted(_sequences(warehouse))
-    if kill == "before":  # batch 3 never reached the table
-        assert (in_table, _committed(warehouse, checkpoint)) == (list(range(1, 1501)), 2)
-    else:  # batch 3 is in the table, its mark too
-        assert (in_table, _committed(warehouse, checkpoint)) == (list(range(1, 2001)), 3)
+    # Batch 3 never reached the table.
+    assert (sorted(_sequences(warehouse)), _committed(warehouse, checkpoint)) == (
+        list(range(1, 1501)), 2,
+    )  # fmt: skip
+    publish_orders(url, "IN", "in.orders", 1000, start=2000)
+    assert drivers.run_job([*args, "after:5"], kills=True) == -9
+    assert (tmp_path / "killed-after-5").exists()
+    assert _batches(checkpoint, "commits") == [0, 1, 2, 3, 4]  # not batch 5
+    # Batch 5 is in the table, its mark too.
+    assert (sorted(_sequences(warehouse)), _committed(warehouse, checkpoint)) == (
+        list(range(1, 3001)), 5,
+    )  # fmt: skip
     assert drivers.run_job([*args, "none"], kills=False) == 0
-    assert _batches(checkpoint, "commits") == [0, 1, 2, 3]
-    assert_each_row_once(_sequences(warehouse), 2000)
-    if mode == "classic" and kill == "after":
-        _spark_reads(warehouse, 2000)
+    assert _batches(checkpoint, "commits") == [0, 1, 2, 3, 4, 5]
+    assert_each_row_once(_sequences(warehouse), 3000)
+    if mode == "classic":
+        _spark_reads(warehouse, 3000)
 
 
 def _spark_reads(warehouse: Path, total: int) -> None:
