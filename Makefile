@@ -69,7 +69,8 @@ SPARK_RELEASE_SKIP := not fast and not atomic and not (kill and connect)
 MIDDLE_SKIP := and not postgres
 SPARK_RELEASE_TESTS := tests/spark/test_compat.py tests/spark/test_source_kill.py \
 	tests/spark/test_sink_kill.py tests/spark/test_foreach_batch.py \
-	tests/spark/test_delta_spark.py tests/spark/test_delta_connect.py
+	tests/spark/test_delta_spark.py tests/spark/test_delta_connect.py \
+	tests/spark/test_iceberg_kill.py
 pyspark_venv = .venv-pyspark$(1)
 PYSPARK_STAMPS := $(foreach v,$(PYSPARK_RELEASES),$(call pyspark_venv,$(v))/.installed-stamp)
 .PRECIOUS: .venv-pyspark%/.installed-stamp

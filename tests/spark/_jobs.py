@@ -405,6 +405,8 @@ def read_limit_stage(spark: Any, url: str, stream: str, work: str) -> dict[str, 
     return {"stage": "run", "error": None if error is None else str(error), "batches": batches}
 
 
+from tests.spark._replay_jobs import replay_sink  # noqa: E402
+
 JOBS: dict[str, Callable[..., Any]] = {
     job.__name__: job
     for job in (
@@ -420,6 +422,7 @@ JOBS: dict[str, Callable[..., Any]] = {
         query_metrics,
         local_session_refused,
         read_limit_stage,
+        replay_sink,
     )
 }
 

@@ -41,9 +41,14 @@ class Drivers:
     ) -> int:
         """Run the job to its end (0) or to the planted kill (-9)."""
         args = [str(JOB), url, str(checkpoint), ids, kill, subject, ingest, stream]
+        return self.run_job(args, kill != "none", spark_log)
+
+    def run_job(self, args: list[str], kills: bool, spark_log: Path | None = None) -> int:
+        """Run the job ``args`` (a script and its arguments; under Connect the server's
+        URL is appended) to its end (0) or to its planted kill (-9, ``kills``)."""
         if self.mode == "classic":
             return self._classic(args, spark_log)
-        if kill == "none":
+        if not kills:
             server: ConnectServer = self.request.getfixturevalue("connect_server")
             code, err = self._client([*args, server.url])
             if code != 0:
