@@ -8,7 +8,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: venvs setup setup-oldest setup-pysparks setup-client setup-oldest-nats dist test-main test-fallback test-nats test-nats-fallback test-client demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture check-java clean
+.PHONY: venvs setup setup-oldest setup-pysparks test-pysparks setup-client setup-oldest-nats dist test-main test-fallback test-nats test-nats-fallback test-client demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture check-java clean
 
 setup: $(STAMP)
 
@@ -125,25 +125,33 @@ $(NATS_STAMP): pyproject.toml
 
 # Every venv make test uses, three built at a time when missing (pip waits on the index as
 # much as on the CPU); each is a copy of an earlier build when one matches (scripts/venv.py).
-VENV_STAMPS := $(STAMP) $(PYSPARK_STAMPS) $(CLIENT_STAMP) $(NATS_STAMP)
+VENV_STAMPS := $(STAMP) $(call pyspark_venv,$(OLDEST_PYSPARK))/.installed-stamp \
+	$(call pyspark_venv,$(CLIENT_PYSPARK))/.installed-stamp $(CLIENT_STAMP) $(NATS_STAMP)
 venvs:
 	@$(MAKE) --no-print-directory -j 3 --output-sync=target $(VENV_STAMPS)
 
 # The stages of make test. The main suite runs on two workers, one test file each at a
 # time (module fixtures stay whole; each worker has its own SparkSession). The other
-# stages (the adapter's fallback, the oldest nats-py, each other PySpark release, the
-# thin Connect client) run one after another in a second lane beside it
-# (scripts/stages.py): most tests wait on servers, JVMs and timeouts, not on the CPU.
-# TEST_LANES=1 runs every stage in one lane; a stage runs alone as `make <stage>`.
+# stages (the adapter's fallback, the oldest nats-py, the oldest PySpark, the thin Connect
+# client) run one after another in a second lane beside it (scripts/stages.py): most
+# tests wait on servers, JVMs and timeouts, not on the CPU. TEST_LANES=1 runs every stage
+# in one lane; a stage runs alone as `make <stage>`. A stage still running after
+# STAGE_TIMEOUT seconds is stopped and fails (a hang must not eat CI's budget). The
+# releases between the oldest and the newest PySpark run by `make test-pysparks`
+# (about 11 minutes each: past make test's 35-minute budget on 2 cores).
 TEST_LANES ?= 2
-OTHER_STAGES := test-fallback test-nats test-nats-fallback $(PYSPARK_RELEASES:%=test-pyspark%) \
-	test-client
+STAGE_TIMEOUT ?= 2400
+OTHER_STAGES := test-fallback test-nats test-nats-fallback test-pyspark$(OLDEST_PYSPARK) test-client
+MIDDLE_STAGES := $(filter-out test-pyspark$(OLDEST_PYSPARK),$(PYSPARK_RELEASES:%=test-pyspark%))
 test: test-services venvs lint
 ifeq ($(TEST_LANES),1)
-	$(PYTHON) scripts/stages.py --lane "test-main $(OTHER_STAGES)"
+	$(PYTHON) scripts/stages.py --timeout $(STAGE_TIMEOUT) --lane "test-main $(OTHER_STAGES)"
 else
-	$(PYTHON) scripts/stages.py --lane "test-main" --lane "$(OTHER_STAGES)"
+	$(PYTHON) scripts/stages.py --timeout $(STAGE_TIMEOUT) --lane "test-main" --lane "$(OTHER_STAGES)"
 endif
+
+test-pysparks: test-services setup-pysparks
+	$(PYTHON) scripts/stages.py --timeout $(STAGE_TIMEOUT) --lane "$(MIDDLE_STAGES)"
 
 test-main: setup
 	$(BIN)/pytest -n 2 --dist loadfile

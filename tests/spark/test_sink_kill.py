@@ -24,7 +24,7 @@ from harness import make_streams, publish_orders
 from oncestream.server import NatsServer
 from oncestream.spark._session import scratch_root
 from oncestream.streams import StreamSpec
-from tests.spark._sink_drivers import CLASSIC, DRIVERS, INGEST, Drivers
+from tests.spark._sink_drivers import CLASSIC, DRIVERS, Drivers, ingest_cases
 from tests.spark._sink_helpers import (
     raw_headers_of,
     run_audit,
@@ -32,7 +32,7 @@ from tests.spark._sink_helpers import (
 )
 
 
-@INGEST
+@ingest_cases(soak=(("atomic", "classic"),))  # atomic: test_sink_kill_window
 def test_killed_before_commit_inside_dedup_window(
     nats_server: NatsServer, tmp_path: Path, ingest: str, mode: str, drivers: Drivers
 ) -> None:
