@@ -24,8 +24,9 @@ check-java:
 dist: setup
 	$(BIN)/python scripts/dist.py
 
+# make demo OUTPUT=delta (or iceberg, parquet): where the pipeline lands (demo --output).
 demo: setup check-java
-	$(BIN)/oncestream demo
+	$(BIN)/oncestream demo $(if $(OUTPUT),--output $(OUTPUT))
 
 lint: setup
 	$(BIN)/ruff check src tests bench examples torture harness scripts

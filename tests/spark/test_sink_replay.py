@@ -24,26 +24,9 @@ from tests.spark._replay_jobs import SINKS
 pytestmark = pytest.mark.timeout(300)
 
 ORDERS = 400
-_SOAK_CONNECT = ("sqlite", "postgres", "delta")
 
 
-# Classic for every sink; under Connect the new sink (Iceberg) and the jetstream sink,
-# whose batch ids come another way; the other Connect cases (the same foreachBatch code
-# as classic, 30 s each) run by make soak.
-@pytest.mark.parametrize(
-    ("spark_job", "sink"),
-    [
-        pytest.param(
-            mode,
-            sink,
-            id=f"{mode}-{sink}",
-            marks=(pytest.mark.soak,) if mode == "connect" and sink in _SOAK_CONNECT else (),
-        )
-        for mode in ("classic", "connect")
-        for sink in SINKS
-    ],
-    indirect=["spark_job"],
-)
+@pytest.mark.parametrize("sink", SINKS)
 def test_a_replayed_batch_is_written_once(  # type: ignore[no-untyped-def]
     spark_job, sink: str, nats_server: NatsServer, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
