@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import ConfigError, OncestreamError
-from .._iceberg_catalog import CatalogSpec, catalog_spec
+from ..tables._internal import CatalogSpec, catalog_spec
 from .._private import redacted_repr, scrub
 from ._batch_claims import claim_batch, claimed_by_another, config_token
 from ._query_scope import QueryScope, stale_batch_message
@@ -58,7 +58,7 @@ __all__ = [
     "iceberg",
 ]
 
-log = logging.getLogger("oncestream.spark.iceberg")
+log = logging.getLogger(__name__)
 
 #: Table property holding a query's last committed batch id: ``oncestream.batch.<query>``.
 MARK_PREFIX = "oncestream.batch."

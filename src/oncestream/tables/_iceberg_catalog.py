@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from ._dsn import Dsn, parse_dsn
-from ._errors import ConfigError
-from ._private import redact_url
+from .._dsn import Dsn, parse_dsn
+from .._errors import ConfigError
+from .._private import redact_url
 
 __all__ = ["CatalogSpec", "catalog_spec"]
 
