@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import ConfigError, OncestreamError
-from ..tables._internal import CatalogSpec, catalog_spec
 from .._private import redacted_repr, scrub
+from ..tables._internal import CatalogSpec, catalog_spec
 from ._batch_claims import claim_batch, claimed_by_another, config_token
 from ._query_scope import QueryScope, stale_batch_message
 from ._table_identity import table_identity
