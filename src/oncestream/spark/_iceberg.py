@@ -484,10 +484,17 @@ def iceberg(
         raise ConfigError(f"mode must be 'append', 'overwrite' or 'upsert', got {mode!r}")
     if isinstance(key_columns, str):
         key_columns = (key_columns,)
-    keys = tuple(key_columns)
+    try:
+        keys = tuple(key_columns)
+    except TypeError:
+        raise ConfigError(
+            f"key_columns must be a list of column names, got {key_columns!r}"
+        ) from None
     for column in keys:
         if not isinstance(column, str) or not column:
             raise ConfigError(f"key_columns must name columns, got {column!r}")
+    if len(set(keys)) != len(keys):
+        raise ConfigError(f"key_columns must name each column once, got {list(keys)!r}")
     if mode == "upsert" and not keys:
         raise ConfigError("mode='upsert' needs key_columns naming the rows' key")
     if mode != "upsert" and keys:
