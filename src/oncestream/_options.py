@@ -475,7 +475,7 @@ def parse_time(
                 f"{name} needs a time zone, got the naive datetime {value!r}: give it one "
                 "(tzinfo=datetime.UTC, or an offset)"
             )
-        return value
+        return _in_range(name, value, value)
     forms = ["an ISO 8601 time with a zone (2026-11-22T15:00:00Z)"]
     if ago:
         forms.append("a duration ago (10m, 2h)")
@@ -489,17 +489,40 @@ def parse_time(
         except OverflowError:
             raise ConfigError(f"{name}: {value!r} ago is before year 1") from None
     try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        # RFC 3339 allows a lowercase z; fromisoformat reads only Z.
+        parsed = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in "zZ" else text)
     except ValueError:
         raise ConfigError(
             f"{name} must be {' or '.join(forms)}, got {value!r}" + (f" ({hint})" if hint else "")
         ) from None
+    if not _TIME_OF_DAY.search(text):
+        # fromisoformat reads a date alone as midnight and drops an offset after it.
+        raise ConfigError(
+            f"{name} needs a time of day and a zone, got the date {value!r}: give both "
+            "(2026-11-22T00:00:00Z for midnight UTC)"
+        )
     if parsed.utcoffset() is None:
         raise ConfigError(
             f"{name} needs a time zone, got {value!r}: add one (a trailing Z for UTC, or an "
             f"offset like +02:00); a time without one could be UTC or local time"
         )
-    return parsed
+    return _in_range(name, parsed, value)
+
+
+#: A date followed by a time of day (what ISO 8601 separates with T, or RFC 3339 a space).
+_TIME_OF_DAY = re.compile(r"\d[Tt ]\d")
+
+
+def _in_range(name: str, moment: datetime, value: object) -> datetime:
+    """``moment`` when it is a time in UTC too (year 1 to 9999 there); else ConfigError."""
+    try:
+        moment.astimezone(UTC)
+    except OverflowError:
+        raise ConfigError(
+            f"{name}: {value!r} is outside the times that can be given "
+            "(0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z in UTC)"
+        ) from None
+    return moment
 
 
 def parse_epoch_millis(name: str, value: str | int) -> datetime:

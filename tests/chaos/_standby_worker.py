@@ -7,7 +7,9 @@ settings: the handler's statements go out in pipeline mode).
 (environment: ``BATCH``, ``HANDLER_SLEEP`` seconds per message, ``BUSY_TIMEOUT`` the
 SQLite ledger's busy timeout in seconds, ``FREEZE_AT`` a stream sequence whose handler
 call prints ``FROZEN`` and then, inside its batch's transaction, SIGSTOPs the worker, or
-with ``FREEZE_FOR`` blocks for that many seconds: a long batch)
+with ``FREEZE_FOR`` blocks for that many seconds: a long batch; ``FREEZE_WHERE=end``, on
+PostgreSQL: that message's insert takes ``END_SLEEP`` seconds on the server and the worker
+stops itself while it waits for the batch's results, after its handlers)
 
 The handler inserts ``(seq, subject, worker, at)`` into ``effects`` in the
 shared ledger database (no unique key: a second application would show; the
@@ -26,6 +28,7 @@ import os
 import signal
 import sqlite3
 import sys
+import threading
 import time
 from typing import Any
 
@@ -46,13 +49,34 @@ HANDLER_SLEEP = float(os.environ.get("HANDLER_SLEEP", "0"))
 #: itself, or block the event loop for ``FREEZE_FOR`` seconds when that is set.
 FREEZE_AT = int(os.environ.get("FREEZE_AT", "0"))
 FREEZE_FOR = float(os.environ.get("FREEZE_FOR", "0"))
+#: ``handler``: stop inside the handler call; ``end``: once the batch's statements are
+#: sent and the worker waits for their results (the insert of ``FREEZE_AT`` sleeps
+#: ``END_SLEEP`` seconds on the server, the worker stops a third of it in).
+FREEZE_WHERE = os.environ.get("FREEZE_WHERE", "handler")
+END_SLEEP = 1.5
+SLOW_INSERT = (
+    "INSERT INTO effects (seq, subject, worker, at) SELECT %s, %s, %s, %s FROM pg_sleep(%s)"
+)
+
+
+def _stop_later(delay: float) -> None:
+    time.sleep(delay)
+    print("FROZEN", flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def handler(msg: Any, tx: Any) -> None:
     global FREEZE_AT
+    row = (msg.seq, msg.subject, NAME, time.time())
+    if msg.seq == FREEZE_AT and FREEZE_WHERE == "end":
+        FREEZE_AT = 0  # once
+        tx.execute(SLOW_INSERT, (*row, END_SLEEP))
+        # Sent with the batch's end (a Sync), then waited for: stopped while it waits.
+        threading.Thread(target=_stop_later, args=(END_SLEEP / 3,), daemon=True).start()
+        return
     tx.execute(
         INSERT if isinstance(tx.connection, sqlite3.Connection) else INSERT.replace("?", "%s"),
-        (msg.seq, msg.subject, NAME, time.time()),
+        row,
     )
     if HANDLER_SLEEP:
         time.sleep(HANDLER_SLEEP)
@@ -62,7 +86,10 @@ def handler(msg: Any, tx: Any) -> None:
         if FREEZE_FOR:
             time.sleep(FREEZE_FOR)
         else:
-            os.kill(os.getpid(), signal.SIGSTOP)
+            # To this thread (the ledger's): it stops here. A stop sent to the process
+            # is taken by the main thread, and this one runs on meanwhile (to the
+            # batch's end, even its commit).
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
 
 
 async def main(url: str, db: str, name: str, stream: str, consumer: str, ttl: str) -> None:

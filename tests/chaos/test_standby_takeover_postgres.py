@@ -14,6 +14,11 @@ resumed, applies nothing after the new one began.
 
 Before the writes ended every flush with a Sync, psycopg had sent the statement
 without one: the frozen session stayed ``active`` and the standby never took over.
+
+Frozen at the batch's end instead (``end``: its statements sent, waiting for their
+results): psycopg used to wait behind a Flush sent after the block's Sync, which turns
+the server's timeout off until the next Sync: the session stayed idle in its
+transaction for good, and the standby never took over either.
 """
 
 from __future__ import annotations
@@ -50,8 +55,9 @@ async def _wait_applied(url: str, count: int, timeout: float) -> list[tuple[int,
     return rows
 
 
+@pytest.mark.parametrize("where", ["handler", "end"])
 async def test_standby_takes_over_from_an_active_frozen_inside_a_pipelined_batch(
-    nats_server: NatsServer, conn: Connection, make_stream, postgres_url: str, workers
+    nats_server: NatsServer, conn: Connection, make_stream, postgres_url: str, workers, where: str
 ) -> None:  # type: ignore[no-untyped-def]
     database = postgres_url.rsplit("/", 1)[1]
     with psycopg.connect(postgres_url, autocommit=True) as admin:
@@ -61,13 +67,18 @@ async def test_standby_takes_over_from_an_active_frozen_inside_a_pipelined_batch
         )
     url = postgres_url
     active, standby = await _start_pair(
-        nats_server, conn, make_stream, url, workers, active_env={"FREEZE_AT": "320"}
+        nats_server,
+        conn,
+        make_stream,
+        url,
+        workers,
+        active_env={"FREEZE_AT": "320", "FREEZE_WHERE": where},
     )
     await _publish(conn, 10, 290)
     rows = await _wait_applied(url, 300, 30)
     assert len(rows) == 300 and {r[2] for r in rows} == {"A"}
     await _publish(conn, 300, 100)
-    active.wait_line("FROZEN", 20)  # stopped inside the batch applying seq 320
+    active.wait_line("FROZEN", 20)  # stopped inside the batch applying seq 320 (or at its end)
     frozen_at = time.time()
     await _publish(conn, 400, 50)  # pending: the server pins the standby when A's pin expires
     bound = IDLE_TIMEOUT + TTL + 5

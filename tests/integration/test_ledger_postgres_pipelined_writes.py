@@ -9,6 +9,7 @@ its statements: a session ``idle in transaction`` (so
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -94,6 +95,36 @@ def test_the_idle_in_transaction_timeout_ends_a_frozen_batch_which_then_fails_to
         led.close()
     with psycopg.connect(postgres_url) as check:
         assert check.execute("SELECT count(*) FROM effects").fetchone() == (0,)
+
+
+def test_a_batch_waits_for_its_results_behind_a_sync_never_a_flush(
+    ledger: PostgresLedger, tmp_path: Path
+) -> None:
+    """The server turns idle_in_transaction_session_timeout off on every message it reads
+    and on again after a Sync: a Flush behind the last Sync (psycopg's way to wait for
+    results at a block's end, or for a cursor's fetch) would leave a process frozen while
+    it waits with its transaction open for good. Nothing sent may be a Flush."""
+    trace = tmp_path / "libpq.trace"
+    with trace.open("w") as out:
+        ledger.connection.pgconn.trace(out.fileno())
+        try:
+            tx = ledger.begin()
+            tx.claim([LedgerEntry("S", 1)])
+            with tx.pipeline():
+                # Its result comes late: the block's end waits for it.
+                tx.execute(
+                    "INSERT INTO effects (n, body) SELECT %s, %s FROM pg_sleep(%s)",
+                    (1, b"x", 0.3),
+                )
+            with tx.pipeline():
+                tx.execute(INSERT, (2, b"y"))
+                assert tx.connection.execute("SELECT count(*) FROM effects").fetchone() == (2,)
+            tx.commit()
+        finally:
+            ledger.connection.pgconn.untrace()
+    sent = [line.split("\t")[3] for line in trace.read_text().splitlines() if "\tF\t" in line]
+    assert "Sync" in sent
+    assert "Flush" not in sent, sent
 
 
 def test_what_execute_returns_for_a_pipelined_write_and_for_everything_else(

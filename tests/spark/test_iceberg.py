@@ -185,6 +185,21 @@ def test_bad_arguments(tmp_path: Path) -> None:
         iceberg("db.t", warehouse="s3://bucket/lake")
     with pytest.raises(ConfigError, match="query_name"):
         iceberg("db.t", warehouse=lake, query_name="")
+    with pytest.raises(ConfigError, match="key_columns must be a list of column names"):
+        iceberg("db.t", warehouse=lake, mode="upsert", key_columns=5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="key_columns must name each column once"):
+        iceberg("db.t", warehouse=lake, mode="upsert", key_columns=["id", "id"])
+    # A file: URI with a host is not a local folder (it landed under the working directory).
+    with pytest.raises(ConfigError, match="names the host 'otherhost'"):
+        iceberg("db.t", warehouse="file://otherhost/lake")
+    with pytest.raises(ConfigError, match="has scheme 'https'; allowed"):
+        iceberg("db.t", catalog=f"{tmp_path}/c.db", warehouse="https://example.com/lake")
+    # file://localhost/p and file:/p are the local folder p, as a plain path is.
+    local = [
+        iceberg("db.t", warehouse=w)._table_key()  # type: ignore[attr-defined]
+        for w in (lake, f"file://localhost{lake}", f"file:{lake}", f"file://{lake}")
+    ]
+    assert len(set(local)) == 1, local
     secret = iceberg(
         "db.t", catalog="postgresql://app:hunter2@127.0.0.1/cat", warehouse="s3://b/lake"
     )

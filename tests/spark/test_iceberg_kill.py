@@ -31,7 +31,9 @@ from tests.spark._connect_server import job_env
 from tests.spark._iceberg_spark import IcebergSparkUnsupported, iceberg_runtime
 from tests.spark._sink_drivers import Drivers
 
-pytestmark = pytest.mark.timeout(300)
+# Four or five Spark drivers, each resolving a runtime jar: past 300 s when make test
+# runs both lanes on 2 cores.
+pytestmark = pytest.mark.timeout(600)
 
 JOB = str(Path(__file__).with_name("_iceberg_driver_job.py"))
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from harness import make_streams, publish_orders
 from oncestream.server import NatsServer
 from oncestream.spark._session import scratch_root
@@ -68,6 +70,9 @@ def test_killed_before_commit_inside_dedup_window(
     assert (b"Nats-Batch-Id" in raw_headers_of(url, "OUT", 2000)) is (ingest == "atomic")
 
 
+# make soak (two drivers, 100-140 s): make test keeps the columns path without a kill
+# (test_sink.py::test_batch_write_with_msg_id_column) and the fast path's kills above.
+@pytest.mark.soak
 @CLASSIC
 def test_killed_before_commit_with_a_msg_id_column(
     nats_server: NatsServer, tmp_path: Path, mode: str, drivers: Drivers

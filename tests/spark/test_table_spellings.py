@@ -173,3 +173,59 @@ def test_two_spellings_in_one_streaming_query(spark: Any, tmp_path: Path) -> Non
     assert "two writers write table orders in one query (batch 0)" in error
     with sqlite3.connect(db) as con:
         assert con.execute("SELECT count(*) FROM orders").fetchone()[0] == 5
+
+
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+def test_two_writers_at_once_in_one_streaming_query(spark: Any, tmp_path: Path, kind: str) -> None:
+    """Two writers of one table (two spellings) running at the same time, each in a thread
+    of the batch function: one is refused, never both let through. Before, each passed
+    the two-writers check before either had claimed the batch (the claim came after the
+    write), and the second's commit found the batch recorded and skipped its rows: the
+    query ended without error with every odd order missing."""
+    import threading
+
+    from oncestream.spark import iceberg
+
+    source = tmp_path / "in"
+    source.mkdir()
+    for n in range(3):
+        lines = [json.dumps({"order_id": f"o{n}-{i}", "amount": float(i)}) for i in range(10)]
+        (source / f"part-{n}.json").write_text("\n".join(lines))
+    lake, chk = _lake(tmp_path), str(tmp_path / "chk")
+    # In a thread of the batch function the query is known by its checkpoint only.
+    if kind == "delta":
+        writers = [
+            delta(lake, checkpoint_location=chk),
+            delta("file://" + lake + "/", checkpoint_location=chk),
+        ]
+    else:
+        writers = [
+            iceberg("lake.t", warehouse=lake, checkpoint_location=chk),
+            iceberg("lake.t", warehouse="file://" + lake, checkpoint_location=chk),
+        ]
+    start = threading.Barrier(2, timeout=60)
+
+    def at_once(df: Any, batch_id: int) -> None:
+        errors: list[BaseException] = []
+
+        def write(writer: Any, part: Any) -> None:
+            start.wait()
+            try:
+                writer(part, batch_id)
+            except BaseException as exc:
+                errors.append(exc)
+
+        parts = [df.where("amount % 2 = 0"), df.where("amount % 2 = 1")]
+        threads = [
+            threading.Thread(target=write, args=pair) for pair in zip(writers, parts, strict=True)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        if errors:
+            raise errors[0]
+
+    error = _run(_json_files(spark, str(source)), at_once, chk)
+    assert error is not None and "ConfigError" in error, error
+    assert "two writers write" in error and "in one query (batch 0)" in error, error

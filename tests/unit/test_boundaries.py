@@ -385,7 +385,7 @@ def test_spark_and_audit_do_not_import_each_other() -> None:
 #: foundation (root modules and ``_nats``) and components of lower layers only: never
 #: a component of its own layer or above, not even for type annotations.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("streams", "ledger"),
+    ("streams", "ledger", "tables"),
     ("read", "server"),
     ("publish",),
     ("process", "load"),

@@ -89,3 +89,54 @@ def test_refresh_reads_the_consumer_at_most_once_a_second_and_never_with_bind() 
         assert bound.infos == 0
 
     asyncio.run(main())
+
+
+def _dropped(bind: bool) -> Any:
+    from oncestream.process._maxdeliver import DroppedMessages
+
+    opts = ProcessorOptions(bind=bind, dead_letter_stream="DLQ")
+    bound = BoundConsumer(stream="S", consumer="C", options=opts, ack_wait=30.0, dlq_subject="D")
+    return DroppedMessages(
+        bound,
+        FailingConn(),
+        None,
+        None,
+        None,
+        fail=lambda _: None,
+        moved=None,  # type: ignore[arg-type]
+    )
+
+
+class FailingConn:
+    """A connection whose every API request fails (a reset back cannot be made)."""
+
+    async def api(self, *_: Any, **__: Any) -> Any:
+        from oncestream import OncestreamError
+
+        raise OncestreamError("no server here")
+
+    async def consumer_info(self, *_: Any) -> Any:
+        from oncestream import OncestreamError
+
+        raise OncestreamError("no server here")
+
+
+@pytest.mark.parametrize("bind", [True, False], ids=["bind", "reset-failed"])
+def test_a_stop_names_the_first_unsettled_drop_failed_ones_included(
+    bind: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Seq 10's dead letter was refused (the run's error names --to-seq 10); 17 and 24 were
+    still queued at the stop. The stop's own line must name 10 too: following a line that
+    named 17 left seq 10 neither applied nor dead-lettered, for good."""
+
+    async def main() -> None:
+        drops = _dropped(bind)
+        drops._failed.append(10)
+        drops._drops.put_nowait((17, 3))
+        drops._drops.put_nowait((24, 3))
+        await drops._move_back_unsettled(FailingConn())
+
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(main())
+    assert "--to-seq 10`" in caplog.text, caplog.text
+    assert "[10, 17, 24]" in caplog.text, caplog.text

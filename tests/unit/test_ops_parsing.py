@@ -25,6 +25,27 @@ def test_parse_time() -> None:
     assert parse_time("t", NOW) is NOW
     with pytest.raises(ConfigError, match="--from must be an ISO 8601 time"):
         parse_time("--from", "yesterday")
+    # RFC 3339 allows a lowercase z (and t).
+    assert parse_time("t", "2026-11-22t14:00:00z") == NOW - timedelta(hours=1)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        # fromisoformat reads a date alone as midnight and drops an offset after it.
+        ("2026-11-22Z", r"needs a time of day and a zone, got the date '2026-11-22Z'"),
+        ("2026-11-22+02:00", r"needs a time of day and a zone"),
+        ("2026-11-22", r"needs a time of day and a zone"),
+        # In range as written, out of range in UTC: refused, not an OverflowError later.
+        ("0001-01-01T00:00:00+01:00", r"outside the times that can be given"),
+        ("9999-12-31T23:59:59-01:00", r"outside the times that can be given"),
+    ],
+)
+def test_parse_time_refuses_a_date_alone_and_times_past_utcs_range(
+    value: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_time("--from", value)
 
 
 @pytest.mark.parametrize(
@@ -125,3 +146,12 @@ def test_processor_start_needs_a_created_consumer() -> None:
         ProcessorOptions(start=StartPosition(seq=3), bind=True)
     with pytest.raises(ConfigError, match="must be a StartPosition"):
         ProcessorOptions(start=3)  # type: ignore[arg-type]
+
+
+def test_an_empty_start_time_is_refused_not_ignored() -> None:
+    """``process --start-time ""`` named no time: refused like every other time flag (it
+    used to be dropped, and the consumer was created delivering everything)."""
+    from oncestream.cli._process_extras import start_position
+
+    with pytest.raises(ConfigError, match=r"--start-time must be an ISO 8601 time.*got ''"):
+        start_position(None, "", False)

@@ -95,7 +95,7 @@ def iceberg_keys(catalog: str, identifier: str, key: KeySpec) -> list[str]:
     ``catalog``: a warehouse folder (its embedded SQL catalog, ``catalog.db``
     there) or the SQL catalog's database URL; the catalog's name is oncestream's.
     """
-    from .._iceberg_catalog import EMBEDDED_FILE, catalog_spec
+    from ..tables._internal import EMBEDDED_FILE, catalog_spec
 
     local = catalog.removeprefix("file://")
     if os.path.isdir(local):

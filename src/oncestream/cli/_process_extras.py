@@ -44,7 +44,7 @@ def start_position(
         return None
     return StartPosition(
         seq=start_seq,
-        time=parse_time("--start-time", start_time) if start_time else None,
+        time=parse_time("--start-time", start_time) if start_time is not None else None,
         new_only=new_only,
     )
 

@@ -68,7 +68,7 @@ class Pipeline:
 
                 actions = DeltaTable(f"{self.data_dir}/orders_enriched").get_add_actions(True)
                 return int(sum(actions.column("num_records").to_pylist()))
-            from .._iceberg_catalog import catalog_spec
+            from ..tables._internal import catalog_spec
 
             spec = catalog_spec(None, f"{self.data_dir}/lake", "oncestream")
             snapshot = spec.load().load_table(ICEBERG_TABLE).current_snapshot()

@@ -19,6 +19,15 @@ over. (psycopg sends each statement at once without a Sync: a session frozen aft
 one stays ``active`` and the timeout never fires.) A Sync inside a transaction block
 ends no transaction: the effects and the ledger rows still commit together.
 
+**Nothing follows the last Sync.** PostgreSQL stops the timeout's clock whenever it
+reads a message and starts it again only after a Sync; psycopg, waiting for the
+results of a pipeline's last Sync (the block's end, a cursor's fetch), sends a Flush
+behind it, which stops the clock until the next Sync, the batch's ``COMMIT``. A
+process frozen while it waits for those results (a batch's last moments) would leave
+its session idle in its transaction forever, its locks held. :func:`sync_not_flush`
+makes the block's pipeline wait with a Sync instead (the server sends its results at
+a Sync anyway).
+
 psycopg's pipeline bookkeeping is used as psycopg uses it (``result_queue`` gets one
 entry per command, in order); :func:`supported` checks that it is there, and the
 writes go through psycopg's cursor otherwise.
@@ -29,9 +38,10 @@ from __future__ import annotations
 import itertools
 import re
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["PipelinedResult", "PipelinedWrites", "supported"]
+__all__ = ["PipelinedResult", "PipelinedWrites", "supported", "sync_not_flush"]
 
 #: A write that returns no rows: what the fast path takes (leading spaces, any case).
 _WRITE = re.compile(r"\s*(insert|update|delete|merge)\s", re.IGNORECASE)
@@ -52,7 +62,44 @@ def supported(pipeline: Any) -> bool:
         hasattr(pipeline, "result_queue")
         and hasattr(pipeline, "command_queue")
         and hasattr(pipeline, "_communicate_gen")
+        and hasattr(pipeline, "_fetch_gen")
+        and hasattr(pipeline, "_enqueue_sync")
     )
+
+
+def sync_not_flush(pipeline: Any) -> Callable[[], None]:
+    """Make ``pipeline`` wait for results behind a Sync, never behind a Flush; returns
+    what undoes it (to call once the pipeline block has ended).
+
+    psycopg asks for results still to come with a Flush (``_fetch_gen(flush=True)``):
+    at the end of a pipeline block, right behind the block's Sync, and when a cursor
+    fetches inside one. The server reads that Flush after the Sync, and its
+    ``idle_in_transaction_session_timeout`` then stays off until the next Sync: a
+    process frozen while it waits (SIGSTOP, a stuck VM) would hold its transaction and
+    its locks forever. Here the wait is behind a Sync: the one already sent when the
+    last command queued is a Sync (the block's end), a new one otherwise.
+    """
+    from psycopg.generators import send
+
+    fetch = pipeline._fetch_gen
+    pgconn = pipeline.pgconn
+
+    def fetch_gen(*, flush: bool) -> Any:
+        if flush and pipeline.result_queue:
+            if pipeline.result_queue[-1] is not None:  # None: psycopg's entry for a Sync
+                pipeline._enqueue_sync()
+            if pipeline.command_queue:
+                yield from pipeline._communicate_gen()
+            yield from send(pgconn)  # every byte out, the Sync last
+        yield from fetch(flush=False)
+
+    pipeline._fetch_gen = fetch_gen
+
+    def undo() -> None:
+        if pipeline.__dict__.get("_fetch_gen") is fetch_gen:
+            del pipeline._fetch_gen
+
+    return undo
 
 
 #: ``INSERT INTO t (a, b) VALUES (%s, %s)``: one row of placeholders and nothing else.

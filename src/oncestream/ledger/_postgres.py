@@ -23,7 +23,7 @@ from ._base import (
     Registration,
     check_key,
 )
-from ._pg_pipeline import PipelinedWrites, supported
+from ._pg_pipeline import PipelinedWrites, supported, sync_not_flush
 
 __all__ = ["PostgresLedger"]
 
@@ -190,9 +190,13 @@ class _PostgresTx(LedgerTx):
         # The fast path joins the transaction the claim began (never one of its own).
         in_transaction = con.pgconn.transaction_status == pq.TransactionStatus.INTRANS
         writes: PipelinedWrites | None = None
+        undo: Callable[[], None] | None = None
         try:
             with con.pipeline() as pipe:
                 if in_transaction and supported(pipe):
+                    # Until psycopg's end of the block has read its results: it would
+                    # wait behind a Flush (see sync_not_flush).
+                    undo = sync_not_flush(pipe)
                     writes = self._writes = PipelinedWrites(
                         con, pipe, self.ledger.prepared(con), merge=self.ledger.merge_inserts
                     )
@@ -206,6 +210,9 @@ class _PostgresTx(LedgerTx):
             if writes is not None:
                 writes.failed(exc)
             raise
+        finally:
+            if undo is not None:
+                undo()
 
     def horizons(self, stream: str, consumer: str) -> list[Horizon]:
         psycopg = _psycopg()

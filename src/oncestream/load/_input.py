@@ -386,17 +386,17 @@ def snapshot(source: IO[bytes], facts: FileFacts) -> IO[bytes]:
     return io.BufferedReader(_Snapshot(source, facts.size))
 
 
-def rewritten(source: IO[bytes], facts: FileFacts, *, symptom: bool) -> str | None:
+def rewritten(source: IO[bytes], facts: FileFacts) -> str | None:
     """How the file behind ``source`` (a :func:`snapshot`) changed in place since ``facts``
     were taken, or None when the bytes counted then are still the same.
 
     A file rewritten while it is read is read partly before and partly after the
     rewrite: the line at the seam is torn (a line of each, or one cut short), which
-    reads as a malformed record (``symptom``: one was seen). Lines appended meanwhile
-    are not a change here: the snapshot stops at the bytes counted. A file that grew
-    is taken for appended to unless there is a symptom (then its first ``facts.size``
-    bytes are hashed again); one that kept its size but not its modification time is
-    hashed again too.
+    reads as a malformed record, or, when the new version
+    is longer and its lines line up, reads cleanly but holds lines of both versions.
+    Lines appended meanwhile are not a change here: the snapshot stops at the bytes
+    counted. Whenever the modification time moved, the first ``facts.size`` bytes are
+    hashed again: the same bytes mean appended to (or touched), others rewritten.
     """
     raw = getattr(source, "raw", None)
     short = isinstance(raw, _Snapshot) and raw.short
@@ -410,8 +410,6 @@ def rewritten(source: IO[bytes], facts: FileFacts, *, symptom: bool) -> str | No
         return f"{facts.size:,} bytes at the start, {now.st_size:,} now; {cut}"
     if not facts.mtime_ns or now.st_mtime_ns == facts.mtime_ns:
         return None
-    if now.st_size > facts.size and not symptom:
-        return None  # appended to (read only up to the counted bytes)
     digest = hashlib.sha256()
     offset = 0
     while offset < facts.size:

@@ -253,9 +253,7 @@ async def _publish(
         confirmed.advance(tally.max_seq)
         changed = None
         if opened.facts is not None and opened.source is not None:
-            raw = getattr(opened.source, "raw", None)
-            symptom = bool(tally.malformed) or bool(getattr(raw, "short", False))
-            changed = rewritten(opened.source, opened.facts, symptom=symptom)
+            changed = rewritten(opened.source, opened.facts)
         if changed is not None:
             # What was published is not the file as it is now, nor as it was: the final
             # record keeps the whole file's hash from the start, not the prefix read since,
@@ -320,10 +318,15 @@ def _why(result: LoadResult, what: str) -> str:
         reason = f"{type(result.failure).__name__}: {result.failure}"
     elif result.stopped and result.progress_error:
         reason = f"its progress could not be recorded ({result.progress_error})"
-    elif result.rewritten:
+    elif result.rewritten and result.malformed:
         reason = (
             f"the file was rewritten while it was read ({result.rewritten}): line {first:,} is "
             "torn by the rewrite, not a malformed record"
+        )
+    elif result.rewritten:
+        reason = (
+            f"the file was rewritten while it was read ({result.rewritten}): the lines "
+            "published were read partly from each version"
         )
     elif result.stopped:
         reason = "a malformed record stopped it"

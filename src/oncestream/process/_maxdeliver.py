@@ -252,6 +252,8 @@ class DroppedMessages:
         self._moved_back: int | None = None
         #: The drop being settled (not finished if the run stops meanwhile).
         self._settling: int | None = None
+        #: Drops whose settling failed (their dead letter refused): still owed a move back.
+        self._failed: list[int] = []
 
     @property
     def options(self) -> ProcessorOptions:
@@ -275,6 +277,7 @@ class DroppedMessages:
                     self._settling = None
                 except OncestreamError as exc:
                     self._settling = None
+                    self._failed.append(seq)
                     log.error("%s seq %d dropped by the server: %s", self.stream, seq, exc)
                     back = await self._deliver_again(conn, seq)
                     self.fail(
@@ -295,10 +298,11 @@ class DroppedMessages:
                 self._sub = None
 
     async def _move_back_unsettled(self, conn: Connection) -> None:
-        """The run stops with drops not settled (queued, or cut short): move the consumer
-        back to the first of them, which the server no longer holds (a later drop may have
-        moved it forward: never past one that came earlier)."""
-        left = [seq for seq, _ in self._queued()]
+        """The run stops with drops not settled (queued, cut short, or failed): move the
+        consumer back to the first of them, which the server no longer holds (a later drop
+        may have moved it forward: never past one that came earlier). With ``bind`` the
+        log names that first one, as the run's error does."""
+        left = [seq for seq, _ in self._queued()] + self._failed
         if self._settling is not None:
             left.append(self._settling)
             self._settling = None

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import ConfigError, OncestreamError
 from .._private import redacted_repr, scrub, split_url
-from ._batch_claims import claim_batch, claimed_by_another, config_token
+from ._batch_claims import claim_batch, config_token, release_batch, second_writer, take_batch
 from ._query_scope import QueryScope, stale_batch_message
 from ._table_identity import location_identity, table_identity
 
@@ -94,12 +94,24 @@ class DeltaBatchWriter:
         app_id = self.scope.resolve(df)
         token, run = self._token(), self.scope.run(df)
         in_query = app_id != self.scope.query_name  # a query id: not a direct call
-        if claimed_by_another(self._target(app_id), batch_id, token, run, in_query=in_query):
+        target = self._target(app_id)
+        if not take_batch(target, batch_id, token, run, in_query=in_query):
             raise ConfigError(
-                f"two writers write Delta table {self.uri} in one query (batch {batch_id}), "
-                "or one writer twice: their batch ids would be skipped as each other's; "
-                "write one DataFrame per table per batch: union them into one delta() writer"
+                second_writer(
+                    f"Delta table {self.uri}",
+                    batch_id,
+                    "write one DataFrame per table per batch: union them into one delta() writer",
+                )
             )
+        try:
+            self._write_batch(df, app_id, batch_id, token, run)
+        except BaseException:
+            release_batch(target, batch_id, token, run)
+            raise
+
+    def _write_batch(
+        self, df: DataFrame, app_id: str, batch_id: int, token: str, run: str | None
+    ) -> None:
         recorded = self.committed_version(app_id)
         if recorded is not None and batch_id <= recorded:
             if batch_id < recorded:

@@ -38,7 +38,7 @@ from .._dsn import Dsn, parse_dsn
 from .._errors import ConfigError, LedgerError
 from .._private import redacted_repr, scrub
 from ..ledger._internal import ledger_from_dsn
-from ._batch_claims import claim_batch, claimed_by_another, config_token
+from ._batch_claims import claim_batch, claimed_by_another, config_token, second_writer
 from ._query_scope import QueryScope, stale_batch_message
 from ._table_identity import table_identity
 
@@ -172,10 +172,12 @@ class BatchWriter:
             claim.target, batch_id, claim.token, claim.run, in_query=claim.in_query
         ):
             raise _SecondWriter(
-                f"two writers write table {self.table} in one query (batch {batch_id}), or "
-                "one writer twice: their batch ids would be skipped as each other's; write "
-                "one DataFrame per table per batch (union them), or give each writer its own "
-                "batches_table"
+                second_writer(
+                    f"table {self.table}",
+                    batch_id,
+                    "write one DataFrame per table per batch (union them), or give each "
+                    "writer its own batches_table",
+                )
             )
 
     def _config_token(self) -> str:

@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import ConfigError, OncestreamError
-from .._iceberg_catalog import CatalogSpec, catalog_spec
 from .._private import redacted_repr, scrub
-from ._batch_claims import claim_batch, claimed_by_another, config_token
+from ..tables._internal import CatalogSpec, catalog_spec
+from ._batch_claims import claim_batch, config_token, release_batch, second_writer, take_batch
 from ._query_scope import QueryScope, stale_batch_message
 from ._table_identity import table_identity
 
@@ -58,7 +58,7 @@ __all__ = [
     "iceberg",
 ]
 
-log = logging.getLogger("oncestream.spark.iceberg")
+log = logging.getLogger(__name__)
 
 #: Table property holding a query's last committed batch id: ``oncestream.batch.<query>``.
 MARK_PREFIX = "oncestream.batch."
@@ -126,14 +126,20 @@ class IcebergBatchWriter:
         query = self.scope.resolve(df)
         target, token, run = (*self._table_key(), query), self._token(), self.scope.run(df)
         in_query = query != self.scope.query_name  # a query id: not a direct call
-        if claimed_by_another(target, batch_id, token, run, in_query=in_query):
+        if not take_batch(target, batch_id, token, run, in_query=in_query):
             raise ConfigError(
-                f"two writers write Iceberg table {self.name} in one query (batch {batch_id}), "
-                "or one writer twice: their batch ids would be skipped as each other's; "
-                "write one DataFrame per table per batch: union them into one iceberg() writer"
+                second_writer(
+                    f"Iceberg table {self.name}",
+                    batch_id,
+                    "write one DataFrame per table per batch: union them into one iceberg() writer",
+                )
             )
-        rows = _utc_timestamps(df.toArrow())
-        self.write_arrow(rows, query, batch_id, lambda: self.scope.check_replay(df, batch_id))
+        try:
+            rows = _utc_timestamps(df.toArrow())
+            self.write_arrow(rows, query, batch_id, lambda: self.scope.check_replay(df, batch_id))
+        except BaseException:
+            release_batch(target, batch_id, token, run)
+            raise
         claim_batch(target, batch_id, token, run)
 
     def write_arrow(
@@ -478,10 +484,17 @@ def iceberg(
         raise ConfigError(f"mode must be 'append', 'overwrite' or 'upsert', got {mode!r}")
     if isinstance(key_columns, str):
         key_columns = (key_columns,)
-    keys = tuple(key_columns)
+    try:
+        keys = tuple(key_columns)
+    except TypeError:
+        raise ConfigError(
+            f"key_columns must be a list of column names, got {key_columns!r}"
+        ) from None
     for column in keys:
         if not isinstance(column, str) or not column:
             raise ConfigError(f"key_columns must name columns, got {column!r}")
+    if len(set(keys)) != len(keys):
+        raise ConfigError(f"key_columns must name each column once, got {list(keys)!r}")
     if mode == "upsert" and not keys:
         raise ConfigError("mode='upsert' needs key_columns naming the rows' key")
     if mode != "upsert" and keys:

@@ -21,11 +21,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
-from ._dsn import Dsn, parse_dsn
-from ._errors import ConfigError
-from ._private import redact_url
+from .._dsn import Dsn, parse_dsn
+from .._errors import ConfigError
+from .._private import redact_url
 
 __all__ = ["CatalogSpec", "catalog_spec"]
 
@@ -115,10 +115,46 @@ def _secret_key(key: str) -> bool:
     return any(w in lowered for w in ("secret", "password", "token", "credential", "key"))
 
 
+#: Warehouse URI schemes pyiceberg's file IO (pyarrow, fsspec) opens.
+_WAREHOUSE_SCHEMES = (
+    "file", "s3", "s3a", "s3n", "gs", "gcs", "abfs", "abfss", "wasb", "wasbs", "hdfs",
+    "viewfs", "oss",
+)  # fmt: skip
+
+
 def _warehouse_uri(warehouse: str) -> str:
-    if "://" in warehouse:
-        return warehouse
-    return "file://" + os.path.abspath(warehouse)
+    """``warehouse`` as pyiceberg opens it: a local folder as an absolute ``file://`` URI.
+
+    Raises:
+        ConfigError: a ``file:`` URI naming another host, or a scheme pyiceberg cannot
+            open (each would put the files elsewhere than meant, or fail at the first batch).
+    """
+    local = _local_folder(warehouse)
+    if local is not None:
+        return "file://" + local
+    scheme = warehouse.split("://", 1)[0].lower()
+    if scheme not in _WAREHOUSE_SCHEMES:
+        raise ConfigError(
+            f"warehouse {warehouse!r} has scheme {scheme!r}; allowed: a local folder or a URI "
+            f"of {', '.join(s + '://' for s in _WAREHOUSE_SCHEMES)}"
+        )
+    return warehouse
+
+
+def _local_folder(warehouse: str) -> str | None:
+    """The absolute local folder ``warehouse`` names (a path, ``file:/p``, ``file:///p``,
+    ``file://localhost/p``), or None for another scheme."""
+    parts = urlsplit(warehouse)
+    if not parts.scheme:
+        return os.path.abspath(warehouse)
+    if parts.scheme.lower() != "file":
+        return None
+    if parts.netloc not in ("", "localhost"):
+        raise ConfigError(
+            f"warehouse {warehouse!r} names the host {parts.netloc!r}: a file: URI names a "
+            "folder of this machine (file:///path or file://localhost/path)"
+        )
+    return os.path.abspath(unquote(parts.path))
 
 
 def catalog_spec(
@@ -153,14 +189,14 @@ def catalog_spec(
                 "catalog=: without a catalog, an embedded SQLite catalog is kept in "
                 f"<warehouse>/{EMBEDDED_FILE}"
             )
-        if "://" in warehouse and not warehouse.startswith("file://"):
+        folder = _local_folder(warehouse)
+        if folder is None:
             raise ConfigError(
                 f"the embedded catalog keeps its SQLite file in the warehouse, which must "
                 f"then be a local folder; got {warehouse!r}: pass catalog= (an SQL "
                 "database URL) for an object-store warehouse"
             )
-        folder = warehouse.removeprefix("file://")
-        text = os.path.join(os.path.abspath(folder), EMBEDDED_FILE)
+        text = os.path.join(folder, EMBEDDED_FILE)
     elif isinstance(catalog, str):
         text = catalog
     elif isinstance(catalog, Mapping):
