@@ -2,7 +2,7 @@
 
 Each case starts the real command (a subprocess, so a signal is a real signal) against a
 real nats-server and signals it at a moment it is held at: while it imports the handler
-(a module that waits on a FIFO), while it connects (a relay holds the client's CONNECT),
+(a module that waits on a socket), while it connects (a relay holds the client's CONNECT),
 and as it begins processing. A Ctrl-C that landed before the command's own handlers were
 installed used to cancel the main task, and that cancellation could be swallowed on the
 way (Python 3.11's asyncio.wait_for, nats-py's flush): the process ran on, unstoppable.
@@ -10,8 +10,8 @@ way (Python 3.11's asyncio.wait_for, nats-py's flush): the process ran on, unsto
 
 from __future__ import annotations
 
-import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -24,12 +24,13 @@ import pytest
 from harness import stop_group
 from oncestream.server import NatsServer
 from oncestream.server._internal import popen_tied
-from tests._startup_gate import READY
 from tests._wiretap import WireTap
 from tests.integration._cli import cli, publish
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "from oncestream.cli import main; main()"]
+#: What tests/_startup_gate.py writes when it starts waiting (not imported here: it would wait).
+READY = "gate: importing the handler"
 #: Seconds the command may take to exit after the signal (it stops before its next step).
 STOP_BOUND = 10.0
 #: Seconds the command may take to reach the moment it is held at (imports, under load).
@@ -105,14 +106,6 @@ class Command:
         stop_group(self.proc, signal.SIGKILL, timeout=10)
 
 
-def _release(gate: Path) -> None:
-    """Let the held import go on (no reader any more: the process is gone, nothing to do)."""
-    try:
-        os.close(os.open(gate, os.O_WRONLY | os.O_NONBLOCK))
-    except OSError:
-        pass
-
-
 @pytest.mark.parametrize(
     "signals",
     [(signal.SIGINT,), (signal.SIGTERM, signal.SIGTERM, signal.SIGTERM), (signal.SIGINT,) * 2],
@@ -121,18 +114,18 @@ def _release(gate: Path) -> None:
 def test_signal_while_importing_the_handler(
     stream: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signals: tuple[int, ...]
 ) -> None:
-    gate = tmp_path / "gate"
-    os.mkfifo(gate)
-    monkeypatch.setenv("ONCESTREAM_TEST_GATE", str(gate))
-    command = Command(stream, tmp_path / "l.db", "tests._startup_gate:handle")
-    try:
-        command.wait_line(READY)
-        sent = command.signal(*signals)
-        _release(gate)
-        command.exits_cleanly(sent)
-    finally:
-        _release(gate)
-        command.kill()
+    with socket.create_server(("127.0.0.1", 0)) as gate:
+        monkeypatch.setenv("ONCESTREAM_TEST_GATE", str(gate.getsockname()[1]))
+        gate.settimeout(START_BOUND)
+        command = Command(stream, tmp_path / "l.db", "tests._startup_gate:handle")
+        try:
+            command.wait_line(READY)
+            held, _ = gate.accept()  # connected before READY was written
+            sent = command.signal(*signals)
+            held.close()  # the import goes on
+            command.exits_cleanly(sent)
+        finally:
+            command.kill()
     assert not (tmp_path / "l.db").exists()  # it stopped before opening the ledger
 
 
