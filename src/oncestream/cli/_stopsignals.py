@@ -1,21 +1,26 @@
 """SIGTERM and Ctrl-C as a stop request for a long-running command, from its first moment.
 
-``asyncio.run`` turns Ctrl-C into a cancellation of the main task, and a
-cancellation can be lost on the way: Python 3.11's ``asyncio.wait_for``
-returns the result instead of raising when what it waited for finished in the
-same loop turn (oncestream's TLS-guard probe, run on the first connect, hits
-that every time), and nats-py's flush swallows ``CancelledError``. A Ctrl-C
-that landed there was gone: ``oncestream process`` installed its own handlers
-a moment later and ran on, with nobody to stop it. SIGTERM, meanwhile, killed
-the process until those handlers were installed.
+``oncestream process`` used to install its handlers only once it had connected. Before
+that a signal did what the process had inherited, and both ways lost or mishandled it:
 
-:class:`StopSignals` never cancels anything. From the moment the command's
-function runs (before ``asyncio.run``) until it returns, SIGTERM and SIGINT
-only record that a stop was asked for; the command checks :attr:`requested`
-between its start-up steps, races the steps that wait (connecting) against
-:meth:`wait`, and hands the request to its worker once that exists
-(:meth:`on_stop`). A second signal while stopping is absorbed: the stop in
-progress finishes and the command exits as documented.
+- SIGINT ignored (a background job of a non-interactive shell or script: the shell sets
+  SIGINT to ignored, and that survives exec): the signal was discarded, the process ran
+  on with its own handler installed a moment later, and nothing stopped it.
+- SIGINT as usual: ``asyncio.run`` turned it into a cancellation of the main task, and
+  that cancellation could be lost on the way: Python 3.11's ``asyncio.wait_for`` returns
+  the result instead of raising when what it waited for finished in the same loop turn
+  (oncestream's TLS-guard probe on the first connect does every time), and nats-py's
+  flush swallows ``CancelledError``; otherwise it ended as a ``KeyboardInterrupt`` (130).
+- SIGTERM killed the process (-15) instead of stopping it.
+
+:class:`StopSignals` never cancels anything. From the moment the command's function
+runs (before ``asyncio.run``) until it returns, SIGTERM and SIGINT only record that a
+stop was asked for (an inherited "ignore SIGINT" is overridden, as the command's later
+handlers always did); the command checks :attr:`requested` between its start-up steps,
+races the steps that wait (connecting) against :meth:`wait`, and hands the request to
+its worker once that exists (:meth:`on_stop`). A second signal while stopping is
+absorbed: the stop in progress finishes and the command exits as documented. Before the
+command runs (Python importing oncestream) nothing of it can see a signal.
 
 Example::
 
