@@ -53,8 +53,10 @@ class Command:
     Tied to the test (``popen_tied``): a test worker that dies takes it along.
     """
 
-    def __init__(self, url: str, db: Path, handler: str) -> None:
-        argv = [*CLI, "process", "--handler", handler, "--stream", "S", "--consumer", "c",
+    def __init__(self, url: str, db: Path, handler: str, *, sigint_ignored: bool = False) -> None:
+        # A background job of a script starts with SIGINT ignored (kept across exec).
+        shell = ["sh", "-c", 'trap "" INT; exec "$@"', "sh"] if sigint_ignored else []
+        argv = [*shell, *CLI, "process", "--handler", handler, "--stream", "S", "--consumer", "c",
                 "--ledger", f"sqlite:///{db}", "--progress", "0", "--server", url]  # fmt: skip
         self.lines: list[str] = []
         self._changed = threading.Condition()
@@ -107,17 +109,28 @@ class Command:
 
 
 @pytest.mark.parametrize(
-    "signals",
-    [(signal.SIGINT,), (signal.SIGTERM, signal.SIGTERM, signal.SIGTERM), (signal.SIGINT,) * 2],
-    ids=["ctrl-c", "sigterm-x3", "ctrl-c-x2"],
+    ("signals", "sigint_ignored"),
+    [
+        ((signal.SIGINT,), False),
+        ((signal.SIGINT,), True),
+        ((signal.SIGTERM, signal.SIGTERM, signal.SIGTERM), False),
+        ((signal.SIGINT,) * 2, False),
+    ],
+    ids=["ctrl-c", "sigint-started-ignored", "sigterm-x3", "ctrl-c-x2"],
 )
 def test_signal_while_importing_the_handler(
-    stream: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signals: tuple[int, ...]
+    stream: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    signals: tuple[int, ...],
+    sigint_ignored: bool,
 ) -> None:
     with socket.create_server(("127.0.0.1", 0)) as gate:
         monkeypatch.setenv("ONCESTREAM_TEST_GATE", str(gate.getsockname()[1]))
         gate.settimeout(START_BOUND)
-        command = Command(stream, tmp_path / "l.db", "tests._startup_gate:handle")
+        command = Command(
+            stream, tmp_path / "l.db", "tests._startup_gate:handle", sigint_ignored=sigint_ignored
+        )
         try:
             command.wait_line(READY)
             held, _ = gate.accept()  # connected before READY was written
