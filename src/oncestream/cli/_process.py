@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import logging
-import signal
 import sys
 from typing import Any
 
 import typer
 
-from .._connection import connect
+from .._connection import Connection, connect
 from .._errors import ConfigError
 from .._names import check_consumer_name, check_stream_name, check_subject_filter
 from .._options import ConnectOptions, parse_duration
@@ -25,6 +23,7 @@ from ..tracing._internal import configure_from_env
 from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
 from ._process_extras import RecentRate, metrics_endpoint, start_position
+from ._stopsignals import StopSignals
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +171,8 @@ def process_command(
 ) -> None:
     """Apply every message of STREAM exactly once through HANDLER and a ledger.
 
-    SIGTERM / Ctrl-C finishes the in-flight batch, commits, acks and exits 0.
+    SIGTERM / Ctrl-C finishes the in-flight batch, commits, acks and exits 0; during
+    start-up it stops before the next step (nothing applied) and exits 0 too.
     """
 
     check_stream_name(stream, "--stream")
@@ -193,7 +193,16 @@ def process_command(
     interval = check_prune_interval("--prune-interval", prune_interval)
     grace = parse_duration("--prune-grace", prune_grace)
 
-    async def main() -> ProcessorStats:
+    async def main(stop: StopSignals) -> ProcessorStats:
+        stop.attach()
+        try:
+            stats = await _start_and_run(stop)
+        finally:
+            stop.detach()
+        log.info("stopped: %s", summary(stats))
+        return stats
+
+    async def _start_and_run(stop: StopSignals) -> ProcessorStats:
         conn_options = options.replace(name=f"oncestream-process-{consumer}")
         func = load_handler(handler)
         check_ledger_target(ledger)
@@ -219,26 +228,33 @@ def process_command(
         )
         if trace:
             configure_from_env(f"oncestream-process-{consumer}")
-        async with await connect(conn_options) as conn:
+        conn = await stop.unless_stopped(connect(conn_options), close=Connection.close)
+        if conn is None:
+            log.info("stop asked for while connecting: nothing was applied")
+            return ProcessorStats()
+        async with conn:
             processor = Processor(conn, stream, consumer, func, ledger=store, options=proc_options)
+            if stop.requested:  # before the ledger or the consumer was touched
+                log.info("stop asked for before processing began: nothing was applied")
+                return processor.stats
+            stop.on_stop(processor.request_stop)
             exporter = metrics_endpoint(processor, metrics_port, metrics_host)
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, processor.request_stop)
             reporter = asyncio.create_task(_report(processor, progress))
             log.info("processing %s/%s with %s into %r", stream, consumer, handler, store)
             try:
-                stats = await processor.run()
+                return await processor.run()
             finally:
                 reporter.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reporter
+                # Waited for without suppressing CancelledError: that would swallow a
+                # cancellation of this task too.
+                await asyncio.wait({reporter})
                 if exporter is not None:
                     exporter.close()
-        log.info("stopped: %s", summary(stats))
-        return stats
 
-    run_async(main())
+    # Signals are a stop request from here on (never a cancellation that start-up
+    # code could swallow): see StopSignals.
+    with StopSignals() as stop:
+        run_async(main(stop))
 
 
 def _priority_options(
