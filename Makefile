@@ -8,7 +8,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: venvs setup setup-oldest setup-pysparks test-pysparks setup-client setup-oldest-nats dist test-main test-fallback test-nats test-nats-fallback test-client demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture check-java clean
+.PHONY: venvs setup setup-oldest setup-pysparks test-pysparks setup-client setup-oldest-nats dist test-main test-chaos test-fallback test-nats test-nats-fallback test-client demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture check-java clean
 
 setup: $(STAMP)
 
@@ -147,7 +147,8 @@ venvs:
 # (about 11 minutes each: past make test's 35-minute budget on 2 cores).
 TEST_LANES ?= 2
 STAGE_TIMEOUT ?= 3600
-OTHER_STAGES := test-fallback test-nats test-nats-fallback test-pyspark$(OLDEST_PYSPARK) test-client
+OTHER_STAGES := test-fallback test-nats test-nats-fallback test-pyspark$(OLDEST_PYSPARK) test-client \
+	test-chaos
 MIDDLE_STAGES := $(filter-out test-pyspark$(OLDEST_PYSPARK),$(PYSPARK_RELEASES:%=test-pyspark%))
 test: test-services venvs lint
 ifeq ($(TEST_LANES),1)
@@ -160,7 +161,13 @@ test-pysparks: test-services setup-pysparks
 	$(PYTHON) scripts/stages.py --timeout $(STAGE_TIMEOUT) --lane "$(MIDDLE_STAGES)"
 
 test-main: setup
-	$(BIN)/pytest -n 2 --dist loadfile -m "not soak and not connect_stage"
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not soak and not connect_stage" \
+		--ignore=tests/chaos
+
+# The chaos tests (kills, freezes, faults; real servers, no Spark session) as a stage of
+# their own: in the second lane, after the other stages, the lanes end about together.
+test-chaos: setup
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder -q -p no:cacheprovider tests/chaos
 
 test-fallback: setup
 	ONCESTREAM_NATS_FASTPATH=0 $(BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider $(FALLBACK_TESTS)

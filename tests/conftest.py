@@ -24,9 +24,11 @@ from tests._backstop import (  # noqa: F401 - hooks: a test hung past its timeou
     pytest_unconfigure,
 )
 
-#: The order the suite's files are handed to its workers (``-n 2 --dist loadfile``): the
-#: long Spark and chaos files first, the many short ones last, so that they even out the
-#: end; a long file handed out last keeps one worker busy minutes after the other is done.
+#: The order the suite's files are handed to its workers (``-n 2 --dist loadfile
+#: --no-loadscope-reorder``; xdist's own reorder puts the files with the most tests
+#: first, which are the quick ones): the long Spark and chaos files first, the many
+#: short ones last, so that they even out the end; a long file handed out last keeps
+#: one worker busy minutes after the other is done.
 _FIRST = ("tests/spark/", "tests/chaos/", "tests/thin_client/", "tests/dist/", "tests/integration/")
 
 
