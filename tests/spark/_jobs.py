@@ -401,8 +401,9 @@ def read_limit_stage(spark: Any, url: str, stream: str, work: str) -> dict[str, 
     except Exception as exc:
         return {"stage": "run", "error": str(exc)}
     error = query.exception()
-    # Under Connect a progress may come without numInputRows (None).
-    batches = [p["numInputRows"] for p in query.recentProgress if (p["numInputRows"] or 0) > 0]
+    # The property, not the key: under Connect the key is None and the property sums
+    # the sources' counts.
+    batches = [p.numInputRows for p in query.recentProgress if p.numInputRows > 0]
     return {"stage": "run", "error": None if error is None else str(error), "batches": batches}
 
 
