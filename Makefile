@@ -161,13 +161,13 @@ test-pysparks: test-services setup-pysparks
 	$(PYTHON) scripts/stages.py --timeout $(STAGE_TIMEOUT) --lane "$(MIDDLE_STAGES)"
 
 test-main: setup
-	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not soak and not connect_stage" \
+	$(BIN)/pytest -n 2 --dist loadfile -m "not soak and not connect_stage" \
 		--ignore=tests/chaos
 
 # The chaos tests (kills, freezes, faults; real servers, no Spark session) as a stage of
 # their own: in the second lane, after the other stages, the lanes end about together.
 test-chaos: setup
-	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder -q -p no:cacheprovider tests/chaos
+	$(BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider tests/chaos
 
 test-fallback: setup
 	ONCESTREAM_NATS_FASTPATH=0 $(BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider $(FALLBACK_TESTS)

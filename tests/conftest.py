@@ -24,22 +24,6 @@ from tests._backstop import (  # noqa: F401 - hooks: a test hung past its timeou
     pytest_unconfigure,
 )
 
-#: The order the suite's files are handed to its workers (``-n 2 --dist loadfile
-#: --no-loadscope-reorder``; xdist's own reorder puts the files with the most tests
-#: first, which are the quick ones): the long Spark and chaos files first, the many
-#: short ones last, so that they even out the end; a long file handed out last keeps
-#: one worker busy minutes after the other is done.
-_FIRST = ("tests/spark/", "tests/chaos/", "tests/thin_client/", "tests/dist/", "tests/integration/")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Sort the collected tests by :data:`_FIRST` (stable: each file stays whole, in order)."""
-
-    def rank(item: pytest.Item) -> int:
-        return next((i for i, p in enumerate(_FIRST) if item.nodeid.startswith(p)), len(_FIRST))
-
-    items.sort(key=rank)
-
 
 @contextmanager
 def jetstream_server(work: Path) -> Iterator[NatsServer]:
