@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import select
 import signal
 import subprocess
 import threading
@@ -14,12 +15,26 @@ from typing import Any
 
 from oncestream.server._internal import free_ports, popen_tied
 
-__all__ = ["free_port", "start_logged", "stop_group"]
+__all__ = ["ended", "free_port", "start_logged", "stop_group"]
 
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
     return free_ports(1)[0]
+
+
+def ended(pid: int, timeout: float) -> bool:
+    """True once process ``pid`` (any process, not only a child) has exited, a zombie
+    counting, within ``timeout`` seconds: waited for on a pidfd, not polled."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        readable, _, _ = select.select([fd], [], [], timeout)
+        return bool(readable)
+    finally:
+        os.close(fd)
 
 
 def stop_group(proc: subprocess.Popen[bytes], sig: signal.Signals, *, timeout: float) -> None:

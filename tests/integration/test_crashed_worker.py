@@ -16,7 +16,6 @@ first: a worker that dies by a signal leaves no server behind.
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -24,6 +23,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from harness import ended
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The planted run takes seconds; a run that hangs is stopped here and fails the test.
@@ -124,19 +125,6 @@ def _run_suite(where: Path) -> tuple[int | None, str, float]:
     return code, out.decode(errors="replace"), time.monotonic() - began
 
 
-def _ended(pid: int, timeout: float) -> bool:
-    """True once process ``pid`` has exited (a zombie counts), within ``timeout``."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        readable, _, _ = select.select([fd], [], [], timeout)
-        return bool(readable)
-    finally:
-        os.close(fd)
-
-
 def _left_behind(planted: Path) -> int | None:
     """The planted test's nats-server if it still runs 10 s after the run (then killed, by
     its PID, checked against its command line); None when it ended with its worker."""
@@ -144,7 +132,7 @@ def _left_behind(planted: Path) -> int | None:
     if not pid_file.exists():
         return None
     pid = int(pid_file.read_text())
-    if _ended(pid, 10):
+    if ended(pid, 10):
         return None
     try:
         ours = str(planted).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()

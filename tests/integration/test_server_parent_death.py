@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import find_pg_bin
+from harness import ended, find_pg_bin
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,19 +67,6 @@ sys.stdin.read()
 """
 
 
-def _ended(pid: int, timeout: float) -> bool:
-    """True once ``pid`` has exited (a zombie counts) within ``timeout`` seconds."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        readable, _, _ = select.select([fd], [], [], timeout)
-        return bool(readable)
-    finally:
-        os.close(fd)
-
-
 def _children(pid: int) -> set[int]:
     """The PIDs of ``pid``'s children and their descendants, now."""
     found: set[int] = set()
@@ -111,7 +97,7 @@ def survivors() -> Iterator[dict[int, bytes]]:
     watched: dict[int, bytes] = {}
     yield watched
     for pid, fragment in watched.items():
-        if not _ended(pid, 0) and fragment in _cmdline(pid):
+        if not ended(pid, 0) and fragment in _cmdline(pid):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -140,12 +126,12 @@ def test_nats_servers_die_with_their_parent(
         survivors[pid] = str(tmp_path).encode()
     try:
         for kind, pid in pids.items():  # the threads that started two of them have ended
-            assert not _ended(pid, 0), f"the {kind} server (pid {pid}) did not outlive its thread"
+            assert not ended(pid, 0), f"the {kind} server (pid {pid}) did not outlive its thread"
     finally:
         os.kill(parent.pid, sig)
         parent.wait(timeout=30)
     assert parent.returncode == -sig
-    left = {kind: pid for kind, pid in pids.items() if not _ended(pid, 10)}
+    left = {kind: pid for kind, pid in pids.items() if not ended(pid, 10)}
     assert not left, f"nats-servers outlived their parent (killed by {sig.name}): {left}"
 
 
@@ -159,12 +145,12 @@ def test_a_postgres_test_server_dies_with_its_parent(
     for pid in family:
         survivors[pid] = b"postgres"
     try:
-        assert not _ended(postmaster, 0)
+        assert not ended(postmaster, 0)
         assert len(family) > 1, "the postmaster has no children yet"
     finally:
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(timeout=30)
-    left = sorted(pid for pid in family if not _ended(pid, 20))
+    left = sorted(pid for pid in family if not ended(pid, 20))
     assert not left, f"PostgreSQL processes outlived their parent: {left}"
 
 
@@ -182,8 +168,8 @@ def test_oncestream_server_takes_its_nats_server_along(survivors: dict[int, byte
         assert "nats-server ready at" in line, line
         pid = int(line.rsplit("(pid ", 1)[1].split(")")[0])
         survivors[pid] = b"nats-server"
-        assert not _ended(pid, 0)
+        assert not ended(pid, 0)
     finally:
         cli.kill()  # SIGKILL: no Ctrl-C handling, no atexit
         cli.wait(timeout=30)
-    assert _ended(pid, 10), f"nats-server pid {pid} outlived `oncestream server`"
+    assert ended(pid, 10), f"nats-server pid {pid} outlived `oncestream server`"

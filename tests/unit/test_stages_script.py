@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-import time
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from harness import ended
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,11 +63,7 @@ def test_a_stage_past_its_timeout_is_stopped_whole_and_fails(tmp_path: Path) -> 
     code, _ = stages._run(argv, tmp_path / "log", 1.0)
     assert code == 124
     child = int(pidfile.read_text())
-    for _ in range(100):  # bounded: 10 s for init to reap the orphan
-        if not Path(f"/proc/{child}").exists() or "Z" in _state(child):
-            break
-        time.sleep(0.1)  # another process's exit: nothing of ours to await
-    assert not Path(f"/proc/{child}").exists() or "Z" in _state(child), "the child outlived it"
+    assert ended(child, 10), "the child outlived it"
 
 
 def test_a_stage_within_its_timeout_keeps_its_exit_code(tmp_path: Path) -> None:
@@ -78,10 +75,3 @@ def test_a_non_positive_timeout_is_bad_usage(capsys: pytest.CaptureFixture[str])
         stages.main(["--timeout", "0", "--lane", "check-java"])
     assert exc.value.code == 2
     assert "--timeout must be a positive number of seconds, got 0" in capsys.readouterr().err
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][:1]
-    except (FileNotFoundError, IndexError):
-        return "Z"
