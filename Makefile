@@ -8,6 +8,17 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
+# The JVMs the tests start (each worker's Spark session, every driver a test kills, every
+# Connect server) compile with C1 only and collect with the serial GC. A test's JVM lives
+# for seconds: C2's compiler threads and G1's workers cost it more CPU than they save
+# (a local driver's start and two small queries took 18 CPU s against 28-32 with the
+# defaults, on this 2-core machine kind). Spark reads SPARK_SUBMIT_OPTS when it starts a
+# driver or a Connect server; what the tests check does not depend on the JIT.
+TEST_JVM_OPTS ?= -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
+TEST_SUBMIT_OPTS := $(strip $(filter-out $(TEST_JVM_OPTS),$(SPARK_SUBMIT_OPTS)) $(TEST_JVM_OPTS))
+test soak: export SPARK_SUBMIT_OPTS := $(TEST_SUBMIT_OPTS)
+test-%: export SPARK_SUBMIT_OPTS := $(TEST_SUBMIT_OPTS)
+
 .PHONY: venvs setup setup-oldest setup-pysparks test-pysparks setup-client setup-oldest-nats dist test-main test-chaos test-fallback test-nats test-nats-fallback test-client demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture check-java clean
 
 setup: $(STAMP)
@@ -53,17 +64,21 @@ FALLBACK_TESTS := tests/integration/test_nats_adapter.py tests/integration/test_
 # Every PySpark release the package admits (pyproject: pyspark>=4.0,<4.4), one per minor:
 # the newest is the main venv's; each other one gets a venv of its own,
 # .venv-pyspark<version>, where that pyspark is installed first and then oncestream, which
-# must keep it (checked). The Spark guarantee tests (SPARK_RELEASE_TESTS) run on each
-# (spark/_compat.py holds what differs between releases), less the sink's fast-ingest and
-# atomic variants (SPARK_RELEASE_SKIP: the Publisher's paths, the same on every PySpark)
-# and the Connect variants of the kill tests (each kill starts a Connect server of its
-# own; Connect on these releases is covered by test_delta_connect.py and the restarts).
-# The kills after the window and on a reused path, the commit-record restarts and the
-# delta-rs unit cases exercise our own code the same way on every PySpark: they run on
-# the newest only. The releases between the oldest and the newest also leave out the
-# PostgreSQL variants of foreachBatch (MIDDLE_SKIP): which query a batch belongs to is
-# PySpark's side and runs with SQLite; the database's side is the same on every release
-# and runs on the newest and the oldest.
+# must keep it (checked). The Spark guarantee tests (SPARK_RELEASE_TESTS) run on the
+# oldest (spark/_compat.py holds what differs between releases), less the sink's
+# fast-ingest and atomic variants (SPARK_RELEASE_SKIP: the Publisher's paths, the same on
+# every PySpark) and the Connect variants of the kill tests (each kill starts a Connect
+# server of its own; Connect on these releases is covered by test_delta_connect.py and
+# the restarts). The kills after the window and on a reused path, the commit-record
+# restarts and the delta-rs unit cases exercise our own code the same way on every
+# PySpark: they run on the newest only.
+# The releases between the oldest and the newest run, in make test, the part of those
+# that meets what differs between releases (MIDDLE_TESTS, MIDDLE_SELECT): the version
+# flags and read limits (test_compat), a driver killed mid-stream (the source), a driver
+# killed before Spark's commit (the sink), and foreachBatch's crash after the commit on
+# SQLite (which query a batch belongs to is read from Spark), on classic Spark; Connect
+# on 4.2 runs through the thin client's server (test-client). `make test-pysparks` runs
+# them the oldest's full set (about 11 minutes each on 2 cores).
 OLDEST_PYSPARK := 4.0.0
 PYSPARK_RELEASES := $(OLDEST_PYSPARK) 4.1.4 4.2.0
 SPARK_RELEASE_SKIP := not fast and not atomic and not (kill and connect)
@@ -73,6 +88,10 @@ MIDDLE_SKIP := and not postgres
 # that differs between releases); the other foreachBatch cases run on the newest and
 # through the thin client.
 OLDEST_SKIP := and not (foreach_batch and (postgres or not crash_after_commit))
+MIDDLE_TESTS := tests/spark/test_compat.py tests/spark/test_source_kill.py \
+	tests/spark/test_sink_kill.py tests/spark/test_foreach_batch.py
+MIDDLE_SELECT := not connect and not fast and not atomic and not postgres \
+	and not (foreach_batch and not crash_after_commit)
 SPARK_RELEASE_TESTS := tests/spark/test_compat.py tests/spark/test_source_kill.py \
 	tests/spark/test_sink_kill.py tests/spark/test_foreach_batch.py \
 	tests/spark/test_delta_spark.py tests/spark/test_delta_connect.py \
@@ -131,25 +150,23 @@ $(NATS_STAMP): pyproject.toml
 
 # Every venv make test uses, three built at a time when missing (pip waits on the index as
 # much as on the CPU); each is a copy of an earlier build when one matches (scripts/venv.py).
-VENV_STAMPS := $(STAMP) $(call pyspark_venv,$(OLDEST_PYSPARK))/.installed-stamp \
-	$(call pyspark_venv,$(CLIENT_PYSPARK))/.installed-stamp $(CLIENT_STAMP) $(NATS_STAMP)
+VENV_STAMPS := $(STAMP) $(PYSPARK_STAMPS) $(CLIENT_STAMP) $(NATS_STAMP)
 venvs:
 	@$(MAKE) --no-print-directory -j 3 --output-sync=target $(VENV_STAMPS)
 
 # The stages of make test. The main suite runs on two workers, one test file each at a
 # time (module fixtures stay whole; each worker has its own SparkSession). The other
 # stages (the adapter's fallback, the oldest nats-py, the oldest PySpark, the thin Connect
-# client) run one after another in a second lane beside it (scripts/stages.py): most
-# tests wait on servers, JVMs and timeouts, not on the CPU. TEST_LANES=1 runs every stage
+# client, the releases between) run one after another in a second lane beside it
+# (scripts/stages.py): most tests wait on servers, JVMs and timeouts, not on the CPU. TEST_LANES=1 runs every stage
 # in one lane; a stage runs alone as `make <stage>`. A stage still running after
-# STAGE_TIMEOUT seconds is stopped and fails (a hang must not eat CI's budget). The
-# releases between the oldest and the newest PySpark run by `make test-pysparks`
-# (about 11 minutes each: past make test's 35-minute budget on 2 cores).
+# STAGE_TIMEOUT seconds is stopped and fails (a hang must not eat CI's budget).
 TEST_LANES ?= 2
 STAGE_TIMEOUT ?= 3600
+MIDDLE_RELEASES := $(filter-out $(OLDEST_PYSPARK),$(PYSPARK_RELEASES))
 OTHER_STAGES := test-fallback test-nats test-nats-fallback test-pyspark$(OLDEST_PYSPARK) test-client \
-	test-chaos
-MIDDLE_STAGES := $(filter-out test-pyspark$(OLDEST_PYSPARK),$(PYSPARK_RELEASES:%=test-pyspark%))
+	$(MIDDLE_RELEASES:%=test-middle%) test-chaos
+MIDDLE_STAGES := $(MIDDLE_RELEASES:%=test-pyspark%)
 test: test-services venvs lint
 ifeq ($(TEST_LANES),1)
 	$(PYTHON) scripts/stages.py --timeout $(STAGE_TIMEOUT) --lane "test-main $(OTHER_STAGES)"
@@ -177,6 +194,12 @@ test-nats: $(NATS_STAMP)
 
 test-nats-fallback: $(NATS_STAMP)
 	ONCESTREAM_NATS_FASTPATH=0 $(NATS_BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider $(NATS_TESTS)
+
+# The part of them make test runs on a release between the oldest and the newest.
+test-middle%: .venv-pyspark%/.installed-stamp
+	PYSPARK_PYTHON=$(abspath .venv-pyspark$*/bin/python) PYSPARK_DRIVER_PYTHON=$(abspath .venv-pyspark$*/bin/python) \
+		.venv-pyspark$*/bin/pytest -n 2 --dist loadfile -q -p no:cacheprovider \
+		-k "$(MIDDLE_SELECT)" $(MIDDLE_TESTS)
 
 # The Spark guarantee tests on one of PYSPARK_RELEASES, in its venv (make test-pyspark4.1.4).
 test-pyspark%: .venv-pyspark%/.installed-stamp

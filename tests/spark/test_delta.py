@@ -205,16 +205,25 @@ def test_delta_rs_errors_are_delta_write_errors(spark: Any, tmp_path: Path) -> N
 
 
 def run_job(
-    url: str, table: Path, checkpoint: Path, sink: str, kill: str, out: list[str] | None = None
+    url: str,
+    table: Path,
+    checkpoint: Path,
+    sink: str,
+    kill: str,
+    out: list[str] | None = None,
+    read_after: Path | None = None,
 ) -> int:
     """Run tests/spark/_delta_driver_job.py; its exit code (-9: killed at the planted point).
 
-    ``out``: filled with the lines the job printed.
+    ``out``: filled with the lines the job printed. ``read_after``: a run that ends
+    prints the rows of TABLE and of this second table, read by its Spark session.
     """
     path = os.pathsep.join((str(ROOT / "src"), str(ROOT)))
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=path)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     args = (url, str(table), str(checkpoint), sink, kill)
+    if read_after is not None:
+        args = (*args, str(read_after))
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.spark._delta_driver_job", *args],
         cwd=ROOT,
