@@ -219,7 +219,7 @@ def with_stream_settings(func: Callable[..., T]) -> Callable[..., T]:
     ``changes``: the raw config keys of the flags given, validated (:func:`_changes`).
 
     As :func:`~oncestream.cli._connect_flags.with_connect_options`: Typer reads the
-    rewritten signature, so ``--help`` and the README's table list the flags in place.
+    rewritten signature, so ``--help`` and docs/cli.md's table list the flags in place.
     """
     signature = inspect.signature(func, eval_str=True)
     own = [p for p in signature.parameters.values() if p.name != "changes"]

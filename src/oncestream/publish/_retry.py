@@ -72,7 +72,7 @@ class RetryTable:
 
         An earlier send of this msg id is still being replicated (e.g. no quorum):
         the outcome is unknown, as with no answer, so re-send after an ack timeout
-        (found by the fault campaign, torture/, issue 11; before, the publish failed
+        (found by the fault campaign, torture/; before, the publish failed
         although the first send was stored once quorum was back).
         """
         if entry.attempts >= self.options.max_attempts:
