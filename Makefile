@@ -78,7 +78,7 @@ FALLBACK_TESTS := tests/integration/test_nats_adapter.py tests/integration/test_
 # killed before Spark's commit (the sink), and foreachBatch's crash after the commit on
 # SQLite (which query a batch belongs to is read from Spark), on classic Spark; Connect
 # on 4.2 runs through the thin client's server (test-client). `make test-pysparks` runs
-# them the oldest's full set (about 11 minutes each on 2 cores).
+# them the oldest's full set.
 OLDEST_PYSPARK := 4.0.0
 PYSPARK_RELEASES := $(OLDEST_PYSPARK) 4.1.4 4.2.0
 SPARK_RELEASE_SKIP := not fast and not atomic and not (kill and connect)
