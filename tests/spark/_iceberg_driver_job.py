@@ -3,8 +3,10 @@
 Usage: python tests/spark/_iceberg_driver_job.py URL WAREHOUSE CHECKPOINT KILL [REMOTE]
   KILL  none | before:N (SIGKILL the driver in micro-batch N's function, before the
         Iceberg commit) | after:N (after the Iceberg commit, before Spark's commit log)
-        | read: Spark reads table lake.orders through Iceberg's Spark runtime
-        (tests/spark/_iceberg_spark.py) and prints ``ROWS <count> <distinct>``
+        | none+read: a run to the end whose classic session then reads table
+        lake.orders through Iceberg's Spark runtime (tests/spark/_iceberg_spark.py) and
+        writes ``ROWS <count> <distinct>`` to ``spark-rows`` beside the checkpoint
+        (one driver runs and reads: each driver is a JVM start)
   REMOTE  a Spark Connect server's sc:// URL (default: a classic local session)
 
 IN is read from the earliest message in batches of 500 (tests/spark/_batched_source.py).
@@ -49,22 +51,19 @@ class KillAt:
 def main() -> None:
     url, warehouse, checkpoint, kill = sys.argv[1:5]
     remote = sys.argv[5] if len(sys.argv) > 5 else None
-    if kill == "read":
-        from oncestream.spark import local_session
+    kill, plus, read = kill.partition("+")
+    conf: dict[str, str] = {}
+    if plus and read == "read":
         from tests.spark._iceberg_spark import iceberg_spark_conf
 
-        spark = local_session("iceberg-read", conf=iceberg_spark_conf(warehouse))
-        rows = spark.table("oncestream.lake.orders")
-        print("ROWS", rows.count(), rows.select("sequence").distinct().count(), flush=True)
-        spark.stop()
-        return
+        conf = iceberg_spark_conf(warehouse)
     from oncestream.spark import iceberg
     from tests.spark._batched_source import batched_read, run_until_caught_up
 
     if remote is None:
         from oncestream.spark import local_session
 
-        spark = local_session("iceberg-kill-job")
+        spark = local_session("iceberg-kill-job", conf=conf)
     else:
         from pyspark.sql import SparkSession
 
@@ -79,6 +78,11 @@ def main() -> None:
     query = run_until_caught_up(writer.option("checkpointLocation", checkpoint))
     if query.exception() is not None:
         raise SystemExit(f"query failed: {query.exception()}")
+    if conf:
+        rows = spark.table("oncestream.lake.orders")
+        counted = f"ROWS {rows.count()} {rows.select('sequence').distinct().count()}\n"
+        with open(os.path.join(os.path.dirname(checkpoint), "spark-rows"), "w") as f:
+            f.write(counted)
     spark.stop()
 
 
