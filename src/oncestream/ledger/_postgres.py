@@ -7,7 +7,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from .._dsn import postgres_url
 from .._errors import ConfigError, LedgerError
@@ -279,6 +279,9 @@ class PostgresLedger(Ledger):
             Row triggers still fire for every row, but ``AFTER`` ones at the end of
             their merged INSERT, and statement triggers fire once per merged INSERT:
             leave it off for tables whose triggers count on one row per statement.
+            ``"auto"``: merge only into plain tables without triggers (a foreign key's
+            included) or rules, as the database says at the first insert into each
+            table in each batch (one round trip a table and batch).
 
     Example::
 
@@ -297,15 +300,15 @@ class PostgresLedger(Ledger):
         msg_id_retention: float = 7 * 86400.0,
         tables: bool = True,
         pipeline: bool = True,
-        merge_inserts: bool = False,
+        merge_inserts: bool | Literal["auto"] = False,
     ) -> None:
         self.url = postgres_url(url) if split_url(url) is not None else url
         self.tables = tables
         if not isinstance(pipeline, bool):
             raise ConfigError(f"pipeline must be True or False, got {pipeline!r}")
         self.pipeline = pipeline
-        if not isinstance(merge_inserts, bool):
-            raise ConfigError(f"merge_inserts must be True or False, got {merge_inserts!r}")
+        if not isinstance(merge_inserts, bool) and merge_inserts != "auto":
+            raise ConfigError(f"merge_inserts must be True, False or 'auto', got {merge_inserts!r}")
         self.merge_inserts = merge_inserts
         self.key = check_key(key)
         self.msg_id_retention = msg_id_retention
