@@ -132,12 +132,14 @@ def _merge_head(sql: str) -> str | None:
 #: ``to_regclass`` raises on some other spellings, which would fail the batch).
 _IDENT = r'(?:"[^"\x00]+"|[A-Za-z_][A-Za-z0-9_$]*)'
 _TABLE = re.compile(rf"\s*insert\s+into\s+({_IDENT}(?:\s*\.\s*{_IDENT})?)\s*\(", re.I)
-#: Whether a table takes merged inserts unseen (``"auto"``): a plain table that has no
-#: triggers and no rules. ``relhastriggers`` counts the internal ones of a foreign key
-#: too (their checks would run at the end of a merged INSERT) and stays set until a
-#: VACUUM after its last trigger is dropped: both only keep a table unmerged.
+#: Whether a table takes merged inserts unseen (``"auto"``): a plain table (not a view,
+#: nor a partitioned table, whose partitions may have triggers) without triggers, rules
+#: or row-level security (a policy's subquery would not see the rows merged before its
+#: own). ``relhastriggers`` counts a foreign key's internal triggers too (their checks
+#: would run at the end of a merged INSERT).
 _PLAIN_TABLE = (
     "SELECT c.relkind = 'r' AND NOT c.relhastriggers AND NOT c.relhasrules"
+    " AND NOT c.relrowsecurity"
     " FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass(%s)"
 )
 
