@@ -96,3 +96,12 @@ def test_auto_asks_about_the_table_as_written_when_it_is_a_plain_name(
     sql: str, table: str | None
 ) -> None:
     assert _merge_table(sql) == table
+
+
+@pytest.mark.parametrize("bad", ["yes", "AUTO", 1, None])
+def test_merge_inserts_takes_true_false_or_auto(bad: object) -> None:
+    from oncestream import ConfigError, PostgresLedger
+
+    assert PostgresLedger("postgresql://app@db/x").merge_inserts == "auto"
+    with pytest.raises(ConfigError, match=r"merge_inserts must be True, False or 'auto', got "):
+        PostgresLedger("postgresql://app@db/x", merge_inserts=bad)  # type: ignore[arg-type]
