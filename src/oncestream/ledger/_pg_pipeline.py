@@ -290,8 +290,9 @@ class PipelinedWrites:
             again when the block fails, as their Parse may not have run).
         merge: send consecutive one-row ``INSERT ... VALUES (%s, ...)`` of one statement
             as multi-row INSERTs (``PostgresLedger(merge_inserts=True)``); ``"auto"``:
-            only into plain tables without triggers or rules, as the server says at
-            the first such insert into each table in the block (a round trip).
+            only into plain tables without triggers, rules or row-level security, as
+            the server says after the first such insert into each table in the block
+            (a round trip; that insert is sent as it is).
     """
 
     def __init__(
