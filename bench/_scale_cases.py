@@ -37,6 +37,7 @@ CASES = (
     "processor-sqlite-ackall",
     "processor-postgres",
     "processor-postgres-merge",
+    "processor-postgres-each",
     "processor-postgres-batch",
     "spark-source",
     "spark-sink",
@@ -108,6 +109,10 @@ async def _producer(url: str, n: int, stream: str, batch: int) -> dict[str, Any]
     return {"rate": n / elapsed, "seconds": elapsed, "batch_size": batch}
 
 
+#: PostgresLedger(merge_inserts=...) of a case (none: the default).
+_MERGE = {"processor-postgres-merge": True, "processor-postgres-each": False}
+
+
 def _pg_insert(msg: Any, tx: Any) -> None:
     tx.execute("INSERT INTO effects (body) VALUES (%s)", (msg.data,))
 
@@ -127,12 +132,12 @@ async def processor_case(
     *,
     batched: bool = False,
     ack_policy: str = "explicit",
-    merge_inserts: bool = False,
+    merge_inserts: bool | str | None = None,
 ) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     extra: dict[str, Any] = {"ack_policy": ack_policy}
     suffix = ("_batch" if batched else "") + ("_ackall" if ack_policy == "all" else "")
-    suffix += "_merge" if merge_inserts else ""
+    suffix += {None: "", True: "_merge", False: "_each"}.get(merge_inserts, "")
     async with await connect(ConnectOptions(servers=(url,))) as conn:
         if pg_url is None:
             ledger: Any = sqlite_ledger(work)
@@ -148,7 +153,8 @@ async def processor_case(
             )
         else:
             # (Only when set: the case runs against older oncestreams too.)
-            ledger = PostgresLedger(pg_url, **({"merge_inserts": True} if merge_inserts else {}))
+            options = {} if merge_inserts is None else {"merge_inserts": merge_inserts}
+            ledger = PostgresLedger(pg_url, **options)
             ledger.open()
             ledger.connection.execute("CREATE TABLE effects (id BIGSERIAL PRIMARY KEY, body BYTEA)")
             ledger.connection.commit()
@@ -242,7 +248,7 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
                 pg_url,
                 batched=batched,
                 ack_policy=policy,
-                merge_inserts=args.case.endswith("-merge"),
+                merge_inserts=_MERGE.get(args.case),
             )
         )
     if args.case == "spark-source":

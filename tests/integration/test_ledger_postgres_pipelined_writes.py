@@ -259,3 +259,79 @@ def test_merged_inserts_keep_the_order_of_everything_around_them(postgres_url: s
         # Sequence values in the order of the calls, as one insert each would give them.
         ids = check.execute("SELECT n FROM effects ORDER BY id").fetchall()
         assert [n for (n,) in ids] == [*range(1, 301), 1000, 1001]
+
+
+def _binds(trace: Path) -> int:
+    """Bind messages the client sent (one per statement executed)."""
+    return sum(
+        1 for line in trace.read_text().splitlines() if "\tF\t" in line and "\tBind\t" in line
+    )
+
+
+def test_auto_merges_only_into_plain_tables_without_triggers_or_rules(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """``merge_inserts="auto"``: a table with an ``AFTER`` row trigger (each firing sees
+    the rows of its own statement: one, then two, ...) and one with a foreign key (checked
+    at the end of each statement) get one INSERT a call, as without merging; a plain
+    table's run of inserts goes out as multi-row INSERTs (fewer statements than rows);
+    a trigger created between two batches is seen by the second."""
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("CREATE TABLE plain (n INT)")
+        admin.execute("CREATE TABLE watched (n INT)")
+        admin.execute("CREATE TABLE saw (t TEXT, n INT, seen BIGINT)")
+        admin.execute(  # the rows of its table this firing sees
+            "CREATE FUNCTION record_seen() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " DECLARE c BIGINT; BEGIN"
+            " EXECUTE format('SELECT count(*) FROM %I', TG_TABLE_NAME) INTO c;"
+            " INSERT INTO saw VALUES (TG_TABLE_NAME, NEW.n, c); RETURN NULL; END $$"
+        )
+        admin.execute(
+            "CREATE TRIGGER w AFTER INSERT ON watched FOR EACH ROW EXECUTE FUNCTION record_seen()"
+        )
+        admin.execute("CREATE TABLE nodes (id INT PRIMARY KEY, parent INT REFERENCES nodes)")
+    led = PostgresLedger(postgres_url, merge_inserts="auto")
+    led.open()
+    trace = tmp_path / "libpq.trace"
+
+    def batch(seq: int, table: str, rows: int) -> int:
+        """Insert 1..rows into table in one batch; the statements it cost."""
+        tx = led.begin()
+        tx.claim([LedgerEntry("S", seq)])
+        with trace.open("w") as out:
+            led.connection.pgconn.trace(out.fileno())
+            try:
+                with tx.pipeline():
+                    for n in range(1, rows + 1):
+                        tx.execute(f"INSERT INTO {table} (n) VALUES (%s)", (n,))
+            finally:
+                led.connection.pgconn.untrace()
+        tx.commit()
+        return _binds(trace)
+
+    try:
+        assert batch(1, "plain", 300) < 30, "a plain table's inserts merged"
+        assert batch(2, "watched", 20) >= 20
+        # A row referring to one inserted after it: refused at the end of its own
+        # statement (merged into one statement with the other, it would pass).
+        tx = led.begin()
+        tx.claim([LedgerEntry("S", 3)])
+        with pytest.raises(psycopg.errors.ForeignKeyViolation), tx.pipeline():
+            for row in ((10, None), (1, 2), (2, None)):  # the first one asks about the table
+                tx.execute("INSERT INTO nodes (id, parent) VALUES (%s, %s)", row)
+        tx.rollback()
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(
+                "CREATE TRIGGER p AFTER INSERT ON plain FOR EACH ROW EXECUTE FUNCTION record_seen()"
+            )
+        assert batch(4, "plain", 20) >= 20, "the trigger created since the last batch is seen"
+    finally:
+        led.close()
+    with psycopg.connect(postgres_url) as check:
+        seen = check.execute("SELECT t, n, seen FROM saw ORDER BY t, n").fetchall()
+        assert check.execute("SELECT count(*) FROM plain").fetchone() == (320,)
+    # Each firing saw its own row and those of the statements before it (merged, the
+    # rows of one INSERT would all see the last of them).
+    assert seen == [("plain", n, 300 + n) for n in range(1, 21)] + [
+        ("watched", n, n) for n in range(1, 21)
+    ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from oncestream.ledger._pg_pipeline import _merge_head, _merged_sql, _plan
+from oncestream.ledger._pg_pipeline import _merge_head, _merge_table, _merged_sql, _plan
 
 
 @pytest.mark.parametrize(
@@ -76,3 +76,32 @@ def test_a_merged_insert_numbers_its_rows_placeholders_in_order() -> None:
     assert _merged_sql("INSERT INTO t (a, b) VALUES ", 2, 3) == (
         b"INSERT INTO t (a, b) VALUES ($1, $2), ($3, $4), ($5, $6)"
     )
+
+
+@pytest.mark.parametrize(
+    ("sql", "table"),
+    [
+        ("INSERT INTO effects (a) VALUES (%s)", "effects"),
+        ("  insert into app.effects(a) values (%s)", "app.effects"),
+        ('INSERT INTO "App" . "My Effects" ("a") VALUES (%s)', '"App" . "My Effects"'),
+        ("INSERT INTO t$1 (a) VALUES (%s)", "t$1"),
+        # Spellings that to_regclass may refuse (it would fail the batch): never merged.
+        ("INSERT INTO t AS x (a) VALUES (%s)", None),
+        ("INSERT INTO db.s.t (a) VALUES (%s)", None),
+        ('INSERT INTO "a""b" (a) VALUES (%s)', None),
+        ("INSERT INTO tâble (a) VALUES (%s)", None),
+    ],
+)
+def test_auto_asks_about_the_table_as_written_when_it_is_a_plain_name(
+    sql: str, table: str | None
+) -> None:
+    assert _merge_table(sql) == table
+
+
+@pytest.mark.parametrize("bad", ["yes", "AUTO", 1, None])
+def test_merge_inserts_takes_true_false_or_auto(bad: object) -> None:
+    from oncestream import ConfigError, PostgresLedger
+
+    assert PostgresLedger("postgresql://app@db/x").merge_inserts == "auto"
+    with pytest.raises(ConfigError, match=r"merge_inserts must be True, False or 'auto', got "):
+        PostgresLedger("postgresql://app@db/x", merge_inserts=bad)  # type: ignore[arg-type]

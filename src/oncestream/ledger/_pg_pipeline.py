@@ -127,6 +127,29 @@ def _merge_head(sql: str) -> str | None:
     return None if match is None else match.group(1)
 
 
+#: The table of ``INSERT INTO <table> (``: a name, or a schema-qualified one, of plain or
+#: quoted identifiers (anything else, an alias included, is never merged by ``"auto"``:
+#: ``to_regclass`` raises on some other spellings, which would fail the batch).
+_IDENT = r'(?:"[^"\x00]+"|[A-Za-z_][A-Za-z0-9_$]*)'
+_TABLE = re.compile(rf"\s*insert\s+into\s+({_IDENT}(?:\s*\.\s*{_IDENT})?)\s*\(", re.I)
+#: Whether a table takes merged inserts unseen (``"auto"``): a plain table (not a view,
+#: nor a partitioned table, whose partitions may have triggers) without triggers, rules
+#: or row-level security (a policy's subquery would not see the rows merged before its
+#: own). ``relhastriggers`` counts a foreign key's internal triggers too (their checks
+#: would run at the end of a merged INSERT).
+_PLAIN_TABLE = (
+    "SELECT c.relkind = 'r' AND NOT c.relhastriggers AND NOT c.relhasrules"
+    " AND NOT c.relrowsecurity"
+    " FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass(%s)"
+)
+
+
+def _merge_table(sql: str) -> str | None:
+    """The table a mergeable one-row insert writes, as written (None: not a plain name)."""
+    match = _TABLE.match(sql)
+    return None if match is None else match.group(1)
+
+
 def _plan(sql: str) -> tuple[bytes, int] | None:
     """``sql`` with ``$1..$n`` for its ``%s`` (and ``%`` for ``%%``), and n; None when
     it is not a write without rows or has another placeholder (``%(name)s``, ``%b``)."""
@@ -266,7 +289,10 @@ class PipelinedWrites:
             (kept by the ledger across batches; names prepared here are dropped
             again when the block fails, as their Parse may not have run).
         merge: send consecutive one-row ``INSERT ... VALUES (%s, ...)`` of one statement
-            as multi-row INSERTs (``PostgresLedger(merge_inserts=True)``).
+            as multi-row INSERTs (``PostgresLedger(merge_inserts=True)``); ``"auto"``:
+            only into plain tables without triggers, rules or row-level security, as
+            the server says after the first such insert into each table in the block
+            (a round trip; that insert is sent as it is).
     """
 
     def __init__(
@@ -275,7 +301,7 @@ class PipelinedWrites:
         pipeline: Any,
         prepared: dict[tuple[Any, ...], bytes],
         *,
-        merge: bool = False,
+        merge: bool | str = False,
     ) -> None:
         from psycopg.adapt import PyFormat, Transformer
 
@@ -292,7 +318,10 @@ class PipelinedWrites:
         self._buffered = 0  # estimated bytes sent to libpq since the last Sync
         self._ignore = PipelinedResult(None)
         #: Merging: consecutive one-row inserts of one statement, not sent yet.
-        self.merge = merge
+        self.merge = bool(merge)
+        #: ``"auto"``: per table written, whether it takes merged inserts (None: ask).
+        self._tables: dict[str, bool] | None = {} if merge == "auto" else None
+        self._asking: str | None = None
         self.group: list[PipelinedResult] = []
         self._group_key: tuple[str, Any] | None = None
         self._group_values: list[Any] = []
@@ -354,14 +383,37 @@ class PipelinedWrites:
         self._buffered += size
         if size > _SYNC_EVERY:
             self.sync()  # a write larger than the threshold: its Sync right behind it
+        if self._asking is not None:
+            self._ask(self._asking)
         return result
 
     def _head(self, sql: str) -> str | None:
         try:
             return self._heads[sql]
         except KeyError:
-            head = self._heads[sql] = _merge_head(sql)
-            return head
+            pass
+        head = _merge_head(sql)
+        if head is not None and self._tables is not None:
+            table = _merge_table(sql)
+            plain = None if table is None else self._tables.get(table, None)
+            if table is not None and plain is None:
+                # Sent as one insert (which takes the table's lock: no trigger can be
+                # created until the transaction ends), the table asked about behind it.
+                self._asking = table
+                return None
+            if not plain:
+                head = None
+        self._heads[sql] = head
+        return head
+
+    def _ask(self, table: str) -> None:
+        """``"auto"``: learn whether ``table`` takes merged inserts (a round trip)."""
+        assert self._tables is not None
+        self._asking = None
+        cursor = self.connection.execute(_PLAIN_TABLE, (table,))
+        self.wait_results()  # with a Sync (see sync_not_flush), as every read here
+        row = cursor.fetchone()
+        self._tables[table] = bool(row is not None and row[0])
 
     def _add_row(self, key: tuple[str, Any], head: str, values: Any, count: int) -> PipelinedResult:
         """Queue one row of a mergeable insert (sent with its neighbours by :meth:`send_group`)."""
