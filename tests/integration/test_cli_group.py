@@ -119,6 +119,12 @@ async def test_cli_members_status_and_doctor(nats_server, conn, tmp_path: Path) 
             await _stop(proc)
     ids = _applied(tmp_path)
     assert sorted(ids) == list(range(300)), "every message applied exactly once"
+    # tail shows the stored subjects; a --subject on the published ones reads every partition.
+    tailed = cli(url, "tail", "JOBS", "--subject", "jobs.k1", "--from", "1", "--json")
+    assert tailed.exit_code == 0, tailed.output
+    lines = [json.loads(line) for line in tailed.stdout.splitlines()]
+    assert len(lines) == 15 and {m["subject"].split(".", 1)[1] for m in lines} == {"jobs.k1"}
+    assert lines[0]["subject"].split(".")[0].isdigit()
 
 
 async def test_partitioning_a_stream_in_place_keeps_what_it_holds(

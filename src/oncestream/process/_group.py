@@ -290,7 +290,9 @@ class GroupMember:
     async def _loop(self, membership: Membership | None) -> None:
         assert self.partitioning is not None
         count = self.partitioning.partitions
+        rounds = 0
         while not self._stop.is_set() and self._fatal is None:
+            rounds += 1
             wanted = self._wanted
             if membership is None:
                 assert self.options.static is not None
@@ -300,7 +302,10 @@ class GroupMember:
                     self._publish_status()
                     await membership.beat(self.stats.status())
                     live = set(await membership.members()) | {self.member}
-                    wanted = assign(count, live)[self.member]
+                    # Members started together see each other from their second round:
+                    # the first only announces this one (else each would start every
+                    # partition, then hand most back).
+                    wanted = assign(count, live)[self.member] if rounds > 1 else None
                 except OncestreamError as exc:
                     # The partitions stay as they are: their pins and fences still hold.
                     self._notes.log(logging.WARNING, "membership", "%s: membership: %s", self, exc)
