@@ -183,7 +183,7 @@ async def test_partitioning_a_stream_in_place_keeps_what_it_holds(
         (["--static-member", "2/2"], "0 <= index < count"),
         (["--static-member", "x"], "--static-member must be I/N"),
         (["--after", "old"], "--after applies only with --member"),
-        (["--member", "a.b"], "member must be"),
+        (["--member", "a.b"], "member: 'a.b' is not a valid consumer name"),
         (["--member", "a", "--member-ttl", "0.5s"], "member_ttl must be whole seconds"),
     ],
 )
