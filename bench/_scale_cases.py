@@ -36,6 +36,7 @@ CASES = (
     "processor-sqlite-batch",
     "processor-sqlite-ackall",
     "processor-postgres",
+    "processor-postgres-merge",
     "processor-postgres-batch",
     "spark-source",
     "spark-sink",
@@ -126,10 +127,12 @@ async def processor_case(
     *,
     batched: bool = False,
     ack_policy: str = "explicit",
+    merge_inserts: bool = False,
 ) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     extra: dict[str, Any] = {"ack_policy": ack_policy}
     suffix = ("_batch" if batched else "") + ("_ackall" if ack_policy == "all" else "")
+    suffix += "_merge" if merge_inserts else ""
     async with await connect(ConnectOptions(servers=(url,))) as conn:
         if pg_url is None:
             ledger: Any = sqlite_ledger(work)
@@ -144,7 +147,8 @@ async def processor_case(
                 ack_policy=ack_policy,
             )
         else:
-            ledger = PostgresLedger(pg_url)
+            # (Only when set: the case runs against older oncestreams too.)
+            ledger = PostgresLedger(pg_url, **({"merge_inserts": True} if merge_inserts else {}))
             ledger.open()
             ledger.connection.execute("CREATE TABLE effects (id BIGSERIAL PRIMARY KEY, body BYTEA)")
             ledger.connection.commit()
@@ -232,7 +236,13 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
             pg_url = args.pg_url
         return asyncio.run(
             processor_case(
-                args.url, args.n, args.stream, pg_url, batched=batched, ack_policy=policy
+                args.url,
+                args.n,
+                args.stream,
+                pg_url,
+                batched=batched,
+                ack_policy=policy,
+                merge_inserts=args.case.endswith("-merge"),
             )
         )
     if args.case == "spark-source":

@@ -7,8 +7,10 @@ Each stage is a Makefile target, run as ``make --no-print-directory <stage>``. T
 lane's output is shown as it comes; every other lane's is kept in a file and shown,
 whole and under the stage's name, when the stage ends. Every stage runs even after
 one failed (the report is complete); at the end a table gives each stage's lane, start,
-wall time, CPU time and exit status, and the run's wall time. Exit 0 when every stage passed, 1
-when one failed, 2 on bad usage.
+wall time, CPU time and exit status, and the run's wall time. A stage still running after
+``--timeout`` seconds is stopped (SIGTERM to its process group, SIGKILL 30 s later) and
+fails with exit 124: a hung stage must not eat the whole CI budget. Exit 0 when every
+stage passed, 1 when one failed, 2 on bad usage.
 
 Why lanes: most of the suite waits on JVMs, servers and timeouts, not on the CPU, so a
 second lane of the small stages (other PySpark and nats-py releases, the thin client)
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,25 +43,61 @@ class Result:
     code: int
 
 
-def _run(argv: list[str], log: Path | None) -> tuple[int, float]:
-    """Run ``argv`` (output to ``log``, else inherited); its exit code and CPU seconds."""
+def _run(argv: list[str], log: Path | None, timeout: float | None) -> tuple[int, float]:
+    """Run ``argv`` (output to ``log``, else inherited); its exit code and CPU seconds.
+
+    The stage runs in a process group of its own, so that a timeout stops all of it
+    (make, pytest, its workers and what they started) and nothing else.
+    """
     with open(log, "wb") if log is not None else open(os.devnull, "rb") as sink:
         out = sink if log is not None else None
-        proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=out and subprocess.STDOUT)
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, stdout=out, stderr=out and subprocess.STDOUT, start_new_session=True
+        )
+        fired = threading.Event()
+        timer = threading.Timer(timeout, _stop, (proc.pid, fired)) if timeout else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
         _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
+        if timer is not None:
+            timer.cancel()
+    proc.returncode = 124 if fired.is_set() else os.waitstatus_to_exitcode(status)
     return proc.returncode, usage.ru_utime + usage.ru_stime
 
 
+def _stop(pgid: int, fired: threading.Event) -> None:
+    """A stage past its timeout: SIGTERM to its group, SIGKILL to what is left 30 s later."""
+    fired.set()
+    sys.stderr.write(f"\nstages.py: a stage passed its timeout: stopping process group {pgid}\n")
+    for sig, wait in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 0.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.5)  # polling another process group's exit: no event to await
+
+
 def run_lane(
-    lane: int, stages: list[str], t0: float, results: list[Result], out: Path | None
+    lane: int,
+    stages: list[str],
+    t0: float,
+    results: list[Result],
+    out: Path | None,
+    timeout: float | None = None,
 ) -> None:
     make = os.environ.get("MAKE", "make")
     for stage in stages:
         start = time.monotonic()
         # The first lane's output is shown as it comes; the others' once a stage ends.
         log = out / f"{stage}.log" if out is not None else None
-        code, cpu = _run([make, "--no-print-directory", stage], log)
+        code, cpu = _run([make, "--no-print-directory", stage], log, timeout)
         wall = time.monotonic() - start
         results.append(Result(stage, lane, start - t0, wall, cpu, code))  # GIL-atomic
         if log is not None:
@@ -73,7 +112,12 @@ def run_lane(
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="scripts/stages.py", description=__doc__.split("\n")[0])
     parser.add_argument("--lane", action="append", default=[], help="stages, space-separated")
+    parser.add_argument(
+        "--timeout", type=float, default=None, help="seconds a stage may run (default: no limit)"
+    )
     args = parser.parse_args(argv)
+    if args.timeout is not None and args.timeout <= 0:
+        parser.error(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
     lanes = [lane.split() for lane in args.lane if lane.split()]
     if not lanes:
         parser.error("give at least one --lane")
@@ -82,7 +126,8 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="oncestream-stages-") as tmp:
         threads = [
             threading.Thread(
-                target=run_lane, args=(i, stages, t0, results, Path(tmp) if i else None)
+                target=run_lane,
+                args=(i, stages, t0, results, Path(tmp) if i else None, args.timeout),
             )
             for i, stages in enumerate(lanes)
         ]

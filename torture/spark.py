@@ -28,18 +28,34 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from oncestream import connect
 from oncestream.streams import StreamSpec, ensure_stream
 
 from .faults import Outcome, not_yet
 from .nemesis import Fault, Worker, wait_state
-
-if TYPE_CHECKING:
-    from .trial import Trial
+from .topology import Topology
 
 KINDS = ("spark-kill", "spark-pause", "pyworker-kill", "pyworker-pause")
+
+
+class TrialView(Protocol):
+    """What a Spark trial uses of :class:`torture.trial.Trial` (which holds a SparkPart)."""
+
+    topo: Topology | None
+
+    async def message_count(self, target: dict[str, Any], stream: str) -> int:
+        """Messages in ``stream`` at ``target`` (0 while unknown)."""
+        ...
+
+    async def stream_keys(
+        self, target: dict[str, Any], stream: str, *, strict: bool = False
+    ) -> list[str]:
+        """Keys of ``stream`` at ``target``."""
+        ...
+
+
 TARGET = "spark"
 OUT_STREAM, OUT_SUBJECT = "SO", "so"
 COMMITS_STREAM = "SPARK_COMMITS"
@@ -234,7 +250,7 @@ class SparkPart:
         self.paused: dict[Fault, int] = {}  # pyworker-pause: the stopped worker's PID
         self.t0 = 0.0
 
-    def start(self, trial: Trial) -> SparkWorker:
+    def start(self, trial: TrialView) -> SparkWorker:
         """Start the driver (its JVM boots while the servers start)."""
         assert trial.topo is not None
         target = trial.topo.processor_target()
@@ -259,7 +275,7 @@ class SparkPart:
         self.t0 = time.monotonic()
         return self.worker
 
-    async def create_streams(self, trial: Trial) -> None:
+    async def create_streams(self, trial: TrialView) -> None:
         """The output and commits streams, next to the processed stream."""
         assert trial.topo is not None
         topo = trial.topo
@@ -341,7 +357,7 @@ class SparkPart:
             except ProcessLookupError:
                 pass  # the worker ended meanwhile (e.g. its task was cancelled)
 
-    async def drain(self, trial: Trial, processed: set[str], timeout: float = 120.0) -> None:
+    async def drain(self, trial: TrialView, processed: set[str], timeout: float = 120.0) -> None:
         """Until the output stream and the table hold every key of ``processed`` (what the
         job can read; the checker compares its outputs with the input); then SIGTERM,
         which the driver answers by stopping its queries (exit 0)."""

@@ -58,11 +58,12 @@ def handler(msg: Any, tx: Any) -> None:
 
 
 def _sabotage(mode: str) -> None:
-    """Switch the fence or the reset off in every process module that holds it (the
-    takeover's steps live in _pinning; the Processor imports them by name)."""
-    from oncestream.process import _pinning, _processor
+    """Switch the fence or the reset off where a pinned consumer's takeover runs them
+    (process/_pinning: PinnedGroup calls its module's take_over, reset_to_ack_floor and
+    OwnerCheck)."""
+    from oncestream.process import _pinning
 
-    modules = [_pinning, _processor]
+    modules = [_pinning]
     if mode == "no-fence":
 
         def no_take_over(*_args: Any, **_kwargs: Any) -> None:
@@ -109,7 +110,7 @@ async def main(url: str, ledger: str, name: str, stream: str, group: str, ttl: s
     _sabotage(os.environ.get("SABOTAGE", ""))
     out = logging.StreamHandler(sys.stdout)
     out.setFormatter(logging.Formatter("LOG %(name)s %(message)s"))
-    for logger in ("oncestream.processor", "oncestream.group"):
+    for logger in ("oncestream.process",):
         logging.getLogger(logger).addHandler(out)
         logging.getLogger(logger).setLevel(logging.INFO)
     conn = await connect(ConnectOptions(servers=(url,), reconnect_wait=0.1))

@@ -23,7 +23,9 @@ from oncestream.streams import StreamSpec
 from tests.spark._delta_spark import DeltaSparkUnsupported, delta_spark_version
 from tests.spark.test_delta import assert_each_row_once, batch_files, run_job
 
-pytestmark = pytest.mark.timeout(300)
+# Four or five Spark drivers, each resolving a runtime jar: past 300 s when make test
+# runs both lanes on 2 cores.
+pytestmark = pytest.mark.timeout(600)
 
 
 def test_delta_sink_killed_between_its_commit_and_sparks(

@@ -46,4 +46,4 @@ def test_table_lists_every_option_of_every_command() -> None:
                 if type(param).__name__.endswith("Option"):
                     assert param.opts[0] in row or param.opts[-1] in row, (name, sub, param.opts)
     demo = next(line for line in table.splitlines() if "`oncestream demo" in line)
-    assert demo.count("[--") == 8
+    assert demo.count("[--") == 9  # --output parquet|delta|iceberg is the ninth

@@ -13,6 +13,8 @@ from types import ModuleType
 
 import pytest
 
+from harness import ended
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -51,3 +53,25 @@ def test_no_lane_is_bad_usage() -> None:
     with pytest.raises(SystemExit) as exc:
         stages.main([])
     assert exc.value.code == 2
+
+
+def test_a_stage_past_its_timeout_is_stopped_whole_and_fails(tmp_path: Path) -> None:
+    """A hung stage (here a shell waiting on a child) is stopped with everything it
+    started, and fails with 124, instead of holding the run until CI's own limit."""
+    pidfile = tmp_path / "child.pid"
+    argv = ["sh", "-c", f"sleep 600 & echo $! > {pidfile}; wait"]
+    code, _ = stages._run(argv, tmp_path / "log", 1.0)
+    assert code == 124
+    child = int(pidfile.read_text())
+    assert ended(child, 10), "the child outlived it"
+
+
+def test_a_stage_within_its_timeout_keeps_its_exit_code(tmp_path: Path) -> None:
+    assert stages._run(["sh", "-c", "exit 3"], tmp_path / "log", 60.0)[0] == 3
+
+
+def test_a_non_positive_timeout_is_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        stages.main(["--timeout", "0", "--lane", "check-java"])
+    assert exc.value.code == 2
+    assert "--timeout must be a positive number of seconds, got 0" in capsys.readouterr().err

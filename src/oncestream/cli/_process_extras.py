@@ -14,7 +14,7 @@ from ..process import GroupMember, Processor
 from ..publish import Publisher
 from ..read import StartPosition
 
-log = logging.getLogger("oncestream.cli.process")
+log = logging.getLogger(__name__)
 
 __all__ = ["RecentRate", "metrics_endpoint", "start_position"]
 
@@ -44,7 +44,7 @@ def start_position(
         return None
     return StartPosition(
         seq=start_seq,
-        time=parse_time("--start-time", start_time) if start_time else None,
+        time=parse_time("--start-time", start_time) if start_time is not None else None,
         new_only=new_only,
     )
 

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
 from typing import Any
 
-from .._connection import connect
+from .._connection import Connection, connect
 from .._errors import ConfigError
 from .._options import ConnectOptions, parse_duration
 from ..ledger import Ledger, ledger_from_url
 from ..process import GroupMember, GroupOptions, GroupStats, Handler, ProcessorOptions
 from ._process_extras import RecentRate, metrics_endpoint
+from ._stopsignals import StopSignals
 
 __all__ = ["group_options", "group_priority", "run_group"]
 
-log = logging.getLogger("oncestream.cli.process")
+log = logging.getLogger(__name__)
 
 
 def group_priority(
@@ -83,6 +82,7 @@ def group_options(
 
 
 async def run_group(
+    stop: StopSignals,
     conn_options: ConnectOptions,
     stream: str,
     group: str,
@@ -95,28 +95,34 @@ async def run_group(
     metrics_port: int | None,
     metrics_host: str,
 ) -> GroupStats:
-    """Run one member until SIGTERM / Ctrl-C; return its stats."""
+    """Run one member until SIGTERM / Ctrl-C (``stop``); return its stats."""
 
     def ledger_for(partition: int) -> Ledger:
         return ledger_from_url(ledger.replace("{partition}", str(partition)), key=key)  # type: ignore[arg-type]
 
-    async with await connect(conn_options) as conn:
+    conn = await stop.unless_stopped(connect(conn_options), close=Connection.close)
+    if conn is None:
+        log.info("stop asked for while connecting: nothing was applied")
+        return GroupStats()
+    async with conn:
         member = GroupMember(
             conn, stream, group, handler, ledger=ledger_for, options=options,
             processor_options=proc_options,
         )  # fmt: skip
+        if stop.requested:
+            log.info("stop asked for before processing began: nothing was applied")
+            return member.stats
+        stop.on_stop(member.request_stop)
         exporter = metrics_endpoint(member, metrics_port, metrics_host)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, member.request_stop)
         reporter = asyncio.create_task(_report(member, progress))
         log.info("member %s of group %s/%s into %s", member.member, stream, group, ledger)
         try:
             stats = await member.run()
         finally:
             reporter.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reporter
+            # Waited for without suppressing CancelledError: that would swallow a
+            # cancellation of this task too.
+            await asyncio.wait({reporter})
             if exporter is not None:
                 exporter.close()
     log.info("stopped: member %s %s", member.member, stats.totals())

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Annotated, Any
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -38,6 +40,8 @@ app.add_typer(stream_app)
 
 #: The largest max_msg_size nats-server takes (an int32 in its stream config).
 INT32_MAX = 2**31 - 1
+
+T = TypeVar("T")
 
 Name = Annotated[str, typer.Argument(help="Stream name.", callback=stream_name)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
@@ -205,11 +209,7 @@ def _show(info: dict[str, Any], as_json: bool) -> None:
 
 
 def _changes(args: Mapping[str, Any]) -> dict[str, Any]:
-    """The raw config keys of the setting flags among a command's ``args`` (validated).
-
-    ``stream add`` and ``stream edit`` take the same setting flags and pass their
-    ``locals()``: the flags are named here once.
-    """
+    """The raw config keys of the setting flags in ``args`` (validated; unset ones left out)."""
     storage, replicas = args["storage"], args["replicas"]
     dupe_window, max_age = args["dupe_window"], args["max_age"]
     changes: dict[str, Any] = {
@@ -240,30 +240,72 @@ def _changes(args: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in changes.items() if v is not None}
 
 
+#: The setting flags ``stream add`` and ``stream edit`` share, named once.
+_SETTINGS: dict[str, Any] = {
+    "storage": Storage,
+    "replicas": Replicas,
+    "dupe_window": DupeWindow,
+    "retention": Retention,
+    "discard": Discard,
+    "max_age": MaxAge,
+    "max_msgs": MaxMsgs,
+    "max_bytes": MaxBytes,
+    "max_msgs_per_subject": MaxPerSubject,
+    "max_msg_size": MaxMsgSize,
+    "allow_direct": AllowDirect,
+    "allow_batched": AllowBatched,
+    "allow_atomic": AllowAtomic,
+    "allow_msg_schedules": AllowSchedules,
+}
+
+
+def with_stream_settings(func: Callable[..., T]) -> Callable[..., T]:
+    """Give a command every setting flag (before its ``--json``); it receives
+    ``changes``: the raw config keys of the flags given, validated (:func:`_changes`).
+
+    As :func:`~oncestream.cli._connect_flags.with_connect_options`: Typer reads the
+    rewritten signature, so ``--help`` and the README's table list the flags in place.
+    """
+    signature = inspect.signature(func, eval_str=True)
+    own = [p for p in signature.parameters.values() if p.name != "changes"]
+    at = next((i for i, p in enumerate(own) if p.name == "as_json"), len(own))
+    flags = [
+        inspect.Parameter(
+            name,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            default=False if name == "allow_msg_schedules" else None,
+            annotation=kind,
+        )
+        for name, kind in _SETTINGS.items()
+    ]
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        values = {name: kwargs.pop(name, None) for name in _SETTINGS}
+        return func(*args, changes=_changes(values), **kwargs)
+
+    parameters = [*own[:at], *flags, *own[at:]]
+    wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {
+        **{p.name: p.annotation for p in parameters},
+        "return": signature.return_annotation,
+    }
+    del wrapper.__wrapped__
+    return wrapper
+
+
 @stream_app.command("add")
 @cli_errors
 @with_connect_options
+@with_stream_settings
 def add_command(
     name: Name,
     subjects: Subjects = None,
-    storage: Storage = None,
-    replicas: Replicas = None,
-    dupe_window: DupeWindow = None,
-    retention: Retention = None,
-    discard: Discard = None,
-    max_age: MaxAge = None,
-    max_msgs: MaxMsgs = None,
-    max_bytes: MaxBytes = None,
-    max_msgs_per_subject: MaxPerSubject = None,
-    max_msg_size: MaxMsgSize = None,
-    allow_direct: AllowDirect = None,
-    allow_batched: AllowBatched = None,
-    allow_atomic: AllowAtomic = None,
-    allow_msg_schedules: AllowSchedules = False,
     partitions: Partitions = None,
     partition_key: PartitionKey = None,
     as_json: Json = False,
     *,
+    changes: dict[str, Any],
     options: ConnectOptions,
 ) -> None:
     """Create stream NAME (by default: file, 1 replica, 2m window, fast ingest on 2.14+)."""
@@ -272,7 +314,6 @@ def add_command(
         raise ConfigError(f"stream add {name}: give the subjects it captures with --subjects")
     if partition_key is not None and partitions is None:
         raise ConfigError("--partition-key applies only with --partitions; add --partitions N")
-    changes = _changes(locals())
     spec = StreamSpec(
         name=name,
         subjects=subject_list,
@@ -293,7 +334,7 @@ def add_command(
                     if exc.err_code != ErrCode.STREAM_NAME_EXIST:
                         raise
                     existing = await stream_info(conn, name)  # created meanwhile
-            if allow_batched is None:  # the default is no difference from an existing stream
+            if "allow_batched" not in changes:  # the default is no difference from an existing one
                 config.pop("allow_batched", None)
             differing = config_differences(existing.get("config") or {}, config)
             if differing:
@@ -314,27 +355,15 @@ def add_command(
 @stream_app.command("edit")
 @cli_errors
 @with_connect_options
+@with_stream_settings
 def edit_command(
     name: Name,
     subjects: Subjects = None,
-    storage: Storage = None,
-    replicas: Replicas = None,
-    dupe_window: DupeWindow = None,
-    retention: Retention = None,
-    discard: Discard = None,
-    max_age: MaxAge = None,
-    max_msgs: MaxMsgs = None,
-    max_bytes: MaxBytes = None,
-    max_msgs_per_subject: MaxPerSubject = None,
-    max_msg_size: MaxMsgSize = None,
-    allow_direct: AllowDirect = None,
-    allow_batched: AllowBatched = None,
-    allow_atomic: AllowAtomic = None,
-    allow_msg_schedules: AllowSchedules = False,
     partitions: Partitions = None,
     partition_key: PartitionKey = None,
     as_json: Json = False,
     *,
+    changes: dict[str, Any],
     options: ConnectOptions,
 ) -> None:
     """Change the given settings of stream NAME; the others stay as they are.
@@ -343,7 +372,6 @@ def edit_command(
     mapped; the ones stored before keep their subjects (see docs/production.md,
     "Scaling out").
     """
-    changes = _changes(locals())
     if subjects:
         changes["subjects"] = list(_split(subjects))
     if partition_key is not None and partitions is None:

@@ -140,7 +140,9 @@ def tail_command(
     start: Annotated[
         str,
         typer.Option(
-            "--from", metavar="SEQ|TIME|last:N", help="SEQ, TIME (ISO 8601 or '10m' ago) or last:N."
+            "--from",
+            metavar="SEQ|TIME|last:N",
+            help="SEQ, TIME (ISO 8601 with a zone, or '10m' ago) or last:N.",
         ),
     ] = "last:10",
     follow: Annotated[

@@ -39,9 +39,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from .._connection import Connection, connect
 from .._errors import (
@@ -73,7 +75,7 @@ from ._setup import check_handler, consumer_filters
 
 __all__ = ["GroupMember", "partition_consumer", "partition_ledgers"]
 
-log = logging.getLogger("oncestream.group")
+log = logging.getLogger(__name__)
 
 #: Seconds before a partition whose Processor stopped with an error is started again.
 _RESTART_DELAY = 1.0
@@ -105,12 +107,24 @@ def partition_ledgers(url: str) -> PartitionLedgers:
 
 
 class _Running:
-    """One partition's Processor and its task."""
+    """One partition's Processor and its task; :meth:`release` hands the partition back once."""
 
     def __init__(self, processor: Processor, task: asyncio.Task[ProcessorStats]) -> None:
         self.processor = processor
         self.task = task
-        self.releasing = False
+        self._release: asyncio.Task[None] | None = None
+
+    @property
+    def releasing(self) -> bool:
+        """Whether :meth:`release` was called."""
+        return self._release is not None
+
+    def release(self, how: Callable[[], Coroutine[Any, Any, None]]) -> asyncio.Task[None] | None:
+        """Start ``how()`` (finish, ack, unpin) the first time; None after that."""
+        if self._release is not None:
+            return None
+        self._release = asyncio.create_task(how())
+        return self._release
 
 
 class GroupMember:
@@ -369,13 +383,14 @@ class GroupMember:
                 continue
             self._start(partition)
         for partition in sorted(set(self._running) - set(wanted)):
-            running = self._running[partition]
-            if not running.releasing:
-                running.releasing = True
-                task = asyncio.create_task(self._release(partition, running))
-                self._releases.add(task)
-                task.add_done_callback(self._releases.discard)
+            self._hand_back(partition, self._running[partition])
         self._publish_status()
+
+    def _hand_back(self, partition: int, running: _Running) -> None:
+        task = running.release(functools.partial(self._release, partition, running))
+        if task is not None:
+            self._releases.add(task)
+            task.add_done_callback(self._releases.discard)
 
     def _start(self, partition: int) -> None:
         assert self.conn is not None and self.partitioning is not None
@@ -454,23 +469,14 @@ class GroupMember:
 
     async def _release_all(self) -> None:
         for partition, running in list(self._running.items()):
-            if not running.releasing:
-                running.releasing = True
-                task = asyncio.create_task(self._release(partition, running))
-                self._releases.add(task)
-                task.add_done_callback(self._releases.discard)
+            self._hand_back(partition, running)
         while self._releases:
             await asyncio.gather(*list(self._releases), return_exceptions=True)
 
     def _retire(self, partition: int, processor: Processor) -> None:
         for listener in self.processor_listeners:
             listener(processor, False)
-        stats = processor.stats
-        finished = self.stats.finished
-        for key in ("applied", "suppressed", "failed", "dead_lettered", "takeovers", "demotions"):
-            setattr(finished, key, getattr(finished, key) + getattr(stats, key))
-        if self.stats.processors.get(partition) is stats:
-            del self.stats.processors[partition]
+        self.stats.retire(partition, processor.stats)
 
     def _publish_status(self) -> None:
         self.stats.partitions = self.partitions

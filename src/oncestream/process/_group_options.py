@@ -18,6 +18,8 @@ __all__ = ["PRIORITY_GROUP", "GroupOptions", "GroupStats", "check_partition_opti
 
 #: The pinned priority group of every partition's consumer.
 PRIORITY_GROUP = "members"
+#: The Processors' counters a member sums (:meth:`GroupStats.totals`).
+TOTALS = ("applied", "suppressed", "failed", "dead_lettered", "takeovers", "demotions")
 
 
 def default_member_name() -> str:
@@ -142,18 +144,24 @@ class GroupStats:
     #: Partitions whose Processor stopped with an error and was started again.
     restarts: int = 0
     #: The Processors of partitions it no longer runs, summed (``totals`` adds the live ones).
-    finished: ProcessorStats = field(default_factory=ProcessorStats)
+    finished: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOTALS, 0))
     #: The Processor of each partition it runs now.
     processors: dict[int, ProcessorStats] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
 
     def totals(self) -> dict[str, int]:
         """Applied, suppressed, failed, dead-lettered and takeovers over every Processor."""
-        keys = ("applied", "suppressed", "failed", "dead_lettered", "takeovers", "demotions")
         return {
-            k: getattr(self.finished, k) + sum(getattr(s, k) for s in self.processors.values())
-            for k in keys
+            k: self.finished[k] + sum(getattr(s, k) for s in self.processors.values())
+            for k in TOTALS
         }
+
+    def retire(self, partition: int, stats: ProcessorStats) -> None:
+        """Fold the counters of partition's stopped Processor into :attr:`finished`."""
+        for key in TOTALS:
+            self.finished[key] += getattr(stats, key)
+        if self.processors.get(partition) is stats:
+            del self.processors[partition]
 
     def status(self) -> dict[str, Any]:
         """What this member writes in its membership key (``oncestream status`` reads it)."""

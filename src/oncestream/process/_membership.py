@@ -32,7 +32,7 @@ from ..streams import add_stream, last_message
 
 __all__ = ["BUCKET", "Membership", "bucket_stream", "group_members", "member_prefix"]
 
-log = logging.getLogger("oncestream.group")
+log = logging.getLogger(__name__)
 
 #: The KV bucket that holds the members of every group.
 BUCKET = "oncestream_groups"

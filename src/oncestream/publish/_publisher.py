@@ -75,7 +75,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AckTally", "KeyFunction", "PubAck", "Publisher", "PublisherOptions", "PublisherStats"]
 
-log = logging.getLogger("oncestream.publisher")
+log = logging.getLogger(__name__)
 
 # Write to the socket once this much is queued, even before the loop yields.
 WRITE_BATCH_BYTES = 64 * 1024
@@ -1155,7 +1155,7 @@ class Publisher:
 
 
 class _Lanes:
-    """The Publisher's methods its retry table and fast batches call (a ``Lanes``)."""
+    """The Publisher's methods its retry table and fast batches call (a ``BatchLanes``)."""
 
     def __init__(self, pub: Publisher) -> None:
         self.fail, self.queue, self.write_out = pub._fail, pub._enqueue, pub._write_out

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RetryTable"]
 
-log = logging.getLogger("oncestream.publisher")
+log = logging.getLogger(__name__)
 
 # Tokens of retried messages remembered to count the acks of their extra copies.
 _LATE_TOKENS = 100_000
