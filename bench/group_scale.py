@@ -30,6 +30,7 @@ import asyncio
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -42,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._cgroup import CpuCaps
 from bench._common import PAYLOAD_128, fresh_server, report
+from bench._cpu import cpu_seconds
 from bench.peers.kafka import PEERS
 
 from oncestream import ConnectOptions, Publisher, PublisherOptions, connect
@@ -98,6 +100,7 @@ async def _left(conn: Any, group: str, sizes: dict[int, int]) -> int:
 
 
 async def _run_group(
+    server_pid: int,
     url: str,
     sizes: dict[int, int],
     members: int,
@@ -108,7 +111,8 @@ async def _run_group(
     group = f"g{kind[0]}{members}{'c' if share else 'u'}{time.monotonic_ns() % 10**6}"
     work = Path(tempfile.mkdtemp(prefix="group-scale-"))
     procs: list[subprocess.Popen[str]] = []
-    samples: list[tuple[float, int]] = []
+    #: (seconds since start, messages left, server CPU s, members' CPU s)
+    samples: list[tuple[float, int, float, float]] = []
     try:
         for index in range(members):
             command = [sys.executable, str(HERE / "_group_member.py"), url, str(work),
@@ -119,7 +123,8 @@ async def _run_group(
             deadline = began + max(600.0, N / 500)
             while time.monotonic() < deadline:
                 left = await _left(conn, group, sizes)
-                samples.append((time.monotonic() - began, left))
+                cpu = sum(cpu_seconds(p.pid) for p in procs)
+                samples.append((time.monotonic() - began, left, cpu_seconds(server_pid), cpu))
                 if left == 0:
                     break
                 await asyncio.sleep(0.2)
@@ -135,14 +140,18 @@ async def _run_group(
                 proc.kill()
                 proc.wait()
         shutil.rmtree(work, ignore_errors=True)
-    t80 = next(t for t, left in samples if left <= 0.8 * N)
-    t20 = next(t for t, left in samples if left <= 0.2 * N)
+    at80 = next(s for s in samples if s[1] <= 0.8 * N)
+    at20 = next(s for s in samples if s[1] <= 0.2 * N)
+    done = at80[1] - at20[1]
     return {
         "members": members,
         "handler": kind,
         "cpu_share": share,
-        "rate": round(0.6 * N / max(t20 - t80, 1e-9), 1),
+        "rate": round(done / max(at20[0] - at80[0], 1e-9), 1),
         "seconds_to_done": round(samples[-1][0], 2),
+        # CPU per message between the two marks: where the time goes.
+        "server_us_per_msg": round((at20[2] - at80[2]) * 1e6 / max(done, 1), 2),
+        "members_us_per_msg": round((at20[3] - at80[3]) * 1e6 / max(done, 1), 2),
     }
 
 
@@ -153,7 +162,7 @@ def _spawn(command: list[str], share: float | None, caps: CpuCaps | None) -> sub
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, text=True)
 
 
-def _natsgo(url: str) -> dict[str, Any] | None:
+def _natsgo(url: str, server_pid: int) -> dict[str, Any] | None:
     if not NATSGO.exists():  # built as bench-peers builds it (Go module proxy, .peers/go)
         go = str(PEERS / "go")
         env = dict(
@@ -168,33 +177,56 @@ def _natsgo(url: str) -> dict[str, Any] | None:
         except (OSError, subprocess.CalledProcessError) as exc:
             print(f"nats.go reference not built ({NATSGO}): {exc}")
             return None
+    server0, own0 = cpu_seconds(server_pid), _children_cpu()
     out = subprocess.run(
         [str(NATSGO), "-url", url, "-stream", STREAM, "-n", str(N), "-cases", "consume"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
+    server_cpu, own_cpu = cpu_seconds(server_pid) - server0, _children_cpu() - own0
     for line in out.splitlines():
         if line.startswith("{"):
             data = json.loads(line)
-            return {"case": "nats.go jetstream Consume + ack", "rate": float(data["rate"])}
+            return {
+                "case": "nats.go jetstream Consume + ack",
+                "rate": float(data["rate"]),
+                # The whole run (consumer creation and start included).
+                "server_us_per_msg": round(server_cpu * 1e6 / N, 2),
+                "client_us_per_msg": round(own_cpu * 1e6 / N, 2),
+            }
     print(f"nats.go reference printed no result: {out[-500:]}")
     return None
 
 
+def _line(row: dict[str, Any]) -> str:
+    return (
+        f"{row['rate']:.0f} msg/s (CPU us/msg: server {row['server_us_per_msg']}, members "
+        f"{row['members_us_per_msg']})"
+    )
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 async def main() -> None:
     server = fresh_server()
+    assert server.pid is not None
     results: dict[str, Any] = {"capped": [], "uncapped": [], "natsgo": None}
     try:
         sizes = await _fill(server.url)
         with CpuCaps() as caps:
             for members in COUNTS:
-                row = await _run_group(server.url, sizes, members, "message", SHARE, caps)
+                row = await _run_group(
+                    server.pid, server.url, sizes, members, "message", SHARE, caps
+                )
                 results["capped"].append(row)
-                print(f"capped {SHARE:g} core x {members}: {row['rate']:.0f} msg/s")
+                print(f"capped {SHARE:g} core x {members}: {_line(row)}", flush=True)
         for members in COUNTS:
-            row = await _run_group(server.url, sizes, members, "batch", None, None)
+            row = await _run_group(server.pid, server.url, sizes, members, "batch", None, None)
             results["uncapped"].append(row)
-            print(f"uncapped x {members} (batch handler): {row['rate']:.0f} msg/s")
-        results["natsgo"] = _natsgo(server.url)
+            print(f"uncapped x {members} (batch handler): {_line(row)}", flush=True)
+        results["natsgo"] = _natsgo(server.url, server.pid)
     finally:
         server.close()
     one = results["capped"][0]["rate"]
@@ -251,16 +283,32 @@ def _markdown(record: dict[str, Any]) -> str:
         f"{record['n']:,} messages of 128 B over {record['keys']} keys, {record['partitions']} "
         f"partitions, SQLite ledger per partition, batch {record['batch']}.",
         "",
-        f"| members x {record['cpu_share']:g} core (per-message handler) | msg/s | efficiency |",
-        "|---|---|---|",
+        f"| members x {record['cpu_share']:g} core (per-message handler) | msg/s | efficiency "
+        "| server CPU us/msg | members CPU us/msg |",
+        "|---|---|---|---|---|",
     ]
     for row in record["capped"]:
-        lines.append(f"| {row['members']} | {row['rate']:,.0f} | {row['efficiency']:.2f} |")
-    lines += ["", "| uncapped, batch handler | msg/s |", "|---|---|"]
+        lines.append(
+            f"| {row['members']} | {row['rate']:,.0f} | {row['efficiency']:.2f} "
+            f"| {row['server_us_per_msg']} | {row['members_us_per_msg']} |"
+        )
+    lines += [
+        "",
+        "| uncapped, batch handler, explicit acks | msg/s | server CPU us/msg "
+        "| client CPU us/msg |",
+        "|---|---|---|---|",
+    ]
     for row in record["uncapped"]:
-        lines.append(f"| {row['members']} members | {row['rate']:,.0f} |")
+        lines.append(
+            f"| {row['members']} members | {row['rate']:,.0f} | {row['server_us_per_msg']} "
+            f"| {row['members_us_per_msg']} |"
+        )
     if record["natsgo"]:
-        lines.append(f"| nats.go jetstream Consume + ack | {record['natsgo']['rate']:,.0f} |")
+        go = record["natsgo"]
+        lines.append(
+            f"| nats.go jetstream Consume + ack | {go['rate']:,.0f} | "
+            f"{go['server_us_per_msg']} | {go['client_us_per_msg']} |"
+        )
         lines.append(f"\nbest group / nats.go: {record['best_uncapped_vs_natsgo']}")
     return "\n".join(lines) + "\n"
 
