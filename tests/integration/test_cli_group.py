@@ -68,8 +68,9 @@ def _count(db: Path) -> int:
 
 
 async def _until(check, timeout: float) -> None:  # type: ignore[no-untyped-def]
+    """Poll ``check`` (run in a thread: it may run the CLI, which runs its own loop)."""
     deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
+    while not await asyncio.to_thread(check):
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("condition not met")
         await asyncio.sleep(0.2)  # other processes' ledgers and the server: polled
@@ -77,10 +78,12 @@ async def _until(check, timeout: float) -> None:  # type: ignore[no-untyped-def]
 
 async def test_cli_members_status_and_doctor(nats_server, conn, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     url = nats_server.url
-    added = cli_json(url, "stream", "add", "JOBS", "--subjects", "jobs.*", "--partitions", "4",
-                     "--partition-key", "1")  # fmt: skip
+    added = await asyncio.to_thread(
+        cli_json, url, "stream", "add", "JOBS", "--subjects", "jobs.*", "--partitions", "4",
+        "--partition-key", "1",
+    )  # fmt: skip
     assert added["config"]["subject_transform"]["dest"] == "{{partition(4,1)}}.jobs.{{wildcard(1)}}"
-    info = cli(url, "stream", "info", "JOBS")
+    info = await asyncio.to_thread(cli, url, "stream", "info", "JOBS")
     assert "4 partitions of jobs.* by token 1" in info.stdout
     members = [await _member(url, tmp_path, "a"), await _member(url, tmp_path, "b")]
     try:
@@ -94,15 +97,15 @@ async def test_cli_members_status_and_doctor(nats_server, conn, tmp_path: Path) 
             return {r["owner"] for r in group["partitions"]} == {"a", "b"}
 
         await _until(spread, 30)
-        report = cli_json(url, "status", "JOBS")
+        report = await asyncio.to_thread(cli_json, url, "status", "JOBS")
         group = report["partitions"]["groups"][0]
         assert group["group"] == "svc"
         assert [m["member"] for m in group["members"]] == ["a", "b"]
         assert [r["consumer"] for r in group["partitions"]] == [f"svc-p{p}" for p in range(4)]
         assert all(r["pending"] == 0 for r in group["partitions"])
-        shown = cli(url, "status", "JOBS").stdout
+        shown = (await asyncio.to_thread(cli, url, "status", "JOBS")).stdout
         assert "partitions of group svc" in shown and "members of group svc" in shown
-        doctor = cli(url, "doctor", "JOBS", "--json")
+        doctor = await asyncio.to_thread(cli, url, "doctor", "JOBS", "--json")
         findings = json.loads(doctor.stdout)["findings"]
         checks = {(f["check"], f["severity"]) for f in findings}
         assert ("partitions", "ok") in checks and ("members", "ok") in checks, findings
@@ -120,25 +123,31 @@ async def test_cli_members_status_and_doctor(nats_server, conn, tmp_path: Path) 
     ids = _applied(tmp_path)
     assert sorted(ids) == list(range(300)), "every message applied exactly once"
     # tail shows the stored subjects; a --subject on the published ones reads every partition.
-    tailed = cli(url, "tail", "JOBS", "--subject", "jobs.k1", "--from", "1", "--json")
+    tailed = await asyncio.to_thread(
+        cli, url, "tail", "JOBS", "--subject", "jobs.k1", "--from", "1", "--json"
+    )
     assert tailed.exit_code == 0, tailed.output
     lines = [json.loads(line) for line in tailed.stdout.splitlines()]
     assert len(lines) == 15 and {m["subject"].split(".", 1)[1] for m in lines} == {"jobs.k1"}
     assert lines[0]["subject"].split(".")[0].isdigit()
 
 
-async def test_partitioning_a_stream_in_place_keeps_what_it_holds(
+async def test_partitioning_a_stream_in_place_keeps_what_it_holds(  # type: ignore[no-untyped-def]
     nats_server, conn, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """Old messages keep their subjects: the old consumer finishes them, the group starts
     after it (--after) and applies only the new ones; nothing is applied twice or lost."""
     url = nats_server.url
-    cli_json(url, "stream", "add", "JOBS", "--subjects", "jobs.*")
+    await asyncio.to_thread(cli_json, url, "stream", "add", "JOBS", "--subjects", "jobs.*")
     for i in range(50):
         await publish_n(conn, f"jobs.k{i % 5}", 1, start=i)
-    refused = cli(url, "stream", "add", "JOBS", "--subjects", "jobs.*", "--partitions", "4")
+    refused = await asyncio.to_thread(
+        cli, url, "stream", "add", "JOBS", "--subjects", "jobs.*", "--partitions", "4"
+    )
     assert refused.exit_code == 2
-    edited = cli(url, "stream", "edit", "JOBS", "--partitions", "4", "--partition-key", "1")
+    edited = await asyncio.to_thread(
+        cli, url, "stream", "edit", "JOBS", "--partitions", "4", "--partition-key", "1"
+    )
     assert edited.exit_code == 0, edited.output
     assert "the 50 messages stored before keep their subjects" in " ".join(edited.stdout.split())
     for i in range(50, 100):
