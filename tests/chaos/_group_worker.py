@@ -109,7 +109,7 @@ async def main(url: str, ledger: str, name: str, stream: str, group: str, ttl: s
     NAME = name
     _sabotage(os.environ.get("SABOTAGE", ""))
     out = logging.StreamHandler(sys.stdout)
-    out.setFormatter(logging.Formatter("LOG %(name)s %(message)s"))
+    out.setFormatter(logging.Formatter("LOG %(created).6f %(name)s %(message)s"))
     for logger in ("oncestream.process",):
         logging.getLogger(logger).addHandler(out)
         logging.getLogger(logger).setLevel(logging.INFO)

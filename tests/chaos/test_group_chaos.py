@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import os
 import queue
+import re
 import signal
 import sqlite3
 import subprocess
@@ -92,6 +93,18 @@ class Member:
                 return line
         raise AssertionError(f"{self.name}: no line with {needle!r} in {timeout}s: {self.lines}")
 
+    def drain(self) -> list[str]:
+        """Every line read so far (those no wait_line took included)."""
+        while True:
+            try:
+                line = self._queue.get_nowait()
+            except queue.Empty:
+                return self.lines
+            if line is None:
+                self._queue.put(None)
+                return self.lines
+            self.lines.append(line)
+
     def signal(self, sig: signal.Signals) -> None:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, sig)
@@ -156,6 +169,37 @@ def members() -> Iterator[list[Member]]:
     yield started
     for member in started:
         member.stop()
+
+
+#: A partition's takeover as its new member logs it (process/_pinning), with the time.
+_TAKEOVER = re.compile(
+    rf"^LOG (\d+\.\d+) \S+ {STREAM}/{GROUP}-p(\d+): this instance is now the active one"
+)
+
+
+def takeovers(members: list[Member]) -> dict[int, list[tuple[float, str]]]:
+    """Each partition's takeovers in time order: (when, member)."""
+    found: dict[int, list[tuple[float, str]]] = {}
+    for member in members:
+        for line in member.drain():
+            if match := _TAKEOVER.match(line):
+                found.setdefault(int(match[2]), []).append((float(match[1]), member.name))
+    return {p: sorted(t) for p, t in found.items()}
+
+
+def check_owners(rows: list[Row], taken: dict[int, list[tuple[float, str]]]) -> None:
+    """One member applies a partition at a time: each effect was applied by the member
+    whose takeover of its partition came last before it. (A member that was superseded
+    while frozen and wakes up must apply nothing: the fence rolls its batch back.)"""
+    for seq, subject, member, at in rows:
+        partition = LAYOUT.partition_of_stored(subject)
+        assert partition is not None, subject
+        before = [who for when, who in taken.get(partition, []) if when <= at]
+        owner = before[-1] if before else None
+        assert owner == member, (
+            f"seq {seq} ({subject}) applied by {member} at {at:.3f} while partition "
+            f"{partition} belonged to {owner} (takeovers {taken.get(partition)})"
+        )
 
 
 def check(rows: list[Row], total: int) -> None:
@@ -244,7 +288,7 @@ async def _run(
     # One member freezes itself inside a batch, the ledger's locks held (on SQLite
     # with a busy timeout shorter than the freeze: a takeover that does not wait for
     # the lock at its fence fails its batches on it).
-    freezer = {"FREEZE_AFTER": "600", "HANDLER_SLEEP": "0.002"}
+    freezer = {"FREEZE_AFTER": "625", "HANDLER_SLEEP": "0.002"}  # mid-batch (BATCH 50)
     if ledgers.kind == "sqlite":
         freezer["BUSY_TIMEOUT"] = "2"
     for index in range(4):
@@ -286,6 +330,9 @@ async def _run(
     await thaw
     rows = await _wait_applied(ledgers, scenario.total, 120)
     check(rows, scenario.total)
+    for member in members:  # every log line read (stop joins the reader thread)
+        await asyncio.to_thread(member.stop)
+    check_owners(rows, takeovers(members))
     assert any(r[2] == "m4" for r in rows), "the fifth member applied nothing"
     for name, at in kills:
         took = rebalance_time(rows, name, at)
