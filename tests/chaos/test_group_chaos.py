@@ -350,3 +350,16 @@ async def test_group_soak_many_rounds_of_faults(
     nats_server: NatsServer, conn: Connection, make_stream, ledgers: Ledgers, members
 ) -> None:  # type: ignore[no-untyped-def]
     await _run(nats_server, conn, make_stream, ledgers, members, Scenario(60_000, 180.0, 6))
+
+
+def test_the_owner_check_names_a_member_applying_after_it_was_superseded() -> None:
+    """check_owners on a planted history: m0 wakes up and applies after m1's takeover."""
+    subject = "3.work.k7"
+    partition = LAYOUT.partition_of_stored(subject)
+    assert partition is not None
+    taken = {partition: [(10.0, "m0"), (20.0, "m1")]}
+    check_owners([(1, subject, "m0", 15.0), (2, subject, "m1", 21.0)], taken)
+    with pytest.raises(
+        AssertionError, match=r"applied by m0 at 22\.000 while partition \d+ belonged to m1"
+    ):
+        check_owners([(1, subject, "m0", 15.0), (2, subject, "m0", 22.0)], taken)
