@@ -10,10 +10,13 @@ key's rows share one partition's ledger), on SQLite (a file per partition) and
 on one shared PostgreSQL ledger.
 
 The short variant runs in ``make test``; the long one (more messages, more rounds
-of faults) under ``-m soak``. The negative controls: with
-``ONCESTREAM_GROUP_SABOTAGE=no-reset`` (a takeover does not reset the partition's
-consumer) or ``no-fence`` (no owner in the ledger) the workers run without that
-step, and the same test fails (docs/production.md, "Scaling out", quotes the runs).
+of faults) under ``-m soak``. It also checks that one member applies a partition
+at a time (:func:`check_owners`, from the members' timestamped takeover lines).
+The negative controls: with ``ONCESTREAM_GROUP_SABOTAGE=no-reset`` (a takeover does
+not reset the partition's consumer) the same test fails on key order;
+``no-fence`` (no owner in the ledger) does not make it fail: the per-sequence
+ledger and the reset keep every sequence once and in key order without it
+(docs/production.md, "Scaling out", quotes the runs and says why).
 The rebalance time after each SIGKILL is printed (bench/bench_rebalance.py
 measures it over 20 kills).
 """
