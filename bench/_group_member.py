@@ -3,12 +3,15 @@
 Usage: python bench/_group_member.py URL FOLDER NAME STREAM GROUP HANDLER BATCH
 HANDLER is ``message`` (``INSERT`` per message, bench_process.insert_row) or
 ``batch`` (one ``executemany`` per transaction, bench_process.insert_rows). Prints
-``READY`` once joined; stops on SIGTERM.
+``READY`` once joined; stops on SIGTERM. With GROUP_MEMBER_PROFILE=PREFIX the member
+runs under cProfile and writes PREFIX-NAME-HANDLER.prof when it stops.
 """
 
 from __future__ import annotations
 
 import asyncio
+import cProfile
+import os
 import signal
 import sqlite3
 import sys
@@ -57,4 +60,10 @@ async def main(
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:8]))
+    prefix = os.environ.get("GROUP_MEMBER_PROFILE")
+    if prefix:
+        profile = cProfile.Profile()
+        profile.runcall(asyncio.run, main(*sys.argv[1:8]))
+        profile.dump_stats(f"{prefix}-{sys.argv[3]}-{sys.argv[6]}.prof")
+    else:
+        asyncio.run(main(*sys.argv[1:8]))
