@@ -246,9 +246,11 @@ bench-peers: setup check-java bench-ref
 
 # Every path at SCALE_NS (default 1e5,1e6,1e7) with RSS and store size, each beside its
 # nats.go counterpart (bench-ref, built first), each side on a fresh server.
-# SCALE_NS=1e4 for a quick check; SCALE_CASES to pick paths.
+# SCALE_NS=1e4 for a quick check; SCALE_CASES to pick paths. Then group_scale.py: 1, 2, 4
+# group members over 8 partitions, each held to a cgroup CPU share (root), and uncapped.
 bench-scale: setup check-java bench-ref
 	$(BIN)/python bench/scale.py --plot docs/img/scale.png
+	$(BIN)/python bench/group_scale.py
 
 # publish -> Spark -> jetstream sink -> Processor(SQLite), full speed then at a rate.
 bench-pipeline: setup check-java

@@ -23,6 +23,7 @@ from ..tracing._internal import configure_from_env
 from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
 from ._process_extras import RecentRate, metrics_endpoint, start_position
+from ._process_group import group_options, group_priority, run_group
 from ._stopsignals import StopSignals
 
 log = logging.getLogger(__name__)
@@ -160,6 +161,32 @@ def process_command(
         "one ack per batch, one instance at a time (a consumer created here gets it; an "
         "existing one must have it; server 2.14+).",
     ),
+    member: str | None = typer.Option(
+        None,
+        "--member",
+        help="Run as member NAME of a group over a partitioned stream (--consumer names the "
+        "group): the partitions are shared among the live members, each applied by one at "
+        "a time; the others take a member's share when it stops or dies (server 2.14+).",
+    ),
+    static_member: str | None = typer.Option(
+        None,
+        "--static-member",
+        metavar="I/N",
+        help="Member I of a fixed N (0 <= I < N): partitions I, I+N, ... and no membership; "
+        "a dead member's partitions wait for it (or another instance with the same I).",
+    ),
+    member_ttl: str = typer.Option(
+        "4s",
+        "--member-ttl",
+        help="With --member: how long a member may stay silent before the others take its "
+        "partitions (whole seconds).",
+    ),
+    after: str | None = typer.Option(
+        None,
+        "--after",
+        help="With --member/--static-member: apply nothing until this consumer (the one that "
+        "processed the stream before it was partitioned) has finished what it holds.",
+    ),
     trace: bool = typer.Option(
         False,
         "--trace",
@@ -189,24 +216,39 @@ def process_command(
         )
     if ack_policy not in ("explicit", "all"):
         raise ConfigError(f"--ack-policy must be explicit or all, got {ack_policy!r}")
-    priority = _priority_options(standby, takeover_after, overflow_min_pending, priority_group)
+    grouped = member is not None or static_member is not None
+    if not grouped and after is not None:
+        raise ConfigError("--after applies only with --member or --static-member")
+    priority = (
+        group_priority(
+            standby,
+            takeover_after,
+            overflow_min_pending,
+            priority_group,
+            bind,
+            filter_subject,
+            ack_policy,
+        )
+        if grouped
+        else _priority_options(standby, takeover_after, overflow_min_pending, priority_group)
+    )
     interval = check_prune_interval("--prune-interval", prune_interval)
     grace = parse_duration("--prune-grace", prune_grace)
 
-    async def main(stop: StopSignals) -> ProcessorStats:
+    async def main(stop: StopSignals) -> object:
         stop.attach()
         try:
             stats = await _start_and_run(stop)
         finally:
             stop.detach()
-        log.info("stopped: %s", summary(stats))
+        if isinstance(stats, ProcessorStats):
+            log.info("stopped: %s", summary(stats))
         return stats
 
-    async def _start_and_run(stop: StopSignals) -> ProcessorStats:
+    async def _start_and_run(stop: StopSignals) -> object:
         conn_options = options.replace(name=f"oncestream-process-{consumer}")
         func = load_handler(handler)
-        check_ledger_target(ledger)
-        store = ledger_from_url(ledger, key=key)  # type: ignore[arg-type]
+        check_ledger_target(ledger.replace("{partition}", "0"))
         proc_options = ProcessorOptions(
             batch=batch,
             max_deliver=max_deliver,
@@ -228,6 +270,13 @@ def process_command(
         )
         if trace:
             configure_from_env(f"oncestream-process-{consumer}")
+        if grouped:
+            options_ = group_options(member, static_member, member_ttl, after)
+            return await run_group(
+                stop, conn_options, stream, consumer, func, ledger, key, proc_options, options_,
+                progress, metrics_port, metrics_host,
+            )  # fmt: skip
+        store = ledger_from_url(ledger, key=key)  # type: ignore[arg-type]
         conn = await stop.unless_stopped(connect(conn_options), close=Connection.close)
         if conn is None:
             log.info("stop asked for while connecting: nothing was applied")

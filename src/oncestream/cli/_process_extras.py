@@ -10,7 +10,7 @@ from typing import Any
 
 from .._errors import ConfigError
 from .._options import parse_time
-from ..process import Processor
+from ..process import GroupMember, Processor
 from ..publish import Publisher
 from ..read import StartPosition
 
@@ -49,14 +49,20 @@ def start_position(
     )
 
 
-def metrics_endpoint(target: Processor | Publisher, port: int | None, host: str) -> Any:
-    """Serve a Processor's or Publisher's metrics on ``host:port`` (None: no endpoint)."""
+def metrics_endpoint(
+    target: Processor | Publisher | GroupMember, port: int | None, host: str
+) -> Any:
+    """Serve a Processor's, Publisher's or group member's metrics on ``host:port``
+    (None: no endpoint)."""
     if port is None:
         return None
-    from ..metrics import instrument, serve_metrics
+    from ..metrics import instrument, instrument_group, serve_metrics
 
     server = serve_metrics(port, host)
-    instrument(target)
+    if isinstance(target, GroupMember):
+        instrument_group(target)
+    else:
+        instrument(target)
     log.info("metrics on %s", server.url)
     return server
 

@@ -13,6 +13,7 @@ from .._connection import connect
 from .._errors import ConfigError, ErrCode, JetStreamError, MessageNotFound, StreamNotFound
 from .._options import INT64_MAX, ConnectOptions, parse_duration, parse_int, rfc3339, seconds_to_ns
 from ..streams import (
+    Partitioning,
     StoredMessage,
     StreamSpec,
     add_stream,
@@ -22,7 +23,7 @@ from ..streams import (
     stream_info,
     update_stream,
 )
-from ..streams._internal import server_version
+from ..streams._internal import check_partitioning_change, server_version
 from ._app import WaitTimeout, app, cli_errors, console, poll_until, run_async
 from ._connect_flags import with_connect_options
 from ._help import new_typer
@@ -95,6 +96,37 @@ AllowAtomic = Annotated[
     ),
 ]
 
+Partitions = Annotated[
+    int | None,
+    typer.Option(
+        "--partitions",
+        help="Spread the messages over N partitions by key: the server stores each under "
+        "<partition>.<subject> (a subject transform) for a group of `oncestream process "
+        "--member` instances. The stream captures one subject pattern.",
+    ),
+]
+PartitionKey = Annotated[
+    str | None,
+    typer.Option(
+        "--partition-key",
+        metavar="I[,J...]",
+        help="With --partitions: the '*' tokens of the subject that form the key, counted "
+        "from 1 (orders.*.* --partition-key 2: the third token); default: the whole subject.",
+    ),
+]
+
+
+def _key(value: str | None) -> tuple[int, ...]:
+    if not value:
+        return ()
+    try:
+        return tuple(int(part) for part in value.split(","))
+    except ValueError:
+        raise ConfigError(
+            f"--partition-key must be '*' token indexes like 1 or 1,2, got {value!r}"
+        ) from None
+
+
 AllowSchedules = Annotated[
     bool,
     typer.Option(
@@ -147,6 +179,7 @@ def stream_details(info: dict[str, Any]) -> dict[str, Any]:
         "allow batched": bool(config.get("allow_batched", False)),
         "allow atomic": bool(config.get("allow_atomic", False)),
         "allow msg schedules": bool(config.get("allow_msg_schedules", False)),
+        "partitions": _partitions(config),
         "messages": state.get("messages", 0),
         "bytes": state.get("bytes", 0),
         "first seq": state.get("first_seq", 0),
@@ -156,6 +189,18 @@ def stream_details(info: dict[str, Any]) -> dict[str, Any]:
         "consumers": state.get("consumer_count", 0),
         "created": info.get("created"),
     }
+
+
+def _partitions(config: dict[str, Any]) -> str:
+    partitioning = Partitioning.from_config(config)
+    if partitioning is not None:
+        return partitioning.describe()
+    transform = config.get("subject_transform")
+    return (
+        f"none (subject transform {transform['src']} -> {transform['dest']})"
+        if transform
+        else "none"
+    )
 
 
 def _show(info: dict[str, Any], as_json: bool) -> None:
@@ -256,6 +301,8 @@ def with_stream_settings(func: Callable[..., T]) -> Callable[..., T]:
 def add_command(
     name: Name,
     subjects: Subjects = None,
+    partitions: Partitions = None,
+    partition_key: PartitionKey = None,
     as_json: Json = False,
     *,
     changes: dict[str, Any],
@@ -265,7 +312,14 @@ def add_command(
     subject_list = _split(subjects)
     if not subject_list:
         raise ConfigError(f"stream add {name}: give the subjects it captures with --subjects")
-    spec = StreamSpec(name=name, subjects=subject_list)
+    if partition_key is not None and partitions is None:
+        raise ConfigError("--partition-key applies only with --partitions; add --partitions N")
+    spec = StreamSpec(
+        name=name,
+        subjects=subject_list,
+        partitions=partitions or 0,
+        partition_key=_key(partition_key),
+    )
 
     async def main() -> tuple[bool, dict[str, Any]]:
         async with await connect(options) as conn:
@@ -305,29 +359,79 @@ def add_command(
 def edit_command(
     name: Name,
     subjects: Subjects = None,
+    partitions: Partitions = None,
+    partition_key: PartitionKey = None,
     as_json: Json = False,
     *,
     changes: dict[str, Any],
     options: ConnectOptions,
 ) -> None:
-    """Change the given settings of stream NAME; the others stay as they are."""
+    """Change the given settings of stream NAME; the others stay as they are.
+
+    --partitions N partitions a stream in place: the messages stored from then on are
+    mapped; the ones stored before keep their subjects (see docs/production.md,
+    "Scaling out").
+    """
     if subjects:
         changes["subjects"] = list(_split(subjects))
-    if not changes:
+    if partition_key is not None and partitions is None:
+        raise ConfigError("--partition-key applies only with --partitions; add --partitions N")
+    if not changes and partitions is None:
         raise ConfigError(f"stream edit {name}: nothing to change; give at least one setting")
+    held = 0
 
     async def main() -> dict[str, Any]:
+        nonlocal held
         async with await connect(options) as conn:
-            config = dict((await stream_info(conn, name)).get("config", {}))
+            info = await stream_info(conn, name)
+            config = dict(info.get("config", {}))
             config.update(changes)
+            if partitions is not None:
+                held = _repartition(info, config, partitions, _key(partition_key))
             return await update_stream(conn, config)
 
     info = run_async(main())
     if not as_json:
-        console.print(
-            f"updated stream {name}: {', '.join(sorted(changes))}", highlight=False, markup=False
-        )
+        changed = sorted(changes) + (["partitions"] if partitions is not None else [])
+        console.print(f"updated stream {name}: {', '.join(changed)}", highlight=False, markup=False)
+        if held:
+            console.print(
+                f"note: the {held} messages stored before keep their subjects (not in any "
+                f"partition); let the consumer that processed them finish them, and start the "
+                f"group's members with --after <that consumer>",
+                highlight=False,
+                markup=False,
+            )
     _show(info, as_json)
+
+
+def _repartition(
+    info: dict[str, Any], config: dict[str, Any], partitions: int, key: tuple[int, ...]
+) -> int:
+    """Set or drop ``config``'s partitioning; return how many messages it leaves unmapped.
+
+    Raises:
+        ConfigError: the stream does not capture exactly one subject, or a stream that
+            holds messages would move keys between partitions or lose its partitioning.
+    """
+    name = config.get("name")
+    wanted: Partitioning | None = None
+    if partitions:
+        subjects = config.get("subjects") or []
+        if len(subjects) != 1:
+            raise ConfigError(
+                f"stream edit {name} --partitions: a partitioned stream captures exactly one "
+                f"subject pattern, this one captures {subjects}; give it one with --subjects"
+            )
+        wanted = Partitioning(subjects=subjects[0], partitions=partitions, key=key)
+        config["subject_transform"] = wanted.transform()
+    else:
+        config.pop("subject_transform", None)
+    current = Partitioning.from_config(info.get("config") or {})
+    if current is not None or wanted is None:
+        check_partitioning_change(info, wanted)
+        return 0
+    return int((info.get("state") or {}).get("messages", 0))
 
 
 @stream_app.command("ls")

@@ -13,7 +13,7 @@ from .._names import (
     subjects_overlap,
 )
 from ..read import StartPosition
-from ..streams import add_stream
+from ..streams import Partitioning, add_stream
 from ._bound import BoundConsumer
 from ._maxdeliver import refusal
 from ._options import ProcessorOptions
@@ -88,7 +88,11 @@ async def _create_consumer(
     }
     if opts.filter_subject:
         config["filter_subject"] = opts.filter_subject
-        subjects = (await conn.stream_info(stream)).get("config", {}).get("subjects") or []
+        stream_config = (await conn.stream_info(stream)).get("config", {})
+        subjects = stream_config.get("subjects") or []
+        partitioning = Partitioning.from_config(stream_config)
+        if partitioning is not None:  # stored as <partition>.<subject>
+            subjects = [*subjects, f"*.{partitioning.subjects}"]
         if subjects and not any(subjects_overlap(s, opts.filter_subject) for s in subjects):
             raise ConfigError(
                 f"filter subject {opts.filter_subject!r} matches nothing stream {stream!r} "

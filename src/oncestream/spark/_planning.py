@@ -13,6 +13,7 @@ from .._connection import Connection
 from .._errors import ConfigError, StreamNotFound
 from .._names import subjects_overlap
 from .._retry import leader_stream_info, retrying
+from ..streams import Partitioning
 from ..streams._internal import seq_at_time
 from ._offsets import created_of
 from ._reader import check_retention
@@ -299,8 +300,13 @@ def stream_filters(subjects: tuple[str, ...], info: dict[str, Any]) -> tuple[str
     A consumer rejects a filter outside its stream's subjects, and with several
     streams one ``subjects`` option usually names subjects of only some of them.
     Streams without subjects of their own (mirrors, sourcing streams) keep them all.
+    A partitioned stream stores ``<p>.<subject>``: filters are matched against that.
     """
-    own = info.get("config", {}).get("subjects") or []
+    config = info.get("config") or {}
+    own = config.get("subjects") or []
+    partitioning = Partitioning.from_config(config)
+    if partitioning is not None:
+        own = [*own, f"*.{partitioning.subjects}"]
     if not own:
         return subjects
     return tuple(f for f in subjects if any(subjects_overlap(f, s) for s in own))
