@@ -12,7 +12,7 @@ The assignment is balanced (each member gets ``partitions // members`` or one
 more) and stable: a partition goes to the member that scores it highest
 (rendezvous hashing, ``blake2b(member/partition)``), then members over their
 share give the partitions they score lowest to members under theirs. A member
-that joins or leaves moves few partitions besides its own (2.2 of 8 on average when a
+that joins or leaves moves few partitions besides its own (2.1 of 8 on average when a
 fifth member joins four; see tests/unit/test_assignment.py).
 
 Example::

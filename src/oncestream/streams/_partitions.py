@@ -5,7 +5,7 @@ has a stream subject transform (nats-server 2.10+) that prefixes every subject i
 stores with the number of its partition::
 
     published  orders.eu.k17
-    stored     3.orders.eu.k17      # {{partition(8,2)}}.orders.{{wildcard(1)}}.{{wildcard(2)}}
+    stored     2.orders.eu.k17      # {{partition(8,2)}}.orders.{{wildcard(1)}}.{{wildcard(2)}}
 
 The partition is ``fnv1a32(key) % N`` where the key is the concatenation of the
 chosen ``*`` tokens (no separator), or the whole published subject when no token
@@ -24,7 +24,7 @@ Example::
 
     p = Partitioning(subjects="orders.*.*", partitions=8, key=(2,))
     p.partition_of("orders.eu.k17")     # 3
-    p.stored_subject("orders.eu.k17")   # "3.orders.eu.k17"
+    p.stored_subject("orders.eu.k17")   # "2.orders.eu.k17"
     p.filter_for(3)                     # "3.orders.*.*"
 """
 
