@@ -239,6 +239,14 @@ class FastBatch:
         if self._bare_template:
             self.template, self.shrink = self._bare_template, self._bare_shrink
 
+    def window_sent(self) -> bool:
+        """Whether the flow window was sent to its end (the server's flow ack is then due).
+
+        Below it, with fewer messages out than the server's flow-ack interval (a small
+        ``max_inflight``), no flow ack may come: only ending the batch confirms them.
+        """
+        return self.seq >= self.window_end
+
     def eob(self) -> bytes:
         """The end-of-batch frame; the batch takes no more messages."""
         self.ending = True

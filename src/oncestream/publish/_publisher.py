@@ -1053,16 +1053,10 @@ class Publisher:
         batch = self._fast.open
         if batch is None or self._closed:
             return
-        if self._sent != self._linger_sent:
-            self._arm_linger()  # still publishing
+        if self._sent != self._linger_sent or (self._permit_waiters and batch.window_sent()):
+            self._arm_linger()  # still publishing, or the window sent: its flow ack will come
             return
-        if self._permit_waiters and batch.seq >= batch.window_end:
-            self._arm_linger()  # the window was sent to its end: its flow ack will come
-            return
-        # Nothing new, or blocked on max_inflight inside the window: the server acks a
-        # fast batch every few hundred messages, fewer than that may be all a small
-        # max_inflight lets out, so no flow ack may come; the end's PubAck confirms them.
-        self._fast.end(batch)
+        self._fast.end(batch)  # within a window no flow ack may come: the end's PubAck confirms
 
     def _fast_tick(self) -> None:
         self._fast.tick(stalled=bool(self._permit_waiters))
