@@ -196,16 +196,18 @@ test-nats-fallback: $(NATS_STAMP)
 	ONCESTREAM_NATS_FASTPATH=0 $(NATS_BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider $(NATS_TESTS)
 
 # The part of them make test runs on a release between the oldest and the newest.
+# pyspark_pytest(version, -k selection, tests): pytest in that release's venv, its python
+# the workers' too.
+pyspark_pytest = PYSPARK_PYTHON=$(abspath .venv-pyspark$(1)/bin/python) \
+	PYSPARK_DRIVER_PYTHON=$(abspath .venv-pyspark$(1)/bin/python) \
+	.venv-pyspark$(1)/bin/pytest -n 2 --dist loadfile -q -p no:cacheprovider -k "$(2)" $(3)
+
 test-middle%: .venv-pyspark%/.installed-stamp
-	PYSPARK_PYTHON=$(abspath .venv-pyspark$*/bin/python) PYSPARK_DRIVER_PYTHON=$(abspath .venv-pyspark$*/bin/python) \
-		.venv-pyspark$*/bin/pytest -n 2 --dist loadfile -q -p no:cacheprovider \
-		-k "$(MIDDLE_SELECT)" $(MIDDLE_TESTS)
+	$(call pyspark_pytest,$*,$(MIDDLE_SELECT),$(MIDDLE_TESTS))
 
 # The Spark guarantee tests on one of PYSPARK_RELEASES, in its venv (make test-pyspark4.1.4).
 test-pyspark%: .venv-pyspark%/.installed-stamp
-	PYSPARK_PYTHON=$(abspath .venv-pyspark$*/bin/python) PYSPARK_DRIVER_PYTHON=$(abspath .venv-pyspark$*/bin/python) \
-		.venv-pyspark$*/bin/pytest -n 2 --dist loadfile -q -p no:cacheprovider \
-		-k "$(SPARK_RELEASE_SKIP) $(if $(filter $*,$(OLDEST_PYSPARK)),$(OLDEST_SKIP),$(MIDDLE_SKIP))" $(SPARK_RELEASE_TESTS)
+	$(call pyspark_pytest,$*,$(SPARK_RELEASE_SKIP) $(if $(filter $*,$(OLDEST_PYSPARK)),$(OLDEST_SKIP),$(MIDDLE_SKIP)),$(SPARK_RELEASE_TESTS))
 
 test-client: $(CLIENT_STAMP) $(call pyspark_venv,$(CLIENT_PYSPARK))/.installed-stamp
 	ONCESTREAM_CONNECT_SERVER_PYTHON=$(abspath $(call pyspark_venv,$(CLIENT_PYSPARK))/bin/python) \
