@@ -8,31 +8,45 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup setup-oldest setup-oldest-nats demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture lazyfs check-java clean
+# The JVMs the tests start (each worker's Spark session, every driver a test kills, every
+# Connect server) compile with C1 only and collect with the serial GC. A test's JVM lives
+# for seconds: C2's compiler threads and G1's workers cost it more CPU than they save
+# (a local driver's start and two small queries took 18 CPU s against 28-32 with the
+# defaults, on this 2-core machine kind). Spark reads SPARK_SUBMIT_OPTS when it starts a
+# driver or a Connect server; what the tests check does not depend on the JIT.
+TEST_JVM_OPTS ?= -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
+TEST_SUBMIT_OPTS := $(strip $(filter-out $(TEST_JVM_OPTS),$(SPARK_SUBMIT_OPTS)) $(TEST_JVM_OPTS))
+test soak: export SPARK_SUBMIT_OPTS := $(TEST_SUBMIT_OPTS)
+test-%: export SPARK_SUBMIT_OPTS := $(TEST_SUBMIT_OPTS)
+
+.PHONY: venvs setup setup-oldest setup-pysparks test-pysparks setup-client setup-oldest-nats dist test-main test-chaos test-fallback test-nats test-nats-fallback test-client demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture check-java clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "error: Python >= 3.11 is required, found " + sys.version.split()[0])'
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[all]"
+	$(PYTHON) scripts/venv.py $(VENV) --extras all
 	@touch $(STAMP)
 
 check-java:
 	@scripts/check-java
 
+# The sdist and the wheel, into dist/, checked (scripts/dist.py: metadata, contents);
+# tests/dist/test_wheel_install.py builds them the same way and installs the wheel.
+dist: setup
+	$(BIN)/python scripts/dist.py
+
+# make demo OUTPUT=delta (or iceberg, parquet): where the pipeline lands (demo --output).
 demo: setup check-java
-	$(BIN)/oncestream demo
+	$(BIN)/oncestream demo $(if $(OUTPUT),--output $(OUTPUT))
 
 lint: setup
-	$(BIN)/ruff check src tests bench examples torture harness
-	$(BIN)/ruff format --check src tests bench examples torture harness
+	$(BIN)/ruff check src tests bench examples torture harness scripts
+	$(BIN)/ruff format --check src tests bench examples torture harness scripts
 	$(BIN)/mypy
 
 format: setup
-	$(BIN)/ruff format src tests bench examples torture harness
-	$(BIN)/ruff check --fix src tests bench examples torture harness
+	$(BIN)/ruff format src tests bench examples torture harness scripts
+	$(BIN)/ruff check --fix src tests bench examples torture harness scripts
 
 # The Debian packages the suite uses (PostgreSQL, Prometheus, curl, iproute2, a Java 17+
 # runtime): installed when missing as root; any other user is told the one command to run.
@@ -47,33 +61,74 @@ FALLBACK_TESTS := tests/integration/test_nats_adapter.py tests/integration/test_
 	tests/integration/test_pull.py \
 	tests/spark/test_partition_reader.py tests/spark/test_source_batch.py
 
-# The oldest supported PySpark (pyproject: pyspark>=4.0,<4.4) in a second venv: installed
-# first, then oncestream into it, which must keep it (checked). The Spark guarantee tests
-# run there too (spark/_compat.py holds what differs between releases), less the sink's
-# fast-ingest and atomic variants (OLDEST_SKIP: the Publisher's paths, the same on every
-# PySpark) and the Connect variants of the kill tests (each kill starts a Connect server of
-# its own; Connect on this PySpark is covered by test_delta_connect.py and the restarts).
-# The kills after the window and on a reused path, the commit-record restarts and the
-# delta-rs unit cases exercise our own code the same way on every PySpark: they run on
-# the newest only, so that make test stays under 30 minutes on 2 cores.
+# Every PySpark release the package admits (pyproject: pyspark>=4.0,<4.4), one per minor:
+# the newest is the main venv's; each other one gets a venv of its own,
+# .venv-pyspark<version>, where that pyspark is installed first and then oncestream, which
+# must keep it (checked). The Spark guarantee tests (SPARK_RELEASE_TESTS) run on the
+# oldest (spark/_compat.py holds what differs between releases), less the sink's
+# fast-ingest and atomic variants (SPARK_RELEASE_SKIP: the Publisher's paths, the same on
+# every PySpark) and the Connect variants of the kill tests (each kill starts a Connect
+# server of its own; Connect on these releases is covered by test_delta_connect.py and
+# the restarts). The kills after the window and on a reused path, the commit-record
+# restarts and the delta-rs unit cases exercise our own code the same way on every
+# PySpark: they run on the newest only.
+# The releases between the oldest and the newest run, in make test, the part of those
+# that meets what differs between releases (MIDDLE_TESTS, MIDDLE_SELECT): the version
+# flags and read limits (test_compat), a driver killed mid-stream (the source), a driver
+# killed before Spark's commit (the sink), and foreachBatch's crash after the commit on
+# SQLite (which query a batch belongs to is read from Spark), on classic Spark; Connect
+# on 4.2 runs through the thin client's server (test-client). `make test-pysparks` runs
+# them the oldest's full set.
 OLDEST_PYSPARK := 4.0.0
-OLD_VENV  := .venv-pyspark$(OLDEST_PYSPARK)
-OLD_BIN   := $(OLD_VENV)/bin
-OLD_STAMP := $(OLD_VENV)/.installed-stamp
-OLDEST_SKIP := not fast and not atomic and not (kill and connect)
-OLDEST_TESTS := tests/spark/test_compat.py tests/spark/test_source_kill.py \
+PYSPARK_RELEASES := $(OLDEST_PYSPARK) 4.1.4 4.2.0
+SPARK_RELEASE_SKIP := not fast and not atomic and not (kill and connect)
+MIDDLE_SKIP := and not postgres
+# The oldest runs beside the main suite: of foreachBatch it keeps the crash and restart
+# on SQLite, classic and Connect (what a batch's query is, read from Spark, is the part
+# that differs between releases); the other foreachBatch cases run on the newest and
+# through the thin client.
+OLDEST_SKIP := and not (foreach_batch and (postgres or not crash_after_commit))
+MIDDLE_TESTS := tests/spark/test_compat.py tests/spark/test_source_kill.py \
+	tests/spark/test_sink_kill.py tests/spark/test_foreach_batch.py
+MIDDLE_SELECT := not connect and not fast and not atomic and not postgres \
+	and not (foreach_batch and not crash_after_commit)
+SPARK_RELEASE_TESTS := tests/spark/test_compat.py tests/spark/test_source_kill.py \
 	tests/spark/test_sink_kill.py tests/spark/test_foreach_batch.py \
-	tests/spark/test_delta_spark.py tests/spark/test_delta_connect.py
+	tests/spark/test_delta_spark.py tests/spark/test_delta_connect.py \
+	tests/spark/test_iceberg_kill.py
+pyspark_venv = .venv-pyspark$(1)
+PYSPARK_STAMPS := $(foreach v,$(PYSPARK_RELEASES),$(call pyspark_venv,$(v))/.installed-stamp)
+.PRECIOUS: .venv-pyspark%/.installed-stamp
 
-setup-oldest: $(OLD_STAMP)
+setup-oldest: $(call pyspark_venv,$(OLDEST_PYSPARK))/.installed-stamp
+setup-pysparks: $(PYSPARK_STAMPS)
 
-$(OLD_STAMP): pyproject.toml
-	@test -x $(OLD_BIN)/python || $(PYTHON) -m venv $(OLD_VENV)
-	$(OLD_BIN)/python -m pip install --quiet --upgrade pip
-	$(OLD_BIN)/python -m pip install --quiet "pyspark==$(OLDEST_PYSPARK)"
-	$(OLD_BIN)/python -m pip install --quiet -e ".[all]"
-	@$(OLD_BIN)/python -c 'import sys, pyspark; v = pyspark.__version__; sys.exit(0 if v == "$(OLDEST_PYSPARK)" else f"error: installing oncestream replaced pyspark $(OLDEST_PYSPARK) with {v}")'
-	@touch $(OLD_STAMP)
+.venv-pyspark%/.installed-stamp: pyproject.toml
+	$(PYTHON) scripts/venv.py .venv-pyspark$* --first "pyspark==$*" --extras all
+	@touch $@
+
+# A thin Spark Connect client: pyspark-client (the Connect client alone, no JVM, no classic
+# pyspark; its newest release is CLIENT_PYSPARK) in .venv-connect-client<version>, with
+# oncestream[spark-client]; it must not have pyspark (checked). Its tests (CLIENT_TESTS:
+# the jetstream source, the sink and `transactional` through Connect) run against a Connect
+# server of the same release, started from that release's venv above
+# (ONCESTREAM_CONNECT_SERVER_PYTHON: tests/spark/_connect_server.py).
+CLIENT_PYSPARK := 4.2.0
+CLIENT_VENV  := .venv-connect-client$(CLIENT_PYSPARK)
+CLIENT_STAMP := $(CLIENT_VENV)/.installed-stamp
+CLIENT_TESTS := tests/thin_client tests/spark/test_connect.py tests/spark/test_foreach_batch.py
+# (test_local_session_in_a_connect_process_is_refused is classic pyspark's case; on the thin
+# client local_session() gives the thin client's message: tests/thin_client. PostgreSQL:
+# as on the middle releases, MIDDLE_SKIP.)
+CLIENT_SELECT := (connect or thin_client or bad_arguments) and not local_session_in_a_connect \
+	$(MIDDLE_SKIP)
+
+setup-client: $(CLIENT_STAMP)
+
+$(CLIENT_STAMP): pyproject.toml
+	$(PYTHON) scripts/venv.py $(CLIENT_VENV) --first "pyspark-client==$(CLIENT_PYSPARK)" \
+		--extras spark-client,postgres,dev --absent pyspark
+	@touch $@
 
 # The oldest nats-py the range admits (pyproject: nats-py>=2.10,<2.17) in a third venv
 # (no Spark extras): the adapter's tests (src/oncestream/_nats) and the Publisher and pull
@@ -90,22 +145,73 @@ NATS_TESTS := tests/integration/test_nats_adapter.py tests/unit/test_publisher_w
 setup-oldest-nats: $(NATS_STAMP)
 
 $(NATS_STAMP): pyproject.toml
-	@test -x $(NATS_BIN)/python || $(PYTHON) -m venv $(NATS_VENV)
-	$(NATS_BIN)/python -m pip install --quiet --upgrade pip
-	$(NATS_BIN)/python -m pip install --quiet "nats-py==$(OLDEST_NATS)"
-	$(NATS_BIN)/python -m pip install --quiet -e ".[dev]"
-	@$(NATS_BIN)/python -c 'import sys, importlib.metadata as m; v = m.version("nats-py"); sys.exit(0 if v == "$(OLDEST_NATS)" else f"error: installing oncestream replaced nats-py $(OLDEST_NATS) with {v}")'
+	$(PYTHON) scripts/venv.py $(NATS_VENV) --first "nats-py==$(OLDEST_NATS)" --extras dev
 	@touch $(NATS_STAMP)
 
-# Two workers, one test file each at a time (module fixtures stay whole; each worker
-# has its own SparkSession): most tests wait on servers and JVMs, not on the CPU.
-test: setup setup-oldest setup-oldest-nats test-services lazyfs lint
-	$(BIN)/pytest -n 2 --dist loadfile
+# Every venv make test uses, three built at a time when missing (pip waits on the index as
+# much as on the CPU); each is a copy of an earlier build when one matches (scripts/venv.py).
+VENV_STAMPS := $(STAMP) $(PYSPARK_STAMPS) $(CLIENT_STAMP) $(NATS_STAMP)
+venvs:
+	@$(MAKE) --no-print-directory -j 3 --output-sync=target $(VENV_STAMPS)
+
+# The stages of make test. The main suite runs on two workers, one test file each at a
+# time (module fixtures stay whole; each worker has its own SparkSession). The other
+# stages (the adapter's fallback, the oldest nats-py, the oldest PySpark, the thin Connect
+# client, the releases between) run one after another in a second lane beside it
+# (scripts/stages.py): most tests wait on servers, JVMs and timeouts, not on the CPU. TEST_LANES=1 runs every stage
+# in one lane; a stage runs alone as `make <stage>`. A stage still running after
+# STAGE_TIMEOUT seconds is stopped and fails (a hang must not eat CI's budget).
+TEST_LANES ?= 2
+STAGE_TIMEOUT ?= 3600
+MIDDLE_RELEASES := $(filter-out $(OLDEST_PYSPARK),$(PYSPARK_RELEASES))
+OTHER_STAGES := test-fallback test-nats test-nats-fallback test-pyspark$(OLDEST_PYSPARK) test-client \
+	$(MIDDLE_RELEASES:%=test-middle%) test-chaos
+MIDDLE_STAGES := $(MIDDLE_RELEASES:%=test-pyspark%)
+test: test-services venvs lint
+ifeq ($(TEST_LANES),1)
+	$(PYTHON) scripts/stages.py --timeout $(STAGE_TIMEOUT) --lane "test-main $(OTHER_STAGES)"
+else
+	$(PYTHON) scripts/stages.py --timeout $(STAGE_TIMEOUT) --lane "test-main" --lane "$(OTHER_STAGES)"
+endif
+
+test-pysparks: test-services setup-pysparks
+	$(PYTHON) scripts/stages.py --timeout $(STAGE_TIMEOUT) --lane "$(MIDDLE_STAGES)"
+
+test-main: setup
+	$(BIN)/pytest -n 2 --dist loadfile -m "not soak and not connect_stage" \
+		--ignore=tests/chaos
+
+# The chaos tests (kills, freezes, faults; real servers, no Spark session) as a stage of
+# their own: in the second lane, after the other stages, the lanes end about together.
+test-chaos: setup
+	$(BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider tests/chaos
+
+test-fallback: setup
 	ONCESTREAM_NATS_FASTPATH=0 $(BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider $(FALLBACK_TESTS)
+
+test-nats: $(NATS_STAMP)
 	$(NATS_BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider $(NATS_TESTS)
+
+test-nats-fallback: $(NATS_STAMP)
 	ONCESTREAM_NATS_FASTPATH=0 $(NATS_BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider $(NATS_TESTS)
-	PYSPARK_PYTHON=$(abspath $(OLD_BIN)/python) PYSPARK_DRIVER_PYTHON=$(abspath $(OLD_BIN)/python) \
-		$(OLD_BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider -k "$(OLDEST_SKIP)" $(OLDEST_TESTS)
+
+# The part of them make test runs on a release between the oldest and the newest.
+# pyspark_pytest(version, -k selection, tests): pytest in that release's venv, its python
+# the workers' too.
+pyspark_pytest = PYSPARK_PYTHON=$(abspath .venv-pyspark$(1)/bin/python) \
+	PYSPARK_DRIVER_PYTHON=$(abspath .venv-pyspark$(1)/bin/python) \
+	.venv-pyspark$(1)/bin/pytest -n 2 --dist loadfile -q -p no:cacheprovider -k "$(2)" $(3)
+
+test-middle%: .venv-pyspark%/.installed-stamp
+	$(call pyspark_pytest,$*,$(MIDDLE_SELECT),$(MIDDLE_TESTS))
+
+# The Spark guarantee tests on one of PYSPARK_RELEASES, in its venv (make test-pyspark4.1.4).
+test-pyspark%: .venv-pyspark%/.installed-stamp
+	$(call pyspark_pytest,$*,$(SPARK_RELEASE_SKIP) $(if $(filter $*,$(OLDEST_PYSPARK)),$(OLDEST_SKIP),$(MIDDLE_SKIP)),$(SPARK_RELEASE_TESTS))
+
+test-client: $(CLIENT_STAMP) $(call pyspark_venv,$(CLIENT_PYSPARK))/.installed-stamp
+	ONCESTREAM_CONNECT_SERVER_PYTHON=$(abspath $(call pyspark_venv,$(CLIENT_PYSPARK))/bin/python) \
+		$(CLIENT_VENV)/bin/pytest -n 2 --dist loadfile -q -p no:cacheprovider -k "$(CLIENT_SELECT)" $(CLIENT_TESTS)
 
 soak: setup check-java
 	$(BIN)/pytest -m soak -p no:cacheprovider
@@ -142,9 +248,11 @@ bench-peers: setup check-java bench-ref
 
 # Every path at SCALE_NS (default 1e5,1e6,1e7) with RSS and store size, each beside its
 # nats.go counterpart (bench-ref, built first), each side on a fresh server.
-# SCALE_NS=1e4 for a quick check; SCALE_CASES to pick paths.
+# SCALE_NS=1e4 for a quick check; SCALE_CASES to pick paths. Then group_scale.py: 1, 2, 4
+# group members over 8 partitions, each held to a cgroup CPU share (root), and uncapped.
 bench-scale: setup check-java bench-ref
 	$(BIN)/python bench/scale.py --plot docs/img/scale.png
+	$(BIN)/python bench/group_scale.py
 
 # publish -> Spark -> jetstream sink -> Processor(SQLite), full speed then at a rate.
 bench-pipeline: setup check-java
@@ -184,4 +292,4 @@ torture: setup setup-oldest lazyfs
 		$(foreach o,$(OPTIONS),--option $(o))
 
 clean:
-	rm -rf $(VENV) $(OLD_VENV) $(NATS_VENV) .peers build .mypy_cache .pytest_cache .ruff_cache src/*.egg-info torture/.lazyfs
+	rm -rf $(VENV) $(foreach v,$(PYSPARK_RELEASES),$(call pyspark_venv,$(v))) $(CLIENT_VENV) $(NATS_VENV) .peers build dist .mypy_cache .pytest_cache .ruff_cache src/*.egg-info

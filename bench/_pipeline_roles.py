@@ -25,8 +25,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from oncestream import ConnectOptions, Processor, ProcessorOptions, SQLiteLedger, connect
-from oncestream.demo._producer import produce
-from oncestream.demo._workload import Expected
+from oncestream.demo._internal import Expected, produce
 from oncestream.ledger import LedgerTx
 
 WARM_PREFIX = "warm-"

@@ -36,6 +36,8 @@ CASES = (
     "processor-sqlite-batch",
     "processor-sqlite-ackall",
     "processor-postgres",
+    "processor-postgres-merge",
+    "processor-postgres-each",
     "processor-postgres-batch",
     "spark-source",
     "spark-sink",
@@ -107,6 +109,10 @@ async def _producer(url: str, n: int, stream: str, batch: int) -> dict[str, Any]
     return {"rate": n / elapsed, "seconds": elapsed, "batch_size": batch}
 
 
+#: PostgresLedger(merge_inserts=...) of a case (none: the default).
+_MERGE = {"processor-postgres-merge": True, "processor-postgres-each": False}
+
+
 def _pg_insert(msg: Any, tx: Any) -> None:
     tx.execute("INSERT INTO effects (body) VALUES (%s)", (msg.data,))
 
@@ -126,10 +132,12 @@ async def processor_case(
     *,
     batched: bool = False,
     ack_policy: str = "explicit",
+    merge_inserts: bool | str | None = None,
 ) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     extra: dict[str, Any] = {"ack_policy": ack_policy}
     suffix = ("_batch" if batched else "") + ("_ackall" if ack_policy == "all" else "")
+    suffix += {None: "", True: "_merge", False: "_each"}.get(merge_inserts, "")
     async with await connect(ConnectOptions(servers=(url,))) as conn:
         if pg_url is None:
             ledger: Any = sqlite_ledger(work)
@@ -144,7 +152,9 @@ async def processor_case(
                 ack_policy=ack_policy,
             )
         else:
-            ledger = PostgresLedger(pg_url)
+            # (Only when set: the case runs against older oncestreams too.)
+            options = {} if merge_inserts is None else {"merge_inserts": merge_inserts}
+            ledger = PostgresLedger(pg_url, **options)
             ledger.open()
             ledger.connection.execute("CREATE TABLE effects (id BIGSERIAL PRIMARY KEY, body BYTEA)")
             ledger.connection.commit()
@@ -232,7 +242,13 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
             pg_url = args.pg_url
         return asyncio.run(
             processor_case(
-                args.url, args.n, args.stream, pg_url, batched=batched, ack_policy=policy
+                args.url,
+                args.n,
+                args.stream,
+                pg_url,
+                batched=batched,
+                ack_policy=policy,
+                merge_inserts=_MERGE.get(args.case),
             )
         )
     if args.case == "spark-source":

@@ -17,6 +17,7 @@ PEER = {
     "processor-sqlite-batch": "nats.go fetch+ack",
     "processor-sqlite-ackall": "nats.go fetch+ack",
     "processor-postgres": "nats.go fetch+ack",
+    "processor-postgres-merge": "nats.go fetch+ack",
     "processor-postgres-batch": "nats.go fetch+ack",
 }
 
@@ -29,6 +30,7 @@ SAME_PATH = {
     "spark-sink-fast": "publisher-fast",
     "processor-sqlite-ackall": "processor-sqlite",
     "processor-postgres": "processor-sqlite",
+    "processor-postgres-merge": "processor-sqlite",
     "processor-postgres-batch": "processor-sqlite-batch",
 }
 

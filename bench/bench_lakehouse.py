@@ -1,4 +1,4 @@
-"""Where a stream lands: the jetstream source into Parquet, JetStream and Delta, in one run.
+"""Where a stream lands: the jetstream source into Parquet, JetStream, Delta, Iceberg, one run.
 
 Group "lakehouse": one stream of BENCH_LAKE_ROWS 128-byte messages (default
 1,000,000) read by a Trigger.AvailableNow query on local[2] in micro-batches of
@@ -12,13 +12,18 @@ and written by each sink in turn, each into a fresh target:
   driver as Arrow and committed by delta-rs with its application transaction.
   The row carries the seconds spent in the batch function (collect and write)
   and the driver's peak RSS growth;
+- ``foreachBatch(oncestream.spark.iceberg(...))``: each batch collected to the
+  driver as Arrow and committed by pyiceberg into a table of the embedded SQL
+  catalog (SQLite) with the batch id (table property, snapshot summary); the row
+  carries the seconds spent in the batch function;
 - the alternative not taken: executors write the batch's Parquet files
   (``mapInArrow``) and the driver commits them with the app transaction in one
   delta-rs commit (``create_write_transaction``), a prototype without column stats.
 
 Rows/s is rows over the query's wall time (start to termination), source
 included, after one untimed warm-up query; the best of BENCH_LAKE_REPEATS runs
-(default 1) counts.
+(default 1) counts. Each row also carries ``vs_parquet``: its rows/s over the
+Parquet file sink's in the same run.
 """
 
 from __future__ import annotations
@@ -78,6 +83,17 @@ class _TimedDelta:
         began = time.perf_counter()
         self.inner(df, batch_id)
         self.total += time.perf_counter() - began
+
+
+class _TimedIceberg(_TimedDelta):
+    """``oncestream.spark.iceberg`` as a user runs it (embedded catalog), timed."""
+
+    def __init__(self, warehouse: str) -> None:
+        from oncestream.spark import iceberg
+
+        name = f"bench-{uuid.uuid4().hex[:8]}"
+        self.inner = iceberg("lake.orders", warehouse=warehouse, query_name=name)
+        self.total = 0.0
 
 
 def _executor_writes(uri: str) -> Callable[[Any, int], None]:
@@ -170,6 +186,7 @@ def main() -> None:
         spark = local_session("bench-lakehouse")
         spark.sparkContext.setLogLevel("ERROR")
         timed: list[_TimedDelta] = []
+        timed_iceberg: list[_TimedDelta] = []
 
         def parquet(w: Any, work: str) -> Any:
             return w.format("parquet").trigger(availableNow=True).start(f"{work}/out")
@@ -187,6 +204,10 @@ def main() -> None:
             timed.append(_TimedDelta(f"{work}/table"))
             return w.foreachBatch(timed[-1]).trigger(availableNow=True).start()
 
+        def iceberg_py(w: Any, work: str) -> Any:
+            timed_iceberg.append(_TimedIceberg(f"{work}/lake"))
+            return w.foreachBatch(timed_iceberg[-1]).trigger(availableNow=True).start()
+
         def executors(w: Any, work: str) -> Any:
             fn = _executor_writes(f"{work}/table")
             return w.foreachBatch(fn).trigger(availableNow=True).start()
@@ -199,20 +220,29 @@ def main() -> None:
             ("jetstream sink", out, jetstream, False),
             ("Delta, oncestream.spark.delta (collect to driver, delta-rs)", rows, delta_rs, False),
             ("Delta, executors write files, driver commits (prototype)", rows, executors, False),
+            (
+                "Iceberg, oncestream.spark.iceberg (collect to driver, pyiceberg)",
+                rows,
+                iceberg_py,
+                False,
+            ),
         ]
         _run(spark, server.url, rows, parquet)  # warm-up: workers, imports, the JIT
+        parquet_rate = 0.0
         for name, columns, start, baseline in cases:
             best, seconds, rss0 = 0.0, 0.0, _rss_mb()
             for _ in range(max(1, REPEATS)):
                 rate, took = _run(spark, server.url, columns, start)
                 if rate > best:
                     best, seconds = rate, took
-            extra: dict[str, object] = {}
-            if timed and name.startswith("Delta, oncestream"):
-                extra = {
-                    "batch_function_seconds": round(min(t.total for t in timed), 2),
-                    "driver_peak_rss_growth_mb": round(_rss_mb() - rss0, 1),
-                }
+            parquet_rate = best if baseline else parquet_rate
+            extra: dict[str, object] = {"vs_parquet": round(best / parquet_rate, 3)}
+            for prefix, writers in (("Delta, oncestream", timed), ("Iceberg", timed_iceberg)):
+                if writers and name.startswith(prefix):
+                    extra |= {
+                        "batch_function_seconds": round(min(t.total for t in writers), 2),
+                        "driver_peak_rss_growth_mb": round(_rss_mb() - rss0, 1),
+                    }
             report(
                 "lakehouse",
                 name,

@@ -46,9 +46,9 @@ from bench._common import fresh_server, report
 from bench._cpu import CpuSampler
 
 from oncestream import ConnectOptions, connect
-from oncestream.audit._audit import compare, read_stream
-from oncestream.demo._pipeline import ORDER_SCHEMA
-from oncestream.demo._workload import REGIONS
+from oncestream.audit._internal import compare
+from oncestream.demo._internal import ORDER_SCHEMA, REGIONS
+from oncestream.read import read_stream
 from oncestream.streams import StreamSpec, delete_stream, ensure_stream
 
 HERE = Path(__file__).resolve().parent
@@ -136,7 +136,7 @@ async def _expected(url: str) -> list[str]:
 
 
 def _count_expected(n: int) -> int:
-    from oncestream.demo._workload import order_stream
+    from oncestream.demo._internal import order_stream
 
     return sum(1 for _, _, _, amount in order_stream(n) if amount >= MIN_AMOUNT)
 

@@ -26,8 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import PAYLOAD_128, fresh_server, report
 from bench._cpu import CpuSampler
 
-from oncestream._connection import Connection, connect
-from oncestream._options import ConnectOptions
+from oncestream import Connection, ConnectOptions, connect
 from oncestream.streams import StreamSpec, ensure_stream
 
 GROUP = "spark-source"

@@ -14,7 +14,7 @@ Example::
 
 from ._kafka_habits import NOT_COMPARED, RUNNERS, SCENARIOS, JetStreamSide, KafkaSide, run_all
 from ._postgres import PostgresServer, find_pg_bin
-from ._procs import free_port, start_logged, stop_group
+from ._procs import ended, free_port, start_logged, stop_group
 from ._publish import order, publish_n, publish_orders
 from ._rawnats import RawClient
 from ._streams import make_streams, order_ids_on
@@ -27,6 +27,7 @@ __all__ = [
     "KafkaSide",
     "PostgresServer",
     "RawClient",
+    "ended",
     "find_pg_bin",
     "free_port",
     "make_streams",

@@ -2,8 +2,9 @@
 
 Started with ``initdb`` + ``postgres`` in a temp dir on 127.0.0.1 and a free
 port; readiness is the server's own "ready to accept connections" log line;
-stopped by PID. When the tests run as root the server runs as the
-``postgres`` user (PostgreSQL refuses to run as root).
+stopped by PID, and killed with the process that started it if that one dies by a
+signal. When the tests run as root the server runs as the ``postgres`` user
+(PostgreSQL refuses to run as root).
 """
 
 from __future__ import annotations
@@ -48,10 +49,15 @@ class PostgresServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._tail: deque[str] = deque(maxlen=30)
         self._as: list[str] = []
+        self._user: str | None = None
         if os.geteuid() == 0:
             user = pwd.getpwnam("postgres")
             os.chown(self.dir, user.pw_uid, user.pw_gid)
             self._as = ["runuser", "-u", "postgres", "--"]
+            # The server itself is started as postgres without runuser: runuser would
+            # stand between the test process and the postmaster, which then outlives a
+            # worker killed by a signal (the parent-death signal ties the direct child).
+            self._user = "postgres"
 
     @property
     def url(self) -> str:
@@ -79,7 +85,6 @@ class PostgresServer:
         try:
             self._proc = start_logged(
                 [
-                    *self._as,
                     str(self.bin / "postgres"),
                     "-D",
                     str(data),
@@ -98,6 +103,7 @@ class PostgresServer:
                 self._tail,
                 timeout=timeout,
                 what="PostgreSQL",
+                user=self._user,
             )
         except RuntimeError:
             self.stop()  # its directory too
@@ -151,7 +157,7 @@ class PostgresServer:
 
     def stop(self) -> None:
         if self._proc is not None:
-            # runuser forwards the signal; SIGINT is PostgreSQL's "fast shutdown".
+            # SIGINT is PostgreSQL's "fast shutdown".
             stop_group(self._proc, signal.SIGINT, timeout=30)
         self._proc = None
         shutil.rmtree(self.dir, ignore_errors=True)

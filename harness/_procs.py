@@ -4,20 +4,37 @@ and a free port for them."""
 from __future__ import annotations
 
 import os
+import pwd
+import select
 import signal
 import subprocess
 import threading
 from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
-from oncestream.server._internal import free_ports
+from oncestream.server._internal import free_ports, popen_tied
 
-__all__ = ["free_port", "start_logged", "stop_group"]
+__all__ = ["ended", "free_port", "start_logged", "stop_group"]
 
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
     return free_ports(1)[0]
+
+
+def ended(pid: int, timeout: float) -> bool:
+    """True once process ``pid`` (any process, not only a child) has exited, a zombie
+    counting, within ``timeout`` seconds: waited for on a pidfd, not polled."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        readable, _, _ = select.select([fd], [], [], timeout)
+        return bool(readable)
+    finally:
+        os.close(fd)
 
 
 def stop_group(proc: subprocess.Popen[bytes], sig: signal.Signals, *, timeout: float) -> None:
@@ -33,18 +50,33 @@ def stop_group(proc: subprocess.Popen[bytes], sig: signal.Signals, *, timeout: f
 
 
 def start_logged(
-    argv: Sequence[str], ready: str, tail: deque[str], *, timeout: float, what: str
+    argv: Sequence[str],
+    ready: str,
+    tail: deque[str],
+    *,
+    timeout: float,
+    what: str,
+    user: str | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` in its own process group; return once a stderr line contains ``ready``.
 
-    Every stderr line goes to ``tail`` (for error messages), also after start-up.
+    Every stderr line goes to ``tail`` (for error messages), also after start-up. The
+    process is tied to this one (``popen_tied``): a test worker that dies, by any signal,
+    takes it along. ``user``: run it as that user (and its group only; needs root).
 
     Raises:
         RuntimeError: it exited or printed no ``ready`` line within ``timeout`` seconds
             (it is stopped), with ``what`` and its last lines.
     """
-    proc = subprocess.Popen(
-        list(argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    as_user: dict[str, Any] = {}
+    if user is not None:
+        as_user = {"user": user, "group": pwd.getpwnam(user).pw_gid, "extra_groups": []}
+    proc = popen_tied(
+        list(argv),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        **as_user,
     )
     seen = threading.Event()
 

@@ -16,6 +16,13 @@ from oncestream.streams import StreamSpec, ensure_stream
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from tests import server_configs
+from tests._backstop import (  # noqa: F401 - hooks: a test hung past its timeout ends its worker
+    pytest_configure,
+    pytest_runtest_call,
+    pytest_runtest_setup,
+    pytest_runtest_teardown,
+    pytest_unconfigure,
+)
 
 
 @contextmanager

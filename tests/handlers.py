@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from typing import Any
 
 
@@ -32,3 +33,9 @@ def record_many(msgs: Any, tx: Any) -> None:
     """A batch handler: :func:`record` for a whole transaction in one ``executemany``."""
     tx.execute("CREATE TABLE IF NOT EXISTS effects (id BIGINT NOT NULL)")
     tx.executemany(f"INSERT INTO effects (id) VALUES ({_mark(tx)})", [(int(m.data),) for m in msgs])
+
+
+def slow_record(msg: Any, tx: Any) -> None:
+    """:func:`record`, 20 ms per message (a consumer that is still busy for a while)."""
+    time.sleep(0.02)
+    record(msg, tx)

@@ -34,7 +34,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from oncestream import connect
 from oncestream.streams import StreamSpec, ensure_stream
@@ -42,9 +42,7 @@ from oncestream.streams import StreamSpec, ensure_stream
 from .faults import Outcome, not_yet
 from .nemesis import Fault, Worker, wait_state
 from .options import SHORT_SINK_WINDOW
-
-if TYPE_CHECKING:
-    from .trial import Trial
+from .topology import Topology
 
 KINDS = ("spark-kill", "spark-pause", "pyworker-kill", "pyworker-pause")
 #: Only in trials whose driver runs executors of their own (``mode["executors"]``).
@@ -52,6 +50,28 @@ EXECUTOR_KILL = "executor-kill"
 ALL_KINDS = (*KINDS, EXECUTOR_KILL)
 #: The master of those trials: one worker, two cores, executors of 1 GiB.
 CLUSTER_MASTER = "local-cluster[1,2,1024]"
+
+
+class TrialView(Protocol):
+    """What a Spark trial uses of :class:`torture.trial.Trial` (which holds a SparkPart)."""
+
+    topo: Topology | None
+    #: The trial's PostgreSQL URL once it runs (None before, or without PostgreSQL).
+    pg_url: str | None
+    #: Whether the trial draws the short duplicate windows.
+    short: bool
+
+    async def message_count(self, target: dict[str, Any], stream: str) -> int:
+        """Messages in ``stream`` at ``target`` (0 while unknown)."""
+        ...
+
+    async def stream_keys(
+        self, target: dict[str, Any], stream: str, *, strict: bool = False
+    ) -> list[str]:
+        """Keys of ``stream`` at ``target``."""
+        ...
+
+
 TARGET = "spark"
 OUT_STREAM, OUT_SUBJECT = "SO", "so"
 COMMITS_STREAM = "SPARK_COMMITS"
@@ -291,7 +311,7 @@ class SparkPart:
         self.paused: dict[Fault, int] = {}  # pyworker-pause: the stopped worker's PID
         self.t0 = 0.0
 
-    def start(self, trial: Trial) -> SparkWorker:
+    def start(self, trial: TrialView) -> SparkWorker:
         """Start the driver (its JVM boots while the servers start)."""
         assert trial.topo is not None
         target = trial.topo.processor_target()
@@ -328,7 +348,7 @@ class SparkPart:
         self.t0 = time.monotonic()
         return self.worker
 
-    async def create_streams(self, trial: Trial) -> None:
+    async def create_streams(self, trial: TrialView) -> None:
         """The output and commits streams, next to the processed stream."""
         assert trial.topo is not None
         topo = trial.topo
@@ -442,7 +462,7 @@ class SparkPart:
             except ProcessLookupError:
                 pass  # the worker ended meanwhile (e.g. its task was cancelled)
 
-    async def drain(self, trial: Trial, processed: set[str], timeout: float = 120.0) -> None:
+    async def drain(self, trial: TrialView, processed: set[str], timeout: float = 120.0) -> None:
         """Until the output stream and the table hold every key of ``processed`` (what the
         job can read; the checker compares its outputs with the input); then SIGTERM,
         which the driver answers by stopping its queries (exit 0)."""

@@ -49,7 +49,7 @@ NATSGO = PEERS / "bin" / "natsgo"
 NATSCLI = PEERS / "bin" / "nats"
 PATHS = ("publish", "consume", "spark-read", "spark-write", "pipeline")
 ONCESTREAM = "oncestream"
-#: The rows on the settings before issue 40 (streams without allow_batched), for comparison.
+#: The rows on the settings before 0.2.0 (streams without allow_batched), for comparison.
 PRE_CHANGE = "pre-change oncestream"
 
 
@@ -115,7 +115,7 @@ class Case:
     inner_cpu: bool = False  # the case reports its timed CPU itself
     note: str = ""
     #: The stream's allow_batched (None: as oncestream creates streams, on where the
-    #: server takes fast-ingest batches; False: the settings before issue 40).
+    #: server takes fast-ingest batches; False: the settings before 0.2.0).
     batched: bool | None = None
 
 
@@ -510,7 +510,8 @@ def plot(records: list[dict[str, Any]], out: Path, meta: dict[str, Any]) -> None
     ax2.set_xlabel("CPU microseconds per message (lower is better)")
     ax2.legend(loc="lower right")
     fig.suptitle(
-        f"oncestream (green; before issue 40: olive) vs NATS peers (blue) vs Kafka (orange), "
+        "oncestream (green; streams without fast-ingest batches: olive) vs NATS peers (blue) "
+        "vs Kafka (orange), "
         f"N={meta['n']:,}, "
         f"2 cores shared with the server, load {meta['loadavg_before'][0]:.1f}"
     )

@@ -41,6 +41,8 @@ from .audit import AuditReport, KeySpec, OutputReport, OutputSpec, audit
 from .ledger import Ledger, LedgerTx, PostgresLedger, SQLiteLedger, ledger_from_url
 from .process import (
     DeadLetter,
+    GroupMember,
+    GroupOptions,
     Processor,
     ProcessorOptions,
     ProcessorStats,
@@ -56,9 +58,16 @@ from .read import (
     pull_messages,
     read_stream,
 )
-from .streams import StoredMessage, StreamSource, StreamSpec, ensure_stream, lineage_id
+from .streams import (
+    Partitioning,
+    StoredMessage,
+    StreamSource,
+    StreamSpec,
+    ensure_stream,
+    lineage_id,
+)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AuditReport",
@@ -70,6 +79,8 @@ __all__ = [
     "ConsumerNotFound",
     "DataLossError",
     "DeadLetter",
+    "GroupMember",
+    "GroupOptions",
     "JetStreamError",
     "KeySpec",
     "Ledger",
@@ -87,6 +98,7 @@ __all__ = [
     "OperationTimeout",
     "OutputReport",
     "OutputSpec",
+    "Partitioning",
     "PermissionDenied",
     "PostgresLedger",
     "Processor",

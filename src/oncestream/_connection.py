@@ -53,7 +53,7 @@ from ._private import scrub
 
 __all__ = ["Connection", "connect", "tls_context", "translate_error"]
 
-log = logging.getLogger("oncestream.connection")
+log = logging.getLogger(__name__)
 
 Callback = Callable[[], Awaitable[None]]
 #: ``listener(kind, subject, text)``: kind ``"publish"`` or ``"subscription"``, the

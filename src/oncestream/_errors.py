@@ -204,7 +204,7 @@ class WrongLastSequence(JetStreamError):
 
     10164 is the clustered form ("wrong last sequence" without the number) that an
     R3 stream's leader answers, e.g. to a re-send after a leader change (seen by the
-    fault campaign, torture/, issue 11: ProducerSession then raised instead of
+    fault campaign, torture/: ProducerSession then raised instead of
     finding its own earlier attempt stored).
     """
 

@@ -434,30 +434,95 @@ class ConnectOptions:
         return ConnectOptions(**values)
 
 
-def parse_time(name: str, value: str | datetime, *, now: datetime | None = None) -> datetime:
-    """An aware UTC datetime from ISO 8601 (``2026-11-22T15:00:00Z``) or a duration ago (``10m``).
+def parse_time(
+    name: str,
+    value: str | datetime,
+    *,
+    now: datetime | None = None,
+    ago: bool = True,
+    also: str = "",
+    hint: str = "",
+) -> datetime:
+    """A time a user gave, as an aware datetime: the one parser of such times (the CLI's
+    flags, the Spark source's options and the Python API all call it).
+
+    The rule (docs/operations.md, "Times"): ISO 8601 with a time zone
+    (``2026-11-22T15:00:00Z``, ``2026-11-22T17:00:00+02:00``) or an aware ``datetime``;
+    with ``ago``, also a duration ago (``10m``, ``2h``). A time without a zone is
+    refused, never guessed: read as UTC or as the machine's local time, a consumer
+    reset or a start position would be off by hours, skipping or repeating messages.
+
+    Args:
+        name: the flag, option or argument, named in errors.
+        value: what the user gave.
+        now: the moment a duration ago counts from (default: now).
+        ago: accept a duration ago.
+        also: other forms the caller accepts (named in the error; it parses them itself).
+        hint: appended to the error of a value in no accepted form.
 
     Raises:
-        ConfigError: naming ``name`` and the value when it is neither, or a duration
-            ago reaches before year 1.
+        ConfigError: naming ``name`` and the value: in no accepted form, without a zone
+            (a naive ``datetime`` too), or a duration ago before year 1.
+
+    Example::
+
+        parse_time("--to-time", "2026-11-22T15:00:00Z")  # 2026-11-22 15:00:00+00:00
+        parse_time("--from", "10m")                      # ten minutes ago
     """
     if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    text = value.strip()
-    if _DURATION_AGO.match(text):
-        ago = parse_duration(name, text)
+        if value.utcoffset() is None:
+            raise ConfigError(
+                f"{name} needs a time zone, got the naive datetime {value!r}: give it one "
+                "(tzinfo=datetime.UTC, or an offset)"
+            )
+        return _in_range(name, value, value)
+    forms = ["an ISO 8601 time with a zone (2026-11-22T15:00:00Z)"]
+    if ago:
+        forms.append("a duration ago (10m, 2h)")
+    if also:
+        forms.append(also)
+    text = value.strip() if isinstance(value, str) else ""
+    if ago and _DURATION_AGO.match(text):
+        seconds = parse_duration(name, text)
         try:
-            return (now or datetime.now(UTC)) - timedelta(seconds=ago)
+            return (now or datetime.now(UTC)) - timedelta(seconds=seconds)
         except OverflowError:
             raise ConfigError(f"{name}: {value!r} ago is before year 1") from None
     try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        # RFC 3339 allows a lowercase z; fromisoformat reads only Z.
+        parsed = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in "zZ" else text)
     except ValueError:
         raise ConfigError(
-            f"{name} must be an ISO 8601 time (2026-11-22T15:00:00Z) or a duration ago "
-            f"(10m, 2h), got {value!r}"
+            f"{name} must be {' or '.join(forms)}, got {value!r}" + (f" ({hint})" if hint else "")
         ) from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    if not _TIME_OF_DAY.search(text):
+        # fromisoformat reads a date alone as midnight and drops an offset after it.
+        raise ConfigError(
+            f"{name} needs a time of day and a zone, got the date {value!r}: give both "
+            "(2026-11-22T00:00:00Z for midnight UTC)"
+        )
+    if parsed.utcoffset() is None:
+        raise ConfigError(
+            f"{name} needs a time zone, got {value!r}: add one (a trailing Z for UTC, or an "
+            f"offset like +02:00); a time without one could be UTC or local time"
+        )
+    return _in_range(name, parsed, value)
+
+
+#: A date followed by a time of day (what ISO 8601 separates with T, or RFC 3339 a space).
+_TIME_OF_DAY = re.compile(r"\d[Tt ]\d")
+
+
+def _in_range(name: str, moment: datetime, value: object) -> datetime:
+    """``moment`` when it is a time in UTC too (year 1 to 9999 there); else ConfigError."""
+    try:
+        moment.astimezone(UTC)
+    except OverflowError:
+        raise ConfigError(
+            f"{name}: {value!r} is outside the times that can be given "
+            "(0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z in UTC)"
+        ) from None
+    return moment
 
 
 def parse_epoch_millis(name: str, value: str | int) -> datetime:

@@ -36,7 +36,7 @@ __all__ = [
     "stream_missing",
 ]
 
-log = logging.getLogger("oncestream.retry")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -113,7 +113,7 @@ async def retrying(
             look at the caller's state (a stop requested).
         delay: seconds to wait before retry number ``n`` (0-based), by
             default :func:`backoff`; never past the budget.
-        log_retries: log each retry on ``oncestream.retry`` (False for a
+        log_retries: log each retry on the ``oncestream._retry`` logger (False for a
             caller that reports them itself, in ``on_retry``).
 
     Raises:

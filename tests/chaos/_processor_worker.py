@@ -101,10 +101,7 @@ class CrashingProcessor(Processor):
     """A Processor whose applying and acknowledging parts have the crash hooks."""
 
     _acknowledger_type = CrashingAcknowledger
-
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(*args, **kwargs)
-        self._applier = CrashingApplier(self.ledger, self.handler, self.stats)
+    _applier_type = CrashingApplier
 
 
 async def main(url: str, db: str, stream: str, consumer: str) -> None:

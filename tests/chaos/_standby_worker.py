@@ -1,16 +1,22 @@
 """Subprocess worker for the active/standby tests: a Processor in a pinned priority group.
 
 Usage: python -m tests.chaos._standby_worker URL DB NAME STREAM CONSUMER PINNED_TTL
+
+DB is an SQLite file or a ``postgresql://`` URL (a PostgreSQL ledger with its default
+settings: the handler's statements go out in pipeline mode).
 (environment: ``BATCH``, ``HANDLER_SLEEP`` seconds per message, ``BUSY_TIMEOUT`` the
 SQLite ledger's busy timeout in seconds, ``FREEZE_AT`` a stream sequence whose handler
 call prints ``FROZEN`` and then, inside its batch's transaction, SIGSTOPs the worker, or
-with ``FREEZE_FOR`` blocks for that many seconds: a long batch)
+with ``FREEZE_FOR`` blocks for that many seconds: a long batch; ``FREEZE_WHERE=end``, on
+PostgreSQL: that message's insert takes ``END_SLEEP`` seconds on the server and the worker
+stops itself while it waits for the batch's results, after its handlers)
 
 The handler inserts ``(seq, subject, worker, at)`` into ``effects`` in the
-shared SQLite ledger (no unique key: a second application would show; the
-rowid is the order of application across both workers). Prints ``READY``
+shared ledger database (no unique key: a second application would show; the
+rowid, on PostgreSQL the ``id`` column, is the order of application across both
+workers). Prints ``READY``
 once pulling, the Processor's takeover/demotion log lines as they happen
-(``oncestream.processor`` on stdout), and ``STATS {json}`` on a SIGTERM exit.
+(``oncestream.process`` on stdout), and ``STATS {json}`` on a SIGTERM exit.
 """
 
 from __future__ import annotations
@@ -20,26 +26,57 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import sys
+import threading
 import time
 from typing import Any
 
-from oncestream import ConnectOptions, Processor, ProcessorOptions, SQLiteLedger, connect
+from oncestream import (
+    ConnectOptions,
+    PostgresLedger,
+    Processor,
+    ProcessorOptions,
+    SQLiteLedger,
+    connect,
+)
 
 NAME = ""
+INSERT = "INSERT INTO effects (seq, subject, worker, at) VALUES (?, ?, ?, ?)"
 #: Seconds per handler call (a slow new active leaves the old one a window to misbehave).
 HANDLER_SLEEP = float(os.environ.get("HANDLER_SLEEP", "0"))
 #: Freeze while applying this stream sequence, the ledger's write lock held: SIGSTOP
 #: itself, or block the event loop for ``FREEZE_FOR`` seconds when that is set.
 FREEZE_AT = int(os.environ.get("FREEZE_AT", "0"))
 FREEZE_FOR = float(os.environ.get("FREEZE_FOR", "0"))
+#: ``handler``: stop inside the handler call; ``end``: once the batch's statements are
+#: sent and the worker waits for their results (the insert of ``FREEZE_AT`` sleeps
+#: ``END_SLEEP`` seconds on the server, the worker stops a third of it in).
+FREEZE_WHERE = os.environ.get("FREEZE_WHERE", "handler")
+END_SLEEP = 1.5
+SLOW_INSERT = (
+    "INSERT INTO effects (seq, subject, worker, at) SELECT %s, %s, %s, %s FROM pg_sleep(%s)"
+)
+
+
+def _stop_later(delay: float) -> None:
+    time.sleep(delay)
+    print("FROZEN", flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def handler(msg: Any, tx: Any) -> None:
     global FREEZE_AT
+    row = (msg.seq, msg.subject, NAME, time.time())
+    if msg.seq == FREEZE_AT and FREEZE_WHERE == "end":
+        FREEZE_AT = 0  # once
+        tx.execute(SLOW_INSERT, (*row, END_SLEEP))
+        # Sent with the batch's end (a Sync), then waited for: stopped while it waits.
+        threading.Thread(target=_stop_later, args=(END_SLEEP / 3,), daemon=True).start()
+        return
     tx.execute(
-        "INSERT INTO effects (seq, subject, worker, at) VALUES (?, ?, ?, ?)",
-        (msg.seq, msg.subject, NAME, time.time()),
+        INSERT if isinstance(tx.connection, sqlite3.Connection) else INSERT.replace("?", "%s"),
+        row,
     )
     if HANDLER_SLEEP:
         time.sleep(HANDLER_SLEEP)
@@ -49,7 +86,10 @@ def handler(msg: Any, tx: Any) -> None:
         if FREEZE_FOR:
             time.sleep(FREEZE_FOR)
         else:
-            os.kill(os.getpid(), signal.SIGSTOP)
+            # To this thread (the ledger's): it stops here. A stop sent to the process
+            # is taken by the main thread, and this one runs on meanwhile (to the
+            # batch's end, even its commit).
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
 
 
 async def main(url: str, db: str, name: str, stream: str, consumer: str, ttl: str) -> None:
@@ -57,14 +97,24 @@ async def main(url: str, db: str, name: str, stream: str, consumer: str, ttl: st
     NAME = name
     handler_log = logging.StreamHandler(sys.stdout)
     handler_log.setFormatter(logging.Formatter("LOG %(message)s"))
-    logging.getLogger("oncestream.processor").addHandler(handler_log)
-    logging.getLogger("oncestream.processor").setLevel(logging.WARNING)
-    ledger = SQLiteLedger(db, busy_timeout=float(os.environ.get("BUSY_TIMEOUT", "30")))
-    ledger.open()
-    ledger.connection.execute(
-        "CREATE TABLE IF NOT EXISTS effects (seq INTEGER NOT NULL, subject TEXT NOT NULL, "
-        "worker TEXT NOT NULL, at REAL NOT NULL)"
-    )
+    logging.getLogger("oncestream.process").addHandler(handler_log)
+    logging.getLogger("oncestream.process").setLevel(logging.WARNING)
+    ledger: SQLiteLedger | PostgresLedger
+    if db.startswith("postgresql://"):
+        ledger = PostgresLedger(db)
+        ledger.open()
+        ledger.connection.execute(
+            "CREATE TABLE IF NOT EXISTS effects (id BIGSERIAL PRIMARY KEY, seq BIGINT NOT NULL,"
+            " subject TEXT NOT NULL, worker TEXT NOT NULL, at DOUBLE PRECISION NOT NULL)"
+        )
+        ledger.connection.commit()
+    else:
+        ledger = SQLiteLedger(db, busy_timeout=float(os.environ.get("BUSY_TIMEOUT", "30")))
+        ledger.open()
+        ledger.connection.execute(
+            "CREATE TABLE IF NOT EXISTS effects (seq INTEGER NOT NULL, subject TEXT NOT NULL, "
+            "worker TEXT NOT NULL, at REAL NOT NULL)"
+        )
     conn = await connect(ConnectOptions(servers=(url,), reconnect_wait=0.1))
     options = ProcessorOptions(
         batch=int(os.environ.get("BATCH", "50")),

@@ -294,7 +294,8 @@ async def test_processor_rides_through_its_consumer_without_responders(
         probe = await pull_messages(
             slow, STREAM, "w", PullOptions(expires=5, idle_heartbeat=0.5)
         ).start()
-        pull = proc._pull  # the Processor's MessageStream (its counters)
+        assert proc._loop is not None
+        pull = proc._loop.pull  # the Processor's MessageStream (its counters)
         assert pull is not None
 
         async def without_responders(stream: MessageStream, count: int) -> None:

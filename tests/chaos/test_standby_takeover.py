@@ -20,7 +20,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,6 +49,7 @@ class Worker:
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         self.lines: list[str] = []
+        self.signalled: set[signal.Signals] = set()
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -82,6 +82,18 @@ class Worker:
     def signal(self, sig: signal.Signals) -> None:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, sig)
+            self.signalled.add(sig)
+
+    def exit_problem(self) -> str | None:
+        """Why the worker's exit was not clean (it must exit 0 on the final SIGTERM, and
+        never crash: a SIGSEGV on shutdown was seen), or None; after :meth:`stop`."""
+        output = "".join(self.lines)
+        if "Fatal Python error" in output:
+            return f"{self.name} crashed: {output[-2000:]}"
+        expected = -signal.SIGKILL if signal.SIGKILL in self.signalled else 0
+        if self.proc.returncode != expected:
+            return f"{self.name} exited {self.proc.returncode}, not {expected}: {output[-2000:]}"
+        return None
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -99,14 +111,6 @@ class Worker:
                 self.lines.append(line)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
-
-
-@pytest.fixture
-def workers() -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    yield started
-    for worker in started:
-        worker.stop()
 
 
 def _effects(db: Path) -> list[tuple[int, str, str, float]]:

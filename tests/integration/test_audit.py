@@ -101,3 +101,46 @@ async def test_postgres_output(conn: Connection, make_stream, postgres_url: str)
         pg.execute("INSERT INTO t VALUES ('m-a'), ('m-b'), ('m-c')")
     report = await audit(conn, "IN", [OutputSpec.parse(f"sql:{postgres_url}#t")], key="msg_id")
     assert report.ok, report.to_dict()
+
+
+async def test_delta_and_iceberg_outputs(conn: Connection, make_stream, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``delta:PATH`` and ``iceberg:WAREHOUSE#NS.TABLE``: planted faults found in each table."""
+    import pytest
+    from deltalake import write_deltalake
+
+    from oncestream import ConfigError
+    from oncestream.spark import iceberg
+
+    await make_stream("IN", ("in.>",))
+    ids = [f"o{i}" for i in range(30)]
+    await _fill(conn, "in.x", ids, msg_ids=True)
+    write_deltalake(str(tmp_path / "delta"), pa.table({"order_id": ids[:20]}))
+    write_deltalake(str(tmp_path / "delta"), pa.table({"order_id": ids[19:]}), mode="append")
+    lake = str(tmp_path / "lake")
+    writer = iceberg("shop.orders", warehouse=lake, query_name="q")
+    writer.write_arrow(pa.table({"order_id": ids[1:]}), "q", 0)  # type: ignore[attr-defined]
+    specs = [
+        OutputSpec.parse(f"delta:{tmp_path}/delta"),
+        OutputSpec.parse(f"iceberg:{lake}#shop.orders"),
+    ]
+    report = await audit(conn, "IN", specs, key="field:order_id")
+    delta_out, iceberg_out = report.outputs
+    assert (delta_out.found, delta_out.duplicated, delta_out.duplicated_samples) == (30, 1, ["o19"])
+    assert (iceberg_out.found, iceberg_out.missing, iceberg_out.missing_samples) == (29, 1, ["o0"])
+    assert iceberg_out.output == f"iceberg:{lake}#shop.orders"
+    # The catalog's database URL names the same catalog.
+    by_url = OutputSpec.parse(f"iceberg:sqlite:///{lake}/catalog.db#shop.orders")
+    assert (await audit(conn, "IN", [by_url], key="field:order_id")).outputs[0].found == 29
+    for bad, message in (
+        (f"iceberg:{lake}", "needs 'iceberg:CATALOG#NAMESPACE.TABLE'"),
+        (f"iceberg:{lake}#orders", "needs 'iceberg:CATALOG#NAMESPACE.TABLE'"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            OutputSpec.parse(bad)
+    for missing, message in (
+        (f"iceberg:{lake}#shop.nothing", "no table 'shop.nothing'"),
+        (f"iceberg:{tmp_path}/none#shop.orders", "no catalog at"),
+        (f"delta:{tmp_path}/none", "no Delta table there"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            await audit(conn, "IN", [OutputSpec.parse(missing)], key="field:order_id")

@@ -547,6 +547,18 @@ CASES = [
         setup=lambda env: env.stream("BI_DR"),
     ),
     Case("doctor-two-slashes", ["doctor", "A/B/C", *CONNECT], CONFIG, "one '/' at most"),
+    Case(
+        "doctor-max-deliver-zero",
+        ["doctor", *CONNECT, "--max-deliver", "0"],
+        CONFIG,
+        "--max-deliver must be an integer > 0, got '0'",
+    ),
+    Case(
+        "doctor-dead-letter-stream-bad-name",
+        ["doctor", *CONNECT, "--dead-letter-stream", "DL.Q"],
+        CONFIG,
+        "--dead-letter-stream: 'DL.Q' is not a valid stream name",
+    ),
     Case("doctor-bad-stream-name", ["doctor", "A.B", *CONNECT], CONFIG, "not a valid stream name"),
     Case(
         "doctor-monitor-not-http",
@@ -1399,6 +1411,23 @@ CASES = [
         ],
         CONFIG,
         "--prune-interval must be a duration",
+    ),
+    Case(
+        "process-prune-interval-too-short",
+        [
+            *PROCESS,
+            "--stream",
+            "BI_P",
+            "--consumer",
+            "c",
+            "--handler",
+            "x:f",
+            "--prune-interval",
+            "0.0001",
+        ],
+        CONFIG,
+        "--prune-interval must be 0 (never prune) or at least 0.1s (each round asks the "
+        "server for the consumer's state; the default is 30s), got '0.0001'",
     ),
     Case(
         "process-ack-policy-unknown",

@@ -151,6 +151,42 @@ def _snapshot_published(stream: str) -> Callable[[CliEnv, Outcome], None]:
     return check
 
 
+def _rewrite_in_place_mid_run(stream: str) -> Callable[[CliEnv, Running], None]:
+    """During: once the run stored 1,000 records, rewrite in.jsonl in place (truncate and
+    write a shorter version, as `generate > in.jsonl` does while it runs): the reader's
+    next read lands past the new end, mid-line or on a line's end."""
+
+    def during(env: CliEnv, running: Running) -> None:
+        deadline = time.monotonic() + 30
+        while env.messages(stream) < 1_000:  # a stream's count: no event to await
+            assert running.proc.poll() is None, running.output()
+            assert time.monotonic() < deadline, "the run did not store 1,000 records in 30s"
+            time.sleep(0.02)
+        with (env.tmp / "in.jsonl").open("r+") as out:
+            out.truncate(0)
+            out.write(lines(*({"id": n, "v": 2} for n in range(100))))
+
+    return during
+
+
+def _torn_not_duplicated(stream: str) -> Callable[[CliEnv, Outcome], None]:
+    """Check: each stored record once, the count the summary confirms; the re-run refused."""
+
+    def check(env: CliEnv, outcome: Outcome) -> None:
+        flat = " ".join(outcome.output.split())
+        found = re.search(r"lines 1\.\.([\d,]+) of 20,000 confirmed", flat)
+        assert found, flat
+        confirmed = int(found.group(1).replace(",", ""))
+        ids = env.msg_ids(stream)
+        assert len(ids) == len(set(ids)) == confirmed, (len(ids), confirmed)
+        assert "fix line" not in flat, flat
+        args = publish(stream, f"{stream.lower()}.x", *ID)
+        again = run_case(Case(f"{stream}-rerun", args, CONFIG, "changed since an earlier"), env)
+        assert env.messages(stream) == confirmed, again.output
+
+    return check
+
+
 def _write_fifo_once_waiting(env: CliEnv, running: Running) -> None:
     running.wait_for(f"waiting for a writer on FIFO '{env.tmp}/pipe'", timeout=15)
     with (env.tmp / "pipe").open("w") as pipe:
@@ -368,6 +404,18 @@ CASES = [
         "while it was published; this run read only the",
         setup=_growing("GROW", 20_000),
         check=_snapshot_published("GROW"),
+    ),
+    Case(
+        # Issue 48: it said "fix line 19,995"; the line was torn by the rewrite.
+        "file-rewritten-in-place-while-publishing",
+        publish("REWR", "rewr.x", *ID, "--rate", "4000"),
+        FAILED,
+        "was rewritten while it was published (",
+        setup=given("REWR", lines(*({"id": n, "v": 1} for n in range(20_000)))),
+        during=_rewrite_in_place_mid_run("REWR"),
+        check=_torn_not_duplicated("REWR"),
+        subprocess=True,
+        timeout=60,
     ),
     Case(
         "fifo-without-a-writer-yet",

@@ -146,6 +146,25 @@ def test_consumers_that_lose_or_redeliver_messages_and_their_fixes(
     assert _checks(report, "consumer DR_C/fine") == {"consumer": "ok"}
 
 
+def test_max_deliver_is_judged_by_the_processors_rule(nats_server: NatsServer) -> None:
+    """A consumer max_deliver of 6, which a Processor with a dead-letter stream accepts
+    (it dead-letters after 5 attempts), is not BREAKS (issue 48): a warning when doctor
+    does not know the dead-letter stream, a note when told; BREAKS where the Processor
+    refuses it (its --max-deliver not below 6)."""
+    url = nats_server.url
+    _stream(url, "DR_MD", allow_batched=True)
+    assert cli(url, "consumer", "add", "DR_MD", "six", "--max-deliver", "6").exit_code == 0
+    target = "consumer DR_MD/six"
+    code, report = _doctor(url, "DR_MD")
+    assert (code, _checks(report, target)) == (0, {"max-deliver": "warning"}), report
+    code, report = _doctor(url, "DR_MD", "--dead-letter-stream", "DLQ")
+    assert (code, _checks(report, target)) == (0, {"max-deliver": "note"}), report
+    code, report = _doctor(url, "DR_MD", "--dead-letter-stream", "DLQ", "--max-deliver", "6")
+    assert (code, _checks(report, target)) == (1, {"max-deliver": "breaks"}), report
+    code, report = _doctor(url)  # the whole server: healthy with it
+    assert code == 0, report
+
+
 def test_status_points_to_doctor(nats_server: NatsServer) -> None:
     _stream(nats_server.url, "DR_ST")
     shown = cli(nats_server.url, "status", "DR_ST")
@@ -175,9 +194,9 @@ async def _start_publisher_and_create(url: str) -> None:
 def test_publisher_and_stream_create_warn_on_a_release_with_a_known_bug(
     nats_server: NatsServer, old_release: None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="oncestream.server"):
+    with caplog.at_level(logging.WARNING, logger="oncestream.streams"):
         asyncio.run(_start_publisher_and_create(nats_server.url))
-    warned = [r.getMessage() for r in caplog.records if r.name == "oncestream.server"]
+    warned = [r.getMessage() for r in caplog.records if r.name == "oncestream.streams._version"]
     assert len(warned) == 1, warned  # once per process: the create, then the Publisher
     assert warned[0].startswith("nats-server 2.14.4 has a known bug (idempotent-create-created")
     assert "Fixed in nats-server 2.14.5 or newer (2.12.15 on 2.12)" in warned[0]
@@ -186,9 +205,9 @@ def test_publisher_and_stream_create_warn_on_a_release_with_a_known_bug(
 def test_the_shipped_release_starts_without_a_warning(
     nats_server: NatsServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="oncestream.server"):
+    with caplog.at_level(logging.WARNING, logger="oncestream.streams"):
         asyncio.run(_start_publisher_and_create(nats_server.url))
-    assert [r for r in caplog.records if r.name == "oncestream.server"] == []
+    assert [r for r in caplog.records if r.name == "oncestream.streams._version"] == []
 
 
 def test_the_operations_page_shows_what_doctor_prints(nats_server: NatsServer) -> None:

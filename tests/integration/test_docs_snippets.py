@@ -1,7 +1,8 @@
 """Every ```python and ```sh block of docs/*.md runs (CONVENTIONS.md).
 
-README.md's blocks run in tests/integration/test_readme_first_hour.py: in
-order, twice, against one server, their output checked against the README.
+README.md's and docs/walkthrough.md's blocks run in
+tests/integration/test_readme_first_hour.py: in order, twice, against one
+server, their output checked against the page.
 
 - A fresh embedded nats-server per block; ``nats://127.0.0.1:4222`` in the block
   is replaced by its URL. Each block runs in its own temp directory.

@@ -17,6 +17,7 @@ import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from oncestream.spark import transactional
+from oncestream.spark._foreach_batch import _Claim
 
 pytestmark = pytest.mark.postgres
 
@@ -28,7 +29,8 @@ def _write(writer: Any, i: int, start: threading.Barrier, errors: list[BaseExcep
     rows = [(i * 10 + k, f"n{k}") for k in range(3)]
     start.wait(10)
     try:
-        writer._write(_SCHEMA, ["id", "name"], rows, f"q{i}", 0)
+        claim = _Claim(query=f"q{i}", batch_id=0, token=f"w{i}", run=None, in_query=False)
+        writer._write(_SCHEMA, ["id", "name"], rows, claim)
     except BaseException as exc:  # reported by the test, with the round
         errors.append(exc)
 

@@ -290,7 +290,7 @@ async def test_a_registered_consumer_gone_from_the_server_holds_pruning(
     )  # us's recorded ack floor: its floor at start, 0
     await conn.api("CONSUMER.DELETE.PR.us", {})
     seen = _Seen("consumer us is registered in the ledger but no longer exists")
-    logger = logging.getLogger("oncestream.processor")
+    logger = logging.getLogger("oncestream.process")
     logger.addHandler(seen)
     try:
         eu = Processor(

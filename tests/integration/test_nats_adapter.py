@@ -68,7 +68,7 @@ async def test_a_failed_probe_falls_back(
         """A nats-py whose internals changed shape."""
 
     monkeypatch.setattr(nats.aio.client.Client, "_send_command", _send_command)
-    with caplog.at_level("INFO", logger="oncestream.nats"):
+    with caplog.at_level("INFO", logger="oncestream._nats"):
         async with await connect(options) as conn:
             assert not conn.fast_path[0]
             assert "_send_command" in conn.fast_path[1]

@@ -24,7 +24,7 @@ async def test_identical_failures_log_a_few_lines_and_a_count(
     proc = Processor(
         conn, "FAILS", "w", always_fails, ledger=SQLiteLedger(tmp_path / "l.db"), options=options
     )
-    with caplog.at_level(logging.INFO, logger="oncestream.processor"):
+    with caplog.at_level(logging.INFO, logger="oncestream.process"):
         task = asyncio.create_task(proc.run())
         try:
             await proc.wait_until(lambda s: s.failed >= 900, 60)
@@ -32,7 +32,9 @@ async def test_identical_failures_log_a_few_lines_and_a_count(
             await proc.stop()
             await task
     lines = [
-        r for r in caplog.records if r.name == "oncestream.processor" and "failed" in r.getMessage()
+        r
+        for r in caplog.records
+        if r.name.startswith("oncestream.process.") and "failed" in r.getMessage()
     ]
     assert proc.stats.failed >= 900
     assert len(lines) <= 15, f"{len(lines)} log lines for {proc.stats.failed} identical failures"

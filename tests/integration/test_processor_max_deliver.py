@@ -63,7 +63,9 @@ async def _dead_letters(conn: Connection) -> list[int]:
     """The original sequences of the messages in the DLQ stream."""
     info = await conn.stream_info("DLQ")
     seqs = []
-    for seq in range(1, int(info["state"]["last_seq"]) + 1):
+    state = info["state"]
+    first = max(int(state["first_seq"]), 1)  # past a purge; 0 in a stream never written
+    for seq in range(first, int(state["last_seq"]) + 1 if state["messages"] else first):
         reply = await conn.api("STREAM.MSG.GET.DLQ", {"seq": seq})
         block = base64.b64decode(reply["message"].get("hdrs", "")).decode()
         for line in block.split("\r\n"):
@@ -282,3 +284,113 @@ async def test_a_registry_move_while_settling_a_dropped_message_stops_the_run(
     assert ledger.moved == 1
     assert proc.stats.exhausted == 1 and proc.stats.dead_lettered == 0
     assert await _dead_letters(conn) == []
+
+
+async def _full_dlq(conn: Connection, room: int = 1) -> None:
+    """A dead-letter stream with room for ``room`` messages, holding as many: it refuses
+    the next."""
+    config = {"name": "DLQ", "subjects": ["DLQ.>"], "max_msgs": room, "discard": "new"}
+    await conn.api("STREAM.CREATE.DLQ", config)
+    await publish_n(conn, "DLQ.JOBS", room, data=lambda _: b"an earlier dead letter")
+    info = await conn.stream_info("DLQ")
+    assert info["state"]["messages"] == room
+
+
+@pytest.mark.parametrize("count", [COUNT, 2 * COUNT], ids=["seq-7", "seqs-7-14"])
+async def test_a_full_dead_letter_stream_never_loses_the_message_on_restart(
+    conn: Connection, make_stream, tmp_path: Path, count: int
+) -> None:  # type: ignore[no-untyped-def]
+    """Issue 48: consumer max_deliver 3, a Processor dead-lettering after 2 attempts, the
+    dead-letter stream full. The server drops seq 7 after its 3rd delivery; its dead
+    letter is refused: the run fails with MaxDeliverError naming the way back, and the
+    restarts deliver seq 7 again until it can be dead-lettered (before the fix the error
+    named no way back and a plain restart ended "caught up" with seq 7 neither applied
+    nor dead-lettered). With 7 and 14 failing, the drop of 14 settled after 7's must not
+    move the consumer forward past 7."""
+    failing = list(range(7, count + 1, 7))
+    await make_stream("JOBS", ("jobs.>",))
+    await _full_dlq(conn, room=len(failing))
+    await _add_consumer(conn, "w", 3)
+    await publish_n(conn, "jobs.x", count, start=1)
+    ledger = SQLiteLedger(tmp_path / "l.db")
+    opts = _opts(max_deliver=2, dead_letter_stream="DLQ")
+
+    async def run_once(*, fails: bool) -> tuple[Processor, BaseException | None]:
+        """A run to its end: its own (the error), or stopped once seq 7 is dead-lettered."""
+        proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=opts)
+        task = asyncio.create_task(proc.run())
+        try:
+            if fails:
+                await asyncio.wait({task}, timeout=30)
+            else:
+                await proc.wait_until(lambda s: s.dead_lettered >= len(failing), timeout=30)
+                await proc.wait_caught_up(10)
+        finally:
+            proc.request_stop()
+        try:
+            await task
+        except MaxDeliverError as exc:
+            return proc, exc
+        return proc, None
+
+    first, failed = await run_once(fails=True)
+    assert isinstance(failed, MaxDeliverError), f"no error; stats {first.stats}"
+    text = str(failed)
+    assert re.search(r"stopped delivering JOBS seq (7|14) after 3 deliveries", text), text
+    assert "maximum messages exceeded" in text, text  # why the dead letter was refused
+    assert re.search(r"The consumer was moved back to seq (7|14)", text), text
+    assert "make room in the dead-letter stream DLQ" in text, text
+    assert failed.seqs[0] in failing, failed.seqs  # 14's advisory may come first
+    assert first.stats.applied == count - len(failing)
+    # The server holds seq 7 again: the restart finds it (the dead-letter stream still
+    # full: it fails again, never "caught up" with seq 7 missing).
+    info = await conn.consumer_info("JOBS", "w")
+    assert info["ack_floor"]["stream_seq"] == 6, info  # (delivered again meanwhile: unacked)
+    again, failed = await run_once(fails=True)
+    assert isinstance(failed, MaxDeliverError), f"restart ended without seq 7: {again.stats}"
+    assert re.search(r"moved back to seq (7|14)", str(failed)), failed
+    assert again.stats.applied == 0, again.stats  # the others delivered again: in the ledger
+
+    await conn.api("STREAM.PURGE.DLQ", {})  # the room it asks for
+    last, failed = await run_once(fails=False)
+    assert failed is None, failed
+    assert (last.stats.applied, last.stats.dead_lettered) == (0, len(failing)), last.stats
+    assert sorted(await _dead_letters(conn)) == failing
+    done = count - len(failing)
+    assert effects(tmp_path / "l.db") == (done, done)  # each applied once
+
+
+async def test_a_bound_processor_names_the_reset_for_a_refused_dead_letter(
+    conn: Connection, make_stream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """bind=True makes no consumer API call: the error names the reset to run, as the
+    no-dead-letter-stream path does; run as printed, seq 7 is dead-lettered once."""
+    await make_stream("JOBS", ("jobs.>",))
+    await _full_dlq(conn)
+    await _add_consumer(conn, "w", 2)
+    await publish_n(conn, "jobs.x", COUNT, start=1)
+    ledger = SQLiteLedger(tmp_path / "l.db")
+    opts = _opts(bind=True, dead_letter_stream="DLQ")
+    proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=opts)
+    task = asyncio.create_task(proc.run())
+    try:
+        await asyncio.wait({task}, timeout=30)  # it ends by itself
+    finally:
+        proc.request_stop()
+    with pytest.raises(MaxDeliverError) as failed:
+        await task
+    text = str(failed.value)
+    way_back = re.search(r"`oncestream consumer reset JOBS w --to-seq (\d+)`", text)
+    assert way_back is not None and way_back.group(1) == "7", text
+    assert "make room in the dead-letter stream DLQ" in text, text
+    await conn.api("STREAM.PURGE.DLQ", {})
+    await reset_consumer(conn, "JOBS", "w", ResetTarget(seq=7))
+    fixed = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=opts)
+    task = asyncio.create_task(fixed.run())
+    try:
+        await fixed.wait_until(lambda s: s.dead_lettered >= 1, timeout=20)
+    finally:
+        await fixed.stop()
+    await task
+    assert await _dead_letters(conn) == [7]
+    assert effects(tmp_path / "l.db") == (COUNT - 1, COUNT - 1)

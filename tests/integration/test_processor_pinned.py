@@ -27,6 +27,7 @@ from oncestream import (
 )
 from oncestream.ledger import LedgerEntry
 from oncestream.metrics import instrument
+from oncestream.process._acking import Acknowledger
 from oncestream.process._pinning import OwnerCheck, Superseded, fence_name, require_reset
 from tests._support import effects
 from tests.handlers import record
@@ -181,6 +182,15 @@ async def test_an_existing_consumer_with_another_policy_is_refused(
         await pinned.run()
 
 
+class _AcksLost(Acknowledger):
+    async def ack(self, replies: list[str]) -> None:  # the acks are lost on the way
+        return None
+
+
+class _AcksLostProcessor(Processor):
+    _acknowledger_type = _AcksLost
+
+
 async def test_redeliveries_of_applied_messages_count_as_late_acks(
     conn: Connection, make_stream, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -188,12 +198,9 @@ async def test_redeliveries_of_applied_messages_count_as_late_acks(
     await make_stream("JOBS", ("jobs.>",))
     await publish_n(conn, "jobs.x", 20)
     db = tmp_path / "l.db"
-    first = Processor(conn, "JOBS", "w", record, ledger=SQLiteLedger(db), options=_opts(ack_wait=1))
-
-    async def lost(replies: list[str]) -> None:  # the acks are lost on the way
-        return None
-
-    first._acks.ack = lost  # type: ignore[method-assign]
+    first = _AcksLostProcessor(
+        conn, "JOBS", "w", record, ledger=SQLiteLedger(db), options=_opts(ack_wait=1)
+    )
     task = await _start(first)
     await first.wait_until(lambda s: s.applied == 20)
     await first.wait_until(lambda s: s.suppressed == 20, timeout=10)  # redelivered after 1s
@@ -251,7 +258,7 @@ async def test_a_takeover_whose_consumer_reset_fails_keeps_the_pin_and_retries(
     new pin stayed unacknowledged for the ack wait (30 s here), and with nothing else
     pending no new pin was handed out before that: nothing was applied for 30 s.
     """
-    from oncestream.process import _processor
+    from oncestream.process import _pinning
 
     await make_stream("JOBS", ("jobs.>",))
     db = tmp_path / "l.db"
@@ -260,7 +267,7 @@ async def test_a_takeover_whose_consumer_reset_fails_keeps_the_pin_and_retries(
     task_a = await _start(a)
     await publish_n(conn, "jobs.x", 10)
     await a.wait_until(lambda s: s.applied == 10)
-    real = _processor.reset_to_ack_floor
+    real = _pinning.reset_to_ack_floor
     failed: list[str] = []
 
     async def fails_once(conn: Connection, stream: str, consumer: str) -> int:
@@ -269,7 +276,7 @@ async def test_a_takeover_whose_consumer_reset_fails_keeps_the_pin_and_retries(
             raise OperationTimeout("injected: the consumer reset was not answered")
         return await real(conn, stream, consumer)
 
-    monkeypatch.setattr(_processor, "reset_to_ack_floor", fails_once)
+    monkeypatch.setattr(_pinning, "reset_to_ack_floor", fails_once)
     async with await connect(options) as conn_b:
         b = Processor(conn_b, "JOBS", "w", record, ledger=SQLiteLedger(db), options=opts)
         task_b = await _start(b)
@@ -346,7 +353,7 @@ async def test_a_standby_starting_while_the_ledger_is_locked_waits_for_it(
     opts = _opts(priority_group="g", pinned_ttl=2)
     ledger = SQLiteLedger(db, busy_timeout=0.2)
     proc = Processor(conn, "JOBS", "w", record, ledger=ledger, options=opts)
-    caplog.set_level(logging.WARNING, "oncestream.processor")
+    caplog.set_level(logging.WARNING, "oncestream.process")
     task = asyncio.create_task(proc.run())
     try:
         # Several busy timeouts pass and it is still there, waiting.

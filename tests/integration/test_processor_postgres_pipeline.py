@@ -131,12 +131,14 @@ async def test_a_batch_costs_a_few_round_trips_not_one_per_message(
         assert turns >= total  # what the pipeline saves: one round trip per message
 
 
+@pytest.mark.parametrize("merge", [False, True], ids=["one_insert_each", "merge_inserts"])
 async def test_a_statement_failing_inside_a_pipelined_batch_fails_only_its_message(
-    conn: Connection, make_stream: Any, postgres_url: str
+    conn: Connection, make_stream: Any, postgres_url: str, merge: bool
 ) -> None:
     """The 150th insert violates a CHECK: its error arrives at the end of the pipeline,
     the batch is rolled back and applied one message per transaction; the message is
-    dead-lettered, the 299 others applied once."""
+    dead-lettered, the 299 others applied once (with ``merge_inserts`` too: the merged
+    INSERT holding it fails as a whole, and the retry pins the failure on its message)."""
     await make_stream("JOBS", ("jobs.>",))
     await publish_n(conn, "jobs.x", 300)
     with psycopg.connect(postgres_url, autocommit=True) as admin:
@@ -144,7 +146,7 @@ async def test_a_statement_failing_inside_a_pipelined_batch_fails_only_its_messa
     opts = ProcessorOptions(
         batch=300, max_deliver=2, backoff=(0.1,), dead_letter_stream="DLQ", prune_interval=0
     )
-    ledger = PostgresLedger(postgres_url)
+    ledger = PostgresLedger(postgres_url, merge_inserts=merge)
     proc = Processor(conn, "JOBS", "w", _insert, ledger=ledger, options=opts)
     task = asyncio.create_task(proc.run())
     try:

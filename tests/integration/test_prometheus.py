@@ -64,6 +64,12 @@ async def _streams(conn: Connection) -> None:
     await ensure_stream(conn, StreamSpec(name="ORDERS_COPY", mirror=StreamSource(name="ORDERS")))
     await ensure_stream(conn, StreamSpec(name="ALL_ORDERS", sources=(StreamSource(name="ORDERS"),)))
     await publish_n(conn, "orders.n", 500)
+    # A partitioned stream for a group member (its partitions' Processors and its own gauges).
+    await ensure_stream(
+        conn, StreamSpec(name="PARTS", subjects=("parts.*",), partitions=2, partition_key=(1,))
+    )
+    for key in range(4):
+        await publish_n(conn, f"parts.k{key}", 10, start=key * 10)
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -87,8 +93,8 @@ def _tails(logs: dict[str, Path]) -> str:
 def test_prometheus_scrapes_every_documented_metric(nats_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     url = nats_server.url
     with_conn(url, _streams)
-    process_port, publish_port, streams_port, spark_port = free_ports(4)
-    logs = {n: tmp_path / f"{n}.log" for n in ("process", "publish", "metrics", "spark")}
+    process_port, publish_port, streams_port, spark_port, member_port = free_ports(5)
+    logs = {n: tmp_path / f"{n}.log" for n in ("process", "publish", "metrics", "spark", "member")}
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         procs["process"] = _start(
@@ -97,6 +103,13 @@ def test_prometheus_scrapes_every_documented_metric(nats_server, tmp_path: Path)
              "--ledger", f"sqlite:///{tmp_path / 'ledger.db'}", "--progress", "0",
              "--metrics-port", str(process_port), "--server", url],
             logs["process"],
+        )  # fmt: skip
+        procs["member"] = _start(
+            [*CLI, "process", "--handler", "tests.handlers:record", "--stream", "PARTS",
+             "--consumer", "parts", "--member", "m1",
+             "--ledger", f"sqlite:///{tmp_path}/parts-{{partition}}.db", "--progress", "0",
+             "--metrics-port", str(member_port), "--server", url],
+            logs["member"],
         )  # fmt: skip
         records = tmp_path / "orders.jsonl"
         records.write_bytes(b"".join(b'{"id": "k%d", "n": %d}\n' % (i, i) for i in range(5000)))
@@ -115,7 +128,8 @@ def test_prometheus_scrapes_every_documented_metric(nats_server, tmp_path: Path)
              str(tmp_path / "checkpoint"), str(spark_port)],
             logs["spark"],
         )  # fmt: skip
-        targets = [f"127.0.0.1:{p}" for p in (process_port, publish_port, streams_port, spark_port)]
+        ports = (process_port, publish_port, streams_port, spark_port, member_port)
+        targets = [f"127.0.0.1:{p}" for p in ports]
         wanted = {s for n, k in documented().items() for s in stored_names(n, k)}
         with PrometheusServer(targets) as prom:
             try:
@@ -141,12 +155,19 @@ def test_prometheus_scrapes_every_documented_metric(nats_server, tmp_path: Path)
             latency = prom.query("oncestream_publisher_ack_duration_seconds_count")
             assert latency and float(latency[0]["value"][1]) > 0, latency
             applied = prom.wait_for(
-                lambda: prom.query("sum(oncestream_processor_applied_total)"),
+                lambda: prom.query('sum(oncestream_processor_applied_total{consumer="billing"})'),
                 lambda r: bool(r) and float(r[0]["value"][1]) == 500,
                 timeout=60,
                 what="500 applied",
             )
             assert applied
+            grouped = prom.wait_for(
+                lambda: prom.query('sum(oncestream_group_active_partitions{group="parts"})'),
+                lambda r: bool(r) and float(r[0]["value"][1]) == 2,
+                timeout=60,
+                what="both partitions applied by the member",
+            )
+            assert grouped
             mirror = prom.query('oncestream_stream_mirror_lag_messages{stream="ORDERS_COPY"}')
             assert mirror and mirror[0]["metric"]["origin"] == "ORDERS", mirror
             source = prom.query('oncestream_stream_source_lag_messages{stream="ALL_ORDERS"}')

@@ -161,7 +161,7 @@ async def test_batches_turned_off_mid_run_fall_back_to_acks_without_loss(
             await pub.publish("fioff.x", b"a", msg_id=msg_id)
         await pub.flush()
         await update_stream(conn, {**info["config"], "allow_batched": False})
-        with caplog.at_level(logging.WARNING, logger="oncestream.publisher"):
+        with caplog.at_level(logging.WARNING, logger="oncestream.publish"):
             for msg_id in ids[1000:]:
                 await pub.publish("fioff.x", b"b", msg_id=msg_id)
             await pub.flush()
@@ -175,7 +175,7 @@ async def test_the_reply_path_is_chosen_at_start_and_logged_once(
     conn: Connection, make_stream, caplog
 ) -> None:
     await make_stream("FILOG", ("filog.>",), allow_batched=True)
-    with caplog.at_level(logging.INFO, logger="oncestream.publisher"):
+    with caplog.at_level(logging.INFO, logger="oncestream.publish"):
         for _ in range(3):
             async with Publisher(conn, PublisherOptions(stream="FILOG")):
                 pass

@@ -19,7 +19,7 @@ async def test_a_publisher_without_stream_warns_that_the_window_is_unchecked(
     conn: Connection, make_stream: object, caplog: pytest.LogCaptureFixture
 ) -> None:
     await make_stream("ORDERS", ("orders.>",))  # type: ignore[operator]
-    caplog.set_level(logging.WARNING, logger="oncestream.publisher")
+    caplog.set_level(logging.WARNING, logger="oncestream.publish")
     # A horizon of its own: the warning is logged once per process and horizon.
     unchecked = PublisherOptions(ack_timeout=0.41, max_attempts=2)
     for options in (

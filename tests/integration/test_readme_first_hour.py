@@ -1,12 +1,13 @@
-"""A newcomer's first hour: README.md's blocks, in order, twice, against one server.
+"""A newcomer's first hour: the blocks of README.md and docs/walkthrough.md, in order, twice.
 
-Every ```sh and ```python block of the README runs as a newcomer pastes it:
+Every ```sh and ```python block of each page runs as a newcomer pastes it:
 in document order, in one working directory, against one nats-server (its
 URL replaces ``nats://127.0.0.1:4222``), each Python block in a fresh
 interpreter (the Spark one starts its own JVM, as it does for a user). The
-whole sequence then runs a second time, as someone trying again would.
+whole sequence then runs a second time, as someone trying again would. Each
+page runs against a server of its own.
 
-What a block prints is checked against the ```text block(s) the README shows
+What a block prints is checked against the ```text block(s) the page shows
 after it: the first is what the first run prints, a second one what a re-run
 prints (one alone: both). Each shown line must appear, in order, as a whole
 output line; ``...`` in a shown line stands for anything (a time, a size),
@@ -14,6 +15,8 @@ and a line that is only ``...`` for any number of lines. No block may print a
 Python traceback, nor Java or Spark start-up noise.
 
 The ``make demo`` / ``make test`` block is not run here (tests/spark/test_demo.py).
+docs/walkthrough.md marks its blocks ``not-run`` for tests/integration/test_docs_snippets.py,
+which would run each alone.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ pytestmark = pytest.mark.timeout(900)
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+#: The pages whose blocks run in order, twice, their output checked.
+PAGES = (README, ROOT / "docs" / "walkthrough.md")
 URL = "nats://127.0.0.1:4222"
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
 #: What a newcomer must not see: tracebacks, Java and Spark start-up noise, object reprs.
@@ -65,8 +70,8 @@ class Step:
         return self.shown[min(run, len(self.shown) - 1)]
 
 
-def steps() -> list[Step]:
-    text = README.read_text(encoding="utf-8")
+def steps(page: Path = README) -> list[Step]:
+    text = page.read_text(encoding="utf-8")
     found: list[Step] = []
     for match in FENCE.finditer(text):
         lang, body = match.group(1), match.group(2)
@@ -139,13 +144,20 @@ def _run(step: Step, code: str, work: Path, env: dict[str, str]) -> str:
             os.killpg(proc.pid, signal.SIGKILL)
         if proc.returncode is None:
             proc.communicate()
-    assert proc.returncode == 0, f"README line {step.line}: exit {proc.returncode}\n{output}"
+    assert proc.returncode == 0, f"line {step.line}: exit {proc.returncode}\n{output}"
     return output
 
 
-def test_readme_blocks_run_in_order_twice(nats_server: NatsServer, tmp_path: Path) -> None:
-    found = steps()
-    assert len(found) >= 6 and any("oncestream.spark" in s.code for s in found)
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_page_blocks_run_in_order_twice(
+    page: Path, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    found = steps(page)
+    if page == README:
+        assert len(found) >= 4 and any("oncestream.spark" in s.code for s in found)
+    else:
+        assert len(found) >= 2 and all(s.shown for s in found)
+    where = page.relative_to(ROOT)
     work, home, topo = tmp_path / "cwd", tmp_path / "home", tmp_path / "topo"
     work.mkdir()
     home.mkdir()
@@ -159,13 +171,13 @@ def test_readme_blocks_run_in_order_twice(nats_server: NatsServer, tmp_path: Pat
                 code = code.replace("9464", port)
                 output = _run(step, code, work, env)
                 noise = [n for n in NOISE if n in output]
-                assert noise == [], f"README line {step.line}, run {run + 1}: {noise}\n{output}"
+                assert noise == [], f"{where} line {step.line}, run {run + 1}: {noise}\n{output}"
                 shown = step.expected(run)
                 shown = shown and shown.replace("/tmp/topo", str(topo))
                 if shown is not None:
                     missing = missing_lines(shown, output)
                     assert missing == [], (
-                        f"README line {step.line}, run {run + 1}: the README shows lines the "
+                        f"{where} line {step.line}, run {run + 1}: the page shows lines the "
                         f"block did not print: {missing}\n--- printed ---\n{output}"
                     )
     finally:

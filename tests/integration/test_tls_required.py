@@ -143,7 +143,7 @@ class _Watch(logging.Handler):
         self.loop = asyncio.get_running_loop()
         self.refused = asyncio.Event()
         self.reconnected = asyncio.Event()
-        self.logger = logging.getLogger("oncestream.connection")
+        self.logger = logging.getLogger("oncestream._connection")
 
     def emit(self, record: logging.LogRecord) -> None:
         if "reconnect refused" in record.getMessage():

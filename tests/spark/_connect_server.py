@@ -45,15 +45,33 @@ def job_env(**extra: str) -> dict[str, str]:
     return env
 
 
+#: The python whose pyspark starts the Connect server and runs its Python workers, when
+#: not this one: a thin client (pyspark-client, no JVM) tests against a full pyspark's
+#: server of the same release (the Makefile's test-client).
+SERVER_PYTHON_ENV = "ONCESTREAM_CONNECT_SERVER_PYTHON"
+
+
+def server_spark_home(python: str | None) -> Path:
+    """``SPARK_HOME`` of ``python``'s pyspark (this interpreter's when None)."""
+    if python is None:
+        return Path(pyspark.__file__).parent  # a pip install's SPARK_HOME
+    probe = "import os, pyspark; print(os.path.dirname(pyspark.__file__))"
+    done = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True)
+    return Path(done.stdout.strip())
+
+
 class ConnectServer:
     """A Connect server started as docs/deploy.md says (:func:`_launcher`), on 127.0.0.1.
 
     Args:
         work: its working directory, logs, scratch and temp files.
+        python: the python whose pyspark runs the server and its workers; default
+            ``$ONCESTREAM_CONNECT_SERVER_PYTHON``, else this interpreter.
     """
 
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, python: str | None = None) -> None:
         self.work = work
+        self.python = python or os.environ.get(SERVER_PYTHON_ENV) or None
         self.port = free_port()
         self.log = work / "connect-server.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -66,12 +84,14 @@ class ConnectServer:
     def start(self, timeout: float = 180.0) -> ConnectServer:
         """Start the server and return once it accepts connections."""
         self.work.mkdir(parents=True, exist_ok=True)
-        spark_home = Path(pyspark.__file__).parent  # a pip install's SPARK_HOME
+        spark_home = server_spark_home(self.python)
         env = job_env(
             SPARK_HOME=str(spark_home),
             SPARK_LOG_DIR=str(self.work / "logs"),
             SPARK_PID_DIR=str(self.work),
         )
+        if self.python is not None:  # its workers run its pyspark, not this one's
+            env.update(PYSPARK_PYTHON=self.python, PYSPARK_DRIVER_PYTHON=self.python)
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [

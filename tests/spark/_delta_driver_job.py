@@ -1,6 +1,6 @@
 """Subprocess driver for the Delta kill tests: stream IN -> a Delta table, optionally killed.
 
-Usage: python -m tests.spark._delta_driver_job URL TABLE CHECKPOINT SINK KILL
+Usage: python -m tests.spark._delta_driver_job URL TABLE CHECKPOINT SINK KILL [READ_AFTER]
   SINK  rs: ``foreachBatch(oncestream.spark.delta(TABLE))`` (delta-rs), in batches of
         500 messages where the PySpark has admission control (4.2+);
         spark: ``writeStream.format("delta")`` (delta-spark's own sink, jars from Maven
@@ -13,9 +13,10 @@ Usage: python -m tests.spark._delta_driver_job URL TABLE CHECKPOINT SINK KILL
         after Delta's; the job then kills itself. The test puts the folder back.
 
 Each run reads IN from the earliest message with Trigger.AvailableNow and exits 0
-when caught up. ``SINK spark`` with ``KILL read`` reads instead: it prints
-``ROWS <path> <count>`` for TABLE and for CHECKPOINT (here a second table, written by
-delta-rs), read by Spark with delta-spark. Run it in its own session
+when caught up. With ``READ_AFTER`` (a second table, written by delta-rs), a run that
+ends then prints ``ROWS <path> <count>`` for TABLE and READ_AFTER, read by its own Spark
+session (with SINK spark: delta-spark), so one driver both runs and reads. Run it in its
+own session
 (start_new_session=True): the kill takes the driver, the JVM and the Python workers
 down at once.
 """
@@ -60,6 +61,7 @@ def _commit_breaking_source(checkpoint: str) -> Any:
 
 def main() -> None:
     url, table, checkpoint, sink, kill = sys.argv[1:6]
+    read_after = sys.argv[6] if len(sys.argv) > 6 else None
     os.environ["DELTA_JOB_PGID"] = str(os.getpgrp())
 
     from oncestream.spark import delta, local_session
@@ -71,11 +73,6 @@ def main() -> None:
 
         conf = delta_spark_conf()
     spark = local_session(f"delta-kill-{sink}", conf=conf)
-    if kill == "read":
-        for path in (table, checkpoint):
-            print("ROWS", path, spark.read.format("delta").load(path).count(), flush=True)
-        spark.stop()
-        return
     reader = (
         spark.readStream.format("jetstream")
         .option("servers", url)
@@ -108,6 +105,9 @@ def main() -> None:
         raise
     if query.exception() is not None:
         raise SystemExit(f"query failed: {query.exception()}")
+    if read_after is not None:
+        for path in (table, read_after):
+            print("ROWS", path, spark.read.format("delta").load(path).count(), flush=True)
     spark.stop()
 
 

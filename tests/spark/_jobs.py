@@ -377,6 +377,38 @@ def local_session_refused(spark: Any) -> str:
     return "started"
 
 
+def read_limit_stage(spark: Any, url: str, stream: str, work: str) -> dict[str, Any]:
+    """A stream read with ``maxMessagesPerTrigger`` into Parquet: where it failed, and why.
+
+    ``stage`` is ``"load"`` or ``"start"`` when that call raised, ``"run"`` when the
+    query started (``error``: its failure, or None; ``batches``: rows per batch).
+    """
+    stage = "load"
+    try:
+        df = (
+            spark.readStream.format("jetstream").option("servers", url).option("stream", stream)
+            .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "20").load()
+        )  # fmt: skip
+        stage = "start"
+        query = (
+            df.select("sequence").writeStream.format("parquet").option("path", f"{work}/out")
+            .option("checkpointLocation", f"{work}/chk").trigger(availableNow=True).start()
+        )  # fmt: skip
+    except Exception as exc:
+        return {"stage": stage, "error": str(exc)}
+    try:
+        query.awaitTermination(180)
+    except Exception as exc:
+        return {"stage": "run", "error": str(exc)}
+    error = query.exception()
+    # The property, not the key: under Connect the key is None and the property sums
+    # the sources' counts.
+    batches = [p.numInputRows for p in query.recentProgress if p.numInputRows > 0]
+    return {"stage": "run", "error": None if error is None else str(error), "batches": batches}
+
+
+from tests.spark._replay_jobs import replay_sink  # noqa: E402
+
 JOBS: dict[str, Callable[..., Any]] = {
     job.__name__: job
     for job in (
@@ -391,6 +423,8 @@ JOBS: dict[str, Callable[..., Any]] = {
         transactional_two_writers,
         query_metrics,
         local_session_refused,
+        read_limit_stage,
+        replay_sink,
     )
 }
 

@@ -41,9 +41,14 @@ class Drivers:
     ) -> int:
         """Run the job to its end (0) or to the planted kill (-9)."""
         args = [str(JOB), url, str(checkpoint), ids, kill, subject, ingest, stream]
+        return self.run_job(args, kill != "none", spark_log)
+
+    def run_job(self, args: list[str], kills: bool, spark_log: Path | None = None) -> int:
+        """Run the job ``args`` (a script and its arguments; under Connect the server's
+        URL is appended) to its end (0) or to its planted kill (-9, ``kills``)."""
         if self.mode == "classic":
             return self._classic(args, spark_log)
-        if kill == "none":
+        if not kills:
             server: ConnectServer = self.request.getfixturevalue("connect_server")
             code, err = self._client([*args, server.url])
             if code != 0:
@@ -124,12 +129,27 @@ class Drivers:
 
 #: The sink on both Publisher paths and in atomic batches (classic), and under Connect;
 #: "fast" and "atomic" refuse to run without what they need (no silent fallback).
-INGEST = pytest.mark.parametrize(
-    ("ingest", "mode"),
-    [("acks", "classic"), ("fast", "classic"), ("atomic", "classic"), ("acks", "connect")],
-)
+_INGEST = [("acks", "classic"), ("fast", "classic"), ("atomic", "classic"), ("acks", "connect")]
+
+
+def ingest_cases(*, soak: tuple[tuple[str, str], ...] = ()) -> pytest.MarkDecorator:
+    """Every ``(ingest, mode)`` case; those in ``soak`` run by ``make soak`` only.
+
+    Each case is two or three driver runs (a JVM each, 100-250 s of CI time): make test
+    keeps, across the kill tests, each ingest path and each session kind killed at least
+    once; the other cases run by ``make soak``.
+    """
+    return pytest.mark.parametrize(
+        ("ingest", "mode"),
+        [
+            pytest.param(i, m, id=f"{i}-{m}", marks=(pytest.mark.soak,) if (i, m) in soak else ())
+            for i, m in _INGEST
+        ],
+    )
+
+
 #: Kill tests of sink features whose code runs the same on both session kinds (the ids'
 #: column path, finding the target stream, a reused checkpoint path's commit records):
-#: classic only; the kill points themselves run under Connect in INGEST's acks-connect
+#: classic only; the kill points themselves run under Connect in ingest_cases' acks-connect
 #: cases (a Connect server per kill is 10-20 s of CI time).
 CLASSIC = pytest.mark.parametrize("mode", ["classic"])

@@ -8,9 +8,11 @@ Each test asserts the behaviour of the release it runs on; none is skipped.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pyspark
 import pytest
 
@@ -108,27 +110,30 @@ async def test_processing_time_batches_across_a_restart(
 
 
 async def test_a_read_limit_per_release(
-    spark: Any, nats_server: NatsServer, conn: Connection, make_stream: Any, tmp_path: Path
+    spark_job: Any, nats_server: NatsServer, conn: Connection, make_stream: Any, tmp_path: Path
 ) -> None:
-    """4.2+: AvailableNow in batches of the limit. 4.0/4.1: refused, naming option and release."""
+    """4.2+: AvailableNow in batches of the limit. 4.0/4.1: refused where the read is defined.
+
+    Classic Spark asks the source for its schema at ``load()``, Connect when the
+    command that first analyses the read runs (``start()``): the refusal comes from
+    that call, before any query starts, naming the option and the release. Before,
+    it came from the query's thread once the query planned, inside its failure.
+    """
     await make_stream("AN", ("an.>",))
     await publish(conn, "an.a", 50)
-    df = _stream(spark, nats_server.url, "AN", startingOffsets="earliest", maxMessagesPerTrigger=20)
-    if ADMISSION_CONTROL:
-        query = _start(df, tmp_path / "out", tmp_path / "ckpt", availableNow=True)
-        query.awaitTermination(180)
-        assert query.exception() is None
-        assert _batch_sizes(query) == [20, 20, 10]
-        assert _sequences(spark, tmp_path / "out") == list(range(1, 51))
-        return
-    with pytest.raises(Exception) as failed:  # the query fails as it starts
-        _start(df, tmp_path / "out", tmp_path / "ckpt", availableNow=True).awaitTermination(180)
-    error = str(failed.value)
-    assert (
-        "maxMessagesPerTrigger (or maxOffsetsPerTrigger) needs PySpark 4.2" in error
-        and pyspark.__version__ in error
+    found = await asyncio.to_thread(
+        spark_job, "read_limit_stage", url=nats_server.url, stream="AN", work=str(tmp_path)
     )
-    assert not any((tmp_path / "out").glob("*.parquet"))  # nothing was read
+    if ADMISSION_CONTROL:
+        assert found == {"stage": "run", "error": None, "batches": [20, 20, 10]}
+        assert pq.read_table(tmp_path / "out").num_rows == 50
+        return
+    early = ("load",) if spark_job.mode == "classic" else ("load", "start")
+    assert found["stage"] in early, found
+    error = found["error"]
+    assert "ConfigError: option maxMessagesPerTrigger (or maxOffsetsPerTrigger) needs " in error
+    assert f"this is PySpark {pyspark.__version__}, where Spark asks" in error
+    assert not (tmp_path / "out").exists()  # nothing was read
 
 
 async def test_available_now_without_a_limit_reads_everything(

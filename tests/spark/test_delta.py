@@ -7,6 +7,7 @@ the rows; the tests read the table back with deltalake, as any reader would.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from harness import make_streams, publish_orders
+from harness import free_port, make_streams, publish_orders
 from oncestream import ConfigError
 from oncestream.server import NatsServer
 from oncestream.spark import delta
@@ -162,19 +163,67 @@ def test_bad_arguments() -> None:
         delta("/t", query_name="")
     secret = delta("s3://b/t", storage_options={"AWS_SECRET_ACCESS_KEY": "hunter2"})
     assert "hunter2" not in repr(secret)
+    # A URI delta-rs cannot read a table from: refused when built, not at the first batch.
+    for uri, fragment in (
+        ("foo://bucket/t", "has scheme 'foo', which delta-rs does not read tables from"),
+        ("https://acct.blob.core.windows.net/c/t", "has scheme 'https'"),
+        ("file://otherhost/lake/t", "names host 'otherhost'"),
+        ("file:lake/t", "not a file: URI of an absolute path"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(fragment)):
+            delta(uri)
+    for uri in ("S3A://Bucket/t", "opendal+s3://b/t", "abfss://c@a.dfs.core.windows.net/t",
+                "memory:///t", "file:///lake/t", "C:/lake/t", "relative/t"):  # fmt: skip
+        delta(uri)  # accepted
+
+
+def test_delta_rs_errors_are_delta_write_errors(spark: Any, tmp_path: Path) -> None:
+    """What delta-rs raises reading or writing the table fails the batch as DeltaWriteError.
+
+    Before, a regular file at the table's path raised delta-rs's own ``DeltaError``
+    ("Path does not exist") and an unreachable object store a bare ``OSError``.
+    """
+    df = spark.createDataFrame([(1,)], "n long")
+    regular = tmp_path / "a-file"
+    regular.write_text("not a table")
+    with pytest.raises(DeltaWriteError, match=rf"Delta table {re.escape(str(regular))}") as got:
+        delta(str(regular), query_name="q")(df, 0)
+    assert type(got.value.__cause__).__module__.split(".")[0] in ("deltalake", "_internal")
+    assert regular.read_text() == "not a table"
+    closed = free_port()  # nothing listens there
+    options = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{closed}",
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "oncestream-test",
+        "AWS_SECRET_ACCESS_KEY": "never-shown-secret",
+    }
+    with pytest.raises(DeltaWriteError, match="Delta table s3://bucket/t") as got:
+        delta("s3://bucket/t", query_name="q", storage_options=options)(df, 0)
+    assert isinstance(got.value.__cause__, OSError)
+    assert "never-shown-secret" not in str(got.value) and "\x1b[" not in str(got.value)
 
 
 def run_job(
-    url: str, table: Path, checkpoint: Path, sink: str, kill: str, out: list[str] | None = None
+    url: str,
+    table: Path,
+    checkpoint: Path,
+    sink: str,
+    kill: str,
+    out: list[str] | None = None,
+    read_after: Path | None = None,
 ) -> int:
     """Run tests/spark/_delta_driver_job.py; its exit code (-9: killed at the planted point).
 
-    ``out``: filled with the lines the job printed.
+    ``out``: filled with the lines the job printed. ``read_after``: a run that ends
+    prints the rows of TABLE and of this second table, read by its Spark session.
     """
     path = os.pathsep.join((str(ROOT / "src"), str(ROOT)))
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=path)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     args = (url, str(table), str(checkpoint), sink, kill)
+    if read_after is not None:
+        args = (*args, str(read_after))
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.spark._delta_driver_job", *args],
         cwd=ROOT,

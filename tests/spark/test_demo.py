@@ -76,6 +76,38 @@ def test_demo_small_run_is_exactly_once(tmp_path: Path) -> None:
     assert (tmp_path / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_demo_lands_in_an_iceberg_table(tmp_path: Path) -> None:
+    """``--output iceberg``: the enriched orders in an Iceberg table, which the audit reads.
+
+    The demo's query kill happens mid-batch, so the restarted query replays a batch
+    the writer may have committed: the audit of the table says 0 missing, 0 duplicated.
+    """
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", COLUMNS="100")
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("oncestream")), "demo", "--messages", "10000",
+         "--output", "iceberg", "--json", "--keep", "--data-dir", str(tmp_path / "demo")],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=280, check=False,
+    )  # fmt: skip
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-4000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("DEMO-JSON "))
+    summary = json.loads(line.removeprefix("DEMO-JSON "))
+    assert summary["output"] == f"iceberg:{tmp_path / 'demo'}/lake#demo.orders_enriched"
+    enriched = summary["enriched"]
+    assert (enriched["found"], enriched["missing"], enriched["duplicated"]) == (10000, 0, 0)
+    assert summary["ok"] is True and summary["revenue_ok"] is True
+    assert "exactly once: 0 missing, 0 duplicated" in text
+    from oncestream.audit import OutputSpec
+
+    assert OutputSpec.parse(summary["output"]).kind == "iceberg"
+    bad = subprocess.run(
+        [str(Path(sys.executable).with_name("oncestream")), "demo", "--output", "orc"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    assert "output must be one of parquet, delta, iceberg, got 'orc'" in bad.stdout + bad.stderr
+
+
 def test_demo_sigterm_stops_its_server(tmp_path: Path) -> None:
     """SIGTERM (a service manager, ``timeout``) ends the demo with its nats-server and JVM."""
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", COLUMNS="100")

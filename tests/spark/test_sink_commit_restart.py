@@ -64,7 +64,7 @@ def test_commit_retries_while_the_server_restarts(nats_server: NatsServer) -> No
     writer.commit(done, 0)  # creates the records stream; the process's connection is up
 
     retried = _Retried()
-    retry_log = logging.getLogger("oncestream.retry")
+    retry_log = logging.getLogger("oncestream._retry")
     level = retry_log.level
     retry_log.setLevel(logging.INFO)  # retrying() says so at INFO
     retry_log.addHandler(retried)

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from harness import make_streams, publish_orders
 from oncestream.server import NatsServer
 from oncestream.spark._session import scratch_root
 from oncestream.streams import StreamSpec
-from tests.spark._sink_drivers import CLASSIC, DRIVERS, INGEST, Drivers
+from tests.spark._sink_drivers import CLASSIC, DRIVERS, Drivers, ingest_cases
 from tests.spark._sink_helpers import (
     raw_headers_of,
     run_audit,
@@ -32,7 +34,7 @@ from tests.spark._sink_helpers import (
 )
 
 
-@INGEST
+@ingest_cases(soak=(("atomic", "classic"),))  # atomic: test_sink_kill_window
 def test_killed_before_commit_inside_dedup_window(
     nats_server: NatsServer, tmp_path: Path, ingest: str, mode: str, drivers: Drivers
 ) -> None:
@@ -68,6 +70,9 @@ def test_killed_before_commit_inside_dedup_window(
     assert (b"Nats-Batch-Id" in raw_headers_of(url, "OUT", 2000)) is (ingest == "atomic")
 
 
+# make soak (two drivers, 100-140 s): make test keeps the columns path without a kill
+# (test_sink.py::test_batch_write_with_msg_id_column) and the fast path's kills above.
+@pytest.mark.soak
 @CLASSIC
 def test_killed_before_commit_with_a_msg_id_column(
     nats_server: NatsServer, tmp_path: Path, mode: str, drivers: Drivers

@@ -9,6 +9,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from harness import make_streams, order_ids_on, publish_orders
 from oncestream.server import NatsServer
 from oncestream.streams import StreamSpec
@@ -50,6 +52,9 @@ def test_without_the_stream_option_a_restart_after_the_window_adds_nothing(
     assert stream_state(url, "OUT")["messages"] == 2000
 
 
+# Four driver runs (250 s of CI time): make soak. make test keeps its parts: a new query
+# on a reused path (test_sink.py) and the kills between the commits (test_sink_kill*.py).
+@pytest.mark.soak
 @CLASSIC
 def test_new_query_on_a_reused_path_killed_between_the_commits(
     nats_server: NatsServer, tmp_path: Path, mode: str, drivers: Drivers

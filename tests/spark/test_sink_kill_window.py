@@ -18,7 +18,7 @@ from oncestream import ConnectOptions, connect
 from oncestream.server import NatsServer
 from oncestream.streams import StreamSpec
 from tests.integration.test_publisher import StoredMsg, read_back
-from tests.spark._sink_drivers import INGEST, Drivers
+from tests.spark._sink_drivers import Drivers, ingest_cases
 from tests.spark._sink_helpers import (
     await_window_passed,
     run_audit,
@@ -29,7 +29,7 @@ RETRY_JOB = Path(__file__).with_name("_sink_retry_job.py")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@INGEST
+@ingest_cases(soak=(("acks", "classic"), ("fast", "classic")))  # both: test_sink_kill
 def test_killed_outside_dedup_window(
     nats_server: NatsServer, tmp_path: Path, ingest: str, mode: str, drivers: Drivers
 ) -> None:

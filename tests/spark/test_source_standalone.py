@@ -47,6 +47,9 @@ def standalone(tmp_path: Path) -> Iterator[str]:
         yield master_url
 
 
+# make soak (a standalone master and worker of its own, 95 s): make test runs the
+# jetstream source and sink on a standalone cluster in test_deploy.py.
+@pytest.mark.soak
 async def test_standalone_cluster_read(
     standalone: str,
     nats_server: NatsServer,

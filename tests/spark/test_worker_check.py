@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import oncestream
 from oncestream._connection import Connection
 from oncestream.server import NatsServer
 from tests.spark._helpers import publish
@@ -60,7 +61,9 @@ async def test_register_refuses_workers_without_oncestream(
     assert "PYSPARK_PYTHON" in lines["MISSING"] and "spark.pyspark.python" in lines["MISSING"]
     assert "'python3'" in lines["MISSING"] and "local_session()" in lines["MISSING"]
     assert lines["JOBS"] == "0"  # refused before any job ran
-    assert "oncestream 0.0.0-other but the driver runs 0.1.0" in lines["MISMATCH"]
+    assert (
+        f"oncestream 0.0.0-other but the driver runs {oncestream.__version__}" in lines["MISMATCH"]
+    )
     assert "PYSPARK_PYTHON" in lines["MISMATCH"]
     assert lines["ROWS"] == "7"
     # pandas is capped below 3 in the spark extra: no PySpark warning at session start.

@@ -36,3 +36,36 @@ def test_a_second_write_of_one_batch_in_one_query_run_is_refused_too() -> None:
     assert claimed_by_another(target, 0, token, "run-1", in_query=True)
     assert not claimed_by_another(target, 0, token, "run-1")  # a direct call's re-run
     assert not claimed_by_another(target, 0, token, "run-2", in_query=True)  # a restart
+
+
+def test_take_checks_and_claims_in_one_step_and_a_failed_write_gives_it_back() -> None:
+    from oncestream.spark._batch_claims import release_batch, take_batch
+
+    target = ("t", "take-release")
+    assert take_batch(target, 0, "a", "run")
+    assert not take_batch(target, 0, "b", "run")  # the claim was taken when checked
+    assert not take_batch(target, 0, "a", "run", in_query=True)  # one writer, twice
+    release_batch(target, 0, "b", "run")  # not b's: kept
+    assert not take_batch(target, 0, "b", "run")
+    release_batch(target, 0, "a", "run")  # a's write failed: the batch is free again
+    assert take_batch(target, 0, "b", "run")
+
+
+def test_of_writers_racing_for_one_batch_exactly_one_takes_it() -> None:
+    import threading
+
+    from oncestream.spark._batch_claims import take_batch
+
+    start, won = threading.Barrier(8), []
+
+    def race(token: str) -> None:
+        start.wait()
+        if take_batch(("t", "race"), 0, token, "run"):
+            won.append(token)
+
+    threads = [threading.Thread(target=race, args=(f"w{i}",)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(won) == 1, won

@@ -1,7 +1,8 @@
-"""Every results file README.md and docs/ cite is committed (issue 42).
+"""Every results file README.md and docs/ cite is committed.
 
 A figure in the docs names the results file it came from
-(``bench/results/scale-20261126-210123.md``, ``torture/results/...``); a file that
+(``bench/results/scale-20261126-210123.md``, ``torture/results/...``), or names the
+run alone (``scale-20261126-210123``, ``peers-20261127-175909.json``); a file that
 is not in the repository backs nothing, so its figures are withdrawn rather than
 quoted. Results are git-ignored by default (``.gitignore``): one that backs a
 figure is added on purpose (``git add -f``), and this test fails until it is.
@@ -19,6 +20,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 _REFERENCE = re.compile(r"(?<![\w/.-])((?:bench|torture)/results/[\w./*<>{}-]*)")
+#: A run named without its folder: ``<kind>-<yyyymmdd>-<hhmmss>``, an extension or not.
+_RUN_NAME = re.compile(r"(?<![\w/.-])([a-z][a-z-]*-\d{8}-\d{6})((?:\.[a-z]+)*)(?![\w-])")
+#: Folders a bare run name may live in.
+RESULTS = ("bench/results/", "torture/results/")
 #: Where every run writes: named as the place to look, not as the source of a figure.
 OUTPUTS = frozenset({"torture/results/latest.json"})
 
@@ -48,6 +53,16 @@ def missing(markdown: str, tracked: frozenset[str]) -> list[str]:
                 bad.append(f"{ref}: no committed file in it")
         elif ref not in tracked:
             bad.append(f"{ref}: not committed")
+    for stem, ext in _RUN_NAME.findall(_REFERENCE.sub("", markdown)):
+        name = stem + ext.rstrip(".")
+        names = {path.rsplit("/", 1)[-1] for path in tracked if path.startswith(RESULTS)}
+        found = (
+            name in names
+            if ext.rstrip(".")
+            else any(n == stem or n.startswith(stem + ".") for n in names)
+        )
+        if not found:
+            bad.append(f"{name}: no committed results file of that name")
     return bad
 
 
@@ -63,8 +78,20 @@ def test_an_uncommitted_results_file_is_reported() -> None:
         "Runs write `torture/results/<timestamp>/`, `bench/results/scale-*.md` and\n"
         "torture/results/latest.json; see torture/results/ and bench/nothing/.\n"
         "Cited: torture/results/run-3/summary.json.\n"
+        "Runs scale-20261126-170130 and peers-20261127-080343.json (bench-20261126-115248,\n"
+        "scale-20261122-213943.md) and scale-20261129-054547.\n"
     )
-    assert missing(page, tracked) == [
+    assert missing(
+        page,
+        tracked
+        | {
+            "bench/results/bench-20261126-115248.json",
+            "bench/results/scale-20261122-213943.md",
+            "bench/results/scale-20261129-054547.json",
+        },
+    ) == [
         "bench/results/peers-2.json: not committed",
         "torture/results/run-3/summary.json: not committed",
+        "scale-20261126-170130: no committed results file of that name",
+        "peers-20261127-080343.json: no committed results file of that name",
     ]

@@ -226,6 +226,68 @@ def test_a_delivery_limit_loses_a_failing_message() -> None:
     assert found.fix == "oncestream consumer edit ORDERS billing --max-deliver -1"
 
 
+@pytest.mark.parametrize(
+    ("limit", "options", "severity"),
+    [
+        (1, DoctorOptions(dead_letter_stream="DLQ"), "breaks"),  # no spare delivery at all
+        (5, DoctorOptions(dead_letter_stream="DLQ"), "breaks"),  # not above --max-deliver 5
+        (6, DoctorOptions(dead_letter_stream="DLQ"), "note"),  # what the Processor accepts
+        (6, DoctorOptions(), "warning"),  # accepted only with a dead-letter stream
+        (5, DoctorOptions(max_deliver=3, dead_letter_stream="DLQ"), "note"),
+        (3, DoctorOptions(max_deliver=3, dead_letter_stream="DLQ"), "breaks"),
+    ],
+    ids=["1-dlq", "5-dlq", "6-dlq", "6-dlq-unknown", "5-dlq-md3", "3-dlq-md3"],
+)
+def test_max_deliver_by_the_processors_own_rule(
+    limit: int, options: DoctorOptions, severity: str
+) -> None:
+    """doctor says BREAKS exactly where the Processor refuses the consumer (issue 48: a
+    max_deliver of 6 that a Processor with a dead-letter stream ran healthily on was
+    BREAKS, exit 1, and turned the whole-server doctor to exit 1)."""
+    from oncestream import ProcessorOptions
+    from oncestream.process._internal import max_deliver_refusal
+
+    info = consumer(max_deliver=limit)
+    found = by_check(check_consumer("ORDERS", info, options=options))["max-deliver"]
+    assert found.severity == severity, found
+
+    def refused(dlq: str | None) -> bool:
+        processor = ProcessorOptions(max_deliver=options.max_deliver, dead_letter_stream=dlq)
+        return max_deliver_refusal(info["config"], "ORDERS", "billing", processor) is not None
+
+    # BREAKS where the Processor with a dead-letter stream refuses; a warning where
+    # only the one without refuses (doctor was not told which runs).
+    assert refused(options.dead_letter_stream or "DLQ") == (severity == "breaks"), found
+    assert refused(None)  # without a dead-letter stream any limit is refused
+    report = DoctorReport(server={}, findings=(found,))
+    assert report.exit_code == (1 if severity == "breaks" else 0)
+    if severity != "breaks":
+        attempts = min(options.max_deliver, limit - 1)
+        assert f"dead-letters a message that keeps failing after {attempts} attempts" in (
+            found.message
+        )
+    if severity == "warning":
+        assert "without a dead-letter stream the Processor refuses to start" in found.message
+
+
+def test_doctor_assumes_the_processors_default_max_deliver() -> None:
+    from oncestream import ProcessorOptions
+
+    assert DoctorOptions().max_deliver == ProcessorOptions().max_deliver
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"max_deliver": 0}, "max_deliver must be an integer > 0, got 0"),
+        ({"dead_letter_stream": "a.b"}, "'a.b' is not a valid stream name"),
+    ],
+)
+def test_doctor_processor_options_are_checked(kw: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        DoctorOptions(**kw)
+
+
 def test_ack_policy_none_loses_what_a_worker_did_not_apply() -> None:
     found = consumer_findings(consumer(ack_policy="none"))["ack-policy"]
     assert found.severity == "breaks"

@@ -12,9 +12,14 @@ import pytest
 
 from oncestream import ConfigError
 from oncestream.load import InputFormat, LoadOptions
-from oncestream.load._input import Record, RecordError, read_items
-from oncestream.load._load import _open, _record
-from oncestream.load._run import read_off_loop
+from oncestream.load._input import (
+    Record,
+    RecordError,
+    open_source,
+    read_items,
+    read_off_loop,
+    record_of,
+)
 from oncestream.publish import PublisherOptions
 
 BASE: dict[str, Any] = {"stream": "ORDERS", "subject": "orders.{region}", "id_field": "id"}
@@ -81,12 +86,12 @@ def test_labels_name_the_options_in_messages() -> None:
 
 
 def test_records_of_an_iterable() -> None:
-    record = _record(3, {"id": 7, "n": 123456789012345678901234567890})
+    record = record_of(3, {"id": 7, "n": 123456789012345678901234567890})
     assert isinstance(record, Record) and record.line == 3
     assert record.data == b'{"id":7,"n":123456789012345678901234567890}'
-    refused = _record(4, ["not", "a", "mapping"])
+    refused = record_of(4, ["not", "a", "mapping"])
     assert isinstance(refused, RecordError) and "expected a mapping" in str(refused)
-    unserializable = _record(5, {"id": object()})
+    unserializable = record_of(5, {"id": object()})
     assert isinstance(unserializable, RecordError) and "not JSON-serializable" in str(
         unserializable
     )
@@ -96,12 +101,12 @@ def test_sources_load_cannot_read_are_refused(tmp_path: Path) -> None:
     options = LoadOptions(**BASE)
     for source in (b'{"id": 1}\n', io.StringIO('{"id": 1}\n'), 42):
         with pytest.raises(ConfigError, match="source: give a path"):
-            _open(source, options)  # type: ignore[arg-type]
+            open_source(source, options)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="fresh=True needs a regular file"):
-        _open([{"id": 1}], LoadOptions(**BASE, fresh=True))
+        open_source([{"id": 1}], LoadOptions(**BASE, fresh=True))
     stdin = io.BufferedReader(io.BytesIO(b"\x00\x01"))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="input '-' is a binary file"):
-        _open(stdin, options)
+        open_source(stdin, options)
 
 
 def test_an_open_regular_file_is_identified_and_a_stream_is_not(tmp_path: Path) -> None:
@@ -109,14 +114,14 @@ def test_an_open_regular_file_is_identified_and_a_stream_is_not(tmp_path: Path) 
     path.write_text("id,region\n1,eu\n")
     options = LoadOptions(**BASE)
     with path.open("rb") as handle:
-        opened = _open(handle, options)
+        opened = open_source(handle, options)
         try:
             assert opened.facts is not None and opened.facts.lines == 2
             assert opened.fmt is InputFormat.csv  # by the name's extension
         finally:
             opened.close()
         assert not handle.closed  # the caller opened it: the caller closes it
-    streamed = _open(io.BytesIO(path.read_bytes()), options)
+    streamed = open_source(io.BytesIO(path.read_bytes()), options)
     assert streamed.facts is None and streamed.fmt is InputFormat.csv  # sniffed
 
 

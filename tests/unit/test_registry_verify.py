@@ -24,7 +24,9 @@ from oncestream._message import Message
 from oncestream._names import subject_matches
 from oncestream.ledger import LedgerEntry, LedgerTx, Registration
 from oncestream.process._applying import Applier
-from oncestream.process._options import ProcessorStats
+from oncestream.process._bound import BoundConsumer
+from oncestream.process._ledgercalls import LedgerCalls
+from oncestream.process._options import ProcessorOptions, ProcessorStats
 from oncestream.process._registry import Registry, RegistryMoved, check_registry
 
 
@@ -36,10 +38,12 @@ def _setup(tmp_path: Path, filters: tuple[str, ...]) -> tuple[SQLiteLedger, Appl
     ledger = SQLiteLedger(tmp_path / "l.db")
     ledger.open()
     _register(ledger, filters)
-    applier = Applier(ledger, lambda m, tx: None, ProcessorStats())
-    applier.stream, applier.consumer = "S", "c"
-    registry = Registry(applier, ledger, "S", "c")
-    applier.registered = registry.verify
+    calls = LedgerCalls(ledger)
+    registry = Registry(calls, "S", "c")
+    bound = BoundConsumer(stream="S", consumer="c", options=ProcessorOptions(), ack_wait=30.0)
+    applier = Applier(
+        bound, calls, lambda m, tx: None, ProcessorStats(), registered=registry.verify
+    )
     return ledger, applier, registry
 
 
@@ -117,7 +121,7 @@ def test_a_transaction_without_registered_is_not_checked_and_says_so_once(
     the run stopped after 3 moves)."""
     ledger, applier, registry = _setup(tmp_path, ("o.a",))
     registry._adopt(("o.a",))
-    with caplog.at_level(logging.WARNING, logger="oncestream.processor"):
+    with caplog.at_level(logging.WARNING, logger="oncestream.process"):
         for seq in (1, 2):
             tx = _PlainTx(ledger.begin())
             entries = [LedgerEntry("S", seq, None)]
@@ -151,7 +155,7 @@ def test_a_subject_with_an_empty_last_token_is_not_remembered_as_every_subject(
 ) -> None:
     """Review w5b, finding 5: ``a.b.`` was remembered as ``>``, and ``x.y.`` then taken
     as inside ``a.b.>`` (shown failing before the fix: takes returned True)."""
-    registry = Registry(None, None, "S", "c")  # type: ignore[arg-type]
+    registry = Registry(LedgerCalls(None), "S", "c")  # type: ignore[arg-type]
     registry._adopt(("a.b.>",))
     assert registry.takes([inside]) is subject_matches("a.b.>", inside) is True
     assert registry.takes([outside]) is subject_matches("a.b.>", outside) is False
@@ -177,7 +181,7 @@ def test_takes_agrees_with_matching_every_subject() -> None:
     bad = []
     for empty in (False, True):
         for _ in range(600):
-            registry = Registry(None, None, "S", "c")  # type: ignore[arg-type]
+            registry = Registry(LedgerCalls(None), "S", "c")  # type: ignore[arg-type]
             filters = tuple({filt() for _ in range(rng.randint(1, 3))})
             registry._adopt(filters)
             for _ in range(30):

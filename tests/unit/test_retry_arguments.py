@@ -63,7 +63,7 @@ async def test_no_budget_is_not_logged_as_infinite_seconds(
         if calls == 1:
             raise TimeoutError("transient")
 
-    with caplog.at_level(logging.INFO, logger="oncestream.retry"):
+    with caplog.at_level(logging.INFO, logger="oncestream._retry"):
         await retrying(op, budget=None, what="op", attempts=2, delay=lambda _n: 0.0)
     assert [r.getMessage() for r in caplog.records if "inf" in r.getMessage()] == []
 

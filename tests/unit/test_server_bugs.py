@@ -107,7 +107,7 @@ def test_scope_clustered_and_replicated() -> None:
 
 def test_start_up_warns_once_per_process_and_bug(caplog: pytest.LogCaptureFixture) -> None:
     conn = fake_conn("2.14.0", cluster="east")
-    with caplog.at_level(logging.WARNING, logger="oncestream.server"):
+    with caplog.at_level(logging.WARNING, logger="oncestream.streams"):
         found = check_server_bugs(conn, "publish", replicas=3)
         again = check_server_bugs(conn, "publish", replicas=3)
     assert [b.key for b in found] == [b.key for b in again] == ["dedupe-leader-change"]
@@ -119,7 +119,7 @@ def test_start_up_warns_once_per_process_and_bug(caplog: pytest.LogCaptureFixtur
 
 
 def test_start_up_says_nothing_outside_a_bugs_scope(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="oncestream.server"):
+    with caplog.at_level(logging.WARNING, logger="oncestream.streams"):
         assert check_server_bugs(fake_conn("2.14.0"), "publish", replicas=1) == []
         assert check_server_bugs(fake_conn("2.14.0"), "publish") == []  # no stream: unknown
         assert check_server_bugs(fake_conn("2.14.4"), "create", replicas=1) == []  # no cluster

@@ -251,7 +251,7 @@ def test_offset_without_creation_time_is_accepted_warning_once_per_stream(
     reader = _reader()
     infos = {"A": _info(1, 100, created="t0"), "B": _info(1, 5, created="t1")}
     positions = {"A": 50, "B": 5}
-    with caplog.at_level("WARNING", logger="oncestream.spark.source"):
+    with caplog.at_level("WARNING", logger="oncestream.spark"):
         assert reader._check_reset(positions, positions, {}, infos) == {}
         assert reader._check_reset(positions, positions, {}, infos) == {}
     warned = [r.getMessage() for r in caplog.records if "no creation time" in r.getMessage()]

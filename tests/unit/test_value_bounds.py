@@ -91,6 +91,13 @@ ROWS: list[tuple[str, Callable[[], Any], str]] = [
         "max_deliver must be an integer at most",
     ),
     ("processor-ack-wait", lambda: ProcessorOptions(ack_wait=1e300), "ack_wait must be at most"),
+    # A pruning round every 0.1 ms kept an idle worker at ~23% of a core.
+    (
+        "processor-prune-interval-too-short",
+        lambda: ProcessorOptions(prune_interval=0.0001),
+        "prune_interval must be 0 (never prune) or at least 0.1s",
+    ),
+    ("processor-prune-interval-1ms", lambda: ProcessorOptions(prune_interval="1ms"), "got '1ms'"),
     ("demo-rate-too-slow", lambda: DemoConfig(rate=1e-9), "rate (orders per second) must be"),
     (
         "demo-timeout-nan",

@@ -54,7 +54,7 @@ __all__ = [
     "tls_guard",
 ]
 
-log = logging.getLogger("oncestream.nats")
+log = logging.getLogger(__name__)
 
 #: Set to ``0`` to force nats-py's public API (e.g. to rule out the fast path).
 FASTPATH_ENV = "ONCESTREAM_NATS_FASTPATH"

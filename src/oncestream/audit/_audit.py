@@ -32,7 +32,7 @@ from .._private import redact_url, redacted_repr
 from ..read import StreamRecord, read_stream
 from ..streams import lineage_id
 from ._keys import KeySpec
-from ._outputs import parquet_keys, sql_keys
+from ._outputs import delta_keys, iceberg_keys, parquet_keys, sql_keys
 
 __all__ = [
     "AuditReport",
@@ -50,7 +50,13 @@ SAMPLES = 5
 
 @dataclass(frozen=True, kw_only=True)
 class OutputSpec:
-    """An output to audit: ``stream:NAME``, ``parquet:PATH`` or ``sql:DSN#TABLE``.
+    """An output to audit: a stream, a Parquet path, a Delta, Iceberg or SQL table.
+
+    Written ``stream:NAME``, ``parquet:PATH``, ``delta:PATH``,
+    ``iceberg:CATALOG#NAMESPACE.TABLE`` or ``sql:DSN#TABLE``.
+
+    For ``iceberg`` the catalog is a warehouse folder (the embedded catalog
+    :func:`oncestream.spark.iceberg` keeps there) or an SQL catalog's database URL.
 
     For ``sql`` the DSN is a database URL with SQLAlchemy's meaning, as for
     ledgers (``sqlite:///relative.db``, ``sqlite:////abs/path.db``, a plain
@@ -58,7 +64,7 @@ class OutputSpec:
     its password never appears in ``str()`` or ``repr()``.
     """
 
-    kind: Literal["stream", "parquet", "sql"]
+    kind: Literal["stream", "parquet", "delta", "iceberg", "sql"]
     target: str = field(repr=False)
     table: str | None = None
 
@@ -81,16 +87,25 @@ class OutputSpec:
             ConfigError: on an unknown kind or a missing table name.
         """
         kind, sep, rest = text.partition(":")
-        known = kind in ("stream", "parquet", "sql")
+        known = kind in ("stream", "parquet", "delta", "iceberg", "sql")
         shown = f"{kind}:{redact_url(rest)}" if known and sep else redact_url(text)
         if not sep or not rest:
             raise ConfigError(
-                f"output must be 'stream:NAME', 'parquet:PATH' or 'sql:DSN#TABLE', got {shown!r}"
+                "output must be 'stream:NAME', 'parquet:PATH', 'delta:PATH', "
+                f"'iceberg:CATALOG#NAMESPACE.TABLE' or 'sql:DSN#TABLE', got {shown!r}"
             )
         if kind == "stream":
             return cls(kind="stream", target=check_stream_name(rest, "output stream"))
-        if kind == "parquet":
-            return cls(kind="parquet", target=rest)
+        if kind in ("parquet", "delta"):
+            return cls(kind=kind, target=rest)  # type: ignore[arg-type]
+        if kind == "iceberg":
+            catalog, _, table = rest.rpartition("#")
+            if not catalog or len([p for p in table.split(".") if p]) < 2:
+                raise ConfigError(
+                    "iceberg output needs 'iceberg:CATALOG#NAMESPACE.TABLE' (CATALOG a "
+                    f"warehouse folder or an SQL catalog's database URL): {shown!r}"
+                )
+            return cls(kind="iceberg", target=catalog, table=table)
         if kind == "sql":
             dsn, _, table = rest.rpartition("#")
             if not dsn or not table or not table.replace("_", "").replace(".", "").isalnum():
@@ -99,7 +114,9 @@ class OutputSpec:
                 )
             parse_dsn(dsn, "sql output")  # fail on a bad URL when parsing
             return cls(kind="sql", target=dsn, table=table)
-        raise ConfigError(f"output kind must be stream, parquet or sql, got {kind!r} in {shown!r}")
+        raise ConfigError(
+            f"output kind must be stream, parquet, delta, iceberg or sql, got {kind!r} in {shown!r}"
+        )
 
     def __str__(self) -> str:
         table = f"#{self.table}" if self.table else ""
@@ -293,6 +310,10 @@ async def audit(
             )
         elif out.kind == "parquet":
             found = await asyncio.to_thread(parquet_keys, out.target, spec)
+        elif out.kind == "delta":
+            found = await asyncio.to_thread(delta_keys, out.target, spec)
+        elif out.kind == "iceberg":
+            found = await asyncio.to_thread(iceberg_keys, out.target, out.table or "", spec)
         else:
             found = await asyncio.to_thread(sql_keys, out.database, out.table or "", spec)
         report = compare(str(out), expected, found, samples=samples)

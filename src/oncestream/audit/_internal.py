@@ -4,6 +4,6 @@ Internal: for other oncestream components, may change without notice. Users
 import the public face (``oncestream.audit``); see docs/architecture.md.
 """
 
-from ._audit import SAMPLES
+from ._audit import SAMPLES, compare
 
-__all__ = ["SAMPLES"]
+__all__ = ["SAMPLES", "compare"]

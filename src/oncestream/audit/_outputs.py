@@ -1,4 +1,7 @@
-"""Reading the keys of file and SQL outputs for :mod:`oncestream.audit` (Parquet, SQL).
+"""Reading the keys of file, table and SQL outputs for :mod:`oncestream.audit`.
+
+Parquet files, Delta tables (deltalake), Iceberg tables (pyiceberg, through
+their SQL catalog) and SQL tables.
 
 Every failure becomes a one-line oncestream error naming the output: a bad
 path, a file that is not Parquet, a missing table or column is a ConfigError
@@ -20,7 +23,7 @@ from .._private import scrub
 from ..streams import lineage_id
 from ._keys import KeySpec
 
-__all__ = ["parquet_keys", "sql_keys"]
+__all__ = ["delta_keys", "iceberg_keys", "parquet_keys", "sql_keys"]
 
 
 def _spark_committed_files(path: str) -> list[str] | None:
@@ -65,6 +68,61 @@ def parquet_keys(path: str, key: KeySpec) -> list[str]:
             f"parquet output {path!r} cannot be read as Parquet: {_one_line(exc)}"
         ) from None
     return _rows_to_keys(key, [table.column(c).to_pylist() for c in columns])
+
+
+def delta_keys(path: str, key: KeySpec) -> list[str]:
+    """The keys of the rows of the Delta table at ``path`` (its current version)."""
+    try:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+    except ImportError:
+        raise ConfigError(
+            "a delta output needs deltalake: pip install 'oncestream[delta]'"
+        ) from None
+    try:
+        table = DeltaTable(path)
+    except TableNotFoundError:
+        raise ConfigError(f"delta output {path!r}: no Delta table there") from None
+    names = {f.name for f in table.schema().fields}
+    columns = _table_columns(key, names, f"delta:{path}")
+    rows = table.to_pyarrow_table(columns=columns)
+    return _rows_to_keys(key, [rows.column(c).to_pylist() for c in columns])
+
+
+def iceberg_keys(catalog: str, identifier: str, key: KeySpec) -> list[str]:
+    """The keys of the rows of Iceberg table ``identifier`` (its current snapshot).
+
+    ``catalog``: a warehouse folder (its embedded SQL catalog, ``catalog.db``
+    there) or the SQL catalog's database URL; the catalog's name is oncestream's.
+    """
+    from ..tables._internal import EMBEDDED_FILE, catalog_spec
+
+    local = catalog.removeprefix("file://")
+    if os.path.isdir(local):
+        spec = catalog_spec(None, local, "oncestream")
+    else:
+        spec = catalog_spec(catalog, os.getcwd(), "oncestream")  # reading: no new files
+    if spec.dsn.kind == "sqlite" and not os.path.isfile(spec.dsn.path or ""):
+        where = f"{catalog}/{EMBEDDED_FILE}" if os.path.isdir(local) else catalog
+        raise ConfigError(f"iceberg output: no catalog at {where!r}")
+    try:
+        from pyiceberg.exceptions import NoSuchTableError
+    except ImportError:
+        raise ConfigError(
+            "an iceberg output needs pyiceberg: pip install 'oncestream[iceberg]'"
+        ) from None
+    try:
+        table = spec.load().load_table(identifier)
+    except NoSuchTableError:
+        raise ConfigError(f"iceberg output: no table {identifier!r} in {spec}") from None
+    except Exception as exc:
+        raise OncestreamError(
+            f"cannot read iceberg output {identifier} ({spec}): {_one_line(exc, spec.secrets())}"
+        ) from None
+    names = {f.name for f in table.schema().fields}
+    columns = _table_columns(key, names, f"iceberg table {identifier}")
+    rows = table.scan(selected_fields=tuple(columns)).to_arrow()
+    return _rows_to_keys(key, [rows.column(c).to_pylist() for c in columns])
 
 
 def _table_columns(key: KeySpec, available: set[str], where: str) -> list[str]:

@@ -72,7 +72,8 @@ def audit_command(
         ...,
         "--output",
         "-o",
-        help="Output to check: stream:NAME, parquet:PATH or sql:DSN#TABLE (repeatable).",
+        help="Output to check: stream:NAME, parquet:PATH, delta:PATH, "
+        "iceberg:CATALOG#NAMESPACE.TABLE or sql:DSN#TABLE (repeatable).",
     ),
     key: str = typer.Option("msg_id", help="msg_id, lineage or field:NAME."),
     samples: int = typer.Option(SAMPLES, help="How many keys of each problem to list."),

@@ -102,7 +102,7 @@ def add_command(
         typer.Option(
             "--deliver",
             metavar="all|new|SEQ|TIME",
-            help="all, new, a sequence, or a time (ISO or '10m' ago).",
+            help="all, new, a sequence, or a time (ISO 8601 with a zone, or '10m' ago).",
         ),
     ] = "all",
     ack: Annotated[

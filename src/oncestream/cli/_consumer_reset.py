@@ -87,7 +87,7 @@ def reset_command(
             "--to-time",
             metavar="TIME",
             help="Deliver from the first message stored at or after TIME "
-            "(ISO 8601 like 2026-11-22T15:00:00Z, or a duration ago like 10m).",
+            "(ISO 8601 with a zone like 2026-11-22T15:00:00Z, or a duration ago like 10m).",
         ),
     ] = None,
     to_start: Annotated[

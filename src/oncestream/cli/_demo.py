@@ -26,6 +26,13 @@ def demo_command(
     ),
     timeout: float = typer.Option(600.0, help="Give up after this many seconds."),
     as_json: bool = typer.Option(False, "--json", help="Also print the summary as JSON."),
+    output: str = typer.Option(
+        "parquet",
+        "--output",
+        metavar="parquet|delta|iceberg",
+        help="Where the enriched orders land: the ORDERS_ENRICHED stream (parquet: the "
+        "revenue as a Parquet file), or a Delta or Iceberg table the audit reads.",
+    ),
     plot: Path | None = typer.Option(
         None,
         "--plot",
@@ -44,6 +51,7 @@ def demo_command(
         rate=None if rate == 0 else rate,
         timeout=timeout,
         plot=plot,
+        output=output,
     )
     # SIGTERM's default action ends Python without unwinding: the demo's nats-server,
     # Spark session and data directory would outlive it. Unwinding runs their cleanup.

@@ -11,7 +11,7 @@ import typer
 from .._connection import connect
 from .._errors import ConfigError, MessageNotFound
 from .._headers import render_block
-from .._options import ConnectOptions, parse_duration, parse_int, rfc3339
+from .._options import ConnectOptions, parse_duration, parse_int, parse_time, rfc3339
 from ..process import DeadLetter, list_dead_letters, replay_dead_letters
 from ..streams import StoredMessage, get_message, stream_info
 from ._app import app, cli_errors, console, run_async
@@ -67,7 +67,7 @@ def parse_range(value: str | None) -> tuple[int | None, int | None]:
 
 
 def replay_time(at: str | None, within: str | None) -> datetime | None:
-    """The time of a scheduled replay from ``--at`` (ISO 8601) or ``--in`` (a duration).
+    """The time of a scheduled replay from ``--at`` (ISO 8601 with a zone) or ``--in`` (a duration).
 
     Raises:
         ConfigError: both given, a value in neither form, or a time not in the future.
@@ -84,14 +84,7 @@ def replay_time(at: str | None, within: str | None) -> datetime | None:
         moment = now + timedelta(seconds=seconds)
     else:
         assert at is not None
-        try:
-            moment = datetime.fromisoformat(at.strip().replace("Z", "+00:00"))
-        except ValueError:
-            raise ConfigError(
-                f"--at must be an ISO 8601 time like 2026-11-22T15:00:00Z, got {at!r} "
-                "(for a delay use --in 10m)"
-            ) from None
-        moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        moment = parse_time("--at", at, ago=False, hint="for a delay use --in 10m")
         if moment <= now:
             raise ConfigError(f"--at {at!r} is not in the future; replay now without --at")
     # The server's @at has whole seconds: round up, never earlier than asked.
@@ -205,7 +198,7 @@ def replay_command(
         typer.Option(
             "--at",
             metavar="TIME",
-            help="Let the server publish them at TIME (ISO 8601, 2026-11-22T15:00:00Z).",
+            help="Let the server publish them at TIME (ISO 8601 with a zone, 2026-11-22T15:00Z).",
         ),
     ] = None,
     within: Annotated[

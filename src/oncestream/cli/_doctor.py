@@ -7,7 +7,8 @@ from rich.text import Text
 
 from .._connection import connect
 from .._errors import ConfigError
-from .._options import ConnectOptions, parse_duration
+from .._names import check_stream_name
+from .._options import ConnectOptions, parse_duration, parse_positive_int
 from ..doctor import DoctorOptions, DoctorReport, Target, diagnose
 from ..doctor._internal import SPARK_TASK_MAX_FAILURES, parse_target
 from ..publish import PublisherOptions
@@ -56,6 +57,20 @@ def doctor_command(
         help="The server's monitoring URL (http://HOST:8222): its /varz tells how often it "
         "fsyncs (sync_interval).",
     ),
+    max_deliver: str = typer.Option(
+        str(DoctorOptions.max_deliver),
+        "--max-deliver",
+        metavar="N",
+        help="The Processor's --max-deliver (attempts before it dead-letters): a consumer's "
+        "own max_deliver must be -1 or above it.",
+    ),
+    dead_letter_stream: str | None = typer.Option(
+        None,
+        "--dead-letter-stream",
+        metavar="STREAM",
+        help="The Processor's --dead-letter-stream: with it, a consumer max_deliver above "
+        "--max-deliver is what the Processor accepts (without: a warning).",
+    ),
     show_all: bool = typer.Option(
         False, "--all", "-a", help="Without STREAM: check oncestream's bookkeeping streams too."
     ),
@@ -69,12 +84,15 @@ def doctor_command(
     against the known-bug table (by patch level), each
     stream's duplicate window against the Publisher's and the Spark sink's retry
     horizons, its storage and replicas (and, with --monitor, the server's fsync
-    policy), fast-ingest batches, and each consumer's ack policy, max deliver and ack
-    wait. Exit 0 when nothing breaks a guarantee (warnings allowed), 1 when a finding
-    does, 2 for bad usage (a stream or consumer that does not exist).
+    policy), fast-ingest batches, and each consumer's ack policy, ack wait and max
+    deliver (by the Processor's rule: give it the Processor's --max-deliver and
+    --dead-letter-stream). Exit 0 when nothing breaks a guarantee (warnings allowed),
+    1 when a finding does, 2 for bad usage (a stream or consumer that does not exist).
     """
     if task_max_failures < 1:
         raise ConfigError(f"--task-max-failures must be >= 1, got {task_max_failures}")
+    if dead_letter_stream is not None:
+        check_stream_name(dead_letter_stream, "--dead-letter-stream")
     targets = [parse_target(text) for text in streams or []]
     doctor_options = DoctorOptions(
         publisher=PublisherOptions(
@@ -82,6 +100,8 @@ def doctor_command(
         ),
         task_max_failures=task_max_failures,
         monitor=monitor,
+        max_deliver=parse_positive_int("--max-deliver", max_deliver),
+        dead_letter_stream=dead_letter_stream,
     )
 
     async def main() -> DoctorReport:

@@ -5,7 +5,7 @@ Typer's rich help panels cut option names and defaults to fit 80 columns
 ``<list[str]>``). Every ``oncestream`` command uses click's plain formatter,
 which wraps, and this module names each value: ``N`` for integers, ``X``
 for numbers, a word taken from the option (``--ack-timeout TIMEOUT``), the
-choices for enums (``stop|skip``). ``scripts/cli_table.py`` builds README's
+choices for enums (``stop|skip``). ``scripts/cli_table.py`` builds docs/cli.md's
 command table with the same names.
 """
 

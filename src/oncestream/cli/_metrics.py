@@ -19,7 +19,7 @@ from .._options import ConnectOptions
 from ._app import app, cli_errors, console, run_async
 from ._connect_flags import with_connect_options
 
-log = logging.getLogger("oncestream.cli.metrics")
+log = logging.getLogger(__name__)
 
 
 @app.command("metrics")

@@ -3,30 +3,30 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import logging
-import signal
 import sys
 from typing import Any
 
 import typer
 
-from .._connection import connect
+from .._connection import Connection, connect
 from .._errors import ConfigError
 from .._names import check_consumer_name, check_stream_name, check_subject_filter
 from .._options import ConnectOptions, parse_duration
 from ..ledger import ledger_from_url
 from ..ledger._internal import check_ledger_target
 from ..process import Handler, Processor, ProcessorOptions, ProcessorStats
-from ..process._internal import check_handler
+from ..process._internal import check_handler, check_prune_interval
 from ..read._internal import check_group_name
 from ..tracing._internal import configure_from_env
 from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
 from ._process_extras import RecentRate, metrics_endpoint, start_position
+from ._process_group import group_options, group_priority, run_group
+from ._stopsignals import StopSignals
 
-log = logging.getLogger("oncestream.cli.process")
+log = logging.getLogger(__name__)
 
 
 def load_handler(path: str) -> Handler:
@@ -106,7 +106,9 @@ def process_command(
         None, "--start-seq", help="A consumer created here starts at this stream sequence."
     ),
     start_time: str | None = typer.Option(
-        None, "--start-time", help="A consumer created here starts at this time (ISO or '1h' ago)."
+        None,
+        "--start-time",
+        help="A consumer created here starts at this time (ISO 8601 with a zone, or '1h' ago).",
     ),
     new_only: bool = typer.Option(
         False, "--new-only", help="A consumer created here gets only messages stored from now."
@@ -144,7 +146,8 @@ def process_command(
         f"{_DEFAULTS.prune_interval:g}s",
         "--prune-interval",
         help="How often ledger rows at or below the consumer's ack floor are deleted "
-        "(0 = never: every row is kept). What was pruned is still never applied again.",
+        "(0 = never: every row is kept; otherwise at least 0.1s). What was pruned is "
+        "still never applied again.",
     ),
     prune_grace: str = typer.Option(
         f"{_DEFAULTS.prune_grace:g}s",
@@ -158,6 +161,32 @@ def process_command(
         "one ack per batch, one instance at a time (a consumer created here gets it; an "
         "existing one must have it; server 2.14+).",
     ),
+    member: str | None = typer.Option(
+        None,
+        "--member",
+        help="Run as member NAME of a group over a partitioned stream (--consumer names the "
+        "group): the partitions are shared among the live members, each applied by one at "
+        "a time; the others take a member's share when it stops or dies (server 2.14+).",
+    ),
+    static_member: str | None = typer.Option(
+        None,
+        "--static-member",
+        metavar="I/N",
+        help="Member I of a fixed N (0 <= I < N): partitions I, I+N, ... and no membership; "
+        "a dead member's partitions wait for it (or another instance with the same I).",
+    ),
+    member_ttl: str = typer.Option(
+        "4s",
+        "--member-ttl",
+        help="With --member: how long a member may stay silent before the others take its "
+        "partitions (whole seconds).",
+    ),
+    after: str | None = typer.Option(
+        None,
+        "--after",
+        help="With --member/--static-member: apply nothing until this consumer (the one that "
+        "processed the stream before it was partitioned) has finished what it holds.",
+    ),
     trace: bool = typer.Option(
         False,
         "--trace",
@@ -169,7 +198,8 @@ def process_command(
 ) -> None:
     """Apply every message of STREAM exactly once through HANDLER and a ledger.
 
-    SIGTERM / Ctrl-C finishes the in-flight batch, commits, acks and exits 0.
+    SIGTERM / Ctrl-C finishes the in-flight batch, commits, acks and exits 0; during
+    start-up it stops before the next step (nothing applied) and exits 0 too.
     """
 
     check_stream_name(stream, "--stream")
@@ -186,15 +216,39 @@ def process_command(
         )
     if ack_policy not in ("explicit", "all"):
         raise ConfigError(f"--ack-policy must be explicit or all, got {ack_policy!r}")
-    priority = _priority_options(standby, takeover_after, overflow_min_pending, priority_group)
-    interval = parse_duration("--prune-interval", prune_interval)
+    grouped = member is not None or static_member is not None
+    if not grouped and after is not None:
+        raise ConfigError("--after applies only with --member or --static-member")
+    priority = (
+        group_priority(
+            standby,
+            takeover_after,
+            overflow_min_pending,
+            priority_group,
+            bind,
+            filter_subject,
+            ack_policy,
+        )
+        if grouped
+        else _priority_options(standby, takeover_after, overflow_min_pending, priority_group)
+    )
+    interval = check_prune_interval("--prune-interval", prune_interval)
     grace = parse_duration("--prune-grace", prune_grace)
 
-    async def main() -> ProcessorStats:
+    async def main(stop: StopSignals) -> object:
+        stop.attach()
+        try:
+            stats = await _start_and_run(stop)
+        finally:
+            stop.detach()
+        if isinstance(stats, ProcessorStats):
+            log.info("stopped: %s", summary(stats))
+        return stats
+
+    async def _start_and_run(stop: StopSignals) -> object:
         conn_options = options.replace(name=f"oncestream-process-{consumer}")
         func = load_handler(handler)
-        check_ledger_target(ledger)
-        store = ledger_from_url(ledger, key=key)  # type: ignore[arg-type]
+        check_ledger_target(ledger.replace("{partition}", "0"))
         proc_options = ProcessorOptions(
             batch=batch,
             max_deliver=max_deliver,
@@ -216,26 +270,40 @@ def process_command(
         )
         if trace:
             configure_from_env(f"oncestream-process-{consumer}")
-        async with await connect(conn_options) as conn:
+        if grouped:
+            options_ = group_options(member, static_member, member_ttl, after)
+            return await run_group(
+                stop, conn_options, stream, consumer, func, ledger, key, proc_options, options_,
+                progress, metrics_port, metrics_host,
+            )  # fmt: skip
+        store = ledger_from_url(ledger, key=key)  # type: ignore[arg-type]
+        conn = await stop.unless_stopped(connect(conn_options), close=Connection.close)
+        if conn is None:
+            log.info("stop asked for while connecting: nothing was applied")
+            return ProcessorStats()
+        async with conn:
             processor = Processor(conn, stream, consumer, func, ledger=store, options=proc_options)
+            if stop.requested:  # before the ledger or the consumer was touched
+                log.info("stop asked for before processing began: nothing was applied")
+                return processor.stats
+            stop.on_stop(processor.request_stop)
             exporter = metrics_endpoint(processor, metrics_port, metrics_host)
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, processor.request_stop)
             reporter = asyncio.create_task(_report(processor, progress))
             log.info("processing %s/%s with %s into %r", stream, consumer, handler, store)
             try:
-                stats = await processor.run()
+                return await processor.run()
             finally:
                 reporter.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reporter
+                # Waited for without suppressing CancelledError: that would swallow a
+                # cancellation of this task too.
+                await asyncio.wait({reporter})
                 if exporter is not None:
                     exporter.close()
-        log.info("stopped: %s", summary(stats))
-        return stats
 
-    run_async(main())
+    # Signals are a stop request from here on (never a cancellation that start-up
+    # code could swallow): see StopSignals.
+    with StopSignals() as stop:
+        run_async(main(stop))
 
 
 def _priority_options(

@@ -10,11 +10,11 @@ from typing import Any
 
 from .._errors import ConfigError
 from .._options import parse_time
-from ..process import Processor
+from ..process import GroupMember, Processor
 from ..publish import Publisher
 from ..read import StartPosition
 
-log = logging.getLogger("oncestream.cli.process")
+log = logging.getLogger(__name__)
 
 __all__ = ["RecentRate", "metrics_endpoint", "start_position"]
 
@@ -44,19 +44,25 @@ def start_position(
         return None
     return StartPosition(
         seq=start_seq,
-        time=parse_time("--start-time", start_time) if start_time else None,
+        time=parse_time("--start-time", start_time) if start_time is not None else None,
         new_only=new_only,
     )
 
 
-def metrics_endpoint(target: Processor | Publisher, port: int | None, host: str) -> Any:
-    """Serve a Processor's or Publisher's metrics on ``host:port`` (None: no endpoint)."""
+def metrics_endpoint(
+    target: Processor | Publisher | GroupMember, port: int | None, host: str
+) -> Any:
+    """Serve a Processor's, Publisher's or group member's metrics on ``host:port``
+    (None: no endpoint)."""
     if port is None:
         return None
-    from ..metrics import instrument, serve_metrics
+    from ..metrics import instrument, instrument_group, serve_metrics
 
     server = serve_metrics(port, host)
-    instrument(target)
+    if isinstance(target, GroupMember):
+        instrument_group(target)
+    else:
+        instrument(target)
     log.info("metrics on %s", server.url)
     return server
 

@@ -105,7 +105,16 @@ def _report(*, name: str, result: LoadResult, horizon: float, size_now: int | No
         f"skipped (stored by an earlier run) {result.skipped:,}, failed {result.failed:,}, "
         f"malformed {result.malformed:,}; lines 1..{result.confirmed:,}{total} confirmed"
     )
-    if result.size is not None and size_now is not None and size_now != result.size:
+    if result.rewritten:
+        # Rewritten in place while read: the malformed line (or the early end) is the seam.
+        _say(
+            f"[yellow]cause:[/] {name} was rewritten while it was published "
+            f"({result.rewritten}): the line read across the rewrite is torn (part of "
+            "each version, or cut short), not malformed in the file; nothing was stored "
+            "twice. Write a new version under another name and rename it into place (a "
+            "rename never tears a line), then publish it"
+        )
+    elif result.size is not None and size_now is not None and size_now != result.size:
         how = "grew" if size_now > result.size else "shrank"
         then = (
             "re-run the same command to publish the lines added since"
@@ -133,6 +142,11 @@ def _report(*, name: str, result: LoadResult, horizon: float, size_now: int | No
         _say(
             "resume: stdin (or --no-resume) keeps no progress; re-running sends every record "
             f"again and only the stream's duplicate window ({covered}) drops the stored ones"
+        )
+    elif result.progress_error is None and result.rewritten:
+        _say(
+            "resume: re-running the same command on the rewritten file is refused when the "
+            f"lines 1..{result.confirmed:,} it published changed (it says how to start over)"
         )
     elif (
         result.progress_error is None and result.stopped and result.malformed and not result.failed

@@ -49,7 +49,9 @@ def server_command(
     """Run a JetStream-enabled nats-server on 127.0.0.1 until Ctrl-C / SIGTERM.
 
     Exits 1 with the reason when the server cannot start (e.g. the port is taken)
-    or stops on its own; the temporary directory it made is always removed.
+    or stops on its own; the temporary directory it made is always removed. On
+    Linux the nats-server dies with this command however it ends, also when it is
+    killed (SIGKILL, a crash): no server is left running without it.
     """
     if store_dir is not None:
         store_dir = store_dir.expanduser().absolute()

@@ -12,7 +12,8 @@ from .._errors import ConfigError
 from .._names import check_consumer_name, check_stream_name
 from .._options import ConnectOptions
 from ..ledger._internal import read_applied_count
-from ..streams import consumer_info, list_consumers, list_streams, stream_info
+from ..process._internal import group_report
+from ..streams import Partitioning, consumer_info, list_consumers, list_streams, stream_info
 from ..streams._internal import upstream_rows
 from ._app import app, cli_errors, console, run_async
 from ._connect_flags import with_connect_options
@@ -52,6 +53,9 @@ async def collect(
         report["consumers"] = [consumer_row(i, with_filter=False) for i in infos]
         if ledger_url:  # the ledger counts per stream: report it with the stream
             report["stream"]["ledger_applied"] = read_applied_count(ledger_url, stream)
+        partitioning = Partitioning.from_config(info.get("config") or {})
+        if partitioning is not None:  # who applies which partition, and how far behind
+            report["partitions"] = await group_report(conn, stream, partitioning, infos)
     else:
         row = consumer_row(await consumer_info(conn, stream, consumer), with_filter=False)
         if ledger_url:
@@ -119,6 +123,7 @@ def status_command(
         print_table(rows_table(f"mirror and sources of {stream}", report["upstreams"]))
     if "consumers" in report:
         print_table(rows_table(f"consumers of {stream}", report["consumers"]))
+    _print_groups(report.get("partitions"))
     # Counts do not show a setting that breaks exactly-once; doctor checks those.
     console.print(
         f"hint: `oncestream doctor{' ' + stream if stream else ''}` checks these settings "
@@ -126,6 +131,22 @@ def status_command(
         highlight=False,
         markup=False,
     )
+
+
+def _print_groups(partitions: dict[str, Any] | None) -> None:
+    """Per group of a partitioned stream: its members, then each partition's owner and lag."""
+    if not partitions:
+        return
+    console.print(f"partitioned: {partitions['partitioning']}", highlight=False, markup=False)
+    for group in partitions["groups"]:
+        name = group["group"]
+        members = [
+            {**m, "partitions": ",".join(map(str, m["partitions"])) or "-",
+             "active": ",".join(map(str, m["active"])) or "-"}
+            for m in group["members"]
+        ]  # fmt: skip
+        print_table(rows_table(f"members of group {name}", members, empty="none alive"))
+        print_table(rows_table(f"partitions of group {name}", group["partitions"]))
 
 
 def _watch_command(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Annotated, Any
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -11,6 +13,7 @@ from .._connection import connect
 from .._errors import ConfigError, ErrCode, JetStreamError, MessageNotFound, StreamNotFound
 from .._options import INT64_MAX, ConnectOptions, parse_duration, parse_int, rfc3339, seconds_to_ns
 from ..streams import (
+    Partitioning,
     StoredMessage,
     StreamSpec,
     add_stream,
@@ -20,7 +23,7 @@ from ..streams import (
     stream_info,
     update_stream,
 )
-from ..streams._internal import server_version
+from ..streams._internal import check_partitioning_change, server_version
 from ._app import WaitTimeout, app, cli_errors, console, poll_until, run_async
 from ._connect_flags import with_connect_options
 from ._help import new_typer
@@ -37,6 +40,8 @@ app.add_typer(stream_app)
 
 #: The largest max_msg_size nats-server takes (an int32 in its stream config).
 INT32_MAX = 2**31 - 1
+
+T = TypeVar("T")
 
 Name = Annotated[str, typer.Argument(help="Stream name.", callback=stream_name)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
@@ -91,6 +96,37 @@ AllowAtomic = Annotated[
     ),
 ]
 
+Partitions = Annotated[
+    int | None,
+    typer.Option(
+        "--partitions",
+        help="Spread the messages over N partitions by key: the server stores each under "
+        "<partition>.<subject> (a subject transform) for a group of `oncestream process "
+        "--member` instances. The stream captures one subject pattern.",
+    ),
+]
+PartitionKey = Annotated[
+    str | None,
+    typer.Option(
+        "--partition-key",
+        metavar="I[,J...]",
+        help="With --partitions: the '*' tokens of the subject that form the key, counted "
+        "from 1 (orders.*.* --partition-key 2: the third token); default: the whole subject.",
+    ),
+]
+
+
+def _key(value: str | None) -> tuple[int, ...]:
+    if not value:
+        return ()
+    try:
+        return tuple(int(part) for part in value.split(","))
+    except ValueError:
+        raise ConfigError(
+            f"--partition-key must be '*' token indexes like 1 or 1,2, got {value!r}"
+        ) from None
+
+
 AllowSchedules = Annotated[
     bool,
     typer.Option(
@@ -143,6 +179,7 @@ def stream_details(info: dict[str, Any]) -> dict[str, Any]:
         "allow batched": bool(config.get("allow_batched", False)),
         "allow atomic": bool(config.get("allow_atomic", False)),
         "allow msg schedules": bool(config.get("allow_msg_schedules", False)),
+        "partitions": _partitions(config),
         "messages": state.get("messages", 0),
         "bytes": state.get("bytes", 0),
         "first seq": state.get("first_seq", 0),
@@ -154,17 +191,25 @@ def stream_details(info: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _partitions(config: dict[str, Any]) -> str:
+    partitioning = Partitioning.from_config(config)
+    if partitioning is not None:
+        return partitioning.describe()
+    transform = config.get("subject_transform")
+    return (
+        f"none (subject transform {transform['src']} -> {transform['dest']})"
+        if transform
+        else "none"
+    )
+
+
 def _show(info: dict[str, Any], as_json: bool) -> None:
     title = f"stream {info.get('config', {}).get('name')}"
     print_output(info, as_json, kv_table(title, stream_details(info)))
 
 
 def _changes(args: Mapping[str, Any]) -> dict[str, Any]:
-    """The raw config keys of the setting flags among a command's ``args`` (validated).
-
-    ``stream add`` and ``stream edit`` take the same setting flags and pass their
-    ``locals()``: the flags are named here once.
-    """
+    """The raw config keys of the setting flags in ``args`` (validated; unset ones left out)."""
     storage, replicas = args["storage"], args["replicas"]
     dupe_window, max_age = args["dupe_window"], args["max_age"]
     changes: dict[str, Any] = {
@@ -195,36 +240,86 @@ def _changes(args: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in changes.items() if v is not None}
 
 
+#: The setting flags ``stream add`` and ``stream edit`` share, named once.
+_SETTINGS: dict[str, Any] = {
+    "storage": Storage,
+    "replicas": Replicas,
+    "dupe_window": DupeWindow,
+    "retention": Retention,
+    "discard": Discard,
+    "max_age": MaxAge,
+    "max_msgs": MaxMsgs,
+    "max_bytes": MaxBytes,
+    "max_msgs_per_subject": MaxPerSubject,
+    "max_msg_size": MaxMsgSize,
+    "allow_direct": AllowDirect,
+    "allow_batched": AllowBatched,
+    "allow_atomic": AllowAtomic,
+    "allow_msg_schedules": AllowSchedules,
+}
+
+
+def with_stream_settings(func: Callable[..., T]) -> Callable[..., T]:
+    """Give a command every setting flag (before its ``--json``); it receives
+    ``changes``: the raw config keys of the flags given, validated (:func:`_changes`).
+
+    As :func:`~oncestream.cli._connect_flags.with_connect_options`: Typer reads the
+    rewritten signature, so ``--help`` and docs/cli.md's table list the flags in place.
+    """
+    signature = inspect.signature(func, eval_str=True)
+    own = [p for p in signature.parameters.values() if p.name != "changes"]
+    at = next((i for i, p in enumerate(own) if p.name == "as_json"), len(own))
+    flags = [
+        inspect.Parameter(
+            name,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            default=False if name == "allow_msg_schedules" else None,
+            annotation=kind,
+        )
+        for name, kind in _SETTINGS.items()
+    ]
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        values = {name: kwargs.pop(name, None) for name in _SETTINGS}
+        return func(*args, changes=_changes(values), **kwargs)
+
+    parameters = [*own[:at], *flags, *own[at:]]
+    wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {
+        **{p.name: p.annotation for p in parameters},
+        "return": signature.return_annotation,
+    }
+    del wrapper.__wrapped__
+    return wrapper
+
+
 @stream_app.command("add")
 @cli_errors
 @with_connect_options
+@with_stream_settings
 def add_command(
     name: Name,
     subjects: Subjects = None,
-    storage: Storage = None,
-    replicas: Replicas = None,
-    dupe_window: DupeWindow = None,
-    retention: Retention = None,
-    discard: Discard = None,
-    max_age: MaxAge = None,
-    max_msgs: MaxMsgs = None,
-    max_bytes: MaxBytes = None,
-    max_msgs_per_subject: MaxPerSubject = None,
-    max_msg_size: MaxMsgSize = None,
-    allow_direct: AllowDirect = None,
-    allow_batched: AllowBatched = None,
-    allow_atomic: AllowAtomic = None,
-    allow_msg_schedules: AllowSchedules = False,
+    partitions: Partitions = None,
+    partition_key: PartitionKey = None,
     as_json: Json = False,
     *,
+    changes: dict[str, Any],
     options: ConnectOptions,
 ) -> None:
     """Create stream NAME (by default: file, 1 replica, 2m window, fast ingest on 2.14+)."""
     subject_list = _split(subjects)
     if not subject_list:
         raise ConfigError(f"stream add {name}: give the subjects it captures with --subjects")
-    changes = _changes(locals())
-    spec = StreamSpec(name=name, subjects=subject_list)
+    if partition_key is not None and partitions is None:
+        raise ConfigError("--partition-key applies only with --partitions; add --partitions N")
+    spec = StreamSpec(
+        name=name,
+        subjects=subject_list,
+        partitions=partitions or 0,
+        partition_key=_key(partition_key),
+    )
 
     async def main() -> tuple[bool, dict[str, Any]]:
         async with await connect(options) as conn:
@@ -239,7 +334,7 @@ def add_command(
                     if exc.err_code != ErrCode.STREAM_NAME_EXIST:
                         raise
                     existing = await stream_info(conn, name)  # created meanwhile
-            if allow_batched is None:  # the default is no difference from an existing stream
+            if "allow_batched" not in changes:  # the default is no difference from an existing one
                 config.pop("allow_batched", None)
             differing = config_differences(existing.get("config") or {}, config)
             if differing:
@@ -260,46 +355,83 @@ def add_command(
 @stream_app.command("edit")
 @cli_errors
 @with_connect_options
+@with_stream_settings
 def edit_command(
     name: Name,
     subjects: Subjects = None,
-    storage: Storage = None,
-    replicas: Replicas = None,
-    dupe_window: DupeWindow = None,
-    retention: Retention = None,
-    discard: Discard = None,
-    max_age: MaxAge = None,
-    max_msgs: MaxMsgs = None,
-    max_bytes: MaxBytes = None,
-    max_msgs_per_subject: MaxPerSubject = None,
-    max_msg_size: MaxMsgSize = None,
-    allow_direct: AllowDirect = None,
-    allow_batched: AllowBatched = None,
-    allow_atomic: AllowAtomic = None,
-    allow_msg_schedules: AllowSchedules = False,
+    partitions: Partitions = None,
+    partition_key: PartitionKey = None,
     as_json: Json = False,
     *,
+    changes: dict[str, Any],
     options: ConnectOptions,
 ) -> None:
-    """Change the given settings of stream NAME; the others stay as they are."""
-    changes = _changes(locals())
+    """Change the given settings of stream NAME; the others stay as they are.
+
+    --partitions N partitions a stream in place: the messages stored from then on are
+    mapped; the ones stored before keep their subjects (see docs/production.md,
+    "Scaling out").
+    """
     if subjects:
         changes["subjects"] = list(_split(subjects))
-    if not changes:
+    if partition_key is not None and partitions is None:
+        raise ConfigError("--partition-key applies only with --partitions; add --partitions N")
+    if not changes and partitions is None:
         raise ConfigError(f"stream edit {name}: nothing to change; give at least one setting")
+    held = 0
 
     async def main() -> dict[str, Any]:
+        nonlocal held
         async with await connect(options) as conn:
-            config = dict((await stream_info(conn, name)).get("config", {}))
+            info = await stream_info(conn, name)
+            config = dict(info.get("config", {}))
             config.update(changes)
+            if partitions is not None:
+                held = _repartition(info, config, partitions, _key(partition_key))
             return await update_stream(conn, config)
 
     info = run_async(main())
     if not as_json:
-        console.print(
-            f"updated stream {name}: {', '.join(sorted(changes))}", highlight=False, markup=False
-        )
+        changed = sorted(changes) + (["partitions"] if partitions is not None else [])
+        console.print(f"updated stream {name}: {', '.join(changed)}", highlight=False, markup=False)
+        if held:
+            console.print(
+                f"note: the {held} messages stored before keep their subjects (not in any "
+                f"partition); let the consumer that processed them finish them, and start the "
+                f"group's members with --after <that consumer>",
+                highlight=False,
+                markup=False,
+            )
     _show(info, as_json)
+
+
+def _repartition(
+    info: dict[str, Any], config: dict[str, Any], partitions: int, key: tuple[int, ...]
+) -> int:
+    """Set or drop ``config``'s partitioning; return how many messages it leaves unmapped.
+
+    Raises:
+        ConfigError: the stream does not capture exactly one subject, or a stream that
+            holds messages would move keys between partitions or lose its partitioning.
+    """
+    name = config.get("name")
+    wanted: Partitioning | None = None
+    if partitions:
+        subjects = config.get("subjects") or []
+        if len(subjects) != 1:
+            raise ConfigError(
+                f"stream edit {name} --partitions: a partitioned stream captures exactly one "
+                f"subject pattern, this one captures {subjects}; give it one with --subjects"
+            )
+        wanted = Partitioning(subjects=subjects[0], partitions=partitions, key=key)
+        config["subject_transform"] = wanted.transform()
+    else:
+        config.pop("subject_transform", None)
+    current = Partitioning.from_config(info.get("config") or {})
+    if current is not None or wanted is None:
+        check_partitioning_change(info, wanted)
+        return 0
+    return int((info.get("state") or {}).get("messages", 0))
 
 
 @stream_app.command("ls")

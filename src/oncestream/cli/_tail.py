@@ -15,7 +15,7 @@ from .._connection import Connection, connect
 from .._errors import ConfigError, StreamNotFound
 from .._options import ConnectOptions, parse_int, parse_time, rfc3339
 from ..read import iter_messages
-from ..streams import StoredMessage, stream_info
+from ..streams import Partitioning, StoredMessage, stream_info
 from ..streams._internal import seq_at_time
 from ._app import app, cli_errors, run_async
 from ._connect_flags import with_connect_options
@@ -117,6 +117,15 @@ async def _last_n(
     return first
 
 
+async def stored_filter(conn: Connection, stream: str, subject: str | None) -> str | None:
+    """``--subject`` on a partitioned stream: a published subject is stored under
+    ``<partition>.<subject>``, so ``orders.eu.>`` reads ``*.orders.eu.>`` (every partition)."""
+    if subject is None:
+        return None
+    partitioning = Partitioning.from_config((await stream_info(conn, stream)).get("config") or {})
+    return subject if partitioning is None else partitioning.stored_filter(subject)
+
+
 @app.command("tail")
 @cli_errors
 @with_connect_options
@@ -131,7 +140,9 @@ def tail_command(
     start: Annotated[
         str,
         typer.Option(
-            "--from", metavar="SEQ|TIME|last:N", help="SEQ, TIME (ISO 8601 or '10m' ago) or last:N."
+            "--from",
+            metavar="SEQ|TIME|last:N",
+            help="SEQ, TIME (ISO 8601 with a zone, or '10m' ago) or last:N.",
         ),
     ] = "last:10",
     follow: Annotated[
@@ -155,10 +166,11 @@ def tail_command(
                 loop.add_signal_handler(sig, stop.set)
         try:
             async with await connect(options) as conn:
-                first = await resolve_start(conn, stream, start, subject)
+                subject_ = await stored_filter(conn, stream, subject)
+                first = await resolve_start(conn, stream, start, subject_)
                 try:
                     async for msg in iter_messages(
-                        conn, stream, start_seq=first, subject=subject, follow=follow, stop=stop
+                        conn, stream, start_seq=first, subject=subject_, follow=follow, stop=stop
                     ):
                         if as_json:
                             typer.echo(orjson.dumps(message_json(msg)).decode())

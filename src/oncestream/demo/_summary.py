@@ -31,6 +31,7 @@ def summary_dict(result: DemoResult) -> dict[str, Any]:
         "resent_by_publisher": result.producer.retried_by_publisher,
         "duplicates_dropped_by_server": result.producer.duplicates_dropped,
         "stored_in_orders": result.stored_orders,
+        "output": out.output,
         "enriched": {
             "expected": result.audit.expected,
             "found": out.found,
@@ -83,7 +84,10 @@ def print_summary(result: DemoResult, console: Console) -> None:
         outputs.add_column(column, justify="left" if column == "output" else "right")
     style = "green" if result.audit.ok else "bold red"
     outputs.add_row(
-        "stream ORDERS_ENRICHED",
+        {
+            "delta": "Delta table orders_enriched",
+            "iceberg": "Iceberg table demo.orders_enriched",
+        }.get(result.config.output, "stream ORDERS_ENRICHED"),
         f"{enriched['expected']:,}",
         f"{enriched['found']:,}",
         f"[{style}]{enriched['missing']:,}[/]",
@@ -128,6 +132,12 @@ def print_summary(result: DemoResult, console: Console) -> None:
         console.print(f"data kept in [bold]{escape(str(result.data_dir))}[/]:")
         console.print("  jetstream/          the nats-server store (ORDERS, ORDERS_ENRICHED)")
         console.print(f"  {result.revenue_path}", markup=False)
+        if result.config.output == "delta":
+            console.print("  orders_enriched/    the enriched orders, a Delta table")
+        elif result.config.output == "iceberg":
+            console.print(
+                "  lake/               the enriched orders, Iceberg table demo.orders_enriched"
+            )
         console.print("  checkpoints/        Spark checkpoints of both queries")
     else:
         console.print("outputs removed (run with --keep to keep the data directory)")

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._errors import ConfigError
+from ..process import ProcessorOptions
+from ..process._internal import max_deliver_refusal
 from ..publish._internal import FAST_INGEST_SINCE
 from ..read._internal import RANGE_CONSUMER_PREFIX
 from ..streams._internal import SERVER_BUGS, ServerBug, format_version, known_bugs
@@ -426,22 +428,9 @@ def check_consumer(
                 "a Processor's ledger keeps messages it applied from being applied again",
             )
         )
-    max_deliver = int(config.get("max_deliver") or -1)
-    if max_deliver > 0:
-        found.append(
-            Finding(
-                severity="breaks",
-                target=target,
-                check="max-deliver",
-                message=f"max_deliver {max_deliver}: after {max_deliver} deliveries the server "
-                "stops delivering a message and moves the ack floor past it (only an advisory "
-                "says so): one whose handler keeps failing, or that a slow ledger let time out "
-                f"{max_deliver} times, is never applied and never dead-lettered. The Processor "
-                "creates its consumers with -1 and dead-letters by itself (process "
-                "--max-deliver N --dead-letter-stream DLQ)",
-                fix=f"oncestream consumer edit {stream} {name} --max-deliver -1",
-            )
-        )
+    limit = _max_deliver(stream, name, config, options)
+    if limit is not None:
+        found.append(limit)
     ack_wait = int(config.get("ack_wait") or 30e9) / 1e9
     if ack_wait < options.min_ack_wait:
         backoff = " --backoff none" if config.get("backoff") else ""
@@ -470,3 +459,57 @@ def check_consumer(
             )
         )
     return found
+
+
+def _max_deliver(
+    stream: str, name: str, config: Mapping[str, Any], options: DoctorOptions
+) -> Finding | None:
+    """A consumer's ``max_deliver`` by the Processor's own rule (``refusal`` in
+    process/_maxdeliver.py): refused with a dead-letter stream too, accepted only with
+    one, or accepted as the Processor runs (``--dead-letter-stream`` given)."""
+    limit = int(config.get("max_deliver") or -1)
+    if limit <= 0:
+        return None
+    target = f"consumer {stream}/{name}"
+    # With a dead-letter stream (the one given, or any: the rule only asks whether there is one).
+    with_dlq = ProcessorOptions(
+        max_deliver=options.max_deliver, dead_letter_stream=options.dead_letter_stream or "DLQ"
+    )
+    if max_deliver_refusal(dict(config), stream, name, with_dlq) is not None:
+        return Finding(
+            severity="breaks",
+            target=target,
+            check="max-deliver",
+            message=f"max_deliver {limit}: after {limit} deliveries the server stops delivering "
+            "a message and moves the ack floor past it (only an advisory says so), so one "
+            "whose handler keeps failing, or that a slow ledger let time out "
+            f"{limit} times, is never applied and never dead-lettered. The Processor refuses "
+            "it, with a dead-letter stream too: it must be -1 or above the Processor's "
+            f"--max-deliver ({options.max_deliver}), so that it dead-letters before the "
+            "server's last delivery",
+            fix=f"oncestream consumer edit {stream} {name} --max-deliver -1",
+        )
+    attempts = min(options.max_deliver, limit - 1)
+    accepted = (
+        f"max_deliver {limit}: a Processor with a dead-letter stream dead-letters a message "
+        f"that keeps failing after {attempts} attempts, before the server's last delivery "
+        f"(after {limit} deliveries the server stops delivering a message and moves the ack "
+        "floor past it)"
+    )
+    if options.dead_letter_stream:
+        return Finding(
+            severity="note",
+            target=target,
+            check="max-deliver",
+            message=f"{accepted}; with --dead-letter-stream {options.dead_letter_stream} "
+            "the Processor accepts it",
+        )
+    return Finding(
+        severity="warning",
+        target=target,
+        check="max-deliver",
+        message=f"{accepted}; without a dead-letter stream the Processor refuses to start on "
+        f"it, and any other client of it loses a message that fails {limit} times. Give "
+        "doctor the Processor's --dead-letter-stream (and --max-deliver) to check it as it runs",
+        fix=f"oncestream consumer edit {stream} {name} --max-deliver -1",
+    )

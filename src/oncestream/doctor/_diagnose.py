@@ -17,6 +17,7 @@ from ..streams._internal import format_version, server_cluster, server_version
 from ._checks import check_consumer, check_server, check_stream, check_sync_unknown
 from ._findings import DoctorReport, Finding
 from ._options import DoctorOptions, Target
+from ._partitions import check_partitions
 
 __all__ = ["diagnose", "read_sync_policy"]
 
@@ -85,6 +86,7 @@ async def diagnose(
         )
     for info, consumers in checked:
         findings += check_stream(info, options=opts, version=version, cluster=cluster, sync=sync)
+        findings += await check_partitions(conn, info, consumers)
         stream = _name(info)
         for consumer in consumers:
             findings += check_consumer(stream, consumer, options=opts)

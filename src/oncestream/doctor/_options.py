@@ -7,9 +7,17 @@ from dataclasses import dataclass, field
 
 from .._errors import ConfigError
 from .._names import check_consumer_name, check_stream_name
+from .._options import parse_positive_int
+from ..process import ProcessorOptions
 from ..publish import PublisherOptions
 
-__all__ = ["MIN_ACK_WAIT", "SPARK_TASK_MAX_FAILURES", "DoctorOptions", "Target", "parse_target"]
+__all__ = [
+    "MIN_ACK_WAIT",
+    "SPARK_TASK_MAX_FAILURES",
+    "DoctorOptions",
+    "Target",
+    "parse_target",
+]
 
 #: Spark's ``spark.task.maxFailures`` default, which the ``jetstream`` sink assumes too
 #: (its ``taskMaxFailures`` option): a task runs this many times at most.
@@ -32,6 +40,11 @@ class DoctorOptions:
         monitor: the server's monitoring URL (``http://host:8222``); its
             ``/varz`` tells the fsync policy (``sync_interval``). None: unknown.
         min_ack_wait: consumers with a shorter ack wait are flagged.
+        max_deliver: the Processor's ``max_deliver`` (attempts before it dead-letters),
+            which a consumer's own ``max_deliver`` must exceed.
+        dead_letter_stream: the Processor's dead-letter stream; None when not known
+            (a consumer ``max_deliver`` above ``max_deliver`` is then a warning: the
+            Processor accepts it with a dead-letter stream and refuses it without one).
 
     Raises:
         ConfigError: naming the bad value.
@@ -41,11 +54,16 @@ class DoctorOptions:
     task_max_failures: int = SPARK_TASK_MAX_FAILURES
     monitor: str | None = None
     min_ack_wait: float = MIN_ACK_WAIT
+    max_deliver: int = ProcessorOptions.max_deliver
+    dead_letter_stream: str | None = None
 
     def __post_init__(self) -> None:
         tmf = self.task_max_failures
         if isinstance(tmf, bool) or not isinstance(tmf, int) or tmf < 1:
             raise ConfigError(f"task_max_failures must be an integer >= 1, got {tmf!r}")
+        object.__setattr__(self, "max_deliver", parse_positive_int("max_deliver", self.max_deliver))
+        if self.dead_letter_stream is not None:
+            check_stream_name(self.dead_letter_stream, "dead_letter_stream")
         if self.monitor is not None:
             object.__setattr__(self, "monitor", _monitor_url(self.monitor))
 

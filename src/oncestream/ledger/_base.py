@@ -36,12 +36,14 @@ every registered consumer's horizon).
 from __future__ import annotations
 
 import abc
+import asyncio
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from .._errors import LedgerError, LedgerUnusable
 from .._names import subject_matches, subjects_overlap
+from ._worker import LedgerWorker
 
 __all__ = [
     "HORIZONS",
@@ -55,6 +57,7 @@ __all__ = [
 ]
 
 KeyMode = Literal["sequence", "msg_id"]
+T = TypeVar("T")
 
 #: The prune horizons: per (stream, consumer, filters), the span of sequences pruned.
 HORIZONS = "oncestream_pruned"
@@ -155,7 +158,9 @@ class LedgerTx(abc.ABC):
         it. PostgreSQL sends them in pipeline mode (psycopg's ``conn.pipeline()``):
         one network round trip for the block instead of one per statement; a
         statement's error is raised by a later statement or when the block ends
-        (reading a result, ``fetchone()``, waits for it). Elsewhere it does nothing.
+        (reading a result, ``fetchone()``, waits for it). Writes without rows are
+        queued in libpq's buffer and sent with a Sync behind them
+        (:mod:`oncestream.ledger._pg_pipeline`). Elsewhere it does nothing.
         """
         yield
 
@@ -239,12 +244,70 @@ class Ledger(abc.ABC):
 
     #: The open DB-API connection, or None before :meth:`open` / after :meth:`close`.
     _con: Any = None
+    #: The thread :meth:`call` runs calls on (started by the first one, ended by close()).
+    _worker: LedgerWorker | None = None
 
     def close(self) -> None:
-        """Close the connection (idempotent)."""
+        """Close the connection (idempotent), once every :meth:`call` handed to the
+        ledger's thread before it has returned.
+
+        Called on that thread (``await ledger.call(ledger.close)``, which queues it
+        behind the calls in flight), it closes at once; from any other thread it first
+        waits for the thread's queued calls, so it must not be called on an event loop
+        whose coroutines such a call waits for.
+        """
+        worker = self._worker
+        if worker is not None:
+            self._worker = None
+            worker.stop(wait=not worker.on_worker_thread())
         if self._con is not None:
             self._con.close()
             self._con = None
+
+    def interrupt(self) -> None:
+        """Ask the database to stop the statement running now on the ledger's connection.
+
+        Called from another thread while a :meth:`call` runs (its caller was
+        cancelled); the call then fails, or ends normally if it was not inside a
+        statement. Ledgers that cannot interrupt do nothing.
+        """
+        return None
+
+    async def call(
+        self,
+        func: Callable[..., T],
+        *args: Any,
+        undo: Callable[[T], object] | None = None,
+    ) -> T:
+        """``func(*args)`` on the ledger's own thread, one call at a time, in order.
+
+        For calls that may block (a lock wait, a PostgreSQL round trip): the event loop
+        runs on meanwhile. Cancelling the awaiting task never leaves the call running
+        behind its back: the call is interrupted (:meth:`interrupt`) and waited for
+        before the cancellation goes on, so nothing closes the connection under it;
+        ``undo(result)`` then runs on the same thread if it had succeeded (e.g. the
+        rollback of a transaction begun). A call not started yet is simply dropped.
+
+        Example::
+
+            deleted = await ledger.call(ledger.prune, "ORDERS", 1000)
+        """
+        worker = self._worker
+        if worker is None:
+            worker = self._worker = LedgerWorker()
+        token = object()
+        running = worker.submit(token, func, *args)
+        result = asyncio.wrap_future(running)
+        try:
+            return await asyncio.shield(result)
+        except asyncio.CancelledError:
+            if running.cancel():  # still queued: it never runs
+                raise
+            worker.interrupt(token, self.interrupt)
+            await _finished(result)
+            if undo is not None and not result.cancelled() and result.exception() is None:
+                await _finished(asyncio.wrap_future(worker.submit(object(), undo, result.result())))
+            raise
 
     @abc.abstractmethod
     def begin(self) -> LedgerTx:
@@ -363,6 +426,15 @@ class Ledger(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+async def _finished(future: asyncio.Future[Any]) -> None:
+    """Wait until ``future`` is done, whatever cancels the waiting task meanwhile."""
+    while not future.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({future})
+    if not future.cancelled():
+        future.exception()  # retrieved: the caller was cancelled, nobody else reads it
 
 
 def check_key(key: str) -> KeyMode:

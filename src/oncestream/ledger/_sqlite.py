@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import time
@@ -331,6 +332,12 @@ class SQLiteLedger(Ledger):
             self.open()
         assert self._con is not None
         return self._con
+
+    def interrupt(self) -> None:
+        con = self._con
+        if con is not None:
+            with contextlib.suppress(sqlite3.Error):  # closed meanwhile: nothing runs
+                con.interrupt()
 
     def is_transient(self, exc: BaseException) -> bool:
         text = str(exc).lower()

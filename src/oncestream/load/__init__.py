@@ -14,8 +14,8 @@ Example::
     print(result.stored, result.duplicates, result.skipped)
 """
 
-from ._input import InputFormat
-from ._load import LoadObserver, LoadStart, Source, load
+from ._input import InputFormat, Source
+from ._load import LoadObserver, LoadStart, load
 from ._options import LoadOptions
 from ._progress import PROGRESS_STREAM, ConcurrentRun
 from ._result import LoadIncomplete, LoadResult

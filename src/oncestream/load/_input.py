@@ -1,4 +1,5 @@
-"""The loader's input: the file, its records, their subjects and msg ids.
+"""The loader's input: opening it (a path, a binary file, a pipe or records), its
+records, their subjects and msg ids; a pipe is read on a thread, off the event loop.
 
 Everything here is checked before anything is published: a bad subject
 template, a file that is a directory, unreadable, binary or lacks the id
@@ -8,19 +9,30 @@ is a :class:`RecordError` that the run reports with its line number.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import hashlib
 import io
 import json
+import logging
+import math
 import os
 import re
 import select
 import stat
 import string
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import threading
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+)
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import IO, Any
+from typing import IO, Any, Protocol, cast
 
 import orjson
 
@@ -33,20 +45,30 @@ __all__ = [
     "FileFacts",
     "IdRefused",
     "InputFormat",
+    "Item",
+    "OpenOptions",
+    "OpenedSource",
     "PrefixHasher",
     "Record",
     "RecordError",
+    "Source",
     "SubjectTemplate",
     "check_text",
     "content_id",
     "detect_format",
     "file_facts",
     "open_input",
+    "open_source",
     "read_items",
+    "read_off_loop",
     "read_records",
     "record_id",
+    "record_of",
+    "rewritten",
     "snapshot",
 ]
+
+log = logging.getLogger(__name__)
 
 _BAD_SUBJECT_VALUE = set(" \t\r\n.*>")
 _BOM = b"\xef\xbb\xbf"
@@ -227,6 +249,8 @@ class FileFacts:
     size: int
     sha256: str
     lines: int
+    #: The file's modification time when it was counted (``st_mtime_ns``; 0: unknown).
+    mtime_ns: int = 0
 
 
 def open_input(file: str, say: Callable[[str], None] = lambda _: None) -> IO[bytes]:
@@ -304,6 +328,7 @@ def check_text(name: str, head: bytes) -> None:
 
 def file_facts(path: str, source: IO[bytes]) -> FileFacts:
     """Hash and count the lines of an open regular file, then rewind it."""
+    mtime_ns = os.fstat(source.fileno()).st_mtime_ns
     digest = hashlib.sha256()
     size = lines = 0
     last = b"\n"
@@ -315,7 +340,13 @@ def file_facts(path: str, source: IO[bytes]) -> FileFacts:
     if last != b"\n":
         lines += 1
     source.seek(0)
-    return FileFacts(path=os.path.realpath(path), size=size, sha256=digest.hexdigest(), lines=lines)
+    return FileFacts(
+        path=os.path.realpath(path),
+        size=size,
+        sha256=digest.hexdigest(),
+        lines=lines,
+        mtime_ns=mtime_ns,
+    )
 
 
 class _Snapshot(io.RawIOBase):
@@ -324,6 +355,8 @@ class _Snapshot(io.RawIOBase):
     def __init__(self, source: IO[bytes], size: int) -> None:
         self._source = source
         self._left = size
+        #: The file ended before ``size`` bytes: it was cut (truncated) while it was read.
+        self.short = False
 
     def readable(self) -> bool:
         return True
@@ -333,8 +366,13 @@ class _Snapshot(io.RawIOBase):
             return 0
         view = memoryview(buffer).cast("B")[: self._left]
         count = self._source.readinto(view)  # type: ignore[attr-defined]
+        if not count:
+            self.short = True
         self._left -= count
         return int(count)
+
+    def fileno(self) -> int:
+        return self._source.fileno()
 
 
 def snapshot(source: IO[bytes], facts: FileFacts) -> IO[bytes]:
@@ -346,6 +384,44 @@ def snapshot(source: IO[bytes], facts: FileFacts) -> IO[bytes]:
     hash and size the run reports and records as its progress.
     """
     return io.BufferedReader(_Snapshot(source, facts.size))
+
+
+def rewritten(source: IO[bytes], facts: FileFacts) -> str | None:
+    """How the file behind ``source`` (a :func:`snapshot`) changed in place since ``facts``
+    were taken, or None when the bytes counted then are still the same.
+
+    A file rewritten while it is read is read partly before and partly after the
+    rewrite: the line at the seam is torn (a line of each, or one cut short), which
+    reads as a malformed record, or, when the new version
+    is longer and its lines line up, reads cleanly but holds lines of both versions.
+    Lines appended meanwhile are not a change here: the snapshot stops at the bytes
+    counted. Whenever the modification time moved, the first ``facts.size`` bytes are
+    hashed again: the same bytes mean appended to (or touched), others rewritten.
+    """
+    raw = getattr(source, "raw", None)
+    short = isinstance(raw, _Snapshot) and raw.short
+    cut = f"it ended before the {facts.size:,} bytes counted at the start"
+    try:
+        fd = source.fileno()
+        now = os.fstat(fd)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return cut if short else None
+    if short or now.st_size < facts.size:
+        return f"{facts.size:,} bytes at the start, {now.st_size:,} now; {cut}"
+    if not facts.mtime_ns or now.st_mtime_ns == facts.mtime_ns:
+        return None
+    digest = hashlib.sha256()
+    offset = 0
+    while offset < facts.size:
+        chunk = os.pread(fd, min(_HASH_CHUNK, facts.size - offset), offset)
+        if not chunk:
+            break
+        digest.update(chunk)
+        offset += len(chunk)
+    if offset == facts.size and digest.hexdigest() == facts.sha256:
+        return None  # appended to, not rewritten
+    grew = f", {now.st_size:,} now" if now.st_size != facts.size else ""
+    return f"{facts.size:,} bytes at the start{grew}, and they are not the same any more"
 
 
 class PrefixHasher:
@@ -469,3 +545,240 @@ def read_records(stream: IO[bytes], fmt: InputFormat) -> Iterator[Record | Recor
     for item in read_items(stream, fmt):
         if not isinstance(item, int):
             yield item
+
+
+Item = Record | RecordError | int
+"""What the readers yield: a record, a malformed line's error, or the line number reached."""
+#: Items read ahead by the reader thread of a pipe (bounded: the reader waits).
+_READ_AHEAD = 1024
+_END = object()
+
+
+@dataclass(frozen=True)
+class _Raised:
+    """What ended the reader thread. Not the exception itself: a malformed line is an
+    item that is an exception (:class:`RecordError`), and must stay an item."""
+
+    exc: BaseException
+
+
+async def read_off_loop(items: Iterator[Item]) -> AsyncIterator[Item]:
+    """Iterate ``items`` on a reader thread: a pipe that stays open and idle
+    (``tail -F log | oncestream publish -``) must not stop the event loop, which
+    sends what is queued and receives the PubAcks meanwhile.
+
+    Closing the iterator (the run stopped early) tells the thread to stop: it
+    hands nothing more to a loop that may be shutting down.
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[object] = asyncio.Queue()
+    room = threading.Semaphore(_READ_AHEAD)
+    gone = threading.Event()
+
+    def hand(item: object) -> bool:
+        """Queue ``item`` for the loop; False once nobody reads any more."""
+        room.acquire()
+        if gone.is_set():
+            return False
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the loop is closed
+            return False
+        return True
+
+    def read() -> None:
+        try:
+            for item in items:
+                if not hand(item):
+                    return
+            outcome: object = _END
+        except BaseException as exc:  # handed to the loop, raised there
+            outcome = _Raised(exc)
+        hand(outcome)
+
+    # A daemon: a run that stops early leaves it blocked on the pipe; exiting ends it.
+    threading.Thread(target=read, name="oncestream-publish-reader", daemon=True).start()
+    try:
+        while True:
+            item = await queue.get()
+            room.release()
+            if item is _END:
+                return
+            if isinstance(item, _Raised):
+                raise item.exc
+            yield item  # type: ignore[misc]
+    finally:
+        gone.set()
+        room.release()  # a reader waiting for room wakes up and stops
+
+
+class OpenOptions(Protocol):
+    """What opening a source needs of :class:`~oncestream.load.LoadOptions`."""
+
+    @property
+    def fresh(self) -> bool:
+        """Start over: only a regular file has an identity to record progress for."""
+        ...
+
+    @property
+    def format(self) -> str:
+        """``auto``, ``jsonl`` or ``csv``."""
+        ...
+
+    def label(self, name: str) -> str:
+        """How a message names option ``name`` (a Python field, or the CLI's flag)."""
+        ...
+
+
+_Records = Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]]
+#: What :func:`load` reads: a path, an open binary file, or records (mappings).
+Source = str | os.PathLike[str] | IO[bytes] | _Records
+
+
+@dataclass
+class OpenedSource:
+    """The input, opened and looked at: where its records come from, what it is."""
+
+    label: str
+    source: IO[bytes] | None = None
+    fmt: InputFormat = InputFormat.jsonl
+    facts: FileFacts | None = None
+    hasher: PrefixHasher | None = None
+    records: _Records | None = None
+    owned: list[IO[bytes]] = field(default_factory=list)
+
+    def items(self, skip_to: int, needed: dict[str, str]) -> Iterator[Item] | AsyncIterator[Item]:
+        if self.records is not None:
+            if isinstance(self.records, AsyncIterable):
+                return _async_records(self.records)
+            return _records(self.records)
+        assert self.source is not None
+        items = read_items(self.source, self.fmt, skip_to=skip_to, needed=needed)
+        # A pipe may stay open and idle: it is read on a thread, off the event loop.
+        return items if self.facts is not None else read_off_loop(items)
+
+    def close(self) -> None:
+        if self.hasher is not None:
+            self.hasher.close()
+        for handle in self.owned:
+            handle.close()
+
+
+def _regular_path(handle: IO[bytes]) -> str | None:
+    """The path of an open regular file (by its name, the same file), else None."""
+    name = getattr(handle, "name", None)
+    if not isinstance(name, str):
+        return None
+    try:
+        opened = os.fstat(handle.fileno())
+        named = os.stat(name)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return None
+    if not stat.S_ISREG(opened.st_mode) or not os.path.samestat(opened, named):
+        return None
+    return name
+
+
+def open_source(source: Source, options: OpenOptions) -> OpenedSource:
+    if isinstance(source, str | os.PathLike):
+        handle = open_input(os.fspath(source), log.warning)
+        try:
+            return _open_file(handle, options, owned=True)
+        except BaseException:
+            handle.close()
+            raise
+    if isinstance(source, bytes | bytearray | memoryview | io.TextIOBase):
+        raise ConfigError(
+            "source: give a path, a file opened in binary mode ('rb') or an iterable of "
+            f"records (mappings), got {type(source).__name__}"
+        )
+    if hasattr(source, "read"):
+        return _open_file(source, options, owned=False)  # type: ignore[arg-type]
+    if isinstance(source, Iterable | AsyncIterable):
+        if options.fresh:
+            raise ConfigError(
+                f"{options.label('fresh')} needs a regular file: an iterable of records has "
+                "no identity to record progress for"
+            )
+        return OpenedSource(label="records", records=cast(_Records, source))
+    raise ConfigError(
+        "source: give a path, a file opened in binary mode ('rb') or an iterable of records "
+        f"(mappings), got {type(source).__name__}"
+    )
+
+
+def _open_file(handle: IO[bytes], options: OpenOptions, *, owned: bool) -> OpenedSource:
+    name = getattr(handle, "name", None)
+    # stdin is '-' on the command line; its file object calls itself '<stdin>'.
+    label = name if isinstance(name, str) and not name.startswith("<") else "-"
+    source: IO[bytes] = handle
+    if not hasattr(source, "peek"):
+        source = io.BufferedReader(source)  # type: ignore[type-var]
+    opened = OpenedSource(label=label, source=source, owned=[handle] if owned else [])
+    peek = source.peek(4096)[:4096]
+    check_text(label, peek)
+    path = _regular_path(handle)
+    if path is None and options.fresh:
+        raise ConfigError(
+            f"{options.label('fresh')} needs a regular file: {label!r}, which is not one, has "
+            "no stable identity to record progress for"
+        )
+    first = next((line for line in peek.splitlines() if line.strip()), b"")
+    opened.fmt = (
+        detect_format(label, first) if options.format == "auto" else InputFormat(options.format)
+    )
+    if path is not None:
+        source.seek(0)
+        opened.facts = file_facts(path, source)
+        opened.source = snapshot(source, opened.facts)
+        opened.hasher = PrefixHasher(path)
+    return opened
+
+
+def record_of(number: int, value: object) -> Record | RecordError:
+    if not isinstance(value, Mapping):
+        return RecordError(number, f"expected a mapping (a record), got {type(value).__name__}")
+    fields = dict(value)
+    if (where := _non_finite(fields, "")) is not None:
+        # orjson writes NaN and infinities as null: the stored record would differ from
+        # the one given, and records differing only there would share a content id.
+        return RecordError(number, f"field {where} is not a finite number (JSON has none)")
+    try:
+        data = orjson.dumps(fields)
+    except TypeError:
+        try:  # integers beyond 64 bits, which orjson refuses, stay exact
+            data = json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode()
+        except (TypeError, ValueError) as exc:
+            return RecordError(number, f"not JSON-serializable ({exc})")
+    return Record(number, fields, data)
+
+
+def _non_finite(value: object, path: str) -> str | None:
+    """The path of the first NaN or infinity in ``value`` (mappings and lists), or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path or "(the record)")
+    if isinstance(value, Mapping):
+        items: Iterable[tuple[object, object]] = value.items()
+    elif isinstance(value, list | tuple):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = _non_finite(item, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def _records(records: Iterable[Mapping[str, Any]]) -> Iterator[Item]:
+    for number, value in enumerate(records, start=1):
+        yield number
+        yield record_of(number, value)
+
+
+async def _async_records(records: AsyncIterable[Mapping[str, Any]]) -> AsyncIterator[Item]:
+    number = 0
+    async for value in records:
+        number += 1
+        yield number
+        yield record_of(number, value)

@@ -12,42 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
-import json
 import logging
-import math
-import os
-import stat
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import IO, Any, cast
-
-import orjson
+from dataclasses import dataclass
+from typing import Any
 
 from .._connection import Connection
-from .._errors import ConfigError, OncestreamError
+from .._errors import OncestreamError
 from .._retry import retrying
 from ..publish import Publisher
-from ._input import (
-    FileFacts,
-    InputFormat,
-    PrefixHasher,
-    Record,
-    RecordError,
-    check_text,
-    detect_format,
-    file_facts,
-    open_input,
-    read_items,
-    snapshot,
-)
+from ._input import OpenedSource, Source, open_source, rewritten
 from ._options import LoadOptions
 from ._plan import ResumePlan, check_target, plan_resume, refused_subject
 from ._result import LoadIncomplete, LoadResult
 from ._run import (
     Confirmed,
-    Item,
     ProgressKeeper,
     RunState,
     Tally,
@@ -55,16 +34,11 @@ from ._run import (
     is_config_failure,
     new_run_id,
     publish_records,
-    read_off_loop,
 )
 
 __all__ = ["LoadObserver", "LoadStart", "Source", "load"]
 
-log = logging.getLogger("oncestream.load")
-
-_Records = Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]]
-#: What :func:`load` reads: a path, an open binary file, or records (mappings).
-Source = str | os.PathLike[str] | IO[bytes] | _Records
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,155 +80,6 @@ class LoadObserver:
 
     def malformed(self, text: str) -> None:
         """A malformed record, never published: ``line N: why`` (``on_error`` decides the rest)."""
-
-
-@dataclass
-class _Opened:
-    """The input, opened and looked at: where its records come from, what it is."""
-
-    label: str
-    source: IO[bytes] | None = None
-    fmt: InputFormat = InputFormat.jsonl
-    facts: FileFacts | None = None
-    hasher: PrefixHasher | None = None
-    records: _Records | None = None
-    owned: list[IO[bytes]] = field(default_factory=list)
-
-    def items(self, skip_to: int, needed: dict[str, str]) -> Iterator[Item] | AsyncIterator[Item]:
-        if self.records is not None:
-            if isinstance(self.records, AsyncIterable):
-                return _async_records(self.records)
-            return _records(self.records)
-        assert self.source is not None
-        items = read_items(self.source, self.fmt, skip_to=skip_to, needed=needed)
-        # A pipe may stay open and idle: it is read on a thread, off the event loop.
-        return items if self.facts is not None else read_off_loop(items)
-
-    def close(self) -> None:
-        if self.hasher is not None:
-            self.hasher.close()
-        for handle in self.owned:
-            handle.close()
-
-
-def _regular_path(handle: IO[bytes]) -> str | None:
-    """The path of an open regular file (by its name, the same file), else None."""
-    name = getattr(handle, "name", None)
-    if not isinstance(name, str):
-        return None
-    try:
-        opened = os.fstat(handle.fileno())
-        named = os.stat(name)
-    except (OSError, ValueError, io.UnsupportedOperation):
-        return None
-    if not stat.S_ISREG(opened.st_mode) or not os.path.samestat(opened, named):
-        return None
-    return name
-
-
-def _open(source: Source, options: LoadOptions) -> _Opened:
-    if isinstance(source, str | os.PathLike):
-        handle = open_input(os.fspath(source), log.warning)
-        try:
-            return _open_file(handle, options, owned=True)
-        except BaseException:
-            handle.close()
-            raise
-    if isinstance(source, bytes | bytearray | memoryview | io.TextIOBase):
-        raise ConfigError(
-            "source: give a path, a file opened in binary mode ('rb') or an iterable of "
-            f"records (mappings), got {type(source).__name__}"
-        )
-    if hasattr(source, "read"):
-        return _open_file(source, options, owned=False)  # type: ignore[arg-type]
-    if isinstance(source, Iterable | AsyncIterable):
-        if options.fresh:
-            raise ConfigError(
-                f"{options.label('fresh')} needs a regular file: an iterable of records has "
-                "no identity to record progress for"
-            )
-        return _Opened(label="records", records=cast(_Records, source))
-    raise ConfigError(
-        "source: give a path, a file opened in binary mode ('rb') or an iterable of records "
-        f"(mappings), got {type(source).__name__}"
-    )
-
-
-def _open_file(handle: IO[bytes], options: LoadOptions, *, owned: bool) -> _Opened:
-    name = getattr(handle, "name", None)
-    # stdin is '-' on the command line; its file object calls itself '<stdin>'.
-    label = name if isinstance(name, str) and not name.startswith("<") else "-"
-    source: IO[bytes] = handle
-    if not hasattr(source, "peek"):
-        source = io.BufferedReader(source)  # type: ignore[type-var]
-    opened = _Opened(label=label, source=source, owned=[handle] if owned else [])
-    peek = source.peek(4096)[:4096]
-    check_text(label, peek)
-    path = _regular_path(handle)
-    if path is None and options.fresh:
-        raise ConfigError(
-            f"{options.label('fresh')} needs a regular file: {label!r}, which is not one, has "
-            "no stable identity to record progress for"
-        )
-    first = next((line for line in peek.splitlines() if line.strip()), b"")
-    opened.fmt = (
-        detect_format(label, first) if options.format == "auto" else InputFormat(options.format)
-    )
-    if path is not None:
-        source.seek(0)
-        opened.facts = file_facts(path, source)
-        opened.source = snapshot(source, opened.facts)
-        opened.hasher = PrefixHasher(path)
-    return opened
-
-
-def _record(number: int, value: object) -> Record | RecordError:
-    if not isinstance(value, Mapping):
-        return RecordError(number, f"expected a mapping (a record), got {type(value).__name__}")
-    fields = dict(value)
-    if (where := _non_finite(fields, "")) is not None:
-        # orjson writes NaN and infinities as null: the stored record would differ from
-        # the one given, and records differing only there would share a content id.
-        return RecordError(number, f"field {where} is not a finite number (JSON has none)")
-    try:
-        data = orjson.dumps(fields)
-    except TypeError:
-        try:  # integers beyond 64 bits, which orjson refuses, stay exact
-            data = json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode()
-        except (TypeError, ValueError) as exc:
-            return RecordError(number, f"not JSON-serializable ({exc})")
-    return Record(number, fields, data)
-
-
-def _non_finite(value: object, path: str) -> str | None:
-    """The path of the first NaN or infinity in ``value`` (mappings and lists), or None."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else (path or "(the record)")
-    if isinstance(value, Mapping):
-        items: Iterable[tuple[object, object]] = value.items()
-    elif isinstance(value, list | tuple):
-        items = enumerate(value)
-    else:
-        return None
-    for key, item in items:
-        found = _non_finite(item, f"{path}.{key}" if path else str(key))
-        if found is not None:
-            return found
-    return None
-
-
-def _records(records: Iterable[Mapping[str, Any]]) -> Iterator[Item]:
-    for number, value in enumerate(records, start=1):
-        yield number
-        yield _record(number, value)
-
-
-async def _async_records(records: AsyncIterable[Mapping[str, Any]]) -> AsyncIterator[Item]:
-    number = 0
-    async for value in records:
-        number += 1
-        yield number
-        yield _record(number, value)
 
 
 async def load(
@@ -309,7 +134,7 @@ async def load(
             stream="ORDERS", subject="orders.{region}", id_field="id"))
         print(result.stored, result.duplicates, result.skipped)
     """
-    opened = _open(source, options)
+    opened = open_source(source, options)
     try:
         return await _load(
             conn, opened, options, stop or asyncio.Event(), observer or LoadObserver()
@@ -320,7 +145,7 @@ async def load(
 
 async def _load(
     conn: Connection,
-    opened: _Opened,
+    opened: OpenedSource,
     options: LoadOptions,
     stop: asyncio.Event,
     observer: LoadObserver,
@@ -381,7 +206,7 @@ async def _load(
 
 async def _publish(
     conn: Connection,
-    opened: _Opened,
+    opened: OpenedSource,
     options: LoadOptions,
     plan: ResumePlan,
     info: dict[str, Any],
@@ -426,7 +251,19 @@ async def _publish(
         )
         await drain(pub, tally, state, budget)
         confirmed.advance(tally.max_seq)
-        complete = state.eof and confirmed.first_unconfirmed is None and not tally.failed
+        changed = None
+        if opened.facts is not None and opened.source is not None:
+            changed = rewritten(opened.source, opened.facts)
+        if changed is not None:
+            # What was published is not the file as it is now, nor as it was: the final
+            # record keeps the whole file's hash from the start, not the prefix read since,
+            # so a re-run of the rewritten file is refused (it names --fresh).
+            keeper.prefix_trusted = False
+        complete = (
+            state.eof and confirmed.first_unconfirmed is None and not tally.failed and not changed
+        )
+        if changed is not None and state.eof and not state.stopped:
+            state.stopped = True  # the file ended early: what it held is not all read
         progress_error = state.progress_error or await keeper.final(done=complete, budget=budget)
         seconds = time.monotonic() - state.started
         refused = (
@@ -460,6 +297,7 @@ async def _publish(
         errors=tuple(tally.errors),
         refused=refused,
         progress_error=progress_error,
+        rewritten=changed,
         seconds=seconds,
         duplicate_window=pub.duplicate_window,
     )
@@ -480,6 +318,16 @@ def _why(result: LoadResult, what: str) -> str:
         reason = f"{type(result.failure).__name__}: {result.failure}"
     elif result.stopped and result.progress_error:
         reason = f"its progress could not be recorded ({result.progress_error})"
+    elif result.rewritten and result.malformed:
+        reason = (
+            f"the file was rewritten while it was read ({result.rewritten}): line {first:,} is "
+            "torn by the rewrite, not a malformed record"
+        )
+    elif result.rewritten:
+        reason = (
+            f"the file was rewritten while it was read ({result.rewritten}): the lines "
+            "published were read partly from each version"
+        )
     elif result.stopped:
         reason = "a malformed record stopped it"
     else:

@@ -25,7 +25,7 @@ from ._run import Tally
 
 __all__ = ["ResumePlan", "check_target", "plan_resume", "refused_subject"]
 
-log = logging.getLogger("oncestream.load")
+log = logging.getLogger(__name__)
 
 
 async def check_target(

@@ -47,7 +47,7 @@ from .._errors import (
 )
 from .._retry import retrying
 from ..publish import SubjectLog
-from ..streams import StreamSpec, add_stream
+from ..streams import StreamSpec, create_stream_if_missing
 from ..streams._internal import stream_exists
 from ._labels import Label, default_label
 
@@ -59,7 +59,7 @@ __all__ = [
     "progress_key",
 ]
 
-log = logging.getLogger("oncestream.load")
+log = logging.getLogger(__name__)
 
 PROGRESS_STREAM = "ONCESTREAM_PUBLISH_PROGRESS"
 PROGRESS_SUBJECT = "oncestream.publish.progress"
@@ -187,11 +187,12 @@ class ProgressStore:
             max_msgs_per_subject=4,
             duplicate_window=60.0,
             replicas=replicas,
+            allow_batched=False,  # records go on the ack path (SubjectLog): no batches
         )
         try:
-            # Creating it again with the same config is no error: safe to repeat.
+            # Created by another run meanwhile: that one is used (safe to repeat).
             await retrying(
-                lambda: add_stream(self.conn, spec.to_api()),
+                lambda: create_stream_if_missing(self.conn, spec),
                 budget=self._budget,
                 what=f"creating the progress stream {self.stream!r}",
             )

@@ -49,6 +49,9 @@ class LoadResult:
         refused: a record's subject belongs to another stream or none: why, in words.
         progress_error: why the last progress record could not be written (a
             re-run then scans from the previous one and still stores nothing twice).
+        rewritten: the file changed in place while it was read (how): its counted
+            bytes are not the same at the end (a malformed line there is torn by the
+            rewrite rather than bad in the file). None otherwise.
 
         seconds: how long publishing took, to its last progress record.
         duplicate_window: the target stream's duplicate window in seconds.
@@ -82,6 +85,7 @@ class LoadResult:
     errors: tuple[str, ...] = ()
     refused: str | None = None
     progress_error: str | None = None
+    rewritten: str | None = None
     seconds: float = 0.0
     duplicate_window: float | None = None
 

@@ -18,11 +18,11 @@ import asyncio
 import contextlib
 import functools
 import secrets
-import threading
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from .._errors import (
     ConfigError,
@@ -36,8 +36,8 @@ from .._errors import (
 from ..publish import PubAck, Publisher
 from ._input import (
     IdRefused,
+    Item,
     PrefixHasher,
-    Record,
     RecordError,
     SubjectTemplate,
     record_id,
@@ -46,7 +46,6 @@ from ._progress import ConcurrentRun, ProgressStore, PublishProgress
 
 __all__ = [
     "Confirmed",
-    "Item",
     "ProgressKeeper",
     "RunState",
     "Tally",
@@ -54,7 +53,6 @@ __all__ = [
     "is_config_failure",
     "new_run_id",
     "publish_records",
-    "read_off_loop",
 ]
 
 # Progress is recorded at least this often (seconds) while publishing.
@@ -187,14 +185,22 @@ class ProgressKeeper:
         self._last_write = time.monotonic()
         self._task: asyncio.Task[None] | None = None
         self.error: OncestreamError | None = None
+        #: False once the file is known to have changed in place: the prefix hash read
+        #: since is of other bytes than those published.
+        self.prefix_trusted = True
 
     def _record(self, *, done: bool = False) -> PublishProgress | None:
         if self.base is None:
             return None
-        prefix = {}
-        if self.hasher is not None:
+        prefix: dict[str, Any] = {}
+        if self.hasher is not None and self.prefix_trusted:
             self.hasher.advance_to(self.confirmed.line)
-            prefix = {"prefix_sha256": self.hasher.hexdigest(), "offset": self.hasher.offset}
+            if self.hasher.line < self.confirmed.line:  # the file lost lines meanwhile
+                self.prefix_trusted = False
+            else:
+                prefix = {"prefix_sha256": self.hasher.hexdigest(), "offset": self.hasher.offset}
+        if not self.prefix_trusted:
+            prefix = {"prefix_sha256": "", "offset": 0}
         return self.base.advanced(
             **prefix,
             line=self.confirmed.line,
@@ -263,71 +269,6 @@ class ProgressKeeper:
         except OncestreamError as exc:
             return str(exc)
         return None
-
-
-Item = Record | RecordError | int
-"""What the readers yield: a record, a malformed line's error, or the line number reached."""
-#: Items read ahead by the reader thread of a pipe (bounded: the reader waits).
-_READ_AHEAD = 1024
-_END = object()
-
-
-@dataclass(frozen=True)
-class _Raised:
-    """What ended the reader thread. Not the exception itself: a malformed line is an
-    item that is an exception (:class:`RecordError`), and must stay an item."""
-
-    exc: BaseException
-
-
-async def read_off_loop(items: Iterator[Item]) -> AsyncIterator[Item]:
-    """Iterate ``items`` on a reader thread: a pipe that stays open and idle
-    (``tail -F log | oncestream publish -``) must not stop the event loop, which
-    sends what is queued and receives the PubAcks meanwhile.
-
-    Closing the iterator (the run stopped early) tells the thread to stop: it
-    hands nothing more to a loop that may be shutting down.
-    """
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[object] = asyncio.Queue()
-    room = threading.Semaphore(_READ_AHEAD)
-    gone = threading.Event()
-
-    def hand(item: object) -> bool:
-        """Queue ``item`` for the loop; False once nobody reads any more."""
-        room.acquire()
-        if gone.is_set():
-            return False
-        try:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-        except RuntimeError:  # the loop is closed
-            return False
-        return True
-
-    def read() -> None:
-        try:
-            for item in items:
-                if not hand(item):
-                    return
-            outcome: object = _END
-        except BaseException as exc:  # handed to the loop, raised there
-            outcome = _Raised(exc)
-        hand(outcome)
-
-    # A daemon: a run that stops early leaves it blocked on the pipe; exiting ends it.
-    threading.Thread(target=read, name="oncestream-publish-reader", daemon=True).start()
-    try:
-        while True:
-            item = await queue.get()
-            room.release()
-            if item is _END:
-                return
-            if isinstance(item, _Raised):
-                raise item.exc
-            yield item  # type: ignore[misc]
-    finally:
-        gone.set()
-        room.release()  # a reader waiting for room wakes up and stops
 
 
 async def _in_order(

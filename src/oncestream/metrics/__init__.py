@@ -12,13 +12,16 @@ Example::
 """
 
 from ._exporter import Instrumentation, MetricsServer, instrument, serve_metrics
+from ._group import GroupInstrumentation, instrument_group
 from ._streams import StreamsInstrumentation, instrument_streams
 
 __all__ = [
+    "GroupInstrumentation",
     "Instrumentation",
     "MetricsServer",
     "StreamsInstrumentation",
     "instrument",
+    "instrument_group",
     "instrument_streams",
     "serve_metrics",
 ]

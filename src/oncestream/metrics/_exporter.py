@@ -20,12 +20,11 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,12 +37,13 @@ from prometheus_client.core import (
 )
 
 from .._errors import ConfigError
+from .._histogram import Histogram
 from ..process import Processor
 from ..publish import Publisher
 
 __all__ = ["LATENCY_BUCKETS", "Instrumentation", "MetricsServer", "instrument", "serve_metrics"]
 
-log = logging.getLogger("oncestream.metrics")
+log = logging.getLogger(__name__)
 
 #: Seconds; from a fast SQLite handler call to a slow batch.
 LATENCY_BUCKETS: tuple[float, ...] = (
@@ -107,28 +107,6 @@ _HISTOGRAMS = {
 }
 
 
-class _Histogram:
-    def __init__(self, buckets: Sequence[float]) -> None:
-        self.buckets = tuple(buckets)
-        self.counts = [0] * (len(self.buckets) + 1)
-        self.total = 0.0
-        self._lock = threading.Lock()
-
-    def observe(self, seconds: float) -> None:
-        with self._lock:
-            self.counts[bisect.bisect_left(self.buckets, seconds)] += 1
-            self.total += seconds
-
-    def cumulative(self) -> tuple[list[tuple[str, float]], float]:
-        with self._lock:
-            counts, total = list(self.counts), self.total
-        out, running = [], 0
-        for bound, count in zip((*self.buckets, float("inf")), counts, strict=True):
-            running += count
-            out.append(("+Inf" if bound == float("inf") else repr(bound), float(running)))
-        return out, total
-
-
 @dataclass
 class _ConsumerState:
     pending: float = float("nan")
@@ -144,10 +122,10 @@ class Instrumentation:
     def __init__(self, target: Processor | Publisher, collector: _Collector) -> None:
         self.target = target
         self._collector = collector
-        self.histograms = {kind: _Histogram(LATENCY_BUCKETS) for kind in _HISTOGRAMS}
+        self.histograms = {kind: Histogram(LATENCY_BUCKETS) for kind in _HISTOGRAMS}
         self.consumer = _ConsumerState()
         #: Publisher: seconds from a message's last send to its PubAck.
-        self.ack_histogram = _Histogram(LATENCY_BUCKETS)
+        self.ack_histogram = Histogram(LATENCY_BUCKETS)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         if isinstance(target, Publisher):

@@ -33,7 +33,7 @@ from ..streams._internal import upstream_rows
 
 __all__ = ["StreamsInstrumentation", "instrument_streams"]
 
-log = logging.getLogger("oncestream.metrics")
+log = logging.getLogger(__name__)
 
 #: How long a scrape waits for the server's answers before serving the last known ones.
 SCRAPE_TIMEOUT = 2.0

@@ -9,6 +9,8 @@ Example::
 """
 
 from ._applying import BatchHandler, Handler
+from ._group import GroupMember, partition_consumer, partition_ledgers
+from ._group_options import GroupOptions, GroupStats
 from ._options import ProcessorOptions, ProcessorStats
 from ._processor import Processor
 from ._replay import DeadLetter, ReplayReport, list_dead_letters, replay_dead_letters
@@ -16,11 +18,16 @@ from ._replay import DeadLetter, ReplayReport, list_dead_letters, replay_dead_le
 __all__ = [
     "BatchHandler",
     "DeadLetter",
+    "GroupMember",
+    "GroupOptions",
+    "GroupStats",
     "Handler",
     "Processor",
     "ProcessorOptions",
     "ProcessorStats",
     "ReplayReport",
     "list_dead_letters",
+    "partition_consumer",
+    "partition_ledgers",
     "replay_dead_letters",
 ]

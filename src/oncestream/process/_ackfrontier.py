@@ -156,3 +156,13 @@ class AckFrontier:
     def held_replies(self) -> list[str]:
         """Reply subjects of the finished messages not yet acknowledged."""
         return [reply for _, reply in self.held.values()]
+
+    def kept_alive(self, now: float) -> None:
+        """In-progress acks were sent for the held messages at ``now`` (``time.monotonic()``)."""
+        self.held_since = now
+
+    def interrupt(self, why: str) -> None:
+        """Deliveries can no longer be counted on (:attr:`gap` becomes ``why`` unless one
+        is already noted): the next batch resets the consumer instead of being applied."""
+        if not self.gap:
+            self.gap = why

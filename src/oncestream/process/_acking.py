@@ -20,7 +20,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from .._connection import Connection
 from .._errors import OncestreamError
@@ -28,16 +27,15 @@ from .._logthrottle import LogThrottle
 from .._message import Message
 from .._retry import retrying
 from ..tracing._internal import Tracer
+from ._ackfrontier import AckFrontier
+from ._bound import BoundConsumer
 from ._deadletter import dead_letter_headers, publish_dead_letter
-from ._options import ProcessorOptions, ProcessorStats
+from ._maxdeliver import DeliveryLimit
+from ._options import ProcessorStats
 
-if TYPE_CHECKING:
-    from ._ackfrontier import AckFrontier
-    from ._maxdeliver import DeliveryLimit
+__all__ = ["Acknowledger", "UnsentAcks"]
 
-__all__ = ["Acknowledger"]
-
-log = logging.getLogger("oncestream.processor")
+log = logging.getLogger(__name__)
 
 _ACK = b"+ACK"
 _WPI = b"+WPI"
@@ -59,55 +57,137 @@ def _nak_after(seconds: float) -> bytes:
 class Acknowledger:
     """Sends a Processor's acks, naks, terms and in-progress acks.
 
+    The ack policy is chosen here: without ``frontier`` every message is acked
+    (``explicit``); with it, one confirmed ack covers what the frontier allows
+    (``all``, see :mod:`._ackfrontier`).
+
     Args:
-        stream, consumer: what is processed (for dead letters and logs).
-        options: ``double_ack*``, ``max_deliver``, ``backoff``.
+        bound: the consumer (stream and consumer for dead letters and logs, its ack
+            wait, dead-letter subject and the options: ``double_ack*``,
+            ``max_deliver``, ``backoff``).
+        conn: where acks go.
         stats: counters to update.
+        limit: the consumer's ``max_deliver`` as the Processor knows it.
+        frontier: ack policy ``all``: what one ack may cover (None: every message is acked).
+        tracer: spans of failed messages' outcomes (``retried``, ``dead_lettered``).
         stopping: whether the Processor is stopping (double-ack retries end sooner).
         buffered: reply subjects of the messages delivered behind the batch in
             flight (the pull's buffer): their ack wait runs as well while that
             batch is applied, so its in-progress acks cover them too.
+
+    Example::
+
+        acks = Acknowledger(bound, conn, stats, limit=DeliveryLimit(bound, conn),
+                            stopping=lambda: False, buffered=list)
+        await acks.settle(done, [], failures)
     """
 
     def __init__(
         self,
-        stream: str,
-        consumer: str,
-        options: ProcessorOptions,
+        bound: BoundConsumer,
+        conn: Connection,
         stats: ProcessorStats,
-        stopping: Callable[[], bool],
         *,
+        limit: DeliveryLimit,
+        frontier: AckFrontier | None = None,
+        tracer: Tracer | None = None,
+        stopping: Callable[[], bool],
         buffered: Callable[[], list[str]],
     ) -> None:
-        self.stream = stream
-        self.consumer = consumer
-        self.options = options
+        self.stream = bound.stream
+        self.consumer = bound.consumer
+        self.options = bound.options
         self.stats = stats
         self.stopping = stopping
-        self.conn: Connection | None = None
+        self.conn = conn
         #: Where dead letters go ("" = no dead-letter stream: keep retrying).
-        self.dlq_subject = ""
-        #: Seconds the server waits for an ack (the consumer's, once known).
-        self.ack_wait = options.ack_wait
+        self.dlq_subject = bound.dlq_subject
+        #: Why the last dead-letter publish failed (e.g. the dead-letter stream is full).
+        self.dead_letter_error: OncestreamError | None = None
+        #: Seconds the server waits for an ack.
+        self.ack_wait = bound.ack_wait
         self._confirming: deque[asyncio.Task[None]] = deque()
         self._inflight: list[str] = []
         self._inflight_since = 0.0
         self.buffered = buffered
         self._failure_log = LogThrottle(log)  # identical failures: first 5, then a summary
-        #: Spans of failed messages' outcomes (``retried``, ``dead_lettered``).
-        self.tracer: Tracer | None = None
-        self.batch_started_ns = 0
-        #: The consumer's max_deliver as the Processor knows it (None: only its own count).
-        self.limit: DeliveryLimit | None = None
-        #: With ack policy ``all``: what one ack may cover (None: every message is acked).
-        self.frontier: AckFrontier | None = None
+        self.tracer = tracer
+        #: ``time.time_ns()`` when the batch in flight began (its spans start there).
+        self._started_ns = 0
+        self.limit = limit
+        self.frontier = frontier
+        #: Acks written while the connection was down (what a stop then leaves unsent).
+        self.unsent = UnsentAcks()
+
+    # -- the ack policy ----------------------------------------------------------------
+
+    def admits(self, msgs: Sequence[Message]) -> bool:
+        """Whether a pulled batch may be applied: with ack policy ``all``, not after a gap
+        in its deliveries (:attr:`gap` says why; the consumer is reset first)."""
+        return self.frontier is None or self.frontier.delivered(msgs)
+
+    @property
+    def gap(self) -> str:
+        """Why deliveries stopped being contiguous ("": they are, or ack policy ``explicit``)."""
+        return self.frontier.gap if self.frontier is not None else ""
+
+    async def settle(
+        self,
+        done: list[Message],
+        extras: list[Message],
+        failures: list[tuple[Message, BaseException]],
+    ) -> None:
+        """A batch was applied: ack what it finished, nak or dead-letter what failed.
+
+        Args:
+            done: applied, or found applied (sorted by sequence).
+            extras: the batch's other deliveries, finished without a transaction (a
+                second copy of a message, a stored message schedule).
+            failures: the messages whose handler failed, with the error.
+        """
+        frontier = self.frontier
+        if frontier is not None:
+            finished = done + _by_seq(extras) if extras else done
+            if extras and done:
+                finished.sort(key=_seq)
+            await self._ack_through(frontier.settle(finished, [m for m, _ in failures]))
+            for msg, error in failures:
+                if await self.failed(msg, error):  # dead-lettered: finished
+                    await self._ack_through(frontier.settle([msg], []))
+        else:
+            replies = [m.reply for m in done] + [m.reply for m in extras]
+            if replies:
+                await self.ack(replies)
+            for msg, error in failures:
+                await self.failed(msg, error)
+        if done and not self.conn.is_connected:
+            self.unsent.note([m.seq for m in done])
+
+    async def give_back(self, msgs: list[Message], extras: list[Message]) -> None:
+        """The ledger kept failing: hand ``msgs`` back for a redelivery in a second."""
+        await self.nak(msgs, delay=1.0)
+        if self.frontier is not None:
+            await self._ack_through(self.frontier.settle(_by_seq(extras), msgs))
+
+    async def dropped(self, seq: int) -> None:
+        """``seq`` was settled after the server stopped delivering it (dead-lettered from
+        the stream, or found applied): with ack policy ``all`` the ack may move past it."""
+        reply = self.frontier.dropped(seq) if self.frontier is not None else None
+        if reply is not None:
+            await self.ack_through(reply)
+
+    async def _ack_through(self, reply: str | None) -> None:
+        if reply is not None:
+            await self.ack_through(reply)
 
     # -- the batch being applied (for in-progress acks)
 
-    def begin_batch(self, msgs: Sequence[Message]) -> None:
-        """``msgs`` are being applied: keep them alive while that takes long."""
+    def begin_batch(self, msgs: Sequence[Message], started_ns: int = 0) -> None:
+        """``msgs`` are being applied (since ``started_ns``, ``time.time_ns()``: where the
+        spans of their outcomes start): keep them alive while that takes long."""
         self._inflight = [m.reply for m in msgs]
         self._inflight_since = time.monotonic()
+        self._started_ns = started_ns
 
     def end_batch(self) -> None:
         """The batch is no longer in flight."""
@@ -133,13 +213,13 @@ class Acknowledger:
                 held = frontier.held_replies()
                 await self.send(held, _WPI)
                 self.stats.in_progress_acks += len(held)
-                frontier.held_since = time.monotonic()
+                frontier.kept_alive(time.monotonic())
 
     # -- sending
 
     async def send(self, replies: Sequence[str], payload: bytes) -> None:
         """Publish ``payload`` to every reply subject with one buffered write."""
-        if replies and self.conn is not None:
+        if replies:
             await self.conn.publish_many(replies, payload)
 
     async def nak(self, msgs: Sequence[Message], delay: float | None = None) -> None:
@@ -183,7 +263,6 @@ class Acknowledger:
 
     async def _double_ack(self, reply: str) -> None:
         conn = self.conn
-        assert conn is not None
         failures = 0
 
         async def confirm() -> None:
@@ -234,18 +313,15 @@ class Acknowledger:
         text = f"{type(error).__name__}: {error}"
         opts = self.options
         limit = self.limit
-        max_attempts = opts.max_deliver
-        if limit is not None:
-            await limit.refresh()  # lowered under this Processor? (at most once a second)
-            stop = limit.failing(seq, attempts)
-            if stop is not None:
-                if attempts < limit.consumer_max:
-                    await self.nak([msg], opts.backoff[min(attempts, len(opts.backoff)) - 1])
-                # At its last delivery a nak would drop it at once; left alone it is
-                # delivered again after the ack wait if the limit is lifted by then.
-                raise stop
-            max_attempts = limit.attempts()
-        if attempts >= max_attempts:
+        await limit.refresh()  # lowered under this Processor? (at most once a second)
+        stop = limit.failing(seq, attempts)
+        if stop is not None:
+            if attempts < limit.consumer_max:
+                await self.nak([msg], opts.backoff[min(attempts, len(opts.backoff)) - 1])
+            # At its last delivery a nak would drop it at once; left alone it is
+            # delivered again after the ack wait if the limit is lifted by then.
+            raise stop
+        if attempts >= limit.attempts():
             if self.dlq_subject:
                 if await self.dead_letter(msg, seq, attempts, text):
                     if self.frontier is None:
@@ -280,14 +356,13 @@ class Acknowledger:
     def _trace(self, msg: Message, outcome: str) -> None:
         if self.tracer is not None:
             self.tracer.consumed(
-                [msg], outcome, self.batch_started_ns, stream=self.stream, consumer=self.consumer
+                [msg], outcome, self._started_ns, stream=self.stream, consumer=self.consumer
             )
 
     async def dead_letter(self, msg: Message, seq: int, attempts: int, text: str) -> bool:
         """Publish ``msg`` (stream sequence ``seq``) to the dead-letter stream and wait for
         its PubAck; False when it was not stored (logged; the caller retries later).
         The caller terminates the original (``+TERM``) when it is still delivered."""
-        assert self.conn is not None
         headers = dead_letter_headers(
             msg, stream=self.stream, consumer=self.consumer, seq=seq, attempts=attempts, error=text
         )
@@ -303,6 +378,7 @@ class Acknowledger:
             log.error(
                 "dead letter for %s seq %d not stored (%s); retrying later", self.stream, seq, exc
             )
+            self.dead_letter_error = exc
             return False
         self.stats.dead_lettered += 1
         log.warning(
@@ -314,3 +390,52 @@ class Acknowledger:
             text,
         )
         return True
+
+
+def _seq(msg: Message) -> int:
+    return msg.seq
+
+
+def _by_seq(msgs: list[Message]) -> list[Message]:
+    return sorted(msgs, key=_seq)
+
+
+class UnsentAcks:
+    """Messages acked while the connection was down, since the last reconnect.
+
+    nats-py buffers writes while it reconnects and sends them once it is back;
+    a stop before that drops them, and the server redelivers those messages.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first = 0
+        self.last = 0
+
+    def note(self, seqs: list[int]) -> None:
+        """``seqs`` were acked while the connection was down."""
+        if not seqs:
+            return
+        self.first = min(seqs) if not self.count else min(self.first, *seqs)
+        self.last = max(self.last, *seqs)
+        self.count += len(seqs)
+
+    async def reconnected(self) -> None:
+        """The connection is back: what was buffered is sent."""
+        self.count = self.first = self.last = 0
+
+    def report(self, not_started: int, ack_wait: float) -> str:
+        """What a stop while the server is unreachable leaves unacknowledged."""
+        unacked = (
+            f"the acks of {self.count} applied messages (stream sequences "
+            f"{self.first}..{self.last}) could not be sent"
+            if self.count
+            else "no ack was written after the connection was lost (acks sent just before "
+            "may not have arrived)"
+        )
+        return (
+            f"stopping while the server is unreachable: {unacked}, and {not_started} "
+            f"pulled messages were not started. The server redelivers them after the ack "
+            f"wait ({ack_wait:g}s); the ledger keeps the applied ones from being applied "
+            "again. Nothing is lost."
+        )

@@ -25,13 +25,15 @@ from .._errors import LedgerError, LedgerUnusable
 from .._logthrottle import LogThrottle
 from .._message import Message
 from .._retry import retrying
-from ..ledger import Ledger, LedgerEntry, LedgerTx
+from ..ledger import LedgerEntry, LedgerTx
 from ..tracing._internal import Tracer
+from ._bound import BoundConsumer
+from ._ledgercalls import LedgerCalls
 from ._options import ProcessorStats
 
 __all__ = ["Applier", "BatchHandler", "Handler", "Outcome", "RegistryMoved"]
 
-log = logging.getLogger("oncestream.processor")
+log = logging.getLogger(__name__)
 
 #: ``handler(msg, tx)``; may be a coroutine function. ``msg`` is a :class:`Message`
 #: (subject, data, headers, parsed JetStream ``metadata``); effects go through ``tx``.
@@ -76,60 +78,66 @@ class Applier:
     """Runs batches through the ledger and the handler.
 
     Args:
-        ledger: where applied messages are recorded, atomically with the effects.
+        bound: the consumer (whose prune horizons decide what was finished before).
+        calls: the ledger's calls (its lock serialises the batch transactions with the
+            other ledger calls on its one connection).
         handler: the user's ``handler(msg, tx)`` (sync or async).
         stats: counters to update (``applied``, ``suppressed``, ``ledger_errors``).
+        batched: ``handler`` takes a transaction's fresh messages at once (a BatchHandler).
+        fence: called first in every batch transaction (a pinned Processor's owner
+            check, or ack policy ``all``'s); what it raises rolls the batch back and
+            ends :meth:`apply`.
+        registered: called in every batch transaction after the prune horizons are
+            read, with the subjects of the messages claimed (the registry check); what
+            it raises rolls the batch back and ends :meth:`apply`.
+        tracer: spans of the outcomes (a Processor with ``tracing``).
+
+    Example::
+
+        applier = Applier(bound, LedgerCalls(ledger), handle, ProcessorStats())
+        done, failures = await applier.apply(entries, msgs)
     """
 
     def __init__(
         self,
-        ledger: Ledger,
+        bound: BoundConsumer,
+        calls: LedgerCalls,
         handler: Handler | BatchHandler,
         stats: ProcessorStats,
         *,
         batched: bool = False,
+        fence: Callable[[LedgerTx], None] | None = None,
+        registered: Callable[[LedgerTx, list[str]], None] | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
-        self.ledger = ledger
+        self.ledger = ledger = calls.ledger
         self.handler: Any = handler
-        #: The handler takes a transaction's fresh messages at once (a BatchHandler).
         self.batched = batched
         self.stats = stats
         self.is_async = inspect.iscoroutinefunction(handler)
         self.inline = ledger.inline
-        #: Serialises ledger calls (transactions, pruning) on the one connection.
-        self.lock = asyncio.Lock()
+        self.lock = calls.lock
         self.loop: asyncio.AbstractEventLoop | None = None
         self._lock_log = LogThrottle(log)
-        #: Called first in every batch transaction (a pinned Processor's owner check);
-        #: what it raises rolls the batch back and ends :meth:`apply`.
-        self.fence: Callable[[LedgerTx], None] | None = None
+        self.fence = fence
         self._late_log = LogThrottle(log, burst=1, interval=60.0)
-        #: Spans of the outcomes (set by a Processor with ``tracing``), and where they start.
-        self.tracer: Tracer | None = None
-        self.batch_started_ns = 0
-        #: Whose prune horizons decide what was finished before (set by the Processor;
-        #: "" reads none).
-        self.stream = self.consumer = ""
-        #: Called in every batch transaction after the prune horizons are read, with the
-        #: subjects of the messages claimed (the Processor's registry check); what it
-        #: raises rolls the batch back and ends :meth:`apply`.
-        self.registered: Callable[[LedgerTx, list[str]], None] | None = None
+        self.tracer = tracer
+        #: ``time.time_ns()`` when the batch being applied began (its spans start there).
+        self._started_ns = 0
+        self.stream, self.consumer = bound.stream, bound.consumer
+        self.registered = registered
 
-    async def db(self, func: Callable[..., Any], *args: Any) -> Any:
-        """Run a ledger call other than a batch (open, prune, close) on a worker thread.
-
-        Each may wait for another process's lock on the database (SQLite's busy
-        timeout blocks the calling thread); the event loop keeps running meanwhile.
-        """
-        async with self.lock:
-            return await asyncio.to_thread(func, *args)
-
-    async def apply(self, entries: list[LedgerEntry], msgs: list[Message]) -> Outcome | None:
+    async def apply(
+        self, entries: list[LedgerEntry], msgs: list[Message], started_ns: int = 0
+    ) -> Outcome | None:
         """Apply one batch; None when the ledger kept failing (hand the batch back).
 
         ``entries[i]`` is the ledger key of ``msgs[i]``; both sorted by sequence.
+        ``started_ns``: ``time.time_ns()`` when the batch began (with a tracer: where
+        its spans start).
         """
         self.loop = asyncio.get_running_loop()
+        self._started_ns = started_ns
         failures = 0
 
         async def once() -> Outcome:
@@ -169,7 +177,7 @@ class Applier:
             elif self.inline:
                 await self._run_batch_inline(entries, msgs)
             else:
-                await asyncio.to_thread(self._run_batch, entries, msgs)
+                await self.ledger.call(self._run_batch, entries, msgs)
             return msgs, []
         except _HandlerFailed as failed:
             log.debug(
@@ -184,7 +192,7 @@ class Applier:
                 elif self.inline:
                     await self._run_batch_inline([entry], [msg])
                 else:
-                    await asyncio.to_thread(self._run_batch, [entry], [msg])
+                    await self.ledger.call(self._run_batch, [entry], [msg])
                 done.append(msg)
             except _HandlerFailed as failed:
                 failures.append((msg, failed.error))
@@ -268,7 +276,7 @@ class Applier:
         tx = self.ledger.begin_nowait()
         if tx is not None:
             return tx  # the usual case: no lock to wait for, no thread hop
-        task = asyncio.ensure_future(asyncio.to_thread(self.ledger.begin))
+        task = asyncio.ensure_future(self.ledger.call(self.ledger.begin, undo=_rollback))
         try:
             done, _ = await asyncio.wait({task}, timeout=_LOCK_NOTICE)
             if not done:
@@ -282,9 +290,12 @@ class Applier:
                 )
                 await asyncio.shield(task)
         except asyncio.CancelledError:
-            # A transaction begun after all must not stay open on a connection being closed.
-            with contextlib.suppress(Exception):
-                (await task).rollback()
+            # A transaction begun after all is rolled back on the ledger's thread
+            # (undo) before the connection can be closed.
+            task.cancel()
+            while not task.done():  # cancelled again meanwhile: still wait for the undo
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait({task})
             raise
         return task.result()
 
@@ -296,15 +307,9 @@ class Applier:
             self._run_batch(entries, msgs, tx=tx)
             return
         tx, fresh = self._run_batch(entries, msgs, commit=False, tx=tx)
-        # The commit's fsync runs off the loop, which keeps receiving meanwhile.
-        commit = asyncio.ensure_future(asyncio.to_thread(self._commit, tx))
-        try:
-            await asyncio.shield(commit)
-        except asyncio.CancelledError:
-            # Never leave a commit running on a connection that is about to close.
-            with contextlib.suppress(Exception):
-                await commit
-            raise
+        # The commit's fsync runs off the loop, which keeps receiving meanwhile; a
+        # cancelled caller waits for it (Ledger.call), never leaves it running.
+        await self.ledger.call(self._commit, tx)
         self._count(fresh, msgs)
 
     def _count(self, fresh: list[bool], msgs: Sequence[Message]) -> None:
@@ -372,7 +377,7 @@ class Applier:
                 self.tracer.consumed(
                     chosen,
                     outcome,
-                    self.batch_started_ns,
+                    self._started_ns,
                     stream=self.stream,
                     consumer=self.consumer,
                 )
@@ -397,7 +402,7 @@ class Applier:
     async def _call_db(self, func: Callable[..., Any], *args: Any) -> Any:
         if self.inline:
             return func(*args)
-        return await asyncio.to_thread(func, *args)
+        return await self.ledger.call(func, *args)
 
     def _call_async_handler(self, msg: Message | list[Message], tx: LedgerTx) -> None:
         # On the DB worker thread: the handler's coroutine runs on the event loop
@@ -410,6 +415,10 @@ class Applier:
 
 async def _awaited(awaitable: Awaitable[None]) -> None:
     await awaitable
+
+
+def _rollback(tx: LedgerTx) -> None:
+    tx.rollback()
 
 
 def _fresh_only(fresh: list[bool], msgs: Sequence[Message]) -> list[Message]:

@@ -12,7 +12,7 @@ from ._confirmed import publish_confirmed
 
 __all__ = ["dead_letter_headers", "publish_dead_letter"]
 
-log = logging.getLogger("oncestream.processor")
+log = logging.getLogger(__name__)
 
 #: Headers of the original message that must not be replayed on the DLQ publish (the
 #: write-time checks Nats-Expected-*/Nats-Batch-* are not in ``Message.headers`` at all).

@@ -22,7 +22,10 @@ only) is handled: a message the ledger holds was applied (its ack was late); any
 other is dead-lettered from the stream, in a ledger transaction that records it,
 or, without a dead-letter stream, the run fails with ``MaxDeliverError`` naming
 its sequence. Either way it is counted (``ProcessorStats.exhausted``) and logged
-as an error; it is never counted as applied.
+as an error; it is never counted as applied. When its dead letter is refused (a
+full dead-letter stream), the Processor moves the consumer back to it before the
+run fails: the server forgets a dropped message, and only that makes the next
+run deliver it again (``MaxDeliverError`` says so, or names the reset to run).
 """
 
 from __future__ import annotations
@@ -32,23 +35,23 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from .._connection import Connection
 from .._errors import MaxDeliverError, MessageNotFound, OncestreamError
 from .._headers import msg_id_key
 from .._message import Message
 from .._nats import FrameSubscription
-from ..ledger import LedgerEntry
-from ..streams import get_message
-from ._acking import Acknowledger
+from ..ledger import LedgerEntry, LedgerTx
+from ..streams import ResetTarget, get_message, reset_consumer
 from ._applying import Applier, RegistryMoved
-from ._options import ProcessorOptions
+from ._bound import BoundConsumer
+from ._options import ProcessorOptions, ProcessorStats
 from ._pinning import Superseded
 
-__all__ = ["DeliveryLimit", "advisory_subject", "refusal"]
+__all__ = ["DeadLetters", "DeliveryLimit", "DroppedMessages", "advisory_subject", "refusal"]
 
-log = logging.getLogger("oncestream.processor")
+log = logging.getLogger(__name__)
 
 #: Seconds between two ``CONSUMER.INFO`` reads on failures (a poison flood costs one a second).
 _REFRESH = 1.0
@@ -93,34 +96,26 @@ def refusal(
 
 
 class DeliveryLimit:
-    """What a running Processor knows of its consumer's ``max_deliver``, and acts on.
+    """What a running Processor knows of its consumer's ``max_deliver``.
 
     Args:
-        acks: the Processor's acknowledging part (its connection, dead-letter subject,
-            options and counters).
-        applier: its applying part (the ledger, its lock, the prune horizons).
-        fail: called with the :class:`MaxDeliverError` that must end the run.
+        bound: the consumer (its dead-letter subject, ack wait and options).
+        conn: where its config is read again (``CONSUMER.INFO``).
+
+    Example::
+
+        limit = DeliveryLimit(bound, conn)
+        stop = limit.failing(seq, delivered)  # a MaxDeliverError to end the run, or None
     """
 
-    def __init__(
-        self, acks: Acknowledger, applier: Applier, fail: Callable[[MaxDeliverError], None]
-    ) -> None:
-        self.acks = acks
-        self.applier = applier
-        self.fail = fail
-        self.stream, self.consumer = acks.stream, acks.consumer
+    def __init__(self, bound: BoundConsumer, conn: Connection) -> None:
+        self.bound = bound
+        self.conn = conn
+        self.stream, self.consumer = bound.stream, bound.consumer
+        self.options = bound.options
         #: The consumer's max_deliver as last read (-1: none, or not known: ``bind``).
         self.consumer_max = -1
         self._read_at = -_REFRESH
-        self._drops: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
-        self._sub: FrameSubscription | None = None
-        #: After :class:`RegistryMoved` in a drop's transaction: True to try it again
-        #: (the Processor's registry re-check; it stops the run when it returns False).
-        self.moved: Callable[[RegistryMoved, list[Message]], Awaitable[bool]] | None = None
-
-    @property
-    def options(self) -> ProcessorOptions:
-        return self.acks.options
 
     # -- what the consumer's limit is -------------------------------------------------
 
@@ -130,7 +125,7 @@ class DeliveryLimit:
         limit = int(config.get("max_deliver", -1) or -1)
         limit = limit if limit > 0 else -1
         changed, self.consumer_max = limit != self.consumer_max, limit
-        if limit > 0 and not self.acks.dlq_subject:
+        if limit > 0 and not self.bound.dlq_subject:
             return self._error("seen by a pruning round, before any message failed", limit)
         if changed and 0 < limit <= self.options.max_deliver:
             log.warning(
@@ -147,12 +142,11 @@ class DeliveryLimit:
 
     async def refresh(self) -> None:
         """Read the consumer's config again, at most once a second (never with ``bind``)."""
-        conn = self.acks.conn
-        if self.options.bind or conn is None or time.monotonic() - self._read_at < _REFRESH:
+        if self.options.bind or time.monotonic() - self._read_at < _REFRESH:
             return
         self._read_at = time.monotonic()
         try:
-            info = await conn.consumer_info(self.stream, self.consumer)
+            info = await self.conn.consumer_info(self.stream, self.consumer)
         except OncestreamError as exc:  # the next failure asks again; the advisory stays
             log.debug("consumer info for max_deliver not read: %s", exc)
             return
@@ -168,7 +162,7 @@ class DeliveryLimit:
     def failing(self, seq: int, delivered: int) -> MaxDeliverError | None:
         """The error that ends the run when message ``seq`` failed and the consumer's limit
         would drop it (no dead-letter stream); None when it is safe to retry."""
-        if self.consumer_max <= 0 or self.acks.dlq_subject:
+        if self.consumer_max <= 0 or self.bound.dlq_subject:
             return None
         return self._error(
             f"{self.stream} seq {seq} failed (delivery {delivered} of {self.consumer_max})",
@@ -190,7 +184,7 @@ class DeliveryLimit:
             f"no dead-letter stream is configured: the server stops delivering a message after "
             f"{limit} deliveries, and it would be neither applied nor dead-lettered. Fix: "
             f"{_fix(self.stream, self.consumer)}; then start the Processor again. Deadline: "
-            f"the consumer's ack wait ({self.acks.ack_wait:g}s) after {subject}'s last "
+            f"the consumer's ack wait ({self.bound.ack_wait:g}s) after {subject}'s last "
             f"delivery; after it the server stops delivering it (nothing pending, no error): "
             f"then, after the edit and before the Processor starts, {back} (the messages "
             "after it that were applied are in the ledger: acked, not applied again)",
@@ -199,32 +193,98 @@ class DeliveryLimit:
             max_deliver=limit,
         )
 
-    # -- a message the server stopped delivering ------------------------------------
+
+class DeadLetters(Protocol):
+    """What :class:`DroppedMessages` needs of the acknowledging part (:mod:`._acking`)."""
+
+    #: Why the last dead-letter publish failed (e.g. the dead-letter stream is full).
+    dead_letter_error: OncestreamError | None
+
+    async def dead_letter(self, msg: Message, seq: int, attempts: int, text: str) -> bool:
+        """Publish a dead letter; False when it was not stored."""
+        ...
+
+    async def dropped(self, seq: int) -> None:
+        """``seq`` was settled after the server stopped delivering it."""
+        ...
+
+
+class DroppedMessages:
+    """Settles each message the server stopped delivering at the consumer's ``max_deliver``.
+
+    Args:
+        bound: the consumer (its dead-letter subject).
+        conn: where the advisories arrive and the message is read back from the stream.
+        stats: counters (``exhausted``).
+        applier: the applying part (the ledger, its lock, the fence and the claim).
+        acks: the acknowledging part (dead letters, and the ack once one is settled).
+        fail: called with the :class:`MaxDeliverError` that must end the run.
+        moved: after :class:`RegistryMoved` in a drop's transaction: True to try it
+            again (the registry's re-check; it stops the run when it returns False).
+        settled: called after each drop is settled (the run's progress: what
+            ``Processor.wait_until`` re-checks on).
+    """
+
+    def __init__(
+        self,
+        bound: BoundConsumer,
+        conn: Connection,
+        stats: ProcessorStats,
+        applier: Applier,
+        acks: DeadLetters,
+        *,
+        fail: Callable[[MaxDeliverError], None],
+        moved: Callable[[RegistryMoved, list[Message]], Awaitable[bool]],
+        settled: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.bound = bound
+        self.conn = conn
+        self.stats = stats
+        self.applier = applier
+        self.acks = acks
+        self.fail = fail
+        self.moved = moved
+        self.settled = settled
+        self.stream, self.consumer = bound.stream, bound.consumer
+        self._drops: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
+        self._sub: FrameSubscription | None = None
+        #: The sequence this run moved the consumer back to (a drop it could not settle).
+        self._moved_back: int | None = None
+        #: The drop being settled (not finished if the run stops meanwhile).
+        self._settling: int | None = None
+        #: Drops whose settling failed (their dead letter refused): still owed a move back.
+        self._failed: list[int] = []
+
+    @property
+    def options(self) -> ProcessorOptions:
+        return self.bound.options
 
     async def subscribe(self) -> None:
         """Subscribe to the server's max-deliveries advisories of the consumer."""
-        conn = self.acks.conn
-        assert conn is not None
-        self._sub = await conn.subscribe_frames(
+        self._sub = await self.conn.subscribe_frames(
             advisory_subject(self.stream, self.consumer), self._on_advisory
         )
 
     async def watch(self) -> None:
         """Run until cancelled: settle each message an advisory names (after :meth:`subscribe`)."""
-        conn = self.acks.conn
-        assert conn is not None
+        conn = self.conn
         try:
             while True:
                 seq, deliveries = await self._drops.get()
+                self._settling = seq
                 try:
                     await self._dropped(conn, seq, deliveries)
+                    self._settling = None
                 except OncestreamError as exc:
+                    self._settling = None
+                    self._failed.append(seq)
                     log.error("%s seq %d dropped by the server: %s", self.stream, seq, exc)
+                    back = await self._deliver_again(conn, seq)
                     self.fail(
                         MaxDeliverError(
                             f"the server stopped delivering {self.stream} seq {seq} after "
                             f"{deliveries} deliveries (consumer {self.stream}/{self.consumer} "
-                            f"max_deliver) and it could not be dead-lettered: {exc}",
+                            f"max_deliver) and it could not be dead-lettered: {exc}. {back}",
                             stream=self.stream,
                             consumer=self.consumer,
                             max_deliver=deliveries,
@@ -232,9 +292,56 @@ class DeliveryLimit:
                         )
                     )
         finally:
+            await self._move_back_unsettled(conn)
             if self._sub is not None:
                 await self._sub.unsubscribe()
                 self._sub = None
+
+    async def _move_back_unsettled(self, conn: Connection) -> None:
+        """The run stops with drops not settled (queued, cut short, or failed): move the
+        consumer back to the first of them, which the server no longer holds (a later drop
+        may have moved it forward: never past one that came earlier). With ``bind`` the
+        log names that first one, as the run's error does."""
+        left = [seq for seq, _ in self._queued()] + self._failed
+        if self._settling is not None:
+            left.append(self._settling)
+            self._settling = None
+        if not left:
+            return
+        target = min(left)
+        if self._moved_back is not None and self._moved_back <= target:
+            return
+        where = f"{self.stream} {self.consumer}"
+        if self.options.bind:
+            log.error(
+                "%s/%s: stopped before settling seq %s, which the server stopped delivering: "
+                "run `oncestream consumer reset %s --to-seq %d` before the next run",
+                self.stream, self.consumer, sorted(left), where, target,
+            )  # fmt: skip
+            return
+        try:
+            await reset_consumer(conn, self.stream, self.consumer, ResetTarget(seq=target))
+        except (OncestreamError, OSError) as exc:
+            log.error(
+                "%s/%s: stopped before settling seq %s, which the server stopped delivering, "
+                "and the reset back failed (%s): run `oncestream consumer reset %s --to-seq %d` "
+                "before the next run",
+                self.stream, self.consumer, sorted(left), exc, where, target,
+            )  # fmt: skip
+            return
+        self._moved_back = target
+        log.warning(
+            "%s/%s: stopped before settling seq %s, which the server stopped delivering: moved "
+            "back to seq %d, the next run delivers them again",
+            self.stream, self.consumer, sorted(left), target,
+        )  # fmt: skip
+
+    def _queued(self) -> list[tuple[int, int]]:
+        """Every drop waiting in the queue (taken out of it)."""
+        taken = []
+        while not self._drops.empty():
+            taken.append(self._drops.get_nowait())
+        return taken
 
     def _on_advisory(
         self, _subject: bytes, _reply: bytes, data: bytes | bytearray, _headers: bytes | None
@@ -247,9 +354,67 @@ class DeliveryLimit:
             return
         self._drops.put_nowait((seq, deliveries))
 
+    async def _deliver_again(self, conn: Connection, seq: int) -> str:
+        """Move the consumer back to ``seq``, a message the server dropped and that could not
+        be settled (its dead letter refused: the dead-letter stream full, say): the way back.
+
+        Past its ``max_deliver`` the server forgets the message (its ack floor moves past
+        it, nothing is pending), and neither the ledger nor the dead-letter stream holds
+        it: a plain restart would find nothing to do. Moved back, the consumer holds it
+        again, as the next message to deliver: the restart delivers it afresh, and the
+        messages after it that were applied are in the ledger (acked, not applied again).
+        Pruning has not passed it: a round prunes up to the ack floor seen
+        ``prune_grace`` ago (120 s by default), below ``seq`` until the drop a moment ago.
+        Never moved forward: after a move back to an earlier drop, a later one is left
+        to that (both come again).
+
+        Returns:
+            What the error says to do: restart once there is room, or the reset to run
+            (``bind``, a server without consumer reset, or the reset failed).
+        """
+        where = f"{self.stream} {self.consumer}"
+        room = (
+            f"make room in the dead-letter stream {self.options.dead_letter_stream} (its "
+            f"limits: `oncestream stream info {self.options.dead_letter_stream}`)"
+            if self.bound.dlq_subject
+            else "fix what refused it"
+        )
+        manual = (
+            f"Way back: {room}, then `oncestream consumer reset {where} --to-seq {seq}` before "
+            "the Processor runs again (the messages after it that were applied are in the "
+            "ledger: acked, not applied again); a plain restart would not deliver it again"
+        )
+        if self.options.bind:
+            return manual
+        if self._moved_back is not None and self._moved_back <= seq:
+            # Never forward: a second drop settled after the first must not skip that one.
+            return (
+                f"The consumer was moved back to seq {self._moved_back}, before it: {room} and "
+                "start the Processor again; it delivers both again"
+            )
+        try:
+            await reset_consumer(conn, self.stream, self.consumer, ResetTarget(seq=seq))
+        except OncestreamError as exc:
+            log.error(
+                "%s/%s: the reset back to seq %d failed: %s", self.stream, self.consumer, seq, exc
+            )
+            return f"{manual} (the Processor's own reset failed: {exc})"
+        self._moved_back = seq
+        log.warning(
+            "%s/%s: moved back to seq %d, which the server dropped: a restart delivers it again",
+            self.stream,
+            self.consumer,
+            seq,
+        )
+        return (
+            f"The consumer was moved back to seq {seq} (a consumer reset): {room} and start the "
+            f"Processor again; it delivers seq {seq} again (the messages after it that were "
+            "applied are in the ledger: acked, not applied again)"
+        )
+
     async def _dropped(self, conn: Connection, seq: int, deliveries: int) -> None:
         """Settle one message the server will not deliver again."""
-        self.acks.stats.exhausted += 1
+        self.stats.exhausted += 1
         try:
             stored = await get_message(conn, self.stream, seq=seq)
         except MessageNotFound:
@@ -269,14 +434,11 @@ class DeliveryLimit:
                 settled = await self._settle(msg, entry, deliveries)
                 break
             except RegistryMoved as moved:  # rolled back: nothing recorded or dead-lettered
-                if self.moved is None:
-                    raise OncestreamError(
-                        f"the consumer's registration in the ledger changed ({moved})"
-                    ) from moved
                 if not await self.moved(moved, [msg]):
                     return  # refused: the run stops (``moved`` says why); not settled
         if settled:
-            await self._settled(seq)
+            await self.acks.dropped(seq)  # with ack policy all the ack may move past it
+        self.settled()
 
     async def _settle(self, msg: Message, entry: LedgerEntry, deliveries: int) -> bool:
         """One transaction for a dropped message; True when it is finished.
@@ -287,17 +449,17 @@ class DeliveryLimit:
         seq = entry.seq
         applier = self.applier
         async with applier.lock:
-            tx = await asyncio.to_thread(applier.ledger.begin)
+            tx = await applier.ledger.call(applier.ledger.begin, undo=_rollback)
             try:
                 if applier.fence is not None:
                     try:
-                        await asyncio.to_thread(applier.fence, tx)
+                        await applier.ledger.call(applier.fence, tx)
                     except Superseded:  # a standby: the active instance settles it
-                        await asyncio.to_thread(tx.rollback)
+                        await applier.ledger.call(tx.rollback)
                         return False
-                fresh = await asyncio.to_thread(applier.claim, tx, [entry], [msg])
+                fresh = await applier.ledger.call(applier.claim, tx, [entry], [msg])
                 if not fresh[0]:
-                    await asyncio.to_thread(tx.rollback)
+                    await applier.ledger.call(tx.rollback)
                     log.warning(
                         "%s seq %d reached the consumer's max_deliver (%d deliveries) after it "
                         "was applied (its ack came too late): nothing lost",
@@ -306,8 +468,8 @@ class DeliveryLimit:
                         deliveries,
                     )
                     return True
-                if not self.acks.dlq_subject:
-                    await asyncio.to_thread(tx.rollback)
+                if not self.bound.dlq_subject:
+                    await applier.ledger.call(tx.rollback)
                     self._lost(seq, deliveries)
                     return False
                 # Recorded with the dead letter: a copy still buffered is not applied too.
@@ -316,19 +478,15 @@ class DeliveryLimit:
                     f"deliveries (consumer {self.stream}/{self.consumer} max_deliver)"
                 )
                 if not await self.acks.dead_letter(msg, seq, deliveries, text):
-                    raise OncestreamError("the dead-letter publish was not confirmed")
-                await asyncio.to_thread(tx.commit)
+                    why = self.acks.dead_letter_error
+                    raise OncestreamError(
+                        "the dead-letter publish was not confirmed" + (f" ({why})" if why else "")
+                    )
+                await applier.ledger.call(tx.commit)
             except BaseException:
                 tx.rollback()
                 raise
         return True
-
-    async def _settled(self, seq: int) -> None:
-        """``seq`` is finished: with ack policy ``all`` the ack frontier may move past it."""
-        frontier = self.acks.frontier
-        reply = frontier.dropped(seq) if frontier is not None else None
-        if reply is not None:
-            await self.acks.ack_through(reply)
 
     def _lost(self, seq: int, deliveries: int) -> None:
         where = f"{self.stream}/{self.consumer}"
@@ -355,3 +513,7 @@ class DeliveryLimit:
                 seqs=(seq,),
             )
         )
+
+
+def _rollback(tx: LedgerTx) -> None:
+    tx.rollback()

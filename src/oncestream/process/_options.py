@@ -13,12 +13,32 @@ from .._options import parse_duration, parse_positive_int
 from ..read import PullOptions, StartPosition
 from ..read._internal import check_group_name
 
-__all__ = ["ProcessorOptions", "ProcessorStats"]
+__all__ = ["MIN_PRUNE_INTERVAL", "ProcessorOptions", "ProcessorStats", "check_prune_interval"]
 
 _POLICIES = ("pinned", "overflow")
 _ACK_POLICIES = ("explicit", "all")
 #: Batches the Processor keeps requested: the next one arrives while one commits.
 PULL_WINDOW_BATCHES = 2
+#: The shortest pruning interval but 0 (never): each round asks the server for the
+#: consumer's state and may write to the ledger. Idle, measured (2 cores, load 1.4):
+#: 0.0001s cost 52% of a core in the worker and 14% in the server; 0.1s 2.4% and 1.1%;
+#: the default 30s 0.1% and 0.3%.
+MIN_PRUNE_INTERVAL = 0.1
+
+
+def check_prune_interval(name: str, value: str | float) -> float:
+    """``value`` as seconds: 0 (never prune) or at least :data:`MIN_PRUNE_INTERVAL`.
+
+    Raises:
+        ConfigError: naming ``name``, the value given and what is allowed.
+    """
+    seconds = parse_duration(name, value)
+    if 0 < seconds < MIN_PRUNE_INTERVAL:
+        raise ConfigError(
+            f"{name} must be 0 (never prune) or at least {MIN_PRUNE_INTERVAL:g}s (each round "
+            f"asks the server for the consumer's state; the default is 30s), got {value!r}"
+        )
+    return seconds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,8 +81,9 @@ class ProcessorOptions:
         double_ack_timeout: seconds per confirmation attempt.
         double_ack_attempts: confirmation attempts before giving up (logged; the
             ledger still prevents a second application).
-        prune_interval: seconds between ledger pruning rounds (0 = never). What a round
-            deletes is recorded as the consumer's prune horizon: still never applied again.
+        prune_interval: seconds between ledger pruning rounds: 0 (never) or at least
+            0.1. What a round deletes is recorded as the consumer's prune horizon: still
+            never applied again.
         prune_grace: only prune up to the ack floor observed at least this long ago.
         prune_limit: rows deleted per pruning round at most.
         max_ack_pending: the consumer's max_ack_pending when created (at least
@@ -131,8 +152,11 @@ class ProcessorOptions:
         object.__setattr__(
             self, "max_ack_pending", parse_positive_int("max_ack_pending", self.max_ack_pending)
         )
-        for name in ("ack_wait", "double_ack_timeout", "prune_interval", "prune_grace"):
+        for name in ("ack_wait", "double_ack_timeout", "prune_grace"):
             object.__setattr__(self, name, parse_duration(name, getattr(self, name)))
+        object.__setattr__(
+            self, "prune_interval", check_prune_interval("prune_interval", self.prune_interval)
+        )
         if self.ack_wait < 1:
             raise ConfigError(f"ack_wait must be at least 1s, got {self.ack_wait!r}")
         backoff = tuple(parse_duration("backoff", b) for b in self.backoff)

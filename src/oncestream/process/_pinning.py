@@ -39,31 +39,43 @@ dies (its batch is rolled back).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import Iterator
-from typing import Any
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 from .._connection import Connection
-from .._errors import LedgerError, LedgerUnusable, OncestreamError
+from .._errors import ConsumerNotFound, LedgerError, LedgerUnusable, OncestreamError, StreamNotFound
 from ..ledger import Ledger, LedgerTx, PostgresLedger, SQLiteLedger
+from ..read import MessageStream
 from ..streams import require_server
 from ..streams._internal import RESET_SINCE
+from ._bound import BoundConsumer
+from ._ledgercalls import RETRY_DELAY, WAIT_NOTICE, LedgerCalls, is_lock_wait
+from ._options import ProcessorStats
+from ._pulls import Pulls
 
 __all__ = [
+    "Fence",
     "FenceBusy",
     "OwnerCheck",
+    "PinnedGroup",
     "Superseded",
     "fence_name",
-    "is_lock_wait",
     "require_reset",
     "reset_to_ack_floor",
     "take_over",
 ]
 
-log = logging.getLogger("oncestream.processor")
+log = logging.getLogger(__name__)
 
 _TABLE = "oncestream_owners"
+#: Seconds one attempt of a takeover's fence waits for the ledger's lock (at most; a
+#: quarter of ``pinned_ttl`` when that is less, so the pin is kept before it expires).
+_FENCE_WAIT = 1.0
 
 
 class Superseded(OncestreamError):
@@ -135,21 +147,6 @@ def _lock_wait(ledger: Ledger, wait: float | None) -> Iterator[None]:
         con.execute(f"PRAGMA busy_timeout = {int(ledger.busy_timeout * 1000)}")
 
 
-def is_lock_wait(exc: BaseException | None) -> bool:
-    """True when ``exc`` (or what caused it) is a lock wait that ran out.
-
-    SQLite: SQLITE_BUSY / SQLITE_LOCKED; PostgreSQL: lock_not_available (55P03,
-    from ``lock_timeout``).
-    """
-    while exc is not None:
-        if getattr(exc, "sqlstate", None) == "55P03":
-            return True
-        if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (5, 6):
-            return True
-        exc = exc.__cause__
-    return False
-
-
 class OwnerCheck:
     """Called first in every batch transaction of a pinned Processor.
 
@@ -189,3 +186,231 @@ async def reset_to_ack_floor(conn: Connection, stream: str, consumer: str) -> in
     """
     reply: dict[str, Any] = await conn.api(f"CONSUMER.RESET.{stream}.{consumer}", {})
     return int(reply.get("reset_seq", 0))
+
+
+class Fence(Protocol):
+    """Who may apply: called first in every batch transaction, and told when it refused.
+
+    A pinned group's (:class:`PinnedGroup`) or ack policy ``all``'s
+    (:class:`~oncestream.process._ackall.AckAllOwner`).
+    """
+
+    def __call__(self, tx: LedgerTx) -> None:
+        """Raise :class:`Superseded` when this instance may not apply (rolls the batch back)."""
+        ...
+
+    def superseded(self, exc: Superseded) -> None:
+        """A batch was rolled back by :meth:`__call__`: what this instance does now."""
+        ...
+
+
+class PinnedGroup:
+    """A pinned Processor's side of its priority group: the fence, the takeover, the demotion.
+
+    The server delivers to the pinned client only. When a pull delivers under a pin
+    this instance does not apply under (:meth:`follow`), it takes over (fence,
+    reset, re-subscribe: the module's docstring) or, when the pin moved on, it
+    becomes a standby again. Every batch transaction checks the owner row first
+    (the instance is its own :class:`Fence`).
+
+    Args:
+        bound: the consumer (its options name the group and ``pinned_ttl``).
+        conn: the connection (the takeover's consumer reset).
+        calls: the ledger's calls (the fence is written through them).
+        pulls: the consumer's pull, replaced by a takeover.
+        stats: counters (``takeovers``, ``demotions``, ``takeover_lock_waits``).
+        stopping: whether a stop was requested (a takeover's wait ends).
+        progress: called when this instance's role changed.
+
+    Example::
+
+        group = PinnedGroup(bound, conn, calls, pulls, stats, stopping=..., progress=...)
+        if await group.follow(pull):
+            ...  # the role changed: pull again
+    """
+
+    def __init__(
+        self,
+        bound: BoundConsumer,
+        conn: Connection,
+        calls: LedgerCalls,
+        pulls: Pulls,
+        stats: ProcessorStats,
+        *,
+        stopping: Callable[[], bool],
+        progress: Callable[[], None],
+    ) -> None:
+        assert bound.options.priority_group is not None
+        self.bound = bound
+        self.stream, self.consumer = bound.stream, bound.consumer
+        self.options = bound.options
+        self.conn = conn
+        self.calls = calls
+        self.pulls = pulls
+        self.stats = stats
+        self.stopping = stopping
+        self.progress = progress
+        self.name = fence_name(self.stream, self.consumer, bound.options.priority_group)
+        #: The pin this instance applies under (None: standby).
+        self.active_pin: str | None = None
+        #: ``time.time()`` of the last takeover (0.0: never).
+        self.took_over_at = 0.0
+        #: ``time.monotonic()`` since when this instance holds the pin but cannot take
+        #: over yet (the ledger locked by another process, the reset failing); 0.0: not.
+        self.waiting_since = 0.0
+        self._check = OwnerCheck(calls.ledger, self.name, None)
+
+    def __call__(self, tx: LedgerTx) -> None:
+        """The owner check of the current pin (a standby's refuses every batch)."""
+        self._check(tx)
+
+    def superseded(self, exc: Superseded) -> None:
+        """Another instance owns the consumer: stop applying, wait as a standby."""
+        assert self.pulls.current is not None
+        self._demote(self.pulls.current, str(exc))
+
+    async def follow(self, pull: MessageStream) -> bool:
+        """True when ``pull`` delivered under a pin this instance does not apply under: it
+        took over (a new pin) or became a standby (none any more); pull again."""
+        if pull.pin_id == self.active_pin or self.stopping():
+            return False
+        if pull.pin_id is None:
+            self._demote(pull, "the server moved the pin to another instance")
+        else:
+            await self._take_over(pull, pull.pin_id)
+        return True
+
+    async def _take_over(self, pull: MessageStream, pin: str) -> None:
+        """Become the active instance under ``pin`` (see the module's docstring).
+
+        A fence or reset that fails (the ledger locked by another process, the
+        reset unanswered) is tried again while this instance keeps the pin; the
+        takeover is abandoned only when the pin moves on or a stop is requested.
+        """
+        began = time.monotonic()
+        pull.halt()
+        await pull.stop()  # messages delivered before the reset never reach the new inbox
+        pull.take_unprocessed()
+        check = OwnerCheck(self.calls.ledger, self.name, pin)
+        fence_wait = min(_FENCE_WAIT, self.options.pinned_ttl / 4)
+        fenced = False
+        previous: str | None = None
+        keeper: MessageStream | None = None
+        attempts = 0
+        noticed = 0.0
+        try:
+            while True:
+                attempts += 1
+                busy = False
+                try:
+                    if not fenced:
+                        previous = await self.calls.db(
+                            functools.partial(take_over, wait=fence_wait),
+                            self.calls.ledger,
+                            check.name,
+                            pin,
+                        )
+                        fenced = True
+                    if keeper is not None:
+                        await self._drop_keeper(keeper)  # nothing it holds outlives the reset
+                        keeper = None
+                    restart = await reset_to_ack_floor(self.conn, self.stream, self.consumer)
+                    break
+                except (LedgerUnusable, ConsumerNotFound, StreamNotFound):
+                    raise
+                except OncestreamError as exc:
+                    busy = isinstance(exc, FenceBusy)
+                    if busy:
+                        self.stats.takeover_lock_waits += 1
+                    if not self.waiting_since:
+                        self.waiting_since = began
+                    now = time.monotonic()
+                    if not noticed or now - noticed >= WAIT_NOTICE:
+                        noticed = now
+                        log.warning(
+                            "%s/%s: holding the pin of priority group %r but cannot take over "
+                            "yet (%.0fs, attempt %d): %s; staying a standby and retrying",
+                            self.stream,
+                            self.consumer,
+                            self.options.priority_group,
+                            now - began,
+                            attempts,
+                            exc,
+                        )
+                if keeper is None:
+                    keeper = await self.pulls.renew(pin, keep_pin=True)
+                if not await self._hold_pin(keeper, pin, 0.0 if busy else RETRY_DELAY):
+                    log.warning(
+                        "%s/%s: takeover abandoned after %.1fs (%s); waiting as a standby",
+                        self.stream,
+                        self.consumer,
+                        time.monotonic() - began,
+                        "stopping" if self.stopping() else "the pin moved on",
+                    )
+                    await self._drop_keeper(keeper)
+                    keeper = None
+                    if not self.stopping():
+                        (await self.pulls.renew(None)).forget_pin_later(pin)
+                    return
+        finally:
+            self.waiting_since = 0.0
+            if keeper is not None:
+                await self._drop_keeper(keeper)
+        self._check = check
+        await self.pulls.renew(pin)
+        self.active_pin = pin
+        self.took_over_at = time.time()
+        self.stats.takeovers += 1
+        log.warning(
+            "%s/%s: this instance is now the active one of priority group %r (previous "
+            "owner %s); consumer reset to sequence %d, takeover took %.0f ms",
+            self.stream,
+            self.consumer,
+            self.options.priority_group,
+            "none" if previous is None else "another instance",
+            restart,
+            (time.monotonic() - began) * 1000,
+        )
+        self.progress()
+
+    async def _hold_pin(self, keeper: MessageStream, pin: str, delay: float) -> bool:
+        """Keep ``pin`` while a takeover waits; False when it moved on or a stop was requested.
+
+        ``keeper`` pulls one message at a time under the pin, which keeps it; what
+        it receives is dropped (the takeover's reset delivers it again, in order).
+        """
+        if delay:
+            await asyncio.sleep(delay)
+        while not self.stopping():
+            try:
+                if not await keeper.next_batch(0, timeout=0):
+                    break
+            except (ConsumerNotFound, StreamNotFound):
+                raise
+            except OncestreamError as exc:  # missed heartbeats: it pulls again by itself
+                log.debug("pin keeper: %s", exc)
+        keeper.take_unprocessed()
+        return keeper.pin_id == pin and not self.stopping()
+
+    async def _drop_keeper(self, keeper: MessageStream) -> None:
+        keeper.halt()
+        await keeper.stop()
+        keeper.take_unprocessed()
+
+    def _demote(self, pull: MessageStream, why: str) -> None:
+        """Stop applying: drop what was delivered under the old pin and wait as a standby."""
+        dropped = len(pull.take_unprocessed())
+        pull.forget_pin()
+        if self.active_pin is not None:
+            self.stats.demotions += 1
+            log.warning(
+                "%s/%s: no longer the active instance (%s); %d buffered messages left to "
+                "the new one, waiting as a standby",
+                self.stream,
+                self.consumer,
+                why,
+                dropped,
+            )
+        self.active_pin = None
+        self._check = OwnerCheck(self.calls.ledger, self.name, None)
+        self.progress()

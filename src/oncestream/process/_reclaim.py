@@ -36,7 +36,7 @@ from ._pinning import reset_to_ack_floor
 
 __all__ = ["SETTLE", "Reclaimed", "reclaim_at_start", "reclaim_held"]
 
-log = logging.getLogger("oncestream.processor")
+log = logging.getLogger(__name__)
 
 #: Seconds between the two looks at the consumer (paid only when messages are held).
 SETTLE = 1.0

@@ -49,13 +49,14 @@ from .._connection import Connection
 from .._errors import ConfigError, ConsumerNotFound
 from .._message import Message
 from .._names import subject_matches
-from ..ledger import Horizon, Ledger, LedgerTx, Registration
-from ._applying import Applier, RegistryMoved
+from ..ledger import Horizon, LedgerTx, Registration
+from ._applying import RegistryMoved
+from ._ledgercalls import LedgerCalls
 from ._setup import consumer_filters
 
 __all__ = ["Registry", "RegistryMoved", "check_registry"]
 
-log = logging.getLogger("oncestream.processor")
+log = logging.getLogger(__name__)
 
 _DOCS = "docs/processing.md, 'One ledger, which consumers'"
 
@@ -187,12 +188,12 @@ class Registry:
     the other registered consumers' floors at each pruning round.
 
     Args:
-        applier: the Processor's applying part (its ledger lock and worker thread).
-        ledger, stream, consumer: the Processor's.
+        calls: the ledger's calls (its lock and worker thread).
+        stream, consumer: the Processor's.
     """
 
-    def __init__(self, applier: Applier, ledger: Ledger, stream: str, consumer: str) -> None:
-        self.applier, self.ledger = applier, ledger
+    def __init__(self, calls: LedgerCalls, stream: str, consumer: str) -> None:
+        self.calls, self.ledger = calls, calls.ledger
         self.stream, self.consumer = stream, consumer
         self._missing: set[str] = set()  # logged once each
         #: A ``bind`` Processor: checks against the consumer's row, never registers.
@@ -214,9 +215,7 @@ class Registry:
         self._inside = _Inside(filters or ())
 
     async def _row(self) -> tuple[str, ...] | None:
-        registered: list[Registration] = await self.applier.db(
-            self.ledger.registrations, self.stream
-        )
+        registered: list[Registration] = await self.calls.db(self.ledger.registrations, self.stream)
         for reg in registered:
             if reg.consumer == self.consumer:
                 return reg.filters
@@ -234,7 +233,7 @@ class Registry:
         except ConsumerNotFound:  # to be created with filter_subject (or refused: create off)
             info = {"config": {"filter_subject": filter_subject} if filter_subject else {}}
         mine = await _registration(conn, self.stream, self.consumer, info)
-        check_registry(mine, await self.applier.db(self.ledger.registrations, self.stream))
+        check_registry(mine, await self.calls.db(self.ledger.registrations, self.stream))
 
     async def register(self, conn: Connection) -> Registration:
         """Check the ledger's registry for the stream and record the consumer in it.
@@ -245,7 +244,7 @@ class Registry:
         """
         info = await conn.consumer_info(self.stream, self.consumer)
         mine = await _registration(conn, self.stream, self.consumer, info)
-        await self.applier.db(self.ledger.register, mine, functools.partial(check_registry, mine))
+        await self.calls.db(self.ledger.register, mine, functools.partial(check_registry, mine))
         # Read back, not assumed: a ledger without a registry records nothing.
         self._adopt(await self._row())
         self._recorded = self._recorded or self.filters is not None
@@ -460,7 +459,7 @@ class Registry:
     ) -> tuple[int, list[Registration]]:
         """``up_to`` lowered to the lowest ack floor of the other registered consumers, and
         their registrations; records the floors read (``own_floor`` too)."""
-        registered = await self.applier.db(self.ledger.registrations, self.stream)
+        registered = await self.calls.db(self.ledger.registrations, self.stream)
         others = [r for r in registered if r.consumer != self.consumer]
         floors = {self.consumer: own_floor}
         # Read before the neighbours' CONSUMER.INFO: see _floor.
@@ -489,7 +488,7 @@ class Registry:
             else:
                 floors[other.consumer] = floor
             up_to = min(up_to, floor)
-        await self.applier.db(self.ledger.record_floors, self.stream, floors)
+        await self.calls.db(self.ledger.record_floors, self.stream, floors)
         return up_to, others
 
     def prune_call(

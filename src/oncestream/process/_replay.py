@@ -55,6 +55,7 @@ from .._connection import Connection, translate_error
 from .._errors import ConfigError, ErrCode, StreamMismatch
 from .._headers import EXPECTED_STREAM, MSG_ID, SCHEDULE, SCHEDULE_TARGET, writable_headers
 from .._names import subject_matches
+from .._options import parse_time
 from ..read import iter_messages
 from ..streams import (
     StoredMessage,
@@ -73,7 +74,7 @@ __all__ = [
     "subject_matches",
 ]
 
-log = logging.getLogger("oncestream.deadletters")
+log = logging.getLogger(__name__)
 
 MARKER = "Oncestream-Replay-Marker"
 MARKER_AFTER = "Oncestream-Replay-After"
@@ -357,7 +358,8 @@ async def replay_dead_letters(
 
     Args:
         at: schedule the republish for this time on the server (nats-server 2.12+
-            message schedules; see the module docs) instead of publishing now.
+            message schedules; see the module docs) instead of publishing now: an
+            aware datetime (a naive one is refused, as every time without a zone).
 
     Raises:
         StreamNotFound: naming the dead-letter stream.
@@ -366,10 +368,12 @@ async def replay_dead_letters(
             subject and the streams. Nothing is replayed to another stream.
         ConfigError: a message in the selection is not a dead letter written by
             oncestream; with ``at``: the server or the stream cannot schedule
-            (the message says how to enable it).
+            (the message says how to enable it), or ``at`` has no time zone.
         PublishFailed / JetStreamError: a republish failed (what was done so far stays
             done; a re-run continues without duplicates).
     """
+    if at is not None:
+        at = parse_time("at", at, ago=False)
     await stream_info(conn, dlq_stream)
     letters, markers = await _scan(conn, dlq_stream)
     present = {letter.seq for letter in letters}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
@@ -12,7 +13,8 @@ from .._names import (
     subjects_overlap,
 )
 from ..read import StartPosition
-from ..streams import add_stream
+from ..streams import Partitioning, add_stream
+from ._bound import BoundConsumer
 from ._maxdeliver import refusal
 from ._options import ProcessorOptions
 
@@ -21,10 +23,23 @@ __all__ = ["FloorHistory", "check_handler", "consumer_filters", "setup_consumer"
 
 async def setup_consumer(
     conn: Connection, stream: str, consumer: str, opts: ProcessorOptions
-) -> float:
-    """Create or validate the durable consumer (and the DLQ stream); return its ack wait."""
+) -> BoundConsumer:
+    """Create or validate the durable consumer (and the DLQ stream); what the parts are told.
+
+    With ``bind`` nothing is asked of the server: the ack wait is the configured one.
+
+    Raises:
+        ConfigError: the consumer exists with a config the Processor cannot run on.
+        ConsumerNotFound: it does not exist and ``create`` is off.
+    """
+    subject = ""
+    if opts.dead_letter_stream:
+        subject = opts.dead_letter_subject or f"{opts.dead_letter_stream}.{stream}"
+    bound = functools.partial(
+        BoundConsumer, stream=stream, consumer=consumer, options=opts, dlq_subject=subject
+    )
     if opts.bind:
-        return opts.ack_wait
+        return bound(ack_wait=opts.ack_wait)
     try:
         info = await conn.consumer_info(stream, consumer)
     except ConsumerNotFound:
@@ -34,9 +49,8 @@ async def setup_consumer(
     _validate_consumer(info.get("config", {}), stream, consumer, opts)
     ack_wait = float(info.get("config", {}).get("ack_wait", opts.ack_wait * 1e9)) / 1e9
     if opts.dead_letter_stream:
-        subject = opts.dead_letter_subject or f"{opts.dead_letter_stream}.{stream}"
         await _ensure_dlq_stream(conn, opts.dead_letter_stream, subject)
-    return ack_wait
+    return bound(ack_wait=ack_wait)
 
 
 def check_handler(handler: Any, what: str) -> None:
@@ -74,7 +88,11 @@ async def _create_consumer(
     }
     if opts.filter_subject:
         config["filter_subject"] = opts.filter_subject
-        subjects = (await conn.stream_info(stream)).get("config", {}).get("subjects") or []
+        stream_config = (await conn.stream_info(stream)).get("config", {})
+        subjects = stream_config.get("subjects") or []
+        partitioning = Partitioning.from_config(stream_config)
+        if partitioning is not None:  # stored as <partition>.<subject>
+            subjects = [*subjects, f"*.{partitioning.subjects}"]
         if subjects and not any(subjects_overlap(s, opts.filter_subject) for s in subjects):
             raise ConfigError(
                 f"filter subject {opts.filter_subject!r} matches nothing stream {stream!r} "

@@ -45,7 +45,7 @@ from ._options import PublisherOptions
 
 __all__ = ["MAX_INFLIGHT_BATCHES", "AtomicPublisher", "AtomicStats"]
 
-log = logging.getLogger("oncestream.publisher")
+log = logging.getLogger(__name__)
 
 #: Batches one AtomicPublisher keeps awaiting their commit acks. The server stages a
 #: connection's batches one at a time (the stream takes its messages in order, and a

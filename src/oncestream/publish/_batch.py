@@ -86,7 +86,7 @@ __all__ = [
     "settles",
 ]
 
-log = logging.getLogger("oncestream.producer")
+log = logging.getLogger(__name__)
 
 ATOMIC_SINCE = (2, 12)
 #: The server's default (and a stream's usual) largest atomic batch.

@@ -33,7 +33,7 @@ from ..streams._internal import seq_at_time
 
 __all__ = ["DuplicateFinder"]
 
-log = logging.getLogger("oncestream.publisher")
+log = logging.getLogger(__name__)
 
 #: Seconds added to the duplicate window when its first sequence is looked up by
 #: time: the server's clock, which stamps the window, may run behind this one.

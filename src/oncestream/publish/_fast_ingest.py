@@ -36,16 +36,14 @@ from bisect import bisect_right
 from collections import deque
 from itertools import repeat
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
 from .._errors import ErrCode, JetStreamError, jetstream_error
 from ..streams._internal import FAST_INGEST_SINCE
 from ._frames import AckTally, Pending, frame_msg_id, frame_subject
-
-if TYPE_CHECKING:
-    from ._lanes import Lanes
+from ._lanes import Lanes
 
 __all__ = [
     "BATCH_LEVEL_ERRORS",
@@ -53,6 +51,7 @@ __all__ = [
     "FLOW",
     "LINGER",
     "MAX_OUTSTANDING_ACKS",
+    "BatchLanes",
     "BatchTable",
     "Counted",
     "FastBatch",
@@ -65,7 +64,7 @@ __all__ = [
     "rereply",
 ]
 
-log = logging.getLogger("oncestream.publisher")
+log = logging.getLogger(__name__)
 _monotonic = time.monotonic
 
 #: The most messages the server may store between two flow acks (the server's own
@@ -240,6 +239,14 @@ class FastBatch:
         if self._bare_template:
             self.template, self.shrink = self._bare_template, self._bare_shrink
 
+    def window_sent(self) -> bool:
+        """Whether the flow window was sent to its end (the server's flow ack is then due).
+
+        Below it, with fewer messages out than the server's flow-ack interval (a small
+        ``max_inflight``), no flow ack may come: only ending the batch confirms them.
+        """
+        return self.seq >= self.window_end
+
     def eob(self) -> bytes:
         """The end-of-batch frame; the batch takes no more messages."""
         self.ending = True
@@ -342,6 +349,14 @@ class FastBatch:
         return self._pending(oldest, self.entries[oldest]).deadline
 
 
+class BatchLanes(Lanes, Protocol):
+    """The Publisher as its fast-ingest batches see it: the lanes' callbacks, and ``settle``."""
+
+    def settle(self, batch: FastBatch, entries: list[Pending], counted: list[Counted]) -> None:
+        """Resolve the entries (and runs of frames) a flow ack or the batch's PubAck confirmed."""
+        ...
+
+
 class BatchTable:
     """A Publisher's fast batches: the open one, those ending, and what their replies mean.
 
@@ -357,7 +372,7 @@ class BatchTable:
     """
 
     def __init__(
-        self, inbox: bytes, ack_timeout: float, lanes: Lanes, *, stream: str | None = None
+        self, inbox: bytes, ack_timeout: float, lanes: BatchLanes, *, stream: str | None = None
     ) -> None:
         self.inbox = inbox
         self.ack_timeout = ack_timeout

@@ -6,7 +6,10 @@ and the fast-ingest batches (:class:`~oncestream.publish._fast_ingest.BatchTable
 The Publisher owns what they act on: the socket's write queue, the futures and
 tallies, the in-flight count and the publishes waiting for it. Both tables reach
 it through a :class:`Lanes`, so mypy checks that the Publisher and both lanes
-agree on every callback (``fail`` is shared by the two).
+agree on every callback (``fail`` is shared by the two). What only the fast
+batches call, with their own types (``settle``), is
+:class:`~oncestream.publish._fast_ingest.BatchLanes`, a :class:`Lanes` too: this
+module knows nothing of the batches.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from .._errors import JetStreamError
-    from ._fast_ingest import Counted, FastBatch
     from ._frames import Pending
 
 __all__ = ["Lanes"]
@@ -38,10 +40,6 @@ class Lanes(Protocol):
 
     def send_now(self, frame: bytes) -> None:
         """Queue ``frame`` and write at once (a batch's end-of-batch or ping message)."""
-        ...
-
-    def settle(self, batch: FastBatch, entries: list[Pending], counted: list[Counted]) -> None:
-        """Resolve the entries (and runs of frames) a flow ack or the batch's PubAck confirmed."""
         ...
 
     def to_acks(self, entries: list[Pending], *, send: bool = True) -> None:

@@ -23,7 +23,7 @@ __all__ = [
     "warn_unchecked_window",
 ]
 
-log = logging.getLogger("oncestream.publisher")
+log = logging.getLogger(__name__)
 
 KeyFunction = Callable[[str, bytes, "Mapping[str, str | Sequence[str]] | None"], str]
 

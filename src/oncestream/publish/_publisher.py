@@ -75,7 +75,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AckTally", "KeyFunction", "PubAck", "Publisher", "PublisherOptions", "PublisherStats"]
 
-log = logging.getLogger("oncestream.publisher")
+log = logging.getLogger(__name__)
 
 # Write to the socket once this much is queued, even before the loop yields.
 WRITE_BATCH_BYTES = 64 * 1024
@@ -1053,10 +1053,10 @@ class Publisher:
         batch = self._fast.open
         if batch is None or self._closed:
             return
-        if self._sent != self._linger_sent or self._permit_waiters:
-            self._arm_linger()  # still publishing, or waiting for a flow ack that will come
+        if self._sent != self._linger_sent or (self._permit_waiters and batch.window_sent()):
+            self._arm_linger()  # still publishing, or the window sent: its flow ack will come
             return
-        self._fast.end(batch)
+        self._fast.end(batch)  # within a window no flow ack may come: the end's PubAck confirms
 
     def _fast_tick(self) -> None:
         self._fast.tick(stalled=bool(self._permit_waiters))
@@ -1155,7 +1155,7 @@ class Publisher:
 
 
 class _Lanes:
-    """The Publisher's methods its retry table and fast batches call (a ``Lanes``)."""
+    """The Publisher's methods its retry table and fast batches call (a ``BatchLanes``)."""
 
     def __init__(self, pub: Publisher) -> None:
         self.fail, self.queue, self.write_out = pub._fail, pub._enqueue, pub._write_out

@@ -20,11 +20,13 @@ Example::
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._connection import Connection
-from .._errors import WrongLastSequence
+from .._errors import PermissionDenied, WrongLastSequence
 from .._options import parse_duration
 from .._retry import retrying
-from ..streams import StoredMessage, last_message
+from ..streams import Partitioning, StoredMessage, last_message
 from ._options import PubAck, PublisherOptions
 from ._publisher import Publisher
 
@@ -75,6 +77,9 @@ class SubjectLog:
         self.subject = subject
         self.direct = direct
         self.last_seq = 0
+        #: The subject the records are stored under (read once: a partitioned stream
+        #: stores them under ``<partition>.<subject>``).
+        self._stored: str | None = None
         self._own = publisher is None
         self.publisher = publisher or Publisher(
             conn,
@@ -94,13 +99,37 @@ class SubjectLog:
         Raises:
             StreamNotFound: the stream does not exist.
         """
+        if self._stored is None:
+            self._stored = await self._stored_subject()
+        stored = self._stored
         found = await retrying(
-            lambda: last_message(self.conn, self.stream, self.subject, direct=self.direct),
+            lambda: last_message(self.conn, self.stream, stored, direct=self.direct),
             budget=self.retry_budget,
             what=f"reading the last record on {self.subject!r}",
         )
         self.last_seq = 0 if found is None else found.seq
         return found
+
+    async def _stored_subject(self) -> str:
+        """The subject the server stores this log's records under.
+
+        A partitioned stream maps each subject to ``<partition>.<subject>``, and the
+        server checks ``Nats-Expected-Last-Subject-Sequence`` against that one; the
+        last record is read back from it too. One ``STREAM.INFO`` (a user who may not read it
+        gets the subject as published: a stream it cannot inspect is taken as
+        unpartitioned).
+        """
+        try:
+            info = await retrying(
+                lambda: self.conn.stream_info(self.stream),
+                budget=self.retry_budget,
+                what=f"STREAM.INFO {self.stream}",
+            )
+        except PermissionDenied:
+            return self.subject
+        config: dict[str, Any] = info.get("config") or {}
+        partitioning = Partitioning.from_config(config)
+        return self.subject if partitioning is None else partitioning.stored_subject(self.subject)
 
     async def append(
         self,

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RetryTable"]
 
-log = logging.getLogger("oncestream.publisher")
+log = logging.getLogger(__name__)
 
 # Tokens of retried messages remembered to count the acks of their extra copies.
 _LATE_TOKENS = 100_000
@@ -72,7 +72,7 @@ class RetryTable:
 
         An earlier send of this msg id is still being replicated (e.g. no quorum):
         the outcome is unknown, as with no answer, so re-send after an ack timeout
-        (found by the fault campaign, torture/, issue 11; before, the publish failed
+        (found by the fault campaign, torture/; before, the publish failed
         although the first send was stored once quorum was back).
         """
         if entry.attempts >= self.options.max_attempts:

@@ -61,7 +61,7 @@ from ._records import SubjectLog
 
 __all__ = ["SOURCE_POS_HEADER", "ProducerSession"]
 
-log = logging.getLogger("oncestream.producer")
+log = logging.getLogger(__name__)
 
 SOURCE_POS_HEADER = "Oncestream-Source-Pos"
 PRODUCER_HEADER = "Oncestream-Producer"

@@ -71,7 +71,7 @@ from ._options import PullOptions
 
 __all__ = ["MessageStream", "PullOptions", "pull_messages"]
 
-log = logging.getLogger("oncestream.pull")
+log = logging.getLogger(__name__)
 
 _STATUS = "Status"
 #: After this many "503 no responders" answers in a row (and every this many more),

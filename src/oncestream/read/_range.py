@@ -57,7 +57,7 @@ __all__ = [
     "stored_ids",
 ]
 
-log = logging.getLogger("oncestream.reader")
+log = logging.getLogger(__name__)
 
 _UNBOUNDED = 1 << 62
 

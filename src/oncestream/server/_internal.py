@@ -5,5 +5,6 @@ import the public face (``oncestream.server``); see docs/architecture.md.
 """
 
 from ._cluster import free_ports, stop_pid, wait_for
+from ._lifeline import popen_tied
 
-__all__ = ["free_ports", "stop_pid", "wait_for"]
+__all__ = ["free_ports", "popen_tied", "stop_pid", "wait_for"]

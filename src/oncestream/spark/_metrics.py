@@ -25,12 +25,11 @@ Example::
 
 from __future__ import annotations
 
-import bisect
 import logging
 import math
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,6 +37,7 @@ import orjson
 
 from .._connection import Connection, connect
 from .._errors import ConfigError, MessageNotFound, StreamNotFound
+from .._histogram import Histogram
 from .._options import ConnectOptions
 from .._sync import SyncRunner
 from ..read import iter_messages
@@ -47,33 +47,12 @@ from ._lag import _get, _offsets
 
 __all__ = ["ROW_BUCKETS", "QueryInstrumentation", "instrument_query"]
 
-log = logging.getLogger("oncestream.spark.metrics")
+log = logging.getLogger(__name__)
 
 #: Rows per micro-batch.
 ROW_BUCKETS: tuple[float, ...] = (1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 #: How long a scrape waits for the server before serving the last known values.
 SCRAPE_TIMEOUT = 2.0
-
-
-# Not metrics/_exporter's _Histogram: that one is private to metrics (not in its face),
-# and metrics shares spark's layer, so neither imports the other. That one takes its own
-# lock (the Processor's threads feed it); this one is fed by refresh() under the
-# collector's lock, and labels its integer bounds as floats ("1.0").
-@dataclass
-class _RowHistogram:
-    counts: list[int] = field(default_factory=lambda: [0] * (len(ROW_BUCKETS) + 1))
-    total: float = 0.0
-
-    def observe(self, rows: int) -> None:
-        self.counts[bisect.bisect_left(ROW_BUCKETS, rows)] += 1
-        self.total += rows
-
-    def cumulative(self) -> list[tuple[str, float]]:
-        out, running = [], 0
-        for bound, count in zip((*ROW_BUCKETS, math.inf), self.counts, strict=True):
-            running += count
-            out.append(("+Inf" if bound == math.inf else repr(float(bound)), float(running)))
-        return out
 
 
 @dataclass
@@ -148,7 +127,7 @@ class QueryInstrumentation:
         self._lock = threading.Lock()
         self._seen: set[tuple[str, int, str]] = set()
         self.source_rows: dict[str, int] = {}
-        self.batch_rows: dict[str, _RowHistogram] = {}
+        self.batch_rows: dict[str, Histogram] = {}
         self.lag_messages: dict[str, float] = {}
         self.lag_seconds: dict[str, float] = {}
         self.sink: dict[str, _SinkTotals] = {}
@@ -176,7 +155,7 @@ class QueryInstrumentation:
             if batch.key in self._seen:
                 continue
             self.source_rows[batch.streams] = self.source_rows.get(batch.streams, 0) + batch.rows
-            self.batch_rows.setdefault(batch.streams, _RowHistogram()).observe(batch.rows)
+            self.batch_rows.setdefault(batch.streams, Histogram(ROW_BUCKETS)).observe(batch.rows)
         self._seen = keys  # recentProgress is a sliding window: a report never comes back
         positions = source_positions(last)
         self.lag_messages = {s: float(max(h - e, 0)) for s, (e, h) in positions.items()}
@@ -273,7 +252,7 @@ class QueryInstrumentation:
             "oncestream_spark_source_batch_rows", "Rows per micro-batch.", labels=labels
         )
         for stream, histogram in sorted(self.batch_rows.items()):
-            hist.add_metric([q, stream], histogram.cumulative(), histogram.total)
+            hist.add_metric([q, stream], *histogram.cumulative())
         yield hist
         counters = (
             ("rows", "rows", "Rows the sink stored (committed micro-batches)."),

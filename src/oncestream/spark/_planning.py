@@ -13,7 +13,7 @@ from .._connection import Connection
 from .._errors import ConfigError, StreamNotFound
 from .._names import subjects_overlap
 from .._retry import leader_stream_info, retrying
-from ..read._internal import count_sequences
+from ..streams import Partitioning
 from ..streams._internal import seq_at_time
 from ._offsets import created_of
 from ._reader import check_retention
@@ -23,7 +23,6 @@ __all__ = [
     "MAX_PARTITION_SEQUENCES",
     "MIN_AUTO_SPLIT",
     "JetStreamPartition",
-    "count_messages",
     "first_last",
     "plan_partitions",
     "plan_ranges",
@@ -301,8 +300,13 @@ def stream_filters(subjects: tuple[str, ...], info: dict[str, Any]) -> tuple[str
     A consumer rejects a filter outside its stream's subjects, and with several
     streams one ``subjects`` option usually names subjects of only some of them.
     Streams without subjects of their own (mirrors, sourcing streams) keep them all.
+    A partitioned stream stores ``<p>.<subject>``: filters are matched against that.
     """
-    own = info.get("config", {}).get("subjects") or []
+    config = info.get("config") or {}
+    own = config.get("subjects") or []
+    partitioning = Partitioning.from_config(config)
+    if partitioning is not None:
+        own = [*own, f"*.{partitioning.subjects}"]
     if not own:
         return subjects
     return tuple(f for f in subjects if any(subjects_overlap(f, s) for s in own))
@@ -316,30 +320,3 @@ def share(avail: dict[str, int], budget: int) -> dict[str, int]:
         biggest = max(avail, key=lambda s: avail[s])
         shares[biggest] = min(avail[biggest], max(1, budget))
     return shares
-
-
-async def count_messages(
-    conn: Connection,
-    stream: str,
-    after: int,
-    last: int,
-    at_most: int,
-    subjects: tuple[str, ...],
-    *,
-    retry_timeout: float = 0.0,
-) -> int:
-    """How many messages of sequences ``(after, last]`` match ``subjects``, counting to ``at_most``.
-
-    Walks a ``headers_only`` consumer, as :func:`oncestream.read._internal.nth_sequence` does: no
-    payloads travel, one small frame per message, and the walk stops at ``at_most``.
-    """
-    return await count_sequences(
-        conn,
-        stream,
-        after,
-        last,
-        at_most,
-        subjects,
-        retry_timeout=retry_timeout,
-        budget_source=RETRY_BUDGET,
-    )

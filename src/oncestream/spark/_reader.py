@@ -31,7 +31,7 @@ __all__ = [
     "source_connection",
 ]
 
-log = logging.getLogger("oncestream.spark.source")
+log = logging.getLogger(__name__)
 
 
 async def source_connection(options: ConnectOptions) -> Connection:

@@ -120,6 +120,26 @@ def _scratch_settings(conf: dict[str, str]) -> dict[str, str]:
     }
 
 
+def _classic_pyspark() -> tuple[Any, Any, Any]:
+    """``SparkConf``, ``SparkContext`` and ``launch_gateway``: classic pyspark, with its JVM.
+
+    Raises:
+        ConfigError: this is pyspark-client, the Spark Connect client alone (no JVM).
+    """
+    try:
+        from pyspark import SparkConf, SparkContext
+        from pyspark.java_gateway import launch_gateway
+    except ImportError as exc:  # pyspark-client ships neither (nor py4j)
+        raise ConfigError(
+            "local_session() starts a classic local Spark, which needs pyspark (with its "
+            f"JVM), and this environment has the Spark Connect client alone, pyspark-client "
+            f"({type(exc).__name__}: {exc}): connect to a Spark Connect server of the same "
+            "release instead, spark = SparkSession.builder.remote('sc://HOST:15002')"
+            ".getOrCreate(), then oncestream.spark.register(spark) (docs/deploy.md)"
+        ) from exc
+    return SparkConf, SparkContext, launch_gateway
+
+
 def local_session(
     app_name: str = "oncestream",
     *,
@@ -150,14 +170,17 @@ def local_session(
 
     Raises:
         ConfigError: Java 17+ is missing, the workers' python cannot import oncestream,
-            or this process holds a Spark Connect session (which a process cannot hold
-            together with a classic one).
+            this process holds a Spark Connect session (which a process cannot hold
+            together with a classic one), or its pyspark is the Connect client alone
+            (pyspark-client).
 
     Example::
 
         spark = local_session("demo")
         df = spark.read.format("jetstream").option("servers", url).option("stream", "ORDERS").load()
     """
+    # First: pyspark-client's is_remote() is always true, and its message is the one to give.
+    SparkConf, SparkContext, launch_gateway = _classic_pyspark()
     if "pyspark" in sys.modules:
         from pyspark.sql.utils import is_remote
 
@@ -172,7 +195,6 @@ def local_session(
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     settings = {
@@ -193,15 +215,11 @@ def local_session(
     spark_conf = SparkConf().setAll(list(settings.items()))
     log_path = spark_log_path()
     if log_path is not None and SparkContext._active_spark_context is None:
-        from pyspark.java_gateway import launch_gateway
-
         # The JVM writes its start-up warnings and log4j's console appender to its own
         # stdout/stderr, inherited from this process: give it the log file instead.
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
-            gateway = launch_gateway(  # type: ignore[no-untyped-call]
-                spark_conf, popen_kwargs={"stdout": log, "stderr": log}
-            )
+            gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": log, "stderr": log})
         SparkContext(conf=spark_conf, gateway=gateway)
     spark = SparkSession.builder.config(conf=spark_conf).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

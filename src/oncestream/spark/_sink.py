@@ -83,7 +83,7 @@ if TYPE_CHECKING:
 
 __all__ = ["JetStreamBatchWriter", "JetStreamStreamWriter", "SinkCommit"]
 
-log = logging.getLogger("oncestream.spark.sink")
+log = logging.getLogger(__name__)
 
 _checked: set[tuple[int, Any]] = set()
 
@@ -98,13 +98,15 @@ async def _connection(options: SinkOptions) -> Connection:
 
 
 def _ensure_log_handler() -> None:
-    # Python workers have no logging set up; commit summaries should reach the driver log.
+    # Python workers have no logging set up; commit summaries should reach the driver log
+    # (the sink's lines and its commit records' store's).
     if not log.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        log.addHandler(handler)
         level = os.environ.get("ONCESTREAM_SINK_LOG", "INFO").upper()
-        log.setLevel(level if level in ("DEBUG", "INFO", "WARNING", "ERROR") else "INFO")
+        for logger in (log, logging.getLogger(CommitStore.__module__)):
+            logger.addHandler(handler)
+            logger.setLevel(level if level in ("DEBUG", "INFO", "WARNING", "ERROR") else "INFO")
 
 
 async def _create_target(conn: Connection, spec: StreamSpec) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from pyspark.sql.types import (
 from .._connection import Connection
 from .._errors import ConfigError, DataLossError
 from .._sync import run_sync
-from ..read._internal import nth_sequence
+from ..read._internal import count_sequences, nth_sequence
 from ._compat import (
     ADMISSION_CONTROL,
     ReadAllAvailable,
@@ -42,12 +42,12 @@ from ._compat import (
     ReadMinRows,
     SeenOffset,
     SupportsTriggerAvailableNow,
+    read_limit_options,
     refuse_read_limits,
 )
 from ._offsets import RECREATED_FIX, created_of, make_offset, recreated_text, split_offset
 from ._planning import (
     JetStreamPartition,
-    count_messages,
     first_last,
     plan_partitions,
     resolve_end,
@@ -67,7 +67,7 @@ __all__ = [
     "JetStreamStreamReader",
 ]
 
-log = logging.getLogger("oncestream.spark.source")
+log = logging.getLogger(__name__)
 
 SCHEMA = StructType(
     [
@@ -185,7 +185,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 "(spark.read) only, as in Kafka; a streaming query reads what arrives until "
                 "it is stopped (Trigger.AvailableNow stops at the streams' heads)"
             )
-        refuse_read_limits(self._limit_options())
+        refuse_read_limits(read_limit_options(options))  # a user schema skips schema()
         self.schema = schema
         self._available_now: dict[str, int] | None = None
         self._last_trigger: float | None = None  # monotonic time of the last batch (min rows)
@@ -237,19 +237,6 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if self.options.max_bytes_per_trigger is not None:
             return ReadMaxBytes(self.options.max_bytes_per_trigger)
         return ReadAllAvailable()
-
-    def _limit_options(self) -> list[str]:
-        """The read limit options set (they need the batch's start)."""
-        opts = self.options
-        return [
-            name
-            for name, value in (
-                ("maxMessagesPerTrigger (or maxOffsetsPerTrigger)", opts.max_messages_per_trigger),
-                ("maxBytesPerTrigger", opts.max_bytes_per_trigger),
-                ("minOffsetsPerTrigger", opts.min_messages_per_trigger),
-            )
-            if value is not None
-        ]
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Fix the streams' current heads as the target of a Trigger.AvailableNow run."""
@@ -364,7 +351,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 continue
             first_seq, head = first_last(info)
             counted += run_sync(
-                count_messages(
+                count_sequences(
                     conn,
                     stream,
                     max(begin[stream], first_seq - 1),
@@ -372,6 +359,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     at_most - counted,
                     filters,
                     retry_timeout=self.options.retry_timeout,
+                    budget_source=RETRY_BUDGET,
                 )
             )
         return counted

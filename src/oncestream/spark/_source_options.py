@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import orjson
@@ -18,6 +17,7 @@ from .._options import (
     parse_epoch_millis,
     parse_int,
     parse_positive_int,
+    parse_time,
 )
 from ._options import CONNECT_OPTIONS, check_known, connect_options
 from ._options import lowered as _lowered
@@ -132,7 +132,8 @@ def _parse_offsets(name: str, value: str, streams: tuple[str, ...], *, ending: b
 
 
 def _parse_timestamp(name: str, value: str) -> float:
-    """Milliseconds since the epoch (Kafka style) or an ISO-8601 time -> epoch seconds.
+    """Milliseconds since the epoch (Kafka style) or an ISO-8601 time with a zone -> epoch
+    seconds (the time rule of :func:`oncestream._options.parse_time`, which parses it).
 
     Up to 9999-12-31 (what a datetime holds); a time after every message ends a
     batch read at the stream's end, as in Kafka.
@@ -141,18 +142,9 @@ def _parse_timestamp(name: str, value: str) -> float:
     try:
         int(text)
     except ValueError:
-        try:
-            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            raise ConfigError(
-                f"option {name!r} must be milliseconds since the epoch or an "
-                f"ISO-8601 time like '2024-05-01T12:00:00Z', got {value!r}"
-            ) from None
-        if moment.tzinfo is None:
-            raise ConfigError(
-                f"option {name!r} needs a time zone (e.g. a trailing 'Z'), got {value!r}"
-            ) from None
-        return moment.timestamp()
+        return parse_time(
+            f"option {name!r}", text, ago=False, also="milliseconds since the epoch"
+        ).timestamp()
     return parse_epoch_millis(f"option {name!r} (milliseconds since the epoch)", text).timestamp()
 
 

@@ -22,12 +22,14 @@ from ._admin import (
     update_consumer,
     update_stream,
 )
+from ._partitions import Partitioning
 from ._reset import ConsumerReset, ResetTarget, reset_consumer
 from ._spec import StreamSource, StreamSpec, create_stream_if_missing, ensure_stream, lineage_id
 from ._version import require_server
 
 __all__ = [
     "ConsumerReset",
+    "Partitioning",
     "ResetTarget",
     "StoredMessage",
     "StreamSource",

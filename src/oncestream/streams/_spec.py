@@ -14,12 +14,14 @@ from .._errors import ConfigError, ErrCode, JetStreamError, StreamNotFound
 from .._names import check_stream_name, check_subject_filter
 from .._options import parse_duration, parse_int, seconds_to_ns
 from ._admin import add_stream, update_stream
+from ._partitions import Partitioning
 from ._version import server_version
 
 __all__ = [
     "FAST_INGEST_SINCE",
     "StreamSource",
     "StreamSpec",
+    "check_partitioning_change",
     "create_stream_if_missing",
     "ensure_stream",
     "lineage_id",
@@ -93,6 +95,14 @@ class StreamSpec:
         allow_atomic: accept atomic batches, stored all-or-nothing (nats-server
             2.12+; ``ProducerSession(batch_size>1)``, ``AtomicPublisher``, the
             Spark sink's ``ingest=atomic``).
+        partitions: spread the messages over this many partitions by key (0: none).
+            The stream then captures its one subject pattern and the server stores
+            each message under ``<partition>.<subject>`` (a stream subject transform,
+            see :class:`Partitioning`), for a group of Processors
+            (:class:`~oncestream.GroupMember`) to share.
+        partition_key: the 1-based indexes of the ``*`` tokens of the subject that
+            form the key (``("orders.*.*",)`` with ``(2,)``: the third token); empty:
+            the whole subject is the key.
         mirror: mirror another stream instead of capturing subjects.
         sources: aggregate other streams.
         extra: further raw API config keys.
@@ -114,6 +124,8 @@ class StreamSpec:
     allow_direct: bool = True
     allow_batched: bool | None = None
     allow_atomic: bool = False
+    partitions: int = 0
+    partition_key: tuple[int, ...] = ()
     mirror: StreamSource | None = None
     sources: tuple[StreamSource, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
@@ -138,6 +150,34 @@ class StreamSpec:
             parse_int(name, getattr(self, name), minimum=-1)
         if self.replicas not in (1, 2, 3, 4, 5):
             raise ConfigError(f"replicas must be 1..5, got {self.replicas!r}")
+        self._check_partitions()
+
+    def _check_partitions(self) -> None:
+        if self.partitions == 0 and not self.partition_key:
+            return
+        if not self.partitions:
+            raise ConfigError(f"stream {self.name!r}: partition_key needs partitions (> 0)")
+        if len(self.subjects) != 1 or self.mirror is not None or self.sources:
+            raise ConfigError(
+                f"stream {self.name!r}: a partitioned stream captures exactly one subject "
+                f"pattern (the one it maps to partitions) and no mirror or sources; got "
+                f"subjects {list(self.subjects)}"
+            )
+        if "subject_transform" in self.extra:
+            raise ConfigError(
+                f"stream {self.name!r}: partitions set the stream's subject_transform; "
+                "do not also give one in extra"
+            )
+        _ = self.partitioning  # validates the pattern, count and key
+
+    @property
+    def partitioning(self) -> Partitioning | None:
+        """How the stream is partitioned (None: it is not)."""
+        if not self.partitions:
+            return None
+        return Partitioning(
+            subjects=self.subjects[0], partitions=self.partitions, key=tuple(self.partition_key)
+        )
 
     def batched_on(self, server: tuple[int, ...] | None) -> bool:
         """Whether the stream allows fast-ingest batches when created on release ``server``.
@@ -179,6 +219,9 @@ class StreamSpec:
             config["allow_batched"] = True
         if self.allow_atomic:
             config["allow_atomic"] = True
+        partitioning = self.partitioning
+        if partitioning is not None:
+            config["subject_transform"] = partitioning.transform()
         config.update(self.extra)
         return config
 
@@ -271,9 +314,51 @@ async def ensure_stream(conn: Connection, spec: StreamSpec) -> dict[str, Any]:
     except StreamNotFound:
         return await add_stream(conn, spec.to_api(server_version(conn)))
     config = spec.to_api()
+    check_partitioning_change(info, spec.partitioning)
     if spec.allow_batched is None and (info.get("config") or {}).get("allow_batched"):
         config["allow_batched"] = True
     return await update_stream(conn, config)
+
+
+def check_partitioning_change(info: dict[str, Any], wanted: Partitioning | None) -> None:
+    """Refuse to change how a stream that holds messages is partitioned.
+
+    The server maps only messages stored after the change: the ones stored before
+    keep their subjects (unpartitioned, or under the old partition numbers), so a
+    group would miss them or take a key's messages from two partitions at once.
+
+    Raises:
+        ConfigError: naming the stream, both layouts and what to do instead.
+    """
+    config = info.get("config") or {}
+    name = config.get("name")
+    current = Partitioning.from_config(config)
+    if current == wanted:
+        return
+    held = int((info.get("state") or {}).get("messages", 0))
+    if not held:
+        return
+    now = current.describe() if current else "not partitioned"
+    then = wanted.describe() if wanted else "not partitioned"
+    if current is None and wanted is not None:
+        how = (
+            f"partition it in place with `oncestream stream edit {name} --partitions "
+            f"{wanted.partitions}"
+            + (f" --partition-key {','.join(map(str, wanted.key))}" if wanted.key else "")
+            + "`: messages stored from then on are mapped, the ones stored before keep "
+            "their subjects and are applied first by the consumer that processed them "
+            "(start the group with --after <that consumer>; docs/production.md, "
+            "'Scaling out'); or create a new partitioned stream and publish into it"
+        )
+    else:
+        how = (
+            "a key's older messages would stay in their old partition while its new ones "
+            "go to another; let every consumer finish the stream and purge it, or create "
+            "a new stream with the new layout"
+        )
+    raise ConfigError(
+        f"stream {name} holds {held} messages and is {now}; refusing to make it {then}: {how}"
+    )
 
 
 def lineage_id(stream: str, sequence: int) -> str:

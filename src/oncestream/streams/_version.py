@@ -18,7 +18,7 @@ from ._server_bugs import SERVER_BUGS, ServerBug, format_version, known_bugs
 
 __all__ = ["check_server_bugs", "require_server", "server_cluster", "server_version"]
 
-log = logging.getLogger("oncestream.server")
+log = logging.getLogger(__name__)
 
 #: (bug key, server version) pairs already warned about in this process.
 _warned: set[tuple[str, tuple[int, int, int]]] = set()

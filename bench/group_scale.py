@@ -1,0 +1,326 @@
+"""Group scaling: 1, 2 and 4 members over 8 partitions, each held to a CPU share, and uncapped.
+
+Part of ``make bench-scale``. A fresh nats-server (uncapped) holds a partitioned
+stream (8 partitions by key, N messages of 128 B over 1,000 keys). Each case runs
+a new group (fresh consumers from the first message, fresh SQLite ledgers, one
+per partition) of member processes (bench/_group_member.py) and measures how fast
+the group applies the stream: the messages left (the partitions' consumers'
+pending + awaiting ack) are sampled every 0.2 s, and the rate is taken between
+80% and 20% left, past the start (members joining, first takeovers) and the tail.
+
+- **capped**: each member in its own cgroup v1 folder with ``cpu.cfs_quota_us`` =
+  GROUP_SCALE_SHARE x period (default 0.2 core), a per-message handler: the
+  efficiency of n members is rate(n) / (n x rate(1)), the bar 0.9.
+- **uncapped**: members with a batch handler (one ``executemany`` per transaction),
+  1, 2 and 4; the best is compared with nats.go's jetstream ``Consume`` + ack
+  (bench/peers/natsgo, explicit acks, one consumer, no ledger) on the same stream in
+  the same run, the bar 1.0.
+
+Every member's consumers use explicit acks (a partition's consumer is pinned; ack
+policy ``all`` is for one Processor per consumer). Needs root (the caps) and Go
+(the nats.go reference is built by bench/peers/run.py's steps when missing).
+
+Env: GROUP_SCALE_N (400000), GROUP_SCALE_SHARE (0.2), GROUP_SCALE_MEMBERS (1,2,4),
+GROUP_SCALE_BATCH (1000). Output: bench/results/group-scale-<time>.json and .md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._cgroup import CpuCaps
+from bench._common import PAYLOAD_128, fresh_server, report
+from bench._cpu import cpu_seconds
+from bench.peers.kafka import PEERS
+
+from oncestream import ConnectOptions, Publisher, PublisherOptions, connect
+from oncestream.streams import Partitioning, StreamSpec, ensure_stream
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "results"
+#: nats.go's jetstream reference, as bench-peers builds it (bench/peers/natsgo).
+NATSGO = PEERS / "bin" / "natsgo"
+STREAM, PARTITIONS, KEYS = "GS", 8, 1000
+LAYOUT = Partitioning(subjects="gs.*", partitions=PARTITIONS, key=(1,))
+N = int(float(os.environ.get("GROUP_SCALE_N", "400000")))
+SHARE = float(os.environ.get("GROUP_SCALE_SHARE", "0.2"))
+COUNTS = tuple(int(c) for c in os.environ.get("GROUP_SCALE_MEMBERS", "1,2,4").split(","))
+BATCH = os.environ.get("GROUP_SCALE_BATCH", "1000")
+
+
+async def _fill(url: str) -> dict[int, int]:
+    """The stream, filled; the number of messages in each partition."""
+    async with await connect(ConnectOptions(servers=(url,))) as conn:
+        await ensure_stream(
+            conn,
+            StreamSpec(name=STREAM, subjects=("gs.*",), partitions=PARTITIONS, partition_key=(1,)),
+        )
+        async with Publisher(conn, PublisherOptions(stream=STREAM)) as pub:
+            for first in range(0, N, 10_000):
+                count = min(10_000, N - first)
+                ids = range(first, first + count)
+                futures = await pub.publish_many(
+                    [f"gs.k{i % KEYS}" for i in ids], [PAYLOAD_128] * count, [f"m{i}" for i in ids]
+                )
+                await asyncio.gather(*futures)
+        sizes = {}
+        for partition in range(PARTITIONS):
+            info = await conn.api(
+                f"STREAM.INFO.{STREAM}", {"subjects_filter": LAYOUT.filter_for(partition)}
+            )
+            sizes[partition] = sum((info["state"].get("subjects") or {}).values())
+        assert sum(sizes.values()) == N, sizes
+        return sizes
+
+
+async def _left(conn: Any, group: str, sizes: dict[int, int]) -> int:
+    left = 0
+    for partition, size in sizes.items():
+        try:
+            info = await conn.consumer_info(STREAM, f"{group}-p{partition}")
+        except Exception:
+            left += size  # not created yet
+            continue
+        left += int(info.get("num_pending") or 0) + int(info.get("num_ack_pending") or 0)
+    return left
+
+
+async def _run_group(
+    server_pid: int,
+    url: str,
+    sizes: dict[int, int],
+    members: int,
+    kind: str,
+    share: float | None,
+    caps: CpuCaps | None,
+) -> dict[str, Any]:
+    group = f"g{kind[0]}{members}{'c' if share else 'u'}{time.monotonic_ns() % 10**6}"
+    work = Path(tempfile.mkdtemp(prefix="group-scale-"))
+    procs: list[subprocess.Popen[str]] = []
+    #: (seconds since start, messages left, server CPU s, members' CPU s)
+    samples: list[tuple[float, int, float, float]] = []
+    try:
+        for index in range(members):
+            command = [sys.executable, str(HERE / "_group_member.py"), url, str(work),
+                       f"m{index}", STREAM, group, kind, BATCH]  # fmt: skip
+            procs.append(_spawn(command, share, caps))
+        began = time.monotonic()
+        async with await connect(ConnectOptions(servers=(url,))) as conn:
+            deadline = began + max(600.0, N / 500)
+            while time.monotonic() < deadline:
+                left = await _left(conn, group, sizes)
+                cpu = sum(cpu_seconds(p.pid) for p in procs)
+                samples.append((time.monotonic() - began, left, cpu_seconds(server_pid), cpu))
+                if left == 0:
+                    break
+                await asyncio.sleep(0.2)
+        if samples[-1][1]:
+            raise RuntimeError(f"{members} members ({kind}): {samples[-1][1]} left at the deadline")
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(work, ignore_errors=True)
+    at80 = next(s for s in samples if s[1] <= 0.8 * N)
+    at20 = next(s for s in samples if s[1] <= 0.2 * N)
+    done = at80[1] - at20[1]
+    return {
+        "members": members,
+        "handler": kind,
+        "cpu_share": share,
+        "rate": round(done / max(at20[0] - at80[0], 1e-9), 1),
+        "seconds_to_done": round(samples[-1][0], 2),
+        # CPU per message between the two marks: where the time goes.
+        "server_us_per_msg": round((at20[2] - at80[2]) * 1e6 / max(done, 1), 2),
+        "members_us_per_msg": round((at20[3] - at80[3]) * 1e6 / max(done, 1), 2),
+    }
+
+
+def _spawn(command: list[str], share: float | None, caps: CpuCaps | None) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if caps is not None and share is not None:
+        return caps.popen(command, share=share, env=env, stdout=subprocess.DEVNULL)
+    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, text=True)
+
+
+def _natsgo(url: str, server_pid: int) -> dict[str, Any] | None:
+    if not NATSGO.exists():  # built as bench-peers builds it (Go module proxy, .peers/go)
+        go = str(PEERS / "go")
+        env = dict(
+            os.environ, GOPATH=go, GOMODCACHE=f"{go}/pkg/mod", GOCACHE=f"{go}/cache",
+            GOPROXY="https://proxy.golang.org", GOFLAGS="-modcacherw", GO111MODULE="on",
+        )  # fmt: skip
+        try:
+            subprocess.run(
+                ["go", "build", "-o", str(NATSGO), "."], cwd=HERE / "peers" / "natsgo", env=env,
+                check=True,
+            )  # fmt: skip
+        except (OSError, subprocess.CalledProcessError) as exc:
+            print(f"nats.go reference not built ({NATSGO}): {exc}")
+            return None
+    server0, own0 = cpu_seconds(server_pid), _children_cpu()
+    out = subprocess.run(
+        [str(NATSGO), "-url", url, "-stream", STREAM, "-n", str(N), "-cases", "consume"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    server_cpu, own_cpu = cpu_seconds(server_pid) - server0, _children_cpu() - own0
+    for line in out.splitlines():
+        if line.startswith("{"):
+            data = json.loads(line)
+            return {
+                "case": "nats.go jetstream Consume + ack",
+                "rate": float(data["rate"]),
+                # The whole run (consumer creation and start included).
+                "server_us_per_msg": round(server_cpu * 1e6 / N, 2),
+                "client_us_per_msg": round(own_cpu * 1e6 / N, 2),
+            }
+    print(f"nats.go reference printed no result: {out[-500:]}")
+    return None
+
+
+def _line(row: dict[str, Any]) -> str:
+    return (
+        f"{row['rate']:.0f} msg/s (CPU us/msg: server {row['server_us_per_msg']}, members "
+        f"{row['members_us_per_msg']})"
+    )
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def main() -> None:
+    server = fresh_server()
+    assert server.pid is not None
+    results: dict[str, Any] = {"capped": [], "uncapped": [], "natsgo": None}
+    try:
+        sizes = await _fill(server.url)
+        with CpuCaps() as caps:
+            for members in COUNTS:
+                row = await _run_group(
+                    server.pid, server.url, sizes, members, "message", SHARE, caps
+                )
+                results["capped"].append(row)
+                print(f"capped {SHARE:g} core x {members}: {_line(row)}", flush=True)
+        for members in COUNTS:
+            row = await _run_group(server.pid, server.url, sizes, members, "batch", None, None)
+            results["uncapped"].append(row)
+            print(f"uncapped x {members} (batch handler): {_line(row)}", flush=True)
+        results["natsgo"] = _natsgo(server.url, server.pid)
+    finally:
+        server.close()
+    one = results["capped"][0]["rate"]
+    for row in results["capped"]:
+        row["efficiency"] = round(row["rate"] / (row["members"] * one), 3)
+        report(
+            "group-scale",
+            f"{row['members']} members x {SHARE:g} core, per-message handler",
+            row["rate"],
+            efficiency=row["efficiency"],
+        )
+    best = max(results["uncapped"], key=lambda r: r["rate"])
+    ratio = None
+    if results["natsgo"]:
+        ratio = round(best["rate"] / results["natsgo"]["rate"], 3)
+        report(
+            "group-scale",
+            "nats.go jetstream Consume + ack",
+            results["natsgo"]["rate"],
+            baseline=True,
+        )
+    report(
+        "group-scale",
+        f"best uncapped: {best['members']} members, batch handler",
+        best["rate"],
+        vs_natsgo=ratio,
+    )
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    record = {
+        "bench": "group-scale",
+        "when": stamp,
+        "commit": _git("rev-parse", "--short", "HEAD"),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "n": N,
+        "partitions": PARTITIONS,
+        "keys": KEYS,
+        "cpu_share": SHARE,
+        "batch": int(BATCH),
+        **results,
+        "best_uncapped_vs_natsgo": ratio,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"group-scale-{stamp}.json").write_text(json.dumps(record, indent=2) + "\n")
+    (RESULTS / f"group-scale-{stamp}.md").write_text(_markdown(record))
+    print(f"wrote {RESULTS / f'group-scale-{stamp}.json'}")
+
+
+def _markdown(record: dict[str, Any]) -> str:
+    lines = [
+        f"# group scaling, {record['when']} (commit {record['commit']}, load after "
+        f"{record['load_after']})",
+        "",
+        f"{record['n']:,} messages of 128 B over {record['keys']} keys, {record['partitions']} "
+        f"partitions, SQLite ledger per partition, batch {record['batch']}.",
+        "",
+        f"| members x {record['cpu_share']:g} core (per-message handler) | msg/s | efficiency "
+        "| server CPU us/msg | members CPU us/msg |",
+        "|---|---|---|---|---|",
+    ]
+    for row in record["capped"]:
+        lines.append(
+            f"| {row['members']} | {row['rate']:,.0f} | {row['efficiency']:.2f} "
+            f"| {row['server_us_per_msg']} | {row['members_us_per_msg']} |"
+        )
+    lines += [
+        "",
+        "| uncapped, batch handler, explicit acks | msg/s | server CPU us/msg "
+        "| client CPU us/msg |",
+        "|---|---|---|---|",
+    ]
+    for row in record["uncapped"]:
+        lines.append(
+            f"| {row['members']} members | {row['rate']:,.0f} | {row['server_us_per_msg']} "
+            f"| {row['members_us_per_msg']} |"
+        )
+    if record["natsgo"]:
+        go = record["natsgo"]
+        lines.append(
+            f"| nats.go jetstream Consume + ack | {go['rate']:,.0f} | "
+            f"{go['server_us_per_msg']} | {go['client_us_per_msg']} |"
+        )
+        lines.append(f"\nbest group / nats.go: {record['best_uncapped_vs_natsgo']}")
+    return "\n".join(lines) + "\n"
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

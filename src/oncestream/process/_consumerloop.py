@@ -1,0 +1,420 @@
+"""Applying one durable consumer exactly once: set up, pull, apply in a ledger transaction, ack.
+
+:class:`ConsumerLoop` keeps the order of the steps; each step is a part of its
+own, built once the consumer is bound, with a frozen record of it
+(:class:`~oncestream.process._bound.BoundConsumer`) and its collaborators, and
+never written into afterwards:
+
+- :class:`~oncestream.process._applying.Applier`: one ledger transaction per batch;
+- :class:`~oncestream.process._acking.Acknowledger`: acks, naks, dead letters,
+  in-progress acks, ack policy ``explicit`` or ``all`` (its frontier);
+- :class:`~oncestream.process._maxdeliver.DeliveryLimit` and
+  :class:`~oncestream.process._maxdeliver.DroppedMessages`: the consumer's
+  ``max_deliver``;
+- :class:`~oncestream.process._pinning.PinnedGroup`: a pinned priority group's
+  fence, takeover and demotion; :class:`~oncestream.process._ackall.AckAllOwner`:
+  ack policy ``all``'s fence and resets;
+- :class:`~oncestream.process._registry.Registry`: the consumer in the ledger's registry.
+
+It shares its connection and its ledger's calls (:class:`LedgerCalls`) with its
+owner: a :class:`~oncestream.Processor` runs one, and a process applying several
+consumers on one ledger (the partitions a member of a group owns) runs one per
+consumer on the same connection and ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from dataclasses import dataclass
+
+from .._connection import Connection
+from .._errors import JetStreamError, LedgerUnusable, OncestreamError, OperationTimeout
+from .._headers import SCHEDULE, msg_id_key
+from .._logthrottle import LogThrottle
+from .._message import Message
+from ..ledger import LedgerEntry
+from ..read import MessageStream
+from ..tracing._internal import Tracer
+from ._ackall import AckAllOwner
+from ._acking import Acknowledger
+from ._applying import Applier, BatchHandler, Handler
+from ._bound import BoundConsumer
+from ._ledgercalls import LedgerCalls
+from ._maxdeliver import DeliveryLimit, DroppedMessages
+from ._options import ProcessorOptions, ProcessorStats
+from ._pinning import Fence, PinnedGroup, Superseded, require_reset
+from ._pulls import Pulls
+from ._reclaim import reclaim_at_start
+from ._registry import Registry, RegistryMoved
+from ._setup import FloorHistory, consumer_filters, setup_consumer
+
+__all__ = ["ConsumerLoop"]
+
+log = logging.getLogger(__name__)
+
+_SCHEDULE = b"\r\n" + SCHEDULE.encode() + b":"
+#: LedgerEntry(stream, seq) at half the cost of the NamedTuple's keyword-capable __new__.
+_entry = functools.partial(tuple.__new__, LedgerEntry)
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """The parts, built once the consumer is bound."""
+
+    bound: BoundConsumer
+    applier: Applier
+    acks: Acknowledger
+    limit: DeliveryLimit
+    #: What refuses a batch of an instance that may not apply (None: nothing does).
+    fence: Fence | None
+    #: Ack policy ``all``: the consumer's resets (None: ack policy ``explicit``).
+    owner: AckAllOwner | None
+    #: A pinned priority group's takeovers (None: not pinned).
+    pins: PinnedGroup | None
+
+
+class ConsumerLoop:
+    """Applies each message of one durable pull consumer exactly once, through a ledger.
+
+    Args:
+        conn: the connection (shared; not closed here).
+        calls: the ledger's calls (shared; the ledger is opened and closed by the owner).
+        stream, consumer: what is applied (names checked by the owner).
+        handler: ``handler(msg, tx)``, or with ``batched`` ``batch_handler(msgs, tx)``.
+        options: the Processor's options.
+        stats: counters to update.
+        progress: set after every batch and every change of role.
+        tracer: spans of each message's outcome (None: no tracing).
+        applier_type, acknowledger_type: the classes of those parts (the chaos
+            tests' crashing Processor swaps them).
+
+    Example::
+
+        loop = ConsumerLoop(conn, calls, "ORDERS", "billing", handle, options=opts,
+                            stats=stats, progress=asyncio.Event())
+        try:
+            await loop.run(running)  # until loop.request_stop()
+        finally:
+            await loop.close()
+    """
+
+    def __init__(
+        self,
+        conn: Connection,
+        calls: LedgerCalls,
+        stream: str,
+        consumer: str,
+        handler: Handler | BatchHandler,
+        *,
+        batched: bool = False,
+        options: ProcessorOptions,
+        stats: ProcessorStats,
+        progress: asyncio.Event,
+        tracer: Tracer | None = None,
+        applier_type: type[Applier] = Applier,
+        acknowledger_type: type[Acknowledger] = Acknowledger,
+    ) -> None:
+        self.conn = conn
+        self.calls = calls
+        self.stream, self.consumer = stream, consumer
+        self.options = options
+        self.stats = stats
+        self._handler = handler
+        self._batched = batched
+        self._progress = progress
+        self._tracer = tracer
+        self._applier_type, self._acknowledger_type = applier_type, acknowledger_type
+        self._msg_ids = calls.ledger.key == "msg_id"
+        self._registry = Registry(calls, stream, consumer)
+        self._pulls = Pulls(conn, stream, consumer, options)
+        self._floors = FloorHistory(options.prune_grace)
+        self._pull_log = LogThrottle(log)  # repeated pull timeouts: first 5, then a summary
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stop_requested = False
+        #: What ends the run once it has stopped (a message dropped by max_deliver).
+        self._fatal: OncestreamError | None = None
+        #: Built once the consumer is bound (:meth:`run`).
+        self._parts: _Parts | None = None
+
+    # -- what the owner reads -------------------------------------------------------
+
+    @property
+    def ack_wait(self) -> float:
+        """The consumer's ack wait in seconds (the configured one until it is set up)."""
+        return self._parts.bound.ack_wait if self._parts is not None else self.options.ack_wait
+
+    @property
+    def pins(self) -> PinnedGroup | None:
+        """The pinned group's part (None: not pinned, or not set up yet)."""
+        return self._parts.pins if self._parts is not None else None
+
+    @property
+    def pull(self) -> MessageStream | None:
+        """The pull being read (None before the consumer is set up)."""
+        return self._pulls.current
+
+    def stopping(self) -> bool:
+        """Whether a stop was requested."""
+        return self._stop_requested
+
+    def request_stop(self) -> None:
+        """Finish the in-flight batch and return from :meth:`run` (signal-handler safe)."""
+        self._stop_requested = True
+        self._pulls.halt()
+
+    def _fail(self, error: OncestreamError) -> None:
+        """End the run with ``error`` (the in-flight batch is finished first)."""
+        if self._fatal is None:
+            self._fatal = error
+        self.request_stop()
+
+    # -- the steps ------------------------------------------------------------------
+
+    async def run(self, running: asyncio.Event) -> None:
+        """Set the consumer up, build the parts, apply until :meth:`request_stop`.
+
+        ``running`` is set once it pulls. The caller awaits :meth:`close` afterwards,
+        whatever happened.
+
+        Raises:
+            As :meth:`oncestream.Processor.run` (the ledger's opening aside).
+        """
+        conn, opts, registry = self.conn, self.options, self._registry
+        if opts.pinned:
+            require_reset(conn, "a pinned priority group")
+        if not opts.bind:  # refused before it creates the consumer
+            await registry.check(conn, opts.filter_subject)
+        bound = await setup_consumer(conn, self.stream, self.consumer, opts)
+        if opts.bind:
+            await registry.bind()
+        else:
+            await registry.register(conn)
+        owner = pins = None
+        if opts.ack_all:
+            owner = AckAllOwner(
+                bound,
+                conn,
+                self.calls,
+                self._pulls,
+                self.stats,
+                fail=self._fail,
+                stopping=self.stopping,
+            )
+            await owner.start()
+            self._tasks.append(asyncio.create_task(owner.watch_floor()))
+        elif opts.pinned:
+            pins = PinnedGroup(
+                bound,
+                conn,
+                self.calls,
+                self._pulls,
+                self.stats,
+                stopping=self.stopping,
+                progress=self._progress.set,
+            )
+        fence: Fence | None = owner or pins
+        applier = self._applier_type(
+            bound,
+            self.calls,
+            self._handler,
+            self.stats,
+            batched=self._batched,
+            fence=fence,
+            registered=registry.verify,
+            tracer=self._tracer,
+        )
+        limit = DeliveryLimit(bound, conn)
+        acks = self._acknowledger_type(
+            bound,
+            conn,
+            self.stats,
+            limit=limit,
+            frontier=owner.frontier if owner is not None else None,
+            tracer=self._tracer,
+            stopping=self.stopping,
+            buffered=self._pulls.buffered_replies,
+        )
+        drops = DroppedMessages(
+            bound,
+            conn,
+            self.stats,
+            applier,
+            acks,
+            fail=self._fail,
+            moved=lambda moved, msgs: registry.moved(conn, moved, msgs, self._fail),
+            settled=self._progress.set,
+        )
+        self._parts = parts = _Parts(bound, applier, acks, limit, fence, owner, pins)
+        await drops.subscribe()  # before the first pull: no drop goes unseen
+        self._tasks.append(asyncio.create_task(drops.watch()))
+        # Ack policy all resets the consumer itself (AckAllOwner.start).
+        if not (opts.pinned or opts.bind or opts.ack_all):
+            self.stats.reclaimed += await reclaim_at_start(
+                conn, self.stream, self.consumer, bound.ack_wait
+            )
+        conn.on_reconnect(acks.unsent.reconnected)
+        pull = await self._pulls.begin()
+        self._tasks.append(asyncio.create_task(acks.keep_alive()))
+        if opts.prune_interval > 0 and not opts.bind:
+            self._tasks.append(asyncio.create_task(self._prune_loop(parts)))
+        if not opts.bind:  # pruning or not: a narrowing edit is recorded
+            self._tasks.append(asyncio.create_task(registry.watch(conn, self._fail)))
+        running.set()
+        await self._loop_batches(pull, parts)
+        if self._fatal is not None:
+            raise self._fatal
+
+    async def _loop_batches(self, pull: MessageStream, parts: _Parts) -> None:
+        batch = self.options.batch
+        pins, acks = parts.pins, parts.acks
+        while not self._stop_requested:
+            pull = self._pulls.current or pull
+            try:
+                msgs = await pull.next_batch(batch, timeout=1.0)
+            except OperationTimeout as exc:
+                self.stats.heartbeat_errors += 1
+                self._pull_log.log(logging.WARNING, str(exc), "%s", exc)
+                continue
+            # Delivered under a pin this instance does not apply under: a new pin (it
+            # took over) or none any more (the pin moved on).
+            if pins is not None and await pins.follow(pull):
+                continue
+            if msgs or acks.gap:
+                await self._process(msgs, parts)
+
+    async def _process(self, msgs: list[Message], parts: _Parts) -> None:
+        began = time.perf_counter()
+        registry = self._registry
+        # No registered filters (every subject, or none recorded): no subject list.
+        if registry.filters and not await registry.admit(
+            self.conn, [m.subject for m in msgs], self._fail
+        ):
+            return  # the filter edited to overlap a neighbour: neither applied nor acked
+        acks = parts.acks
+        if not acks.admits(msgs):
+            assert parts.owner is not None  # only ack policy all refuses a batch (a gap)
+            await parts.owner.reanchor(acks)
+            return
+        started_ns = time.time_ns() if self._tracer is not None else 0
+        by_seq: dict[int, Message] = {}
+        extras: list[Message] = []
+        for msg in msgs:
+            try:
+                seq = msg.seq
+            except JetStreamError:
+                log.error("dropping a message with a non-JetStream reply subject %r", msg.reply)
+                continue
+            if seq in by_seq:
+                extras.append(msg)  # the same message delivered twice in one batch
+            elif msg.raw_headers and _SCHEDULE in msg.raw_headers:
+                # A stored message schedule (e.g. `dlq replay --in`): the server publishes
+                # the message it schedules when it fires; the schedule itself is not data.
+                extras.append(msg)
+                self.stats.schedules_skipped += 1
+            else:
+                by_seq[seq] = msg
+        seqs = sorted(by_seq)
+        ordered = [by_seq[s] for s in seqs]
+        stream = self.stream
+        if self._msg_ids:
+            entries = [
+                LedgerEntry(stream, s, msg_id_key(m.raw_headers))
+                for s, m in zip(seqs, ordered, strict=True)
+            ]
+        else:
+            entries = [_entry((stream, s, None)) for s in seqs]
+        acks.begin_batch(ordered, started_ns)
+        try:
+            while True:
+                try:
+                    outcome = await parts.applier.apply(entries, ordered, started_ns)
+                    break
+                except RegistryMoved as moved:  # rolled back: nothing applied
+                    if not await registry.moved(self.conn, moved, ordered, self._fail):
+                        return  # refused: neither applied nor acked
+        except LedgerUnusable:
+            await acks.nak(ordered)  # nothing was applied: let the next worker have them
+            raise
+        except Superseded as exc:
+            assert parts.fence is not None  # only a fence supersedes
+            parts.fence.superseded(exc)
+            return
+        finally:
+            acks.end_batch()
+        if outcome is None:  # the ledger kept failing
+            await acks.give_back(ordered, extras)
+            return
+        done, failures = outcome
+        self.stats.batches += 1
+        registry.applied()  # a row that moved was absorbed: count again
+        await acks.settle(done, extras, failures)
+        if self.stats.observers:
+            self.stats.observe("batch", time.perf_counter() - began)
+        self._progress.set()
+
+    async def _prune_loop(self, parts: _Parts) -> None:
+        conn, opts = self.conn, self.options
+        while True:
+            await asyncio.sleep(opts.prune_interval)
+            try:
+                info = await conn.consumer_info(self.stream, self.consumer)
+                unsafe = parts.limit.note(info.get("config") or {})
+                if unsafe is not None:
+                    self._fail(unsafe)
+                filters = consumer_filters(info.get("config") or {})
+                if not await self._registry.recheck(conn, filters, self._fail):
+                    return  # the filter edited to overlap a neighbour
+                floor = int(info.get("ack_floor", {}).get("stream_seq", 0))
+                up_to = self._floors.prunable(floor, time.monotonic(), filters)
+                up_to, others = await self._registry.limit(conn, floor, up_to)
+                if up_to:
+                    # The span deleted joins every registered consumer's prune horizon.
+                    prune = self._registry.prune_call(filters, others)
+                    deleted = await self.calls.db(prune, self.stream, up_to, opts.prune_limit)
+                    self.stats.pruned += deleted
+                    self._progress.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # pruning is best effort; the next round retries
+                log.debug("ledger pruning skipped: %s", exc)
+
+    async def close(self) -> None:
+        """Stop the tasks and the pull; hand back what was pulled and not started.
+
+        Waits for outstanding ack confirmations first, and writes the acks and naks
+        out (a flush) while the server is reachable; when it is not, logs what
+        stays unacknowledged (the server redelivers it; the ledger suppresses the
+        applied ones).
+        """
+        parts = self._parts
+        if parts is not None:
+            self.conn.remove_reconnect_listener(parts.acks.unsent.reconnected)
+            await parts.acks.drain()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        pull = self._pulls.current
+        if pull is None or parts is None:
+            return
+        pull.halt()
+        await pull.stop()
+        leftover = pull.take_unprocessed()
+        conn = self.conn
+        reachable = conn.is_connected
+        if reachable:
+            if leftover:
+                # Hand unprocessed messages back now instead of after ack_wait.
+                await parts.acks.nak(leftover)
+            try:
+                await conn.flush(timeout=2)  # the acks and naks written reached the server
+            except Exception:
+                reachable = False  # it went away unnoticed so far
+        if not reachable:
+            log.warning("%s", parts.acks.unsent.report(len(leftover), parts.bound.ack_wait))
