@@ -19,7 +19,7 @@ TEST_SUBMIT_OPTS := $(strip $(filter-out $(TEST_JVM_OPTS),$(SPARK_SUBMIT_OPTS)) 
 test soak: export SPARK_SUBMIT_OPTS := $(TEST_SUBMIT_OPTS)
 test-%: export SPARK_SUBMIT_OPTS := $(TEST_SUBMIT_OPTS)
 
-.PHONY: venvs setup setup-oldest setup-pysparks test-pysparks setup-client setup-oldest-nats dist test-main test-chaos test-fallback test-nats test-nats-fallback test-client demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture check-java clean
+.PHONY: venvs setup setup-oldest setup-pysparks test-pysparks setup-client setup-oldest-nats dist test-main test-chaos test-fallback test-nats test-nats-fallback test-client demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture pagecache check-java clean
 
 setup: $(STAMP)
 
@@ -183,7 +183,7 @@ test-main: setup
 
 # The chaos tests (kills, freezes, faults; real servers, no Spark session) as a stage of
 # their own: in the second lane, after the other stages, the lanes end about together.
-test-chaos: setup
+test-chaos: setup pagecache
 	$(BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider tests/chaos
 
 test-fallback: setup
@@ -258,14 +258,17 @@ bench-scale: setup check-java bench-ref
 bench-pipeline: setup check-java
 	$(BIN)/python bench/bench_pipeline.py
 
-# LazyFS (github.com/dsrhaslab/lazyfs, pinned commit), built into the git-ignored
-# torture/.lazyfs from its source with Debian's libfuse3, toml11 and spdlog (installed
-# when missing, as root): the campaign's lost-page-cache faults (os-crash, power-loss)
-# mount each node's store on it. Never committed.
-lazyfs: torture/.lazyfs/bin/lazyfs
+# The campaign's lost-page-cache file system (torture/pagecache: our own FUSE loopback in
+# Go, on github.com/hanwen/go-fuse from the Go module proxy): the os-crash and power-loss
+# faults mount each node's store on it. Built into the git-ignored torture/.pagecache,
+# again only when its sources change (go's build cache makes a rebuild quick).
+PAGECACHE_SRC := $(wildcard torture/pagecache/*.go) torture/pagecache/go.mod torture/pagecache/go.sum
+PAGECACHE_BIN := torture/.pagecache/pagecache
+pagecache: $(PAGECACHE_BIN)
 
-torture/.lazyfs/bin/lazyfs: scripts/build-lazyfs
-	scripts/build-lazyfs
+$(PAGECACHE_BIN): $(PAGECACHE_SRC)
+	@command -v go >/dev/null 2>&1 || { echo "error: building torture/pagecache needs Go 1.26 or newer (go.dev/dl), and 'go' is not on PATH" >&2; exit 1; }
+	cd torture/pagecache && go build -trimpath -o $(abspath $(PAGECACHE_BIN)) .
 
 # Randomized fault campaign (issues 11, 20, 52): needs root (network namespaces, tmpfs).
 # Writes torture/results/<timestamp>/ and torture/results/latest.json. Exit 0 only
@@ -286,10 +289,10 @@ FAULTS ?=
 SPARK_EVERY ?= 10
 SABOTAGE ?=
 OPTIONS ?=
-torture: setup setup-oldest lazyfs
+torture: setup setup-oldest pagecache
 	$(BIN)/python -m torture --trials $(TRIALS) --seed $(SEED) --spark-every $(SPARK_EVERY) \
 		$(if $(FAULTS),--fault-kinds $(FAULTS)) $(if $(SABOTAGE),--sabotage $(SABOTAGE)) \
 		$(foreach o,$(OPTIONS),--option $(o))
 
 clean:
-	rm -rf $(VENV) $(foreach v,$(PYSPARK_RELEASES),$(call pyspark_venv,$(v))) $(CLIENT_VENV) $(NATS_VENV) .peers build dist .mypy_cache .pytest_cache .ruff_cache src/*.egg-info
+	rm -rf $(VENV) $(foreach v,$(PYSPARK_RELEASES),$(call pyspark_venv,$(v))) $(CLIENT_VENV) $(NATS_VENV) .peers build dist .mypy_cache .pytest_cache .ruff_cache src/*.egg-info torture/.pagecache

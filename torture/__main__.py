@@ -32,7 +32,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import lazyfs, report
+from . import cachefs, report
 from .checker import check, load_history
 from .nemesis import CONSUMER_RESET, STACK_FAULTS, fault_menu, stack_menu
 from .netns import cleanup_stale
@@ -261,10 +261,10 @@ def main(argv: list[str] | None = None) -> int:
         print("torture needs root (network namespaces, tmpfs mounts)", file=sys.stderr)
         return EXIT_HARNESS
     crashes = [p["index"] for p in plans if {f.kind for f in p["faults"]} & set(CRASH_KINDS)]
-    missing = lazyfs.available() if crashes else None
+    missing = cachefs.unavailable() if crashes else None
     if missing:
         print(f"error: trials {crashes} schedule an OS crash (os-crash, power-loss), which "
-              f"needs LazyFS: {missing}", file=sys.stderr)  # fmt: skip
+              f"needs the page-cache file system: {missing}", file=sys.stderr)  # fmt: skip
         return EXIT_HARNESS
     oldest = [p["index"] for p in plans if p["spark"] and p["options"].pyspark == "oldest"]
     if oldest and oldest_python() is None:

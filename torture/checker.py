@@ -96,7 +96,8 @@ def allowed_loss(state: dict[str, Any]) -> str | None:
     """Why this trial's settings allow acknowledged writes to be lost (None: they do not).
 
     nats-server acknowledges a write before it is fsynced unless ``sync_interval:
-    always``: a machine crash (here: LazyFS dropping what was not synced) may lose it.
+    always``: a machine crash (here: the page-cache file system dropping what was not
+    synced) may lose it.
     """
     if state.get("sync", "always") == "always":
         return None

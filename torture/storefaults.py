@@ -13,9 +13,9 @@ nemeses in jepsen-io/nats ``src/jepsen/nats/nemesis.clj``), where one machine al
   to take its place; landed when the stream's peer set no longer holds it and holds
   a replacement. The victim restarts at the heal with an empty store (a fresh node
   with the old name: the next membership change can place the stream there).
-* ``os-crash``: one node's OS crashes: its server SIGKILLed and its LazyFS mount
-  (:mod:`torture.lazyfs`) drops every write not fsynced; restarted at the heal.
-  Landed when LazyFS confirmed the drop (the unsynced bytes it dropped are recorded).
+* ``os-crash``: one node's OS crashes: its server SIGKILLed and its page-cache mount
+  (:mod:`torture.cachefs`) drops every write not fsynced; restarted at the heal.
+  Landed when the file system confirmed the drop (the unsynced bytes it dropped are recorded).
 * ``power-loss``: the same for every node at once (Jepsen's coordinated power failure).
 
 Clock skew is not a fault kind: nats-server is a static Go binary (``LD_PRELOAD``,
@@ -151,13 +151,15 @@ def noticed(topo: Topology, node: str, since: int) -> list[str]:
 
 def lose_page_cache(topo: Topology, nodes: list[str]) -> Outcome:
     """``os-crash`` / ``power-loss``: SIGKILL every node of ``nodes`` at once, then drop the
-    writes their LazyFS mounts hold unsynced."""
+    writes their page-cache mounts hold unsynced."""
     for node in nodes:
         pid = topo.servers[node].pid
         if pid is None or proc_state(pid) is None:
             return not_yet(f"{node}'s server is not running")
         if node not in topo.lazy:
-            return Outcome(False, why=f"{node}'s store is not on LazyFS", touched=False)
+            return Outcome(
+                False, why=f"{node}'s store is not on the page-cache file system", touched=False
+            )
     pids = {n: topo.servers[n].pid for n in nodes}
     for pid in pids.values():  # every node at once, then reap
         assert pid is not None
@@ -168,10 +170,10 @@ def lose_page_cache(topo: Topology, nodes: list[str]) -> Outcome:
     dropped: dict[str, int] = {}
     for node in nodes:
         mount = topo.lazy[node]
-        dropped[node] = mount.unsynced_bytes()
-        mount.clear_cache()
-    how = f"SIGKILL {', '.join(f'{n} pid {p}' for n, p in pids.items())}; LazyFS dropped " + (
-        ", ".join(f"{n} {b} unsynced bytes" for n, b in dropped.items())
+        dropped[node] = mount.drop()
+    how = (
+        f"SIGKILL {', '.join(f'{n} pid {p}' for n, p in pids.items())}; the page cache dropped "
+        + (", ".join(f"{n} {b} unsynced bytes" for n, b in dropped.items()))
     )
     return Outcome(True, how)
 

@@ -28,7 +28,7 @@ from oncestream.server import (
 )
 from oncestream.streams import StreamSource, StreamSpec, ensure_stream
 
-from .lazyfs import LazyMount
+from .cachefs import CacheMount
 from .netns import Net
 
 #: ``cluster`` runs the server's default sync; ``cluster-sync`` adds ``sync_interval: always``.
@@ -53,8 +53,8 @@ class Topology:
         self.servers: dict[str, NatsServer] = {}
         self.addr: dict[str, str] = {}
         self.store_mount: Path | None = None
-        #: ``lazy``: each node's store on its own LazyFS mount (the lost-page-cache faults).
-        self.lazy: dict[str, LazyMount] = {}
+        #: ``lazy``: each node's store on its own page-cache mount (the lost-page-cache faults).
+        self.lazy: dict[str, CacheMount] = {}
         self._want_lazy = lazy
         self.clustered = kind.startswith("cluster")
         nodes = (
@@ -75,14 +75,14 @@ class Topology:
             self._add(node)
 
     def store(self, node: str) -> Path:
-        """``node``'s JetStream store folder (a LazyFS mount in ``lazy`` trials)."""
+        """``node``'s JetStream store folder (a page-cache mount in ``lazy`` trials)."""
         return self.work / node / "jetstream"
 
     def _add(self, node: str) -> None:
         store = self.store(node)
         store.mkdir(parents=True, exist_ok=True)
         if self._want_lazy:
-            self.lazy[node] = LazyMount(store, self.work / node)
+            self.lazy[node] = CacheMount(store, self.work / node)
         blocks: tuple[Any, ...] = ()
         domain = sync = None
         if self.kind == "single":
@@ -115,8 +115,8 @@ class Topology:
                 store_dir=store,
                 domain=domain,
                 sync_interval=sync,
-                # LazyFS reports no free space (its statfs is FUSE's zeros), from which
-                # nats-server would size the store at 0 B: give the limit.
+                # nats-server sizes a store from its disk's free space: on the page-cache
+                # mounts (which hold writes in memory) give it a fixed limit instead.
                 max_file_store=TMPFS_BYTES * 4
                 if self.kind == "single"
                 else (LAZY_STORE_BYTES if self._want_lazy else None),

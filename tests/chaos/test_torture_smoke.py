@@ -55,23 +55,12 @@ def _spark_available() -> bool:
     return java_available()
 
 
-def _lazyfs_missing() -> str | None:
-    from torture.lazyfs import available
-
-    return available()
-
-
 def test_three_trial_smoke_is_exactly_once_and_cleans_up(tmp_path: Path) -> None:
-    missing = _lazyfs_missing()  # the cluster trial's power loss needs it (make lazyfs)
-    if missing is not None:
-        if os.environ.get("CI", "").lower() in {"1", "true"} or os.environ.get("ONCESTREAM_CI"):
-            pytest.fail(f"CI must run the smoke: {missing}")
-        pytest.skip(missing)
-    # One stack fault per trial (PostgreSQL, the ledger's disk, the servers' storage and
-    # membership); the cluster trial also gets its power loss (every other default-sync
-    # cluster trial does: a measured limit, not a violation).
+    # The stack faults and the power loss have their own cheap controls (sabotage,
+    # durability): the smoke runs the classic kinds, on the workers' defaults. A cluster
+    # trial may still crash an OS: __main__ builds the page-cache file system then.
     argv = [sys.executable, "-m", "torture", "--trials", "3", "--seed", "7", "--duration",
-            "8", "--faults", "3", "--stack-faults", "1", "--rate", "40",
+            "8", "--faults", "3", "--stack-faults", "0", "--rate", "40",
             "--out", str(tmp_path)]  # fmt: skip
     if not _postgres_available():
         argv.append("--no-postgres")
