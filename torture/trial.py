@@ -92,6 +92,8 @@ LOST_PAGE_CACHE = storefaults.CRASH_KINDS
 #: Seconds of "stream not found" after such a crash before the drain takes the stream
 #: for gone (Jepsen's power loss took whole streams with the default sync; so here).
 GONE_AFTER = 15.0
+#: Seconds of "not found" that confirm, at the final read, a stream the drain took for gone.
+GONE_CONFIRM = 1.0
 
 
 def leader_count(info: dict[str, Any]) -> int:
@@ -1027,9 +1029,12 @@ class Trial:
             SYNC[self.kind] != "always"
             and any(f["kind"] in LOST_PAGE_CACHE for f in self.fault_log if not f.get("skipped"))
         )
+        # Taken for gone by the drain already: one more second of "not found" confirms it
+        # (waiting GONE_AFTER again per stream cost the trial 30 s and told nothing new).
+        gone_after = GONE_CONFIRM if self.stream_gone(stream) else GONE_AFTER if crashed else None
         try:
             raw = await read_raw(target["servers"], stream, domain=target.get("domain"),
-                                 gone_after=GONE_AFTER if crashed else None)  # fmt: skip
+                                 gone_after=gone_after)  # fmt: skip
         except Unreadable as exc:
             return {"unreadable": await self._unreadable(target, stream, exc)}
         if raw.gone:

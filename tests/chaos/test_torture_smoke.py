@@ -75,8 +75,8 @@ def test_three_trial_smoke_is_exactly_once_and_cleans_up(tmp_path: Path) -> None
     assert summary["records"] == 3 * 2 * 40 * 8 and summary["acked"] > 0
     from torture.report import KEYS
 
-    for key in KEYS:
-        assert summary[key] == 0, (key, summary)
+    for key in KEYS:  # counts, and harness_failures a list
+        assert not summary[key], (key, summary[key])
     if _spark_available():
         assert summary["spark_trials"] == 1, summary
         spark_faults = {k: v for k, v in summary["faults"].items() if k.startswith(("spark", "py"))}
