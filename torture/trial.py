@@ -69,6 +69,8 @@ TICK = 0.1
 RESET_MIN_FLOOR, RESET_BACK = 20, 300
 #: The drain gives up (and the checker counts what is missing) after this long.
 DRAIN_TIMEOUT = 120.0
+#: The drain bound of a trial whose ``truncate-all`` sabotage landed (see _drain_timeout).
+BROKEN_DRAIN = 15.0
 #: Negative-control modes (``--sabotage``): each breaks the system's effect once, in a
 #: way only the checker's real checks can notice.
 SABOTAGE = (
@@ -644,6 +646,15 @@ class Trial:
         if self._sabotage_task is None or self._sabotage_task.done():
             self._sabotage_task = asyncio.create_task(self._drop_acked())
 
+    def _drain_timeout(self) -> float:
+        """:data:`DRAIN_TIMEOUT`, but :data:`BROKEN_DRAIN` once ``truncate-all`` cut every
+        copy of the stream: what it took never comes back, so the drain cannot end on its
+        own, and waiting longer shows the checker nothing more."""
+        broken = self.sabotage == "truncate-all" and any(
+            f["kind"] == "truncate-all" and not f.get("skipped") for f in self.fault_log
+        )
+        return BROKEN_DRAIN if broken else DRAIN_TIMEOUT
+
     def _sabotage_due(self) -> bool:
         """``drop-acked`` has not landed yet: the drain waits for it (up to its timeout);
         a negative control that ends before its sabotage lands proves nothing."""
@@ -756,7 +767,7 @@ class Trial:
                         next_check = time.monotonic() + 0.5
                         quiet = not pending and not active
                         check = asyncio.create_task(self._drained(now))
-                    if now > self.duration + DRAIN_TIMEOUT:
+                    if now > self.duration + self._drain_timeout():
                         self._note("trial", self.kind, "drain-timeout")
                         break
                 await asyncio.sleep(TICK)
