@@ -462,22 +462,26 @@ class SparkPart:
             except ProcessLookupError:
                 pass  # the worker ended meanwhile (e.g. its task was cancelled)
 
-    async def drain(self, trial: TrialView, processed: set[str], timeout: float = 120.0) -> None:
-        """Until the output stream and the table hold every key of ``processed`` (what the
-        job can read; the checker compares its outputs with the input); then SIGTERM,
-        which the driver answers by stopping its queries (exit 0)."""
+    async def drain(self, trial: TrialView, processed: list[str], timeout: float = 120.0) -> None:
+        """Until the output stream and the table hold every record of ``processed`` (what
+        the job can read, a replayed dead letter's copy as a record of its own beside its
+        key's first: the checker counts the copies); then SIGTERM, which the driver
+        answers by stopping its queries (exit 0)."""
         assert self.worker is not None
         start = time.monotonic()
         assert trial.topo is not None
         target = trial.topo.processor_target()
+        keys = set(processed)
         while time.monotonic() - start < timeout:
             self.worker.supervise(in_fault=False)
-            db = set(self.db_keys())
+            db = self.db_keys()
             # STREAM.INFO's count first (cheap), the keys themselves once it is reached
-            counted = processed <= db and await trial.message_count(target, OUT_STREAM) >= len(
-                processed
+            counted = (
+                len(db) >= len(processed)
+                and keys <= set(db)
+                and await trial.message_count(target, OUT_STREAM) >= len(processed)
             )
-            if counted and processed <= set(await trial.stream_keys(target, OUT_STREAM)):
+            if counted and keys <= set(await trial.stream_keys(target, OUT_STREAM)):
                 self.drained_after = round(time.monotonic() - start, 3)
                 break
             await asyncio.sleep(0.5)

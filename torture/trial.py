@@ -785,7 +785,7 @@ class Trial:
                 self.workers[name].stop()
         if self.spark is not None:  # tspark: until it wrote what it can read
             target = self.topo.processor_target()
-            await self.spark.drain(self, set(await self.stream_keys(target, target["stream"])))
+            await self.spark.drain(self, await self.stream_keys(target, target["stream"]))
             self._note("trial", self.kind, "spark-drained")
             if self.sabotage == "drop-row":
                 key = self.spark.drop_row()
