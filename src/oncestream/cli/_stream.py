@@ -536,8 +536,9 @@ def get_command(
     *,
     options: ConnectOptions,
 ) -> None:
-    """One stored message of stream NAME, by SEQ or --last-for SUBJECT: its subject,
-    sequence, time, headers and data.
+    """One stored message of stream NAME (by SEQ or --last-for SUBJECT), with its metadata.
+
+    Prints its subject, sequence, time, headers and data.
 
     --json prints ``data`` when the payload is UTF-8 text, else ``data_base64``.
     Exits 1 when there is no such message.
