@@ -61,7 +61,7 @@ def group_priority(
 
 
 def group_options(
-    member: str | None, static_member: str | None, member_ttl: str, after: str | None
+    member: str | None, static_member: str | None, member_ttl: str | None, after: str | None
 ) -> GroupOptions:
     """GroupOptions from the flags (validated).
 
@@ -77,6 +77,8 @@ def group_options(
             raise ConfigError(f"--static-member must be I/N like 0/4, got {static_member!r}")
         static = (int(index), int(count))
         member = f"static-{index}-of-{count}"
+    if member_ttl is None:
+        return GroupOptions(member=member, static=static, after=after)
     ttl = parse_duration("--member-ttl", member_ttl)
     return GroupOptions(member=member, static=static, member_ttl=ttl, after=after)
 

@@ -23,7 +23,7 @@ from ..streams import (
     stream_info,
     update_stream,
 )
-from ..streams._internal import check_partitioning_change, server_version
+from ..streams._internal import MAX_PARTITIONS, check_partitioning_change, server_version
 from ._app import WaitTimeout, app, cli_errors, console, poll_until, run_async
 from ._connect_flags import with_connect_options
 from ._help import new_typer
@@ -314,6 +314,12 @@ def add_command(
         raise ConfigError(f"stream add {name}: give the subjects it captures with --subjects")
     if partition_key is not None and partitions is None:
         raise ConfigError("--partition-key applies only with --partitions; add --partitions N")
+    if partitions == 0:
+        # StreamSpec's 0 means "not partitioned": the flag would be dropped silently.
+        raise ConfigError(
+            f"--partitions must be a whole number from 1 to {MAX_PARTITIONS}, got 0; "
+            "leave --partitions out for a stream without partitions"
+        )
     spec = StreamSpec(
         name=name,
         subjects=subject_list,
