@@ -102,7 +102,8 @@ Partitions = Annotated[
         "--partitions",
         help="Spread the messages over N partitions by key: the server stores each under "
         "<partition>.<subject> (a subject transform) for a group of `oncestream process "
-        "--member` instances. The stream captures one subject pattern.",
+        "--member` instances. The stream captures one subject pattern. stream edit "
+        "--partitions 0 removes the partitioning of a stream that holds no messages.",
     ),
 ]
 PartitionKey = Annotated[
