@@ -231,12 +231,14 @@ def test_every_partitions_sqlite_ledger_is_checked_before_any_starts(nats_server
     url = nats_server.url
     added = cli(url, "stream", "add", "JOBS", "--subjects", "jobs.*", "--partitions", "4")
     assert added.exit_code == 0, added.output
-    (tmp_path / "led-2.db").write_text("not a database\n")
-    result = _lone_member(url, f"sqlite:///{tmp_path}/led-{{partition}}.db")
+    folder = tmp_path / "ledgers"  # tmp_path holds the server's store too
+    folder.mkdir()
+    (folder / "led-2.db").write_text("not a database\n")
+    result = _lone_member(url, f"sqlite:///{folder}/led-{{partition}}.db")
     assert result.returncode == 2, result.stderr
-    assert f"{tmp_path}/led-2.db is not an SQLite database" in " ".join(result.stderr.split())
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["led-2.db"]  # none made
-    assert (tmp_path / "led-2.db").read_text() == "not a database\n"  # untouched
+    assert f"{folder}/led-2.db is not an SQLite database" in " ".join(result.stderr.split())
+    assert sorted(p.name for p in folder.iterdir()) == ["led-2.db"]  # none made
+    assert (folder / "led-2.db").read_text() == "not a database\n"  # untouched
     assert cli_json(url, "consumer", "ls", "JOBS") == []
 
 
