@@ -71,3 +71,18 @@ def test_groups_are_found_by_name_and_filter() -> None:
     ]
     groups = find_groups(layout, consumers)
     assert {g: sorted(p) for g, p in groups.items()} == {"billing": [0, 1]}
+
+
+def test_a_group_name_too_long_for_its_partition_consumers_says_so() -> None:
+    """The message named '<group>-p1023' as the bad consumer name, not the group's limit."""
+    from oncestream import ConnectOptions, GroupMember
+
+    with pytest.raises(ConfigError, match=r"group: 'x{250}' is too long.*at most 249 bytes"):
+        GroupMember(
+            ConnectOptions(servers=("nats://127.0.0.1:1",)), "S", "x" * 250,
+            lambda msg, tx: None, ledger="sqlite:///a.db",
+        )  # fmt: skip
+    GroupMember(
+        ConnectOptions(servers=("nats://127.0.0.1:1",)), "S", "x" * 249,
+        lambda msg, tx: None, ledger="sqlite:///a.db",
+    )  # fmt: skip
