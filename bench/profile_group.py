@@ -8,7 +8,7 @@ profiles), and /proc gives both processes' CPU seconds. Printed: CPU us/msg of e
 the member's Processors' batches (messages per transaction), the server's top
 functions (flat and cumulative) and the member's top Python functions (inclusive).
 
-Env: as bench/group_scale.py (GROUP_SCALE_N, GROUP_SCALE_BATCH), and
+Env: as bench/group_scale.py (GROUP_SCALE_N, GROUP_SCALE_UNCAPPED_BATCH), and
 GROUP_MEMBER_OPTIONS (JSON, see bench/_group_member.py) for the member's options.
 Run: ``flock /tmp/oncestream-heavy.lock .venv/bin/python bench/profile_group.py``.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._cpu import cpu_seconds
-from bench.group_scale import BATCH, HERE, ROOT, STREAM, N, _fill, _left
+from bench.group_scale import HERE, ROOT, STREAM, UNCAPPED_BATCH, N, _fill, _left
 from bench.peers.kafka import free_port
 from bench.profile_peers import GoProfile, PySpy
 
@@ -90,7 +90,7 @@ async def main() -> None:
 
 def _start_member(url: str, work: Path, group: str, env: dict[str, str]) -> subprocess.Popen[str]:
     command = [sys.executable, str(HERE / "_group_member.py"), url, str(work), "m0", STREAM,
-               group, "batch", BATCH]  # fmt: skip
+               group, "batch", UNCAPPED_BATCH]  # fmt: skip
     return subprocess.Popen(command, env=env, text=True)
 
 
