@@ -14,11 +14,13 @@ pending + awaiting ack) are sampled every 0.2 s, and the rate is taken between
 - **uncapped**: members with a batch handler (one ``executemany`` per transaction),
   1, 2 and 4; the best is compared with nats.go's jetstream ``Consume`` + ack
   (bench/peers/natsgo, explicit acks, one consumer, no ledger) on the same stream in
-  the same run, the bar 1.0.
+  the same run, the bar 1.0; and nats.go with one filtered consumer per partition
+  (what the layout costs nats-server, whoever consumes it).
 
-Every member's consumers use explicit acks (a partition's consumer is pinned; ack
-policy ``all`` is for one Processor per consumer). Needs root (the caps) and Go
-(the nats.go reference is built by bench/peers/run.py's steps when missing).
+The members' consumers use explicit acks, the Processor's default;
+``GROUP_MEMBER_OPTIONS='{"ack_policy": "all"}'`` runs them with one ack per batch
+(the best configuration, docs/production.md). Needs root (the caps) and Go (the
+nats.go reference is built by bench/peers/run.py's steps when missing).
 
 Env: GROUP_SCALE_N (400000), GROUP_SCALE_SHARE (0.2; 0 leaves the capped cases out),
 GROUP_SCALE_MEMBERS (1,2,4), GROUP_SCALE_BATCH (the capped cases', 1000),
