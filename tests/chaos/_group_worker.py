@@ -12,9 +12,10 @@ Environment: ``BATCH``; ``HEARTBEAT`` and ``MEMBER_TTL`` (seconds); ``HANDLER_SL
 seconds per message; ``BUSY_TIMEOUT`` (the SQLite ledgers' busy timeout);
 ``FREEZE_AFTER=N``: inside the transaction of the batch that applies this member's
 N-th message, print ``FROZEN`` and SIGSTOP itself (the ledger's locks held);
+``ACK_POLICY`` (``explicit``, the default, or ``all``: one ack per batch);
 ``SABOTAGE`` (the negative controls, test code only): ``no-fence`` (a takeover writes
-no owner and batches check none) or ``no-reset`` (a takeover does not reset the
-consumer to its ack floor).
+no owner and batches check none) or ``no-reset`` (no reset of the consumer to its ack
+floor: neither a takeover's nor, with ack policy ``all``, one after a gap).
 
 Prints ``READY`` once joined, the group's and Processors' log lines (``LOG ...``),
 ``STATS {json}`` on a SIGTERM exit.
@@ -61,9 +62,9 @@ def _sabotage(mode: str) -> None:
     """Switch the fence or the reset off where a pinned consumer's takeover runs them
     (process/_pinning: PinnedGroup calls its module's take_over, reset_to_ack_floor and
     OwnerCheck)."""
-    from oncestream.process import _pinning
+    from oncestream.process import _ackall, _pinning
 
-    modules = [_pinning]
+    modules = [_pinning, _ackall]
     if mode == "no-fence":
 
         def no_take_over(*_args: Any, **_kwargs: Any) -> None:
@@ -130,6 +131,7 @@ async def main(url: str, ledger: str, name: str, stream: str, group: str, ttl: s
             ack_wait=30.0,  # longer than a move: only the reset brings held messages back
             prune_interval=0,
             pinned_ttl=float(ttl),
+            ack_policy=os.environ.get("ACK_POLICY", "explicit"),
         ),
     )
     loop = asyncio.get_running_loop()

@@ -268,6 +268,8 @@ class Scenario:
     total: int
     seconds: float
     rounds: int
+    #: The members' ack policy: ``explicit`` (an ack per message) or ``all`` (one a batch).
+    ack_policy: str = "explicit"
 
 
 async def _run(
@@ -283,7 +285,7 @@ async def _run(
     by_name: dict[str, Member] = {}
 
     def start(name: str, **env: str) -> Member:
-        member = Member(url, ledgers.url, name, **env)
+        member = Member(url, ledgers.url, name, ACK_POLICY=scenario.ack_policy, **env)
         members.append(member)
         by_name[name] = member
         return member
@@ -337,6 +339,9 @@ async def _run(
         await asyncio.to_thread(member.stop)
     check_owners(rows, takeovers(members))
     assert any(r[2] == "m4" for r in rows), "the fifth member applied nothing"
+    for partition in range(PARTITIONS):  # the members ran with the policy asked
+        info = await conn.consumer_info(STREAM, f"{GROUP}-p{partition}")
+        assert info["config"]["ack_policy"] == scenario.ack_policy, info["config"]
     for name, at in kills:
         took = rebalance_time(rows, name, at)
         print(f"rebalance after SIGKILL of {name}: {took if took is None else round(took, 2)}s")
@@ -346,6 +351,14 @@ async def test_group_of_members_killed_frozen_restarted_applies_each_message_onc
     nats_server: NatsServer, conn: Connection, make_stream, ledgers: Ledgers, members
 ) -> None:  # type: ignore[no-untyped-def]
     await _run(nats_server, conn, make_stream, ledgers, members, Scenario(6000, 24.0, 1))
+
+
+@pytest.mark.parametrize("ledgers", ["sqlite"], indirect=True)
+async def test_group_acking_each_batch_once_survives_the_same_faults(
+    nats_server: NatsServer, conn: Connection, make_stream, ledgers: Ledgers, members
+) -> None:  # type: ignore[no-untyped-def]
+    """Ack policy ``all``: one ack per batch covers every message of the partition below it."""
+    await _run(nats_server, conn, make_stream, ledgers, members, Scenario(6000, 24.0, 1, "all"))
 
 
 @pytest.mark.soak

@@ -184,6 +184,27 @@ async def test_partitioning_a_stream_in_place_keeps_what_it_holds(  # type: igno
     assert sorted(_applied(tmp_path)) == list(range(50, 100))
 
 
+async def test_cli_member_acks_each_batch_once(nats_server, conn, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`process --member ... --ack-policy all`: the partitions' consumers ack once a batch."""
+    url = nats_server.url
+    await asyncio.to_thread(
+        cli_json, url, "stream", "add", "JOBS", "--subjects", "jobs.*", "--partitions", "2",
+        "--partition-key", "1",
+    )  # fmt: skip
+    member = await _member(url, tmp_path, "a", "--ack-policy", "all")
+    try:
+        for i in range(60):
+            await publish_n(conn, f"jobs.k{i % 6}", 1, start=i)
+        await _until(lambda: len(_applied(tmp_path)) >= 60, 60)
+    finally:
+        assert await _stop(member) == 0
+    assert sorted(_applied(tmp_path)) == list(range(60)), "every message applied exactly once"
+    for partition in range(2):
+        info = await conn.consumer_info("JOBS", f"svc-p{partition}")
+        assert info["config"]["ack_policy"] == "all"
+        assert info["num_ack_pending"] == 0 and info["num_pending"] == 0, info
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -48,12 +48,15 @@ def test_defaults_and_names() -> None:
         ProcessorOptions(filter_subject="a.b"),
         ProcessorOptions(priority_group="g"),
         ProcessorOptions(bind=True),
-        ProcessorOptions(ack_policy="all"),
     ],
 )
 def test_a_member_sets_the_partition_options_itself(options: ProcessorOptions) -> None:
     with pytest.raises(ConfigError, match="must leave"):
         check_partition_options(options)
+
+
+def test_a_member_may_ack_each_batch_once() -> None:
+    check_partition_options(ProcessorOptions(ack_policy="all"))  # one pinned member a partition
 
 
 def test_groups_are_found_by_name_and_filter() -> None:

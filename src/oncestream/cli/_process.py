@@ -242,7 +242,6 @@ def process_command(
             priority_group,
             bind,
             filter_subject,
-            ack_policy,
         )
         if grouped
         else _priority_options(standby, takeover_after, overflow_min_pending, priority_group)

@@ -30,7 +30,6 @@ def group_priority(
     priority_group: str | None,
     bind: bool,
     filter_subject: str | None,
-    ack_policy: str,
 ) -> dict[str, Any]:
     """The ProcessorOptions fields a member sets: ``pinned_ttl`` from --takeover-after.
 
@@ -47,7 +46,6 @@ def group_priority(
         "--priority-group": priority_group is not None,
         "--bind": bind,
         "--filter-subject": filter_subject is not None,
-        "--ack-policy all": ack_policy == "all",
     }
     given = [flag for flag, set_ in clash.items() if set_]
     if given:

@@ -53,6 +53,7 @@ from ..ledger import Ledger, LedgerTx, PostgresLedger, SQLiteLedger
 from ..read import MessageStream
 from ..streams import require_server
 from ..streams._internal import RESET_SINCE
+from ._ackfrontier import AckFrontier
 from ._bound import BoundConsumer
 from ._ledgercalls import RETRY_DELAY, WAIT_NOTICE, LedgerCalls, is_lock_wait
 from ._options import ProcessorStats
@@ -221,6 +222,8 @@ class PinnedGroup:
         stats: counters (``takeovers``, ``demotions``, ``takeover_lock_waits``).
         stopping: whether a stop was requested (a takeover's wait ends).
         progress: called when this instance's role changed.
+        frontier: ack policy ``all``: what one ack may cover, counted from this
+            instance's last takeover (its reset numbers deliveries from 1 again).
 
     Example::
 
@@ -239,8 +242,10 @@ class PinnedGroup:
         *,
         stopping: Callable[[], bool],
         progress: Callable[[], None],
+        frontier: AckFrontier | None = None,
     ) -> None:
         assert bound.options.priority_group is not None
+        self.frontier = frontier
         self.bound = bound
         self.stream, self.consumer = bound.stream, bound.consumer
         self.options = bound.options
@@ -357,6 +362,8 @@ class PinnedGroup:
             if keeper is not None:
                 await self._drop_keeper(keeper)
         self._check = check
+        if self.frontier is not None:  # deliveries count from 1 after the reset
+            self.frontier.restart()
         await self.pulls.renew(pin)
         self.active_pin = pin
         self.took_over_at = time.time()
@@ -413,4 +420,6 @@ class PinnedGroup:
             )
         self.active_pin = None
         self._check = OwnerCheck(self.calls.ledger, self.name, None)
+        if self.frontier is not None:  # what it held is the new active instance's now
+            self.frontier.restart()
         self.progress()
