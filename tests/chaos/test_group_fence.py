@@ -20,7 +20,8 @@ member applies nothing). With ``ONCESTREAM_GROUP_SABOTAGE=no-fence`` the last ch
 (a applies its stale batch after b took over; the ledger's per-sequence claims still keep
 each sequence once and the key order: b's batches claim every sequence from the ack
 floor in order, so they wait for or find what a applied); with ``no-reset`` the test fails
-too (b gets the nudge only, a's unacknowledged messages come back after ``ack_wait``).
+too, earlier: the message a takeover drops before its reset comes back only after
+``ack_wait`` (30 s), so a never reports its tenth (``ARMED``).
 """
 
 from __future__ import annotations

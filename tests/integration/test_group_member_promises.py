@@ -136,7 +136,8 @@ def _pg(url: str, sql: str) -> list[tuple[Any, ...]]:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as con:
-        return list(con.execute(sql))
+        cursor = con.execute(sql)
+        return list(cursor) if cursor.description else []
 
 
 @pytest.mark.postgres
