@@ -16,7 +16,9 @@ The negative controls: with ``ONCESTREAM_GROUP_SABOTAGE=no-reset`` (a takeover d
 not reset the partition's consumer) the same test fails on key order;
 ``no-fence`` (no owner in the ledger) does not make it fail: the per-sequence
 ledger and the reset keep every sequence once and in key order without it
-(docs/production.md, "Scaling out", quotes the runs and says why).
+(docs/production.md, "Scaling out", quotes the runs and says why), and no fault
+of this schedule wakes a member with a batch nobody has applied yet;
+tests/chaos/test_group_fence.py lands that one with gates and fails without the fence.
 The rebalance time after each SIGKILL is printed (bench/bench_rebalance.py
 measures it over 20 kills).
 """
