@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -192,6 +194,20 @@ async def test_static_members_take_fixed_partitions(
     rows = await _wait_applied(tmp_path, 300, 30)
     _check(rows, 300)
     assert first.partitions == [0, 2, 4, 6] and second.partitions == [1, 3, 5, 7]
+
+
+async def test_a_static_member_without_a_partition_says_so(
+    conn: Connection, make_stream, group: Group, caplog: pytest.LogCaptureFixture
+) -> None:  # type: ignore[no-untyped-def]
+    """Member 9 of 10 over 8 partitions gets none: it runs, applies nothing, and warns once."""
+    await make_stream(STREAM, ("grp.*",), partitions=PARTITIONS, partition_key=(1,))
+    caplog.set_level(logging.WARNING, logger="oncestream.process")
+    idle = await group.add("s9", static=(9, 10))
+    deadline = time.monotonic() + 10
+    while "gets none of the stream's 8 partitions" not in caplog.text:
+        assert time.monotonic() < deadline, caplog.text
+        await asyncio.sleep(0.05)  # the member's first round logs it
+    assert idle.partitions == []
 
 
 async def test_a_member_of_an_unpartitioned_stream_is_refused(

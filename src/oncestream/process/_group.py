@@ -319,6 +319,15 @@ class GroupMember:
             if membership is None:
                 assert self.options.static is not None
                 wanted = static_partitions(count, *self.options.static)
+                if not wanted and rounds == 1:
+                    # Not an error (a deployment may run more static members than the
+                    # stream has partitions for now), but it must not look like work.
+                    index, of = self.options.static
+                    log.warning(
+                        "%s: static member %d/%d gets none of the stream's %d partitions: "
+                        "it applies nothing",
+                        self, index, of, count,
+                    )  # fmt: skip
             else:
                 try:
                     self._publish_status()

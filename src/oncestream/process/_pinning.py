@@ -158,12 +158,20 @@ class OwnerCheck:
     def __init__(self, ledger: Ledger, name: str, pin: str | None) -> None:
         self.pin = pin
         self.name = name
+        self._ledger = ledger
         self._sql = f"SELECT owner FROM {_TABLE} WHERE name = {ledger.placeholder}{ledger.row_lock}"
 
     def __call__(self, tx: LedgerTx) -> None:
         if self.pin is None:
             raise Superseded(f"{self.name}: this instance is a standby")
-        row = tx.execute(self._sql, (self.name,)).fetchone()
+        try:
+            row = tx.execute(self._sql, (self.name,)).fetchone()
+        except Exception as exc:
+            # The batch's first statement: where a restarted database shows first. As a
+            # LedgerError it is retried on a new connection like any claim's failure.
+            if self._ledger.is_transient(exc) or self._ledger.is_unusable(exc):
+                raise self._ledger.failure(f"{self.name}: check the owner", exc) from exc
+            raise
         if row is None or row[0] != self.pin:
             raise Superseded(
                 f"{self.name}: another instance took over (owner {row[0] if row else None!r})"
