@@ -14,12 +14,17 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 # (a local driver's start and two small queries took 18 CPU s against 28-32 with the
 # defaults, on this 2-core machine kind). Spark reads SPARK_SUBMIT_OPTS when it starts a
 # driver or a Connect server; what the tests check does not depend on the JIT.
+# They also map Spark's classes from a class-data-sharing archive of the venv whose Spark
+# they run (scripts/spark_cds.py builds VENV/spark-cds.jsa: a driver's start costs about a
+# third less CPU). An archive that does not fit the JVM is ignored in silence (speed only).
 TEST_JVM_OPTS ?= -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
-TEST_SUBMIT_OPTS := $(strip $(filter-out $(TEST_JVM_OPTS),$(SPARK_SUBMIT_OPTS)) $(TEST_JVM_OPTS))
-test soak: export SPARK_SUBMIT_OPTS := $(TEST_SUBMIT_OPTS)
-test-%: export SPARK_SUBMIT_OPTS := $(TEST_SUBMIT_OPTS)
+cds_opts = -XX:SharedArchiveFile=$(abspath $(1)/spark-cds.jsa) -Xlog:cds=off,cds+dynamic=off
+test_submit_opts = $(strip $(filter-out $(TEST_JVM_OPTS) -XX:SharedArchiveFile=% -Xlog:cds%,\
+	$(SPARK_SUBMIT_OPTS)) $(TEST_JVM_OPTS) $(call cds_opts,$(1)))
+test soak: export SPARK_SUBMIT_OPTS := $(call test_submit_opts,$(VENV))
+test-%: export SPARK_SUBMIT_OPTS := $(call test_submit_opts,$(VENV))
 
-.PHONY: venvs setup setup-oldest setup-pysparks test-pysparks setup-client setup-oldest-nats dist test-main test-chaos test-fallback test-nats test-nats-fallback test-client demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture pagecache check-java clean
+.PHONY: venvs cds setup setup-oldest setup-pysparks test-pysparks setup-client setup-oldest-nats dist test-main test-chaos test-fallback test-nats test-nats-fallback test-client demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture pagecache check-java clean
 
 setup: $(STAMP)
 
@@ -154,6 +159,15 @@ VENV_STAMPS := $(STAMP) $(PYSPARK_STAMPS) $(CLIENT_STAMP) $(NATS_STAMP)
 venvs:
 	@$(MAKE) --no-print-directory -j 3 --output-sync=target $(VENV_STAMPS)
 
+# The test JVMs' class-data-sharing archives (TEST_JVM_OPTS above), one per venv with a
+# Spark, rebuilt with its venv; they need Java (test-services installs it).
+CDS_ARCHIVES := $(VENV)/spark-cds.jsa $(foreach v,$(PYSPARK_RELEASES),$(call pyspark_venv,$(v))/spark-cds.jsa)
+.PRECIOUS: %/spark-cds.jsa
+%/spark-cds.jsa: %/.installed-stamp
+	$(PYTHON) scripts/spark_cds.py $*
+cds: venvs
+	@$(MAKE) --no-print-directory -j 2 --output-sync=target $(CDS_ARCHIVES)
+
 # The stages of make test. The main suite runs on two workers, one test file each at a
 # time (module fixtures stay whole; each worker has its own SparkSession). The other
 # stages (the adapter's fallback, the oldest nats-py, the oldest PySpark, the thin Connect
@@ -167,7 +181,7 @@ MIDDLE_RELEASES := $(filter-out $(OLDEST_PYSPARK),$(PYSPARK_RELEASES))
 OTHER_STAGES := test-fallback test-nats test-nats-fallback test-pyspark$(OLDEST_PYSPARK) test-client \
 	$(MIDDLE_RELEASES:%=test-middle%) test-chaos
 MIDDLE_STAGES := $(MIDDLE_RELEASES:%=test-pyspark%)
-test: test-services venvs lint
+test: test-services venvs cds lint
 ifeq ($(TEST_LANES),1)
 	$(PYTHON) scripts/stages.py --timeout $(STAGE_TIMEOUT) --lane "test-main $(OTHER_STAGES)"
 else
@@ -198,7 +212,8 @@ test-nats-fallback: $(NATS_STAMP)
 # The part of them make test runs on a release between the oldest and the newest.
 # pyspark_pytest(version, -k selection, tests): pytest in that release's venv, its python
 # the workers' too.
-pyspark_pytest = PYSPARK_PYTHON=$(abspath .venv-pyspark$(1)/bin/python) \
+pyspark_pytest = SPARK_SUBMIT_OPTS="$(call test_submit_opts,.venv-pyspark$(1))" \
+	PYSPARK_PYTHON=$(abspath .venv-pyspark$(1)/bin/python) \
 	PYSPARK_DRIVER_PYTHON=$(abspath .venv-pyspark$(1)/bin/python) \
 	.venv-pyspark$(1)/bin/pytest -n 2 --dist loadfile -q -p no:cacheprovider -k "$(2)" $(3)
 
@@ -210,6 +225,7 @@ test-pyspark%: .venv-pyspark%/.installed-stamp
 	$(call pyspark_pytest,$*,$(SPARK_RELEASE_SKIP) $(if $(filter $*,$(OLDEST_PYSPARK)),$(OLDEST_SKIP),$(MIDDLE_SKIP)),$(SPARK_RELEASE_TESTS))
 
 test-client: $(CLIENT_STAMP) $(call pyspark_venv,$(CLIENT_PYSPARK))/.installed-stamp
+	SPARK_SUBMIT_OPTS="$(call test_submit_opts,$(call pyspark_venv,$(CLIENT_PYSPARK)))" \
 	ONCESTREAM_CONNECT_SERVER_PYTHON=$(abspath $(call pyspark_venv,$(CLIENT_PYSPARK))/bin/python) \
 		$(CLIENT_VENV)/bin/pytest -n 2 --dist loadfile -q -p no:cacheprovider -k "$(CLIENT_SELECT)" $(CLIENT_TESTS)
 

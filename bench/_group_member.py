@@ -4,13 +4,16 @@ Usage: python bench/_group_member.py URL FOLDER NAME STREAM GROUP HANDLER BATCH
 HANDLER is ``message`` (``INSERT`` per message, bench_process.insert_row) or
 ``batch`` (one ``executemany`` per transaction, bench_process.insert_rows). Prints
 ``READY`` once joined; stops on SIGTERM. With GROUP_MEMBER_PROFILE=PREFIX the member
-runs under cProfile and writes PREFIX-NAME-HANDLER.prof when it stops.
+runs under cProfile and writes PREFIX-NAME-HANDLER.prof when it stops. GROUP_MEMBER_OPTIONS
+(JSON) adds ProcessorOptions fields (``{"ack_policy": "all"}``); with GROUP_MEMBER_STATS=FILE
+the member writes its Processors' batch and pull counts there (JSON) when it stops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import cProfile
+import json
 import os
 import signal
 import sqlite3
@@ -49,14 +52,27 @@ async def main(
     member = GroupMember(
         conn, stream, group, **handlers, ledger=_ledger(folder),  # type: ignore[arg-type]
         options=GroupOptions(member=name, heartbeat=0.5, member_ttl=2),
-        processor_options=ProcessorOptions(batch=int(batch), prune_interval=0, pinned_ttl=10),
+        processor_options=ProcessorOptions(
+            batch=int(batch), prune_interval=0, pinned_ttl=10,
+            **json.loads(os.environ.get("GROUP_MEMBER_OPTIONS") or "{}"),
+        ),
+    )  # fmt: skip
+    batches: dict[int, int] = {}
+    member.processor_listeners.append(
+        lambda p, started: None if started else batches.__setitem__(
+            len(batches), p.stats.batches
+        )
     )  # fmt: skip
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, member.request_stop)
     task = asyncio.create_task(member.run())
     await member.wait_running(timeout=30)
     print("READY", flush=True)
-    await task
+    stats = await task
     await conn.close()
+    out = os.environ.get("GROUP_MEMBER_STATS")
+    if out:
+        totals = stats.totals()
+        Path(out).write_text(json.dumps({**totals, "batches": sum(batches.values())}))
 
 
 if __name__ == "__main__":

@@ -14,19 +14,25 @@ pending + awaiting ack) are sampled every 0.2 s, and the rate is taken between
 - **uncapped**: members with a batch handler (one ``executemany`` per transaction),
   1, 2 and 4; the best is compared with nats.go's jetstream ``Consume`` + ack
   (bench/peers/natsgo, explicit acks, one consumer, no ledger) on the same stream in
-  the same run, the bar 1.0.
+  the same run, the bar 1.0; and nats.go with one filtered consumer per partition
+  (what the layout costs nats-server, whoever consumes it).
 
-Every member's consumers use explicit acks (a partition's consumer is pinned; ack
-policy ``all`` is for one Processor per consumer). Needs root (the caps) and Go
-(the nats.go reference is built by bench/peers/run.py's steps when missing).
+The members' consumers use explicit acks, the Processor's default;
+``GROUP_MEMBER_OPTIONS='{"ack_policy": "all"}'`` runs them with one ack per batch
+(the best configuration, docs/production.md). Needs root (the caps) and Go (the
+nats.go reference is built by bench/peers/run.py's steps when missing).
 
-Env: GROUP_SCALE_N (400000), GROUP_SCALE_SHARE (0.2), GROUP_SCALE_MEMBERS (1,2,4),
-GROUP_SCALE_BATCH (1000). Output: bench/results/group-scale-<time>.json and .md.
+Env: GROUP_SCALE_N (400000), GROUP_SCALE_SHARE (0.2; 0 leaves the capped cases out),
+GROUP_SCALE_MEMBERS (1,2,4), GROUP_SCALE_BATCH (the capped cases', 1000),
+GROUP_SCALE_UNCAPPED_BATCH (the uncapped ones', the Processor's default),
+GROUP_MEMBER_OPTIONS (JSON: more ProcessorOptions of every member, e.g. ``{"ack_policy": "all"}``).
+Output: bench/results/group-scale-<time>.json and .md.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -46,7 +52,7 @@ from bench._common import PAYLOAD_128, fresh_server, report
 from bench._cpu import cpu_seconds
 from bench.peers.kafka import PEERS
 
-from oncestream import ConnectOptions, Publisher, PublisherOptions, connect
+from oncestream import ConnectOptions, ProcessorOptions, Publisher, PublisherOptions, connect
 from oncestream.streams import Partitioning, StreamSpec, ensure_stream
 
 HERE = Path(__file__).resolve().parent
@@ -60,6 +66,12 @@ N = int(float(os.environ.get("GROUP_SCALE_N", "400000")))
 SHARE = float(os.environ.get("GROUP_SCALE_SHARE", "0.2"))
 COUNTS = tuple(int(c) for c in os.environ.get("GROUP_SCALE_MEMBERS", "1,2,4").split(","))
 BATCH = os.environ.get("GROUP_SCALE_BATCH", "1000")
+#: The uncapped members' batch: the Processor's default unless given (the bar is what a
+#: user gets; 1000 cost the uncapped group 30-40% of its rate, bench/results
+#: group-scale-20261129-150307.md against -145442).
+UNCAPPED_BATCH = os.environ.get("GROUP_SCALE_UNCAPPED_BATCH", str(ProcessorOptions().batch))
+#: More ProcessorOptions of every member (bench/_group_member.py reads the same variable).
+OPTIONS = json.loads(os.environ.get("GROUP_MEMBER_OPTIONS") or "{}")
 
 
 async def _fill(url: str) -> dict[int, int]:
@@ -115,8 +127,9 @@ async def _run_group(
     samples: list[tuple[float, int, float, float]] = []
     try:
         for index in range(members):
+            batch = BATCH if share else UNCAPPED_BATCH
             command = [sys.executable, str(HERE / "_group_member.py"), url, str(work),
-                       f"m{index}", STREAM, group, kind, BATCH]  # fmt: skip
+                       f"m{index}", STREAM, group, kind, batch]  # fmt: skip
             procs.append(_spawn(command, share, caps))
         began = time.monotonic()
         async with await connect(ConnectOptions(servers=(url,))) as conn:
@@ -162,7 +175,7 @@ def _spawn(command: list[str], share: float | None, caps: CpuCaps | None) -> sub
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, text=True)
 
 
-def _natsgo(url: str, server_pid: int) -> dict[str, Any] | None:
+def _natsgo(url: str, server_pid: int, filters: tuple[str, ...] = ()) -> dict[str, Any] | None:
     if not NATSGO.exists():  # built as bench-peers builds it (Go module proxy, .peers/go)
         go = str(PEERS / "go")
         env = dict(
@@ -179,7 +192,8 @@ def _natsgo(url: str, server_pid: int) -> dict[str, Any] | None:
             return None
     server0, own0 = cpu_seconds(server_pid), _children_cpu()
     out = subprocess.run(
-        [str(NATSGO), "-url", url, "-stream", STREAM, "-n", str(N), "-cases", "consume"],
+        [str(NATSGO), "-url", url, "-stream", STREAM, "-n", str(N), "-cases", "consume",
+         "-filters", ",".join(filters)],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     server_cpu, own_cpu = cpu_seconds(server_pid) - server0, _children_cpu() - own0
@@ -187,7 +201,8 @@ def _natsgo(url: str, server_pid: int) -> dict[str, Any] | None:
         if line.startswith("{"):
             data = json.loads(line)
             return {
-                "case": "nats.go jetstream Consume + ack",
+                "case": "nats.go jetstream Consume + ack"
+                + (f", a consumer per partition ({len(filters)})" if filters else ""),
                 "rate": float(data["rate"]),
                 # The whole run (consumer creation and start included).
                 "server_us_per_msg": round(server_cpu * 1e6 / N, 2),
@@ -212,11 +227,13 @@ def _children_cpu() -> float:
 async def main() -> None:
     server = fresh_server()
     assert server.pid is not None
-    results: dict[str, Any] = {"capped": [], "uncapped": [], "natsgo": None}
+    results: dict[str, Any] = {
+        "capped": [], "uncapped": [], "natsgo": None, "natsgo_partitions": None
+    }  # fmt: skip
     try:
         sizes = await _fill(server.url)
-        with CpuCaps() as caps:
-            for members in COUNTS:
+        with CpuCaps() if SHARE else contextlib.nullcontext() as caps:
+            for members in COUNTS if SHARE else ():
                 row = await _run_group(
                     server.pid, server.url, sizes, members, "message", SHARE, caps
                 )
@@ -227,9 +244,13 @@ async def main() -> None:
             results["uncapped"].append(row)
             print(f"uncapped x {members} (batch handler): {_line(row)}", flush=True)
         results["natsgo"] = _natsgo(server.url, server.pid)
+        # The same client on the group's layout: one filtered consumer per partition,
+        # what nats-server's filtering costs whoever consumes the partitions.
+        filters = tuple(LAYOUT.filter_for(p) for p in range(PARTITIONS))
+        results["natsgo_partitions"] = _natsgo(server.url, server.pid, filters)
     finally:
         server.close()
-    one = results["capped"][0]["rate"]
+    one = results["capped"][0]["rate"] if results["capped"] else 0.0
     for row in results["capped"]:
         row["efficiency"] = round(row["rate"] / (row["members"] * one), 3)
         report(
@@ -266,6 +287,8 @@ async def main() -> None:
         "keys": KEYS,
         "cpu_share": SHARE,
         "batch": int(BATCH),
+        "uncapped_batch": int(UNCAPPED_BATCH),
+        "member_options": OPTIONS,
         **results,
         "best_uncapped_vs_natsgo": ratio,
     }
@@ -281,12 +304,17 @@ def _markdown(record: dict[str, Any]) -> str:
         f"{record['load_after']})",
         "",
         f"{record['n']:,} messages of 128 B over {record['keys']} keys, {record['partitions']} "
-        f"partitions, SQLite ledger per partition, batch {record['batch']}.",
+        f"partitions, SQLite ledger per partition, batch {record['batch']} (capped) / "
+        f"{record.get('uncapped_batch', record['batch'])} (uncapped), member options "
+        f"{json.dumps(record.get('member_options') or {})}.",
         "",
+    ]
+    if record["capped"]:
+        lines += [
         f"| members x {record['cpu_share']:g} core (per-message handler) | msg/s | efficiency "
         "| server CPU us/msg | members CPU us/msg |",
         "|---|---|---|---|---|",
-    ]
+        ]  # fmt: skip
     for row in record["capped"]:
         lines.append(
             f"| {row['members']} | {row['rate']:,.0f} | {row['efficiency']:.2f} "
@@ -294,8 +322,8 @@ def _markdown(record: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        "| uncapped, batch handler, explicit acks | msg/s | server CPU us/msg "
-        "| client CPU us/msg |",
+        f"| uncapped, batch handler, ack policy {OPTIONS.get('ack_policy', 'explicit')} | msg/s "
+        "| server CPU us/msg | client CPU us/msg |",
         "|---|---|---|---|",
     ]
     for row in record["uncapped"]:
@@ -303,12 +331,13 @@ def _markdown(record: dict[str, Any]) -> str:
             f"| {row['members']} members | {row['rate']:,.0f} | {row['server_us_per_msg']} "
             f"| {row['members_us_per_msg']} |"
         )
+    for go in (record["natsgo"], record.get("natsgo_partitions")):
+        if go:
+            lines.append(
+                f"| {go['case']} | {go['rate']:,.0f} | "
+                f"{go['server_us_per_msg']} | {go['client_us_per_msg']} |"
+            )
     if record["natsgo"]:
-        go = record["natsgo"]
-        lines.append(
-            f"| nats.go jetstream Consume + ack | {go['rate']:,.0f} | "
-            f"{go['server_us_per_msg']} | {go['client_us_per_msg']} |"
-        )
         lines.append(f"\nbest group / nats.go: {record['best_uncapped_vs_natsgo']}")
     return "\n".join(lines) + "\n"
 

@@ -184,6 +184,27 @@ async def test_partitioning_a_stream_in_place_keeps_what_it_holds(  # type: igno
     assert sorted(_applied(tmp_path)) == list(range(50, 100))
 
 
+async def test_cli_member_acks_each_batch_once(nats_server, conn, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`process --member ... --ack-policy all`: the partitions' consumers ack once a batch."""
+    url = nats_server.url
+    await asyncio.to_thread(
+        cli_json, url, "stream", "add", "JOBS", "--subjects", "jobs.*", "--partitions", "2",
+        "--partition-key", "1",
+    )  # fmt: skip
+    member = await _member(url, tmp_path, "a", "--ack-policy", "all")
+    try:
+        for i in range(60):
+            await publish_n(conn, f"jobs.k{i % 6}", 1, start=i)
+        await _until(lambda: len(_applied(tmp_path)) >= 60, 60)
+    finally:
+        assert await _stop(member) == 0
+    assert sorted(_applied(tmp_path)) == list(range(60)), "every message applied exactly once"
+    for partition in range(2):
+        info = await conn.consumer_info("JOBS", f"svc-p{partition}")
+        assert info["config"]["ack_policy"] == "all"
+        assert info["num_ack_pending"] == 0 and info["num_pending"] == 0, info
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -206,3 +227,50 @@ def test_bad_member_arguments_exit_2(nats_server, tmp_path, args, message) -> No
     )  # fmt: skip
     assert result.returncode == 2, result.stderr
     assert message in " ".join(result.stderr.split())
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _lone_member(url: str, ledger: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
+    return subprocess.run(
+        [*CLI, "process", "--stream", "JOBS", "--consumer", "c", "--member", "m",
+         "--handler", "tests.handlers:record", "--ledger", ledger, "--server", url],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_every_partitions_sqlite_ledger_is_checked_before_any_starts(nats_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Partition 2's ledger is not a database: exit 2 naming it, before any file or
+    consumer is made (the member used to make partitions 0, 1 and 3's first)."""
+    url = nats_server.url
+    added = cli(url, "stream", "add", "JOBS", "--subjects", "jobs.*", "--partitions", "4")
+    assert added.exit_code == 0, added.output
+    folder = tmp_path / "ledgers"  # tmp_path holds the server's store too
+    folder.mkdir()
+    (folder / "led-2.db").write_text("not a database\n")
+    result = _lone_member(url, f"sqlite:///{folder}/led-{{partition}}.db")
+    assert result.returncode == 2, result.stderr
+    assert f"{folder}/led-2.db is not an SQLite database" in " ".join(result.stderr.split())
+    assert sorted(p.name for p in folder.iterdir()) == ["led-2.db"]  # none made
+    assert (folder / "led-2.db").read_text() == "not a database\n"  # untouched
+    assert cli_json(url, "consumer", "ls", "JOBS") == []
+
+
+def test_a_member_whose_database_refuses_it_exits_1(nats_server) -> None:  # type: ignore[no-untyped-def]
+    """As a lone Processor does, instead of restarting its partitions every second
+    forever; the password is not printed (the start line printed it)."""
+    url = nats_server.url
+    added = cli(url, "stream", "add", "JOBS", "--subjects", "jobs.*", "--partitions", "4")
+    assert added.exit_code == 0, added.output
+    result = _lone_member(url, f"postgresql://u:hunter2-secret@127.0.0.1:{_closed_port()}/d")
+    assert result.returncode == 1, result.stderr
+    output = result.stdout + result.stderr
+    assert "cannot open" in output and "u:***@" in output
+    assert "hunter2" not in output

@@ -4,7 +4,10 @@ key in order, each partition applied by one member, partitions moving on join an
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -73,12 +76,14 @@ class Group:
         self.url, self.folder = url, folder
         self.members: dict[str, tuple[GroupMember, asyncio.Task[Any], Connection]] = {}
 
-    async def add(self, name: str, **options: Any) -> GroupMember:
+    async def add(
+        self, name: str, processor_options: ProcessorOptions = FAST, **options: Any
+    ) -> GroupMember:
         conn = await connect(ConnectOptions(servers=(self.url,)))
         member = GroupMember(
             conn, STREAM, GROUP, _handler(name), ledger=_ledgers(self.folder),
             options=GroupOptions(member=name, heartbeat=0.2, member_ttl=1, **options),
-            processor_options=FAST,
+            processor_options=processor_options,
         )  # fmt: skip
         self.members[name] = (member, asyncio.create_task(member.run()), conn)
         await member.wait_running()
@@ -121,6 +126,18 @@ async def _wait_applied(folder: Path, total: int, timeout: float) -> list[tuple[
     return rows
 
 
+async def _wait_acked(conn: Connection, consumer: str, timeout: float = 10.0) -> None:
+    """Every message of ``consumer`` acknowledged (the last batches' acks may trail their
+    commits)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        info = await conn.consumer_info(STREAM, consumer)
+        if not info["num_ack_pending"] and not info["num_pending"]:
+            return
+        assert asyncio.get_running_loop().time() < deadline, f"{consumer} not all acked: {info}"
+        await asyncio.sleep(0.1)  # the server's counters: no event to await
+
+
 async def _wait_spread(group: Group, members: set[str], timeout: float = 20.0) -> None:
     """Every partition applied by exactly one member, and each member of ``members``
     applying its share."""
@@ -133,12 +150,15 @@ async def _wait_spread(group: Group, members: set[str], timeout: float = 20.0) -
     raise AssertionError(f"partitions not spread over {sorted(members)}: {group.owners()}")
 
 
+@pytest.mark.parametrize("ack_policy", ["explicit", "all"])
 async def test_members_share_partitions_and_hand_them_over(
-    conn: Connection, make_stream, group: Group, tmp_path: Path
+    conn: Connection, make_stream, group: Group, tmp_path: Path, ack_policy: str
 ) -> None:  # type: ignore[no-untyped-def]
+    """With ack policy ``all`` too: each partition's pinned member acks once per batch."""
+    options = dataclasses.replace(FAST, ack_policy=ack_policy)
     await make_stream(STREAM, ("grp.*",), partitions=PARTITIONS, partition_key=(1,))
     for name in ("a", "b", "c"):
-        await group.add(name)
+        await group.add(name, options)
     await _publish(conn, 0, 400)  # a pin is given with a message: spread once they flow
     await _wait_spread(group, {"a", "b", "c"})
     rows = await _wait_applied(tmp_path, 400, 30)
@@ -148,7 +168,7 @@ async def test_members_share_partitions_and_hand_them_over(
     await _publish(conn, 400, 400)
     await _wait_spread(group, {"a", "c"}, timeout=10)
     # A join takes its share from the others.
-    await group.add("d")
+    await group.add("d", options)
     await _publish(conn, 800, 400)
     await _wait_spread(group, {"a", "c", "d"})
     rows = await _wait_applied(tmp_path, 1200, 30)
@@ -160,6 +180,8 @@ async def test_members_share_partitions_and_hand_them_over(
     for p in range(PARTITIONS):
         info = await conn.consumer_info(STREAM, partition_consumer(GROUP, p))
         assert info["config"]["filter_subject"] == partitioning.filter_for(p)
+        assert info["config"]["ack_policy"] == ack_policy
+        await _wait_acked(conn, partition_consumer(GROUP, p))
 
 
 async def test_static_members_take_fixed_partitions(
@@ -172,6 +194,20 @@ async def test_static_members_take_fixed_partitions(
     rows = await _wait_applied(tmp_path, 300, 30)
     _check(rows, 300)
     assert first.partitions == [0, 2, 4, 6] and second.partitions == [1, 3, 5, 7]
+
+
+async def test_a_static_member_without_a_partition_says_so(
+    conn: Connection, make_stream, group: Group, caplog: pytest.LogCaptureFixture
+) -> None:  # type: ignore[no-untyped-def]
+    """Member 9 of 10 over 8 partitions gets none: it runs, applies nothing, and warns once."""
+    await make_stream(STREAM, ("grp.*",), partitions=PARTITIONS, partition_key=(1,))
+    caplog.set_level(logging.WARNING, logger="oncestream.process")
+    idle = await group.add("s9", static=(9, 10))
+    deadline = time.monotonic() + 10
+    while "gets none of the stream's 8 partitions" not in caplog.text:
+        assert time.monotonic() < deadline, caplog.text
+        await asyncio.sleep(0.05)  # the member's first round logs it
+    assert idle.partitions == []
 
 
 async def test_a_member_of_an_unpartitioned_stream_is_refused(

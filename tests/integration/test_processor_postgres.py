@@ -99,3 +99,41 @@ async def test_async_handler_and_a_failure_with_postgres(
             "SELECT count(*), count(DISTINCT id) FROM effects"
         ).fetchone()
     assert (count, distinct) == (200, 200)
+
+
+async def test_a_pinned_processor_rides_out_its_ledger_sessions_end(  # type: ignore[no-untyped-def]
+    conn, make_stream, postgres_url: str
+) -> None:
+    """PostgreSQL restarted (here: every session of the database ended) between batches.
+
+    The active instance's next batch fails on its first statement, the owner check: a
+    connection loss, retried on a new connection like any transient ledger failure.
+    Before, the owner check's raw driver error ended the Processor (exit 1 from the CLI).
+    """
+    await make_stream("JOBS", ("jobs.>",))
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("CREATE TABLE effects (id BIGINT NOT NULL)")
+    opts = ProcessorOptions(batch=50, ack_wait=30, prune_interval=0, priority_group="g")
+    proc = Processor(conn, "JOBS", "w", record, ledger=PostgresLedger(postgres_url), options=opts)
+    task = asyncio.create_task(proc.run())
+    try:
+        await proc.wait_running()
+        await publish_n(conn, "jobs.x", 100)
+        await proc.wait_until(lambda s: s.applied == 100, timeout=20)
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            ended = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+        assert ended is not None and ended[0] >= 1
+        await publish_n(conn, "jobs.x", 100, start=100)
+        await proc.wait_until(lambda s: s.applied == 200, timeout=20)
+        assert not task.done()
+    finally:
+        proc.request_stop()
+        await asyncio.gather(task, return_exceptions=True)
+    with psycopg.connect(postgres_url) as check:
+        count, distinct = check.execute(
+            "SELECT count(*), count(DISTINCT id) FROM effects"
+        ).fetchone()
+    assert (count, distinct) == (200, 200)

@@ -48,12 +48,15 @@ def test_defaults_and_names() -> None:
         ProcessorOptions(filter_subject="a.b"),
         ProcessorOptions(priority_group="g"),
         ProcessorOptions(bind=True),
-        ProcessorOptions(ack_policy="all"),
     ],
 )
 def test_a_member_sets_the_partition_options_itself(options: ProcessorOptions) -> None:
     with pytest.raises(ConfigError, match="must leave"):
         check_partition_options(options)
+
+
+def test_a_member_may_ack_each_batch_once() -> None:
+    check_partition_options(ProcessorOptions(ack_policy="all"))  # one pinned member a partition
 
 
 def test_groups_are_found_by_name_and_filter() -> None:
@@ -71,3 +74,18 @@ def test_groups_are_found_by_name_and_filter() -> None:
     ]
     groups = find_groups(layout, consumers)
     assert {g: sorted(p) for g, p in groups.items()} == {"billing": [0, 1]}
+
+
+def test_a_group_name_too_long_for_its_partition_consumers_says_so() -> None:
+    """The message named '<group>-p1023' as the bad consumer name, not the group's limit."""
+    from oncestream import ConnectOptions, GroupMember
+
+    with pytest.raises(ConfigError, match=r"group: 'x{250}' is too long.*at most 249 bytes"):
+        GroupMember(
+            ConnectOptions(servers=("nats://127.0.0.1:1",)), "S", "x" * 250,
+            lambda msg, tx: None, ledger="sqlite:///a.db",
+        )  # fmt: skip
+    GroupMember(
+        ConnectOptions(servers=("nats://127.0.0.1:1",)), "S", "x" * 249,
+        lambda msg, tx: None, ledger="sqlite:///a.db",
+    )  # fmt: skip

@@ -6,6 +6,8 @@ tests/integration/test_partitioned_stream.py; here the pure parts.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from oncestream import ConfigError
@@ -99,3 +101,10 @@ def test_stream_spec_partitions() -> None:
         StreamSpec(name="O", subjects=("a.*",), partition_key=(1,))
     with pytest.raises(ConfigError, match="do not also give one in extra"):
         StreamSpec(name="O", subjects=("a.*",), partitions=2, extra={"subject_transform": {}})
+
+
+@pytest.mark.parametrize("partitions", [False, 0.0, None, 4.0, "4", -1, 1025])
+def test_stream_spec_partitions_must_be_a_whole_number(partitions: object) -> None:
+    """False, 0.0 and None were taken as "not partitioned" (None blamed partition_key)."""
+    with pytest.raises(ConfigError, match=rf"from 1 to 1024.*got {re.escape(repr(partitions))}"):
+        StreamSpec(name="O", subjects=("a.*",), partitions=partitions)  # type: ignore[arg-type]

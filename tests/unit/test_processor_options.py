@@ -96,5 +96,7 @@ def test_ack_policy_is_explicit_or_all() -> None:
 def test_ack_policy_all_needs_the_consumer_api_and_one_instance() -> None:
     with pytest.raises(ConfigError, match="cannot be combined with bind=True"):
         ProcessorOptions(ack_policy="all", bind=True)
-    with pytest.raises(ConfigError, match=r"a priority group \('g'\) has several"):
-        ProcessorOptions(ack_policy="all", priority_group="g")
+    with pytest.raises(ConfigError, match="policy 'overflow' delivers to several at once"):
+        ProcessorOptions(ack_policy="all", priority_group="g", policy="overflow", min_pending=5)
+    # The pinned one of a priority group applies alone (its takeover fences and resets).
+    assert ProcessorOptions(ack_policy="all", priority_group="g").ack_all

@@ -4,7 +4,9 @@
 // Cases, each against -stream (created with file storage when missing):
 //
 //	publish : js.PublishAsync with a unique Nats-Msg-Id per message, -max-pending in flight
-//	consume : a durable pull consumer, Consume() with an Ack() per message
+//	consume : a durable pull consumer, Consume() with an Ack() per message; with
+//	          -filters, one such consumer per filter subject, all consumed at once
+//	          (bench/group_scale.py: one per partition of a partitioned stream)
 //	batch   : orbit.go atomic BatchPublisher, -batch messages per commit, a Nats-Msg-Id each
 //	fast    : orbit.go FastPublisher (fast-ingest batch, flow-controlled acks), one batch
 //
@@ -46,6 +48,13 @@ func emit(name string, n int, elapsed time.Duration) {
 	fmt.Println(string(out))
 }
 
+func splitNonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
 func fail(format string, args ...interface{}) {
 	fmt.Fprintf(os.Stderr, "natsgo: "+format+"\n", args...)
 	os.Exit(1)
@@ -79,26 +88,35 @@ func publish(js jetstream.JetStream, subject string, n, size int) time.Duration 
 	return time.Since(start)
 }
 
-func consume(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stream string, n int) time.Duration {
-	durable := fmt.Sprintf("natsgo_%d", time.Now().UnixNano())
-	cons, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: durable,
-		AckPolicy: jetstream.AckExplicitPolicy})
-	if err != nil {
-		fail("consumer on %s: %v", stream, err)
+func consume(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stream string, n int, filters []string) time.Duration {
+	if len(filters) == 0 {
+		filters = []string{""}
 	}
 	var got atomic.Int64
 	done := make(chan struct{})
+	var durables []string
+	var ccs []jetstream.ConsumeContext
 	start := time.Now()
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if err := m.Ack(); err != nil {
-			fail("ack: %v", err)
+	for i, filter := range filters {
+		durable := fmt.Sprintf("natsgo_%d_%d", time.Now().UnixNano(), i)
+		cons, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: durable,
+			AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: filter})
+		if err != nil {
+			fail("consumer on %s: %v", stream, err)
 		}
-		if got.Add(1) == int64(n) {
-			close(done)
+		durables = append(durables, durable)
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			if err := m.Ack(); err != nil {
+				fail("ack: %v", err)
+			}
+			if got.Add(1) == int64(n) {
+				close(done)
+			}
+		}, jetstream.PullMaxMessages(500))
+		if err != nil {
+			fail("consume: %v", err)
 		}
-	}, jetstream.PullMaxMessages(500))
-	if err != nil {
-		fail("consume: %v", err)
+		ccs = append(ccs, cc)
 	}
 	select {
 	case <-done:
@@ -109,8 +127,10 @@ func consume(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stream 
 		fail("flush: %v", err)
 	}
 	elapsed := time.Since(start)
-	cc.Stop()
-	_ = js.DeleteConsumer(ctx, stream, durable)
+	for i, cc := range ccs {
+		cc.Stop()
+		_ = js.DeleteConsumer(ctx, stream, durables[i])
+	}
 	return elapsed
 }
 
@@ -178,6 +198,7 @@ func main() {
 	cases := flag.String("cases", "publish,consume", "comma-separated cases; consume reads what publish wrote")
 	pending := flag.Int("max-pending", 4000, "async publish window")
 	batch := flag.Int("batch", 1000, "messages per atomic batch")
+	filters := flag.String("filters", "", "consume: comma-separated filter subjects, a consumer each")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the cases to this file (go tool pprof)")
 	flag.Parse()
 
@@ -208,7 +229,7 @@ func main() {
 		case "publish":
 			emit("nats.go jetstream PublishAsync with msg id", *n, publish(js, *subject, *n, *size))
 		case "consume":
-			emit("nats.go jetstream Consume+Ack", *n, consume(ctx, nc, js, *stream, *n))
+			emit("nats.go jetstream Consume+Ack", *n, consume(ctx, nc, js, *stream, *n, splitNonEmpty(*filters)))
 		case "batch":
 			emit("orbit.go atomic batch publish", *n, batchPublish(ctx, js, *subject, *n, *size, *batch))
 		case "fast":

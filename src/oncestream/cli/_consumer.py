@@ -11,7 +11,13 @@ from .._errors import ConfigError, ConsumerNotFound
 from .._names import check_consumer_name, check_stream_name, subjects_overlap
 from .._options import ConnectOptions, parse_duration, parse_time
 from ..read import StartPosition
-from ..streams import consumer_info, delete_consumer, list_consumers, stream_info
+from ..streams import (
+    Partitioning,
+    consumer_info,
+    delete_consumer,
+    list_consumers,
+    stream_info,
+)
 from ._app import WaitTimeout, app, cli_errors, console, poll_until, run_async
 from ._connect_flags import with_connect_options
 from ._help import new_typer
@@ -58,11 +64,17 @@ def check_filter(info: dict[str, Any], stream: str, wanted: str) -> None:
 
     The server takes it, and the consumer then delivers nothing, silently. A
     stream without subjects of its own (a mirror, a sourcing stream) is not checked.
+    A partitioned stream stores ``<partition>.<subject>`` besides what it stored
+    before it was partitioned: a filter on either is taken.
 
     Raises:
         ConfigError: naming the filter and the stream's subjects.
     """
-    subjects = info.get("config", {}).get("subjects") or []
+    config = info.get("config", {})
+    subjects = config.get("subjects") or []
+    partitioning = Partitioning.from_config(config)
+    if partitioning is not None:  # stored as <partition>.<subject> (and, from before, as is)
+        subjects = [*subjects, f"*.{partitioning.subjects}"]
     if subjects and not any(subjects_overlap(wanted, s) for s in subjects):
         raise ConfigError(
             f"--filter {wanted!r} matches nothing stream {stream!r} stores (its subjects: "

@@ -14,6 +14,7 @@ from .._connection import Connection, connect
 from .._errors import ConfigError
 from .._names import check_consumer_name, check_stream_name, check_subject_filter
 from .._options import ConnectOptions, parse_duration
+from .._private import redact_url
 from ..ledger import ledger_from_url
 from ..ledger._internal import check_ledger_target
 from ..process import Handler, Processor, ProcessorOptions, ProcessorStats
@@ -175,11 +176,11 @@ def process_command(
         help="Member I of a fixed N (0 <= I < N): partitions I, I+N, ... and no membership; "
         "a dead member's partitions wait for it (or another instance with the same I).",
     ),
-    member_ttl: str = typer.Option(
-        "4s",
+    member_ttl: str | None = typer.Option(
+        None,
         "--member-ttl",
         help="With --member: how long a member may stay silent before the others take its "
-        "partitions (whole seconds).",
+        "partitions (whole seconds; default 4s).",
     ),
     after: str | None = typer.Option(
         None,
@@ -219,6 +220,20 @@ def process_command(
     grouped = member is not None or static_member is not None
     if not grouped and after is not None:
         raise ConfigError("--after applies only with --member or --static-member")
+    if member is None and member_ttl is not None:
+        # A static member has no membership key to expire, a lone Processor no group:
+        # the flag would be ignored silently.
+        raise ConfigError(
+            f"--member-ttl {member_ttl} applies only with --member (elastic membership); "
+            "drop it, or run as --member NAME"
+        )
+    if not grouped and "{partition}" in ledger:
+        # A lone Processor would create a file literally named ...-{partition}.db.
+        raise ConfigError(
+            f"--ledger {redact_url(ledger)}: {{partition}} is replaced by each partition's "
+            "number only with --member or --static-member; give a ledger without it, or run "
+            "as a member of a group"
+        )
     priority = (
         group_priority(
             standby,
@@ -227,7 +242,6 @@ def process_command(
             priority_group,
             bind,
             filter_subject,
-            ack_policy,
         )
         if grouped
         else _priority_options(standby, takeover_after, overflow_min_pending, priority_group)

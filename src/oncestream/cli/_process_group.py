@@ -7,10 +7,14 @@ import logging
 from typing import Any
 
 from .._connection import Connection, connect
-from .._errors import ConfigError
+from .._dsn import parse_dsn
+from .._errors import ConfigError, StreamNotFound
 from .._options import ConnectOptions, parse_duration
+from .._private import redact_url
 from ..ledger import Ledger, ledger_from_url
+from ..ledger._internal import check_ledger_target
 from ..process import GroupMember, GroupOptions, GroupStats, Handler, ProcessorOptions
+from ..streams import Partitioning
 from ._process_extras import RecentRate, metrics_endpoint
 from ._stopsignals import StopSignals
 
@@ -26,7 +30,6 @@ def group_priority(
     priority_group: str | None,
     bind: bool,
     filter_subject: str | None,
-    ack_policy: str,
 ) -> dict[str, Any]:
     """The ProcessorOptions fields a member sets: ``pinned_ttl`` from --takeover-after.
 
@@ -43,7 +46,6 @@ def group_priority(
         "--priority-group": priority_group is not None,
         "--bind": bind,
         "--filter-subject": filter_subject is not None,
-        "--ack-policy all": ack_policy == "all",
     }
     given = [flag for flag, set_ in clash.items() if set_]
     if given:
@@ -61,7 +63,7 @@ def group_priority(
 
 
 def group_options(
-    member: str | None, static_member: str | None, member_ttl: str, after: str | None
+    member: str | None, static_member: str | None, member_ttl: str | None, after: str | None
 ) -> GroupOptions:
     """GroupOptions from the flags (validated).
 
@@ -77,6 +79,8 @@ def group_options(
             raise ConfigError(f"--static-member must be I/N like 0/4, got {static_member!r}")
         static = (int(index), int(count))
         member = f"static-{index}-of-{count}"
+    if member_ttl is None:
+        return GroupOptions(member=member, static=static, after=after)
     ttl = parse_duration("--member-ttl", member_ttl)
     return GroupOptions(member=member, static=static, member_ttl=ttl, after=after)
 
@@ -112,10 +116,13 @@ async def run_group(
         if stop.requested:
             log.info("stop asked for before processing began: nothing was applied")
             return member.stats
+        log.info(
+            "member %s of group %s/%s into %s", member.member, stream, group, redact_url(ledger)
+        )
+        await _check_ledgers(conn, stream, ledger, key)
         stop.on_stop(member.request_stop)
         exporter = metrics_endpoint(member, metrics_port, metrics_host)
         reporter = asyncio.create_task(_report(member, progress))
-        log.info("member %s of group %s/%s into %s", member.member, stream, group, ledger)
         try:
             stats = await member.run()
         finally:
@@ -127,6 +134,39 @@ async def run_group(
                 exporter.close()
     log.info("stopped: member %s %s", member.member, stats.totals())
     return stats
+
+
+async def _check_ledgers(conn: Connection, stream: str, url: str, key: str) -> None:
+    """Every partition's ledger before any partition starts, as a lone Processor's is.
+
+    Else a partition whose SQLite path is a directory stops the member only after the
+    others have made their files and consumers, and a database that refuses the
+    connection (a wrong password, no such database) restarts each partition forever.
+    An SQLite file is only checked (the partitions this member never runs get none);
+    every other ledger is opened once and closed.
+
+    Raises:
+        ConfigError: an SQLite ledger cannot be created or is not a database.
+        LedgerError: a database ledger cannot be opened.
+    """
+    try:
+        info = await conn.stream_info(stream)
+    except StreamNotFound:
+        return  # GroupMember.run says so
+    partitioning = Partitioning.from_config(info.get("config") or {})
+    if partitioning is None:
+        return  # GroupMember.run says so, with the command that partitions it
+    urls = dict.fromkeys(url.replace("{partition}", str(p)) for p in range(partitioning.partitions))
+    for one in urls:
+        check_ledger_target(one)
+    for one in urls:
+        if parse_dsn(one, "--ledger").kind == "sqlite":
+            continue
+        store = ledger_from_url(one, key=key)  # type: ignore[arg-type]
+        try:
+            await asyncio.to_thread(store.open)
+        finally:
+            await asyncio.to_thread(store.close)
 
 
 async def _report(member: GroupMember, interval: float) -> None:

@@ -23,7 +23,7 @@ from ..streams import (
     stream_info,
     update_stream,
 )
-from ..streams._internal import check_partitioning_change, server_version
+from ..streams._internal import MAX_PARTITIONS, check_partitioning_change, server_version
 from ._app import WaitTimeout, app, cli_errors, console, poll_until, run_async
 from ._connect_flags import with_connect_options
 from ._help import new_typer
@@ -102,7 +102,8 @@ Partitions = Annotated[
         "--partitions",
         help="Spread the messages over N partitions by key: the server stores each under "
         "<partition>.<subject> (a subject transform) for a group of `oncestream process "
-        "--member` instances. The stream captures one subject pattern.",
+        "--member` instances. The stream captures one subject pattern. stream edit "
+        "--partitions 0 removes the partitioning of a stream that holds no messages.",
     ),
 ]
 PartitionKey = Annotated[
@@ -314,6 +315,12 @@ def add_command(
         raise ConfigError(f"stream add {name}: give the subjects it captures with --subjects")
     if partition_key is not None and partitions is None:
         raise ConfigError("--partition-key applies only with --partitions; add --partitions N")
+    if partitions == 0:
+        # StreamSpec's 0 means "not partitioned": the flag would be dropped silently.
+        raise ConfigError(
+            f"--partitions must be a whole number from 1 to {MAX_PARTITIONS}, got 0; "
+            "leave --partitions out for a stream without partitions"
+        )
     spec = StreamSpec(
         name=name,
         subjects=subject_list,
@@ -536,8 +543,9 @@ def get_command(
     *,
     options: ConnectOptions,
 ) -> None:
-    """One stored message of stream NAME, by SEQ or --last-for SUBJECT: its subject,
-    sequence, time, headers and data.
+    """One stored message of stream NAME (by SEQ or --last-for SUBJECT), with its metadata.
+
+    Prints its subject, sequence, time, headers and data.
 
     --json prints ``data`` when the payload is UTF-8 text, else ``data_base64``.
     Exits 1 when there is no such message.

@@ -31,7 +31,7 @@ from ._options import ProcessorStats
 from ._pinning import OwnerCheck, Superseded, reset_to_ack_floor, take_over
 from ._pulls import Pulls
 
-__all__ = ["AckAllOwner"]
+__all__ = ["AckAllOwner", "reanchor", "watch_ack_floor"]
 
 log = logging.getLogger(__name__)
 
@@ -109,62 +109,91 @@ class AckAllOwner:
         )
 
     async def watch_floor(self) -> None:
-        """Reset again when an ack from before the last reset moved the consumer's delivery
-        floor past every delivery since (run until cancelled).
-
-        A reset numbers deliveries from 1; an ack sent before it (a Processor that was
-        superseded or frozen, or this one's own unconfirmed ones) that arrives after it
-        sets the floor to its old, higher delivery sequence, and the server then ignores
-        every ack and nak below that floor (consumer.go ``processAckMsg``,
-        ``processNak``): nothing is lost, but everything waits for redeliveries.
-        """
-        interval = min(max(self.bound.ack_wait / 4, 1.0), 10.0)
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                info = await self.conn.consumer_info(self.stream, self.consumer)
-            except OncestreamError as exc:
-                log.debug("ack floor not checked: %s", exc)
-                continue
-            floor = int((info.get("ack_floor") or {}).get("consumer_seq", 0))
-            delivered = int((info.get("delivered") or {}).get("consumer_seq", 0))
-            if floor > delivered:
-                self.frontier.interrupt(
-                    f"the consumer's ack floor is at delivery {floor}, past its last delivery "
-                    f"{delivered} (an ack sent before the consumer was reset arrived after it)"
-                )  # the batch loop resets within a second, idle or not
+        """Reset again when a late ack moved the consumer's ack floor past its deliveries
+        (:func:`watch_ack_floor`; run until cancelled)."""
+        await watch_ack_floor(self.conn, self.bound, self.frontier)
 
     async def reanchor(self, acks: Acknowledger) -> None:
         """Deliveries stopped being contiguous: drop what is buffered and reset the consumer."""
-        pull = self.pulls.current
-        assert pull is not None
-        log.warning(
-            "%s/%s: %s; resetting the consumer to its ack floor (what is unacknowledged is "
-            "delivered again; the ledger suppresses what was applied)",
-            self.stream,
-            self.consumer,
-            self.frontier.gap,
-        )
-        pull.halt()
-        await pull.stop()  # nothing delivered before the reset reaches the new inbox
-        pull.take_unprocessed()
-        await acks.drain()  # acks decided before the reset reach the server first
-        conn = self.conn
+        await reanchor(self.bound, self.conn, self.pulls, self.frontier, acks, self.stats,
+                       stopping=self.stopping, pin=None)  # fmt: skip
 
-        async def reset_failed(exc: BaseException) -> None:
-            log.warning(
-                "%s/%s: consumer reset failed (%s); retrying", self.stream, self.consumer, exc
-            )
 
-        await retrying(
-            lambda: reset_to_ack_floor(conn, self.stream, self.consumer),
-            budget=max(self.bound.ack_wait, 5.0),
-            what=f"resetting {self.stream}/{self.consumer} to its ack floor",
-            retry_if=lambda exc: isinstance(exc, OncestreamError) and not self.stopping(),
-            on_retry=reset_failed,
-            log_retries=False,
-            budget_source="the consumer's ack_wait (at least 5 s)",
-        )
-        self.frontier.restart()
-        self.stats.resets += 1
-        await self.pulls.renew(None)
+async def watch_ack_floor(
+    conn: Connection,
+    bound: BoundConsumer,
+    frontier: AckFrontier,
+    active: Callable[[], bool] = lambda: True,
+) -> None:
+    """Interrupt ``frontier`` when an ack from before the last reset moved the consumer's
+    delivery floor past every delivery since (run until cancelled; checked while
+    ``active()``: a pinned group's standby resets nothing).
+
+    A reset numbers deliveries from 1; an ack sent before it (a Processor that was
+    superseded or frozen, or this one's own unconfirmed ones) that arrives after it
+    sets the floor to its old, higher delivery sequence, and the server then ignores
+    every ack and nak below that floor (consumer.go ``processAckMsg``,
+    ``processNak``): nothing is lost, but everything waits for redeliveries.
+    """
+    interval = min(max(bound.ack_wait / 4, 1.0), 10.0)
+    while True:
+        await asyncio.sleep(interval)
+        if not active():
+            continue
+        try:
+            info = await conn.consumer_info(bound.stream, bound.consumer)
+        except OncestreamError as exc:
+            log.debug("ack floor not checked: %s", exc)
+            continue
+        floor = int((info.get("ack_floor") or {}).get("consumer_seq", 0))
+        delivered = int((info.get("delivered") or {}).get("consumer_seq", 0))
+        if floor > delivered:
+            frontier.interrupt(
+                f"the consumer's ack floor is at delivery {floor}, past its last delivery "
+                f"{delivered} (an ack sent before the consumer was reset arrived after it)"
+            )  # the batch loop resets within a second, idle or not
+
+
+async def reanchor(
+    bound: BoundConsumer,
+    conn: Connection,
+    pulls: Pulls,
+    frontier: AckFrontier,
+    acks: Acknowledger,
+    stats: ProcessorStats,
+    *,
+    stopping: Callable[[], bool],
+    pin: str | None,
+) -> None:
+    """Deliveries stopped being contiguous: drop what is buffered, reset the consumer to
+    its ack floor and pull again (under ``pin``, a pinned group's active one's)."""
+    stream, consumer = bound.stream, bound.consumer
+    pull = pulls.current
+    assert pull is not None
+    log.warning(
+        "%s/%s: %s; resetting the consumer to its ack floor (what is unacknowledged is "
+        "delivered again; the ledger suppresses what was applied)",
+        stream,
+        consumer,
+        frontier.gap,
+    )
+    pull.halt()
+    await pull.stop()  # nothing delivered before the reset reaches the new inbox
+    pull.take_unprocessed()
+    await acks.drain()  # acks decided before the reset reach the server first
+
+    async def reset_failed(exc: BaseException) -> None:
+        log.warning("%s/%s: consumer reset failed (%s); retrying", stream, consumer, exc)
+
+    await retrying(
+        lambda: reset_to_ack_floor(conn, stream, consumer),
+        budget=max(bound.ack_wait, 5.0),
+        what=f"resetting {stream}/{consumer} to its ack floor",
+        retry_if=lambda exc: isinstance(exc, OncestreamError) and not stopping(),
+        on_retry=reset_failed,
+        log_retries=False,
+        budget_source="the consumer's ack_wait (at least 5 s)",
+    )
+    frontier.restart()
+    stats.resets += 1
+    await pulls.renew(pin)

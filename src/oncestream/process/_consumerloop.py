@@ -39,7 +39,8 @@ from .._message import Message
 from ..ledger import LedgerEntry
 from ..read import MessageStream
 from ..tracing._internal import Tracer
-from ._ackall import AckAllOwner
+from ._ackall import AckAllOwner, reanchor, watch_ack_floor
+from ._ackfrontier import AckFrontier
 from ._acking import Acknowledger
 from ._applying import Applier, BatchHandler, Handler
 from ._bound import BoundConsumer
@@ -194,7 +195,7 @@ class ConsumerLoop:
         else:
             await registry.register(conn)
         owner = pins = None
-        if opts.ack_all:
+        if opts.ack_all and not opts.pinned:
             owner = AckAllOwner(
                 bound,
                 conn,
@@ -207,6 +208,8 @@ class ConsumerLoop:
             await owner.start()
             self._tasks.append(asyncio.create_task(owner.watch_floor()))
         elif opts.pinned:
+            # Ack policy all in a pinned group: the pin's takeover is the fence and the
+            # reset that numbers deliveries from 1 (_ackall's owner is not needed).
             pins = PinnedGroup(
                 bound,
                 conn,
@@ -215,8 +218,14 @@ class ConsumerLoop:
                 self.stats,
                 stopping=self.stopping,
                 progress=self._progress.set,
+                frontier=AckFrontier() if opts.ack_all else None,
             )
+            if pins.frontier is not None:
+                active = functools.partial(_is_active, pins)
+                watch = watch_ack_floor(conn, bound, pins.frontier, active)
+                self._tasks.append(asyncio.create_task(watch))
         fence: Fence | None = owner or pins
+        frontier = owner.frontier if owner is not None else pins.frontier if pins else None
         applier = self._applier_type(
             bound,
             self.calls,
@@ -233,7 +242,7 @@ class ConsumerLoop:
             conn,
             self.stats,
             limit=limit,
-            frontier=owner.frontier if owner is not None else None,
+            frontier=frontier,
             tracer=self._tracer,
             stopping=self.stopping,
             buffered=self._pulls.buffered_replies,
@@ -295,9 +304,8 @@ class ConsumerLoop:
         ):
             return  # the filter edited to overlap a neighbour: neither applied nor acked
         acks = parts.acks
-        if not acks.admits(msgs):
-            assert parts.owner is not None  # only ack policy all refuses a batch (a gap)
-            await parts.owner.reanchor(acks)
+        if not acks.admits(msgs):  # only ack policy all refuses a batch (a gap)
+            await self._reanchor(parts)
             return
         started_ns = time.time_ns() if self._tracer is not None else 0
         by_seq: dict[int, Message] = {}
@@ -355,6 +363,20 @@ class ConsumerLoop:
         if self.stats.observers:
             self.stats.observe("batch", time.perf_counter() - began)
         self._progress.set()
+
+    async def _reanchor(self, parts: _Parts) -> None:
+        """Ack policy all, deliveries no longer contiguous: reset the consumer (a pinned
+        group's standby leaves that to the takeover that makes it active)."""
+        if parts.owner is not None:
+            await parts.owner.reanchor(parts.acks)
+            return
+        pins = parts.pins
+        assert pins is not None and pins.frontier is not None
+        if pins.active_pin is None:
+            pins.frontier.restart()
+            return
+        await reanchor(parts.bound, self.conn, self._pulls, pins.frontier, parts.acks,
+                       self.stats, stopping=self.stopping, pin=pins.active_pin)  # fmt: skip
 
     async def _prune_loop(self, parts: _Parts) -> None:
         conn, opts = self.conn, self.options
@@ -418,3 +440,7 @@ class ConsumerLoop:
                 reachable = False  # it went away unnoticed so far
         if not reachable:
             log.warning("%s", parts.acks.unsent.report(len(leftover), parts.bound.ack_wait))
+
+
+def _is_active(pins: PinnedGroup) -> bool:
+    return pins.active_pin is not None

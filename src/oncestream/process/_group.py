@@ -55,10 +55,11 @@ from .._errors import (
     StreamNotFound,
 )
 from .._logthrottle import LogThrottle
-from .._names import check_consumer_name, check_stream_name, subjects_overlap
+from .._names import MAX_NAME_LEN, check_consumer_name, check_stream_name, subjects_overlap
 from .._options import ConnectOptions
 from ..ledger import Ledger, ledger_from_url
 from ..streams import Partitioning
+from ..streams._internal import MAX_PARTITIONS
 from ._applying import BatchHandler, Handler
 from ._assignment import assign, static_partitions
 from ._group_options import (
@@ -176,7 +177,14 @@ class GroupMember:
         check_handler(handler or batch_handler, "handler" if handler else "batch_handler")
         self.stream = check_stream_name(stream)
         self.group = check_consumer_name(group, "group")
-        check_consumer_name(partition_consumer(group, 1023), "group")  # room for the suffix
+        longest = partition_consumer(group, MAX_PARTITIONS - 1)
+        if len(longest.encode()) > MAX_NAME_LEN:
+            raise ConfigError(
+                f"group: {group!r} is too long: its partitions' consumers <group>-p<N> "
+                f"({longest!r}) must fit nats-server's {MAX_NAME_LEN} bytes; give a group "
+                f"name of at most {MAX_NAME_LEN - len(longest.encode()) + len(group.encode())} "
+                "bytes"
+            )
         self.options = options or GroupOptions()
         self.processor_options = processor_options or ProcessorOptions()
         check_partition_options(self.processor_options)
@@ -311,6 +319,15 @@ class GroupMember:
             if membership is None:
                 assert self.options.static is not None
                 wanted = static_partitions(count, *self.options.static)
+                if not wanted and rounds == 1:
+                    # Not an error (a deployment may run more static members than the
+                    # stream has partitions for now), but it must not look like work.
+                    index, of = self.options.static
+                    log.warning(
+                        "%s: static member %d/%d gets none of the stream's %d partitions: "
+                        "it applies nothing",
+                        self, index, of, count,
+                    )  # fmt: skip
             else:
                 try:
                     self._publish_status()

@@ -110,20 +110,19 @@ def check_partition_options(options: ProcessorOptions) -> None:
     """A group member sets the consumer's filter and priority group itself, per partition.
 
     Raises:
-        ConfigError: ``options`` set one of them, ``bind``, or ack policy ``all``.
+        ConfigError: ``options`` set one of them, or ``bind``.
     """
     clash = {
         "filter_subject": options.filter_subject is not None,
         "priority_group": options.priority_group is not None,
         "bind": options.bind,
-        "ack_policy='all'": options.ack_all,
     }
     given = [name for name, set_ in clash.items() if set_]
     if given:
         raise ConfigError(
             f"a group member runs each partition's consumer with the partition's filter "
-            f"subject and a pinned priority group, with explicit acks; its ProcessorOptions "
-            f"must leave {', '.join(given)} unset"
+            f"subject and a pinned priority group; its ProcessorOptions must leave "
+            f"{', '.join(given)} unset"
         )
 
 

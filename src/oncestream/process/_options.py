@@ -231,10 +231,11 @@ class ProcessorOptions:
                 "ack_policy 'all' needs the consumer API (the Processor resets the consumer "
                 "to its ack floor when it starts); it cannot be combined with bind=True"
             )
-        if self.priority_group is not None:
+        if self.priority_group is not None and self.policy != "pinned":
             raise ConfigError(
-                f"ack_policy 'all' is for one Processor per consumer; a priority group "
-                f"({self.priority_group!r}) has several: use ack_policy 'explicit'"
+                f"ack_policy 'all' is for one Processor applying a consumer at a time (alone, "
+                f"or the pinned one of a priority group); policy {self.policy!r} delivers to "
+                f"several at once: use ack_policy 'explicit'"
             )
 
     @property

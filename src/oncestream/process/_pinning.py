@@ -53,6 +53,7 @@ from ..ledger import Ledger, LedgerTx, PostgresLedger, SQLiteLedger
 from ..read import MessageStream
 from ..streams import require_server
 from ..streams._internal import RESET_SINCE
+from ._ackfrontier import AckFrontier
 from ._bound import BoundConsumer
 from ._ledgercalls import RETRY_DELAY, WAIT_NOTICE, LedgerCalls, is_lock_wait
 from ._options import ProcessorStats
@@ -157,12 +158,20 @@ class OwnerCheck:
     def __init__(self, ledger: Ledger, name: str, pin: str | None) -> None:
         self.pin = pin
         self.name = name
+        self._ledger = ledger
         self._sql = f"SELECT owner FROM {_TABLE} WHERE name = {ledger.placeholder}{ledger.row_lock}"
 
     def __call__(self, tx: LedgerTx) -> None:
         if self.pin is None:
             raise Superseded(f"{self.name}: this instance is a standby")
-        row = tx.execute(self._sql, (self.name,)).fetchone()
+        try:
+            row = tx.execute(self._sql, (self.name,)).fetchone()
+        except Exception as exc:
+            # The batch's first statement: where a restarted database shows first. As a
+            # LedgerError it is retried on a new connection like any claim's failure.
+            if self._ledger.is_transient(exc) or self._ledger.is_unusable(exc):
+                raise self._ledger.failure(f"{self.name}: check the owner", exc) from exc
+            raise
         if row is None or row[0] != self.pin:
             raise Superseded(
                 f"{self.name}: another instance took over (owner {row[0] if row else None!r})"
@@ -221,6 +230,8 @@ class PinnedGroup:
         stats: counters (``takeovers``, ``demotions``, ``takeover_lock_waits``).
         stopping: whether a stop was requested (a takeover's wait ends).
         progress: called when this instance's role changed.
+        frontier: ack policy ``all``: what one ack may cover, counted from this
+            instance's last takeover (its reset numbers deliveries from 1 again).
 
     Example::
 
@@ -239,8 +250,10 @@ class PinnedGroup:
         *,
         stopping: Callable[[], bool],
         progress: Callable[[], None],
+        frontier: AckFrontier | None = None,
     ) -> None:
         assert bound.options.priority_group is not None
+        self.frontier = frontier
         self.bound = bound
         self.stream, self.consumer = bound.stream, bound.consumer
         self.options = bound.options
@@ -357,6 +370,8 @@ class PinnedGroup:
             if keeper is not None:
                 await self._drop_keeper(keeper)
         self._check = check
+        if self.frontier is not None:  # deliveries count from 1 after the reset
+            self.frontier.restart()
         await self.pulls.renew(pin)
         self.active_pin = pin
         self.took_over_at = time.time()
@@ -413,4 +428,6 @@ class PinnedGroup:
             )
         self.active_pin = None
         self._check = OwnerCheck(self.calls.ledger, self.name, None)
+        if self.frontier is not None:  # what it held is the new active instance's now
+            self.frontier.restart()
         self.progress()

@@ -164,6 +164,9 @@ class MessageStream:
         self.pins_lost = 0
         #: Pins this stream held and lost: a late message still carrying one is not a new pin.
         self._lost_pins: set[str] = set()
+        #: The header line of the last pin seen (``\r\nNats-Pin-Id: ...\r\n``): a message
+        #: carrying it again changes nothing.
+        self._pin_line = b""
         self._pinned = self.options.pinned
         self._last_pull = 0.0
 
@@ -217,11 +220,16 @@ class MessageStream:
         self._lost_pins.add(pin)
 
     def _note_pin(self, headers: bytes) -> None:
+        seen = self._pin_line
+        if seen and seen in headers:
+            return  # the pin of the last message (every message of a pinned client has it)
         at = headers.find(_PIN_HEADER)
         if at < 0:
             return
         start = at + len(_PIN_HEADER)
         end = headers.find(b"\r\n", start)
+        if end >= 0:
+            self._pin_line = bytes(headers[at : end + 2])
         pin = bytes(headers[start : end if end >= 0 else len(headers)]).strip().decode()
         if pin and pin != self.pin_id and pin not in self._lost_pins:
             self.pin_id = pin

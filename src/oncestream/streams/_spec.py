@@ -14,7 +14,7 @@ from .._errors import ConfigError, ErrCode, JetStreamError, StreamNotFound
 from .._names import check_stream_name, check_subject_filter
 from .._options import parse_duration, parse_int, seconds_to_ns
 from ._admin import add_stream, update_stream
-from ._partitions import Partitioning
+from ._partitions import MAX_PARTITIONS, Partitioning
 from ._version import server_version
 
 __all__ = [
@@ -153,6 +153,17 @@ class StreamSpec:
         self._check_partitions()
 
     def _check_partitions(self) -> None:
+        # Checked before the "0 = none" test: False, 0.0 and None compare equal to 0 or
+        # are falsy, and were taken as "not partitioned" (or blamed on partition_key).
+        if (
+            isinstance(self.partitions, bool)
+            or not isinstance(self.partitions, int)
+            or not 0 <= self.partitions <= MAX_PARTITIONS
+        ):
+            raise ConfigError(
+                f"stream {self.name!r}: partitions must be a whole number from 1 to "
+                f"{MAX_PARTITIONS} (0: not partitioned), got {self.partitions!r}"
+            )
         if self.partitions == 0 and not self.partition_key:
             return
         if not self.partitions:
