@@ -45,12 +45,15 @@ class ServerBug:
         touches: which oncestream features it concerns ("nothing" when none of
             oncestream's writers can trigger it).
         scope: where it happens: ``"any"`` server, only a server in a
-            ``"cluster"``, or only ``"replicated"`` streams (replicas > 1).
+            ``"cluster"``, only ``"replicated"`` streams (replicas > 1), or only a
+            ``"standalone"`` server (not in a cluster).
         severity: for oncestream's guarantees: ``"breaks"`` (messages lost or stored
             twice), ``"weakens"`` (a publish fails, or needs retries, that should
             not), ``"none"`` (nothing oncestream does is affected).
         uses: the start-up checks that report it: ``"publish"`` (a Publisher or
-            atomic batches start), ``"create"`` (a stream is created).
+            atomic batches start), ``"create"`` (a stream is created), ``"consumer"``
+            (a durable consumer is created or bound; ``oncestream doctor`` reports every
+            row whatever its uses).
         at_start: what those checks do: ``"warn"`` (one log line per process) or
             ``"refuse"`` (:class:`~oncestream.ConfigError`).
         reference: the upstream pull request with the fix.
@@ -61,7 +64,7 @@ class ServerBug:
     fixed: tuple[Version, ...]
     breaks: str
     touches: str
-    scope: Literal["any", "cluster", "replicated"]
+    scope: Literal["any", "cluster", "replicated", "standalone"]
     severity: Literal["breaks", "weakens", "none"]
     uses: tuple[str, ...]
     at_start: Literal["warn", "refuse"] = "warn"
@@ -87,6 +90,8 @@ class ServerBug:
             return assume if replicas is None else replicas > 1
         if self.scope == "cluster":
             return assume if cluster is None else cluster
+        if self.scope == "standalone":
+            return assume if cluster is None else not cluster
         return True
 
 
@@ -156,6 +161,55 @@ SERVER_BUGS: tuple[ServerBug, ...] = (
         severity="breaks",
         uses=("publish", "create"),
         reference="https://github.com/nats-io/nats-server/pull/8449",
+    ),
+    ServerBug(
+        key="sync-blocks-pending-writes",
+        # Replicated streams flush asynchronously since 2.12.0 (server/stream.go: AsyncFlush
+        # when not SyncAlways and Replicas > 1); syncBlocks flushed a block's pending writes
+        # only when it needed a sync, and closed an idle block's file with writes pending
+        # (server/filestore.go) until 2.12.3 / 2.14.0 (2.11 streams never flush async).
+        affected=(((2, 12, 0), (2, 12, 2)),),
+        fixed=((2, 12, 3), (2, 14, 0)),
+        breaks=(
+            "on a replicated stream without sync_interval: always, a replica paused long "
+            "enough for the periodic sync to run can drop acknowledged writes it had not "
+            "written out yet: that replica's copy misses them, and if it becomes the leader "
+            "the stream does"
+        ),
+        touches=(
+            "every write into streams with replicas > 1 and the default sync_interval "
+            "(publish, producer sessions, atomic batches, the Spark jetstream sink)"
+        ),
+        scope="replicated",
+        severity="breaks",
+        uses=("publish", "create"),
+        reference="https://github.com/nats-io/nats-server/pull/7594",
+    ),
+    ServerBug(
+        key="rejected-consumer-create-deletes-state",
+        # The name-exists check ran after ConsumerStore() had opened the existing durable's
+        # folder, and the rejected create's teardown (deleteWithoutAdvisory) removed it
+        # (server/consumer.go, addConsumerWithAssignmentAndMode): so in v2.10.0, v2.11.0,
+        # v2.12.0 ... v2.12.15 and v2.14.0 ... v2.14.5 (the newest tags read); fixed on main
+        # for 2.15.0 (#8491, not backported). Clustered creates are checked elsewhere
+        # first: a standalone server only.
+        affected=(((2, 10, 0), (2, 12, 15)), ((2, 14, 0), (2, 14, 5))),
+        fixed=((2, 15, 0),),
+        breaks=(
+            "on a single server, a create of a durable consumer that already exists (two "
+            "instances creating it at once) can be rejected after it deleted the existing "
+            "consumer's state on disk: after the next server restart the consumer is gone "
+            "or starts again from its first message"
+        ),
+        touches=(
+            "Processors that create their consumer (two instances of one consumer starting "
+            "together: active/standby); the ledger keeps the redelivered messages from being "
+            "applied again, a bind=True Processor finds its consumer gone"
+        ),
+        scope="standalone",
+        severity="weakens",
+        uses=("consumer",),
+        reference="https://github.com/nats-io/nats-server/pull/8491",
     ),
 )
 
