@@ -29,6 +29,7 @@ from oncestream import (
     ProcessorOptions,
     SQLiteLedger,
 )
+from oncestream.process._maxdeliver import DroppedMessages
 from oncestream.streams import ResetTarget, reset_consumer, update_consumer
 from tests._support import effects
 from tests.handlers import record, record_unless_7
@@ -242,6 +243,37 @@ async def test_a_message_the_server_drops_under_a_bound_processor(
         assert "stopped delivering JOBS seq 7 after 2 deliveries" in text
         assert failed.value.seqs == (7,)
         assert proc.stats.exhausted == 1
+    assert effects(tmp_path / "l.db") == (COUNT - 1, COUNT - 1)
+
+
+async def test_a_stop_before_a_drop_is_settled_fails_a_bound_run(
+    conn: Connection, make_stream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """bind=True cannot move the consumer back to a drop a stop left unsettled: the run
+    fails naming the reset to run (it used to return as if all went well)."""
+    await make_stream("JOBS", ("jobs.>",))
+    await _add_consumer(conn, "w", 2)
+    await publish_n(conn, "jobs.x", COUNT, start=1)
+    settling = asyncio.Event()
+
+    async def never_settles(self: DroppedMessages, conn: Connection, seq: int, n: int) -> None:
+        settling.set()
+        await asyncio.Event().wait()  # the stop comes while this drop is being settled
+
+    monkeypatch.setattr(DroppedMessages, "_dropped", never_settles)
+    ledger = SQLiteLedger(tmp_path / "l.db")
+    proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=_opts(bind=True))
+    task = asyncio.create_task(proc.run())
+    try:
+        await asyncio.wait_for(settling.wait(), timeout=30)
+    finally:
+        proc.request_stop()
+    with pytest.raises(MaxDeliverError) as failed:
+        await task
+    assert failed.value.seqs == (7,)
+    assert "run `oncestream consumer reset JOBS w --to-seq 7` before the next run" in str(
+        failed.value
+    )
     assert effects(tmp_path / "l.db") == (COUNT - 1, COUNT - 1)
 
 

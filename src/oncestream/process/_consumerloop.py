@@ -167,6 +167,11 @@ class ConsumerLoop:
         self._stop_requested = True
         self._pulls.halt()
 
+    @property
+    def fatal(self) -> OncestreamError | None:
+        """The error that ends the run, if any (also one found while closing)."""
+        return self._fatal
+
     def _fail(self, error: OncestreamError) -> None:
         """End the run with ``error`` (the in-flight batch is finished first)."""
         if self._fatal is None:

@@ -318,6 +318,7 @@ class DroppedMessages:
                 "run `oncestream consumer reset %s --to-seq %d` before the next run",
                 self.stream, self.consumer, sorted(left), where, target,
             )  # fmt: skip
+            self._left_to_a_reset(sorted(left), target, "bind=True makes no consumer API call")
             return
         try:
             await reset_consumer(conn, self.stream, self.consumer, ResetTarget(seq=target))
@@ -328,6 +329,7 @@ class DroppedMessages:
                 "before the next run",
                 self.stream, self.consumer, sorted(left), exc, where, target,
             )  # fmt: skip
+            self._left_to_a_reset(sorted(left), target, f"the reset back failed: {exc}")
             return
         self._moved_back = target
         log.warning(
@@ -335,6 +337,26 @@ class DroppedMessages:
             "back to seq %d, the next run delivers them again",
             self.stream, self.consumer, sorted(left), target,
         )  # fmt: skip
+
+    def _left_to_a_reset(self, seqs: list[int], target: int, why: str) -> None:
+        """End the run failed: what the server dropped comes back only by a reset.
+
+        A stop may come while a drop waits to be settled; returning as if all went
+        well would leave the message out of the next run too (a first failure of the
+        run is kept: it names these already).
+        """
+        self.fail(
+            MaxDeliverError(
+                f"the run stopped before settling {self.stream} seq "
+                f"{', '.join(map(str, seqs))}, which the server stopped delivering "
+                f"(consumer {self.stream}/{self.consumer} max_deliver), and the consumer "
+                f"was not moved back ({why}): run `oncestream consumer reset {self.stream} "
+                f"{self.consumer} --to-seq {target}` before the next run",
+                stream=self.stream,
+                consumer=self.consumer,
+                seqs=tuple(seqs),
+            )
+        )
 
     def _queued(self) -> list[tuple[int, int]]:
         """Every drop waiting in the queue (taken out of it)."""

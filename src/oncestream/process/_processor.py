@@ -207,6 +207,8 @@ class Processor:
                 await conn.close()
             self._done.set()
             self._progress.set()
+        if self._loop is not None and self._loop.fatal is not None:
+            raise self._loop.fatal  # found while closing: a drop a stop left unsettled
         return self.stats
 
     def request_stop(self) -> None:
