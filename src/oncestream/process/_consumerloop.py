@@ -32,7 +32,13 @@ import time
 from dataclasses import dataclass
 
 from .._connection import Connection
-from .._errors import JetStreamError, LedgerUnusable, OncestreamError, OperationTimeout
+from .._errors import (
+    JetStreamError,
+    LedgerUnusable,
+    MaxDeliverError,
+    OncestreamError,
+    OperationTimeout,
+)
 from .._headers import SCHEDULE, msg_id_key
 from .._logthrottle import LogThrottle
 from .._message import Message
@@ -173,8 +179,17 @@ class ConsumerLoop:
         return self._fatal
 
     def _fail(self, error: OncestreamError) -> None:
-        """End the run with ``error`` (the in-flight batch is finished first)."""
-        if self._fatal is None:
+        """End the run with ``error`` (the in-flight batch is finished first).
+
+        The first error is kept, but for a :class:`MaxDeliverError` naming every
+        dropped message an earlier one named and more: its way back covers them all.
+        """
+        first = self._fatal
+        if first is None or (
+            isinstance(first, MaxDeliverError)
+            and isinstance(error, MaxDeliverError)
+            and set(first.seqs) < set(error.seqs)
+        ):
             self._fatal = error
         self.request_stop()
 

@@ -50,6 +50,7 @@ from .._errors import (
     ConfigError,
     ConsumerNotFound,
     LedgerUnusable,
+    MaxDeliverError,
     OncestreamError,
     OperationTimeout,
     StreamNotFound,
@@ -221,6 +222,8 @@ class GroupMember:
                 a partition's consumer or ledger is refused (as :meth:`Processor.run`).
             StreamNotFound: the stream does not exist.
             LedgerUnusable: a partition's ledger cannot be used.
+            MaxDeliverError: a partition released with a message the server stopped
+                delivering left to a ``consumer reset`` (the message names it).
         """
         owned = self.conn is None
         if self.conn is None:
@@ -264,6 +267,8 @@ class GroupMember:
             if owned:
                 await conn.close()
             self._started.set()
+        if self._fatal is not None:
+            raise self._fatal  # found as the partitions were released
         return self.stats
 
     def request_stop(self) -> None:
@@ -456,8 +461,14 @@ class GroupMember:
         pin = running.processor.active_pin
         try:
             await running.processor.stop()
-            with contextlib.suppress(Exception):
+            try:
                 await running.task
+            except MaxDeliverError as exc:  # a drop left to a reset: the member fails too
+                log.error("%s: partition %d: %s", self, partition, exc)
+                self._fatal = self._fatal or exc
+                self._stop.set()
+            except Exception:  # it ended as it was released: nothing is owed
+                pass
             if pin is not None:
                 await self._unpin(partition, pin)
         finally:

@@ -30,7 +30,7 @@ import contextlib
 from collections.abc import Callable
 
 from .._connection import Connection, connect
-from .._errors import ConfigError, OperationTimeout
+from .._errors import ConfigError, MaxDeliverError, OperationTimeout
 from .._names import check_consumer_name, check_stream_name
 from .._options import ConnectOptions
 from ..ledger import Ledger
@@ -197,7 +197,12 @@ class Processor:
             )
             if self._stop_requested:
                 loop.request_stop()
-            await loop.run(self._running)
+            try:
+                await loop.run(self._running)
+            except MaxDeliverError as exc:
+                if exc is not loop.fatal:
+                    raise
+                # Raised below, after closing, which may name more drops (a new error).
         finally:
             if self._loop is not None:
                 await self._loop.close()
@@ -208,7 +213,7 @@ class Processor:
             self._done.set()
             self._progress.set()
         if self._loop is not None and self._loop.fatal is not None:
-            raise self._loop.fatal  # found while closing: a drop a stop left unsettled
+            raise self._loop.fatal  # the run's, or found while closing: a drop left unsettled
         return self.stats
 
     def request_stop(self) -> None:
