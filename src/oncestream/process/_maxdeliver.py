@@ -370,7 +370,12 @@ class DroppedMessages:
                 f"{', '.join(map(str, seqs))}, which the server stopped delivering "
                 f"(consumer {self.stream}/{self.consumer} max_deliver), and the consumer "
                 f"was not moved back ({why}): run `oncestream consumer reset {self.stream} "
-                f"{self.consumer} --to-seq {target}` before the next run",
+                f"{self.consumer} --to-seq {target}` before the next run"
+                + (
+                    ""
+                    if self.bound.dlq_subject
+                    else f"; so that it does not happen again: {_fix(self.stream, self.consumer)}"
+                ),
                 stream=self.stream,
                 consumer=self.consumer,
                 seqs=tuple(seqs),
