@@ -374,6 +374,67 @@ async def test_a_group_member_fails_when_a_released_partition_leaves_a_drop_to_a
     assert "--to-seq 7" in str(failed.value) and "reset refused" in str(failed.value)
 
 
+async def test_a_group_member_fails_when_a_partition_fails_with_max_deliver(
+    conn: Connection, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """max_deliver set on a running member's consumers: the partition's MaxDeliverError
+    ends the member (it restarted the partition, which was refused with a ConfigError
+    naming no reset, and the dropped message was left out of the next run)."""
+    await ensure_stream(
+        conn, StreamSpec(name="GRP", subjects=("grp.*",), partitions=2, partition_key=(1,))
+    )
+    for i in range(1, 21):
+        await conn.nc.jetstream().publish(f"grp.k{i}", b"%d" % i)
+    member = GroupMember(
+        conn,
+        "GRP",
+        "svc",
+        record_unless_7,  # 7 and 14 fail
+        ledger=lambda p: SQLiteLedger(tmp_path / f"svc-{p}.db"),
+        options=GroupOptions(member="a", heartbeat=0.2, member_ttl=1),
+        processor_options=_opts(pinned_ttl=2.0, backoff=(0.5,)),
+    )
+    task = asyncio.create_task(member.run())
+    try:
+        await member.wait_for(
+            lambda m: sum(s.failed for s in m.stats.processors.values()) >= 2, timeout=20
+        )
+        for partition in range(2):
+            consumer = partition_consumer("svc", partition)
+            await update_consumer(conn, "GRP", consumer, {"max_deliver": 2})
+        with pytest.raises(MaxDeliverError) as failed:
+            await asyncio.wait_for(asyncio.shield(task), timeout=30)
+    finally:
+        member.request_stop()
+    text = str(failed.value)
+    assert "--max-deliver -1" in text, text
+    # What the message says to do, then a member with the handler fixed: each message once.
+    for partition in range(2):
+        consumer = partition_consumer("svc", partition)
+        await update_consumer(conn, "GRP", consumer, {"max_deliver": -1})
+    for target in re.findall(r"consumer reset GRP (svc-p\d) --to-seq (\d+)", text):
+        await reset_consumer(conn, "GRP", target[0], ResetTarget(seq=int(target[1])))
+    again = GroupMember(
+        conn,
+        "GRP",
+        "svc",
+        record,
+        ledger=lambda p: SQLiteLedger(tmp_path / f"svc-{p}.db"),
+        options=GroupOptions(member="a", heartbeat=0.2, member_ttl=1),
+        processor_options=_opts(pinned_ttl=2.0),
+    )
+    task = asyncio.create_task(again.run())
+    try:
+        await again.wait_for(
+            lambda m: sum(s.applied for s in m.stats.processors.values()) >= 2, timeout=30
+        )
+    finally:
+        again.request_stop()
+        await task
+    rows = [effects(tmp_path / f"svc-{p}.db") for p in range(2)]
+    assert sum(r[0] for r in rows) == 20 and all(r[0] == r[1] for r in rows), rows
+
+
 class _MovingLedger(SQLiteLedger):
     """A ledger whose registry row, read in the first transaction after the server
     dropped a message, is another consumer's filters (as if registered meanwhile)."""

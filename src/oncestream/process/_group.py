@@ -222,8 +222,10 @@ class GroupMember:
                 a partition's consumer or ledger is refused (as :meth:`Processor.run`).
             StreamNotFound: the stream does not exist.
             LedgerUnusable: a partition's ledger cannot be used.
-            MaxDeliverError: a partition released with a message the server stopped
-                delivering left to a ``consumer reset`` (the message names it).
+            MaxDeliverError: a partition's Processor failed with it (a consumer's
+                ``max_deliver`` without a dead-letter stream), or was released with a
+                message the server stopped delivering left to a ``consumer reset``; the
+                message names what to do.
         """
         owned = self.conn is None
         if self.conn is None:
@@ -448,7 +450,9 @@ class GroupMember:
         exc = running.task.exception()
         if exc is None:
             return
-        if isinstance(exc, ConfigError | LedgerUnusable | StreamNotFound):
+        # A MaxDeliverError names what to change before a restart, and often a message to
+        # get back by a reset: a restart would be refused, or skip that message.
+        if isinstance(exc, ConfigError | LedgerUnusable | StreamNotFound | MaxDeliverError):
             self._fatal = exc
             self._stop.set()
             return
