@@ -318,6 +318,28 @@ async def test_two_drops_out_of_order_are_named_together_from_the_first(
     assert "--to-seq 7`" in str(failed.value), failed.value
 
 
+async def _group_stream(conn: Connection) -> None:
+    """Stream GRP in 2 partitions by its second token, holding 1..20 (grp.k1 .. grp.k20)."""
+    await ensure_stream(
+        conn, StreamSpec(name="GRP", subjects=("grp.*",), partitions=2, partition_key=(1,))
+    )
+    for i in range(1, 21):
+        await conn.nc.jetstream().publish(f"grp.k{i}", b"%d" % i)
+
+
+def _group_member(conn: Connection, folder: Path, handler: Any, **options: Any) -> GroupMember:
+    """Member ``a`` of group ``svc`` over GRP, an SQLite ledger per partition in ``folder``."""
+    return GroupMember(
+        conn,
+        "GRP",
+        "svc",
+        handler,
+        ledger=lambda p: SQLiteLedger(folder / f"svc-{p}.db"),
+        options=GroupOptions(member="a", heartbeat=0.2, member_ttl=1),
+        processor_options=_opts(pinned_ttl=2.0, **options),
+    )
+
+
 async def test_a_group_member_fails_when_a_released_partition_leaves_a_drop_to_a_reset(
     conn: Connection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
@@ -325,11 +347,7 @@ async def test_a_group_member_fails_when_a_released_partition_leaves_a_drop_to_a
     member's run fails naming the reset (it returned normally, the error swallowed).
     The drop is told by hand: a consumer's max_deliver set under running partitions
     ends them on the next failure first (another path)."""
-    await ensure_stream(
-        conn, StreamSpec(name="GRP", subjects=("grp.*",), partitions=2, partition_key=(1,))
-    )
-    for i in range(1, 21):
-        await conn.nc.jetstream().publish(f"grp.k{i}", b"%d" % i)
+    await _group_stream(conn)
     settling = asyncio.Event()
 
     async def never_settles(self: DroppedMessages, conn: Connection, seq: int, n: int) -> None:
@@ -341,15 +359,7 @@ async def test_a_group_member_fails_when_a_released_partition_leaves_a_drop_to_a
 
     monkeypatch.setattr(DroppedMessages, "_dropped", never_settles)
     monkeypatch.setattr(maxdeliver_module, "reset_consumer", refused)
-    member = GroupMember(
-        conn,
-        "GRP",
-        "svc",
-        record,
-        ledger=lambda p: SQLiteLedger(tmp_path / f"svc-{p}.db"),
-        options=GroupOptions(member="a", heartbeat=0.2, member_ttl=1),
-        processor_options=_opts(pinned_ttl=2.0),
-    )
+    member = _group_member(conn, tmp_path, record)
     task = asyncio.create_task(member.run())
     try:
         await member.wait_running()
@@ -380,20 +390,8 @@ async def test_a_group_member_fails_when_a_partition_fails_with_max_deliver(
     """max_deliver set on a running member's consumers: the partition's MaxDeliverError
     ends the member (it restarted the partition, which was refused with a ConfigError
     naming no reset, and the dropped message was left out of the next run)."""
-    await ensure_stream(
-        conn, StreamSpec(name="GRP", subjects=("grp.*",), partitions=2, partition_key=(1,))
-    )
-    for i in range(1, 21):
-        await conn.nc.jetstream().publish(f"grp.k{i}", b"%d" % i)
-    member = GroupMember(
-        conn,
-        "GRP",
-        "svc",
-        record_unless_7,  # 7 and 14 fail
-        ledger=lambda p: SQLiteLedger(tmp_path / f"svc-{p}.db"),
-        options=GroupOptions(member="a", heartbeat=0.2, member_ttl=1),
-        processor_options=_opts(pinned_ttl=2.0, backoff=(0.5,)),
-    )
+    await _group_stream(conn)
+    member = _group_member(conn, tmp_path, record_unless_7, backoff=(0.5,))  # 7 and 14 fail
     task = asyncio.create_task(member.run())
     try:
         await member.wait_for(
@@ -414,15 +412,7 @@ async def test_a_group_member_fails_when_a_partition_fails_with_max_deliver(
         await update_consumer(conn, "GRP", consumer, {"max_deliver": -1})
     for target in re.findall(r"consumer reset GRP (svc-p\d) --to-seq (\d+)", text):
         await reset_consumer(conn, "GRP", target[0], ResetTarget(seq=int(target[1])))
-    again = GroupMember(
-        conn,
-        "GRP",
-        "svc",
-        record,
-        ledger=lambda p: SQLiteLedger(tmp_path / f"svc-{p}.db"),
-        options=GroupOptions(member="a", heartbeat=0.2, member_ttl=1),
-        processor_options=_opts(pinned_ttl=2.0),
-    )
+    again = _group_member(conn, tmp_path, record)
     task = asyncio.create_task(again.run())
     try:
         await again.wait_for(
