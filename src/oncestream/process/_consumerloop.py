@@ -107,6 +107,8 @@ class ConsumerLoop:
             await loop.run(running)  # until loop.request_stop()
         finally:
             await loop.close()
+        if loop.fatal is not None:  # closing may have named more
+            raise loop.fatal
     """
 
     def __init__(
@@ -199,10 +201,12 @@ class ConsumerLoop:
         """Set the consumer up, build the parts, apply until :meth:`request_stop`.
 
         ``running`` is set once it pulls. The caller awaits :meth:`close` afterwards,
-        whatever happened.
+        whatever happened, then raises :attr:`fatal` if set: the error that ended the
+        run, which closing may replace (a drop a stop left unsettled).
 
         Raises:
-            As :meth:`oncestream.Processor.run` (the ledger's opening aside).
+            As :meth:`oncestream.Processor.run` (the ledger's opening aside), while
+            setting up; what ends the run later is :attr:`fatal`.
         """
         conn, opts, registry = self.conn, self.options, self._registry
         if opts.pinned:
@@ -294,8 +298,6 @@ class ConsumerLoop:
             self._tasks.append(asyncio.create_task(registry.watch(conn, self._fail)))
         running.set()
         await self._loop_batches(pull, parts)
-        if self._fatal is not None:
-            raise self._fatal
 
     async def _loop_batches(self, pull: MessageStream, parts: _Parts) -> None:
         batch = self.options.batch

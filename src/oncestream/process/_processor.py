@@ -30,7 +30,7 @@ import contextlib
 from collections.abc import Callable
 
 from .._connection import Connection, connect
-from .._errors import ConfigError, MaxDeliverError, OperationTimeout
+from .._errors import ConfigError, OperationTimeout
 from .._names import check_consumer_name, check_stream_name
 from .._options import ConnectOptions
 from ..ledger import Ledger
@@ -197,12 +197,7 @@ class Processor:
             )
             if self._stop_requested:
                 loop.request_stop()
-            try:
-                await loop.run(self._running)
-            except MaxDeliverError as exc:
-                if exc is not loop.fatal:
-                    raise
-                # Raised below, after closing, which may name more drops (a new error).
+            await loop.run(self._running)
         finally:
             if self._loop is not None:
                 await self._loop.close()
