@@ -24,7 +24,7 @@ test_submit_opts = $(strip $(filter-out $(TEST_JVM_OPTS) -XX:SharedArchiveFile=%
 test soak: export SPARK_SUBMIT_OPTS := $(call test_submit_opts,$(VENV))
 test-%: export SPARK_SUBMIT_OPTS := $(call test_submit_opts,$(VENV))
 
-.PHONY: venvs cds setup setup-oldest setup-pysparks test-pysparks setup-client setup-oldest-nats dist test-main test-chaos test-fallback test-nats test-nats-fallback test-client demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture pagecache check-java clean
+.PHONY: test-apps venvs cds setup setup-oldest setup-pysparks test-pysparks setup-client setup-oldest-nats dist test-main test-chaos test-fallback test-nats test-nats-fallback test-client demo test test-services lint format bench bench-ref bench-peers bench-scale bench-pipeline soak torture pagecache check-java clean
 
 setup: $(STAMP)
 
@@ -179,7 +179,7 @@ TEST_LANES ?= 2
 STAGE_TIMEOUT ?= 3600
 MIDDLE_RELEASES := $(filter-out $(OLDEST_PYSPARK),$(PYSPARK_RELEASES))
 OTHER_STAGES := test-fallback test-nats test-nats-fallback test-pyspark$(OLDEST_PYSPARK) test-client \
-	$(MIDDLE_RELEASES:%=test-middle%) test-chaos
+	$(MIDDLE_RELEASES:%=test-middle%) test-chaos test-apps
 MIDDLE_STAGES := $(MIDDLE_RELEASES:%=test-pyspark%)
 test: test-services venvs cds lint
 ifeq ($(TEST_LANES),1)
@@ -193,7 +193,14 @@ test-pysparks: test-services setup-pysparks
 
 test-main: setup
 	$(BIN)/pytest -n 2 --dist loadfile -m "not soak and not connect_stage" \
-		--ignore=tests/chaos
+		--ignore=tests/chaos $(APP_TESTS:%=--ignore=%)
+
+# The whole programs (the demo, a packed environment submitted to a standalone cluster),
+# each in processes of its own with no session to share: in the second lane, which
+# otherwise ends minutes before the main one.
+APP_TESTS := tests/spark/test_demo.py tests/spark/test_deploy.py
+test-apps: setup
+	$(BIN)/pytest -n 2 --dist loadfile -q -p no:cacheprovider $(APP_TESTS)
 
 # The chaos tests (kills, freezes, faults; real servers, no Spark session) as a stage of
 # their own: in the second lane, after the other stages, the lanes end about together.

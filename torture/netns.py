@@ -103,7 +103,18 @@ def drop_bytecode(dst: str | None, pct: float) -> str:
 
 def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
     cmd = ["ip", "netns", "exec", ns, *args] if ns else list(args)
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=20)
+        except BaseException:
+            # Interrupted (the run's SIGTERM) or timed out: wait until the command is gone.
+            # subprocess.run waits a quarter of a second after an interrupt; a slow
+            # `ip netns add` finished after the teardown had removed its namespace, and
+            # the namespace was left behind (a loaded CI run).
+            proc.kill()
+            proc.wait()
+            raise
+    result = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
     if check and result.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {result.stderr.strip()}")
     return result

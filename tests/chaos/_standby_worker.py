@@ -4,12 +4,13 @@ Usage: python -m tests.chaos._standby_worker URL DB NAME STREAM CONSUMER PINNED_
 
 DB is an SQLite file or a ``postgresql://`` URL (a PostgreSQL ledger with its default
 settings: the handler's statements go out in pipeline mode).
-(environment: ``BATCH``, ``HANDLER_SLEEP`` seconds per message, ``BUSY_TIMEOUT`` the
-SQLite ledger's busy timeout in seconds, ``FREEZE_AT`` a stream sequence whose handler
-call prints ``FROZEN`` and then, inside its batch's transaction, SIGSTOPs the worker, or
-with ``FREEZE_FOR`` blocks for that many seconds: a long batch; ``FREEZE_WHERE=end``, on
-PostgreSQL: that message's insert takes ``END_SLEEP`` seconds on the server and the worker
-stops itself while it waits for the batch's results, after its handlers)
+(environment: ``BATCH``, ``ACK_WAIT`` seconds, ``HANDLER_SLEEP`` seconds per message,
+``BUSY_TIMEOUT`` the SQLite ledger's busy timeout in seconds, ``FREEZE_AT`` a stream
+sequence whose handler call prints ``FROZEN`` and then, inside its batch's transaction,
+SIGSTOPs the worker, or with ``FREEZE_FOR`` blocks for that many seconds: a long batch;
+``FREEZE_WHERE=end``, on PostgreSQL: that message's insert takes ``END_SLEEP`` seconds on
+the server and the worker stops itself while it waits for the batch's results, after its
+handlers)
 
 The handler inserts ``(seq, subject, worker, at)`` into ``effects`` in the
 shared ledger database (no unique key: a second application would show; the
@@ -118,7 +119,8 @@ async def main(url: str, db: str, name: str, stream: str, consumer: str, ttl: st
     conn = await connect(ConnectOptions(servers=(url,), reconnect_wait=0.1))
     options = ProcessorOptions(
         batch=int(os.environ.get("BATCH", "50")),
-        ack_wait=30.0,  # longer than the takeover: only the reset can bring held messages back
+        # longer than the takeover: only the reset can bring held messages back
+        ack_wait=float(os.environ.get("ACK_WAIT", "30")),
         prune_interval=0,
         priority_group="main",
         pinned_ttl=float(ttl),

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.chaos.test_group_chaos import Member
 from tests.chaos.test_standby_takeover import Worker
 
 
@@ -19,3 +20,12 @@ def workers() -> Iterator[list[Worker]]:
         worker.stop()
     problems = [p for p in (w.exit_problem() for w in started) if p]
     assert not problems, problems
+
+
+@pytest.fixture
+def members() -> Iterator[list[Member]]:
+    """The group tests' member processes: each one started is stopped at the end."""
+    started: list[Member] = []
+    yield started
+    for member in started:
+        member.stop()

@@ -35,7 +35,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -166,14 +165,6 @@ def ledgers(request: pytest.FixtureRequest, tmp_path: Path) -> Ledgers:
             "subject TEXT NOT NULL, member TEXT NOT NULL, at DOUBLE PRECISION NOT NULL)"
         )
     return Ledgers(url, "postgres", tmp_path)
-
-
-@pytest.fixture
-def members() -> Iterator[list[Member]]:
-    started: list[Member] = []
-    yield started
-    for member in started:
-        member.stop()
 
 
 #: A partition's takeover as its new member logs it (process/_pinning), with the time.

@@ -29,10 +29,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from oncestream import Connection
 from oncestream.process import partition_consumer
@@ -52,14 +49,6 @@ from tests.chaos.test_group_chaos import (
 #: One partition's keys: every message of the test goes to it.
 PARTITION = LAYOUT.partition_of("work.k0")
 KEYS = [k for k in (f"work.k{i}" for i in range(100)) if LAYOUT.partition_of(k) == PARTITION][:3]
-
-
-@pytest.fixture
-def members() -> Iterator[list[Member]]:
-    started: list[Member] = []
-    yield started
-    for member in started:
-        member.stop()
 
 
 async def _publish(conn: Connection, first: int, count: int) -> None:

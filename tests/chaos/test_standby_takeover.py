@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+from nats.aio.subscription import Subscription
 
 from oncestream import Connection
 from oncestream.server import NatsServer
@@ -140,6 +141,11 @@ async def _publish(conn: Connection, first: int, count: int, *, pace: float = 0.
             await asyncio.sleep(pace)  # a steady producer, so the fault lands mid-stream
 
 
+async def unpinned_advisories(conn: Connection) -> Subscription:
+    """The server's advisories that the consumer's pin expired (``UNPINNED``, reason timeout)."""
+    return await conn.nc.subscribe(f"$JS.EVENT.ADVISORY.CONSUMER.UNPINNED.{STREAM}.{CONSUMER}")
+
+
 def _check(rows: list[tuple[int, str, str, float]], total: int) -> None:
     seqs = [r[0] for r in rows]
     assert len(seqs) == total, (
@@ -227,6 +233,47 @@ async def test_standby_takes_over_from_a_frozen_active_which_then_applies_nothin
     first_b = min(r[3] for r in rows if r[2] == "B")
     print(f"takeover after SIGSTOP: {first_b - stopped_at:.2f}s (pinned_ttl {TTL}s)")
     assert first_b - stopped_at < TTL + 5
+
+
+#: ack_wait in the quiet-consumer test: how long the server keeps what the frozen one held.
+QUIET_ACK_WAIT = 6.0
+
+
+async def test_on_a_quiet_consumer_the_standby_takes_over_when_ack_wait_ends(
+    nats_server: NatsServer, conn: Connection, make_stream, tmp_path: Path, workers
+) -> None:  # type: ignore[no-untyped-def]
+    """The server moves a pin only to deliver a message (docs/production.md).
+
+    A is frozen while idle, with a pull request open; what is published right after
+    goes to A, and nothing comes after. When A's pin expires the server has nothing
+    to deliver, so the standby is not pinned then: only when ``ack_wait`` ends and the
+    server redelivers what A held. Then every message is applied once, none by A.
+    """
+    db = tmp_path / "ledger.db"
+    ack = {"ACK_WAIT": str(QUIET_ACK_WAIT)}
+    active, standby = await _start_pair(nats_server, conn, make_stream, db, workers, ack, **ack)
+    rows = await _wait_applied(db, 10, 30)
+    assert len(rows) == 10 and {r[2] for r in rows} == {"A"}
+    advisories = await unpinned_advisories(conn)
+    stopped_at = time.monotonic()
+    active.signal(signal.SIGSTOP)
+    await _publish(conn, 10, 5)  # within A's pin: into its open pull request
+    published_at = time.monotonic()
+    await advisories.next_msg(timeout=TTL + 5)  # A's pin expired
+    unpinned_after = time.monotonic() - stopped_at
+    # Nothing to deliver: no pin for the standby until ack_wait brings A's messages back.
+    quiet = published_at + QUIET_ACK_WAIT - 1 - time.monotonic()
+    with pytest.raises(AssertionError, match="no line with"):
+        standby.wait_line("now the active one", quiet)
+    standby.wait_line("now the active one", TTL + 5)
+    took = time.monotonic() - stopped_at
+    print(f"quiet consumer: pin expired {unpinned_after:.2f}s, takeover {took:.2f}s after SIGSTOP")
+    assert took < QUIET_ACK_WAIT + TTL + 5
+    rows = await _wait_applied(db, 15, 30)
+    _check(rows, 15)
+    assert [r[2] for r in rows][10:] == ["B"] * 5, "A applied after its freeze"
+    active.signal(signal.SIGCONT)
+    active.wait_line("no longer the active instance", 30)
 
 
 #: The workers' SQLite busy timeout in the frozen-writer tests: before the fix the

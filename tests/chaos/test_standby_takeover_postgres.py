@@ -32,7 +32,13 @@ import pytest
 
 from oncestream import Connection
 from oncestream.server import NatsServer
-from tests.chaos.test_standby_takeover import TTL, _check, _publish, _start_pair
+from tests.chaos.test_standby_takeover import (
+    TTL,
+    _check,
+    _publish,
+    _start_pair,
+    unpinned_advisories,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -77,11 +83,17 @@ async def test_standby_takes_over_from_an_active_frozen_inside_a_pipelined_batch
     await _publish(conn, 10, 290)
     rows = await _wait_applied(url, 300, 30)
     assert len(rows) == 300 and {r[2] for r in rows} == {"A"}
+    advisories = await unpinned_advisories(conn)
     await _publish(conn, 300, 100)
     active.wait_line("FROZEN", 20)  # stopped inside the batch applying seq 320 (or at its end)
     frozen_at = time.time()
-    await _publish(conn, 400, 50)  # pending: the server pins the standby when A's pin expires
     bound = IDLE_TIMEOUT + TTL + 5
+    # The server moves a pin only to deliver a message: what is published while A's pin
+    # holds may all go to A's open pull request, leaving none to pin the standby with
+    # until ack_wait (test_standby_takeover.py's quiet-consumer test). So publish once
+    # the pin has expired.
+    await advisories.next_msg(timeout=TTL + 5)
+    await _publish(conn, 400, 50)  # the server pins the standby to deliver these
     standby.wait_line("now the active one", bound)
     assert active.proc.poll() is None, "the frozen worker is gone"
     rows = await _wait_applied(url, 450, 30)

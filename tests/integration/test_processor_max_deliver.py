@@ -14,27 +14,42 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import oncestream.process._maxdeliver as maxdeliver_module
 from harness import publish_n
 from oncestream import (
     ConfigError,
     Connection,
+    GroupMember,
+    GroupOptions,
     MaxDeliverError,
+    OncestreamError,
     Processor,
     ProcessorOptions,
     SQLiteLedger,
 )
-from oncestream.streams import ResetTarget, reset_consumer, update_consumer
+from oncestream.process import partition_consumer
+from oncestream.process._maxdeliver import DroppedMessages
+from oncestream.streams import (
+    ResetTarget,
+    StreamSpec,
+    ensure_stream,
+    reset_consumer,
+    update_consumer,
+)
 from tests._support import effects
 from tests.handlers import record, record_unless_7
 
 #: Messages 1..10; the handler fails on 7, every time.
 COUNT = 10
+#: The server's max-deliveries advisories, per stream and consumer.
+ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES"
 
 
 def _opts(**kw: Any) -> ProcessorOptions:
@@ -221,9 +236,13 @@ async def test_a_message_the_server_drops_under_a_bound_processor(
     proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=opts)
     task = asyncio.create_task(proc.run())
     try:
-        await _settled(conn, proc, task)
         if dead_letter:
+            await _settled(conn, proc, task)
             await proc.wait_until(lambda s: s.dead_lettered >= 1, timeout=10)
+        else:
+            # The run ends by itself once the advisory is read: a stop requested when the
+            # consumer looks settled could come first (the drop is then left to a reset).
+            await asyncio.wait({task}, timeout=30)
     finally:
         proc.request_stop()
     if dead_letter:
@@ -239,6 +258,171 @@ async def test_a_message_the_server_drops_under_a_bound_processor(
         assert failed.value.seqs == (7,)
         assert proc.stats.exhausted == 1
     assert effects(tmp_path / "l.db") == (COUNT - 1, COUNT - 1)
+
+
+async def test_a_stop_before_a_drop_is_settled_fails_a_bound_run(
+    conn: Connection, make_stream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """bind=True cannot move the consumer back to a drop a stop left unsettled: the run
+    fails naming the reset to run (it used to return as if all went well)."""
+    await make_stream("JOBS", ("jobs.>",))
+    await _add_consumer(conn, "w", 2)
+    await publish_n(conn, "jobs.x", COUNT, start=1)
+    settling = asyncio.Event()
+
+    async def never_settles(self: DroppedMessages, conn: Connection, seq: int, n: int) -> None:
+        settling.set()
+        await asyncio.Event().wait()  # the stop comes while this drop is being settled
+
+    monkeypatch.setattr(DroppedMessages, "_dropped", never_settles)
+    ledger = SQLiteLedger(tmp_path / "l.db")
+    proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=_opts(bind=True))
+    task = asyncio.create_task(proc.run())
+    try:
+        await asyncio.wait_for(settling.wait(), timeout=30)
+    finally:
+        proc.request_stop()
+    with pytest.raises(MaxDeliverError) as failed:
+        await task
+    assert failed.value.seqs == (7,)
+    assert "run `oncestream consumer reset JOBS w --to-seq 7` before the next run" in str(
+        failed.value
+    )
+    assert effects(tmp_path / "l.db") == (COUNT - 1, COUNT - 1)
+
+
+async def test_two_drops_out_of_order_are_named_together_from_the_first(
+    conn: Connection, make_stream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """The error names every drop and the reset to the earliest: told of 14 before 7, a
+    reset to 14 would leave 7 out for good (the run's first error named only 14)."""
+    await make_stream("JOBS", ("jobs.>",))
+    await _add_consumer(conn, "w", -1)
+    await publish_n(conn, "jobs.x", 2 * COUNT, start=1)
+    ledger = SQLiteLedger(tmp_path / "l.db")
+    opts = _opts(bind=True, backoff=(2.0,))  # 7 and 14 keep failing, slowly
+    proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=opts)
+    task = asyncio.create_task(proc.run())
+    try:
+        await proc.wait_until(lambda s: s.failed >= 2, timeout=20)
+        # As the server tells of drops: its advisories, 14 first (a consumer's drops
+        # come in the order their ack waits end, not in sequence order).
+        for seq in (14, 7):
+            event = {"stream_seq": seq, "deliveries": 2}
+            await conn.nc.publish(f"{ADVISORY}.JOBS.w", json.dumps(event).encode())
+        with pytest.raises(MaxDeliverError) as failed:
+            await asyncio.wait_for(asyncio.shield(task), timeout=30)
+    finally:
+        proc.request_stop()
+    assert failed.value.seqs == (7, 14)
+    assert "--to-seq 7`" in str(failed.value), failed.value
+
+
+async def _group_stream(conn: Connection) -> None:
+    """Stream GRP in 2 partitions by its second token, holding 1..20 (grp.k1 .. grp.k20)."""
+    await ensure_stream(
+        conn, StreamSpec(name="GRP", subjects=("grp.*",), partitions=2, partition_key=(1,))
+    )
+    for i in range(1, 21):
+        await conn.nc.jetstream().publish(f"grp.k{i}", b"%d" % i)
+
+
+def _group_member(conn: Connection, folder: Path, handler: Any, **options: Any) -> GroupMember:
+    """Member ``a`` of group ``svc`` over GRP, an SQLite ledger per partition in ``folder``."""
+    return GroupMember(
+        conn,
+        "GRP",
+        "svc",
+        handler,
+        ledger=lambda p: SQLiteLedger(folder / f"svc-{p}.db"),
+        options=GroupOptions(member="a", heartbeat=0.2, member_ttl=1),
+        processor_options=_opts(pinned_ttl=2.0, **options),
+    )
+
+
+async def test_a_group_member_fails_when_a_released_partition_leaves_a_drop_to_a_reset(
+    conn: Connection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A partition released at stop with a drop unsettled, and the move back refused: the
+    member's run fails naming the reset (it returned normally, the error swallowed).
+    The drop is told by hand: a consumer's max_deliver set under running partitions
+    ends them on the next failure first (another path)."""
+    await _group_stream(conn)
+    settling = asyncio.Event()
+
+    async def never_settles(self: DroppedMessages, conn: Connection, seq: int, n: int) -> None:
+        settling.set()
+        await asyncio.Event().wait()
+
+    async def refused(*_args: Any, **_kwargs: Any) -> None:
+        raise OncestreamError("reset refused (as by a server that lost its leader)")
+
+    monkeypatch.setattr(DroppedMessages, "_dropped", never_settles)
+    monkeypatch.setattr(maxdeliver_module, "reset_consumer", refused)
+    member = _group_member(conn, tmp_path, record)
+    task = asyncio.create_task(member.run())
+    try:
+        await member.wait_running()
+        # Each partition applying: its Processor listens to the advisories (before its
+        # first pull).
+        await member.wait_for(
+            lambda m: (
+                len(m.stats.processors) == 2 and all(s.applied for s in m.stats.processors.values())
+            ),
+            timeout=20,
+        )
+        for partition in range(2):  # a drop of seq 7 told to both partitions' Processors
+            event = {"stream_seq": 7, "deliveries": 2}
+            subject = f"{ADVISORY}.GRP.{partition_consumer('svc', partition)}"
+            await conn.nc.publish(subject, json.dumps(event).encode())
+        await asyncio.wait_for(settling.wait(), timeout=30)
+    finally:
+        member.request_stop()
+    with pytest.raises(MaxDeliverError) as failed:
+        await asyncio.wait_for(task, timeout=30)
+    assert failed.value.seqs == (7,)
+    assert "--to-seq 7" in str(failed.value) and "reset refused" in str(failed.value)
+
+
+async def test_a_group_member_fails_when_a_partition_fails_with_max_deliver(
+    conn: Connection, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """max_deliver set on a running member's consumers: the partition's MaxDeliverError
+    ends the member (it restarted the partition, which was refused with a ConfigError
+    naming no reset, and the dropped message was left out of the next run)."""
+    await _group_stream(conn)
+    member = _group_member(conn, tmp_path, record_unless_7, backoff=(0.5,))  # 7 and 14 fail
+    task = asyncio.create_task(member.run())
+    try:
+        await member.wait_for(
+            lambda m: sum(s.failed for s in m.stats.processors.values()) >= 2, timeout=20
+        )
+        for partition in range(2):
+            consumer = partition_consumer("svc", partition)
+            await update_consumer(conn, "GRP", consumer, {"max_deliver": 2})
+        with pytest.raises(MaxDeliverError) as failed:
+            await asyncio.wait_for(asyncio.shield(task), timeout=30)
+    finally:
+        member.request_stop()
+    text = str(failed.value)
+    assert "--max-deliver -1" in text, text
+    # What the message says to do, then a member with the handler fixed: each message once.
+    for partition in range(2):
+        consumer = partition_consumer("svc", partition)
+        await update_consumer(conn, "GRP", consumer, {"max_deliver": -1})
+    for target in re.findall(r"consumer reset GRP (svc-p\d) --to-seq (\d+)", text):
+        await reset_consumer(conn, "GRP", target[0], ResetTarget(seq=int(target[1])))
+    again = _group_member(conn, tmp_path, record)
+    task = asyncio.create_task(again.run())
+    try:
+        await again.wait_for(
+            lambda m: sum(s.applied for s in m.stats.processors.values()) >= 2, timeout=30
+        )
+    finally:
+        again.request_stop()
+        await task
+    rows = [effects(tmp_path / f"svc-{p}.db") for p in range(2)]
+    assert sum(r[0] for r in rows) == 20 and all(r[0] == r[1] for r in rows), rows
 
 
 class _MovingLedger(SQLiteLedger):

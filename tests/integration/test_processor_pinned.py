@@ -8,6 +8,7 @@ superseded instance from applying, overflow workers, and the late-ack counter.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -154,9 +155,9 @@ async def test_overflow_instance_pulls_only_while_the_consumer_is_behind(
     task = await _start(proc)
     await publish_n(conn, "jobs.x", 50)
     info = await conn.consumer_info("JOBS", "w")
-    for _ in range(100):  # until the server holds the request (bounded)
-        if info["num_waiting"]:
-            break
+    deadline = time.monotonic() + 10
+    while not info["num_waiting"] and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)  # until the server holds the request: no event says so
         info = await conn.consumer_info("JOBS", "w")
     assert info["config"]["priority_policy"] == "overflow"
     assert (info["num_waiting"], info["num_pending"], proc.stats.applied) == (1, 50, 0)

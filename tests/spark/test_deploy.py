@@ -2,7 +2,8 @@
 
 A standalone master and two 1-core workers whose own python (the system
 ``python3``) has no oncestream and no PYTHONPATH to this checkout. The
-environment is packed with PEX from this venv into ``env.tar.gz`` and submitted
+environment is packed with PEX from this venv's distributions (oncestream
+installed from its wheel, as a user's venv has it) into ``env.tar.gz`` and submitted
 with ``--archives env.tar.gz#environment`` and
 ``spark.pyspark.python=./environment/bin/python``. The job reads a stream in 4
 partitions and writes it to another with the jetstream sink; the test checks
@@ -13,8 +14,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import time
 from collections.abc import Iterator
@@ -72,15 +75,48 @@ def bare_cluster(tmp_path: Path) -> Iterator[tuple[str, list[Path]]]:
         yield master_url, dirs
 
 
-def pack_environment(cwd: Path) -> Path:
+def installed_venv(tmp: Path) -> Path:
+    """A venv holding this venv's distributions, with oncestream installed from its wheel.
+
+    This venv has oncestream editable, which a user's venv does not: PEX would build
+    it from the checkout, and its pip copies the whole directory, every test venv
+    included (gigabytes, two minutes). So oncestream's wheel is built from a copy of
+    the files it is made of and installed into a venv made without pip, whose other
+    distributions are links to this venv's.
+    """
+    project = tmp / "project"
+    project.mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, project / name)
+    shutil.copytree(
+        ROOT / "src", project / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    build = ["wheel", "--no-deps", "-w", str(tmp / "wheel"), str(project)]
+    subprocess.run([*pip, *build], check=True, capture_output=True, timeout=120)
+    repo = tmp / "repo"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(repo)], check=True)
+    site = Path(sysconfig.get_paths()["purelib"])
+    repo_site = repo / site.relative_to(VENV)
+    for entry in site.iterdir():
+        if not entry.name.startswith(("oncestream", "__editable__.oncestream")):
+            (repo_site / entry.name).symlink_to(entry)
+    (wheel,) = (tmp / "wheel").glob("oncestream-*.whl")
+    into = ["--python", str(repo / "bin" / "python"), "install", "--no-deps", "--no-index"]
+    subprocess.run([*pip, *into, str(wheel)], check=True, capture_output=True, timeout=120)
+    return repo
+
+
+def pack_environment(cwd: Path, repository: Path) -> Path:
     """docs/deploy.md's packing step, run in the directory spark-submit runs from.
 
-    PEX builds ``./environment`` (a venv) from this venv's distributions; tar packs
-    it. The driver uses ``./environment`` itself: Spark plans Python data sources in
-    Python workers on the driver, started with the same ``spark.pyspark.python``.
+    PEX builds ``./environment`` (a venv) from ``repository``'s distributions; tar
+    packs it. The driver uses ``./environment`` itself: Spark plans Python data
+    sources in Python workers on the driver, started with the same
+    ``spark.pyspark.python``.
     """
     subprocess.run(
-        [str(VENV / "bin" / "pex3"), "venv", "create", "--venv-repository", str(VENV),
+        [str(VENV / "bin" / "pex3"), "venv", "create", "--venv-repository", str(repository),
          "-d", "environment", "oncestream", "pyarrow"],
         cwd=cwd, check=True, capture_output=True, timeout=240,
     )  # fmt: skip
@@ -101,8 +137,9 @@ async def test_submit_with_packed_environment_uses_both_workers(
     master, worker_dirs = bare_cluster
     await make_stream("DEPLOY_IN", ("deploy.>",))
     await publish(conn, "deploy.a", ROWS)
+    repository = installed_venv(tmp_path / "build")
     started = time.monotonic()
-    archive = pack_environment(tmp_path)
+    archive = pack_environment(tmp_path, repository)
     packed = time.monotonic() - started
     env = _worker_env(tmp_path)
     env["PYTHONPATH"] = str(ROOT)  # the driver's own python finds tests/ (not the executors)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from oncestream import ConfigError
-from oncestream.audit._audit import KeySpec, OutputSpec, compare, parse_timestamp
+from oncestream.audit._audit import AuditReport, KeySpec, OutputSpec, compare, parse_timestamp
 from oncestream.audit._outputs import _spark_committed_files as committed_files
 
 
@@ -29,6 +29,19 @@ def test_compare_exact_output_is_ok_and_samples_are_bounded() -> None:
     report = compare("out", keys, [], samples=3)
     assert report.missing == 100
     assert len(report.missing_samples) == 3
+
+
+def test_an_input_holding_a_key_twice_fails_the_audit_with_exact_outputs() -> None:
+    """docs/audit.md: exit 0 only when every output is exact and the input holds no key twice."""
+    exact = compare("out", ["a", "b"], ["b", "a"])
+    clean = AuditReport(
+        input="IN", key="msg_id", input_rows=2, expected=2, input_duplicated=0, outputs=[exact]
+    )
+    twice = AuditReport(
+        input="IN", key="msg_id", input_rows=3, expected=2, input_duplicated=1, outputs=[exact]
+    )
+    assert exact.ok and clean.ok
+    assert not twice.ok
 
 
 def test_key_spec_parse() -> None:

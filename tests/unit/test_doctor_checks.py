@@ -73,11 +73,7 @@ def test_an_old_patch_release_is_flagged_by_the_table() -> None:
 
 
 def test_the_same_release_outside_a_cluster_is_not_flagged() -> None:
-    # Outside a cluster only the single-server row applies to 2.14.4, not the create one.
-    assert [f.check for f in check_server((2, 14, 4), cluster=None, replicas=1)] == [
-        "known-bug:rejected-consumer-create-deletes-state"
-    ]
-    assert [f.check for f in check_server((2, 15, 1), cluster=None, replicas=1)] == ["known-bugs"]
+    assert [f.check for f in check_server((2, 14, 4), cluster=None, replicas=1)] == ["known-bugs"]
     assert [f.severity for f in check_server((2, 14, 5), cluster="east", replicas=3)] == ["ok"]
 
 

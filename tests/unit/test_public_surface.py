@@ -68,3 +68,27 @@ def test_every_public_name_is_documented(face: str) -> None:
     names = list(importlib.import_module(face).__all__)
     missing = undocumented(names, documented_code())
     assert missing == [], f"{face}.__all__ names what README/docs/examples never show: {missing}"
+
+
+def _api_sections() -> dict[str, list[str]]:
+    """docs/api.md's sections: a face's name and the names its table lists."""
+    sections: dict[str, list[str]] = {}
+    face = ""
+    for line in (ROOT / "docs" / "api.md").read_text(encoding="utf-8").splitlines():
+        if heading := re.fullmatch(r"## `([\w.]+)`", line):
+            face = heading.group(1)
+            sections[face] = []
+        elif face and (row := re.match(r"\| `(\w+)` \|", line)):
+            sections[face].append(row.group(1))
+    return sections
+
+
+def test_api_md_lists_every_public_name_of_every_face_and_nothing_else() -> None:
+    """docs/api.md says it lists every public name: one section per face with a public name."""
+    expected = {
+        face: sorted(importlib.import_module(face).__all__)
+        for face in FACES
+        if importlib.import_module(face).__all__
+    }
+    listed = {face: sorted(names) for face, names in _api_sections().items()}
+    assert listed == expected

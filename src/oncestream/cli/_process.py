@@ -200,7 +200,8 @@ def process_command(
     """Apply every message of STREAM exactly once through HANDLER and a ledger.
 
     SIGTERM / Ctrl-C finishes the in-flight batch, commits, acks and exits 0; during
-    start-up it stops before the next step (nothing applied) and exits 0 too.
+    start-up it stops before the next step (nothing applied) and exits 0 too. It exits
+    1 when it leaves a message the server stopped delivering to a `consumer reset`.
     """
 
     check_stream_name(stream, "--stream")

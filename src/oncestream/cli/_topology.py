@@ -90,7 +90,8 @@ def _print_state(state: dict[str, Any], directory: Path) -> None:
     where = escape(str(directory / STATE_FILE))
     console.print(f"[bold]{escape(state['kind'])}[/] is up (state: {where})")
     for name, server in state["servers"].items():
-        domain = f"  domain [bold]{escape(server['domain'])}[/]" if server.get("domain") else ""
+        # Printed without markup (names and URLs as they are): no style tags here.
+        domain = f"  domain {server['domain']}" if server.get("domain") else ""
         console.print(
             f"  {name:<14} {server['url']}{domain}  monitor {server['monitor']}  "
             f"pid {server['pid']}",

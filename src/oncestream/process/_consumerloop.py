@@ -32,7 +32,13 @@ import time
 from dataclasses import dataclass
 
 from .._connection import Connection
-from .._errors import JetStreamError, LedgerUnusable, OncestreamError, OperationTimeout
+from .._errors import (
+    JetStreamError,
+    LedgerUnusable,
+    MaxDeliverError,
+    OncestreamError,
+    OperationTimeout,
+)
 from .._headers import SCHEDULE, msg_id_key
 from .._logthrottle import LogThrottle
 from .._message import Message
@@ -101,6 +107,8 @@ class ConsumerLoop:
             await loop.run(running)  # until loop.request_stop()
         finally:
             await loop.close()
+        if loop.fatal is not None:  # closing may have named more
+            raise loop.fatal
     """
 
     def __init__(
@@ -167,9 +175,23 @@ class ConsumerLoop:
         self._stop_requested = True
         self._pulls.halt()
 
+    @property
+    def fatal(self) -> OncestreamError | None:
+        """The error that ends the run, if any (also one found while closing)."""
+        return self._fatal
+
     def _fail(self, error: OncestreamError) -> None:
-        """End the run with ``error`` (the in-flight batch is finished first)."""
-        if self._fatal is None:
+        """End the run with ``error`` (the in-flight batch is finished first).
+
+        The first error is kept, but for a :class:`MaxDeliverError` naming every
+        dropped message an earlier one named and more: its way back covers them all.
+        """
+        first = self._fatal
+        if first is None or (
+            isinstance(first, MaxDeliverError)
+            and isinstance(error, MaxDeliverError)
+            and set(first.seqs) < set(error.seqs)
+        ):
             self._fatal = error
         self.request_stop()
 
@@ -179,10 +201,12 @@ class ConsumerLoop:
         """Set the consumer up, build the parts, apply until :meth:`request_stop`.
 
         ``running`` is set once it pulls. The caller awaits :meth:`close` afterwards,
-        whatever happened.
+        whatever happened, then raises :attr:`fatal` if set: the error that ended the
+        run, which closing may replace (a drop a stop left unsettled).
 
         Raises:
-            As :meth:`oncestream.Processor.run` (the ledger's opening aside).
+            As :meth:`oncestream.Processor.run` (the ledger's opening aside), while
+            setting up; what ends the run later is :attr:`fatal`.
         """
         conn, opts, registry = self.conn, self.options, self._registry
         if opts.pinned:
@@ -274,8 +298,6 @@ class ConsumerLoop:
             self._tasks.append(asyncio.create_task(registry.watch(conn, self._fail)))
         running.set()
         await self._loop_batches(pull, parts)
-        if self._fatal is not None:
-            raise self._fatal
 
     async def _loop_batches(self, pull: MessageStream, parts: _Parts) -> None:
         batch = self.options.batch

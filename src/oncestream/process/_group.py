@@ -50,6 +50,7 @@ from .._errors import (
     ConfigError,
     ConsumerNotFound,
     LedgerUnusable,
+    MaxDeliverError,
     OncestreamError,
     OperationTimeout,
     StreamNotFound,
@@ -221,6 +222,10 @@ class GroupMember:
                 a partition's consumer or ledger is refused (as :meth:`Processor.run`).
             StreamNotFound: the stream does not exist.
             LedgerUnusable: a partition's ledger cannot be used.
+            MaxDeliverError: a partition's Processor failed with it (a consumer's
+                ``max_deliver`` without a dead-letter stream), or was released with a
+                message the server stopped delivering left to a ``consumer reset``; the
+                message names what to do.
         """
         owned = self.conn is None
         if self.conn is None:
@@ -264,6 +269,8 @@ class GroupMember:
             if owned:
                 await conn.close()
             self._started.set()
+        if self._fatal is not None:
+            raise self._fatal  # found as the partitions were released
         return self.stats
 
     def request_stop(self) -> None:
@@ -443,7 +450,9 @@ class GroupMember:
         exc = running.task.exception()
         if exc is None:
             return
-        if isinstance(exc, ConfigError | LedgerUnusable | StreamNotFound):
+        # A MaxDeliverError names what to change before a restart, and often a message to
+        # get back by a reset: a restart would be refused, or skip that message.
+        if isinstance(exc, ConfigError | LedgerUnusable | StreamNotFound | MaxDeliverError):
             self._fatal = exc
             self._stop.set()
             return
@@ -456,8 +465,14 @@ class GroupMember:
         pin = running.processor.active_pin
         try:
             await running.processor.stop()
-            with contextlib.suppress(Exception):
+            try:
                 await running.task
+            except MaxDeliverError as exc:  # a drop left to a reset: the member fails too
+                log.error("%s: partition %d: %s", self, partition, exc)
+                self._fatal = self._fatal or exc
+                self._stop.set()
+            except Exception:  # it ended as it was released: nothing is owed
+                pass
             if pin is not None:
                 await self._unpin(partition, pin)
         finally:

@@ -254,6 +254,8 @@ class DroppedMessages:
         self._settling: int | None = None
         #: Drops whose settling failed (their dead letter refused): still owed a move back.
         self._failed: list[int] = []
+        #: Drops an error of this run named already (lost, or owed a move back).
+        self._named: list[int] = []
 
     @property
     def options(self) -> ProcessorOptions:
@@ -280,6 +282,7 @@ class DroppedMessages:
                     self._failed.append(seq)
                     log.error("%s seq %d dropped by the server: %s", self.stream, seq, exc)
                     back = await self._deliver_again(conn, seq)
+                    self._named.append(seq)
                     self.fail(
                         MaxDeliverError(
                             f"the server stopped delivering {self.stream} seq {seq} after "
@@ -308,6 +311,8 @@ class DroppedMessages:
             self._settling = None
         if not left:
             return
+        # An earlier error of this run named a later drop: its reset would skip these.
+        left = sorted({*left, *self._named})
         target = min(left)
         if self._moved_back is not None and self._moved_back <= target:
             return
@@ -316,8 +321,9 @@ class DroppedMessages:
             log.error(
                 "%s/%s: stopped before settling seq %s, which the server stopped delivering: "
                 "run `oncestream consumer reset %s --to-seq %d` before the next run",
-                self.stream, self.consumer, sorted(left), where, target,
+                self.stream, self.consumer, left, where, target,
             )  # fmt: skip
+            self._left_to_a_reset(left, target, "bind=True makes no consumer API call")
             return
         try:
             await reset_consumer(conn, self.stream, self.consumer, ResetTarget(seq=target))
@@ -326,15 +332,55 @@ class DroppedMessages:
                 "%s/%s: stopped before settling seq %s, which the server stopped delivering, "
                 "and the reset back failed (%s): run `oncestream consumer reset %s --to-seq %d` "
                 "before the next run",
-                self.stream, self.consumer, sorted(left), exc, where, target,
+                self.stream, self.consumer, left, exc, where, target,
             )  # fmt: skip
+            self._left_to_a_reset(left, target, f"the reset back failed: {exc}")
             return
         self._moved_back = target
         log.warning(
             "%s/%s: stopped before settling seq %s, which the server stopped delivering: moved "
             "back to seq %d, the next run delivers them again",
-            self.stream, self.consumer, sorted(left), target,
+            self.stream, self.consumer, left, target,
         )  # fmt: skip
+        if self._named:  # the run's error named a reset that would now skip some of them
+            self.fail(
+                MaxDeliverError(
+                    f"the server stopped delivering {self.stream} seq "
+                    f"{', '.join(map(str, left))} (consumer {self.stream}/{self.consumer} "
+                    f"max_deliver) and this run did not apply them: the consumer was moved "
+                    f"back to seq {target}. Fix: {_fix(self.stream, self.consumer)}; then "
+                    "start the Processor again (no reset needed; the messages after them "
+                    "that were applied are in the ledger: acked, not applied again)",
+                    stream=self.stream,
+                    consumer=self.consumer,
+                    seqs=tuple(left),
+                )
+            )
+
+    def _left_to_a_reset(self, seqs: list[int], target: int, why: str) -> None:
+        """End the run failed: what the server dropped comes back only by a reset.
+
+        A stop may come while a drop waits to be settled; returning as if all went
+        well would leave the message out of the next run too. ``seqs`` includes what
+        an earlier error of the run named, so this one replaces it.
+        """
+        self.fail(
+            MaxDeliverError(
+                f"the run stopped before settling {self.stream} seq "
+                f"{', '.join(map(str, seqs))}, which the server stopped delivering "
+                f"(consumer {self.stream}/{self.consumer} max_deliver), and the consumer "
+                f"was not moved back ({why}): run `oncestream consumer reset {self.stream} "
+                f"{self.consumer} --to-seq {target}` before the next run"
+                + (
+                    ""
+                    if self.bound.dlq_subject
+                    else f"; so that it does not happen again: {_fix(self.stream, self.consumer)}"
+                ),
+                stream=self.stream,
+                consumer=self.consumer,
+                seqs=tuple(seqs),
+            )
+        )
 
     def _queued(self) -> list[tuple[int, int]]:
         """Every drop waiting in the queue (taken out of it)."""
@@ -498,19 +544,28 @@ class DroppedMessages:
             deliveries,
             where,
         )
+        # One error names every drop lost so far: a reset to a later one would skip the
+        # earlier (this error replaces the run's first, see ConsumerLoop._fail).
+        self._named.append(seq)
+        seqs = sorted(set(self._named))
+        which = (
+            f"seq {seq} after {deliveries} deliveries"
+            if len(seqs) == 1
+            else (f"seq {', '.join(map(str, seqs))}")
+        )
         self.fail(
             MaxDeliverError(
-                f"the server stopped delivering {self.stream} seq {seq} after {deliveries} "
-                f"deliveries (consumer {where} max_deliver {deliveries}) and no dead-letter "
-                f"stream is configured: it was not applied. Fix: "
+                f"the server stopped delivering {self.stream} {which} (consumer {where} "
+                f"max_deliver {deliveries}) and no dead-letter stream is configured: "
+                f"{'it was' if len(seqs) == 1 else 'they were'} not applied. Fix: "
                 f"{_fix(self.stream, self.consumer)}; then `oncestream consumer reset "
-                f"{self.stream} {self.consumer} --to-seq {seq}` before the Processor runs "
+                f"{self.stream} {self.consumer} --to-seq {seqs[0]}` before the Processor runs "
                 "again (the messages after it that were applied are in the ledger: acked, "
                 "not applied again)",
                 stream=self.stream,
                 consumer=self.consumer,
                 max_deliver=deliveries,
-                seqs=(seq,),
+                seqs=tuple(seqs),
             )
         )
 

@@ -207,6 +207,8 @@ class Processor:
                 await conn.close()
             self._done.set()
             self._progress.set()
+        if self._loop is not None and self._loop.fatal is not None:
+            raise self._loop.fatal  # the run's, or found while closing: a drop left unsettled
         return self.stats
 
     def request_stop(self) -> None:

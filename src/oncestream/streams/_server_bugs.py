@@ -45,15 +45,12 @@ class ServerBug:
         touches: which oncestream features it concerns ("nothing" when none of
             oncestream's writers can trigger it).
         scope: where it happens: ``"any"`` server, only a server in a
-            ``"cluster"``, only ``"replicated"`` streams (replicas > 1), or only a
-            ``"standalone"`` server (not in a cluster).
+            ``"cluster"``, or only ``"replicated"`` streams (replicas > 1).
         severity: for oncestream's guarantees: ``"breaks"`` (messages lost or stored
             twice), ``"weakens"`` (a publish fails, or needs retries, that should
             not), ``"none"`` (nothing oncestream does is affected).
         uses: the start-up checks that report it: ``"publish"`` (a Publisher or
-            atomic batches start), ``"create"`` (a stream is created), ``"consumer"``
-            (a durable consumer is created or bound; ``oncestream doctor`` reports every
-            row whatever its uses).
+            atomic batches start), ``"create"`` (a stream is created).
         at_start: what those checks do: ``"warn"`` (one log line per process) or
             ``"refuse"`` (:class:`~oncestream.ConfigError`).
         reference: the upstream pull request with the fix.
@@ -64,7 +61,7 @@ class ServerBug:
     fixed: tuple[Version, ...]
     breaks: str
     touches: str
-    scope: Literal["any", "cluster", "replicated", "standalone"]
+    scope: Literal["any", "cluster", "replicated"]
     severity: Literal["breaks", "weakens", "none"]
     uses: tuple[str, ...]
     at_start: Literal["warn", "refuse"] = "warn"
@@ -90,8 +87,6 @@ class ServerBug:
             return assume if replicas is None else replicas > 1
         if self.scope == "cluster":
             return assume if cluster is None else cluster
-        if self.scope == "standalone":
-            return assume if cluster is None else not cluster
         return True
 
 
@@ -184,32 +179,6 @@ SERVER_BUGS: tuple[ServerBug, ...] = (
         severity="breaks",
         uses=("publish", "create"),
         reference="https://github.com/nats-io/nats-server/pull/7594",
-    ),
-    ServerBug(
-        key="rejected-consumer-create-deletes-state",
-        # The name-exists check ran after ConsumerStore() had opened the existing durable's
-        # folder, and the rejected create's teardown (deleteWithoutAdvisory) removed it
-        # (server/consumer.go, addConsumerWithAssignmentAndMode): so in v2.10.0, v2.11.0,
-        # v2.12.0 ... v2.12.15 and v2.14.0 ... v2.14.5 (the newest tags read); fixed on main
-        # for 2.15.0 (#8491, not backported). Clustered creates are checked elsewhere
-        # first: a standalone server only.
-        affected=(((2, 10, 0), (2, 12, 15)), ((2, 14, 0), (2, 14, 5))),
-        fixed=((2, 15, 0),),
-        breaks=(
-            "on a single server, a create of a durable consumer that already exists (two "
-            "instances creating it at once) can be rejected after it deleted the existing "
-            "consumer's state on disk: after the next server restart the consumer is gone "
-            "or starts again from its first message"
-        ),
-        touches=(
-            "Processors that create their consumer (two instances of one consumer starting "
-            "together: active/standby); the ledger keeps the redelivered messages from being "
-            "applied again, a bind=True Processor finds its consumer gone"
-        ),
-        scope="standalone",
-        severity="weakens",
-        uses=("consumer",),
-        reference="https://github.com/nats-io/nats-server/pull/8491",
     ),
 )
 
