@@ -198,11 +198,19 @@ def trial_options(
 ) -> TrialOptions:
     """The options trial ``index`` draws (:func:`torture.options.draw`), ``--option`` pins
     applied. A leaf trial's processors read the hub's sourced stream, which has no
-    subjects to replay into: ``replay`` becomes ``keep`` there."""
+    subjects to replay into and cannot be partitioned (a partitioned stream has no
+    sources): ``replay`` becomes ``keep`` there, ``partitioned`` ``pinned-pair``. A
+    dead letter of a partitioned stream names its stored subject (``<p>.t.sess``), which
+    the stream does not capture, so ``dlq replay`` refuses it: ``replay`` becomes
+    ``keep`` in ``partitioned`` trials too."""
     drawn = draw(args.seed, index, spark_ordinal).as_dict()
     spark = spark_ordinal is not None
     drawn |= {k: v for k, v in args.pinned.items() if k not in SPARK_VALUES or spark}
-    if kind == "leaf" and drawn.get("dead_letters") == "replay":
+    if kind == "leaf" and drawn.get("members") == "partitioned":
+        drawn["members"] = "pinned-pair"
+    if (kind == "leaf" or drawn.get("members") == "partitioned") and drawn.get(
+        "dead_letters"
+    ) == "replay":
         drawn["dead_letters"] = "keep"
     if drawn.get("dead_letters", "none") != "none" and not drawn.get("fail_share"):
         drawn["fail_share"] = draw(args.seed, index, None).fail_share or 0.005

@@ -8,8 +8,9 @@ seed and the trial's number alone (a trial reruns with ``--first``), each option
 seeded cycle over its values like the fault kinds (:func:`torture.nemesis.cycle_kind`),
 so N trials hold every value about N / len(values) times:
 
-* ``ack_policy``: the SQLite ``Processor``'s ``ack_policy`` (``explicit``, ``all``); the
-  PostgreSQL pair is a pinned priority group, which needs ``explicit``.
+* ``ack_policy``: the SQLite ``Processor``'s and the group members' ``ack_policy``
+  (``explicit``, ``all``); the PostgreSQL pair is a pinned priority group of one
+  consumer, which needs ``explicit``.
 * ``handler``: ``message`` (``handler(msg, tx)``) or ``batch`` (``batch_handler``:
   ``executemany`` on SQLite, one ``COPY`` per transaction on PostgreSQL).
 * ``prune``: ``default`` (``prune_interval`` 30 s, ``prune_grace`` 120 s: nothing is old
@@ -30,11 +31,24 @@ so N trials hold every value about N / len(values) times:
 * Spark trials: ``sink_stream`` (the sink given option ``stream`` or not), ``spark_out``
   (the second query: ``transactional`` on SQLite or on PostgreSQL, or ``delta``),
   ``pyspark`` (``newest``: the worktree's; ``oldest``: ``make setup-oldest``'s venv).
-* ``members``: ``pinned-pair`` (two Processors, active/standby on one consumer).
-  ``partitioned`` (members of a group over partitions) is the hook for the scale work:
-  TODO(lead) once ``oncestream.process`` has partitioned group members, add the value
-  here and the worker role in :mod:`torture.workers` (``run_processor``: one member per
-  process, ``cfg["partitions"]``), nothing else draws it.
+* ``members``: who applies on the trial's PostgreSQL (the SQLite ``Processor`` runs in
+  every trial). ``pinned-pair``: two Processors ``pg1``, ``pg2``, active/standby on one
+  consumer ``pg`` of the unpartitioned stream ``T`` (``t.>``). ``partitioned``: ``T`` is
+  created with :data:`PARTITIONS` partitions of ``t.*`` keyed by its one ``*`` token
+  (``StreamSpec(partitions=4, partition_key=(1,))``), and ``pg1``, ``pg2`` are two
+  members of one :class:`~oncestream.GroupMember` group ``pg`` (elastic membership, the
+  library's timings) sharing the PostgreSQL ledger, as members on two hosts would: a
+  consumer ``pg-p<N>`` per partition. The producers write three subjects, so three
+  keys: ``t.pub`` (partition 0), ``t.sess`` (3) and ``t.cli`` (1); partition 2 gets
+  nothing. Rendezvous assignment gives ``pg1`` partitions 2, 3 and ``pg2`` 0, 1 while
+  both live, so each member applies a share in every trial (``window=short``: ``t.sess``
+  and ``t.cli``); a kill or pause of one that outlasts its membership key (4 s) moves its
+  partitions to the other, and back once it returns. A leaf trial's processors read the
+  hub's stream, which sources the leaf's and so cannot be partitioned (a partitioned
+  stream has no sources): ``partitioned`` becomes ``pinned-pair`` there; so does
+  ``dead_letters=replay`` become ``keep`` in partitioned trials (``oncestream dlq
+  replay`` republishes to the dead letter's stored subject ``<p>.t.<producer>``, which
+  the partitioned stream does not capture: refused).
 """
 
 from __future__ import annotations
@@ -53,7 +67,7 @@ VALUES: dict[str, tuple[str, ...]] = {
     "prune": ("default", "on"),
     "dead_letters": ("none", "keep", "replay"),
     "window": ("default", "short"),
-    "members": ("pinned-pair",),
+    "members": ("pinned-pair", "partitioned"),
 }
 #: Drawn in Spark trials only (cycled over the Spark trials' ordinals).
 SPARK_VALUES: dict[str, tuple[str, ...]] = {
@@ -61,6 +75,9 @@ SPARK_VALUES: dict[str, tuple[str, ...]] = {
     "spark_out": ("sqlite", "postgres", "delta"),
     "pyspark": ("newest", "oldest"),
 }
+#: The partitions of the processed stream in ``members=partitioned`` trials (of ``t.*``,
+#: keyed by token 1: the producer's name).
+PARTITIONS = 4
 #: Share of the input keys whose handler fails, when dead letters are drawn.
 FAIL_SHARE = (0.002, 0.01)
 #: The short duplicate windows (s): the producers' stream, the Spark sink's output stream.

@@ -320,7 +320,8 @@ def _markdown(summary: dict[str, Any], results: list[dict[str, Any]], plots: lis
         f"{summary['cli_resumes']} CLI resumes after a kill; "
         f"{summary['startup_retries']} start-up retries; faults by phase "
         f"{summary['faults_by_phase']}; {summary.get('pg_switches', 0)} switches of the "
-        f"applying PostgreSQL Processor (active/standby); Spark trials by driver/sink "
+        f"applying PostgreSQL Processor (active/standby; per partition between the "
+        f"members in members=partitioned trials); Spark trials by driver/sink "
         f"{summary.get('spark_modes', {})}.",
         "",
         "A fault *landed* when its effect was checked (the process gone or stopped, no "

@@ -43,6 +43,23 @@ TMPFS_BYTES = 48 * 1024 * 1024
 LAZY_STORE_BYTES = 1 << 30
 
 
+def stream_spec(*, replicas: int, window: float | None, partitions: int) -> StreamSpec:
+    """The producers' stream :data:`STREAM`, as oncestream creates streams for users:
+    ``allow_batched`` where the server takes fast-ingest batches (the Publishers' first
+    attempts go that way), the default duplicate window unless the trial drew a short
+    one. ``partitions`` (``members=partitioned``): ``t.*`` in that many partitions keyed
+    by token 1, the producer's name (``t.pub``, ``t.sess``, ``t.cli``: see
+    :mod:`torture.options`); 0: ``t.>``, not partitioned."""
+    if partitions:
+        spec = StreamSpec(name=STREAM, subjects=(f"{SUBJECT}.*",), replicas=replicas,
+                          partitions=partitions, partition_key=(1,))  # fmt: skip
+    else:
+        spec = StreamSpec(name=STREAM, subjects=(f"{SUBJECT}.>",), replicas=replicas)
+    if window is not None:
+        spec = replace(spec, duplicate_window=window)
+    return spec
+
+
 class Topology:
     """Servers of one trial kind, started inside namespaces of ``net``."""
 
@@ -182,29 +199,29 @@ class Topology:
             connect_timeout=3.0,
         )
 
-    async def create_streams(self, timeout: float = 60.0, *, window: float | None = None) -> None:
+    async def create_streams(
+        self, timeout: float = 60.0, *, window: float | None = None, partitions: int = 0
+    ) -> None:
         """Create the streams, retrying while the cluster elects its meta leader.
 
         ``window``: the producers' stream's duplicate window (None: StreamSpec's default,
         what users get); a short one also creates :data:`PUB_STREAM`, the Publisher's.
+        ``partitions``: the producers' stream in that many partitions (:func:`stream_spec`).
         """
+        if partitions and self.kind == "leaf":
+            raise ValueError("a leaf trial's processed stream sources the leaf's: no partitions")
         deadline = time.monotonic() + timeout
         while True:
             try:
-                return await self._create_streams(window)
+                return await self._create_streams(window, partitions)
             except OncestreamError:
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.5)
 
-    async def _create_streams(self, window: float | None) -> None:
+    async def _create_streams(self, window: float | None, partitions: int) -> None:
         replicas = 3 if self.clustered else 1
-        # As oncestream creates streams for users: allow_batched where the server takes
-        # fast-ingest batches (the Publishers' first attempts go that way), the default
-        # duplicate window unless the trial drew a short one.
-        spec = StreamSpec(name=STREAM, subjects=(f"{SUBJECT}.>",), replicas=replicas)
-        if window is not None:
-            spec = replace(spec, duplicate_window=window)
+        spec = stream_spec(replicas=replicas, window=window, partitions=partitions)
         # A fresh cluster drops API requests until it has a meta leader (~0.4 s): a
         # short request timeout retries soon instead of waiting the default 5 s.
         options = replace(self.connect_options(self.producer_target()), request_timeout=1.5)

@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from oncestream import StreamNotFound, connect
+from oncestream.process import partition_consumer
 from oncestream.read import read_stream
-from oncestream.streams import ResetTarget, consumer_info, reset_consumer
+from oncestream.streams import Partitioning, ResetTarget, consumer_info, reset_consumer
 
 from . import faults as server_faults
 from . import postgres as pgpart
@@ -58,9 +59,17 @@ from .nemesis import (
 )
 from .nemesis import schedule as fault_schedule
 from .netns import Net
-from .options import SHORT_WINDOW, TrialOptions, failing_key
+from .options import PARTITIONS, SHORT_WINDOW, TrialOptions, failing_key
 from .rawread import Unreadable, delete_msg, read_once, read_raw, record_key, seq_of
-from .topology import HUB_STREAM, PUB_STREAM, PUB_SUBJECT, STREAM, SUBJECT, Topology
+from .topology import (
+    HUB_STREAM,
+    PUB_STREAM,
+    PUB_SUBJECT,
+    STREAM,
+    SUBJECT,
+    Topology,
+    stream_spec,
+)
 from .workers import EFFECTS, EFFECTS_COLUMNS
 
 TICK = 0.1
@@ -173,6 +182,18 @@ class Trial:
         self.net: Net | None = None
         self.count = int(rate * duration)
         self.short = self.options.window == "short"
+        # members=partitioned: the processed stream in partitions, its PostgreSQL consumer
+        # a group (torture/options.py); the leaf's hub sources it, so it cannot be.
+        if self.options.members == "partitioned" and kind == "leaf":
+            raise ValueError(
+                "members=partitioned needs a processed stream with no sources "
+                "(a leaf trial's is the hub's: torture.__main__.trial_options)"
+            )
+        self.partitioning = (
+            stream_spec(replicas=1, window=None, partitions=PARTITIONS).partitioning
+            if self.options.members == "partitioned"
+            else None
+        )
         # The Publisher relies on the duplicate window by design: with a short one it
         # writes its own stream (the default window), checked but not processed.
         pub_stream = PUB_STREAM if self.short else STREAM
@@ -279,32 +300,53 @@ class Trial:
             cfg = {**proc, "history": hist, "options": self.options.as_dict(), "dlq": DLQ, **cfg}
             if name == "lite" and self.sabotage == "apply-twice":
                 cfg |= {"sabotage": self.sabotage, "sabotage_key": "sess-10"}
-            argv = python_argv("processor", cfg)
+            argv = python_argv(cfg.pop("role", "processor"), cfg)
             if name in pgpart.MEMBER_NODES:  # in its own namespace: a pg-cut reaches one
                 argv = [*self.net.exec_prefix(pgpart.MEMBER_NODES[name]), *argv]
             self._add(name, argv, done=False)
 
     def _processor_configs(self, pg_url: str | None) -> dict[str, dict[str, Any]]:
         """The processors of the trial (``options.members``): the SQLite ``Processor``
-        (consumer ``lite``) and the PostgreSQL pair active/standby on consumer ``pg``.
-
-        TODO(lead): with ``members="partitioned"`` (once oncestream.process has partitioned
-        group members) return the members of a group over partitions here instead of the
-        pair (each its own worker, ``cfg["partitions"]``, in a namespace of its own so a
-        pg-cut reaches one; ``pgpart.MEMBER_NODES`` names them), add the value to
-        ``torture.options.VALUES["members"]`` and the role to ``torture.workers``; the
-        checker needs nothing new (every key once per database).
+        (consumer ``lite``) and, with PostgreSQL, ``pg1`` and ``pg2``: active/standby on
+        consumer ``pg`` (``pinned-pair``), or two members of group ``pg`` over the
+        partitioned stream (``partitioned``: role ``member``, a consumer ``pg-p<N>`` per
+        partition) sharing the PostgreSQL ledger. Each runs in a namespace of its own
+        (``pgpart.MEMBER_NODES``), so a pg-cut reaches one; kills and pauses hit them as
+        they hit the pair (a rebalance when one outlasts the membership key). The
+        checker needs nothing new: every key once per database, whoever applied it.
         """
         lite = str((self.ledger_mount or self.dir) / "lite.db")
         configs: dict[str, dict[str, Any]] = {
             "lite": {"name": "lite", "ledger": lite, "consumer": "lite", "pinned": False}
         }
         if pg_url:
-            for name in ("pg1", "pg2"):  # active/standby on one consumer
-                configs[name] = {"name": name, "ledger": pg_url, "consumer": "pg", "pinned": True}
+            for name in ("pg1", "pg2"):
+                if self.partitioning is not None:
+                    configs[name] = {"name": name, "ledger": pg_url, "consumer": "pg",
+                                     "pinned": False, "role": "member"}  # fmt: skip
+                else:  # active/standby on one consumer
+                    configs[name] = {"name": name, "ledger": pg_url, "consumer": "pg",
+                                     "pinned": True}  # fmt: skip
         for cfg in configs.values():
             cfg["table"] = EFFECTS
         return configs
+
+    def pg_consumers(self) -> list[str]:
+        """The durable consumers the PostgreSQL processors apply through (none without
+        PostgreSQL): ``pg``, or one per partition, ``pg-p0`` ... ``pg-p3``."""
+        if self.pg_url is None:
+            return []
+        if self.partitioning is None:
+            return ["pg"]
+        return [partition_consumer("pg", p) for p in range(self.partitioning.partitions)]
+
+    def busy_partitions(self) -> list[int]:
+        """The partitions the processed producers' subjects map to (the others get
+        nothing); [] when the stream is not partitioned."""
+        if self.partitioning is None:
+            return []
+        processed = [n for n, spec in self.inputs.items() if spec.get("processed", True)]
+        return sorted({self.partitioning.partition_of(f"{SUBJECT}.{n}") for n in processed})
 
     def replay_argv(self) -> list[str]:
         """``oncestream dlq replay --all``: every dead letter, as an operator replays them
@@ -479,6 +521,9 @@ class Trial:
         assert self.topo is not None
         if consumer == "pg" and self.pg_url is None:
             return Outcome(False, why="no PostgreSQL processors in this run", touched=False)
+        busy = self.busy_partitions()
+        if consumer == "pg" and busy:  # a group: one partition's consumer, in turn
+            consumer = partition_consumer("pg", busy[turn % len(busy)])
         target = self.topo.processor_target()
         stream = target["stream"]
         try:
@@ -719,7 +764,10 @@ class Trial:
         if self.spark is not None:  # tspark: the JVM boots while the servers start
             self.workers[sparkpart.TARGET] = self.spark.start(self)
         self.topo.start()
-        await self.topo.create_streams(window=SHORT_WINDOW if self.short else None)
+        await self.topo.create_streams(
+            window=SHORT_WINDOW if self.short else None,
+            partitions=self.partitioning.partitions if self.partitioning else 0,
+        )
         pg_url = self._start_postgres()
         self._mount_ledger()
         if self.spark is not None:
@@ -931,7 +979,7 @@ class Trial:
         """Every processor consumer has nothing pending and nothing unacknowledged (a
         failing message is done only once it was dead-lettered and terminated)."""
         assert self.topo is not None
-        names = ["lite", "pg"] if self.pg_url else ["lite"]
+        names = ["lite", *self.pg_consumers()]
         try:
             async with asyncio.timeout(5):
                 async with await connect(self.topo.connect_options(target)) as conn:
@@ -1131,7 +1179,7 @@ class Trial:
             "reruns": {n: w.reruns for n, w in self.workers.items() if w.reruns},
             "reads": reads,
             "effects": {db: dict(Counter(r[0] for r in e)) for db, e in rows.items()},
-            "pg_active": _switches(rows.get("postgres", [])),
+            "pg_active": _switches(rows.get("postgres", []), self.partitioning),
             "faults": self.fault_log,
             "sourced_after_s": self.sourced_after,
             "spark": spark,
@@ -1208,13 +1256,33 @@ def planned_faults(
     return sorted(planned, key=lambda f: f.start)
 
 
-def _switches(rows: list[tuple[str, str, float, float]]) -> dict[str, Any]:
-    """Which of the active/standby pair applied the effects: rows per instance, and how
+def _switches(
+    rows: list[tuple[str, str, float, float]], partitioning: Partitioning | None = None
+) -> dict[str, Any]:
+    """Which of the PostgreSQL processors applied the effects: rows per instance, and how
     many times the applying instance changed (in apply order: takeovers, and a
-    standby's in-flight batch racing the new active one)."""
-    order = [proc for _, proc, _, _ in sorted(rows, key=lambda r: r[3])]
-    changes = sum(1 for a, b in pairwise(order) if a != b)
-    return {"rows": dict(Counter(order)), "switches": changes}
+    standby's in-flight batch racing the new active one). Over a partitioned stream the
+    members apply side by side, so the changes are counted per partition (a key's
+    partition from its producer's subject) and summed: each is a partition that moved
+    to the other member and applied there (``by_partition``: rows and switches)."""
+    if partitioning is None:
+        order = [proc for _, proc, _, _ in sorted(rows, key=lambda r: r[3])]
+        changes = sum(1 for a, b in pairwise(order) if a != b)
+        return {"rows": dict(Counter(order)), "switches": changes}
+    per: dict[int, list[str]] = {}
+    for key, proc, _, _ in sorted(rows, key=lambda r: r[3]):
+        subject = f"{SUBJECT}.{key.split('-', 1)[0]}"
+        per.setdefault(partitioning.partition_of(subject), []).append(proc)
+    by_partition = {
+        str(p): {"rows": dict(Counter(order)),
+                 "switches": sum(1 for a, b in pairwise(order) if a != b)}
+        for p, order in sorted(per.items())
+    }  # fmt: skip
+    return {
+        "rows": dict(Counter(proc for _, proc, _, _ in rows)),
+        "switches": sum(p["switches"] for p in by_partition.values()),
+        "by_partition": by_partition,
+    }
 
 
 def _read_history(path: Path) -> list[dict[str, Any]]:

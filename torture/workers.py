@@ -5,7 +5,11 @@ Usage: ``python -m torture.workers ROLE CONFIG_JSON``
 Roles: ``publisher`` (:class:`oncestream.Publisher`), ``session``
 (:class:`oncestream.ProducerSession`), ``processor`` (:class:`oncestream.Processor`
 on a SQLite or PostgreSQL ledger; with ``cfg["pinned"]`` one of an active/standby
-pair: a pinned priority group of their consumer). Every acknowledged publish is appended to the
+pair: a pinned priority group of their consumer), ``member`` (a
+:class:`oncestream.GroupMember` named ``cfg["name"]`` of group ``cfg["consumer"]`` over
+a partitioned stream, on one ledger URL shared by every partition, the trial's
+PostgreSQL; the same effects table and rows as a processor, so the checker counts
+every key once per database whoever applied it). Every acknowledged publish is appended to the
 worker's history file (one JSON line, written with one ``write`` on an
 ``O_APPEND`` descriptor, so a SIGKILL never leaves half a line). A restarted
 producer resumes from its own history: keys without a recorded ack are sent
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import sys
@@ -46,6 +51,8 @@ from typing import Any, TypeVar
 
 from oncestream import (
     ConnectOptions,
+    GroupMember,
+    GroupOptions,
     Message,
     OncestreamError,
     PostgresLedger,
@@ -56,6 +63,7 @@ from oncestream import (
     PublisherOptions,
     SQLiteLedger,
     connect,
+    ledger_from_url,
 )
 
 from .options import failing_key
@@ -278,10 +286,11 @@ def processor_options(cfg: dict[str, Any]) -> ProcessorOptions:
     return ProcessorOptions(**changes)
 
 
-async def run_processor(cfg: dict[str, Any]) -> int:
+def effect_handlers(cfg: dict[str, Any], history: History, postgres: bool) -> dict[str, Any]:
+    """The handler a processor or member runs, as the trial drew it (``handler`` or
+    ``batch_handler``): each message's key as a row of the effects table, in the
+    transaction that records it in the ledger."""
     name, table = cfg["name"], cfg["table"]
-    history = History(cfg["history"], name)
-    postgres = cfg["ledger"].startswith("postgresql://")
     ph = "%s" if postgres else "?"
     columns = "(key, proc, wall, mono)"
     insert = f"INSERT INTO {table} {columns} VALUES ({ph}, {ph}, {ph}, {ph})"
@@ -317,61 +326,145 @@ async def run_processor(cfg: dict[str, Any]) -> int:
         else:
             tx.executemany(insert, rows)
 
-    batched = drawn.get("handler") == "batch"
+    if drawn.get("handler") == "batch":
+        return {"batch_handler": batch_handler}
+    return {"handler": handler}
+
+
+class _Stopper:
+    """SIGTERM asks the current processor or member to stop, and one made later (during
+    start-up) to stop as soon as it runs."""
+
+    def __init__(self) -> None:
+        self.stopping = False
+        self.current: Processor | GroupMember | None = None
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self._on_sigterm)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked by the harness
+
+    def _on_sigterm(self) -> None:
+        self.stopping = True
+        if self.current is not None:
+            self.current.request_stop()
+
+    def watch(self, runner: Processor | GroupMember) -> None:
+        self.current = runner
+        if self.stopping:
+            runner.request_stop()
+
+    async def until_running(
+        self, run: Awaitable[Any], ready: Awaitable[None], what: str, conn: Any
+    ) -> asyncio.Task[Any]:
+        """``run`` as a task once ``ready``. An end before that is a start-up failure (its
+        error, or :class:`OncestreamError`; the connection closed), unless SIGTERM asked
+        for it: a clean stop."""
+        running = asyncio.ensure_future(run)
+        waiting = asyncio.ensure_future(ready)
+        await asyncio.wait({running, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        ended = running.done()
+        if not ended and waiting.exception() is None:
+            return running
+        waiting.cancel()
+        if ended and self.stopping and not running.cancelled() and running.exception() is None:
+            return running
+        try:
+            await running  # ended before it was set up: its error is a start-up failure
+            raise OncestreamError(f"the {what} ended during its set-up")
+        finally:
+            await conn.close()
+
+
+async def run_processor(cfg: dict[str, Any]) -> int:
+    name, table = cfg["name"], cfg["table"]
+    history = History(cfg["history"], name)
+    postgres = cfg["ledger"].startswith("postgresql://")
+    handlers = effect_handlers(cfg, history, postgres)
     options = processor_options(cfg)
-    loop = asyncio.get_running_loop()
-    current: list[Processor] = []
-    stopping: list[bool] = []
+    stopper = _Stopper()  # also during start-up: stop as soon as it runs
 
-    def on_sigterm() -> None:  # also during start-up: stop as soon as it runs
-        stopping.append(True)
-        for processor in current:
-            processor.request_stop()
-
-    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked by the harness
-
-    async def started() -> tuple[Any, Processor, asyncio.Task[Any]]:
+    async def started() -> tuple[Any, asyncio.Task[Any]]:
         ledger: SQLiteLedger | PostgresLedger
         ledger = PostgresLedger(cfg["ledger"]) if postgres else SQLiteLedger(cfg["ledger"])
         ledger.open()
         with ledger.transaction() as tx:
             tx.execute(f"CREATE TABLE IF NOT EXISTS {table} {EFFECTS_COLUMNS}")
         conn = await connect(_connect_options(cfg))
-        handlers: dict[str, Any] = (
-            {"batch_handler": batch_handler} if batched else {"handler": handler}
-        )
         processor = Processor(
-            conn, cfg["stream"], group, ledger=ledger, options=options, **handlers
+            conn, cfg["stream"], cfg["consumer"], ledger=ledger, options=options, **handlers
         )
-        current[:] = [processor]
-        if stopping:
-            processor.request_stop()
-        running = asyncio.create_task(processor.run())
-        ready = asyncio.create_task(processor.wait_running(timeout=3600))
-        await asyncio.wait({running, ready}, return_when=asyncio.FIRST_COMPLETED)
-        if ready.done() and not ready.cancelled() and ready.exception() is None:
-            return conn, processor, running
-        ready.cancel()
-        try:
-            await running  # ended before it was set up: its error is a start-up failure
-            raise OncestreamError("the processor ended during its set-up")
-        finally:
-            await conn.close()
+        stopper.watch(processor)
+        running = await stopper.until_running(
+            processor.run(), processor.wait_running(timeout=3600), "processor", conn
+        )
+        return conn, running
 
-    conn, _, running = await _startup(history, name, started)
+    conn, running = await _startup(history, name, started)
     await running
     await conn.close()
     return 0
 
 
-ROLES = {"publisher": run_publisher, "session": run_session, "processor": run_processor}
+#: What a member logs of its partitions (taken, released, rebalanced) into its worker log.
+GROUP_LOGGER = "oncestream.process._group"
+
+
+async def run_member(cfg: dict[str, Any]) -> int:
+    """One :class:`GroupMember` (``cfg["name"]``) of group ``cfg["consumer"]``: the
+    library's defaults, plus the drawn options (:func:`processor_options`); stops on
+    SIGTERM (its partitions released, its membership key deleted)."""
+    name, table = cfg["name"], cfg["table"]
+    history = History(cfg["history"], name)
+    url = cfg["ledger"]
+    if "{partition}" in url:
+        raise OncestreamError(f"member {name}: the member role runs one shared ledger, got {url}")
+    postgres = url.startswith("postgresql://")
+    handlers = effect_handlers(cfg, history, postgres)
+    options = processor_options(cfg)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger(GROUP_LOGGER).setLevel(logging.INFO)
+    stopper = _Stopper()
+
+    async def started() -> tuple[Any, asyncio.Task[Any]]:
+        ledger = ledger_from_url(url)  # the effects table, once (as run_processor does)
+        ledger.open()
+        try:
+            with ledger.transaction() as tx:
+                tx.execute(f"CREATE TABLE IF NOT EXISTS {table} {EFFECTS_COLUMNS}")
+        finally:
+            ledger.close()
+        conn = await connect(_connect_options(cfg))
+        member = GroupMember(
+            conn,
+            cfg["stream"],
+            cfg["consumer"],
+            ledger=url,
+            options=GroupOptions(member=name),
+            processor_options=options,
+            **handlers,
+        )
+        stopper.watch(member)
+        running = await stopper.until_running(
+            member.run(), member.wait_running(timeout=3600), "member", conn
+        )
+        return conn, running
+
+    conn, running = await _startup(history, name, started)
+    await running
+    await conn.close()
+    return 0
+
+
+ROLES = {
+    "publisher": run_publisher,
+    "session": run_session,
+    "processor": run_processor,
+    "member": run_member,
+}
 
 
 def main() -> int:
     role, raw = sys.argv[1], sys.argv[2]
     cfg = json.loads(raw)
-    if role != "processor":  # producers stop on SIGTERM's default action
+    if role not in ("processor", "member"):  # producers stop on SIGTERM's default action
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     try:
         return asyncio.run(ROLES[role](cfg))
