@@ -28,7 +28,8 @@ from typing import Any
 
 PRODUCERS = ("pub", "sess", "cli")
 PROCESSORS = ("lite", "pg1", "pg2")
-#: The processors' durable consumers (pg1 and pg2 share ``pg``, active/standby).
+#: The processors' durable consumers (pg1 and pg2 share ``pg``, active/standby; as members
+#: of group ``pg`` over partitions, a reset of ``pg`` moves one partition's ``pg-p<N>``).
 CONSUMERS = ("lite", "pg")
 #: A processor's consumer moved back mid-run (``CONSUMER.RESET``): redeliveries the
 #: ledger must suppress.

@@ -1,10 +1,11 @@
 """A trial's PostgreSQL, in its own network namespace, and the faults that hit it.
 
-Every trial runs its own PostgreSQL server (the PostgreSQL ``Processor`` pair's
-ledger and effects, and the Spark job's ``transactional`` table when drawn) in
-namespace ``pg`` of the trial's network, so that it can be killed, paused and cut
-off from one member of the pair (each of ``pg1``, ``pg2`` runs in a namespace of
-its own, ``m1``, ``m2``) without touching anything outside the trial. The data
+Every trial runs its own PostgreSQL server (the ledger and effects of the
+PostgreSQL ``Processor`` pair, or of the group members with ``members=partitioned``,
+and the Spark job's ``transactional`` table when drawn) in namespace ``pg`` of the
+trial's network, so that it can be killed, paused and cut off from one member of
+the pair or group (each of ``pg1``, ``pg2`` runs in a namespace of its own, ``m1``,
+``m2``) without touching anything outside the trial. The data
 folder is a copy of one ``initdb`` per campaign (a template: a trial's server is
 up in about a second); it runs with PostgreSQL's defaults (``fsync`` on).
 
@@ -36,7 +37,8 @@ from pathlib import Path
 KINDS = ("pg-kill", "pg-pause", "pg-cut")
 PORT = 5432
 NODE = "pg"
-#: The namespaces of the PostgreSQL pair (``pg1`` -> ``m1``...), so a cut reaches one.
+#: The namespaces of the PostgreSQL pair or members (``pg1`` -> ``m1``...), so a cut
+#: reaches one.
 MEMBER_NODES = {"pg1": "m1", "pg2": "m2"}
 _READY = "database system is ready to accept connections"
 

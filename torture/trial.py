@@ -513,7 +513,8 @@ class Trial:
 
     async def _reset_consumer(self, consumer: str, turn: int) -> Outcome:
         """Move a processor's consumer back (``CONSUMER.RESET``, the product's
-        :func:`~oncestream.streams.reset_consumer`): alternately to the stream's first
+        :func:`~oncestream.streams.reset_consumer`; ``pg`` of a group: the consumer of one
+        partition that gets messages, in turn): alternately to the stream's first
         sequence and to :data:`RESET_BACK` sequences below its ack floor. Needs the
         consumer to have acked past the target; landed when the server's answer puts
         the next delivery at or below the ack floor it had (its ledger has no prune

@@ -354,9 +354,10 @@ class _Stopper:
     async def until_running(
         self, run: Awaitable[Any], ready: Awaitable[None], what: str, conn: Any
     ) -> asyncio.Task[Any]:
-        """``run`` as a task once ``ready``. An end before that is a start-up failure (its
-        error, or :class:`OncestreamError`; the connection closed), unless SIGTERM asked
-        for it: a clean stop."""
+        """``run`` as a task once ``ready``, or once it ended cleanly (a SIGTERM during the
+        set-up; the harness counts an end it did not ask for). An error before that is a
+        start-up failure (its error, or :class:`OncestreamError`; the connection closed).
+        A member's ``ready`` also comes when its ``run`` fails, so ``run`` decides."""
         running = asyncio.ensure_future(run)
         waiting = asyncio.ensure_future(ready)
         await asyncio.wait({running, waiting}, return_when=asyncio.FIRST_COMPLETED)
@@ -364,7 +365,7 @@ class _Stopper:
         if not ended and waiting.exception() is None:
             return running
         waiting.cancel()
-        if ended and self.stopping and not running.cancelled() and running.exception() is None:
+        if ended and not running.cancelled() and running.exception() is None:
             return running
         try:
             await running  # ended before it was set up: its error is a start-up failure

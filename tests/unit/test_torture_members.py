@@ -5,6 +5,7 @@ counted per partition."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from pathlib import Path
 
@@ -12,9 +13,9 @@ import pytest
 from torture.__main__ import parse, trial_plan
 from torture.options import PARTITIONS, TrialOptions, draw
 from torture.trial import Trial, _switches
-from torture.workers import processor_options
+from torture.workers import _Stopper, processor_options
 
-from oncestream import ConnectOptions, GroupMember
+from oncestream import ConnectOptions, GroupMember, StreamNotFound
 from oncestream.process._assignment import assign
 
 PG = "postgresql://postgres@127.0.0.1:5432/torture"
@@ -112,3 +113,48 @@ def test_switches_are_counted_per_partition_between_the_members(tmp_path: Path) 
         "3": {"rows": {"pg1": 2, "pg2": 1}, "switches": 2},
     }
     assert _switches(rows)["switches"] == 3  # the pair's count: every change of applier
+
+
+class _Conn:
+    closed = False
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_member_that_fails_as_it_starts_is_a_start_up_retry() -> None:
+    """GroupMember.wait_running also returns when run() failed (its finally sets the
+    event): the run's outcome decides, not the readiness."""
+    stopper = _Stopper()
+
+    async def failed() -> None:
+        raise StreamNotFound("stream T not found")
+
+    async def ready_at_once() -> None:
+        return None
+
+    conn = _Conn()
+    with pytest.raises(StreamNotFound):  # retried by _startup (an OncestreamError)
+        await stopper.until_running(failed(), asyncio.sleep(0.05), "member", conn)
+    assert conn.closed
+
+    async def both() -> None:  # fails in the same round as it says it is ready
+        raise StreamNotFound("stream T not found")
+
+    conn = _Conn()
+    with pytest.raises(StreamNotFound):
+        await stopper.until_running(both(), ready_at_once(), "member", conn)
+    assert conn.closed
+
+    async def stopped() -> str:  # SIGTERM during the set-up: a clean end, exit 0
+        return "stats"
+
+    conn = _Conn()
+    running = await stopper.until_running(stopped(), asyncio.sleep(3600), "member", conn)
+    assert await running == "stats" and not conn.closed
+
+    forever = asyncio.Event()
+    conn = _Conn()
+    running = await stopper.until_running(forever.wait(), ready_at_once(), "member", conn)
+    assert not running.done() and not conn.closed  # running: the caller awaits it
+    running.cancel()
