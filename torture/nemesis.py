@@ -274,6 +274,8 @@ def wait_state(pid: int, wanted: set[str | None], timeout: float = 1.0) -> str |
 #: A CLI run that failed before publishing (no summary line) this many times in a row
 #: is a failure, not a start-up retry.
 MAX_STARTUP_FAILURES = 30
+#: The line a worker prints to ask to be re-run (``oncestream publish``'s own words).
+RERUN = "resume: re-run the same command"
 #: Re-runs a worker may ask for (:attr:`Worker.rerun_ok`) before its exit is a failure.
 MAX_RERUNS = 60
 
@@ -305,8 +307,9 @@ class Worker:
         self.done = False
         self.stopping = False
         #: An exit 1 that asks to be re-run is not a failure: ``"any"`` (``oncestream dlq
-        #: replay``: a re-run replays nothing twice), True (``oncestream publish`` with the
-        #: short retry horizon: it printed "resume: re-run the same command"), False.
+        #: replay``: a re-run replays nothing twice), True (a producer that printed
+        #: "resume: re-run the same command": ``oncestream publish``, or a worker whose
+        #: publishes failed for good past their retry horizon), False.
         self.rerun_ok: bool | str = False
         #: The environment the process starts with (None: the harness's).
         self.env: dict[str, str] | None = None
@@ -423,7 +426,7 @@ class Worker:
     def _asks_rerun(self) -> bool:
         if not self.rerun_ok or self.reruns >= MAX_RERUNS:
             return False
-        return self.rerun_ok == "any" or "resume: re-run the same command" in self.run_log()
+        return self.rerun_ok == "any" or RERUN in self.run_log()
 
     def startup_exit(self) -> bool:
         """This run of the CLI failed before publishing: an error, and no summary line."""

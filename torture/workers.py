@@ -54,18 +54,22 @@ from oncestream import (
     GroupMember,
     GroupOptions,
     Message,
+    NoResponders,
     OncestreamError,
+    OperationTimeout,
     PostgresLedger,
     Processor,
     ProcessorOptions,
     ProducerSession,
     Publisher,
     PublisherOptions,
+    PublishFailed,
     SQLiteLedger,
     connect,
     ledger_from_url,
 )
 
+from .nemesis import RERUN
 from .options import failing_key
 
 #: The effects table: no unique constraint, so an effect applied twice shows as two rows.
@@ -123,6 +127,10 @@ def _connect_options(cfg: dict[str, Any]) -> ConnectOptions:
 
 #: Seconds a worker keeps retrying its start-up before it fails.
 STARTUP_BUDGET = 60.0
+#: What a publish raises when it failed for good past its retry horizon (an outage longer
+#: than the defaults' 5 s x 5 attempts): the producer's contract is to stop and be run
+#: again, resuming from what was acknowledged.
+GAVE_UP = (PublishFailed, NoResponders, OperationTimeout)
 
 
 async def _startup(history: History, what: str, make: Callable[[], Awaitable[T]]) -> T:
@@ -171,6 +179,7 @@ async def run_publisher(cfg: dict[str, Any]) -> int:
     t0 = float(cfg.get("t0", time.time()))
     pending: set[asyncio.Future[Any]] = set()
     failed: list[str] = []
+    errors: list[BaseException | None] = []
     for i in range(count):
         key = f"{name}-{i}"
         if key in done:
@@ -182,6 +191,7 @@ async def run_publisher(cfg: dict[str, Any]) -> int:
             pending.discard(f)
             if f.cancelled() or f.exception() is not None:
                 failed.append(key)
+                errors.append(None if f.cancelled() else f.exception())
                 history.write("fail", key, type(f.exception()).__name__)
                 return
             ack = f.result()
@@ -203,6 +213,9 @@ async def run_publisher(cfg: dict[str, Any]) -> int:
     await conn.close()
     if failed or pending:
         print(f"publisher {name}: {len(failed)} publishes failed, {len(pending)} unanswered")
+        kinds = sorted({type(e).__name__ for e in errors})
+        if not pending and all(isinstance(e, GAVE_UP) for e in errors):
+            print(f"gave up past the retry horizon ({', '.join(kinds)}); {RERUN}")
         return 1
     return 0
 
@@ -239,7 +252,14 @@ async def run_session(cfg: dict[str, Any]) -> int:
         first += 1
     for i in range(first, count):
         sent = time.monotonic()
-        ack = await session.publish(i, f"{name}-{i}".encode())
+        try:
+            ack = await session.publish(i, f"{name}-{i}".encode())
+        except GAVE_UP as exc:
+            history.write("fail", f"{name}-{i}", type(exc).__name__)
+            print(f"session {name}: {type(exc).__name__}: {exc}")
+            print(f"gave up past the retry horizon ({type(exc).__name__}); {RERUN}")
+            await conn.close()
+            return 1
         if ack is not None:
             history.write(
                 "ack",

@@ -175,6 +175,19 @@ def test_losses_the_settings_allow_are_a_measured_limit_not_a_violation() -> Non
     assert rows["R3, sync always"]["lost"] == 1
 
 
+def test_a_crash_that_lost_nothing_leaves_every_violation_counted() -> None:
+    """The default sync and a landed power loss make a trial the setting's measured limit
+    only when acknowledged writes were lost: otherwise an effect applied twice counts."""
+    crash = [{"kind": "power-loss", "resolved": "all"}]
+    state = _state("none", [], sync="default", kind="cluster", faults=crash)
+    state["effects"]["sqlite"]["sess-1"] = 2
+    result = check([{"mono": 0.0, "process": "sess", "op": "ack", "key": "sess-1"}], state)
+    assert result["lost"] == [] and result["limit"] is None
+    summary = summarize([result], seed=1)
+    assert summary["violations"] == {"applied_twice": 1}
+    assert summary["measured_limits"]["trials"] == []
+
+
 def test_a_harness_crash_is_a_reported_trial_failure(tmp_path: Any) -> None:
     args = parse(["--trials", "1", "--spark-every", "0", "--out", str(tmp_path)])
     plan = trial_plan(args, 0)

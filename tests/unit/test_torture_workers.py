@@ -130,3 +130,31 @@ def test_a_sigterm_during_a_workers_start_up_waits_for_its_handler(tmp_path: Pat
     worker.stop(timeout=20)  # at once: the child is still sleeping, its handler not set
     assert worker.failures == []
     assert worker.proc is not None and worker.proc.returncode == 0
+
+
+def test_a_producer_that_gave_up_past_its_retry_horizon_is_re_run_not_failed(
+    tmp_path: Path,
+) -> None:
+    """Its contract on the defaults: an outage longer than 5 s x 5 attempts fails the
+    publish for good, the worker asks to be re-run and resumes (the checker still checks
+    every record stored once); any other exit 1 stays a failure."""
+    from torture.nemesis import RERUN
+    from torture.workers import GAVE_UP
+
+    assert {e.__name__ for e in GAVE_UP} == {"PublishFailed", "NoResponders", "OperationTimeout"}
+    gave_up = _worker(
+        tmp_path, f"import sys; print('gave up (PublishFailed); {RERUN}'); sys.exit(1)"
+    )
+    gave_up.rerun_ok = True
+    gave_up.start()
+    _exited(gave_up)
+    gave_up.supervise(in_fault=False)
+    assert gave_up.failures == [] and gave_up.reruns == 1
+    gave_up.kill()
+    other = _worker(tmp_path, "import sys; print('StreamNotFound: no stream'); sys.exit(1)")
+    other.rerun_ok = True
+    other.start()
+    _exited(other)
+    other.supervise(in_fault=False)
+    assert [f["why"] for f in other.failures] == ["exit code"]
+    other.kill()
