@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import math
 import os
 import secrets
 import shutil
@@ -53,8 +54,14 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m torture", description=__doc__)
-    p.add_argument("--trials", type=int, default=3)
-    p.add_argument("--seed", type=int, default=int(time.time()) % 100000)
+    p.add_argument("--trials", type=int, default=3, help="how many trials to run (>= 1)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=int(time.time()) % 100000,
+        help="campaign seed: every trial's schedule and options follow from it and the "
+        "trial's index (default: from the clock)",
+    )
     p.add_argument("--duration", type=float, default=12.0, help="run phase per trial (s)")
     p.add_argument("--first", type=int, default=0, help="index of the first trial (rerun one)")
     p.add_argument("--faults", type=int, default=5, help="faults per trial (start-up, run, drain)")
@@ -112,11 +119,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
     kinds = tuple(k for k in args.kinds.split(",") if k)
     if args.spark_every < 0:
         p.error("need --spark-every >= 0")
-    if args.trials < 1 or args.duration < 5 or not kinds or set(kinds) - set(KINDS):
-        p.error(f"need --trials >= 1, --duration >= 5, --kinds from {','.join(KINDS)}")
-    if args.faults < 0 or args.rate <= 0 or args.first < 0:
-        p.error(f"need --faults >= 0, --rate > 0, --first >= 0 (got {args.faults}, "
-                f"{args.rate}, {args.first})")  # fmt: skip
+    if args.trials < 1:
+        p.error(f"--trials {args.trials}: need 1 or more")
+    # Written so that nan and inf fail too (every comparison with nan is false).
+    if not (5 <= args.duration < math.inf):
+        p.error(f"--duration {args.duration}: need a finite number of seconds >= 5")
+    if not (0 < args.rate < math.inf):
+        p.error(f"--rate {args.rate}: need a finite number of messages per second > 0")
+    if not kinds or set(kinds) - set(KINDS):
+        p.error(f"--kinds {args.kinds!r}: need a comma-separated list from {','.join(KINDS)}")
+    if args.faults < 0 or args.first < 0:
+        p.error(f"need --faults >= 0, --first >= 0 (got {args.faults}, {args.first})")
     if args.stack_faults is not None and args.stack_faults < 0:
         p.error(f"need --stack-faults >= 0 (got {args.stack_faults})")
     values = {**VALUES, **SPARK_VALUES}
@@ -126,6 +139,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         if not sep or name not in values or value not in values[name]:
             allowed = "; ".join(f"{n}={'|'.join(v)}" for n, v in values.items())
             p.error(f"--option {item!r}: expected NAME=VALUE from {allowed}")
+        if args.pinned.get(name, value) != value:
+            p.error(f"--option {name}: given twice ({args.pinned[name]}, {value}); pin one value")
         args.pinned[name] = value
     only = tuple(k for k in args.fault_kinds.split(",") if k)
     known = {k for kind in KINDS for k, _ in (*fault_menu(kind), *stack_menu(kind, crashes=True))}
@@ -144,7 +159,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args.kinds, args.fault_kinds = kinds, only
     indices = range(args.first, args.first + args.trials)
     args.spark_trials = [i for i in indices if runs_spark(i, args.spark_every)]
-    if args.sabotage == "drop-row" and not args.spark_trials:
+    spark_pins = sorted(set(args.pinned) & set(SPARK_VALUES))
+    if spark_pins and not args.spark_trials:
+        p.error(f"--option {','.join(spark_pins)} pins a Spark option, but no trial of the run "
+                "runs Spark (--spark-every)")  # fmt: skip
+    # A Spark trial runs only where --fault-kinds leaves it a Spark fault (trial_plan).
+    spark_faults = not only or bool(set(only) & set(SPARK_KINDS))
+    if only and set(only) <= set(SPARK_KINDS) and not args.spark_trials:
+        p.error(f"--fault-kinds {','.join(only)}: Spark faults only, but no trial of the run "
+                "runs Spark (--spark-every)")  # fmt: skip
+    if args.sabotage == "drop-row" and not (args.spark_trials and spark_faults):
         p.error("--sabotage drop-row needs a Spark trial in the run (e.g. --spark-every 1)")
     if args.sabotage == "drop-letter" and args.pinned.get("dead_letters", "keep") == "none":
         p.error("--sabotage drop-letter needs dead letters (not --option dead_letters=none)")

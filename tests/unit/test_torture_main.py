@@ -157,3 +157,30 @@ def test_drop_row_needs_a_spark_trial(capsys: pytest.CaptureFixture[str]) -> Non
         torture_main.parse(["--trials", "1", "--spark-every", "0", "--sabotage", "drop-row"])
     assert exit_.value.code == 2
     assert "drop-row needs a Spark trial" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--duration", "nan"], "--duration nan: need a finite number of seconds >= 5"),
+        (["--duration", "inf"], "--duration inf: need a finite number"),
+        (["--rate", "nan"], "--rate nan: need a finite number of messages per second > 0"),
+        (["--rate", "inf"], "--rate inf: need a finite number"),
+        (["--trials", "0"], "--trials 0: need 1 or more"),
+        (["--kinds", "nosuch"], "--kinds 'nosuch': need a comma-separated list from single"),
+        (["--option", "window=short", "--option", "window=default"], "given twice"),
+        (["--option", "spark_out=delta", "--spark-every", "0"], "pins a Spark option"),
+        (["--fault-kinds", "executor-kill", "--spark-every", "0"], "Spark faults only"),
+        (
+            ["--sabotage", "drop-row", "--spark-every", "1", "--fault-kinds", "partition-pair"],
+            "drop-row needs a Spark trial",
+        ),
+    ],
+)
+def test_bad_values_are_refused_naming_the_value(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        torture_main.parse(argv)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
