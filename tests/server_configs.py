@@ -5,10 +5,11 @@ Tests pick a config from here instead of writing config text inline.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from oncestream.server import JetStreamConfig, ServerConfig
+from oncestream.server import Cluster, JetStreamConfig, ServerConfig
 
 
 def jetstream(
@@ -206,3 +207,15 @@ def monitored(work_dir: Path, *, http_port: int, sync_interval: str | None = Non
         http_port=http_port,
         jetstream=JetStreamConfig(store_dir=work_dir / "jetstream", sync_interval=sync_interval),
     )
+
+
+def mixed_sync_cluster(work_dir: Path) -> Cluster:
+    """A 3-node cluster (not started) on nats-server's default fsync policy (2m), but for
+    its first node, which has ``sync_interval: always``: one node's /varz then does not
+    tell the others' policy."""
+    cluster = Cluster(work_dir, size=3, sync_interval=None)
+    first = cluster.servers[cluster.node_names[0]]
+    assert first.config.jetstream is not None
+    always = replace(first.config.jetstream, sync_interval="always")
+    first.config = replace(first.config, jetstream=always)
+    return cluster

@@ -574,6 +574,14 @@ CASES = [
         absent=("s3cret",),
     ),
     Case(
+        "doctor-monitor-at-the-client-port",
+        ["doctor", *CONNECT, "--monitor", "http://127.0.0.1:{port}"],
+        CONFIG,
+        "--monitor http://127.0.0.1:{port} is not a NATS monitoring endpoint: GET "
+        "http://127.0.0.1:{port}/varz answered a NATS INFO line, not HTTP: that is the "
+        "server's client port",
+    ),
+    Case(
         "doctor-monitor-unreachable",
         ["doctor", *CONNECT, "--monitor", "http://127.0.0.1:1"],
         FAILED,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 from harness import free_port
 from oncestream import ConfigError, Connection, ConnectOptions, connect
 from oncestream.publish import Publisher, PublisherOptions
-from oncestream.server import NatsServer
+from oncestream.server import Cluster, NatsServer
 from oncestream.streams import StreamSpec, add_stream, ensure_stream
 from oncestream.streams import _version as version_module
 from tests import server_configs
@@ -87,11 +88,21 @@ def test_a_healthy_setup_passes(server_factory: Any, tmp_path: Path) -> None:
 
     code, report = _doctor(url, "--monitor", f"http://127.0.0.1:{http}")
     assert code == 0, report
+    monitor = f"http://127.0.0.1:{http}"
     assert report["server"] == {
         "version": report["server"]["version"],
         "cluster": None,
         "sync_always": True,
         "sync_interval": report["server"]["sync_interval"],
+        "monitored": [
+            {
+                "url": monitor,
+                "server": "monitored",
+                "cluster": None,
+                "sync_always": True,
+                "sync_interval": report["server"]["sync_interval"],
+            }
+        ],
     }
     assert report["summary"] == {"breaks": 0, "warning": 0, "note": 0, "ok": 5}, report
     assert {f["target"] for f in report["findings"]} == {
@@ -117,6 +128,75 @@ def test_the_default_fsync_policy_is_a_warning_not_a_failure(
     assert code == 0
     assert report["server"]["sync_always"] is False and report["server"]["sync_interval"] == 120
     assert _checks(report, "stream DR_LAZY")["sync-interval"] == "warning"
+
+
+@pytest.fixture
+def mixed_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """3 nodes on the default fsync policy but the first (`sync_interval: always`)."""
+    with server_configs.mixed_sync_cluster(tmp_path / "cluster") as cluster:
+        yield cluster
+
+
+def _sync_finding(report: dict[str, Any], stream: str) -> dict[str, str]:
+    found = [
+        f
+        for f in report["findings"]
+        if f["target"] == f"stream {stream}" and f["check"] == "sync-interval"
+    ]
+    assert len(found) == 1, report
+    return found[0]
+
+
+def test_an_r3_stream_is_judged_by_the_policy_of_each_server_holding_it(
+    mixed_cluster: Cluster, server_factory: Any, tmp_path: Path
+) -> None:
+    """In a real 3-node cluster: the R3 warning with the default policy; one node's
+    `always` does not speak for its replicas (a note, exit 0, never an ok); a monitor of
+    a server outside the cluster is refused (exit 2)."""
+    always, *lazy = mixed_cluster.node_names
+    mon = {n: f"http://127.0.0.1:{mixed_cluster.http_ports[n]}" for n in mixed_cluster.node_names}
+    url = mixed_cluster.url(lazy[0])
+    _stream(url, "DR_R3", replicas=3, allow_batched=True)
+
+    every = [arg for node in mixed_cluster.node_names for arg in ("--monitor", mon[node])]
+    code, report = _doctor(url, "DR_R3", *every)
+    assert code == 0, report
+    warned = _sync_finding(report, "DR_R3")
+    assert warned["severity"] == "warning", warned
+    assert warned["message"].startswith("3 replicas and sync_interval 2m on servers "), warned
+    for node in lazy:
+        assert f"{node!r} ({mon[node]}/varz)" in warned["message"]
+    assert repr(always) not in warned["message"].split(":")[0]
+    assert all(node in warned["fix"] for node in mixed_cluster.node_names), warned
+    assert [m["server"] for m in report["server"]["monitored"]] == mixed_cluster.node_names
+    assert report["server"]["sync_always"] is False
+
+    code, report = _doctor(url, "DR_R3", "--monitor", mon[always])
+    assert code == 0, report
+    noted = _sync_finding(report, "DR_R3")
+    assert noted["severity"] == "note", noted
+    assert (
+        f"sync_interval: always on server {always!r} ({mon[always]}/varz), but"
+        in (noted["message"])
+    )
+    assert all(repr(node) in noted["message"].split("but")[1] for node in lazy), noted
+
+    shown = cli(url, "doctor", "DR_R3", "--monitor", mon[lazy[1]])
+    assert shown.exit_code == 0, shown.output
+    out = " ".join(shown.stdout.split())
+    assert f"warning stream DR_R3: 3 replicas and sync_interval 2m on server {lazy[1]!r}" in out
+
+    http = free_port()
+    server_factory(
+        server_configs.monitored(tmp_path / "other", http_port=http, sync_interval="always")
+    )
+    other = f"http://127.0.0.1:{http}"
+    refused = cli(url, "doctor", "DR_R3", "--monitor", mon[always], "--monitor", other)
+    assert refused.exit_code == 2, refused.output
+    assert (
+        f"--monitor {other} is the monitoring endpoint of server 'monitored' (outside any "
+        "cluster), not of a server of cluster 'oncestream'" in " ".join(refused.output.split())
+    )
 
 
 def test_consumers_that_lose_or_redeliver_messages_and_their_fixes(

@@ -20,6 +20,7 @@ from oncestream.doctor._checks import (
     duration,
 )
 from oncestream.doctor._internal import SPARK_TASK_MAX_FAILURES, parse_target
+from oncestream.doctor._monitor import ServerSync
 from oncestream.publish import PublisherOptions
 from oncestream.spark._sink_options import SinkOptions
 
@@ -28,6 +29,7 @@ NEW = (2, 15, 1)
 
 
 def stream(name: str = "ORDERS", **config: Any) -> dict[str, Any]:
+    """A stream info; its ``cluster`` names servers n0 (the leader), n1... (its replicas)."""
     base = {
         "name": name,
         "subjects": [f"{name.lower()}.>"],
@@ -36,7 +38,26 @@ def stream(name: str = "ORDERS", **config: Any) -> dict[str, Any]:
         "duplicate_window": 120 * 10**9,
         "allow_batched": True,
     }
-    return {"config": {**base, **config}, "state": {}}
+    merged = {**base, **config}
+    peers = [{"name": f"n{i}", "current": True} for i in range(1, merged["num_replicas"])]
+    cluster = {"leader": "n0", **({"replicas": peers} if peers else {})}
+    return {"config": merged, "state": {}, "cluster": cluster}
+
+
+def policy(server: str, *, always: bool, interval: float = 120.0) -> ServerSync:
+    port = 8222 + int(server.lstrip("n") or 0)
+    return ServerSync(
+        url=f"http://127.0.0.1:{port}",
+        server=server,
+        cluster=None,
+        sync_always=always,
+        sync_interval=interval,
+    )
+
+
+def read(*servers: str, always: bool = True, interval: float = 120.0) -> dict[str, ServerSync]:
+    """The policies ``--monitor`` read, by server name (every one ``always`` or not)."""
+    return {s: policy(s, always=always, interval=interval) for s in servers}
 
 
 def consumer(name: str = "billing", **config: Any) -> dict[str, Any]:
@@ -157,12 +178,19 @@ def test_replicas_and_the_fsync_policy() -> None:
     in_cluster = stream_findings(stream(), cluster="east")["replicas"]
     assert in_cluster.severity == "warning"
     assert in_cluster.fix == "oncestream stream edit ORDERS --replicas 3"
-    always = stream_findings(stream(), sync={"sync_always": True, "sync_interval": 120.0})
-    assert always["sync-interval"].severity == "ok"
-    lazy = stream_findings(stream(), sync={"sync_always": False, "sync_interval": 120.0})
-    assert lazy["sync-interval"].severity == "warning"
-    assert "up to the last 2m of acknowledged messages" in lazy["sync-interval"].message
-    assert "sync_interval: always" in lazy["sync-interval"].fix
+    always = stream_findings(stream(), sync=read("n0"))["sync-interval"]
+    assert always.severity == "ok"
+    assert always.message.endswith(
+        "fsynced before each acknowledgement: sync_interval: always on server 'n0' "
+        "(http://127.0.0.1:8222/varz)"
+    )
+    lazy = stream_findings(stream(), sync=read("n0", always=False))["sync-interval"]
+    assert lazy.severity == "warning"
+    assert "1 replica and sync_interval 2m on server 'n0' (http://127.0.0.1:8222/varz)" in (
+        lazy.message
+    )
+    assert "up to the last 2m of acknowledged messages" in lazy.message
+    assert "sync_interval: always" in lazy.fix
     assert "sync-interval" not in stream_findings(stream(), sync=None)  # one server note instead
     note = check_sync_unknown(["A", "B"])[0]
     assert note.severity == "note" and "A, B have 1 replica" in note.message
@@ -170,27 +198,80 @@ def test_replicas_and_the_fsync_policy() -> None:
     assert check_sync_unknown([]) == []
 
 
+def test_the_one_replica_fix_does_not_lead_to_the_replicated_warning() -> None:
+    """R1 with the default sync: more replicas alone only move the warning to R3 (each
+    replica acknowledges what it has not fsynced), so the fix offers `sync_interval:
+    always` only, and says that replicas do not replace it."""
+    lazy = stream_findings(stream(), sync=read("n0", always=False))["sync-interval"]
+    assert "--replicas" not in lazy.fix and "cluster" not in lazy.fix, lazy.fix
+    assert lazy.fix == (
+        "set `sync_interval: always` in the jetstream block of the server holding it (n0): "
+        "an fsync before each acknowledgement (more replicas do not replace it: each replica "
+        "needs it)"
+    )
+    r3 = stream_findings(stream(num_replicas=3), sync=read("n0", "n1", "n2", always=False))
+    assert r3["sync-interval"].severity == "warning"  # what "--replicas 3" alone would give
+
+
 def test_a_replicated_stream_with_the_default_sync_is_warned_as_one_replica_is() -> None:
-    """R3/R5 with the default fsync policy: the fault campaign's power-loss faults lost
-    acknowledged writes there (docs/guarantees.md), so doctor warns as it does for R1."""
-    for replicas in (3, 5):
-        lazy = stream_findings(
-            stream(num_replicas=replicas), sync={"sync_always": False, "sync_interval": 120.0}
-        )
+    """Any replica count above 1 with the default fsync policy: the fault campaign's
+    power-loss faults lost acknowledged writes there (docs/guarantees.md), so doctor
+    warns as it does for R1."""
+    for replicas in (2, 3, 5):
+        servers = [f"n{i}" for i in range(replicas)]
+        lazy = stream_findings(stream(num_replicas=replicas), sync=read(*servers, always=False))
         assert lazy["storage"].severity == "ok"
         assert lazy["sync-interval"].severity == "warning"
         message = lazy["sync-interval"].message
-        assert f"{replicas} replicas and sync_interval 2m" in message
+        assert f"{replicas} replicas and sync_interval 2m on servers 'n0' (" in message
         assert "docs/guarantees.md#durability-per-setting" in message
         assert "sync_interval: always" in lazy["sync-interval"].fix
-        always = stream_findings(
-            stream(num_replicas=replicas), sync={"sync_always": True, "sync_interval": 120.0}
-        )
+        assert ", ".join(servers) in lazy["sync-interval"].fix
+        always = stream_findings(stream(num_replicas=replicas), sync=read(*servers))
         assert always["sync-interval"].severity == "ok"
+        assert f"{replicas} replicas, each fsyncing" in always["sync-interval"].message
     assert "sync-interval" not in stream_findings(stream(num_replicas=3), sync=None)
     note = check_sync_unknown([], ["R"])[0]
     assert note.severity == "note" and "R is replicated" in note.message
     assert "1 replica" not in note.message
+
+
+def test_one_servers_policy_does_not_speak_for_the_other_replicas() -> None:
+    """Each /varz tells its own server's policy: `always` read on the leader only is a
+    note naming the replicas not read (not an ok claiming every replica fsyncs), and
+    one replica read without `always` is a warning whatever the others do."""
+    r3 = stream(num_replicas=3)
+    leader_only = stream_findings(r3, sync=read("n0"))["sync-interval"]
+    assert leader_only.severity == "note"
+    assert "sync_interval: always on server 'n0' (http://127.0.0.1:8222/varz), but the " in (
+        leader_only.message
+    )
+    assert "fsync policy of 'n1', 'n2' is unknown" in leader_only.message
+    assert "'n1', 'n2'" in leader_only.fix and "repeat" in leader_only.fix
+    mixed = stream_findings(r3, sync={**read("n0", "n2"), **read("n1", always=False)})
+    assert mixed["sync-interval"].severity == "warning"
+    assert "3 replicas and sync_interval 2m on server 'n1' (" in mixed["sync-interval"].message
+    unrelated = stream_findings(r3, sync=read("n7"))["sync-interval"]
+    assert unrelated.severity == "note"
+    assert "fsync policy of 'n0', 'n1', 'n2' is unknown" in unrelated.message
+    leaderless = {**r3, "cluster": {"replicas": [{"name": "n1"}, {"name": "n2"}]}}
+    found = stream_findings(leaderless, sync=read("n1", "n2"))["sync-interval"]
+    assert found.severity == "note", found
+    assert "1 replica its info does not name is unknown" in found.message
+    r1 = stream_findings(stream(), sync=read("n5"))["sync-interval"]
+    assert r1.severity == "note"
+    assert r1.message.startswith("1 replica, on 'n0', whose fsync policy is unknown"), r1
+    assert "'n0'" in r1.fix
+    r1_leaderless = stream_findings({**stream(), "cluster": {}}, sync=read("n0"))
+    assert "on a server its info does not name" in r1_leaderless["sync-interval"].message
+
+
+def test_the_longest_interval_read_is_the_one_shown() -> None:
+    r2 = stream(num_replicas=2)
+    found = stream_findings(
+        r2, sync={**read("n0", always=False), **read("n1", always=False, interval=600.0)}
+    )
+    assert "sync_interval 10m on servers 'n0'" in found["sync-interval"].message
 
 
 # -- fast ingest -----------------------------------------------------------------------------
@@ -355,8 +436,13 @@ def test_targets() -> None:
 
 
 def test_the_monitor_url() -> None:
-    assert DoctorOptions(monitor="http://127.0.0.1:8222/").monitor == "http://127.0.0.1:8222"
-    assert DoctorOptions(monitor="https://nats.example").monitor == "https://nats.example"
+    assert DoctorOptions(monitor="http://127.0.0.1:8222/").monitors == ("http://127.0.0.1:8222",)
+    assert DoctorOptions(monitor="https://nats.example").monitors == ("https://nats.example",)
+    several = DoctorOptions(monitor=("http://a:8222", "http://b:8222/", "http://a:8222/"))
+    assert several.monitors == ("http://a:8222", "http://b:8222")  # one read per server URL
+    assert DoctorOptions().monitors == () and DoctorOptions(monitor=()).monitor is None
+    with pytest.raises(ConfigError, match="--monitor must be the server's monitoring URL"):
+        DoctorOptions(monitor=("http://a:8222", "a:8222"))
     for bad in ("ftp://x:1", "127.0.0.1:8222", "http://", "http://h:1/varz", "http://h:99999"):
         with pytest.raises(ConfigError, match="--monitor must be"):
             DoctorOptions(monitor=bad)

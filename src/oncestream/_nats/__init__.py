@@ -212,7 +212,8 @@ def server_info(nc: Any) -> dict[str, Any]:
     """The ``INFO`` the connected server sent, as nats-py keeps it (``{}`` when it has none).
 
     nats-py has no public accessor for it beyond the version; ``cluster`` (the
-    cluster's name, absent on a server outside a cluster) is what callers read.
+    cluster's name, absent on a server outside a cluster) and ``server_name`` are
+    what callers read.
     """
     info = getattr(nc, "_server_info", None)
     return dict(info) if isinstance(info, dict) else {}

@@ -50,12 +50,13 @@ def doctor_command(
         "--task-max-failures",
         help="Spark task attempts the jetstream sink assumes (its taskMaxFailures).",
     ),
-    monitor: str | None = typer.Option(
+    monitor: list[str] | None = typer.Option(
         None,
         "--monitor",
         metavar="URL",
-        help="The server's monitoring URL (http://HOST:8222): its /varz tells how often it "
-        "fsyncs (sync_interval).",
+        help="A server's monitoring URL (http://HOST:8222): its /varz tells how often that "
+        "server fsyncs (sync_interval). Repeat it for each server of a cluster: a stream's "
+        "policy is known when every server holding it was read.",
     ),
     max_deliver: str = typer.Option(
         str(DoctorOptions.max_deliver),
@@ -83,11 +84,12 @@ def doctor_command(
     Each finding comes with the command that fixes it. Checks the server's release
     against the known-bug table (by patch level), each
     stream's duplicate window against the Publisher's and the Spark sink's retry
-    horizons, its storage and replicas (and, with --monitor, the server's fsync
+    horizons, its storage and replicas (and, with --monitor, each server's fsync
     policy), fast-ingest batches, and each consumer's ack policy, ack wait and max
     deliver (by the Processor's rule: give it the Processor's --max-deliver and
     --dead-letter-stream). Exit 0 when nothing breaks a guarantee (warnings allowed),
-    1 when a finding does, 2 for bad usage (a stream or consumer that does not exist).
+    1 when a finding does, 2 for bad usage (a stream or consumer that does not exist,
+    a --monitor that is not a NATS monitoring endpoint or not of this cluster's servers).
     """
     if task_max_failures < 1:
         raise ConfigError(f"--task-max-failures must be >= 1, got {task_max_failures}")
@@ -99,7 +101,7 @@ def doctor_command(
             ack_timeout=parse_duration("--ack-timeout", ack_timeout), max_attempts=max_attempts
         ),
         task_max_failures=task_max_failures,
-        monitor=monitor,
+        monitor=tuple(monitor) if monitor else None,
         max_deliver=parse_positive_int("--max-deliver", max_deliver),
         dead_letter_stream=dead_letter_stream,
     )

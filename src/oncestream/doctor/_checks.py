@@ -22,6 +22,7 @@ from ..publish._internal import FAST_INGEST_SINCE
 from ..read._internal import RANGE_CONSUMER_PREFIX
 from ..streams._internal import SERVER_BUGS, ServerBug, format_version, known_bugs
 from ._findings import Finding, Severity
+from ._monitor import ServerSync
 from ._options import DoctorOptions
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "check_stream",
     "check_sync_unknown",
     "duration",
+    "stream_servers",
 ]
 
 #: The oldest nats-server release oncestream is built and tested for.
@@ -134,14 +136,15 @@ def check_stream(
     options: DoctorOptions,
     version: tuple[int, int, int] | None,
     cluster: str | None,
-    sync: Mapping[str, Any] | None,
+    sync: Mapping[str, ServerSync] | None,
 ) -> list[Finding]:
     """One stream: its duplicate window, durability and fast-ingest setting.
 
     Args:
-        info: the stream's info (``STREAM.INFO``).
-        sync: ``{"sync_always": bool, "sync_interval": seconds}`` from the server's
-            monitoring endpoint; None when unknown (see :func:`check_sync_unknown`).
+        info: the stream's info (``STREAM.INFO``; its ``cluster`` names the servers
+            holding it).
+        sync: the fsync policy of each server read (``--monitor``), by server name;
+            None when none was read (see :func:`check_sync_unknown`).
     """
     config = info.get("config") or {}
     name = str(config.get("name"))
@@ -150,7 +153,7 @@ def check_stream(
     mirror = bool(config.get("mirror"))
     if not mirror:  # a mirror takes no publishes: no window, no batches
         found.append(_window(name, target, config, options))
-    found.extend(_durability(name, target, config, cluster, sync))
+    found.extend(_durability(name, target, info, cluster, sync))
     if not mirror and version is not None and version[:2] >= FAST_INGEST_SINCE:
         if config.get("allow_batched"):
             found.append(
@@ -222,10 +225,11 @@ def _window(name: str, target: str, config: Mapping[str, Any], options: DoctorOp
 def _durability(
     name: str,
     target: str,
-    config: Mapping[str, Any],
+    info: Mapping[str, Any],
     cluster: str | None,
-    sync: Mapping[str, Any] | None,
+    sync: Mapping[str, ServerSync] | None,
 ) -> list[Finding]:
+    config = info.get("config") or {}
     storage = str(config.get("storage") or "file")
     replicas = int(config.get("num_replicas") or 1)
     if storage == "memory":
@@ -246,17 +250,18 @@ def _durability(
                 f"{name}'s subjects and consumers to it",
             )
         ]
-    if replicas > 1:
-        stored = Finding(
-            severity="ok",
-            target=target,
-            check="storage",
-            message=f"file storage, {replicas} replicas: a message is acknowledged once a "
-            "majority of them stored it",
-        )
-        return [stored, *_replicated_sync(target, replicas, sync)]
     found: list[Finding] = []
-    if cluster:
+    if replicas > 1:
+        found.append(
+            Finding(
+                severity="ok",
+                target=target,
+                check="storage",
+                message=f"file storage, {replicas} replicas: a message is acknowledged once a "
+                "majority of them stored it",
+            )
+        )
+    elif cluster:
         found.append(
             Finding(
                 severity="warning",
@@ -267,32 +272,8 @@ def _durability(
                 fix=f"oncestream stream edit {name} --replicas 3",
             )
         )
-    if sync is None:  # unknown: one note for the server (check_sync_unknown), not per stream
-        return found
-    if sync.get("sync_always"):
-        found.append(
-            Finding(
-                severity="ok",
-                target=target,
-                check="sync-interval",
-                message="file storage, fsynced before each acknowledgement (sync_interval: always)",
-            )
-        )
-        return found
-    interval = duration(float(sync.get("sync_interval") or 120))
-    found.append(
-        Finding(
-            severity="warning",
-            target=target,
-            check="sync-interval",
-            message=f"1 replica and sync_interval {interval}: a machine crash (power cut, "
-            f"kernel panic) can lose up to the last {interval} of acknowledged messages; a "
-            "process crash loses nothing (the written pages are the kernel's)",
-            fix="set `sync_interval: always` in the server's jetstream block (an fsync "
-            f"before each acknowledgement), or run a cluster and `oncestream stream edit "
-            f"{name} --replicas 3`",
-        )
-    )
+    if sync is not None:  # unknown: one note for the server (check_sync_unknown), not per stream
+        found.append(_sync(target, replicas, stream_servers(info), sync))
     return found
 
 
@@ -300,38 +281,92 @@ def _durability(
 MEASURED = "docs/guarantees.md#durability-per-setting"
 
 
-def _replicated_sync(target: str, replicas: int, sync: Mapping[str, Any] | None) -> list[Finding]:
-    """A replicated stream's fsync policy: replicas hold a write in memory, not on disk,
-    until the next sync, so machines that go down together lose it (the campaign's
-    power-loss and os-crash faults measure it)."""
-    if sync is None:  # unknown: one note for the server (check_sync_unknown)
-        return []
-    if sync.get("sync_always"):
-        return [
-            Finding(
-                severity="ok",
-                target=target,
-                check="sync-interval",
-                message=f"{replicas} replicas, each fsyncing before it acknowledges "
-                "(sync_interval: always)",
+def stream_servers(info: Mapping[str, Any]) -> list[str]:
+    """The servers holding a stream as its info names them: its leader, then its replicas
+    (fewer than ``num_replicas`` while the stream has no leader or a peer is unknown)."""
+    cluster = info.get("cluster") or {}
+    names = [cluster.get("leader")] + [r.get("name") for r in cluster.get("replicas") or []]
+    return list(dict.fromkeys(str(n) for n in names if n))
+
+
+def _sync(
+    target: str, replicas: int, servers: list[str], sync: Mapping[str, ServerSync]
+) -> Finding:
+    """A file stream's fsync policy, judged on the servers that hold it, each by its own
+    ``/varz``: replicas hold a write in memory, not on disk, until the next sync, so
+    machines that go down together lose it (the campaign's power-loss and os-crash faults
+    measure it); one server's policy never speaks for another's."""
+    read = [sync[server] for server in servers if server in sync]
+    unknown = [repr(server) for server in servers if server not in sync]
+    if len(servers) < replicas:
+        missing = replicas - len(servers)
+        unknown.append(f"{missing} replica{'s' if missing > 1 else ''} its info does not name")
+    lazy = [policy for policy in read if not policy.sync_always]
+    if lazy:
+        interval = duration(max(policy.sync_interval for policy in lazy))
+        where = f"sync_interval {interval} on {_read_from(lazy)}"
+        if replicas == 1:
+            why = (
+                f"1 replica and {where}: a machine crash (power cut, kernel panic) can lose up "
+                f"to the last {interval} of acknowledged messages; a process crash loses "
+                "nothing (the written pages are the kernel's)"
             )
-        ]
-    interval = duration(float(sync.get("sync_interval") or 120))
-    return [
-        Finding(
+        else:
+            why = (
+                f"{replicas} replicas and {where}: a replica acknowledges what it has not "
+                "fsynced, so a power loss of the nodes together (or one node's OS crash while "
+                "another is paused or cut off) can lose acknowledged messages: the fault "
+                "campaign measured such losses with this setting and none with sync_interval: "
+                f"always ({MEASURED}); a process crash loses nothing"
+            )
+        return Finding(
             severity="warning",
             target=target,
             check="sync-interval",
-            message=f"{replicas} replicas and sync_interval {interval}: a replica "
-            "acknowledges what it has not fsynced, so a power loss of the nodes together "
-            "(or one node's OS crash while another is paused or cut off) can lose "
-            "acknowledged messages: the fault campaign measured such losses with this "
-            f"setting and none with sync_interval: always ({MEASURED}); a process crash "
-            "loses nothing",
-            fix="set `sync_interval: always` in every server's jetstream block (an fsync "
-            "before each acknowledgement)",
+            message=why,
+            fix="set `sync_interval: always` in the jetstream block of "
+            + ("the server" if replicas == 1 else "every server")
+            + f" holding it ({', '.join(servers)}): an fsync before each acknowledgement "
+            "(more replicas do not replace it: each replica needs it)",
         )
-    ]
+    if not unknown:
+        each = "fsynced" if replicas == 1 else f"{replicas} replicas, each fsyncing"
+        return Finding(
+            severity="ok",
+            target=target,
+            check="sync-interval",
+            message=f"file storage, {each} before each acknowledgement: sync_interval: always "
+            f"on {_read_from(read)}",
+        )
+    if replicas == 1:
+        message = (
+            f"1 replica, on {unknown[0] if servers else 'a server its info does not name'}, "
+            "whose fsync policy is unknown (no --monitor read it): "
+            "with nats-server's default (sync_interval 2m) a machine crash (power cut, kernel "
+            "panic) can lose up to the last 2 minutes of acknowledged messages"
+        )
+    else:
+        known = f"sync_interval: always on {_read_from(read)}, but " if read else ""
+        message = (
+            f"{replicas} replicas: {known}the fsync policy of {', '.join(unknown)} is unknown "
+            "(no --monitor read it), so it is not known that every server holding it fsyncs "
+            "before it acknowledges; with nats-server's default (sync_interval 2m) a power "
+            f"loss of the nodes together can lose acknowledged messages ({MEASURED})"
+        )
+    return Finding(
+        severity="note",
+        target=target,
+        check="sync-interval",
+        message=message,
+        fix=f"add --monitor with the monitoring URL of {', '.join(unknown)} (repeat the "
+        "option, once per server: a server's /varz tells its own policy only)",
+    )
+
+
+def _read_from(policies: list[ServerSync]) -> str:
+    """``server 'n1' (http://h:8222/varz)``: which servers' policy was read, and where."""
+    shown = ", ".join(f"{p.server!r} ({p.url}/varz)" for p in policies)
+    return f"server{'s' if len(policies) > 1 else ''} {shown}"
 
 
 def check_sync_unknown(streams: list[str], replicated: list[str] | None = None) -> list[Finding]:

@@ -37,8 +37,10 @@ class DoctorOptions:
             ``retry_backoff``; the defaults unless given).
         task_max_failures: Spark task attempts the ``jetstream`` sink assumes
             (its window check multiplies the retry horizon by it).
-        monitor: the server's monitoring URL (``http://host:8222``); its
-            ``/varz`` tells the fsync policy (``sync_interval``). None: unknown.
+        monitor: the monitoring URL (``http://host:8222``) of a server holding the
+            streams, or a tuple of them (one per server of a cluster); each one's
+            ``/varz`` tells that server's fsync policy (``sync_interval``). None: unknown.
+            Read back as a tuple (:attr:`monitors`).
         min_ack_wait: consumers with a shorter ack wait are flagged.
         max_deliver: the Processor's ``max_deliver`` (attempts before it dead-letters),
             which a consumer's own ``max_deliver`` must exceed.
@@ -52,7 +54,7 @@ class DoctorOptions:
 
     publisher: PublisherOptions = field(default_factory=PublisherOptions)
     task_max_failures: int = SPARK_TASK_MAX_FAILURES
-    monitor: str | None = None
+    monitor: str | tuple[str, ...] | None = None
     min_ack_wait: float = MIN_ACK_WAIT
     max_deliver: int = ProcessorOptions.max_deliver
     dead_letter_stream: str | None = None
@@ -65,7 +67,16 @@ class DoctorOptions:
         if self.dead_letter_stream is not None:
             check_stream_name(self.dead_letter_stream, "dead_letter_stream")
         if self.monitor is not None:
-            object.__setattr__(self, "monitor", _monitor_url(self.monitor))
+            given = (self.monitor,) if isinstance(self.monitor, str) else tuple(self.monitor)
+            urls = tuple(dict.fromkeys(_monitor_url(url) for url in given))
+            object.__setattr__(self, "monitor", urls or None)
+
+    @property
+    def monitors(self) -> tuple[str, ...]:
+        """The monitoring URLs given, normalised (``()`` when none)."""
+        if isinstance(self.monitor, str):  # only before __post_init__ normalised it
+            return (self.monitor,)
+        return self.monitor or ()
 
     @property
     def spark_horizon(self) -> float:
@@ -75,6 +86,8 @@ class DoctorOptions:
 
 def _monitor_url(value: str) -> str:
     """``value`` as ``scheme://host:port`` (no path), or ConfigError naming what is allowed."""
+    if not isinstance(value, str):
+        raise ConfigError(f"--monitor must be a URL string, got {type(value).__name__}")
     try:
         parts = urllib.parse.urlsplit(value.strip())
         port = parts.port

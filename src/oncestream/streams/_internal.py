@@ -16,7 +16,7 @@ from ._spec import (
     stream_exists,
 )
 from ._upstreams import upstream_rows
-from ._version import check_server_bugs, server_cluster, server_version
+from ._version import check_server_bugs, connected_server_name, server_cluster, server_version
 
 __all__ = [
     "FAST_INGEST_SINCE",
@@ -27,6 +27,7 @@ __all__ = [
     "Version",
     "check_partitioning_change",
     "check_server_bugs",
+    "connected_server_name",
     "fnv1a32",
     "format_version",
     "known_bugs",

@@ -16,7 +16,13 @@ from .._errors import ConfigError
 from .._nats import server_info
 from ._server_bugs import SERVER_BUGS, ServerBug, format_version, known_bugs
 
-__all__ = ["check_server_bugs", "require_server", "server_cluster", "server_version"]
+__all__ = [
+    "check_server_bugs",
+    "connected_server_name",
+    "require_server",
+    "server_cluster",
+    "server_version",
+]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +43,13 @@ def server_version(conn: Connection) -> tuple[int, int, int] | None:
 def server_cluster(conn: Connection) -> str | None:
     """The name of the cluster the connected server is in; None outside a cluster."""
     name = server_info(conn.nc).get("cluster")
+    return str(name) if name else None
+
+
+def connected_server_name(conn: Connection) -> str | None:
+    """The name of the server the connection reached (its ``server_name``, or its id when
+    none is configured); None when its ``INFO`` gave none."""
+    name = server_info(conn.nc).get("server_name")
     return str(name) if name else None
 
 
