@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from .._connection import Connection
 from .._errors import (
     JetStreamError,
+    LedgerError,
     LedgerUnusable,
     MaxDeliverError,
     OncestreamError,
@@ -320,12 +321,19 @@ class ConsumerLoop:
     async def _process(self, msgs: list[Message], parts: _Parts) -> None:
         began = time.perf_counter()
         registry = self._registry
-        # No registered filters (every subject, or none recorded): no subject list.
-        if registry.filters and not await registry.admit(
-            self.conn, [m.subject for m in msgs], self._fail
-        ):
-            return  # the filter edited to overlap a neighbour: neither applied nor acked
         acks = parts.acks
+        # No registered filters (every subject, or none recorded): no subject list.
+        try:
+            if registry.filters and not await registry.admit(
+                self.conn, [m.subject for m in msgs], self._fail
+            ):
+                return  # the filter edited to overlap a neighbour: neither applied nor acked
+        except LedgerUnusable:
+            await acks.nak(msgs)  # nothing was applied: let the next worker have them
+            raise
+        except LedgerError as exc:
+            await self._hand_back(msgs, acks, exc)
+            return
         if not acks.admits(msgs):  # only ack policy all refuses a batch (a gap)
             await self._reanchor(parts)
             return
@@ -364,8 +372,14 @@ class ConsumerLoop:
                     outcome = await parts.applier.apply(entries, ordered, started_ns)
                     break
                 except RegistryMoved as moved:  # rolled back: nothing applied
-                    if not await registry.moved(self.conn, moved, ordered, self._fail):
-                        return  # refused: neither applied nor acked
+                    try:
+                        if not await registry.moved(self.conn, moved, ordered, self._fail):
+                            return  # refused: neither applied nor acked
+                    except LedgerError as exc:
+                        if isinstance(exc, LedgerUnusable):
+                            raise  # nak'ed below
+                        await self._hand_back(msgs, acks, exc)
+                        return
         except LedgerUnusable:
             await acks.nak(ordered)  # nothing was applied: let the next worker have them
             raise
@@ -385,6 +399,26 @@ class ConsumerLoop:
         if self.stats.observers:
             self.stats.observe("batch", time.perf_counter() - began)
         self._progress.set()
+
+    async def _hand_back(self, msgs: list[Message], acks: Acknowledger, exc: LedgerError) -> None:
+        """The registry could not be read or written for the batch (the database failing:
+        a restart, a lost session): it goes back for a redelivery in a second, neither
+        applied nor acked, as when the ledger keeps failing; it is checked again then."""
+        self.stats.ledger_errors += 1
+        log.warning(
+            "%s/%s: the ledger's registry cannot be checked (%s); handing %d messages back "
+            "for redelivery",
+            self.stream,
+            self.consumer,
+            exc,
+            len(msgs),
+        )
+        await acks.nak(msgs, delay=1.0)
+        if acks.frontier is not None:
+            # Ack policy all: what is handed back leaves a gap below what one ack would
+            # cover; the next batch resets the consumer to its ack floor instead.
+            acks.frontier.interrupt("a batch was handed back (the ledger failed)")
+        self._progress.set()  # the stats changed
 
     async def _reanchor(self, parts: _Parts) -> None:
         """Ack policy all, deliveries no longer contiguous: reset the consumer (a pinned
