@@ -259,6 +259,8 @@ class Applier:
         horizons = tx.horizons(self.stream, self.consumer) if self.consumer else []
         if self.registered is not None:
             self.registered(tx, [msg.subject for msg in msgs])
+        if not entries:  # every message of the batch was acked without a claim
+            return []
         if self._replays or entries[0].stream != self.stream:
             return self._claim_replays(tx, entries, msgs, horizons)
         return self._claim_own(tx, entries, msgs, horizons)
