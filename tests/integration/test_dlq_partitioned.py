@@ -95,6 +95,9 @@ def test_a_dead_letter_of_a_partitioned_stream_is_replayed_into_its_partition(
         partition_consumer(GROUP, home),
     )
 
+    # --subject matches the stored subject, --consumer the letter's consumer.
+    assert cli_json(url, "dlq", "ls", DLQ, "--subject", "*.t.cli") == [letter]
+    assert cli_json(url, "dlq", "ls", DLQ, "--consumer", "svc-p9") == []
     replay = cli(url, "dlq", "replay", DLQ, "--all", "--force", "--json")
     assert replay.exit_code == 0, replay.stdout + replay.stderr
     copy = cli_json(url, "stream", "get", STREAM, "--last-for", f"{home}.t.cli")
