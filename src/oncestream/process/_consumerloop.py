@@ -58,6 +58,7 @@ from ._pinning import Fence, PinnedGroup, Superseded, require_reset
 from ._pulls import Pulls
 from ._reclaim import reclaim_at_start
 from ._registry import Registry, RegistryMoved
+from ._replayed import REPLAY_FOR_KEY, replay_entry, replay_target
 from ._setup import FloorHistory, consumer_filters, setup_consumer
 
 __all__ = ["ConsumerLoop"]
@@ -340,6 +341,8 @@ class ConsumerLoop:
         started_ns = time.time_ns() if self._tracer is not None else 0
         by_seq: dict[int, Message] = {}
         extras: list[Message] = []
+        #: Replayed copies for this consumer: their sequence -> the original's.
+        replays: dict[int, int] = {}
         for msg in msgs:
             try:
                 seq = msg.seq
@@ -353,6 +356,20 @@ class ConsumerLoop:
                 # the message it schedules when it fires; the schedule itself is not data.
                 extras.append(msg)
                 self.stats.schedules_skipped += 1
+            elif msg.raw_headers and REPLAY_FOR_KEY in msg.raw_headers:
+                # A dead letter's replayed copy: applied by the consumer it names only.
+                target = replay_target(msg.raw_headers)
+                if target is None or target[:2] == (self.stream, self.consumer):
+                    by_seq[seq] = msg
+                    if target is not None:
+                        replays[seq] = target[2]
+                else:
+                    extras.append(msg)
+                    self.stats.replays_skipped += 1
+                    log.debug(
+                        "%s seq %d is a replayed dead letter of %s/%s seq %d: acked, not applied",
+                        self.stream, seq, target[0], target[1], target[2],
+                    )  # fmt: skip
             else:
                 by_seq[seq] = msg
         seqs = sorted(by_seq)
@@ -365,11 +382,17 @@ class ConsumerLoop:
             ]
         else:
             entries = [_entry((stream, s, None)) for s in seqs]
+        if replays:  # keyed by the message it replays: applied once, however often replayed
+            for i, s in enumerate(seqs):
+                if s in replays:
+                    entries[i] = replay_entry(stream, self.consumer, replays[s])
         acks.begin_batch(ordered, started_ns)
         try:
             while True:
                 try:
-                    outcome = await parts.applier.apply(entries, ordered, started_ns)
+                    outcome = await parts.applier.apply(
+                        entries, ordered, started_ns, replays=bool(replays)
+                    )
                     break
                 except RegistryMoved as moved:  # rolled back: nothing applied
                     try:
