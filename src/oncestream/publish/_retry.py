@@ -170,9 +170,10 @@ class RetryTable:
                 f"no stream leader answered (which stream captures it could not be looked "
                 f"up: {why})"
             )
+        n = entry.attempts
         error = PublishFailed(
-            f"no PubAck for msg id {entry.msg_id!r} on {entry.subject!r} after "
-            f"{entry.attempts} attempts (ack_timeout={opts.ack_timeout:g}s): {whose}; the "
+            f"no PubAck for msg id {entry.msg_id!r} on {entry.subject!r} after {n} "
+            f"attempt{'s' if n != 1 else ''} (ack_timeout={opts.ack_timeout:g}s): {whose}; the "
             "stream may be between leaders or too few of its servers up. The publish can be "
             "retried: it may or may not be stored, so re-publish it with the same msg id "
             "inside the duplicate window",
