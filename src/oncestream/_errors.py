@@ -241,6 +241,9 @@ class PublishFailed(PublishError):
     """Every retry of a publish went unacknowledged; the message may or may not be stored.
 
     Re-publishing it with the same msg id inside the duplicate window is safe.
+    The Publisher also raises it when its last attempt was answered "no
+    responders" by a stream that exists or may exist (no leader: an outage);
+    the ``__cause__`` is then a transient :class:`NoResponders`.
     """
 
     def __init__(self, message: str, *, msg_id: str | None = None, attempts: int = 0) -> None:

@@ -134,7 +134,11 @@ MARKER_REASON = "Nats-Marker-Reason"
 #: why a delete marker was written. Readable; never sent by a writer (the server refuses
 #: the first three from a client: 10227, 10212).
 SERVER_STAMPED = (STREAM_SOURCE, SCHEDULER, SCHEDULE_NEXT, COUNTER_SOURCES, MARKER_REASON)
-_STAMPED_LOWER = frozenset(name.lower() for name in SERVER_STAMPED)
+#: Of those and of what the server adds to a message as it delivers it to a pinned
+#: client (``Nats-Pin-Id``): what a writer never copies from a read. A copied pin id
+#: stored with a message (a dead letter's replay) would be taken, when it is delivered,
+#: for the pin the server gives the reader: a stale pin, so the reader steps down.
+_STAMPED_LOWER = frozenset(name.lower() for name in (*SERVER_STAMPED, PIN_ID))
 
 #: Write-time control headers: acted on when a message is stored, meaningless
 #: (and harmful if copied into another write) once it is.
@@ -426,7 +430,8 @@ def check_user_headers(headers: HeaderValues, what: str = "header") -> None:
 
 
 def writable_headers(headers: Mapping[str, _V]) -> dict[str, _V]:
-    """``headers`` without the server-stamped ones: what a writer may send of a read's headers.
+    """``headers`` without the server-stamped ones (and a pinned delivery's ``Nats-Pin-Id``):
+    what a writer may send of a read's headers.
 
     Example::
 
@@ -441,8 +446,9 @@ def build_block(msg_id: str, extra: HeaderValues | None, expect: Mapping[str, st
     The msg id comes first so that the server's first-match lookup finds it;
     ``msg_id`` and ``extra`` must have been checked (:func:`check_msg_id`,
     :func:`check_user_headers`). A list value becomes one line per item. Headers the
-    server stamps (:data:`SERVER_STAMPED`) are left out: they describe where a stored
-    message came from, and the server refuses them from a client.
+    server stamps (:data:`SERVER_STAMPED`, and a pinned delivery's ``Nats-Pin-Id``) are
+    left out: they describe where a stored message came from or how it was delivered,
+    and the server refuses the first from a client.
     """
     parts = [BLOCK_START, MSG_ID, ": ", msg_id, "\r\n"]
     if extra:

@@ -226,6 +226,16 @@ CASES = [
         check=stored("WRB", 1, "WRC"),
     ),
     Case(
+        # The server answers "no responders" as it does for a stream without a leader; it
+        # lists no stream for the subject, so this is still bad usage, not an outage.
+        "record-subject-no-stream-captures",
+        publish("NRB", "nrb.{r}", *ID),
+        CONFIG,
+        "subject 'nrb.us' of a record is captured by no stream, not by --stream 'NRB'",
+        setup=lambda env: (env.stream("NRB", "nrb.eu"), env.file("in.jsonl", GOOD)),
+        check=stored("NRB", 1),
+    ),
+    Case(
         "subject-no-stream-captures",
         publish("NSC", "nowhere.x", *ID),
         CONFIG,

@@ -16,11 +16,12 @@ from tests.integration._cli import cli, cli_json, publish, with_conn
 
 
 def _dead_letter(url: str, dlq: str, stream: str, subject: str, data: bytes = b"payload") -> None:
-    """A dead letter as a Processor writes it (original stream, sequence, subject...)."""
+    """A dead letter as a Processor writes it (original stream, sequence, subject...):
+    consumer c's own (its msg id names c)."""
     publish(url, f"{dlq}.{stream}", [data], **{
         "Oncestream-Stream": stream, "Oncestream-Sequence": "1", "Oncestream-Subject": subject,
         "Oncestream-Consumer": "c", "Oncestream-Attempts": "5", "Oncestream-Error": "boom",
-        "Oncestream-Msg-Id": "order-1",
+        "Oncestream-Msg-Id": "order-1", "Nats-Msg-Id": f"dlq:{stream}:c:1",
     })  # fmt: skip
 
 
@@ -108,6 +109,7 @@ def test_scheduled_replay_fires_on_the_server_once(nats_server) -> None:  # type
     headers = fired["headers"]
     assert headers["Oncestream-Replay-Of"] == ["S_DLQ:1"]
     assert headers["Oncestream-Msg-Id"] == ["order-1"]
+    assert headers["Oncestream-Replay-For"] == ["c"]  # applied by consumer c only
     assert headers["Nats-Scheduler"] == ["oncestream.schedule.S.S_DLQ.1"]
     assert "Nats-Msg-Id" not in headers  # the server drops it from what it publishes
     stamp = datetime.fromisoformat(fired["time"][:26] + "+00:00")

@@ -1,9 +1,11 @@
-"""Three Processors share one durable consumer and one PostgreSQL ledger: each message once."""
+"""Processors on a PostgreSQL ledger: three sharing one durable consumer apply each message
+once; sessions ended under them (a PostgreSQL restart or kill) are ridden out."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import psycopg
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from harness import publish_n
 from oncestream import ConnectOptions, PostgresLedger, Processor, ProcessorOptions, connect
 from tests.handlers import record
+from tests.integration._registry_support import edit_filter
 
 pytestmark = pytest.mark.postgres
 
@@ -137,3 +140,117 @@ async def test_a_pinned_processor_rides_out_its_ledger_sessions_end(  # type: ig
             "SELECT count(*), count(DISTINCT id) FROM effects"
         ).fetchone()
     assert (count, distinct) == (200, 200)
+
+
+def _end_sessions(url: str, admin_url: str | None = None) -> int:
+    """Terminate every session of the database of ``url`` (connected to ``admin_url``, else
+    to it), as a PostgreSQL restart or kill ends them; waits until each has ended.
+    Returns how many."""
+    with psycopg.connect(admin_url or url, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 10000))"
+            " FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (url.rsplit("/", 1)[1],),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _allow_connections(server_url: str, url: str, allowed: bool) -> None:
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS {str(allowed).lower()}')
+
+
+async def _started(proc: Processor) -> asyncio.Task[Any]:
+    """``proc.run()`` once it pulls; its error when it ended during its set-up."""
+    task = asyncio.create_task(proc.run())
+    running = asyncio.create_task(proc.wait_running(20))
+    await asyncio.wait({task, running}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        running.cancel()
+        await task  # raises what ended it
+        raise AssertionError("the Processor ended during its set-up")
+    await running
+    return task
+
+
+def _effects(url: str) -> tuple[int, int]:
+    with psycopg.connect(url) as check:
+        row = check.execute("SELECT count(*), count(DISTINCT id) FROM effects").fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+async def test_a_pinned_standby_rides_out_its_ledger_sessions_end(  # type: ignore[no-untyped-def]
+    conn, options: ConnectOptions, make_stream, postgres_url: str
+) -> None:
+    """The standby's ledger session ends after the ledger was opened and before the
+    Processor starts (PostgreSQL killed or restarted then), and again while it waits: it
+    starts, waits, takes over when the active one stops and applies the rest, each
+    message once. Before, the first read of its start (the registry) ended it with the
+    driver's raw error: the rollback after the read failed on the lost connection too.
+    """
+    await make_stream("JOBS", ("jobs.>",))
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("CREATE TABLE effects (id BIGINT NOT NULL)")
+    opts = ProcessorOptions(
+        batch=50, ack_wait=30, prune_interval=0, priority_group="g", pinned_ttl=2
+    )
+    a = Processor(conn, "JOBS", "w", record, ledger=PostgresLedger(postgres_url), options=opts)
+    tasks = [await _started(a)]
+    async with await connect(options) as conn_b:
+        ledger = PostgresLedger(postgres_url)
+        ledger.open()  # as a service opens it (its own tables) before it starts processing
+        b = Processor(conn_b, "JOBS", "w", record, ledger=ledger, options=opts)
+        try:
+            await publish_n(conn, "jobs.x", 100)
+            await a.wait_until(lambda s: s.applied == 100, timeout=20)
+            assert _end_sessions(postgres_url) == 2  # a's and b's
+            tasks.append(await _started(b))
+            await publish_n(conn, "jobs.x", 100, start=100)
+            await a.wait_until(lambda s: s.applied == 200, timeout=20)
+            assert (b.stats.applied, b.active_pin) == (0, None)
+            assert _end_sessions(postgres_url) == 2  # while b waits as the standby
+            await a.stop()
+            await publish_n(conn, "jobs.x", 100, start=200)
+            await b.wait_until(lambda s: s.applied == 100, timeout=30)
+            assert b.stats.takeovers == 1 and not tasks[1].done()
+        finally:
+            a.request_stop()
+            b.request_stop()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert not [r for r in results if isinstance(r, BaseException)], results
+    assert _effects(postgres_url) == (300, 300)
+
+
+async def test_a_filter_edit_while_the_ledger_is_unreachable_is_ridden_out(  # type: ignore[no-untyped-def]
+    conn, make_stream, postgres_server, postgres_url: str
+) -> None:
+    """A message outside the registered filters (its consumer's filter was edited) while
+    the database cannot be reached: registering the new filters fails, the batch is
+    handed back (neither applied nor acked) and applied once the database is back.
+    Before, the registry's failure ended the Processor (the driver's raw error)."""
+    await make_stream("PR", ("pr.>",))
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("CREATE TABLE effects (id BIGINT NOT NULL)")
+    opts = ProcessorOptions(batch=20, ack_wait=30, prune_interval=0, filter_subject="pr.eu")
+    proc = Processor(conn, "PR", "w", record, ledger=PostgresLedger(postgres_url), options=opts)
+    task = await _started(proc)
+    try:
+        await publish_n(conn, "pr.eu", 10)
+        await proc.wait_until(lambda s: s.applied == 10, timeout=20)
+        _allow_connections(postgres_server.url, postgres_url, False)
+        try:
+            assert _end_sessions(postgres_url, postgres_server.url) == 1
+            await edit_filter(conn, "w", "pr.>")
+            await publish_n(conn, "pr.us", 10, start=10)
+            await proc.wait_until(lambda s: s.ledger_errors >= 1, timeout=20)
+        finally:
+            _allow_connections(postgres_server.url, postgres_url, True)
+        await proc.wait_until(lambda s: s.applied == 20, timeout=30)
+        assert not task.done()
+    finally:
+        proc.request_stop()
+        await task
+    assert _effects(postgres_url) == (20, 20)

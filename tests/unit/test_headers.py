@@ -136,3 +136,6 @@ def test_headers_the_server_stamps_are_read_but_never_written() -> None:
     assert writable_headers({"nats-stream-source": "x", "NATS-MARKER-REASON": "y", "X": "z"}) == {
         "X": "z"
     }
+    # Added to a pinned client's deliveries: copied into a dead letter and replayed, a
+    # stale pin id made a group member step down (tests/integration/test_dlq_partitioned.py).
+    assert writable_headers({"Nats-Pin-Id": "p", "X": "z"}) == {"X": "z"}

@@ -17,7 +17,7 @@ from ..streams import StoredMessage, get_message, stream_info
 from ._app import app, cli_errors, console, run_async
 from ._connect_flags import with_connect_options
 from ._help import new_typer
-from ._name_args import stream_name
+from ._name_args import consumer_name, stream_name
 from ._output import confirm, kv_table, print_json, print_table, rows_table
 from ._tail import message_json, preview
 
@@ -40,6 +40,10 @@ Subject = Annotated[
     str | None, typer.Option("--subject", help="Only dead letters of this original subject.")
 ]
 Error = Annotated[str | None, typer.Option("--error", help="Only errors containing this text.")]
+Consumer = Annotated[
+    str | None,
+    typer.Option("--consumer", help="Only dead letters of this consumer.", callback=consumer_name),
+]
 
 
 def parse_range(value: str | None) -> tuple[int | None, int | None]:
@@ -101,6 +105,7 @@ def letter_row(letter: DeadLetter) -> dict[str, Any]:
         "stream": letter.stream,
         "orig_seq": letter.sequence,
         "subject": letter.subject,
+        "consumer": letter.consumer,
         "attempts": letter.attempts,
         "error": letter.error if len(letter.error) <= 80 else letter.error[:79] + "…",
     }
@@ -114,6 +119,7 @@ def ls_command(
     seq: Seqs = None,
     subject: Subject = None,
     error: Error = None,
+    consumer: Consumer = None,
     as_json: Json = False,
     *,
     options: ConnectOptions,
@@ -124,7 +130,7 @@ def ls_command(
     async def main() -> list[DeadLetter]:
         async with await connect(options) as conn:
             return await list_dead_letters(
-                conn, dlq, first=first, last=last, subject=subject, error=error
+                conn, dlq, first=first, last=last, subject=subject, error=error, consumer=consumer
             )
 
     letters = run_async(main())
@@ -193,6 +199,7 @@ def replay_command(
     all_letters: Annotated[bool, typer.Option("--all", help="Every dead letter.")] = False,
     subject: Subject = None,
     error: Error = None,
+    consumer: Consumer = None,
     at: Annotated[
         str | None,
         typer.Option(
@@ -212,8 +219,11 @@ def replay_command(
 ) -> None:
     """Republish dead letters to their original subject exactly once, then delete them.
 
-    Select with --seq, --subject, --error, or --all. A re-run replays nothing twice.
-    A dead letter whose subject moved to another stream is refused (exit 1).
+    Select with --seq, --subject, --error, --consumer, or --all. A re-run replays
+    nothing twice. A dead letter whose subject moved to another stream is refused
+    (exit 1). Each consumer that gave up on a message has its own dead letter; the
+    republished copy is applied by that consumer only, once (other consumers of the
+    stream ack it without applying it).
 
     --at / --in schedule the replay on the server (nats-server 2.12+ message
     schedules): it fires at that time even if no client runs then. The original
@@ -223,17 +233,21 @@ def replay_command(
     carries Oncestream-Replay-Of but, unlike an immediate replay, no Nats-Msg-Id
     (the server drops it).
     """
-    if not (all_letters or seq or subject or error):
-        raise ConfigError("dlq replay: select dead letters with --seq, --subject, --error or --all")
-    if all_letters and (seq or subject or error):
-        raise ConfigError("dlq replay: --all cannot be combined with --seq/--subject/--error")
+    if not (all_letters or seq or subject or error or consumer):
+        raise ConfigError(
+            "dlq replay: select dead letters with --seq, --subject, --error, --consumer or --all"
+        )
+    if all_letters and (seq or subject or error or consumer):
+        raise ConfigError(
+            "dlq replay: --all cannot be combined with --seq/--subject/--error/--consumer"
+        )
     first, last = parse_range(seq)
     when = replay_time(at, within)
 
     async def count() -> int:
         async with await connect(options) as conn:
             letters = await list_dead_letters(
-                conn, dlq, first=first, last=last, subject=subject, error=error
+                conn, dlq, first=first, last=last, subject=subject, error=error, consumer=consumer
             )
             return len(letters)
 
@@ -249,8 +263,9 @@ def replay_command(
     async def main() -> dict[str, Any]:
         async with await connect(options) as conn:
             report = await replay_dead_letters(
-                conn, dlq, first=first, last=last, subject=subject, error=error, at=when
-            )
+                conn, dlq, first=first, last=last, subject=subject, error=error,
+                consumer=consumer, at=when,
+            )  # fmt: skip
             return {
                 "selected": report.selected,
                 "replayed": report.replayed,

@@ -131,7 +131,10 @@ def _report(*, name: str, result: LoadResult, horizon: float, size_now: int | No
     first = result.first_unconfirmed or result.confirmed + 1
     reason = "interrupted" if result.interrupted else "stopped"
     if isinstance(result.failure, PublishFailed) and not result.interrupted:
-        reason = f"gave up (no PubAck for the retry horizon, {horizon:g}s: server unreachable?)"
+        reason = (
+            f"gave up (no PubAck for the retry horizon, {horizon:g}s: server unreachable, "
+            "or the stream without a leader?)"
+        )
     remaining = (
         f"; {result.lines - result.read_to:,} lines not read" if result.lines is not None else ""
     )

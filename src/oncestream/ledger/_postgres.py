@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from .._dsn import postgres_url
 from .._errors import ConfigError, LedgerError
@@ -26,6 +27,9 @@ from ._base import (
 from ._pg_pipeline import PipelinedWrites, supported, sync_not_flush
 
 __all__ = ["PostgresLedger"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS oncestream_applied ("
@@ -78,6 +82,21 @@ def _registrations(con: Any, stream: str) -> list[Registration]:
         Registration(st, c, tuple(f.split()), created, int(floor))
         for st, c, f, created, floor in con.execute(_REGISTRATIONS, (stream,)).fetchall()
     ]
+
+
+def _abandon(con: Any) -> None:
+    """Roll back what ``con`` has begun, raising nothing.
+
+    On a lost connection the rollback fails too ("the connection is lost"): raised
+    from an ``except`` or ``finally`` it would replace the error that matters (and
+    escape untranslated). A connection whose rollback failed is closed, so that the
+    next call opens a new one instead of finding it in a broken transaction.
+    """
+    try:
+        con.rollback()
+    except Exception:
+        with contextlib.suppress(Exception):
+            con.close()
 
 
 def _send_cancel(request: Any) -> None:
@@ -255,10 +274,7 @@ class _PostgresTx(LedgerTx):
             self._quiet_rollback()
 
     def _quiet_rollback(self) -> None:
-        try:
-            self.connection.rollback()
-        except Exception:
-            pass
+        _abandon(self.connection)  # closed when it fails: the next begin() reconnects
 
 
 class PostgresLedger(Ledger):
@@ -374,44 +390,72 @@ class PostgresLedger(Ledger):
             # psycopg's own prepared statements off: a rollback with any of them in its
             # cache sends DEALLOCATE ALL, which would drop the pipelined writes' too.
             con = psycopg.connect(self.url, autocommit=False, prepare_threshold=None)
+        except psycopg.Error as exc:
+            raise self.error("cannot open", exc) from exc
+        try:
             if self.tables:
                 # Several processors may start together: serialise the DDL.
                 con.execute("SELECT pg_advisory_xact_lock(74021)")
                 for statement in _SCHEMA:
                     con.execute(statement)
                 con.commit()
-        except psycopg.Error as exc:
-            raise self.error("cannot open", exc) from exc
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                con.close()
+            if isinstance(exc, psycopg.Error):
+                raise self.error("cannot open", exc) from exc
+            raise
         self._con = con
 
-    def begin(self) -> LedgerTx:
-        con = self.connection
-        if con.closed or con.broken:
+    def _live(self) -> Any:
+        """The connection, a new one when the last was lost (a PostgreSQL restart, a
+        session terminated) or closed after a failed rollback."""
+        con = self._con
+        if con is not None and con.closed:  # psycopg: a broken connection is closed too
             self._con = None
-            con = self.connection
-        return _PostgresTx(self, con)
+        return self.connection
+
+    def begin(self) -> LedgerTx:
+        return _PostgresTx(self, self._live())
+
+    def _session(self, what: str, work: Callable[[Any], T]) -> T:
+        """``work(con)``, one transaction of its own outside any batch (a read, or writes
+        it commits itself), always ended here; a driver error is a ``LedgerError``.
+
+        A connection lost while it sat idle (PostgreSQL restarted or killed, the session
+        terminated) shows only when it is next used: ``work`` then runs once more, on a
+        new connection. Each of these calls may run twice (reads; writes whose second
+        run leaves what the first would have: upserts, a prune below the same bound).
+
+        Raises:
+            LedgerError: the database failed (the first error, never the rollback's),
+                or cannot be reached again.
+        """
+        psycopg = _psycopg()
+        retried = False
+        while True:
+            con = self._live()
+            try:
+                try:
+                    return work(con)
+                finally:
+                    _abandon(con)  # a read's end; nothing to undo after a commit
+            except psycopg.Error as exc:
+                if retried or not con.closed:
+                    raise self.error(what, exc) from exc
+                retried = True
+                log.info("%s; reconnecting", self.error(what, exc))
 
     def _fetchone(self, sql: str, params: Sequence[Any]) -> Any:
-        con = self.connection
-        try:
-            return con.execute(sql, params).fetchone()
-        finally:
-            con.rollback()
+        return self._session("read", lambda con: con.execute(sql, params).fetchone())
 
     def horizons(self, stream: str, consumer: str) -> list[Horizon]:
-        psycopg = _psycopg()
-        con = self.connection
-        try:
-            return _read_horizons(con, stream, consumer)
-        except psycopg.Error as exc:
-            raise self.error("read the prune horizon", exc) from exc
-        finally:
-            con.rollback()
+        return self._session(
+            "read the prune horizon", lambda con: _read_horizons(con, stream, consumer)
+        )
 
     def register(self, mine: Registration, check: Callable[[list[Registration]], None]) -> None:
-        psycopg = _psycopg()
-        con = self.connection
-        try:
+        def work(con: Any) -> None:
             # The stream's exclusive lock: two Processors starting together are checked
             # one after the other (and a prune or a claim in flight finishes first).
             con.execute(
@@ -432,36 +476,24 @@ class PostgresLedger(Ledger):
                 ),
             )
             con.commit()
-        except psycopg.Error as exc:
-            con.rollback()
-            raise self.error("register the consumer", exc) from exc
-        except BaseException:
-            con.rollback()
-            raise
+
+        self._session("register the consumer", work)
 
     def registrations(self, stream: str) -> list[Registration]:
-        psycopg = _psycopg()
-        con = self.connection
-        try:
-            return _registrations(con, stream)
-        except psycopg.Error as exc:
-            raise self.error("read the registered consumers", exc) from exc
-        finally:
-            con.rollback()
+        return self._session(
+            "read the registered consumers", lambda con: _registrations(con, stream)
+        )
 
     def record_floors(self, stream: str, floors: dict[str, int]) -> None:
-        psycopg = _psycopg()
-        con = self.connection
-        try:
+        def work(con: Any) -> None:
             with con.cursor() as cursor:
                 cursor.executemany(
                     f"UPDATE {REGISTRY} SET ack_floor = %s WHERE stream = %s AND consumer = %s",
                     [(floor, stream, consumer) for consumer, floor in floors.items()],
                 )
             con.commit()
-        except psycopg.Error as exc:
-            con.rollback()
-            raise self.error("record the ack floors", exc) from exc
+
+        self._session("record the ack floors", work)
 
     def prune(
         self,
@@ -473,9 +505,7 @@ class PostgresLedger(Ledger):
         filters: Sequence[str] = (),
         neighbours: Sequence[Registration] = (),
     ) -> int:
-        psycopg = _psycopg()
-        con = self.connection
-        try:
+        def work(con: Any) -> int:
             if consumer is not None:
                 con.execute(
                     "SELECT pg_advisory_xact_lock(%s, %s)", (_HORIZON_LOCK, _stream_key(stream))
@@ -512,7 +542,6 @@ class PostgresLedger(Ledger):
                     (time.time() - self.msg_id_retention, limit),
                 )
             con.commit()
-        except psycopg.Error as exc:
-            con.rollback()
-            raise self.error("prune", exc) from exc
-        return deleted
+            return deleted
+
+        return self._session("prune", work)

@@ -72,19 +72,32 @@ async def check_target(
 
 async def refused_subject(
     conn: Connection, stream: str, tally: Tally, label: Label = default_label
-) -> str:
-    """Why the server refused a record's subject, naming the stream that captures it."""
+) -> str | None:
+    """Why the server refused a record's subject, naming the stream that captures it.
+
+    None when ``stream`` captures the subject by now: the refusal came from a moment
+    the server could not tell (e.g. a stream between leaders), not from a wrong
+    subject, so the run failed and a re-run is the way out, not a new subject.
+    """
     subject = tally.fatal_subject
+    flag = label("stream")
     try:
         reply = await conn.api("STREAM.NAMES", {"subject": subject})
-        names: list[str] = reply.get("streams") or []
-    except OncestreamError:
-        names = []
-    where = f"stream {names[0]!r}" if names else "no stream"
+        names: list[str] | None = reply.get("streams") or []
+    except OncestreamError as exc:
+        log.info("could not look up the stream that captures %r: %s", subject, exc)
+        names = None
+    if names is not None and stream in names:
+        return None
+    if names is None:  # unknown now: say only what the server said
+        where = f"is not captured by {flag} {stream!r}"
+    else:
+        captor = f"stream {names[0]!r}" if names else "no stream"
+        where = f"is captured by {captor}, not by {flag} {stream!r}"
     return (
-        f"subject {subject!r} of a record is captured by {where}, not by {label('stream')} "
-        f"{stream!r}: the server refused it ({type(tally.fatal).__name__}: {tally.fatal}) and "
-        f"the run stopped; fix {label('subject')} or the record"
+        f"subject {subject!r} of a record {where}: the server refused it "
+        f"({type(tally.fatal).__name__}: {tally.fatal}) and the run stopped; fix "
+        f"{label('subject')} or the record"
     )
 
 

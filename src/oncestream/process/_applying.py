@@ -25,7 +25,7 @@ from .._errors import LedgerError, LedgerUnusable
 from .._logthrottle import LogThrottle
 from .._message import Message
 from .._retry import retrying
-from ..ledger import LedgerEntry, LedgerTx
+from ..ledger import Horizon, LedgerEntry, LedgerTx
 from ..tracing._internal import Tracer
 from ._bound import BoundConsumer
 from ._ledgercalls import LedgerCalls
@@ -126,18 +126,28 @@ class Applier:
         self._started_ns = 0
         self.stream, self.consumer = bound.stream, bound.consumer
         self.registered = registered
+        #: The batch being applied holds replayed copies for this consumer (keys of
+        #: another name than the stream's, :mod:`._replayed`).
+        self._replays = False
 
     async def apply(
-        self, entries: list[LedgerEntry], msgs: list[Message], started_ns: int = 0
+        self,
+        entries: list[LedgerEntry],
+        msgs: list[Message],
+        started_ns: int = 0,
+        *,
+        replays: bool = False,
     ) -> Outcome | None:
         """Apply one batch; None when the ledger kept failing (hand the batch back).
 
         ``entries[i]`` is the ledger key of ``msgs[i]``; both sorted by sequence.
         ``started_ns``: ``time.time_ns()`` when the batch began (with a tracer: where
-        its spans start).
+        its spans start). ``replays``: some entries are the keys of replayed copies
+        for this consumer (:func:`._replayed.replay_entry`), not of the stream.
         """
         self.loop = asyncio.get_running_loop()
         self._started_ns = started_ns
+        self._replays = replays
         failures = 0
 
         async def once() -> Outcome:
@@ -240,10 +250,55 @@ class Applier:
         self, tx: LedgerTx, entries: Sequence[LedgerEntry], msgs: Sequence[Message]
     ) -> list[bool]:
         """``tx.claim(entries)`` for the messages outside every prune horizon of the
-        consumer; the ones inside (pruned, so finished before) are not fresh."""
+        consumer; the ones inside (pruned, so finished before) are not fresh.
+
+        The key of a replayed copy for this consumer (another name than the stream's)
+        is claimed as it is: no horizon of the stream covers it, and a second copy of
+        the same message in the batch is not fresh.
+        """
         horizons = tx.horizons(self.stream, self.consumer) if self.consumer else []
         if self.registered is not None:
             self.registered(tx, [msg.subject for msg in msgs])
+        if not entries:  # every message of the batch was acked without a claim
+            return []
+        if self._replays or entries[0].stream != self.stream:
+            return self._claim_replays(tx, entries, msgs, horizons)
+        return self._claim_own(tx, entries, msgs, horizons)
+
+    def _claim_replays(
+        self,
+        tx: LedgerTx,
+        entries: Sequence[LedgerEntry],
+        msgs: Sequence[Message],
+        horizons: list[Horizon],
+    ) -> list[bool]:
+        """Claim a batch holding keys of replayed copies: the stream's own keys first,
+        then the others, each group sorted as :meth:`LedgerTx.claim` wants it."""
+        stream = self.stream
+        fresh = [False] * len(entries)
+        own = [i for i, entry in enumerate(entries) if entry.stream == stream]
+        if own:
+            claimed = self._claim_own(
+                tx, [entries[i] for i in own], [msgs[i] for i in own], horizons
+            )
+            for i, is_fresh in zip(own, claimed, strict=True):
+                fresh[i] = is_fresh
+        first: dict[LedgerEntry, int] = {}
+        for i, entry in enumerate(entries):
+            if entry.stream != stream:
+                first.setdefault(entry, i)  # a second copy of it in the batch: not fresh
+        keys = sorted(first)
+        for key, is_fresh in zip(keys, tx.claim(keys), strict=True):
+            fresh[first[key]] = is_fresh
+        return fresh
+
+    def _claim_own(
+        self,
+        tx: LedgerTx,
+        entries: Sequence[LedgerEntry],
+        msgs: Sequence[Message],
+        horizons: list[Horizon],
+    ) -> list[bool]:
         # Sorted by sequence: a batch that starts above every horizon (the usual
         # case, new messages) needs no look at each message.
         if not horizons or entries[0].seq > max(h.last_seq for h in horizons):

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from .._connection import Connection
 from .._errors import (
     JetStreamError,
+    LedgerError,
     LedgerUnusable,
     MaxDeliverError,
     OncestreamError,
@@ -57,6 +58,7 @@ from ._pinning import Fence, PinnedGroup, Superseded, require_reset
 from ._pulls import Pulls
 from ._reclaim import reclaim_at_start
 from ._registry import Registry, RegistryMoved
+from ._replayed import REPLAY_FOR_KEY, replay_entry, replay_target
 from ._setup import FloorHistory, consumer_filters, setup_consumer
 
 __all__ = ["ConsumerLoop"]
@@ -320,18 +322,27 @@ class ConsumerLoop:
     async def _process(self, msgs: list[Message], parts: _Parts) -> None:
         began = time.perf_counter()
         registry = self._registry
-        # No registered filters (every subject, or none recorded): no subject list.
-        if registry.filters and not await registry.admit(
-            self.conn, [m.subject for m in msgs], self._fail
-        ):
-            return  # the filter edited to overlap a neighbour: neither applied nor acked
         acks = parts.acks
+        # No registered filters (every subject, or none recorded): no subject list.
+        try:
+            if registry.filters and not await registry.admit(
+                self.conn, [m.subject for m in msgs], self._fail
+            ):
+                return  # the filter edited to overlap a neighbour: neither applied nor acked
+        except LedgerUnusable:
+            await acks.nak(msgs)  # nothing was applied: let the next worker have them
+            raise
+        except LedgerError as exc:
+            await self._hand_back(msgs, acks, exc)
+            return
         if not acks.admits(msgs):  # only ack policy all refuses a batch (a gap)
             await self._reanchor(parts)
             return
         started_ns = time.time_ns() if self._tracer is not None else 0
         by_seq: dict[int, Message] = {}
         extras: list[Message] = []
+        #: Replayed copies for this consumer: their sequence -> the original's.
+        replays: dict[int, int] = {}
         for msg in msgs:
             try:
                 seq = msg.seq
@@ -345,6 +356,20 @@ class ConsumerLoop:
                 # the message it schedules when it fires; the schedule itself is not data.
                 extras.append(msg)
                 self.stats.schedules_skipped += 1
+            elif msg.raw_headers and REPLAY_FOR_KEY in msg.raw_headers:
+                # A dead letter's replayed copy: applied by the consumer it names only.
+                target = replay_target(msg.raw_headers)
+                if target is None or target[:2] == (self.stream, self.consumer):
+                    by_seq[seq] = msg
+                    if target is not None:
+                        replays[seq] = target[2]
+                else:
+                    extras.append(msg)
+                    self.stats.replays_skipped += 1
+                    log.debug(
+                        "%s seq %d is a replayed dead letter of %s/%s seq %d: acked, not applied",
+                        self.stream, seq, target[0], target[1], target[2],
+                    )  # fmt: skip
             else:
                 by_seq[seq] = msg
         seqs = sorted(by_seq)
@@ -357,15 +382,27 @@ class ConsumerLoop:
             ]
         else:
             entries = [_entry((stream, s, None)) for s in seqs]
+        if replays:  # keyed by the message it replays: applied once, however often replayed
+            for i, s in enumerate(seqs):
+                if s in replays:
+                    entries[i] = replay_entry(stream, self.consumer, replays[s])
         acks.begin_batch(ordered, started_ns)
         try:
             while True:
                 try:
-                    outcome = await parts.applier.apply(entries, ordered, started_ns)
+                    outcome = await parts.applier.apply(
+                        entries, ordered, started_ns, replays=bool(replays)
+                    )
                     break
                 except RegistryMoved as moved:  # rolled back: nothing applied
-                    if not await registry.moved(self.conn, moved, ordered, self._fail):
-                        return  # refused: neither applied nor acked
+                    try:
+                        if not await registry.moved(self.conn, moved, ordered, self._fail):
+                            return  # refused: neither applied nor acked
+                    except LedgerError as exc:
+                        if isinstance(exc, LedgerUnusable):
+                            raise  # nak'ed below
+                        await self._hand_back(msgs, acks, exc)
+                        return
         except LedgerUnusable:
             await acks.nak(ordered)  # nothing was applied: let the next worker have them
             raise
@@ -385,6 +422,26 @@ class ConsumerLoop:
         if self.stats.observers:
             self.stats.observe("batch", time.perf_counter() - began)
         self._progress.set()
+
+    async def _hand_back(self, msgs: list[Message], acks: Acknowledger, exc: LedgerError) -> None:
+        """The registry could not be read or written for the batch (the database failing:
+        a restart, a lost session): it goes back for a redelivery in a second, neither
+        applied nor acked, as when the ledger keeps failing; it is checked again then."""
+        self.stats.ledger_errors += 1
+        log.warning(
+            "%s/%s: the ledger's registry cannot be checked (%s); handing %d messages back "
+            "for redelivery",
+            self.stream,
+            self.consumer,
+            exc,
+            len(msgs),
+        )
+        await acks.nak(msgs, delay=1.0)
+        if acks.frontier is not None:
+            # Ack policy all: what is handed back leaves a gap below what one ack would
+            # cover; the next batch resets the consumer to its ack floor instead.
+            acks.frontier.interrupt("a batch was handed back (the ledger failed)")
+        self._progress.set()  # the stats changed
 
     async def _reanchor(self, parts: _Parts) -> None:
         """Ack policy all, deliveries no longer contiguous: reset the consumer (a pinned

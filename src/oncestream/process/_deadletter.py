@@ -9,6 +9,7 @@ from .._errors import OncestreamError
 from .._headers import EXPECTED_STREAM, MSG_ID, MSG_TTL, ROLLUP, writable_headers
 from .._message import Message
 from ._confirmed import publish_confirmed
+from ._replayed import letter_msg_id
 
 __all__ = ["dead_letter_headers", "publish_dead_letter"]
 
@@ -40,8 +41,9 @@ def dead_letter_headers(
             "Oncestream-Attempts": str(attempts),
             # One line, bounded: headers are not a place for a traceback.
             "Oncestream-Error": " ".join(error.split())[:1000] or "error",
-            # Deterministic id: a retried dead-letter publish is de-duplicated.
-            MSG_ID: f"dlq:{stream}:{seq}",
+            # Deterministic id: a retried dead-letter publish is de-duplicated; the
+            # letter of another consumer that gives up on the message is not.
+            MSG_ID: letter_msg_id(stream, consumer, seq),
         }
     )
     return headers

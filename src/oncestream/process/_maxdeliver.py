@@ -48,6 +48,7 @@ from ._applying import Applier, RegistryMoved
 from ._bound import BoundConsumer
 from ._options import ProcessorOptions, ProcessorStats
 from ._pinning import Superseded
+from ._replayed import replay_entry, replay_target
 
 __all__ = ["DeadLetters", "DeliveryLimit", "DroppedMessages", "advisory_subject", "refusal"]
 
@@ -473,11 +474,21 @@ class DroppedMessages:
             )
             return
         msg = Message(stored.subject, "", stored.data, None, raw_headers=stored.raw_headers)
-        key = msg_id_key(stored.raw_headers) if self.applier.ledger.key == "msg_id" else None
-        entry = LedgerEntry(self.stream, seq, key)
+        target = replay_target(stored.raw_headers)
+        if target is not None and target[:2] != (self.stream, self.consumer):
+            # A replayed dead letter for another consumer: nothing to apply here.
+            self.stats.replays_skipped += 1
+            await self.acks.dropped(seq)
+            self.settled()
+            return
+        if target is not None:  # a replayed copy for this consumer: its own key (_replayed)
+            entry = replay_entry(*target)
+        else:
+            key = msg_id_key(stored.raw_headers) if self.applier.ledger.key == "msg_id" else None
+            entry = LedgerEntry(self.stream, seq, key)
         while True:  # bounded by ``moved`` (a row that keeps moving stops the run)
             try:
-                settled = await self._settle(msg, entry, deliveries)
+                settled = await self._settle(msg, seq, entry, deliveries)
                 break
             except RegistryMoved as moved:  # rolled back: nothing recorded or dead-lettered
                 if not await self.moved(moved, [msg]):
@@ -486,13 +497,13 @@ class DroppedMessages:
             await self.acks.dropped(seq)  # with ack policy all the ack may move past it
         self.settled()
 
-    async def _settle(self, msg: Message, entry: LedgerEntry, deliveries: int) -> bool:
-        """One transaction for a dropped message; True when it is finished.
+    async def _settle(self, msg: Message, seq: int, entry: LedgerEntry, deliveries: int) -> bool:
+        """One transaction for a dropped message (stream sequence ``seq``, ledger key
+        ``entry``); True when it is finished.
 
         Raises:
             RegistryMoved: the registry check in the transaction refused it.
         """
-        seq = entry.seq
         applier = self.applier
         async with applier.lock:
             tx = await applier.ledger.call(applier.ledger.begin, undo=_rollback)

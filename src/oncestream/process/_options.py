@@ -292,6 +292,9 @@ class ProcessorStats:
     late_acks: int = 0
     #: Stored message schedules (``Nats-Schedule``) acked without calling the handler.
     schedules_skipped: int = 0
+    #: Replayed dead letters for another consumer (``Oncestream-Replay-For`` names the
+    #: consumer whose letter was replayed) acked without calling the handler.
+    replays_skipped: int = 0
     #: Messages the server stopped delivering at the consumer's ``max_deliver`` (then
     #: dead-lettered from the stream, found applied, or the run failed: never lost silently).
     exhausted: int = 0

@@ -2,9 +2,19 @@
 
 A :class:`~oncestream.Processor` with a dead-letter stream moves a message that
 failed ``max_deliver`` times there, with headers saying where it came from
-(``Oncestream-Stream``, ``-Sequence``, ``-Subject``, ``-Attempts``, ``-Error``).
+(``Oncestream-Stream``, ``-Sequence``, ``-Subject``, ``-Consumer``, ``-Attempts``,
+``-Error``): one letter per consumer that gave up on the message.
 :func:`replay_dead_letters` republishes selected ones to their original subject
-and then deletes them from the dead-letter stream.
+(the subject it was published on: a partitioned stream stores it under
+``<partition>.<subject>``, which the letter records) and then deletes them from
+the dead-letter stream.
+
+The copy names the consumer whose letter it is (``Oncestream-Replay-For``,
+``-Replay-Stream``, ``-Replay-Sequence``, :mod:`oncestream.process._replayed`):
+that consumer applies it once, every other consumer of the stream acks it
+without applying it. A letter written before letters were per consumer
+(``Nats-Msg-Id`` ``dlq:<stream>:<seq>``) is replayed without them: every consumer
+applies its copy, as then.
 
 Exactly once, across crashes and re-runs: each republish carries the
 deterministic ``Nats-Msg-Id`` ``replay:<dead-letter stream>:<seq>`` and an
@@ -52,12 +62,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from .._connection import Connection, translate_error
-from .._errors import ConfigError, ErrCode, StreamMismatch
+from .._errors import ConfigError, ErrCode, StreamMismatch, StreamNotFound
 from .._headers import EXPECTED_STREAM, MSG_ID, SCHEDULE, SCHEDULE_TARGET, writable_headers
 from .._names import subject_matches
 from .._options import parse_time
 from ..read import iter_messages
 from ..streams import (
+    Partitioning,
     StoredMessage,
     delete_message,
     last_message,
@@ -65,6 +76,7 @@ from ..streams import (
     stream_info,
 )
 from ._confirmed import publish_confirmed
+from ._replayed import REPLAY_FOR, REPLAY_SEQUENCE, REPLAY_STREAM, letter_msg_id
 
 __all__ = [
     "DeadLetter",
@@ -97,6 +109,9 @@ class DeadLetter:
         consumer: the consumer that gave up; attempts: how often it tried.
         error: the handler's last error (one line).
         msg_id: the original ``Nats-Msg-Id``, if it had one.
+        per_consumer: the letter is ``consumer``'s own (its ``Nats-Msg-Id`` names the
+            consumer): its replay is applied by that consumer only. False for a letter
+            written before letters were per consumer: every consumer applies its replay.
     """
 
     dlq_stream: str
@@ -112,24 +127,32 @@ class DeadLetter:
     msg_id: str | None
     headers: dict[str, list[str]]
     data: bytes
+    per_consumer: bool = False
 
     @classmethod
     def from_message(cls, msg: StoredMessage) -> DeadLetter:
         """Read the ``Oncestream-*`` headers the Processor wrote."""
+        stream = msg.header("Oncestream-Stream") or ""
+        sequence = int(msg.header("Oncestream-Sequence") or 0)
+        consumer = msg.header("Oncestream-Consumer") or ""
+        own = bool(stream and consumer and sequence > 0) and (
+            msg.header(MSG_ID) == letter_msg_id(stream, consumer, sequence)
+        )
         return cls(
             dlq_stream=msg.stream,
             dlq_subject=msg.subject,
             seq=msg.seq,
             time=msg.time,
-            stream=msg.header("Oncestream-Stream") or "",
-            sequence=int(msg.header("Oncestream-Sequence") or 0),
+            stream=stream,
+            sequence=sequence,
             subject=msg.header("Oncestream-Subject") or "",
-            consumer=msg.header("Oncestream-Consumer") or "",
+            consumer=consumer,
             attempts=int(msg.header("Oncestream-Attempts") or 0),
             error=msg.header("Oncestream-Error") or "",
             msg_id=msg.header("Oncestream-Msg-Id"),
             headers=msg.headers,
             data=msg.data,
+            per_consumer=own,
         )
 
     @property
@@ -147,7 +170,8 @@ class DeadLetter:
         return f"{SCHEDULE_PREFIX}.{self.stream}.{self.dlq_stream}.{self.seq}"
 
     def replay_headers(self) -> dict[str, str]:
-        """The original headers (first values) plus the replay id and origin.
+        """The original headers (first values) plus the replay id and origin, and for a
+        consumer's own letter the consumer, stream and sequence the copy is for.
 
         Headers the server stamped on the dead letter or its original (``Nats-Stream-Source``,
         ``Nats-Scheduler``...) are not sent (``_headers.writable_headers``).
@@ -160,6 +184,10 @@ class DeadLetter:
         if self.msg_id:
             headers["Oncestream-Msg-Id"] = self.msg_id
         headers[REPLAY_OF] = self.replay_of
+        if self.per_consumer:
+            headers[REPLAY_FOR] = self.consumer
+            headers[REPLAY_STREAM] = self.stream
+            headers[REPLAY_SEQUENCE] = str(self.sequence)
         headers[MSG_ID] = self.replay_id
         return headers
 
@@ -204,6 +232,7 @@ def _select(
     last: int | None,
     subject: str | None,
     error: str | None,
+    consumer: str | None = None,
 ) -> list[DeadLetter]:
     chosen = []
     for letter in letters:
@@ -214,6 +243,8 @@ def _select(
         if subject and not subject_matches(subject, letter.subject):
             continue
         if error and error.lower() not in letter.error.lower():
+            continue
+        if consumer and letter.consumer != consumer:
             continue
         chosen.append(letter)
     return chosen
@@ -227,16 +258,20 @@ async def list_dead_letters(
     last: int | None = None,
     subject: str | None = None,
     error: str | None = None,
+    consumer: str | None = None,
 ) -> list[DeadLetter]:
     """The dead letters in ``dlq_stream`` (sequences ``first..last``, original ``subject``
-    pattern, ``error`` substring), oldest first.
+    pattern, ``error`` substring, written by ``consumer``), oldest first.
+
+    ``subject`` matches the subject a letter records: the stored one, which on a
+    partitioned stream is ``<partition>.<published subject>``.
 
     Raises:
         StreamNotFound: naming ``dlq_stream``.
     """
     await stream_info(conn, dlq_stream)
     letters, _ = await _scan(conn, dlq_stream, first or 1, last)
-    return _select(letters, first=first, last=last, subject=subject, error=error)
+    return _select(letters, first=first, last=last, subject=subject, error=error, consumer=consumer)
 
 
 async def _publish(
@@ -263,7 +298,35 @@ async def _publish(
     )
 
 
-async def _already_in_target(conn: Connection, letter: DeadLetter, after: int) -> bool:
+@dataclass(frozen=True)
+class _Target:
+    """Where a dead letter is republished: the subject it was published on, and the
+    subject its copy is stored under (they differ on a partitioned stream)."""
+
+    subject: str
+    stored: str
+
+    @classmethod
+    def of(cls, letter: DeadLetter, layout: Partitioning | None) -> _Target:
+        if layout is None:
+            return cls(letter.subject, letter.subject)
+        published = layout.published_subject(letter.subject)
+        return cls(published, layout.stored_subject(published))
+
+
+async def _layout(conn: Connection, stream: str) -> Partitioning | None:
+    """The partitioning of ``stream`` (None: not partitioned, or gone: the check says so)."""
+    try:
+        config = (await stream_info(conn, stream)).get("config", {})
+    except StreamNotFound:
+        return None
+    return Partitioning.from_config(config)
+
+
+async def _already_in_target(
+    conn: Connection, letter: DeadLetter, after: int, target: _Target | None = None
+) -> bool:
+    stored = target.stored if target is not None else letter.subject
     pending = await last_message(conn, letter.stream, letter.schedule_subject)
     if (
         pending is not None
@@ -271,9 +334,7 @@ async def _already_in_target(conn: Connection, letter: DeadLetter, after: int) -
         and pending.header(REPLAY_OF) == letter.replay_of
     ):
         return True  # a scheduled replay whose schedule has not fired yet
-    async for msg in iter_messages(
-        conn, letter.stream, start_seq=after + 1, subject=letter.subject
-    ):
+    async for msg in iter_messages(conn, letter.stream, start_seq=after + 1, subject=stored):
         if msg.header(REPLAY_OF) == letter.replay_of:
             return True
     return False
@@ -284,24 +345,27 @@ async def _holders(conn: Connection, subject: str) -> list[str]:
     return [str(name) for name in reply.get("streams") or ()]
 
 
-def _moved(letter: DeadLetter, holders: list[str]) -> str:
+def _moved(letter: DeadLetter, holders: list[str], subject: str) -> str:
     now = (
         f"stream {', '.join(repr(h) for h in holders)} holds it now"
         if holders
         else "no stream captures it now"
     )
     return (
-        f"cannot replay {letter.dlq_stream} seq {letter.seq}: subject {letter.subject!r} "
+        f"cannot replay {letter.dlq_stream} seq {letter.seq}: subject {subject!r} "
         f"is not in its original stream {letter.stream!r} any more ({now}); nothing was "
         f"replayed there (Nats-Expected-Stream: {letter.stream})"
     )
 
 
-async def _check_target(conn: Connection, letter: DeadLetter) -> None:
-    """Refuse a dead letter whose subject moved to another stream (or whose stream is gone)."""
-    holders = await _holders(conn, letter.subject)
+async def _check_target(conn: Connection, letter: DeadLetter, subject: str) -> None:
+    """Refuse a dead letter whose ``subject`` (where it is republished) moved to another
+    stream (or whose stream is gone)."""
+    holders = await _holders(conn, subject)
     if letter.stream not in holders:
-        raise StreamMismatch(_moved(letter, holders), code=400, err_code=ErrCode.STREAM_NOT_MATCH)
+        raise StreamMismatch(
+            _moved(letter, holders, subject), code=400, err_code=ErrCode.STREAM_NOT_MATCH
+        )
 
 
 async def _check_schedules(conn: Connection, letter: DeadLetter) -> None:
@@ -328,19 +392,20 @@ async def _check_schedules(conn: Connection, letter: DeadLetter) -> None:
 
 
 async def _republish(
-    conn: Connection, letter: DeadLetter, at: datetime | None
+    conn: Connection, letter: DeadLetter, at: datetime | None, target: _Target | None = None
 ) -> dict[str, object]:
     headers = {**letter.replay_headers(), EXPECTED_STREAM: letter.stream}
-    subject = letter.subject
+    subject = target.subject if target is not None else letter.subject
     if at is not None:
         headers[SCHEDULE] = f"@at {at.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
-        headers[SCHEDULE_TARGET] = letter.subject
+        headers[SCHEDULE_TARGET] = subject
         subject = letter.schedule_subject
     try:
         return await _publish(conn, subject, letter.data, headers)
     except StreamMismatch as exc:  # the subject moved after the check
         holders = await _holders(conn, subject)
-        raise StreamMismatch(_moved(letter, holders), code=exc.code, err_code=exc.err_code) from exc
+        moved = _moved(letter, holders, subject)
+        raise StreamMismatch(moved, code=exc.code, err_code=exc.err_code) from exc
 
 
 async def replay_dead_letters(
@@ -351,10 +416,14 @@ async def replay_dead_letters(
     last: int | None = None,
     subject: str | None = None,
     error: str | None = None,
+    consumer: str | None = None,
     at: datetime | None = None,
 ) -> ReplayReport:
     """Republish the selected dead letters to their original subjects, exactly once, and
     delete each from ``dlq_stream`` once its republish is acknowledged.
+
+    Each copy is applied by the consumer whose letter it is, once (see the module
+    docs); select one consumer's letters with ``consumer``.
 
     Args:
         at: schedule the republish for this time on the server (nats-server 2.12+
@@ -381,22 +450,30 @@ async def replay_dead_letters(
         if seq not in present:  # replayed and deleted; only the marker's delete was lost
             await delete_message(conn, dlq_stream, stale.seq)
             del markers[seq]
-    chosen = _select(letters, first=first, last=last, subject=subject, error=error)
+    chosen = _select(
+        letters, first=first, last=last, subject=subject, error=error, consumer=consumer
+    )
     report = ReplayReport(selected=len(chosen), scheduled_at=at)
     checked: set[tuple[str, str]] = set()
+    layouts: dict[str, Partitioning | None] = {}
+    targets: dict[int, _Target] = {}
     for letter in chosen:  # every check before the first replay
         if not letter.stream or not letter.subject:
             raise ConfigError(
                 f"{dlq_stream} seq {letter.seq} has no Oncestream-Stream/-Subject headers"
             )
-        if (letter.stream, letter.subject) not in checked:
-            await _check_target(conn, letter)
+        if letter.stream not in layouts:
+            layouts[letter.stream] = await _layout(conn, letter.stream)
+        target = targets[letter.seq] = _Target.of(letter, layouts[letter.stream])
+        if (letter.stream, target.subject) not in checked:
+            await _check_target(conn, letter, target.subject)
             if at is not None:
                 await _check_schedules(conn, letter)
-            checked.add((letter.stream, letter.subject))
+            checked.add((letter.stream, target.subject))
     for letter in chosen:
         marker = markers.get(letter.seq)
-        if marker is not None and await _already_in_target(conn, letter, marker.after):
+        target = targets[letter.seq]
+        if marker is not None and await _already_in_target(conn, letter, marker.after, target):
             report.already_replayed.append(letter.seq)
         else:
             if marker is None:
@@ -414,10 +491,10 @@ async def replay_dead_letters(
                     },
                 )
                 marker = _Marker(int(str(ack.get("seq", 0))), after)
-            await _republish(conn, letter, at)
+            await _republish(conn, letter, at, target)
             report.replayed.append(letter.seq)
         await delete_message(conn, dlq_stream, letter.seq)
         await delete_message(conn, dlq_stream, marker.seq)
         when = f" scheduled for {at.isoformat()}" if at is not None else ""
-        log.info("replayed %s seq %d to %s%s", dlq_stream, letter.seq, letter.subject, when)
+        log.info("replayed %s seq %d to %s%s", dlq_stream, letter.seq, target.subject, when)
     return report

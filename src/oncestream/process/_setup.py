@@ -18,7 +18,13 @@ from ._bound import BoundConsumer
 from ._maxdeliver import refusal
 from ._options import ProcessorOptions
 
-__all__ = ["FloorHistory", "check_handler", "consumer_filters", "setup_consumer"]
+__all__ = [
+    "FloorHistory",
+    "check_handler",
+    "consumer_filters",
+    "dead_letter_stream_config",
+    "setup_consumer",
+]
 
 
 async def setup_consumer(
@@ -49,7 +55,7 @@ async def setup_consumer(
     _validate_consumer(info.get("config", {}), stream, consumer, opts)
     ack_wait = float(info.get("config", {}).get("ack_wait", opts.ack_wait * 1e9)) / 1e9
     if opts.dead_letter_stream:
-        await _ensure_dlq_stream(conn, opts.dead_letter_stream, subject)
+        await _ensure_dlq_stream(conn, opts.dead_letter_stream, subject, stream)
     return bound(ack_wait=ack_wait)
 
 
@@ -202,16 +208,36 @@ def _validate_takeover(
     )
 
 
-async def _ensure_dlq_stream(conn: Connection, name: str, subject: str) -> None:
-    """Create the dead-letter stream, or check that it captures ``subject``."""
+def dead_letter_stream_config(name: str, subject: str, source: dict[str, Any]) -> dict[str, Any]:
+    """The config of a dead-letter stream the Processor creates for dead letters on
+    ``subject`` of the stream whose config is ``source`` (``STREAM.INFO`` ``config``).
+
+    It has as many replicas as the stream it keeps the failures of: an R1
+    dead-letter stream in a cluster loses its letters with its one node.
+
+    Example::
+
+        dead_letter_stream_config("DLQ", "DLQ.ORDERS", {"num_replicas": 3})
+        # {"name": "DLQ", "subjects": ["DLQ.>"], "num_replicas": 3, ...}
+    """
+    subjects = [f"{name}.>"] if subject.startswith(f"{name}.") else [subject]
+    return {
+        "name": name,
+        "subjects": subjects,
+        "storage": "file",
+        "num_replicas": max(int(source.get("num_replicas") or 1), 1),
+        "duplicate_window": int(120e9),
+    }
+
+
+async def _ensure_dlq_stream(conn: Connection, name: str, subject: str, stream: str) -> None:
+    """Create the dead-letter stream (as many replicas as ``stream``), or check that the
+    existing one captures ``subject`` (it is never changed)."""
     try:
         info = await conn.stream_info(name)
     except StreamNotFound:
-        subjects = [f"{name}.>"] if subject.startswith(f"{name}.") else [subject]
-        await add_stream(
-            conn,
-            {"name": name, "subjects": subjects, "storage": "file", "duplicate_window": int(120e9)},
-        )
+        source = (await conn.stream_info(stream)).get("config", {})
+        await add_stream(conn, dead_letter_stream_config(name, subject, source))
         return
     subjects = info.get("config", {}).get("subjects") or []
     if not any(subject_matches(pattern, subject) for pattern in subjects):

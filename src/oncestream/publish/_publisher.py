@@ -358,9 +358,9 @@ class Publisher:
             TooManyInflight: fail-fast mode and ``max_inflight`` acks outstanding.
             PublishError: the Publisher is closed.
 
-        The returned future fails with :class:`PublishFailed` after
-        ``max_attempts`` unacknowledged sends, or with the typed
-        :class:`JetStreamError` the server answered (e.g. ``WrongLastSequence``).
+        The future fails with :class:`PublishFailed` after ``max_attempts`` sends
+        unacknowledged or without a stream leader, :class:`StreamNotFound` when no stream
+        captures ``subject``, or the typed :class:`JetStreamError` the server answered.
         With ``options.stream`` set, ``expected_stream`` defaults to it, so a
         subject captured by another stream fails with :class:`StreamMismatch`.
         """

@@ -7,6 +7,17 @@ answered 503 (no responders), until their backoff has passed and they are
 re-sent with the same msg id. After ``max_attempts`` sends an entry fails
 with :class:`PublishFailed`. ``late`` remembers re-sent tokens so that the
 acks of their extra copies still count as duplicates.
+
+A 503 does not say why nobody listens: nats-server answers it both for a
+subject no stream captures and for a clustered stream without a leader (only
+a stream's leader subscribes to its subjects). So the server is asked
+(``STREAM.NAMES`` filtered by the subject): at the first 503, to fail a
+subject no stream captures at once, and again when a publish has used its
+last attempt on a 503. Only a positive "no stream" is :class:`StreamNotFound`;
+a stream that captures the subject, or no answer (a cluster without a meta
+leader), is an outage: :class:`PublishFailed`, to retry (found by the fault
+campaign, torture/: an R3 stream with two of three nodes down was reported
+missing, and ``oncestream publish`` exited 2, "fix --subject").
 """
 
 from __future__ import annotations
@@ -17,7 +28,7 @@ import time
 from typing import TYPE_CHECKING
 
 from .._connection import Connection
-from .._errors import PublishError, PublishFailed, StreamNotFound
+from .._errors import NoResponders, PublishError, PublishFailed, StreamNotFound
 from ._frames import Pending
 from ._options import PublisherOptions
 
@@ -30,6 +41,10 @@ log = logging.getLogger(__name__)
 
 # Tokens of retried messages remembered to count the acks of their extra copies.
 _LATE_TOKENS = 100_000
+# Bounds on how long the stream lookup after a last 503 may take (an ack timeout,
+# within these): a meta leader answers in milliseconds, and a cluster without one
+# answers 10008 or nothing, which is an outage either way.
+_LOOKUP_TIMEOUT = (1.0, 5.0)
 _monotonic = time.monotonic
 
 
@@ -54,11 +69,14 @@ class RetryTable:
         self._send = lanes.queue
         self._write = lanes.write_out
         self._tick = lanes.tick
+        #: Subject -> entries whose last attempt was answered 503, until the stream
+        #: lookup says which error they fail with.
+        self.deciding: dict[str, list[Pending]] = {}
         self._probing: set[str] = set()
         self._probe_tasks: set[asyncio.Task[None]] = set()
 
     def __bool__(self) -> bool:
-        return bool(self.pending or self.waiting)
+        return bool(self.pending or self.waiting or self.deciding)
 
     def remember_late(self, token: int) -> None:
         """Note a re-sent token whose extra copies may still be acknowledged."""
@@ -83,39 +101,90 @@ class RetryTable:
         self.waiting[token] = entry
 
     def no_responders(self, token: int, entry: Pending) -> None:
-        """The server answered 503: retry, and ask once whether a stream listens at all."""
+        """The server answered 503: retry, and ask whether a stream captures the subject."""
         # A 503 means "no stream listens" for a missing stream, but also happens
-        # while a clustered stream elects a new leader: retry, and ask the
-        # server once which case it is so a missing stream still fails at once.
+        # while a clustered stream has no leader: retry, and ask the server which
+        # case it is, so that a missing stream still fails at once.
         if entry.attempts >= self.options.max_attempts:
-            self._fail(entry, _stream_not_found(entry.subject, entry.attempts))
+            # The last attempt: the lookup decides the error (see the module docstring).
+            self.deciding.setdefault(entry.subject, []).append(entry)
+            self._look_up(entry.subject)
             return
         # An election takes seconds: spend an ack timeout per attempt, as a lost
         # ack would, so 503s get the retry horizon the window guard checked.
         opts = self.options
         entry.deadline = _monotonic() + opts.ack_timeout + opts.backoff(entry.attempts + 1)
         self.waiting[token] = entry
-        if entry.subject not in self._probing:
-            self._probing.add(entry.subject)
-            task = asyncio.create_task(self._probe_subject(entry.subject))
-            self._probe_tasks.add(task)
-            task.add_done_callback(self._probe_tasks.discard)
+        self._look_up(entry.subject)
+
+    def _look_up(self, subject: str) -> None:
+        """Ask which streams capture ``subject``, unless a lookup is already under way."""
+        if subject in self._probing:
+            return
+        self._probing.add(subject)
+        task = asyncio.create_task(self._probe_subject(subject))
+        self._probe_tasks.add(task)
+        task.add_done_callback(self._probe_tasks.discard)
 
     async def _probe_subject(self, subject: str) -> None:
+        low, high = _LOOKUP_TIMEOUT
+        names: list[str] | None = None
+        why = ""
         try:
-            reply = await self.conn.api("STREAM.NAMES", {"subject": subject})
-        except Exception as exc:  # unknown: keep retrying with backoff
+            reply = await self.conn.api(
+                "STREAM.NAMES",
+                {"subject": subject},
+                timeout=min(max(self.options.ack_timeout, low), high),
+            )
+            names = list(reply.get("streams") or [])
+        except Exception as exc:  # unknown: an outage until the server says otherwise
             log.debug("publisher could not look up the stream of %r: %s", subject, exc)
-            return
+            why = f"{type(exc).__name__}: {exc}"
         finally:
             self._probing.discard(subject)
-        if reply.get("streams"):
-            return
-        for table in (self.waiting, self.pending):
-            doomed = [t for t, e in table.items() if e.subject == subject]
-            for token in doomed:
-                entry = table.pop(token)
+        if names == []:  # the server says no stream captures it: fail them all now
+            for table in (self.waiting, self.pending):
+                doomed = [t for t, e in table.items() if e.subject == subject]
+                for token in doomed:
+                    entry = table.pop(token)
+                    self._fail(entry, _stream_not_found(subject, entry.attempts))
+        for entry in self.deciding.pop(subject, ()):
+            if names == []:
                 self._fail(entry, _stream_not_found(subject, entry.attempts))
+            else:
+                self._fail(entry, self._no_leader(entry, names, why))
+
+    def _no_leader(self, entry: Pending, names: list[str] | None, why: str) -> PublishFailed:
+        """The error of a publish whose every attempt was answered 503 by a stream that exists
+        (``names``) or may exist (None: the lookup got no answer, ``why``)."""
+        opts = self.options
+        if names:
+            whose = f"stream {names[0]!r} captures it but no leader of it answered"
+        elif opts.stream is not None:
+            whose = (
+                f"no leader of stream {opts.stream!r} answered (which stream captures it "
+                f"could not be looked up: {why})"
+            )
+        else:
+            whose = (
+                f"no stream leader answered (which stream captures it could not be looked "
+                f"up: {why})"
+            )
+        n = entry.attempts
+        error = PublishFailed(
+            f"no PubAck for msg id {entry.msg_id!r} on {entry.subject!r} after {n} "
+            f"attempt{'s' if n != 1 else ''} (ack_timeout={opts.ack_timeout:g}s): {whose}; the "
+            "stream may be between leaders or too few of its servers up. The publish can be "
+            "retried: it may or may not be stored, so re-publish it with the same msg id "
+            "inside the duplicate window",
+            msg_id=entry.msg_id,
+            attempts=entry.attempts,
+        )
+        # The server's answer, kept: status 503 (no responders), a transient one here.
+        error.__cause__ = NoResponders(
+            f"no responders on {entry.subject!r} after {entry.attempts} attempts", transient=True
+        )
+        return error
 
     def give_up(self, entry: Pending) -> None:
         """Fail ``entry`` after its last unacknowledged attempt."""
@@ -213,15 +282,18 @@ class RetryTable:
         """Fail every entry with ``exc`` and stop the stream lookups."""
         for task in list(self._probe_tasks):
             task.cancel()
-        for entry in [*self.pending.values(), *self.waiting.values()]:
+        deciding = [entry for entries in self.deciding.values() for entry in entries]
+        for entry in [*self.pending.values(), *self.waiting.values(), *deciding]:
             self._fail(entry, exc)
         self.pending.clear()
         self.waiting.clear()
+        self.deciding.clear()
 
 
 def _stream_not_found(subject: str, attempts: int) -> StreamNotFound:
     return StreamNotFound(
-        f"no stream listens on subject {subject!r} (no responders after "
-        f"{attempts} attempt{'s' if attempts != 1 else ''})",
+        f'no stream listens on subject {subject!r}: the publish was answered "no '
+        f'responders" (attempt {attempts}) and the server lists no stream that captures '
+        "the subject",
         code=503,
     )

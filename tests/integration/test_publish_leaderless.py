@@ -1,0 +1,167 @@
+"""A stream without a leader past the retry horizon is an outage, not a missing stream.
+
+nats-server answers a JetStream publish with "503 no responders" both when no stream
+captures the subject and when the stream that does has no leader: only a stream's
+leader subscribes to its subjects (``stream.setLeader``). Found by the fault campaign
+(R3, two of three nodes down for longer than the retry horizon): the Publisher failed
+such publishes with ``StreamNotFound``, and ``oncestream publish`` exited 2 ("fix
+--subject"), once naming the same stream twice, although a re-run resumes exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import nats.aio.msg
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from oncestream import (
+    Connection,
+    ConnectOptions,
+    NoResponders,
+    Publisher,
+    PublisherOptions,
+    PublishFailed,
+    StreamNotFound,
+    connect,
+)
+from oncestream.cli import app
+from oncestream.cli._app import exit_code_for
+from oncestream.load._plan import refused_subject
+from oncestream.load._run import Tally
+from oncestream.server import Cluster, monitor
+from oncestream.streams import StreamSpec, ensure_stream
+
+STREAM = "T"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    topology = Cluster(tmp_path / "cluster", size=3, sync_interval=None)
+    topology.up()
+    try:
+        yield topology
+    finally:
+        topology.down()
+
+
+async def _r3_stream_and_survivor(cluster: Cluster) -> tuple[str, list[str]]:
+    """Create the R3 stream; the node to keep (neither its leader nor the meta leader).
+
+    Killing the other two leaves the survivor a follower of both groups: it holds no
+    subscription for the stream's subjects (a publish gets "no responders") and, not
+    the meta leader, it does not answer ``STREAM.NAMES``. A leader killed in place
+    (SIGKILL) hands nothing over, as in the campaign's crashes.
+    """
+    async with await connect(cluster.options()) as conn:
+        # Without fast-ingest batches (a stream created by anyone else): every attempt of a
+        # publish goes on the ack path, where the 503s are counted.
+        spec = StreamSpec(name=STREAM, subjects=("t.>",), replicas=3, allow_batched=False)
+        await ensure_stream(conn, spec)
+        info = await conn.stream_info(STREAM)
+        stream_leader = info["cluster"]["leader"]
+    meta = (monitor(cluster.http_ports[stream_leader], "/jsz") or {}).get("meta_cluster") or {}
+    leaders = {stream_leader, meta.get("leader")}
+    survivor = next(node for node in cluster.node_names if node not in leaders)
+    return survivor, [node for node in cluster.node_names if node != survivor]
+
+
+def _kill(cluster: Cluster, nodes: list[str]) -> None:
+    for node in nodes:
+        cluster.servers[node].kill()
+
+
+async def test_a_publish_to_a_leaderless_stream_fails_retryable_not_stream_not_found(
+    cluster: Cluster,
+) -> None:
+    survivor, others = await _r3_stream_and_survivor(cluster)
+    async with await connect(ConnectOptions(servers=(cluster.url(survivor),))) as conn:
+        options = PublisherOptions(stream=STREAM, ack_timeout=0.3, max_attempts=3)
+        async with Publisher(conn, options) as pub:
+            first = await (await pub.publish("t.cli", b"1", msg_id="1"))
+            assert first.stream == STREAM and not first.duplicate
+            _kill(cluster, others)
+            future = await pub.publish("t.cli", b"2", msg_id="2")
+            with pytest.raises((PublishFailed, StreamNotFound)) as caught:
+                await asyncio.wait_for(future, timeout=20)
+    error = caught.value
+    assert not isinstance(error, StreamNotFound), error
+    assert isinstance(error, PublishFailed), error
+    assert error.msg_id == "2" and error.attempts == 3
+    assert f"stream {STREAM!r}" in str(error) and "retried" in str(error), error
+    cause = error.__cause__
+    assert isinstance(cause, NoResponders) and cause.code == 503 and cause.transient, cause
+    assert exit_code_for(error) == 1  # the work failed: re-run, not bad usage
+
+
+async def test_cli_publish_through_a_leaderless_outage_exits_1_and_says_re_run(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    survivor, others = await _r3_stream_and_survivor(cluster)
+    total = 400
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(orjson.dumps({"id": f"r{i}"}).decode() + "\n" for i in range(total)))
+    args = ["publish", str(path), "--stream", STREAM, "--subject", "t.cli", "--id-field", "id",
+            "-s", cluster.url(survivor), "--no-progress", "--rate", "40",
+            "--ack-timeout", "300ms", "--max-attempts", "3"]  # fmt: skip
+    async with await connect(ConnectOptions(servers=(cluster.url(survivor),))) as conn:
+        seen = asyncio.Event()
+        count = 0
+
+        async def on_record(_msg: nats.aio.msg.Msg) -> None:
+            nonlocal count
+            count += 1
+            if count >= 10:
+                seen.set()
+
+        watch = await conn.nc.subscribe("t.cli", cb=on_record)
+        run = asyncio.ensure_future(asyncio.to_thread(CliRunner().invoke, app, args))
+        await asyncio.wait_for(seen.wait(), timeout=20)  # the run is publishing
+        # Unsubscribed before the outage: an interest in the subject is a responder.
+        await watch.unsubscribe()
+        await conn.flush()
+        assert not run.done()  # 400 records at 40/s: it publishes for 10 s
+        _kill(cluster, others)
+        result = await asyncio.wait_for(run, timeout=60)
+    flat = " ".join(result.output.split())
+    assert result.exit_code == 1, result.output
+    assert "resume: re-run the same command" in flat, result.output
+    assert "fix --subject" not in flat and "not by --stream" not in flat, result.output
+    assert "StreamNotFound" not in flat, result.output
+
+
+async def test_a_refusal_of_a_subject_the_target_captures_is_not_called_a_wrong_subject(
+    conn: Connection, make_stream
+) -> None:
+    """The loader's "captured by stream X, not by --stream Y" needs X != Y: when the target
+    captures the refused subject by the time it is looked up, the refusal was transient."""
+    await make_stream(STREAM, ("t.>",))
+    await make_stream("OTHER", ("o.>",))
+    tally = Tally(fatal=StreamNotFound("no stream listens", code=503), fatal_subject="t.cli")
+    assert await refused_subject(conn, STREAM, tally) is None
+    tally.fatal_subject = "o.cli"
+    said = await refused_subject(conn, STREAM, tally)
+    assert said is not None and "captured by stream 'OTHER', not by LoadOptions.stream 'T'" in said
+    tally.fatal_subject = "nowhere.cli"
+    said = await refused_subject(conn, STREAM, tally)
+    assert said is not None and "captured by no stream" in said
+
+
+async def test_a_subject_no_stream_captures_still_fails_with_stream_not_found(
+    conn: Connection, make_stream
+) -> None:
+    """On a healthy server the lookup says no stream captures it: StreamNotFound, exit 2,
+    on the last attempt (max_attempts=1) as on an early one."""
+    await make_stream(STREAM, ("t.>",))
+    for attempts in (1, 3):
+        options = PublisherOptions(ack_timeout=0.3, max_attempts=attempts)
+        async with Publisher(conn, options) as pub:
+            future = await pub.publish("nowhere.cli", b"x", msg_id=f"n{attempts}")
+            with pytest.raises(StreamNotFound, match=r"nowhere\.cli") as caught:
+                await asyncio.wait_for(future, timeout=10)
+        assert caught.value.code == 503
+        assert exit_code_for(caught.value) == 2
