@@ -11,8 +11,11 @@ such publishes with ``StreamNotFound``, and ``oncestream publish`` exited 2 ("fi
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import nats.aio.msg
 import orjson
@@ -33,8 +36,12 @@ from oncestream.cli import app
 from oncestream.cli._app import exit_code_for
 from oncestream.load._plan import refused_subject
 from oncestream.load._run import Tally
+from oncestream.publish import AtomicPublisher, ProducerSession
 from oncestream.server import Cluster, monitor
 from oncestream.streams import StreamSpec, ensure_stream
+from tests._wiretap import WireTap
+from tests.integration.test_atomic_publisher import until
+from tests.integration.test_publisher import read_back
 
 STREAM = "T"
 
@@ -49,8 +56,9 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         topology.down()
 
 
-async def _r3_stream_and_survivor(cluster: Cluster) -> tuple[str, list[str]]:
-    """Create the R3 stream; the node to keep (neither its leader nor the meta leader).
+async def _r3_stream_and_survivor(cluster: Cluster, **spec: Any) -> tuple[str, list[str]]:
+    """Create the R3 stream (``spec``: more StreamSpec fields); the node to keep (neither
+    its leader nor the meta leader) and the others.
 
     Killing the other two leaves the survivor a follower of both groups: it holds no
     subscription for the stream's subjects (a publish gets "no responders") and, not
@@ -60,8 +68,8 @@ async def _r3_stream_and_survivor(cluster: Cluster) -> tuple[str, list[str]]:
     async with await connect(cluster.options()) as conn:
         # Without fast-ingest batches (a stream created by anyone else): every attempt of a
         # publish goes on the ack path, where the 503s are counted.
-        spec = StreamSpec(name=STREAM, subjects=("t.>",), replicas=3, allow_batched=False)
-        await ensure_stream(conn, spec)
+        config = StreamSpec(name=STREAM, subjects=("t.>",), replicas=3, allow_batched=False, **spec)
+        await ensure_stream(conn, config)
         info = await conn.stream_info(STREAM)
         stream_leader = info["cluster"]["leader"]
     meta = (monitor(cluster.http_ports[stream_leader], "/jsz") or {}).get("meta_cluster") or {}
@@ -165,3 +173,133 @@ async def test_a_subject_no_stream_captures_still_fails_with_stream_not_found(
                 await asyncio.wait_for(future, timeout=10)
         assert caught.value.code == 503
         assert exit_code_for(caught.value) == 2
+
+
+def _failed_for_no_leader(error: BaseException, attempts: int) -> None:
+    """A publish that met a stream without a leader on every attempt: retryable, not missing."""
+    assert not isinstance(error, (StreamNotFound, NoResponders)), repr(error)
+    assert isinstance(error, PublishFailed), repr(error)
+    assert error.attempts == attempts, error  # every attempt was made, none cut short
+    assert f"stream {STREAM!r}" in str(error) and "no responders" in str(error).lower(), error
+    cause = error.__cause__
+    assert isinstance(cause, NoResponders) and cause.code == 503 and cause.transient, cause
+    assert exit_code_for(error) == 1
+
+
+async def test_atomic_batches_to_a_leaderless_stream_are_retried_then_fail_retryable(
+    cluster: Cluster,
+) -> None:
+    """The Spark sink's ingest=atomic (AtomicPublisher) and a batching ProducerSession: a
+    batch commit answered "no responders" was stored nowhere, so it is sent again, up to
+    max_attempts, and then fails as an outage, not as a missing stream."""
+    survivor, others = await _r3_stream_and_survivor(cluster, allow_atomic=True)
+    async with await connect(ConnectOptions(servers=(cluster.url(survivor),))) as conn:
+        options = PublisherOptions(stream=STREAM, ack_timeout=0.3, max_attempts=3)
+        atomic = AtomicPublisher(conn, options, chunk_size=10)
+        session = ProducerSession(
+            conn, stream=STREAM, subject_prefix="t.src", producer_id="p1", options=options,
+            batch_size=10,
+        )  # fmt: skip
+        await atomic.start()
+        await session.start()  # both read the stream while it has a leader
+        _kill(cluster, others)
+
+        async def ten_records() -> None:
+            for position in range(10):  # the tenth commits the batch
+                await session.publish(position, b"x")
+
+        try:
+            await atomic.publish(["t.atomic"] * 10, [b"x"] * 10, [f"a{i}" for i in range(10)])
+            chunk, batch = await asyncio.wait_for(
+                asyncio.gather(atomic.flush(), ten_records(), return_exceptions=True), timeout=30
+            )
+        finally:
+            await atomic.close()
+            await session.close()
+    assert isinstance(chunk, BaseException) and isinstance(batch, BaseException), (chunk, batch)
+    _failed_for_no_leader(chunk, attempts=3)
+    _failed_for_no_leader(batch, attempts=3)
+    assert atomic.stats.resent == 2 and atomic.stats.stored == 0, atomic.stats
+
+
+async def test_atomic_batches_to_a_subject_no_stream_captures_fail_with_stream_not_found(
+    conn: Connection, make_stream
+) -> None:
+    """The same 503 on a healthy server that lists no stream for the subject: at once."""
+    await make_stream(STREAM, ("t.>",), allow_atomic=True)
+    options = PublisherOptions(stream=STREAM, ack_timeout=0.3, max_attempts=3)
+    atomic = AtomicPublisher(conn, options, chunk_size=10)
+    try:
+        await atomic.publish(["nowhere.a"] * 2, [b"x"] * 2, ["n1", "n2"])
+        with pytest.raises(StreamNotFound, match=r"nowhere\.a") as caught:
+            await asyncio.wait_for(atomic.flush(), timeout=10)
+    finally:
+        await atomic.close()
+    assert caught.value.code == 503 and atomic.stats.resent == 0
+    session = ProducerSession(
+        conn, stream=STREAM, subject_prefix="nowhere", producer_id="p1", options=options,
+        batch_size=2,
+    )  # fmt: skip
+    await session.start()
+    try:
+        await session.publish(1, b"x")
+        with pytest.raises(StreamNotFound, match=r"nowhere\.p1") as caught:
+            await asyncio.wait_for(session.publish(2, b"x"), timeout=10)
+    finally:
+        await session.close()
+    assert caught.value.code == 503 and exit_code_for(caught.value) == 2
+
+
+async def test_a_batch_whose_ack_was_lost_with_the_leader_is_settled_when_one_is_back(
+    cluster: Cluster,
+) -> None:
+    """A settle probe answered "no responders" settles nothing. The batch's commit ack is
+    lost with the two servers that stored it; the survivor (paused while they did) has
+    no leader and not the batch. Its probes are answered 503 until the two are back, past
+    the 1 s window: then a leader answers, the batch is read back as stored, not re-sent."""
+    survivor, others = await _r3_stream_and_survivor(
+        cluster, allow_atomic=True, duplicate_window=1.0
+    )
+    ids = [f"s{i}" for i in range(100)]
+    with WireTap(cluster.client_ports[others[0]]) as tap:
+        client = await connect(ConnectOptions(servers=(tap.url(),), reconnect_wait=0.05))
+        options = PublisherOptions(stream=STREAM, ack_timeout=0.3, max_attempts=40)
+        pub = AtomicPublisher(client, options, chunk_size=100)
+        await pub.start()
+        watcher = await connect(ConnectOptions(servers=(cluster.url(others[0]),)))
+        try:
+
+            async def stored_by_the_two() -> bool:
+                info = await watcher.stream_info(STREAM)
+                return int(info["state"]["messages"]) == len(ids)
+
+            cluster.servers[survivor].pause()  # it misses the batch
+            tap.hold(replies=True)  # and the client its commit ack
+            await pub.publish(["t.settle"] * len(ids), [b"x"] * len(ids), ids)
+            flushed = asyncio.ensure_future(pub.flush())
+            await until(stored_by_the_two, "the stream's leader and one follower storing it")
+            _kill(cluster, others)  # the commit ack dies with them (and the connection)
+            tap.upstream = cluster.client_ports[survivor]
+            tap.cut()
+            tap.release()
+            cluster.servers[survivor].resume()
+            stored_at = time.monotonic()
+            await until(lambda: _true(pub.stats.lost_acks >= 1), "the ack timeout")
+            # Past the window, so that only the read-back keeps the batch once.
+            await asyncio.sleep(max(0.0, stored_at + 1.3 - time.monotonic()))
+            assert not flushed.done(), flushed  # the 503s decided nothing
+            await asyncio.gather(*(asyncio.to_thread(cluster.start, node) for node in others))
+            stats = await asyncio.wait_for(flushed, timeout=30)
+        finally:
+            cluster.servers[survivor].resume()
+            await pub.close()
+            await client.close()
+            await watcher.close()
+    assert stats.stored == len(ids) and stats.resent == 0, stats
+    async with await connect(cluster.options()) as conn:
+        counts = Counter(m.msg_id for m in await read_back(conn, STREAM))
+    assert counts == Counter(ids), {k: v for k, v in counts.items() if v != 1}
+
+
+async def _true(value: bool) -> bool:
+    return value

@@ -1,4 +1,5 @@
-"""The one reader of a publish ack (publish/_batch.ack_response) and its two users."""
+"""The one reader of a publish ack (publish/_batch.ack_response), its two users, and the
+reader of a settle probe's reply (publish/_batch.settles)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 
 from oncestream import JetStreamError, NoResponders, WrongLastSequence
 from oncestream.publish._atomic import _puback
-from oncestream.publish._batch import commit_result
+from oncestream.publish._batch import commit_result, settles
 
 
 def test_a_refusal_is_the_typed_error_with_its_code() -> None:
@@ -35,3 +36,15 @@ def test_a_malformed_ack_names_which_ack() -> None:
 def test_the_acks_read() -> None:
     assert _puback(b'{"stream":"ORDERS","seq":7,"duplicate":true}', "orders.1") == (7, True)
     assert commit_result(b'{"stream":"ORDERS","seq":9,"count":3}', "orders.1") == (9, 3)
+
+
+def test_only_the_streams_ingest_loop_settles_a_probe() -> None:
+    refused = (
+        b'{"error":{"code":400,"err_code":10060,"description":"expected stream does not match"}}'
+    )
+    assert settles(refused)  # processed after everything the connection sent before
+    dropped = b'{"error":{"code":429,"err_code":10167,"description":"too many requests"}}'
+    assert not settles(dropped)
+    # 503, no body: the probe reached no stream. A stream without a leader answers so too,
+    # and its old leader may have committed the batch: that settles nothing.
+    assert not settles(b"")

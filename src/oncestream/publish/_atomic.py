@@ -18,6 +18,7 @@ from .._errors import (
     ConfigError,
     ErrCode,
     JetStreamError,
+    NoResponders,
     PublishFailed,
 )
 from .._headers import (
@@ -41,6 +42,7 @@ from ._batch import (
 )
 from ._duplicates import DuplicateFinder
 from ._frames import check_single_values, check_subject, too_large
+from ._noresponders import capturing_streams, leaderless, no_leader_cause, stream_not_found
 from ._options import PublisherOptions
 
 __all__ = ["MAX_INFLIGHT_BATCHES", "AtomicPublisher", "AtomicStats"]
@@ -98,7 +100,7 @@ def _puback(data: bytes, subject: str) -> tuple[int, bool]:
     """``(seq, duplicate)`` of the PubAck of a plain publish to ``subject``.
 
     Raises:
-        NoResponders: no stream captures ``subject`` (the 503 status has no body).
+        NoResponders: the publish reached no stream (503): it is not stored.
         JetStreamError: the typed refusal (err_code kept), or a malformed ack.
     """
     response = ack_response(data, subject, "PubAck")
@@ -190,6 +192,14 @@ class AtomicPublisher:
       ``duplicate`` per row;
     - 10176 (incomplete: abandoned, too many batches in flight), 10210, 10167,
       10158: not stored; sent again after the backoff;
+    - "no responders" (503: the commit reached no stream, so the chunk is not
+      stored): sent again after the ack timeout and the backoff, as long as the
+      stream is without a leader, up to ``max_attempts``; then
+      :class:`PublishFailed` (its ``__cause__`` a transient
+      :class:`NoResponders`), or :class:`StreamNotFound` when the server lists no
+      stream that captures the subject. A settle probe answered 503 settles
+      nothing (the old leader may have committed the chunk): it is sent again
+      until a leader answers it;
     - any other refusal fails with its typed error.
 
     Args:
@@ -425,13 +435,16 @@ class AtomicPublisher:
                     continue
                 data = future.result()  # the late commit ack, which came before the probe's
             try:
-                seq, count = commit_result(data, self.stream)
+                seq, count = commit_result(data, chunk.subjects[-1].decode())
             except JetStreamError as exc:
                 if exc.err_code == ErrCode.ATOMIC_DUPLICATE_MESSAGE:
                     rest = await self._duplicates(chunk)
                     if rest is None:
                         return
                     chunk = rest
+                elif isinstance(exc, NoResponders):  # the commit reached no stream
+                    await self._unheard(chunk, attempt)
+                    await asyncio.sleep(opts.backoff(attempt + 1))
                 elif exc.err_code in _NOT_STORED:
                     await asyncio.sleep(opts.backoff(attempt + 1))
                 elif exc.err_code == ErrCode.ATOMIC_TOO_LARGE_BATCH:
@@ -458,6 +471,37 @@ class AtomicPublisher:
             if seq > self._seen:
                 self._seen = seq
             return
+
+    async def _unheard(self, chunk: _Chunk, attempt: int) -> None:
+        """After attempt ``attempt`` of ``chunk`` reached no stream (503): wait, or raise.
+
+        Not stored, so sending it again is safe. The server is asked which stream
+        captures the subject at the first attempt and at the last; the others wait
+        out the ack timeout (an election takes seconds).
+
+        Raises:
+            StreamNotFound: the server lists no stream that captures the subject.
+            PublishFailed: the last attempt, and a stream that captures it or no answer.
+        """
+        opts = self.options
+        last = attempt >= opts.max_attempts
+        if attempt == 1 or last:
+            subject = chunk.subjects[-1].decode()
+            names, why = await capturing_streams(self.conn, subject, opts.ack_timeout)
+            if names == []:
+                raise stream_not_found(subject, attempt)
+            if last:
+                raise PublishFailed(
+                    f"{len(chunk)} rows to stream {self.stream!r} (msg ids {chunk.ids[0]!r}.."
+                    f"{chunk.ids[-1]!r}) were not stored after {attempt} atomic batches, "
+                    f'the last answered "no responders" on {subject!r}: '
+                    f"{leaderless(names, self.stream, why)}; the stream may be between "
+                    "leaders or too few of its servers up. None of these rows is stored: send them "
+                    "again",
+                    msg_id=chunk.ids[0],
+                    attempts=attempt,
+                ) from no_leader_cause(subject, attempt)
+        await asyncio.sleep(opts.ack_timeout)
 
     def _next_attempt(self, chunk: _Chunk, attempt: int) -> int:
         if attempt >= self.options.max_attempts:
@@ -552,12 +596,17 @@ class AtomicPublisher:
                         self._replies.forget(reply)
             again: list[int] = []
             unanswered: list[int] = []
+            unheard = False  # a row reached no stream (503: its stream has no leader)
             for i, _, future in waiting:
                 if not future.done():
                     unanswered.append(i)
                     continue
                 try:
                     seq, duplicate = _puback(future.result(), chunk.subjects[i].decode())
+                except NoResponders:  # not stored
+                    unheard = True
+                    again.append(i)
+                    continue
                 except JetStreamError as exc:
                     if exc.err_code not in _NOT_STORED:
                         raise
@@ -579,25 +628,35 @@ class AtomicPublisher:
             if not again:
                 return
             chunk = chunk.rows(sorted(again))
+            if unheard:
+                await self._unheard(chunk, attempt)
             attempt = self._next_attempt(chunk, attempt)
             await asyncio.sleep(opts.backoff(attempt))
 
     async def _settle(self, chunk: _Chunk) -> None:
         """Return once the stream has processed everything this connection sent before.
 
+        A probe answered "no responders" (503) reached no stream and settles
+        nothing: the stream may have lost its leader after taking the chunk (see
+        :mod:`oncestream.publish._batch`). It is sent again an ack timeout later,
+        until a leader answers, unless the server lists no stream that captures
+        the subject (then none can take the chunk any more: settled).
+
         Raises:
-            PublishFailed: no probe was answered within ``max_attempts`` x
-                ``ack_timeout`` (the server or stream is not processing: the
-                chunk's fate is unknown).
+            PublishFailed: no probe was answered by the stream within ``max_attempts``
+                x ``ack_timeout`` (the server or stream is not processing, or has no
+                leader: the chunk's fate is unknown).
         """
         opts = self.options
         subject = chunk.subjects[-1]
         loop = asyncio.get_running_loop()
         answered: asyncio.Future[bytes] = loop.create_future()
         replies: list[bytes] = []
+        unheard = ""  # whose leader did not answer the last probe, when a 503 did
+        asked = False  # the server was asked which stream captures the subject
         try:
             for attempt in range(1, opts.max_attempts + 1):
-                if answered.done():  # a probe dropped by a full ingest queue (10167)
+                if answered.done():  # a probe dropped by a full ingest queue (10167), or a 503
                     await asyncio.sleep(opts.backoff(attempt))
                     answered = loop.create_future()
                 # Earlier probes resolve the same future: any answer settles.
@@ -605,6 +664,7 @@ class AtomicPublisher:
                 replies.append(reply)
                 frame = probe_frame(subject, reply)
                 await self.conn.send_frames(frame, what=f"settle probe to {self.stream!r}")
+                unheard = ""
                 try:
                     async with asyncio.timeout(opts.ack_timeout):
                         data = await asyncio.shield(answered)
@@ -612,19 +672,44 @@ class AtomicPublisher:
                     continue
                 if settles(data):
                     return
+                if data:  # 10167
+                    continue
+                if not asked or attempt == opts.max_attempts:  # the first 503, the last
+                    asked = True
+                    names, why = await capturing_streams(
+                        self.conn, subject.decode(), opts.ack_timeout
+                    )
+                    if names == []:
+                        return
+                    unheard = leaderless(names, self.stream, why)
+                if attempt < opts.max_attempts:
+                    await asyncio.sleep(opts.ack_timeout)
         finally:
             for reply in replies:
                 self._replies.forget(reply)
-        raise PublishFailed(
+        error = PublishFailed(
             f"stream {self.stream!r} did not process a settle probe within "
             f"{opts.max_attempts} x {opts.ack_timeout:g}s after an atomic batch of "
-            f"{len(chunk)} rows got no commit ack: whether the batch is stored is unknown",
+            f"{len(chunk)} rows got no commit ack"
+            + (f' (the last probe was answered "no responders": {unheard})' if unheard else "")
+            + ": whether the batch is stored is unknown",
             msg_id=chunk.ids[0],
             attempts=opts.max_attempts,
         )
+        if unheard:
+            raise error from no_leader_cause(subject.decode(), opts.max_attempts)
+        raise error
 
     async def _read_back(self, chunk: _Chunk) -> set[str]:
         """The chunk's msg ids the stream holds after the chunk's floor."""
         self.stats.read_backs += 1
-        stored = await stored_ids(self.conn, self.stream, chunk.floor)
+        opts = self.options
+        # Rides out an election and a replica catching up (both can follow a 503).
+        stored = await stored_ids(
+            self.conn,
+            self.stream,
+            chunk.floor,
+            retry_timeout=opts.ack_timeout * opts.max_attempts,
+            budget_source="PublisherOptions.ack_timeout x max_attempts",
+        )
         return {msg_id for msg_id in chunk.ids if msg_id in stored}

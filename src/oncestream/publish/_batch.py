@@ -24,6 +24,14 @@ read on 2.15):
   (``internalLoop``): atomic batch messages and plain publishes alike. A
   publish sent after a batch on the same connection is therefore processed
   after the batch's commit message, if that message reaches the server at all.
+- Only a clustered stream's leader subscribes to its subjects. While it has
+  none (an election, or too few of its servers up) a commit message, like any
+  publish, is answered 503 "no responders", as it is for a subject no stream
+  captures (:mod:`._noresponders`). That 503 proves the commit message reached
+  no stream, so the attempt committed nothing and never will: sending the
+  batch again is safe. It says nothing about an earlier attempt, which a
+  leader may have committed just before it died, nor about the stream's
+  progress: a settle probe answered 503 settles nothing.
 
 Two senders share the frames and the reply inbox here:
 :class:`AtomicBatchSender` sends a producer session's batches one at a time
@@ -70,6 +78,7 @@ from .._retry import retrying
 from ..streams import require_server
 from ..streams._internal import check_server_bugs
 from ._frames import check_subject, too_large
+from ._noresponders import capturing_streams, leaderless, no_leader_cause, stream_not_found
 from ._options import PublisherOptions
 
 __all__ = [
@@ -179,7 +188,8 @@ def probe_frame(subject: bytes, reply: bytes) -> bytes:
 
     Its reply comes from the stream's ingest loop, after everything this
     connection sent to that stream before it (see the module docstring); only
-    a full ingest queue (10167) or no stream at all (503) answers earlier.
+    a full ingest queue (10167) or no stream reached (503: none captures the
+    subject, or its stream has no leader) answers otherwise.
     """
     return b"HPUB %b %b %d %d\r\n%b\r\n" % (
         subject,
@@ -197,11 +207,15 @@ def ack_response(data: bytes, subject: str, what: str) -> Any:
         what: the ack's name in the malformed-ack message (``"PubAck"``).
 
     Raises:
-        NoResponders: no stream captures ``subject`` (the 503 status has no body).
+        NoResponders: the publish reached no stream (503, no body): none captures
+            ``subject``, or its stream has no leader (see the module docstring).
         JetStreamError: the typed refusal (err_code kept), or an ack that is not JSON.
     """
     if not data:
-        raise NoResponders(f"no stream listens on subject {subject!r}")
+        raise NoResponders(
+            f'no stream answered on subject {subject!r} ("no responders": none captures it, '
+            "or its stream has no leader)"
+        )
     try:
         response = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -215,7 +229,7 @@ def commit_result(data: bytes, subject: str) -> tuple[int, int]:
     """``(seq, count)`` of a batch's commit ack.
 
     Raises:
-        NoResponders: no stream captures ``subject`` (the 503 status has no body).
+        NoResponders: the commit reached no stream (503): the batch is not stored.
         JetStreamError: the typed refusal (err_code kept), or a malformed ack.
     """
     response = ack_response(data, subject, "batch commit ack")
@@ -225,12 +239,14 @@ def commit_result(data: bytes, subject: str) -> tuple[int, int]:
 def settles(data: bytes) -> bool:
     """Whether a settle probe's reply came from the stream's ingest loop.
 
-    Only 10167 (the ingest queue was full, the probe dropped) is answered before
-    the stream processed what came earlier; a 503 (no body) means no stream
-    captures the subject, so none can hold the batch either.
+    Two replies do not: 10167 (the ingest queue was full, the probe dropped)
+    and a 503 (no body: the probe reached no stream). A 503 also comes from a
+    stream without a leader, whose old leader may have committed the batch
+    before it died, so it does not say that no stream holds the batch; the
+    caller asks the server whether any stream captures the subject.
     """
     if not data:
-        return True
+        return False
     with contextlib.suppress(orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
         error = orjson.loads(data).get("error") or {}
         return int(error.get("err_code") or 0) != ErrCode.TOO_MANY_REQUESTS
@@ -346,21 +362,34 @@ class AtomicBatchSender:
     async def send(self, records: list[BatchRecord], expected_seq: int) -> int:
         """Store ``records`` atomically after ``expected_seq``; return the last stream sequence.
 
+        An attempt without a commit ack, or answered "no responders" (503: the
+        stream has no leader), is sent again after the backoff, up to
+        ``max_attempts``; a 503 waits out the ack timeout first, as a lost ack
+        would, so an election gets the whole retry horizon. The sequence check
+        keeps every re-send safe (see the class docstring).
+
         Raises:
             WrongLastSequence: the subject's last message is not ``expected_seq``
                 (another writer, or an earlier attempt of this batch committed).
             JetStreamError: err_code 10201, the batch repeats stored msg ids (same
                 two causes, inside the duplicate window).
             JetStreamError: any other rejection.
-            PublishFailed: no commit ack after ``max_attempts`` attempts.
+            StreamNotFound: answered 503 and the server lists no stream that
+                captures the subject.
+            PublishFailed: no commit ack after ``max_attempts`` attempts (its
+                ``__cause__`` a transient :class:`NoResponders` when the last was
+                answered 503 by a stream that exists or may exist).
         """
         opts = self.options
         attempt = 0
+        # Whose leader did not answer the last attempt, when a 503 did (empty: a timeout).
+        unheard: list[str] = []
 
         async def once() -> int:
             nonlocal attempt
             attempt += 1
             self.attempts += 1
+            unheard.clear()
             reply, future = self._replies.expect()
             payload = self._frames(records, expected_seq, reply)
             try:
@@ -375,6 +404,9 @@ class AtomicBatchSender:
                 self._replies.forget(reply)
                 log.debug("no commit ack for a batch on %s (attempt %d)", self.subject, attempt)
                 raise _NoCommitAck from None
+            if not data:  # 503: this attempt reached no stream, so it committed nothing
+                unheard.append(await self._no_responders(attempt))
+                raise _NoCommitAck
             seq, count = commit_result(data, self.subject)
             if count != len(records):
                 raise JetStreamError(f"batch commit stored {count} of {len(records)}")
@@ -391,9 +423,36 @@ class AtomicBatchSender:
                 log_retries=False,
             )
         first, last = records[0][0], records[-1][0]
-        raise PublishFailed(
+        why = f', the last answered "no responders": {unheard[0]}' if unheard else ""
+        error = PublishFailed(
             f"no commit ack for positions {first}..{last} on {self.subject!r} after "
-            f"{opts.max_attempts} attempts; restart the session (start() reads what is stored)",
+            f"{opts.max_attempts} attempts{why}; restart the session (start() reads what is "
+            "stored)",
             msg_id=f"{self.producer_id}:{last}",
             attempts=opts.max_attempts,
         )
+        if unheard:
+            raise error from no_leader_cause(self.subject, opts.max_attempts)
+        raise error
+
+    async def _no_responders(self, attempt: int) -> str:
+        """After attempt ``attempt`` was answered 503: wait to send again, or say why not.
+
+        At the first attempt and the last the server is asked which stream captures
+        the subject; the others wait out the ack timeout (an election takes seconds).
+
+        Returns:
+            At the last attempt, whose leader did not answer (else "").
+
+        Raises:
+            StreamNotFound: the server lists no stream that captures the subject.
+        """
+        opts = self.options
+        if attempt == 1 or attempt >= opts.max_attempts:
+            names, why = await capturing_streams(self.conn, self.subject, opts.ack_timeout)
+            if names == []:
+                raise stream_not_found(self.subject, attempt)
+            if attempt >= opts.max_attempts:
+                return leaderless(names, opts.stream, why)
+        await asyncio.sleep(opts.ack_timeout)
+        return ""

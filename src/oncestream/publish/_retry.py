@@ -8,16 +8,15 @@ re-sent with the same msg id. After ``max_attempts`` sends an entry fails
 with :class:`PublishFailed`. ``late`` remembers re-sent tokens so that the
 acks of their extra copies still count as duplicates.
 
-A 503 does not say why nobody listens: nats-server answers it both for a
-subject no stream captures and for a clustered stream without a leader (only
-a stream's leader subscribes to its subjects). So the server is asked
-(``STREAM.NAMES`` filtered by the subject): at the first 503, to fail a
-subject no stream captures at once, and again when a publish has used its
-last attempt on a 503. Only a positive "no stream" is :class:`StreamNotFound`;
-a stream that captures the subject, or no answer (a cluster without a meta
-leader), is an outage: :class:`PublishFailed`, to retry (found by the fault
-campaign, torture/: an R3 stream with two of three nodes down was reported
-missing, and ``oncestream publish`` exited 2, "fix --subject").
+A 503 does not say why nobody listens (:mod:`._noresponders`): no stream
+captures the subject, or its clustered stream has no leader. So the server is
+asked: at the first 503, to fail a subject no stream captures at once, and
+again when a publish has used its last attempt on a 503. Only a positive "no
+stream" is :class:`StreamNotFound`; a stream that captures the subject, or no
+answer (a cluster without a meta leader), is an outage: :class:`PublishFailed`,
+to retry (found by the fault campaign, torture/: an R3 stream with two of three
+nodes down was reported missing, and ``oncestream publish`` exited 2, "fix
+--subject").
 """
 
 from __future__ import annotations
@@ -28,8 +27,9 @@ import time
 from typing import TYPE_CHECKING
 
 from .._connection import Connection
-from .._errors import NoResponders, PublishError, PublishFailed, StreamNotFound
+from .._errors import PublishError, PublishFailed
 from ._frames import Pending
+from ._noresponders import capturing_streams, leaderless, no_leader_cause, stream_not_found
 from ._options import PublisherOptions
 
 if TYPE_CHECKING:
@@ -41,10 +41,6 @@ log = logging.getLogger(__name__)
 
 # Tokens of retried messages remembered to count the acks of their extra copies.
 _LATE_TOKENS = 100_000
-# Bounds on how long the stream lookup after a last 503 may take (an ack timeout,
-# within these): a meta leader answers in milliseconds, and a cluster without one
-# answers 10008 or nothing, which is an outage either way.
-_LOOKUP_TIMEOUT = (1.0, 5.0)
 _monotonic = time.monotonic
 
 
@@ -127,19 +123,8 @@ class RetryTable:
         task.add_done_callback(self._probe_tasks.discard)
 
     async def _probe_subject(self, subject: str) -> None:
-        low, high = _LOOKUP_TIMEOUT
-        names: list[str] | None = None
-        why = ""
         try:
-            reply = await self.conn.api(
-                "STREAM.NAMES",
-                {"subject": subject},
-                timeout=min(max(self.options.ack_timeout, low), high),
-            )
-            names = list(reply.get("streams") or [])
-        except Exception as exc:  # unknown: an outage until the server says otherwise
-            log.debug("publisher could not look up the stream of %r: %s", subject, exc)
-            why = f"{type(exc).__name__}: {exc}"
+            names, why = await capturing_streams(self.conn, subject, self.options.ack_timeout)
         finally:
             self._probing.discard(subject)
         if names == []:  # the server says no stream captures it: fail them all now
@@ -147,10 +132,10 @@ class RetryTable:
                 doomed = [t for t, e in table.items() if e.subject == subject]
                 for token in doomed:
                     entry = table.pop(token)
-                    self._fail(entry, _stream_not_found(subject, entry.attempts))
+                    self._fail(entry, stream_not_found(subject, entry.attempts))
         for entry in self.deciding.pop(subject, ()):
             if names == []:
-                self._fail(entry, _stream_not_found(subject, entry.attempts))
+                self._fail(entry, stream_not_found(subject, entry.attempts))
             else:
                 self._fail(entry, self._no_leader(entry, names, why))
 
@@ -158,18 +143,7 @@ class RetryTable:
         """The error of a publish whose every attempt was answered 503 by a stream that exists
         (``names``) or may exist (None: the lookup got no answer, ``why``)."""
         opts = self.options
-        if names:
-            whose = f"stream {names[0]!r} captures it but no leader of it answered"
-        elif opts.stream is not None:
-            whose = (
-                f"no leader of stream {opts.stream!r} answered (which stream captures it "
-                f"could not be looked up: {why})"
-            )
-        else:
-            whose = (
-                f"no stream leader answered (which stream captures it could not be looked "
-                f"up: {why})"
-            )
+        whose = leaderless(names, opts.stream, why)
         n = entry.attempts
         error = PublishFailed(
             f"no PubAck for msg id {entry.msg_id!r} on {entry.subject!r} after {n} "
@@ -181,9 +155,7 @@ class RetryTable:
             attempts=entry.attempts,
         )
         # The server's answer, kept: status 503 (no responders), a transient one here.
-        error.__cause__ = NoResponders(
-            f"no responders on {entry.subject!r} after {entry.attempts} attempts", transient=True
-        )
+        error.__cause__ = no_leader_cause(entry.subject, entry.attempts)
         return error
 
     def give_up(self, entry: Pending) -> None:
@@ -288,12 +260,3 @@ class RetryTable:
         self.pending.clear()
         self.waiting.clear()
         self.deciding.clear()
-
-
-def _stream_not_found(subject: str, attempts: int) -> StreamNotFound:
-    return StreamNotFound(
-        f'no stream listens on subject {subject!r}: the publish was answered "no '
-        f'responders" (attempt {attempts}) and the server lists no stream that captures '
-        "the subject",
-        code=503,
-    )

@@ -42,7 +42,7 @@ from .._headers import SEQUENCE, SUBJECT, TIME_STAMP, direct_value, msg_id_key, 
 from .._message import ack_layout
 from .._nats import FrameSink, FrameSubscription, status_code
 from .._options import parse_duration, server_time
-from .._retry import Unavailable, retrying, stream_missing
+from .._retry import Unavailable, leader_stream_info, retrying, stream_missing
 from ..streams import StoredMessage
 
 __all__ = [
@@ -666,6 +666,12 @@ async def stored_ids(
     The range reader reads headers only where it uses a consumer; a stream with
     ``allow_direct`` is read with batched direct gets.
 
+    The stream's end is the leader's, and a replicated range is read to it: a
+    replica of a stream without a leader answers ``STREAM.INFO`` with its own
+    state, and one behind the leader may serve a direct get; either may lack
+    what the leader stored last (and a caller that finds ids absent sends them
+    again).
+
     Args:
         retry_timeout: seconds to ride out a transient failure (an election, a paused
             leader) of the stream lookup and of each read (0: none).
@@ -673,9 +679,10 @@ async def stored_ids(
 
     Raises:
         StreamNotFound: the stream does not exist.
+        Unavailable: the stream had no leader for ``retry_timeout``.
     """
     info = await retrying(
-        lambda: conn.stream_info(stream),
+        lambda: leader_stream_info(conn, stream),
         budget=retry_timeout,
         what=f"STREAM.INFO {stream}",
         budget_source=budget_source,
@@ -695,6 +702,9 @@ async def stored_ids(
         direct=direct,
         headers_only=not direct,
         retry_timeout=retry_timeout,
+        # A replica behind the leader may serve the read and end it early: ids missed so
+        # would count as absent.
+        replicated=int(info["config"].get("num_replicas") or 1) > 1,
         budget_source=budget_source,
     )
     try:
