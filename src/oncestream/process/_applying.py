@@ -6,8 +6,8 @@ transaction, claims every message's key, calls ``handler(msg, tx)`` for the
 fresh ones (or ``batch_handler(fresh, tx)`` once) and commits. When the
 handler fails the batch is rolled back and split (:func:`split`) until each
 failing message stands alone in its transaction: the others are applied in a
-few transactions, not one each, and only the failing ones fail. A database failure is
-retried a few times; after that the caller hands the batch back for
+few transactions, not one each, and only the failing ones fail. A database
+failure is retried a few times; after that the caller hands the batch back for
 redelivery. What happens to the messages afterwards (acks, naks, dead
 letters) is :mod:`oncestream.process._acking`'s job.
 """
