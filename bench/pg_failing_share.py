@@ -10,9 +10,13 @@ failing share (on every delivery: dead-lettered after ``max_deliver``, the campa
 ``COPY``). Printed per case, one JSON line: seconds until every other message was
 applied and that rate (``apply_rate``), pulled batches and messages per batch, and
 the database's commits and rollbacks (``pg_stat_database``; it lags by up to a
-second, so a case of a few transactions may show 0-2).
+second, so a case of a few transactions may show 0-2). ``--reset``: then the
+consumer is reset to sequence 1 (``oncestream.streams.reset_consumer``, as the
+campaign's ``consumer-reset`` fault does) and the same is printed for the second
+pass, until every applied message was delivered again and suppressed.
 
-Run: ``.venv/bin/python bench/pg_failing_share.py 8000 msg:0 batch:0 msg:0.005 batch:0.005``
+Run: ``flock /tmp/oncestream-heavy.lock .venv/bin/python bench/pg_failing_share.py 8000 msg:0
+batch:0 msg:0.005 batch:0.005`` (``--reset`` for the second pass)
 (each case ``handler:share``). With ``PYTHONPATH`` set to another checkout's ``src``
 it measures that code (this checkout's harness still starts the servers).
 """
@@ -42,7 +46,7 @@ from oncestream import (
     connect,
 )
 from oncestream.server import NatsServer
-from oncestream.streams import StreamSpec, ensure_stream
+from oncestream.streams import ResetTarget, StreamSpec, ensure_stream, reset_consumer
 
 COLUMNS = "(key, proc, wall, mono)"
 
@@ -63,8 +67,16 @@ def transactions(url: str) -> tuple[int, int]:
 
 
 async def case(
-    nats_url: str, pg: PostgresServer, name: str, n: int, kind: str, share: float, pinned: bool
-) -> dict[str, Any]:
+    nats_url: str,
+    pg: PostgresServer,
+    name: str,
+    n: int,
+    kind: str,
+    share: float,
+    *,
+    pinned: bool,
+    reset: bool,
+) -> list[dict[str, Any]]:
     url = pg.url.rsplit("/", 1)[0] + "/" + name
     with psycopg.connect(pg.url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
@@ -110,33 +122,47 @@ async def case(
         options=ProcessorOptions(**changes),
         **handlers,
     )
-    before = transactions(url)
-    began = time.monotonic()
+    stats = processor.stats
+    results: list[dict[str, Any]] = []
+
+    async def measure(phase: str, done: Any) -> None:
+        before = transactions(url)
+        counts = (stats.applied + stats.suppressed, stats.batches, stats.failed)
+        began = time.monotonic()
+        await processor.wait_until(done, timeout=600)
+        took = time.monotonic() - began
+        after = transactions(url)
+        handled = stats.applied + stats.suppressed - counts[0]
+        batches = stats.batches - counts[1]
+        results.append(
+            {
+                "phase": phase,
+                "handler": kind,
+                "share": share,
+                "pinned": pinned,
+                "messages": n,
+                "refused": refused,
+                "apply_s": round(took, 2),
+                "apply_rate": round((n - refused) / took, 1),
+                "batches": batches,
+                "per_batch": round(handled / max(1, batches), 1),
+                "failed": stats.failed - counts[2],
+                "commits": after[0] - before[0],
+                "rollbacks": after[1] - before[1],
+            }
+        )
+
     task = asyncio.create_task(processor.run())
     try:
-        await processor.wait_until(lambda s: s.applied >= n - refused, timeout=600)
-        applied_s = time.monotonic() - began
-        after = transactions(url)
+        await measure("first", lambda s: s.applied >= n - refused)
+        if reset:
+            await reset_consumer(conn, stream, "pg", ResetTarget(seq=1))
+            await measure("after reset", lambda s: s.suppressed >= n - refused)
     finally:
         await processor.stop()
         await task
         await conn.close()
-    stats = processor.stats
-    handled = stats.applied + stats.suppressed
-    return {
-        "handler": kind,
-        "share": share,
-        "pinned": pinned,
-        "messages": n,
-        "refused": refused,
-        "apply_s": round(applied_s, 2),
-        "apply_rate": round((n - refused) / applied_s, 1),
-        "batches": stats.batches,
-        "per_batch": round(handled / max(1, stats.batches), 1),
-        "failed": stats.failed,
-        "commits": after[0] - before[0],
-        "rollbacks": after[1] - before[1],
-    }
+    return results
 
 
 async def main() -> None:
@@ -144,6 +170,7 @@ async def main() -> None:
     parser.add_argument("messages", type=lambda v: int(float(v)))
     parser.add_argument("cases", nargs="+", help="handler:share, handler msg or batch")
     parser.add_argument("--unpinned", action="store_true", help="no priority group")
+    parser.add_argument("--reset", action="store_true", help="then a reset to sequence 1")
     args = parser.parse_args()
     cases = []
     for spec in args.cases:
@@ -155,10 +182,18 @@ async def main() -> None:
     try:
         with NatsServer() as server:
             for index, (kind, share) in enumerate(cases):
-                result = await case(
-                    server.url, pg, f"c{index}", args.messages, kind, share, not args.unpinned
+                results = await case(
+                    server.url,
+                    pg,
+                    f"c{index}",
+                    args.messages,
+                    kind,
+                    share,
+                    pinned=not args.unpinned,
+                    reset=args.reset,
                 )
-                print(json.dumps(result), flush=True)
+                for result in results:
+                    print(json.dumps(result), flush=True)
     finally:
         pg.stop()
 
