@@ -40,9 +40,15 @@ def find_pg_bin() -> Path:
 
 
 class PostgresServer:
-    """One PostgreSQL instance; :attr:`url` is a superuser DSN to database ``postgres``."""
+    """One PostgreSQL instance; :attr:`url` is a superuser DSN to database ``postgres``.
 
-    def __init__(self) -> None:
+    Args:
+        fsync: PostgreSQL's ``fsync`` (off by default: tests need no durability; a
+            benchmark of commits turns it on, as PostgreSQL's own default is).
+    """
+
+    def __init__(self, *, fsync: bool = False) -> None:
+        self.fsync = fsync
         self.bin = find_pg_bin()
         self.dir = Path(tempfile.mkdtemp(prefix="oncestream-pg-"))
         self.port = free_port()
@@ -95,7 +101,7 @@ class PostgresServer:
                     "-k",
                     str(self.dir),
                     "-c",
-                    "fsync=off",
+                    f"fsync={'on' if self.fsync else 'off'}",
                     "-c",
                     "max_connections=100",
                 ],

@@ -42,17 +42,21 @@ async def test_each_message_once_and_only_the_fresh_ones_reach_the_handler(
     assert proc.stats.batches - 10 <= len(calls) <= proc.stats.batches
 
 
-async def test_a_failing_batch_is_retried_one_message_per_transaction(
+async def test_a_failing_batch_is_split_until_the_failing_message_stands_alone(
     conn, make_stream, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
+    """Message 150 fails on its first delivery: its batch is rolled back and split in
+    halves until 150 is alone, its batch-mates applied in a few transactions (before:
+    one each, ~100 handler calls for the batch holding it); 150 is naked once and
+    applied when it comes back."""
     await make_stream("BJOBS", ("bjobs.>",))
     await publish_n(conn, "bjobs.x", 300)
-    failures = {"left": 2}
+    calls: list[list[int]] = []
 
     async def handler(msgs, tx) -> None:  # type: ignore[no-untyped-def]
         await asyncio.sleep(0)  # an async batch handler
-        if any(int(m.data) == 150 for m in msgs) and failures["left"]:
-            failures["left"] -= 1  # the batch fails, then 150 alone fails once more
+        calls.append([int(m.data) for m in msgs])
+        if any(int(m.data) == 150 and m.metadata.num_delivered == 1 for m in msgs):
             raise RuntimeError("transient")
         record_many(msgs, tx)
 
@@ -62,6 +66,10 @@ async def test_a_failing_batch_is_retried_one_message_per_transaction(
     await _run_until(proc, lambda s: s.applied >= 300)
     assert effects(tmp_path / "l.db") == (300, 300)
     assert proc.stats.failed == 1  # only 150 was naked; its batch-mates were applied
+    alone = [call for call in calls if 150 in call and len(call) == 1]
+    assert len(alone) == 2  # failed alone on its first delivery, applied on its second
+    # Batches of at most 100 (_opts): 2 * ceil(log2(100)) calls split the one holding 150.
+    assert len(calls) <= proc.stats.batches + 2 * 7 + 1, calls
 
 
 def test_exactly_one_kind_of_handler(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -164,6 +164,12 @@ class LedgerTx(abc.ABC):
         """
         yield
 
+    def reported_late(self, exc: BaseException) -> bool:
+        """True when ``exc``, raised inside :meth:`pipeline`, may be an earlier
+        statement's error (PostgreSQL's pipeline mode reports it when a later result is
+        read); False when it belongs to the statement or code that raised it."""
+        return False
+
     @abc.abstractmethod
     def claim(self, entries: Sequence[LedgerEntry]) -> list[bool]:
         """Record ``entries``; return, per entry, True if it was not recorded before.

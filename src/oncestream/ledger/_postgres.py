@@ -137,6 +137,9 @@ class _PostgresTx(LedgerTx):
         writes.wait_results()
         return cursor
 
+    def reported_late(self, exc: BaseException) -> bool:
+        return self.ledger.pipeline and isinstance(exc, _psycopg().Error)
+
     def claim(self, entries: Sequence[LedgerEntry]) -> list[bool]:
         if not entries:
             return []

@@ -63,9 +63,9 @@ class Processor:
         batch_handler: instead of ``handler``: ``batch_handler(msgs, tx)``, called once
             per transaction with its messages not applied before, in stream order,
             so effects can be written in bulk (``tx.executemany``). When it raises,
-            the batch is rolled back and applied again one message per transaction
-            (``batch_handler([msg], tx)``), so only the failing message is retried
-            or dead-lettered.
+            the batch is rolled back and applied again in halves, down to the
+            failing message alone (``batch_handler([msg], tx)``), so only the
+            failing message is retried or dead-lettered.
 
     Raises:
         ConfigError: neither or both of ``handler`` and ``batch_handler``; a handler
