@@ -336,9 +336,15 @@ def _campaign(args: argparse.Namespace, plans: list[dict[str, Any]], argv: list[
         _run(args, plans, out, run_id, results)
         summary = report.write(out, results, args.seed, run_id, args.fault_kinds, about)
     except KeyboardInterrupt as exc:
-        _write_status(args.out, {"status": "interrupted", "error": str(exc), **about,
-                                 "trials_done": len(results)})  # fmt: skip
-        print(f"interrupted ({exc}); {len(results)} trials done; nothing concluded")
+        if results:  # the trials that ran keep their verdicts: a partial report
+            report.write(out, results, args.seed, run_id, args.fault_kinds,
+                         {**about, "status": "interrupted", "error": str(exc)})  # fmt: skip
+            print(f"interrupted ({exc}) after {len(results)} trials; their report: "
+                  f"{out / 'report.md'} (no verdict on the campaign)")  # fmt: skip
+        else:
+            _write_status(args.out, {"status": "interrupted", "error": str(exc), **about,
+                                     "trials_done": 0})  # fmt: skip
+            print(f"interrupted ({exc}) before a trial ended; nothing concluded")
         return EXIT_INTERRUPTED
     except Exception as exc:
         error = "".join(traceback.format_exception(exc))

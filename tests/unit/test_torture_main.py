@@ -184,3 +184,27 @@ def test_bad_values_are_refused_naming_the_value(
         torture_main.parse(argv)
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_an_interrupted_campaign_reports_the_trials_that_ran(
+    fake: type[_Trial], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stop after trial 0 keeps its verdict: a partial report, status interrupted,
+    exit 130 (no verdict on the campaign)."""
+    runs = {"n": 0}
+    original = _Trial.run
+
+    async def run_then_stop(self: _Trial) -> dict[str, Any]:
+        runs["n"] += 1
+        if runs["n"] > 1:
+            raise KeyboardInterrupt("signal 15")
+        return await original(self)
+
+    fake.run = run_then_stop  # type: ignore[method-assign]
+    argv = ["--trials", "3", "--kinds", "single", "--duration", "6", "--no-postgres",
+            "--spark-every", "0", "--out", str(tmp_path)]  # fmt: skip
+    assert torture_main.main(argv) == 130
+    latest = json.loads((tmp_path / "latest.json").read_text())
+    assert latest["status"] == "interrupted" and latest["trials"] == 1
+    assert latest["violations"] == {}
+    assert "after 1 trials" in capsys.readouterr().out
