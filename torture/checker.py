@@ -115,6 +115,14 @@ def allowed_loss(state: dict[str, Any]) -> str | None:
     return f"sync_interval default (2 min) and {', '.join(crashes)}"
 
 
+def _not_found(read: dict[str, Any]) -> bool:
+    """Whether every failed read of an unreadable stream was "stream not found" (10059):
+    the stream itself is gone, as an OS crash can take one whose creation was never
+    fsynced."""
+    errors = (read.get("unreadable") or {}).get("errors") or []
+    return bool(errors) and all("10059" in str(e) for e in errors)
+
+
 def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any]:
     inputs: dict[str, dict[str, Any]] = state["inputs"]
     expected = expected_keys(inputs)
@@ -193,7 +201,7 @@ def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any
     # Only a trial that did lose acknowledged writes (or a whole stream) is the setting's
     # measured limit: a crash the default sync allows, landed without loss, leaves every
     # violation counted.
-    gone = any(r.get("gone") for r in reads.values())
+    gone = any(r.get("gone") or _not_found(r) for r in reads.values())
     limit = allowed_loss(state) if lost or gone else None
     return {
         "index": state["index"],

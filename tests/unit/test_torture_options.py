@@ -186,6 +186,13 @@ def test_a_crash_that_lost_nothing_leaves_every_violation_counted() -> None:
     summary = summarize([result], seed=1)
     assert summary["violations"] == {"applied_twice": 1}
     assert summary["measured_limits"]["trials"] == []
+    # A stream every server calls "not found" after the crash is gone: the limit again.
+    error = "STREAM.INFO T: {'err_code': 10059, 'description': 'stream not found'}"
+    gone = {"waited_s": 60.0, "errors": [error, error], "meta_leader": {}, "project_reader": ""}
+    state["reads"] = {"T": {"unreadable": gone}}
+    assert check([], state)["limit"] == "sync_interval default (2 min) and power-loss"
+    state["reads"]["T"]["unreadable"]["errors"] = [error, "timeout"]
+    assert check([], state)["limit"] is None
 
 
 def test_a_harness_crash_is_a_reported_trial_failure(tmp_path: Any) -> None:
