@@ -116,11 +116,13 @@ def allowed_loss(state: dict[str, Any]) -> str | None:
 
 
 def _not_found(read: dict[str, Any]) -> bool:
-    """Whether every failed read of an unreadable stream was "stream not found" (10059):
-    the stream itself is gone, as an OS crash can take one whose creation was never
-    fsynced."""
-    errors = (read.get("unreadable") or {}).get("errors") or []
-    return bool(errors) and all("10059" in str(e) for e in errors)
+    """Whether every server that answered for an unreadable stream said "stream not
+    found" (10059), the others refusing the connection (a node not running, such as a
+    membership change's spare): the stream itself is gone, as an OS crash can take one
+    whose creation was never fsynced."""
+    errors = [str(e) for e in (read.get("unreadable") or {}).get("errors") or []]
+    found = [e for e in errors if "ConnectionRefusedError" not in e]
+    return bool(found) and all("10059" in e for e in found)
 
 
 def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any]:

@@ -191,6 +191,9 @@ def test_a_crash_that_lost_nothing_leaves_every_violation_counted() -> None:
     gone = {"waited_s": 60.0, "errors": [error, error], "meta_leader": {}, "project_reader": ""}
     state["reads"] = {"T": {"unreadable": gone}}
     assert check([], state)["limit"] == "sync_interval default (2 min) and power-loss"
+    refused = "nats://10.77.1.4:4222: ConnectionRefusedError: [Errno 111] Connect call failed"
+    state["reads"]["T"]["unreadable"]["errors"] = [error, refused]
+    assert check([], state)["limit"] == "sync_interval default (2 min) and power-loss"
     state["reads"]["T"]["unreadable"]["errors"] = [error, "timeout"]
     assert check([], state)["limit"] is None
 
