@@ -17,6 +17,7 @@ from typing import Any
 
 from .._connection import Connection
 from .._errors import ConfigError, OncestreamError, PermissionDenied, StreamNotFound
+from .._retry import leader_stream_info
 from ..read import stored_ids
 from ._input import FileFacts, PrefixHasher, SubjectTemplate
 from ._labels import Label, default_label
@@ -31,14 +32,19 @@ log = logging.getLogger(__name__)
 async def check_target(
     conn: Connection, stream: str, template: SubjectTemplate, label: Label = default_label
 ) -> dict[str, Any]:
-    """The target stream's info, once it is known to capture the subject.
+    """The target stream's info as its leader sees it, once it is known to capture the subject.
+
+    The resume scan ends at this ``last_seq``; a replica answering while the
+    stream has no leader may report an older one, so such an answer raises
+    ``Unavailable`` (transient: the caller retries).
 
     Raises:
         ConfigError: the stream is missing, or the subject belongs to another or no stream.
+        Unavailable: the stream has no leader (an election).
     """
     flag = label("stream")
     try:
-        info = await conn.stream_info(stream)
+        info = await leader_stream_info(conn, stream)
     except StreamNotFound:
         raise ConfigError(
             f"stream {stream!r} ({flag}) not found; create it first, capturing the "

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from .._connection import Connection
+from .._retry import leader_stream_info, retrying
 from ..read._internal import locate_ids
 from ..streams._internal import seq_at_time
 
@@ -50,7 +51,10 @@ class DuplicateFinder:
         stream: the stream that refused the batch.
         window: its ``duplicate_window`` in seconds.
         direct: it sets ``allow_direct`` (read with direct gets, else a consumer).
-        replicated: it has replicas (the read confirms its end with the leader).
+        replicated: it has replicas (the read confirms its end with the leader, up to
+            the leader's last sequence). An id a read still misses (a mirror behind,
+            with ``mirror_direct``) costs a re-send only: the leader refuses it again
+            (10201) and the rows go one by one, whose PubAcks the leader sends.
         retry_timeout: seconds a read keeps retrying a transient failure.
     """
 
@@ -80,8 +84,14 @@ class DuplicateFinder:
             StreamNotFound: the stream is gone.
         """
         async with self._lock:
-            state = (await self.conn.stream_info(self.stream))["state"]
-            last = int(state.get("last_seq", 0))
+            # The leader's end: a replica answers STREAM.INFO with its own while the
+            # stream has no leader, and ids stored after that end would go unfound.
+            info = await retrying(
+                lambda: leader_stream_info(self.conn, self.stream),
+                budget=self.retry_timeout,
+                what=f"STREAM.INFO {self.stream}",
+            )
+            last = int(info["state"].get("last_seq", 0))
             resume = self._resume
             start = await self._window_start() if resume is None else resume
             found = await self._locate(ids, start, last)

@@ -4,8 +4,10 @@ Three parts of oncestream keep their state in a stream instead of a local
 file, one subject per owner: a :class:`~oncestream.ProducerSession` (its
 resume position), ``oncestream publish`` (progress records of a file) and
 the Spark sink (committed-batch records). :class:`SubjectLog` is what they
-share: the last record is read back with ``STREAM.MSG.GET last_by_subj`` (or
-a direct get), and a record is appended with a deterministic msg id, so a
+share: the last record is read back with ``STREAM.MSG.GET last_by_subj``, which
+the stream's leader answers (a direct get, which a replica or a mirror behind
+the leader may answer, only on request), and a record is appended with a
+deterministic msg id, so a
 re-sent append is stored once. An *exclusive* append also carries
 ``Nats-Expected-Last-Subject-Sequence``: it is stored only if the subject
 still ends where this log last saw it, so two writers can never interleave
@@ -47,8 +49,12 @@ class SubjectLog:
             one of the log's own, one record in flight, no window guard (the
             caller's record ids or the exclusive check make re-sends safe).
         ack_timeout, max_attempts: the retry settings of the log's own Publisher.
-        direct: read the last record with a direct get (any replica answers; the
-            stream needs ``allow_direct``) instead of ``STREAM.MSG.GET``.
+        direct: read the last record with a direct get (the stream needs
+            ``allow_direct``) instead of ``STREAM.MSG.GET``. Any replica, or a
+            mirror with ``mirror_direct``, may answer a direct get from state that
+            lacks the newest records, so an exclusive append after such a read
+            can be refused as if another writer had written: only for readers
+            that a stale answer cannot mislead.
         retry_budget: seconds for which the log's own requests (reading the last
             record, the Publisher's start-up ``STREAM.INFO``) retry transient errors
             (a timeout, no stream leader); 0: none, except that an unstarted

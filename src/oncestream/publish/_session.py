@@ -5,8 +5,9 @@ restarts later (after a crash, a deploy, a long outage) needs another way
 to know what it already stored. A :class:`ProducerSession` owns one subject,
 ``<subject_prefix>.<producer_id>``, and writes its source position into
 every message (header ``Oncestream-Source-Pos``). On :meth:`start` it reads
-the last message of that subject back from the stream and resumes after
-its position.
+the last message of that subject back from the stream's leader
+(``STREAM.MSG.GET``; a direct get may be answered by a replica behind it) and
+resumes after its position.
 
 Guarantee: every publish (or, with ``batch_size > 1``, every atomic batch)
 carries ``Nats-Expected-Last-Subject-Sequence`` = the stream sequence of the
@@ -50,7 +51,6 @@ from .._connection import Connection
 from .._errors import ConfigError, ErrCode, JetStreamError, OncestreamError, WrongLastSequence
 from .._headers import check_user_headers
 from .._names import check_publish_subject
-from ..streams import StoredMessage
 from ._batch import (
     MAX_BATCH,
     AtomicBatchSender,
@@ -116,13 +116,24 @@ class ProducerSession:
         self.options = replace(base, stream=stream, check_window=False, ingest="acks")
         self._publisher = Publisher(conn, self.options)
         # Where the session's records are: the last one read back, the next appended.
-        self._log = SubjectLog(conn, stream, self.subject, publisher=self._publisher)
+        # Read back with STREAM.MSG.GET, which the stream's leader answers: a direct get
+        # may be answered by a replica (or a mirror with mirror_direct) that has not
+        # applied the newest records, and a resume point read from it would re-send
+        # stored positions, refused with WrongLastSequence as if a zombie wrote them.
+        # Reads happen at start() and after a refusal only, never per publish. As
+        # patient as a message's sends: a pause or an election at start() is ridden out.
+        self._log = SubjectLog(
+            conn,
+            stream,
+            self.subject,
+            publisher=self._publisher,
+            retry_budget=self.options.patience,
+        )
         self.position: int | None = None
         self.published = 0
         self.skipped = 0
         self._started = False
         self._created = ""  # the stream's creation time when start() read the resume point
-        self._direct = True
         self._buffer: list[BatchRecord] = []
         self._batcher = AtomicBatchSender(
             conn, self.subject, producer_id, self.options, SOURCE_POS_HEADER, PRODUCER_HEADER
@@ -144,12 +155,19 @@ class ProducerSession:
     async def start(self) -> int | None:
         """Read the last stored message of this producer's subject; return its position.
 
+        The message is read from the stream's leader (``STREAM.MSG.GET``), never
+        from a replica or mirror that may not have applied it yet; a read that
+        times out or finds no leader is retried for ``options.patience`` (ack
+        timeout x attempts).
+
         Returns:
             The last stored source position, or None when the subject is empty.
 
         Raises:
             StreamNotFound: the stream does not exist.
             ConfigError: the window guard fails, or the last message has no position header.
+            OperationTimeout: no answer came for that long.
+            JetStreamError: the stream still had no leader then (err_code 10008).
         """
         info = await self.conn.stream_info(self.stream)
         if self.batch_size > 1:
@@ -162,8 +180,7 @@ class ProducerSession:
             await self._batcher.start()
         await self._publisher.start()
         self._created = str(info.get("created") or "")
-        self._direct = bool(info.get("config", {}).get("allow_direct"))
-        found = await self._last()
+        found = await self._log.last()
         if found is None:
             self.position, self.last_seq = None, 0
         else:
@@ -297,14 +314,10 @@ class ProducerSession:
         acknowledged as a duplicate. Reading the subject's last message tells
         the two cases apart.
         """
-        found = await self._last()
+        found = await self._log.last()
         if found is not None and found.msg_id == self.msg_id(position):
             return PubAck(self.stream, found.seq, True, None)
         return None
-
-    async def _last(self) -> StoredMessage | None:
-        self._log.direct = self._direct
-        return await self._log.last()
 
     async def run(
         self, records: Iterable[tuple[int, bytes]] | AsyncIterable[tuple[int, bytes]]

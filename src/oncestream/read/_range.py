@@ -666,11 +666,11 @@ async def stored_ids(
     The range reader reads headers only where it uses a consumer; a stream with
     ``allow_direct`` is read with batched direct gets.
 
-    The stream's end is the leader's, and a replicated range is read to it: a
-    replica of a stream without a leader answers ``STREAM.INFO`` with its own
-    state, and one behind the leader may serve a direct get; either may lack
-    what the leader stored last (and a caller that finds ids absent sends them
-    again).
+    The stream's end is the leader's, and the range is read to it: a replica of
+    a stream without a leader answers ``STREAM.INFO`` with its own state, and a
+    direct get may be served by a replica behind the leader or, on any stream, by
+    a mirror with ``mirror_direct``; each may lack what the leader stored last
+    (and a caller that finds ids absent sends them again).
 
     Args:
         retry_timeout: seconds to ride out a transient failure (an election, a paused
@@ -702,9 +702,11 @@ async def stored_ids(
         direct=direct,
         headers_only=not direct,
         retry_timeout=retry_timeout,
-        # A replica behind the leader may serve the read and end it early: ids missed so
-        # would count as absent.
-        replicated=int(info["config"].get("num_replicas") or 1) > 1,
+        # A replica behind the leader, or a mirror with mirror_direct (it answers its
+        # origin's direct gets, whatever the origin's replicas), may serve the read and
+        # end it early: ids missed so would count as absent. The leader is asked only
+        # when a read runs dry before the end, so a complete read costs nothing more.
+        replicated=direct or int(info["config"].get("num_replicas") or 1) > 1,
         budget_source=budget_source,
     )
     try:
