@@ -66,6 +66,7 @@ from .._errors import ConfigError, ErrCode, StreamMismatch, StreamNotFound
 from .._headers import EXPECTED_STREAM, MSG_ID, SCHEDULE, SCHEDULE_TARGET, writable_headers
 from .._names import subject_matches
 from .._options import parse_time
+from ..publish._internal import REPLAY_OF
 from ..read import iter_messages
 from ..streams import (
     Partitioning,
@@ -90,7 +91,6 @@ log = logging.getLogger(__name__)
 
 MARKER = "Oncestream-Replay-Marker"
 MARKER_AFTER = "Oncestream-Replay-After"
-REPLAY_OF = "Oncestream-Replay-Of"
 _DROP_PREFIX = "oncestream-"
 
 #: Schedule messages of a scheduled replay live on ``<this>.<stream>.<dlq>.<seq>``.

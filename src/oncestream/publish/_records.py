@@ -22,20 +22,81 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .._connection import Connection
-from .._errors import PermissionDenied, WrongLastSequence
+from .._errors import MessageNotFound, PermissionDenied, WrongLastSequence
 from .._options import parse_duration
 from .._retry import retrying
-from ..streams import Partitioning, StoredMessage, last_message
+from ..streams import Partitioning, StoredMessage, get_message, last_message
 from ._options import PubAck, PublisherOptions
 from ._publisher import Publisher
 
-__all__ = ["SubjectLog"]
+__all__ = ["REPLAY_OF", "Refusal", "SubjectLog", "is_replayed", "previous_message", "why_refused"]
 
-#: Appends refused while the subject still ends where expected (another write in flight).
+#: Appends refused while the subject still ends where expected (another write in flight),
+#: or ends in replayed copies stored after it.
 _IN_FLIGHT_RETRIES = 8
+
+#: The header of a dead letter's copy that ``oncestream dlq replay`` republished on the
+#: letter's original subject: on an owner's subject such a copy is not the owner's record.
+REPLAY_OF = "Oncestream-Replay-Of"
+
+
+def is_replayed(msg: StoredMessage) -> bool:
+    """Whether ``msg`` is a dead letter's replayed copy (it carries :data:`REPLAY_OF`)."""
+    return msg.header(REPLAY_OF) is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Refusal:
+    """What a subject holds after ``expected`` once an exclusive append after it was refused.
+
+    Attributes:
+        stored: the refused record itself (its msg id), stored by an earlier attempt
+            whose PubAck was lost.
+        replayed: only replayed copies follow ``expected`` (a log with
+            ``skip_replayed``): append after them, at the log's ``last_seq``.
+        unchanged: the subject still ends at ``expected``: nothing was stored in
+            between (a replicated stream refuses while another write is in flight).
+        None of them: another writer stored a record of its own after ``expected``.
+    """
+
+    stored: StoredMessage | None = None
+    replayed: bool = False
+    unchanged: bool = False
+
+
+async def previous_message(
+    next_at: Callable[[int], Awaitable[StoredMessage | None]], before: int, floor: int = 0
+) -> StoredMessage | None:
+    """The subject's last message before sequence ``before`` and after ``floor`` (None: none).
+
+    The leader's ``STREAM.MSG.GET`` reads a subject forward only (``next_by_subj``:
+    ``next_at(s)`` is the subject's first message at or after ``s``, or None), so the
+    search widens a window back from ``before`` (1, 2, 4... sequences) until it holds
+    a message of the subject, then halves the part after that message: some
+    2 x log2(distance) reads, one when the message is right before ``before``.
+    """
+    high, width = before, 1  # no message of the subject in [high, before)
+    while True:
+        start = max(before - width, floor + 1)
+        if start >= high:
+            return None
+        found = await next_at(start)
+        if found is not None and found.seq < before:
+            break
+        high, width = start, width * 2
+    while found.seq + 1 < high:
+        middle = (found.seq + high) // 2
+        later = await next_at(middle)
+        if later is not None and later.seq < before:
+            found = later
+        else:
+            high = middle
+    return found
 
 
 class SubjectLog:
@@ -60,9 +121,15 @@ class SubjectLog:
             (a timeout, no stream leader); 0: none, except that an unstarted
             Publisher retries its ``STREAM.INFO`` for its own
             :attr:`~PublisherOptions.patience`. Permanent errors propagate at once.
+        skip_replayed: a message carrying ``Oncestream-Replay-Of`` (a dead letter's
+            copy that ``oncestream dlq replay`` republished on this subject) is not a
+            record: :meth:`last` reads back past such copies to the last record, and an
+            exclusive append refused because copies followed the expected record is
+            stored after them. A message of another writer still refuses it.
 
     Attributes:
-        last_seq: the stream sequence of the last record read or appended (0: none).
+        last_seq: the stream sequence of the subject's last message read, or of the
+            last record appended (0: none): what the next exclusive append expects.
     """
 
     def __init__(
@@ -76,8 +143,10 @@ class SubjectLog:
         ack_timeout: float = 2.0,
         max_attempts: int = 3,
         retry_budget: float = 0.0,
+        skip_replayed: bool = False,
     ) -> None:
         self.conn = conn
+        self.skip_replayed = skip_replayed
         self.retry_budget = parse_duration("SubjectLog retry_budget", retry_budget)
         self.stream = stream
         self.subject = subject
@@ -99,22 +168,47 @@ class SubjectLog:
             ),
         )
 
-    async def last(self) -> StoredMessage | None:
-        """The subject's last record (None: no record); remembers its sequence.
+    async def last(self, *, after: int = 0) -> StoredMessage | None:
+        """The subject's last record (None: no record); remembers the subject's last sequence.
+
+        With ``skip_replayed``, replayed copies at the end of the subject are read
+        past (backwards, from the stream's leader) to the last record; the walk
+        stops at sequence ``after``: None when only copies follow it. ``last_seq``
+        is the subject's last message all the same, copy or not: an exclusive
+        append goes after it.
 
         Raises:
             StreamNotFound: the stream does not exist.
         """
-        if self._stored is None:
-            self._stored = await self._stored_subject()
-        stored = self._stored
+        stored = await self._subject()
         found = await retrying(
             lambda: last_message(self.conn, self.stream, stored, direct=self.direct),
             budget=self.retry_budget,
             what=f"reading the last record on {self.subject!r}",
         )
         self.last_seq = 0 if found is None else found.seq
+        while found is not None and self.skip_replayed and is_replayed(found):
+            found = await previous_message(self._next_at, found.seq, after)
         return found
+
+    async def _subject(self) -> str:
+        if self._stored is None:
+            self._stored = await self._stored_subject()
+        return self._stored
+
+    async def _next_at(self, seq: int) -> StoredMessage | None:
+        """The subject's first message at or after ``seq`` (``STREAM.MSG.GET``: the leader)."""
+        stored = await self._subject()
+
+        async def get() -> StoredMessage | None:
+            try:
+                return await get_message(self.conn, self.stream, seq=seq, next_by_subject=stored)
+            except MessageNotFound:
+                return None
+
+        return await retrying(
+            get, budget=self.retry_budget, what=f"reading {self.subject!r} from seq {seq}"
+        )
 
     async def _stored_subject(self) -> str:
         """The subject the server stores this log's records under.
@@ -160,7 +254,8 @@ class SubjectLog:
                 raised: the PubAck of that record is returned, ``duplicate`` set.
                 A refusal while the subject still ends where expected (a replicated
                 stream refuses while another write to it is in flight: 10164) is
-                asked again, up to 8 times.
+                asked again, up to 8 times; so is one because replayed copies follow
+                the expected record (``skip_replayed``), after the last copy.
             PublishFailed: no PubAck after every retry.
         """
         expected = self.last_seq
@@ -176,9 +271,10 @@ class SubjectLog:
                 what=f"starting the publisher of {self.subject!r}",
             )
         in_flight = False  # the last refusal left the subject where it was
+        replayed = False  # the last refusal came from replayed copies: append after them
 
         async def once() -> PubAck:
-            nonlocal in_flight
+            nonlocal expected, in_flight, replayed
             future = await self.publisher.publish(
                 self.subject,
                 data,
@@ -192,14 +288,19 @@ class SubjectLog:
             except WrongLastSequence:
                 # The server checks the expected sequence before de-duplicating: a
                 # re-send of a record already stored lands here, like a rival's write.
-                found = await self.last()
-                if found is not None and found.msg_id == msg_id:
-                    return PubAck(self.stream, found.seq, True, None)
+                why = await why_refused(self, expected, msg_id)
+                if why.stored is not None:  # last_seq: the subject's end, copies after it
+                    return PubAck(self.stream, why.stored.seq, True, None)
                 # The subject still ends where it did: nothing was stored in between.
                 # A replicated stream refuses (10164) while another write to the subject
                 # is in flight, such as an earlier attempt of this very append: once it
                 # is stored (then found above) or dropped, asking again settles it.
-                in_flight = (found.seq if found else 0) == expected
+                in_flight = why.unchanged
+                # Copies of dead letters replayed on the subject are no writer's records:
+                # the record goes after them, checked against the last one.
+                replayed = why.replayed
+                if replayed:
+                    expected = self.last_seq
                 raise
             self.last_seq = ack.seq
             return ack
@@ -209,8 +310,8 @@ class SubjectLog:
             budget=None,
             what=f"appending to {self.subject!r}",
             attempts=_IN_FLIGHT_RETRIES,
-            retry_if=lambda exc: isinstance(exc, WrongLastSequence) and in_flight,
-            delay=lambda attempt: min(0.05 * 2 ** (attempt + 1), 1.0),
+            retry_if=lambda exc: isinstance(exc, WrongLastSequence) and (in_flight or replayed),
+            delay=lambda attempt: 0.0 if replayed else min(0.05 * 2 ** (attempt + 1), 1.0),
             log_retries=False,
         )
 
@@ -218,3 +319,21 @@ class SubjectLog:
         """Close the log's own Publisher (one given to it is left open)."""
         if self._own:
             await self.publisher.close()
+
+
+async def why_refused(log: SubjectLog, expected: int, msg_id: str) -> Refusal:
+    """Why an exclusive append to ``log`` after ``expected`` (msg id ``msg_id``) was refused.
+
+    The server checks ``Nats-Expected-Last-Subject-Sequence`` before
+    de-duplicating msg ids, so a re-send of a record already stored is refused
+    like a rival's write; reading the subject back tells the cases apart.
+    Sets ``log.last_seq`` to the subject's last message.
+    """
+    found = await log.last(after=expected)
+    if found is not None and found.msg_id == msg_id:
+        return Refusal(stored=found)
+    if log.last_seq == expected:
+        return Refusal(unchanged=True)
+    if found is None and log.last_seq > expected and log.skip_replayed:
+        return Refusal(replayed=True)
+    return Refusal()

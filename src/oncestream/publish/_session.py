@@ -19,7 +19,11 @@ prefix of the input; the last one is the resume point. A second producer
 using the same id (a zombie) fails its next publish with
 ``WrongLastSequence``. A re-send of the session's own message whose first
 attempt was stored (ack lost) fails the same check; the session recognises
-its own message at the end of the subject and carries on. A stream deleted
+its own message at the end of the subject and carries on. A dead letter's copy
+that ``oncestream dlq replay`` republished on the subject (it carries
+``Oncestream-Replay-Of``) is no producer's record: :meth:`start` reads back past
+such copies to the session's last record, and a publish refused because copies
+followed its previous message is sent again after them. A stream deleted
 and re-created under a running session fails its next publish with a
 ``WrongLastSequence`` that says so (the stream's ``created`` time, read by
 :meth:`start`, changed); :meth:`start` then resumes from what the new stream
@@ -57,7 +61,7 @@ from ._batch import (
     BatchRecord,
 )
 from ._publisher import PubAck, Publisher, PublisherOptions
-from ._records import SubjectLog
+from ._records import SubjectLog, why_refused
 
 __all__ = ["SOURCE_POS_HEADER", "ProducerSession"]
 
@@ -67,6 +71,9 @@ SOURCE_POS_HEADER = "Oncestream-Source-Pos"
 PRODUCER_HEADER = "Oncestream-Producer"
 
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+#: Batches sent again because replayed copies of dead letters followed the expected record.
+_REPLAYED_RESENDS = 8
 
 
 class ProducerSession:
@@ -128,6 +135,7 @@ class ProducerSession:
             self.subject,
             publisher=self._publisher,
             retry_budget=self.options.patience,
+            skip_replayed=True,
         )
         self.position: int | None = None
         self.published = 0
@@ -141,7 +149,11 @@ class ProducerSession:
 
     @property
     def last_seq(self) -> int:
-        """The stream sequence of the session's last stored record (0: none yet)."""
+        """The stream sequence the next publish expects as its subject's last message.
+
+        The session's last stored record, or a dead letter's copy replayed on the
+        subject after it (0: the subject is empty).
+        """
         return self._log.last_seq
 
     @last_seq.setter
@@ -158,10 +170,12 @@ class ProducerSession:
         The message is read from the stream's leader (``STREAM.MSG.GET``), never
         from a replica or mirror that may not have applied it yet; a read that
         times out or finds no leader is retried for ``options.patience`` (ack
-        timeout x attempts).
+        timeout x attempts). Replayed copies of dead letters at the end of the subject (header
+        ``Oncestream-Replay-Of``) are read past to the session's last record; the
+        next publish goes after the last copy.
 
         Returns:
-            The last stored source position, or None when the subject is empty.
+            The last stored source position, or None when the subject holds no record.
 
         Raises:
             StreamNotFound: the stream does not exist.
@@ -182,7 +196,7 @@ class ProducerSession:
         self._created = str(info.get("created") or "")
         found = await self._log.last()
         if found is None:
-            self.position, self.last_seq = None, 0
+            self.position = None  # last_seq: 0, or the last of the replayed copies
         else:
             seq = found.seq
             raw = found.header(SOURCE_POS_HEADER)
@@ -191,10 +205,10 @@ class ProducerSession:
                     f"the last message on {self.subject!r} (seq {seq}) has no integer "
                     f"{SOURCE_POS_HEADER} header: the subject is not owned by a ProducerSession"
                 )
-            self.position, self.last_seq = int(raw), seq
+            self.position = int(raw)
         self._started = True
         log.info(
-            "producer %s resumes after position %s (stream seq %d)",
+            "producer %s resumes after position %s (its subject ends at stream seq %d)",
             self.producer_id,
             self.position,
             self.last_seq,
@@ -258,23 +272,34 @@ class ProducerSession:
     async def _commit(self) -> PubAck:
         records, self._buffer = self._buffer, []
         last_position = records[-1][0]
-        expected = self.last_seq
         duplicate = False
-        try:
-            seq = await self._batcher.send(records, self.last_seq)
-        except BaseException as exc:
-            self._started = False
-            if not isinstance(exc, JetStreamError) or not (
-                isinstance(exc, WrongLastSequence)
-                or exc.err_code == ErrCode.ATOMIC_DUPLICATE_MESSAGE
-            ):
-                raise
-            recovered = await self._stored_by_earlier_attempt(last_position)
-            if recovered is None:
-                raise await self._changed_behind(exc, expected) from exc
-            self._started = True
-            seq, duplicate = recovered.seq, True
-        self.last_seq = seq
+        resends = 0
+        while True:
+            expected = self.last_seq
+            try:
+                seq = await self._batcher.send(records, expected)
+            except BaseException as exc:
+                self._started = False
+                if not isinstance(exc, JetStreamError) or not (
+                    isinstance(exc, WrongLastSequence)
+                    or exc.err_code == ErrCode.ATOMIC_DUPLICATE_MESSAGE
+                ):
+                    raise
+                # The server checks the expected sequence before msg ids: a re-send of a
+                # batch whose earlier attempt committed (ack lost) is refused too.
+                why = await why_refused(self._log, expected, self.msg_id(last_position))
+                if why.stored is None and (not why.replayed or resends == _REPLAYED_RESENDS):
+                    raise await self._changed_behind(exc, expected) from exc
+                self._started = True
+                if why.stored is not None:  # last_seq: the subject's end, copies after it
+                    seq, duplicate = why.stored.seq, True
+                    break
+                # Only replayed copies of dead letters followed the expected record: the
+                # batch goes after the last of them (last_seq).
+                resends += 1
+                continue
+            self.last_seq = seq
+            break
         self.position = last_position
         self.published += len(records)
         return PubAck(self.stream, seq, duplicate, None)
@@ -304,20 +329,6 @@ class ProducerSession:
                 "producer with the same id is writing; stop one of them"
             )
         return WrongLastSequence(text, code=exc.code, err_code=exc.err_code)
-
-    async def _stored_by_earlier_attempt(self, position: int) -> PubAck | None:
-        """The ack of ``position`` if an earlier attempt of it is the subject's last message.
-
-        The server checks ``Nats-Expected-Last-Subject-Sequence`` before msg-id
-        de-duplication, so a re-send whose original was stored (its ack lost
-        with a connection) fails with WrongLastSequence instead of being
-        acknowledged as a duplicate. Reading the subject's last message tells
-        the two cases apart.
-        """
-        found = await self._log.last()
-        if found is not None and found.msg_id == self.msg_id(position):
-            return PubAck(self.stream, found.seq, True, None)
-        return None
 
     async def run(
         self, records: Iterable[tuple[int, bytes]] | AsyncIterable[tuple[int, bytes]]
