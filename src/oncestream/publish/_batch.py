@@ -78,7 +78,7 @@ from .._retry import retrying
 from ..streams import require_server
 from ..streams._internal import check_server_bugs
 from ._frames import check_subject, too_large
-from ._noresponders import capturing_streams, leaderless, no_leader_cause, stream_not_found
+from ._noresponders import look_up, no_leader_cause
 from ._options import PublisherOptions
 
 __all__ = [
@@ -449,10 +449,10 @@ class AtomicBatchSender:
         """
         opts = self.options
         if attempt == 1 or attempt >= opts.max_attempts:
-            names, why = await capturing_streams(self.conn, self.subject, opts.ack_timeout)
-            if names == []:
-                raise stream_not_found(self.subject, attempt)
+            found = await look_up(self.conn, self.subject, opts.stream, opts.ack_timeout)
+            if found.missing:
+                raise found.not_found(attempt)
             if attempt >= opts.max_attempts:
-                return leaderless(names, opts.stream, why)
+                return found.leaderless()
         await asyncio.sleep(opts.ack_timeout)
         return ""
