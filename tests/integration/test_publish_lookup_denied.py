@@ -31,6 +31,7 @@ from oncestream import (
 )
 from oncestream.cli import app
 from oncestream.cli._app import exit_code_for
+from oncestream.publish import AtomicPublisher, ProducerSession
 from oncestream.server import NatsServer
 from oncestream.streams import StreamSpec, ensure_stream
 from tests import server_configs
@@ -102,6 +103,34 @@ async def test_with_no_stream_to_read_the_failure_names_the_permission(
     assert "PermissionDenied" in said and exit_code_for(caught.value) == 1
 
 
+async def test_atomic_batches_decide_a_503_the_same_way_without_stream_names(
+    server: NatsServer,
+) -> None:
+    """The AtomicPublisher (the Spark sink's ingest=atomic) and a batching ProducerSession."""
+    await _streams(server, StreamSpec(name="ATB", subjects=("atb.>",), allow_atomic=True))
+    options = PublisherOptions(stream="ATB", ack_timeout=0.3, max_attempts=3)
+    async with await connect(_as(server, "nonames")) as conn:
+        atomic = AtomicPublisher(conn, options, chunk_size=10)
+        try:
+            await atomic.publish(["nowhere.a"] * 2, [b"x"] * 2, ["n1", "n2"])
+            with pytest.raises(StreamNotFound, match=r"'nowhere\.a'.*'ATB' captures 'atb\.>'"):
+                await asyncio.wait_for(atomic.flush(), timeout=10)
+        finally:
+            await atomic.close()
+        assert atomic.stats.resent == 0  # decided at the first 503, not after 3 attempts
+        session = ProducerSession(
+            conn, stream="ATB", subject_prefix="nowhere", producer_id="p1", options=options,
+            batch_size=2,
+        )  # fmt: skip
+        await session.start()
+        try:
+            await session.publish(1, b"x")
+            with pytest.raises(StreamNotFound, match=r"'nowhere\.p1'.*'ATB' captures"):
+                await asyncio.wait_for(session.publish(2, b"x"), timeout=10)
+        finally:
+            await session.close()
+
+
 def _jsonl(path: Path, records: list[dict[str, object]]) -> Path:
     path.write_text("".join(orjson.dumps(r).decode() + "\n" for r in records))
     return path
@@ -117,7 +146,9 @@ async def test_cli_publish_without_stream_names_exits_2_for_a_subject_not_captur
     invoke = CliRunner().invoke
     record = await asyncio.to_thread(invoke, app, ["publish", str(path), "--stream", "NPT",
                                                    "--subject", "npt.{r}", *login])  # fmt: skip
-    literal = await asyncio.to_thread(invoke, app, ["publish", str(path), "--stream", "NPT",
+    # Another file: the first one's progress records would refuse another --subject.
+    other = _jsonl(tmp_path / "literal.jsonl", [{"id": "c"}])
+    literal = await asyncio.to_thread(invoke, app, ["publish", str(other), "--stream", "NPT",
                                                     "--subject", "nowhere.x", *login])  # fmt: skip
     said = " ".join(record.output.split())
     assert record.exit_code == 2, record.output
@@ -125,7 +156,9 @@ async def test_cli_publish_without_stream_names_exits_2_for_a_subject_not_captur
     assert "(which captures 'npt.eu')" in said and "resume: re-run" not in said, said
     said = " ".join(literal.output.split())
     assert literal.exit_code == 2, literal.output
+    # Refused up front, from the target's subjects: before anything is sent.
     assert "--subject 'nowhere.x' is not captured by --stream 'NPT'" in said, said
+    assert "nothing was published" in said, said
     await _holds(server, "NPT", 1)
 
 

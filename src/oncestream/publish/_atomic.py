@@ -480,7 +480,8 @@ class AtomicPublisher:
         out the ack timeout (an election takes seconds).
 
         Raises:
-            StreamNotFound: the server lists no stream that captures the subject.
+            StreamNotFound: no stream (the target, when streams cannot be listed)
+                captures the subject.
             PublishFailed: the last attempt, and a stream that captures it or no answer.
         """
         opts = self.options

@@ -375,7 +375,7 @@ class AtomicBatchSender:
                 two causes, inside the duplicate window).
             JetStreamError: any other rejection.
             StreamNotFound: answered 503 and the server lists no stream that
-                captures the subject.
+                captures the subject (or the target stream does not, or is gone).
             PublishFailed: no commit ack after ``max_attempts`` attempts (its
                 ``__cause__`` a transient :class:`NoResponders` when the last was
                 answered 503 by a stream that exists or may exist).
@@ -445,7 +445,8 @@ class AtomicBatchSender:
             At the last attempt, whose leader did not answer (else "").
 
         Raises:
-            StreamNotFound: the server lists no stream that captures the subject.
+            StreamNotFound: no stream (the target, when streams cannot be listed)
+                captures the subject.
         """
         opts = self.options
         if attempt == 1 or attempt >= opts.max_attempts:

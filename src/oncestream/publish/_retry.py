@@ -11,7 +11,8 @@ acks of their extra copies still count as duplicates.
 A 503 does not say why nobody listens (:mod:`._noresponders`): no stream
 captures the subject, or its clustered stream has no leader. So the server is
 asked: at the first 503, to fail a subject no stream captures at once, and
-again when a publish has used its last attempt on a 503. Only a positive "no
+again when a publish has used its last attempt on a 503 (a user who may not
+list streams: the target stream's own subjects tell). Only a positive "no
 stream" is :class:`StreamNotFound`; a stream that captures the subject, or no
 answer (a cluster without a meta leader), is an outage: :class:`PublishFailed`,
 to retry (found by the fault campaign, torture/: an R3 stream with two of three
