@@ -74,6 +74,22 @@ def permissions(work_dir: Path, *, users: tuple[Any, ...]) -> ServerConfig:
     )
 
 
+def stream_lookup_denied(work_dir: Path) -> ServerConfig:
+    """JetStream server whose users may not list streams by subject (``STREAM.NAMES``).
+
+    Users (password ``<user>-pw``): ``app`` (every permission) and ``nonames``
+    (denied ``$JS.API.STREAM.NAMES``; it may read ``STREAM.INFO`` and publish).
+    """
+    from oncestream.server import User
+
+    denied = {"publish": {"deny": ["$JS.API.STREAM.NAMES"]}}
+    users = (
+        User(user="app", password="app-pw"),
+        User(user="nonames", password="nonames-pw", permissions=denied),
+    )
+    return permissions(work_dir, users=users)
+
+
 def token(work_dir: Path, *, token: str) -> ServerConfig:
     """JetStream server requiring a token."""
     from oncestream.server import Authorization

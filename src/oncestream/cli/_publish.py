@@ -139,6 +139,8 @@ def _report(*, name: str, result: LoadResult, horizon: float, size_now: int | No
         f"; {result.lines - result.read_to:,} lines not read" if result.lines is not None else ""
     )
     _say(f"[bold]{reason}[/]: first unconfirmed line {first:,}{remaining}")
+    if result.refused:
+        return  # the error line that follows says the way out; a plain re-run is refused again
     if not result.resumable:
         window = result.duplicate_window
         covered = f"{window:g}s" if window is not None else "its"

@@ -267,7 +267,9 @@ async def _publish(
         progress_error = state.progress_error or await keeper.final(done=complete, budget=budget)
         seconds = time.monotonic() - state.started
         refused = (
-            await refused_subject(conn, options.stream, tally, options.label)
+            await refused_subject(
+                conn, options.stream, tally, options.label, resumable=where["resumable"]
+            )
             if is_config_failure(tally.fatal)
             else None
         )
@@ -332,6 +334,11 @@ def _why(result: LoadResult, what: str) -> str:
         reason = "a malformed record stopped it"
     else:
         reason = "not every record was confirmed"
+    if result.refused:  # it says the way out: a re-run as it is would be refused again
+        return (
+            f"load of {what} into stream {result.stream!r} stopped at line {first:,} "
+            f"(lines 1..{result.confirmed:,} confirmed): {reason}"
+        )
     again = (
         "a re-run resumes after the last confirmed line"
         if result.resumable

@@ -1,7 +1,8 @@
 """Checks made before a load sends anything: target stream and resume point.
 
 - The target stream exists and captures the subject (asked of the server
-  with ``STREAM.NAMES`` filtered by the subject pattern), so a subject that
+  with ``STREAM.NAMES`` filtered by the subject pattern, or read from the
+  target's own subjects when the user may not list streams), so a subject that
   lands in another stream is a configuration error naming both streams.
 - For a regular file, the last progress record decides where the run
   starts, and whether it may: a changed file, another subject or id mode, a
@@ -17,8 +18,10 @@ from typing import Any
 
 from .._connection import Connection
 from .._errors import ConfigError, OncestreamError, PermissionDenied, StreamNotFound
+from .._names import subjects_overlap
 from .._retry import leader_stream_info
 from ..read import stored_ids
+from ..streams._internal import captures_subject
 from ._input import FileFacts, PrefixHasher, SubjectTemplate
 from ._labels import Label, default_label
 from ._progress import ProgressStore, PublishProgress, progress_key
@@ -61,6 +64,13 @@ async def check_target(
     try:
         reply = await conn.api("STREAM.NAMES", {"subject": template.filter})
     except PermissionDenied:
+        # The target's own subjects still tell a subject it can never capture.
+        if not any(subjects_overlap(template.filter, s) for s in own):
+            raise ConfigError(
+                f"{template.label} {template.template!r} is not captured by {flag} {stream!r} "
+                f"(which {captures}); nothing was published (this user may not list streams, "
+                "so which stream captures it is not known)"
+            ) from None
         log.info("cannot list streams (permission denied); the server checks each publish")
         return info
     names: list[str] = reply.get("streams") or []
@@ -77,16 +87,50 @@ async def check_target(
 
 
 async def refused_subject(
-    conn: Connection, stream: str, tally: Tally, label: Label = default_label
+    conn: Connection,
+    stream: str,
+    tally: Tally,
+    label: Label = default_label,
+    *,
+    resumable: bool = False,
 ) -> str | None:
-    """Why the server refused a record's subject, naming the stream that captures it.
+    """Why the server refused a record's subject, and the way out.
 
-    None when ``stream`` captures the subject by now: the refusal came from a moment
-    the server could not tell (e.g. a stream between leaders), not from a wrong
-    subject, so the run failed and a re-run is the way out, not a new subject.
+    The target stream may be gone (deleted while the run published: the subject
+    was fine), or not capture the subject (named with the stream that does, when
+    the user may list streams). None when ``stream`` captures the subject by now:
+    the refusal came from a moment the server could not tell (e.g. a stream
+    between leaders), not from a wrong subject, so the run failed and a re-run is
+    the way out, not a new subject.
+
+    Args:
+        resumable: the run keeps progress records (a re-run of a re-created stream
+            needs ``fresh``: the records name the deleted one).
     """
     subject = tally.fatal_subject
     flag = label("stream")
+    refusal = f"{type(tally.fatal).__name__}: {tally.fatal}"
+    own: list[str] | None = None
+    try:
+        info = await conn.stream_info(stream)
+        own = [str(s) for s in info.get("config", {}).get("subjects") or ()]
+    except StreamNotFound:  # it existed at the start (check_target): deleted since
+        again = (
+            f"re-run with {label('fresh')} (the progress recorded for the deleted stream "
+            "does not apply to a new one)"
+            if resumable
+            else "re-run"
+        )
+        return (
+            f"stream {stream!r} ({flag}) no longer exists: it was deleted while the run "
+            f"published (a record was refused: {refusal}), and what this run stored in it "
+            f"went with it. Create it, then {again}"
+        )
+    except OncestreamError as exc:
+        log.info("could not read stream %r: %s", stream, exc)
+    else:
+        if captures_subject(info.get("config") or {}, subject):
+            return None
     try:
         reply = await conn.api("STREAM.NAMES", {"subject": subject})
         names: list[str] | None = reply.get("streams") or []
@@ -95,15 +139,15 @@ async def refused_subject(
         names = None
     if names is not None and stream in names:
         return None
+    which = f" (which captures {', '.join(repr(s) for s in own)})" if own else ""
     if names is None:  # unknown now: say only what the server said
-        where = f"is not captured by {flag} {stream!r}"
+        where = f"is not captured by {flag} {stream!r}{which}"
     else:
         captor = f"stream {names[0]!r}" if names else "no stream"
-        where = f"is captured by {captor}, not by {flag} {stream!r}"
+        where = f"is captured by {captor}, not by {flag} {stream!r}{which}"
     return (
-        f"subject {subject!r} of a record {where}: the server refused it "
-        f"({type(tally.fatal).__name__}: {tally.fatal}) and the run stopped; fix "
-        f"{label('subject')} or the record"
+        f"subject {subject!r} of a record {where}: the server refused it ({refusal}) and the "
+        f"run stopped; fix {label('subject')} or the record"
     )
 
 

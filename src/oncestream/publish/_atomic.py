@@ -42,7 +42,7 @@ from ._batch import (
 )
 from ._duplicates import DuplicateFinder
 from ._frames import check_single_values, check_subject, too_large
-from ._noresponders import capturing_streams, leaderless, no_leader_cause, stream_not_found
+from ._noresponders import look_up, no_leader_cause
 from ._options import PublisherOptions
 
 __all__ = ["MAX_INFLIGHT_BATCHES", "AtomicPublisher", "AtomicStats"]
@@ -480,22 +480,23 @@ class AtomicPublisher:
         out the ack timeout (an election takes seconds).
 
         Raises:
-            StreamNotFound: the server lists no stream that captures the subject.
+            StreamNotFound: no stream (the target, when streams cannot be listed)
+                captures the subject.
             PublishFailed: the last attempt, and a stream that captures it or no answer.
         """
         opts = self.options
         last = attempt >= opts.max_attempts
         if attempt == 1 or last:
             subject = chunk.subjects[-1].decode()
-            names, why = await capturing_streams(self.conn, subject, opts.ack_timeout)
-            if names == []:
-                raise stream_not_found(subject, attempt)
+            found = await look_up(self.conn, subject, self.stream, opts.ack_timeout)
+            if found.missing:
+                raise found.not_found(attempt)
             if last:
                 raise PublishFailed(
                     f"{len(chunk)} rows to stream {self.stream!r} (msg ids {chunk.ids[0]!r}.."
                     f"{chunk.ids[-1]!r}) were not stored after {attempt} atomic batches, "
                     f'the last answered "no responders" on {subject!r}: '
-                    f"{leaderless(names, self.stream, why)}; the stream may be between "
+                    f"{found.leaderless()}; the stream may be between "
                     "leaders or too few of its servers up. None of these rows is stored: send them "
                     "again",
                     msg_id=chunk.ids[0],
@@ -676,12 +677,12 @@ class AtomicPublisher:
                     continue
                 if not asked or attempt == opts.max_attempts:  # the first 503, the last
                     asked = True
-                    names, why = await capturing_streams(
-                        self.conn, subject.decode(), opts.ack_timeout
+                    found = await look_up(
+                        self.conn, subject.decode(), self.stream, opts.ack_timeout
                     )
-                    if names == []:
+                    if found.missing:
                         return
-                    unheard = leaderless(names, self.stream, why)
+                    unheard = found.leaderless()
                 if attempt < opts.max_attempts:
                     await asyncio.sleep(opts.ack_timeout)
         finally:

@@ -78,7 +78,7 @@ from .._retry import retrying
 from ..streams import require_server
 from ..streams._internal import check_server_bugs
 from ._frames import check_subject, too_large
-from ._noresponders import capturing_streams, leaderless, no_leader_cause, stream_not_found
+from ._noresponders import look_up, no_leader_cause
 from ._options import PublisherOptions
 
 __all__ = [
@@ -375,7 +375,7 @@ class AtomicBatchSender:
                 two causes, inside the duplicate window).
             JetStreamError: any other rejection.
             StreamNotFound: answered 503 and the server lists no stream that
-                captures the subject.
+                captures the subject (or the target stream does not, or is gone).
             PublishFailed: no commit ack after ``max_attempts`` attempts (its
                 ``__cause__`` a transient :class:`NoResponders` when the last was
                 answered 503 by a stream that exists or may exist).
@@ -445,14 +445,15 @@ class AtomicBatchSender:
             At the last attempt, whose leader did not answer (else "").
 
         Raises:
-            StreamNotFound: the server lists no stream that captures the subject.
+            StreamNotFound: no stream (the target, when streams cannot be listed)
+                captures the subject.
         """
         opts = self.options
         if attempt == 1 or attempt >= opts.max_attempts:
-            names, why = await capturing_streams(self.conn, self.subject, opts.ack_timeout)
-            if names == []:
-                raise stream_not_found(self.subject, attempt)
+            found = await look_up(self.conn, self.subject, opts.stream, opts.ack_timeout)
+            if found.missing:
+                raise found.not_found(attempt)
             if attempt >= opts.max_attempts:
-                return leaderless(names, opts.stream, why)
+                return found.leaderless()
         await asyncio.sleep(opts.ack_timeout)
         return ""

@@ -11,7 +11,8 @@ acks of their extra copies still count as duplicates.
 A 503 does not say why nobody listens (:mod:`._noresponders`): no stream
 captures the subject, or its clustered stream has no leader. So the server is
 asked: at the first 503, to fail a subject no stream captures at once, and
-again when a publish has used its last attempt on a 503. Only a positive "no
+again when a publish has used its last attempt on a 503 (a user who may not
+list streams: the target stream's own subjects tell). Only a positive "no
 stream" is :class:`StreamNotFound`; a stream that captures the subject, or no
 answer (a cluster without a meta leader), is an outage: :class:`PublishFailed`,
 to retry (found by the fault campaign, torture/: an R3 stream with two of three
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 from .._connection import Connection
 from .._errors import PublishError, PublishFailed
 from ._frames import Pending
-from ._noresponders import capturing_streams, leaderless, no_leader_cause, stream_not_found
+from ._noresponders import Captors, look_up, no_leader_cause
 from ._options import PublisherOptions
 
 if TYPE_CHECKING:
@@ -123,27 +124,28 @@ class RetryTable:
         task.add_done_callback(self._probe_tasks.discard)
 
     async def _probe_subject(self, subject: str) -> None:
+        opts = self.options
         try:
-            names, why = await capturing_streams(self.conn, subject, self.options.ack_timeout)
+            found = await look_up(self.conn, subject, opts.stream, opts.ack_timeout)
         finally:
             self._probing.discard(subject)
-        if names == []:  # the server says no stream captures it: fail them all now
+        if found.missing:  # no stream (target) captures it: fail them all now
             for table in (self.waiting, self.pending):
                 doomed = [t for t, e in table.items() if e.subject == subject]
                 for token in doomed:
                     entry = table.pop(token)
-                    self._fail(entry, stream_not_found(subject, entry.attempts))
+                    self._fail(entry, found.not_found(entry.attempts))
         for entry in self.deciding.pop(subject, ()):
-            if names == []:
-                self._fail(entry, stream_not_found(subject, entry.attempts))
+            if found.missing:
+                self._fail(entry, found.not_found(entry.attempts))
             else:
-                self._fail(entry, self._no_leader(entry, names, why))
+                self._fail(entry, self._no_leader(entry, found))
 
-    def _no_leader(self, entry: Pending, names: list[str] | None, why: str) -> PublishFailed:
-        """The error of a publish whose every attempt was answered 503 by a stream that exists
-        (``names``) or may exist (None: the lookup got no answer, ``why``)."""
+    def _no_leader(self, entry: Pending, found: Captors) -> PublishFailed:
+        """The error of a publish whose every attempt was answered 503 by a stream that
+        exists or may exist (``found``: what the lookup told)."""
         opts = self.options
-        whose = leaderless(names, opts.stream, why)
+        whose = found.leaderless()
         n = entry.attempts
         error = PublishFailed(
             f"no PubAck for msg id {entry.msg_id!r} on {entry.subject!r} after {n} "

@@ -10,6 +10,7 @@ from ._reset import RESET_SINCE
 from ._server_bugs import SERVER_BUGS, ServerBug, Version, format_version, known_bugs
 from ._spec import (
     FAST_INGEST_SINCE,
+    captures_subject,
     check_partitioning_change,
     overlapping_streams,
     owning_stream,
@@ -25,6 +26,7 @@ __all__ = [
     "SERVER_BUGS",
     "ServerBug",
     "Version",
+    "captures_subject",
     "check_partitioning_change",
     "check_server_bugs",
     "connected_server_name",

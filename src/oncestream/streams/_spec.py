@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from .._connection import Connection
 from .._errors import ConfigError, ErrCode, JetStreamError, StreamNotFound
-from .._names import check_stream_name, check_subject_filter
+from .._names import check_stream_name, check_subject_filter, subject_matches
 from .._options import parse_duration, parse_int, seconds_to_ns
 from ._admin import add_stream, update_stream
 from ._partitions import MAX_PARTITIONS, Partitioning
@@ -21,6 +21,7 @@ __all__ = [
     "FAST_INGEST_SINCE",
     "StreamSource",
     "StreamSpec",
+    "captures_subject",
     "check_partitioning_change",
     "create_stream_if_missing",
     "ensure_stream",
@@ -304,6 +305,25 @@ async def owning_stream(conn: Connection, subject: str) -> str | None:
     if len(names) > 1:
         raise ConfigError(f"subject {subject!r} is captured by several streams: {names}")
     return names[0] if names else None
+
+
+def captures_subject(config: dict[str, Any], subject: str) -> bool:
+    """Whether a stream with ``config`` (``STREAM.INFO``'s) stores a publish to ``subject``.
+
+    What ``STREAM.NAMES`` filtered by the subject tells, read from one stream's own
+    config (for a user who may read it but not list streams). A stream captures its
+    ``subjects`` (wildcards included); a partitioned stream's subject transform
+    changes the subject it stores (``<partition>.<subject>``), not the one it
+    captures, so its published pattern is matched, never the stored one. A mirror
+    captures nothing.
+
+    Example::
+
+        captures_subject({"subjects": ["orders.>"]}, "orders.eu")  # True
+    """
+    if config.get("mirror"):
+        return False
+    return any(subject_matches(str(pattern), subject) for pattern in config.get("subjects") or ())
 
 
 async def ensure_stream(conn: Connection, spec: StreamSpec) -> dict[str, Any]:
