@@ -29,6 +29,7 @@ from harness import publish_n
 from oncestream import Connection, ConnectOptions, Processor, ProcessorOptions, SQLiteLedger
 from oncestream.process import list_dead_letters, replay_dead_letters
 from oncestream.process._replay import _publish
+from oncestream.process._replayed import life_token
 from oncestream.streams import get_message
 from tests.handlers import record
 
@@ -109,6 +110,19 @@ async def test_a_recreated_streams_dead_letter_is_stored_and_its_replay_applied(
     for created, letter, copy in stamps:
         assert letter.stream_created == created
         assert copy.header("Oncestream-Replay-Stream-Created") == created
+    # The documented statement that deletes the replay rows too: both lives', no other's.
+    lives = [f"ORDERS.replay.billing.{life_token(created)}" for created, _, _ in stamps]
+    others = ["ORDERS2", "ORDERS2.replay.billing.1"]  # another stream's, named alike
+    query = "SELECT DISTINCT stream FROM oncestream_applied_runs ORDER BY stream"
+    with sqlite3.connect(ledger) as con:
+        for other in others:
+            con.execute(f"INSERT INTO oncestream_applied_runs VALUES ('{other}', 1, 1, 0)")
+        assert [row[0] for row in con.execute(query)] == ["ORDERS", *lives, *others]
+        con.execute(
+            "DELETE FROM oncestream_applied_runs WHERE stream = 'ORDERS'"
+            " OR substr(stream, 1, 14) = 'ORDERS.replay.'"
+        )
+        assert [row[0] for row in con.execute(query)] == others
 
 
 async def test_a_copy_that_fails_again_is_dead_lettered_as_the_original(

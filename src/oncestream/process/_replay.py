@@ -14,7 +14,11 @@ The copy names the consumer whose letter it is (``Oncestream-Replay-For``,
 that consumer applies it once, every other consumer of the stream acks it
 without applying it. A letter written before letters were per consumer
 (``Nats-Msg-Id`` ``dlq:<stream>:<seq>``) is replayed without them: every consumer
-applies its copy, as then.
+applies its copy, as then. A consumer's letter is replayed only when that consumer
+exists on its stream and takes the subject the copy is stored under (one
+``CONSUMER.LIST`` per stream); otherwise no one would apply the copy, and the letter
+is kept (:attr:`ReplayReport.kept`) unless ``as_consumer`` names the consumer that
+took over.
 
 Exactly once, across crashes and re-runs: each republish carries the
 deterministic ``Nats-Msg-Id`` ``replay:<dead-letter stream>:<seq>`` and an
@@ -186,7 +190,7 @@ class DeadLetter:
         """The original headers (first values) plus the replay id and origin, and for a
         consumer's own letter the consumer, stream, sequence and stream life the copy is
         for. ``for_consumer``: the copy is for that consumer instead (a consumer renamed),
-        also a letter's written before letters were per consumer.
+        also the copy of a letter written before letters were per consumer.
 
         Headers the server stamped on the dead letter or its original (``Nats-Stream-Source``,
         ``Nats-Scheduler``...) are not sent (``_headers.writable_headers``).
