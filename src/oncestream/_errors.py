@@ -83,6 +83,7 @@ class ErrCode(IntEnum):
     CONSUMER_NOT_FOUND = 10014  # JSConsumerNotFoundErr
     MAXIMUM_STREAMS_LIMIT = 10027  # JSMaximumStreamsLimitErr
     NO_MESSAGE_FOUND = 10037  # JSNoMessageFoundErr
+    SEQUENCE_NOT_FOUND = 10043  # JSSequenceNotFoundErrF: e.g. a message delete, already gone
     NOT_ENABLED_FOR_ACCOUNT = 10039  # JSNotEnabledForAccountErr
     STREAM_INVALID_CONFIG = 10052  # JSStreamInvalidConfigF
     MESSAGE_EXCEEDS_MAXIMUM = 10054  # JSStreamMessageExceedsMaximumErr

@@ -142,7 +142,9 @@ def test_dead_letters_replayed_once(nats_server, tmp_path) -> None:  # type: ign
     rest = cli_json(url, "dlq", "replay", "ORDERS_DLQ", "--all", "--force")
     assert rest["replayed"] == [letters[2]["seq"]]
     again = cli_json(url, "dlq", "replay", "ORDERS_DLQ", "--all", "--force")
-    assert again == {"selected": 0, "replayed": [], "already_replayed": []}
+    assert again == {
+        "selected": 0, "replayed": [], "already_replayed": [], "deleted_by_another": [], "kept": {}
+    }  # fmt: skip
     assert cli_json(url, "dlq", "ls", "ORDERS_DLQ") == []
     assert cli_json(url, "stream", "info", "ORDERS_DLQ")["state"]["messages"] == 0
 
@@ -188,7 +190,9 @@ def test_replay_after_crash_and_expired_window(nats_server) -> None:  # type: ig
 
     with_conn(url, window_expired)
     report = cli_json(url, "dlq", "replay", "S_DLQ", "--all", "--force")
-    assert report == {"selected": 1, "replayed": [], "already_replayed": [1]}
+    assert report == {
+        "selected": 1, "replayed": [], "already_replayed": [1], "deleted_by_another": [], "kept": {}
+    }  # fmt: skip
 
     async def copies(conn: Connection) -> list[DeadLetter | Any]:
         return [m async for m in iter_messages(conn, "S", subject="s.x")]

@@ -145,7 +145,9 @@ async def test_always_failing_message_is_dead_lettered(conn, make_stream, tmp_pa
     assert headers["Oncestream-Attempts"] == "3"
     assert (headers["Oncestream-Stream"], headers["Oncestream-Sequence"]) == ("JOBS", "1")
     assert headers["Trace"] == "t-1" and headers["Oncestream-Msg-Id"] == "orig-1"
-    assert headers["Nats-Msg-Id"] == "dlq:JOBS:w:1"  # the consumer's own letter
+    # The consumer's own letter of seq 1 of this stream (its creation time, digits only).
+    created = "".join(c for c in (await conn.stream_info("JOBS"))["created"] if c.isdigit())
+    assert headers["Nats-Msg-Id"] == f"dlq:JOBS:w:1:{created}"
     info = await conn.consumer_info("JOBS", "w")
     assert info["num_ack_pending"] == 0 and info["num_pending"] == 0  # terminated, not dropped
 

@@ -14,12 +14,14 @@ from typing import Any
 import orjson
 import pytest
 
-from oncestream import MaxDeliverError, Message, ProcessorOptions
+from oncestream import MaxDeliverError, Message, NoResponders, ProcessorOptions
 from oncestream.process._ackfrontier import AckFrontier
 from oncestream.process._acking import Acknowledger
 from oncestream.process._bound import BoundConsumer
 from oncestream.process._maxdeliver import DeliveryLimit
 from oncestream.process._options import ProcessorStats
+
+CREATED = "2026-11-29T10:00:00.123456789Z"
 
 
 class _Reply:
@@ -37,6 +39,11 @@ class FakeConn:
         self.config = config or {}
         self.is_connected = True
         self.written = asyncio.Event()
+        #: The stream's creation time (None: its info cannot be read).
+        self.created: str | None = CREATED
+        #: The dead-letter stream answers that it holds the letter already.
+        self.duplicate = False
+        self.headers: list[dict[str, str]] = []
 
     async def publish_many(self, subjects: list[str], payload: bytes) -> None:
         self.writes.append((list(subjects), payload))
@@ -46,13 +53,20 @@ class FakeConn:
         self, subject: str, payload: bytes = b"", timeout: float | None = None, **_: Any
     ) -> _Reply:
         self.requests.append((subject, payload))
+        self.headers.append(dict(_.get("headers") or {}))
         if subject.startswith("DLQ."):
-            return _Reply(orjson.dumps({"stream": "DLQ", "seq": len(self.requests)}))
+            ack = {"stream": "DLQ", "seq": len(self.requests)}
+            return _Reply(orjson.dumps({**ack, "duplicate": True} if self.duplicate else ack))
         return _Reply(b"")
 
     async def consumer_info(self, stream: str, consumer: str) -> dict[str, Any]:
         self.infos += 1
         return {"config": self.config}
+
+    async def stream_info(self, stream: str) -> dict[str, Any]:
+        if self.created is None:
+            raise NoResponders(f"no responders for $JS.API.STREAM.INFO.{stream}")
+        return {"created": self.created}
 
 
 def delivery(seq: int, dseq: int | None = None, delivered: int = 1) -> Message:
@@ -131,8 +145,63 @@ def test_the_last_attempt_is_dead_lettered_and_terminated() -> None:
         assert [s for s, _ in conn.requests] == ["DLQ.S"]  # the dead letter, confirmed
         assert conn.writes == [([msg.reply], b"+TERM")]
         assert stats.dead_lettered == 1
+        # It names the stream's life (its creation time): the letter of seq 9 of a stream
+        # S created again is another letter.
+        (letter,) = conn.headers
+        assert letter["Nats-Msg-Id"] == "dlq:S:C:9:20261129100000123456789"
+        assert letter["Oncestream-Stream-Created"] == CREATED
 
     asyncio.run(main())
+
+
+def test_a_letter_the_dead_letter_stream_holds_already_is_finished_and_said(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A duplicate PubAck: this message's letter (same stream life, consumer and sequence)
+    was stored before, e.g. by a delivery whose +TERM was lost. Before, nothing said so."""
+
+    async def main() -> None:
+        conn = FakeConn()
+        conn.duplicate = True
+        acks, stats = build(conn, dlq="DLQ.S", max_deliver=3, double_ack=False)
+        msg = delivery(9, delivered=3)
+        assert await acks.failed(msg, ValueError("still bad"))
+        assert conn.writes == [([msg.reply], b"+TERM")] and stats.dead_lettered == 1
+
+    with caplog.at_level("WARNING", logger="oncestream.process._acking"):
+        asyncio.run(main())
+    (said,) = [r.getMessage() for r in caplog.records if "stored before" in r.getMessage()]
+    assert "dlq:S:C:9:20261129100000123456789" in said and "unknown" not in said
+
+
+def test_without_the_streams_info_a_letter_waits_unless_the_processor_is_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The letter names the stream's life: a Processor that cannot read it now retries the
+    letter later; a bound one (no API calls at set-up; a cross-account import may not
+    reach STREAM.INFO) writes it without, and a duplicate then says it cannot tell."""
+
+    async def main() -> None:
+        conn = FakeConn()
+        conn.created = None
+        acks, stats = build(conn, dlq="DLQ.S", max_deliver=3, double_ack=False)
+        msg = delivery(9, delivered=3)
+        assert not await acks.failed(msg, ValueError("still bad"))
+        assert conn.requests == [] and stats.dead_lettered == 0
+        assert isinstance(acks.dead_letter_error, NoResponders)
+        assert conn.writes == [([msg.reply], b'-NAK {"delay": 5000000000}')]
+
+        conn = FakeConn()
+        conn.created, conn.duplicate = None, True
+        acks, stats = build(conn, dlq="DLQ.S", max_deliver=3, double_ack=False, bind=True)
+        assert await acks.failed(msg, ValueError("still bad"))
+        (letter,) = conn.headers
+        assert letter["Nats-Msg-Id"] == "dlq:S:C:9" and "Oncestream-Stream-Created" not in letter
+
+    with caplog.at_level("WARNING", logger="oncestream.process._acking"):
+        asyncio.run(main())
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "name no life" in said and "cannot be told from it" in said
 
 
 def test_ack_policy_all_acks_once_up_to_a_failure_and_holds_the_rest() -> None:

@@ -14,7 +14,7 @@ from .._headers import render_block
 from .._options import ConnectOptions, parse_duration, parse_int, parse_time, rfc3339
 from ..process import DeadLetter, list_dead_letters, replay_dead_letters
 from ..streams import StoredMessage, get_message, stream_info
-from ._app import app, cli_errors, console, run_async
+from ._app import app, cli_errors, console, fail, run_async
 from ._connect_flags import with_connect_options
 from ._help import new_typer
 from ._name_args import consumer_name, stream_name
@@ -98,7 +98,12 @@ def replay_time(at: str | None, within: str | None) -> datetime | None:
 
 
 def letter_row(letter: DeadLetter) -> dict[str, Any]:
-    """The ``dlq ls`` row of a dead letter."""
+    """The ``dlq ls`` row of a dead letter.
+
+    ``copy_for``: who applies its replayed copy: its consumer only (a letter of that
+    consumer's own), or every consumer of the stream (a letter written before letters
+    were per consumer, ``all (old letter)``).
+    """
     return {
         "seq": letter.seq,
         "time": rfc3339(letter.time),
@@ -106,8 +111,22 @@ def letter_row(letter: DeadLetter) -> dict[str, Any]:
         "orig_seq": letter.sequence,
         "subject": letter.subject,
         "consumer": letter.consumer,
+        "copy_for": letter.consumer if letter.per_consumer else "all (old letter)",
         "attempts": letter.attempts,
         "error": letter.error if len(letter.error) <= 80 else letter.error[:79] + "…",
+    }
+
+
+def letter_json(letter: DeadLetter) -> dict[str, Any]:
+    """The ``--json`` record of a dead letter: its row, the full error and the original's
+    msg id, whether it is its consumer's own (``per_consumer``) and the creation time of
+    the stream it came from (``stream_created``, null in letters that do not name it)."""
+    return {
+        **letter_row(letter),
+        "error": letter.error,
+        "msg_id": letter.msg_id,
+        "per_consumer": letter.per_consumer,
+        "stream_created": letter.stream_created,
     }
 
 
@@ -135,7 +154,7 @@ def ls_command(
 
     letters = run_async(main())
     if as_json:
-        print_json([{**letter_row(x), "error": x.error, "msg_id": x.msg_id} for x in letters])
+        print_json([letter_json(x) for x in letters])
     else:
         print_table(rows_table(f"dead letters in {dlq}", [letter_row(x) for x in letters]))
 
@@ -165,13 +184,13 @@ def show_command(
     if as_json:
         typer.echo(
             orjson.dumps(
-                {**letter_row(letter), "error": letter.error, "msg_id": letter.msg_id,
-                 "message": message_json(_stored(letter))},
+                {**letter_json(letter), "message": message_json(_stored(letter))},
                 option=orjson.OPT_INDENT_2,
             ).decode()
-        )  # fmt: skip
+        )
         return
     details = {**letter_row(letter), "error": letter.error, "msg_id": letter.msg_id}
+    details["stream_created"] = letter.stream_created or "-"
     details["data"] = preview(letter.data, 2000)
     print_table(kv_table(f"dead letter {dlq} #{seq}", details))
     for name, values in letter.headers.items():
@@ -212,6 +231,15 @@ def replay_command(
         str | None,
         typer.Option("--in", metavar="DURATION", help="Let the server publish them in 10m, 2h..."),
     ] = None,
+    as_consumer: Annotated[
+        str | None,
+        typer.Option(
+            "--as-consumer",
+            metavar="NAME",
+            help="Replay the --consumer's letters for consumer NAME (a renamed consumer).",
+            callback=consumer_name,
+        ),
+    ] = None,
     force: Annotated[bool, typer.Option("--force", "-f", help="Do not ask.")] = False,
     as_json: Json = False,
     *,
@@ -221,9 +249,17 @@ def replay_command(
 
     Select with --seq, --subject, --error, --consumer, or --all. A re-run replays
     nothing twice. A dead letter whose subject moved to another stream is refused
-    (exit 1). Each consumer that gave up on a message has its own dead letter; the
-    republished copy is applied by that consumer only, once (other consumers of the
-    stream ack it without applying it).
+    (exit 1). Each consumer that gave up on a message has its own dead letter
+    (`dlq ls`: copy_for): its republished copy is applied by that consumer only, once
+    (other consumers of the stream ack it without applying it). A letter written
+    before letters were per consumer (copy_for: all) is applied by every consumer
+    of the stream, also one that had applied the original.
+
+    A letter whose consumer no longer exists on its stream, or no longer takes its
+    subject (its filter changed, the stream was partitioned anew), is kept and named
+    (exit 1): no one would apply its copy. --consumer OLD --as-consumer NEW replays
+    OLD's letters for NEW instead (a renamed consumer: NEW applies each once); or
+    publish the message again.
 
     --at / --in schedule the replay on the server (nats-server 2.12+ message
     schedules): it fires at that time even if no client runs then. The original
@@ -240,6 +276,11 @@ def replay_command(
     if all_letters and (seq or subject or error or consumer):
         raise ConfigError(
             "dlq replay: --all cannot be combined with --seq/--subject/--error/--consumer"
+        )
+    if as_consumer and not consumer:
+        raise ConfigError(
+            f"dlq replay: --as-consumer {as_consumer} needs --consumer, the consumer whose "
+            f"letters are replayed for it (--consumer billing --as-consumer {as_consumer})"
         )
     first, last = parse_range(seq)
     when = replay_time(at, within)
@@ -264,30 +305,49 @@ def replay_command(
         async with await connect(options) as conn:
             report = await replay_dead_letters(
                 conn, dlq, first=first, last=last, subject=subject, error=error,
-                consumer=consumer, at=when,
+                consumer=consumer, at=when, as_consumer=as_consumer,
             )  # fmt: skip
             return {
                 "selected": report.selected,
                 "replayed": report.replayed,
                 "already_replayed": report.already_replayed,
+                "deleted_by_another": report.deleted_by_another,
+                "kept": {str(seq): why for seq, why in report.kept.items()},
                 **({"scheduled_at": rfc3339(when)} if when else {}),
             }
 
-    empty: dict[str, Any] = {"selected": 0, "replayed": [], "already_replayed": []}
+    empty: dict[str, Any] = {
+        "selected": 0, "replayed": [], "already_replayed": [], "deleted_by_another": [],
+        "kept": {},
+    }  # fmt: skip
     result = run_async(main()) if selected else empty
+    kept: dict[str, str] = result["kept"]
     if as_json:
         print_json(result)
-        return
+    else:
+        console.print(_summary(dlq, result, when), highlight=False, markup=False)
+    if kept:
+        raise fail(
+            f"{len(kept)} dead letters of {dlq} were kept, not replayed:\n"
+            + "\n".join(f"  {why}" for why in kept.values())
+        )
+
+
+def _summary(dlq: str, result: dict[str, Any], when: datetime | None) -> str:
+    """What ``dlq replay`` did, in one line."""
     scheduled = when is not None and bool(result["replayed"])
     verb = "scheduled" if scheduled else "replayed"
     later = f" for {rfc3339(when)} (the server publishes them)" if when and scheduled else ""
-    console.print(
-        f"{verb} {len(result['replayed']):,} dead letters from {dlq}{later}"
-        + (
-            f" ({len(result['already_replayed'])} had been republished before and were removed)"
-            if result["already_replayed"]
-            else ""
-        ),
-        highlight=False,
-        markup=False,
+    notes = []
+    if result["already_replayed"]:
+        notes.append(
+            f"{len(result['already_replayed'])} had been republished before and were removed"
+        )
+    if result["deleted_by_another"]:
+        notes.append(
+            f"{len(result['deleted_by_another'])} were replayed and removed by another "
+            "replay running at the same time: run one replay of a dead-letter stream at a time"
+        )
+    return f"{verb} {len(result['replayed']):,} dead letters from {dlq}{later}" + (
+        f" ({'; '.join(notes)})" if notes else ""
     )

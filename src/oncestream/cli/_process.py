@@ -101,7 +101,11 @@ def process_command(
     ),
     key: str = typer.Option("sequence", help="Ledger key: sequence or msg_id."),
     filter_subject: str | None = typer.Option(None, "--filter-subject", help="Consumer filter."),
-    bind: bool = typer.Option(False, help="Use the consumer as is: no STREAM/CONSUMER API calls."),
+    bind: bool = typer.Option(
+        False,
+        help="Use the consumer as is: no STREAM/CONSUMER API calls (one STREAM.INFO at the "
+        "first dead letter).",
+    ),
     progress: float = typer.Option(10.0, help="Seconds between progress lines (0 = none)."),
     start_seq: int | None = typer.Option(
         None, "--start-seq", help="A consumer created here starts at this stream sequence."

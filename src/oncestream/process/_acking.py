@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 
 from .._connection import Connection
 from .._errors import OncestreamError
+from .._headers import MSG_ID
 from .._logthrottle import LogThrottle
 from .._message import Message
 from .._retry import retrying
@@ -104,6 +105,9 @@ class Acknowledger:
         self.dlq_subject = bound.dlq_subject
         #: Why the last dead-letter publish failed (e.g. the dead-letter stream is full).
         self.dead_letter_error: OncestreamError | None = None
+        #: The stream's creation time, its life, which each dead letter names (read at
+        #: the first one; "": unknown, see :meth:`_stream_created`).
+        self._created: str | None = None
         #: Seconds the server waits for an ack.
         self.ack_wait = bound.ack_wait
         self._confirming: deque[asyncio.Task[None]] = deque()
@@ -362,12 +366,21 @@ class Acknowledger:
     async def dead_letter(self, msg: Message, seq: int, attempts: int, text: str) -> bool:
         """Publish ``msg`` (stream sequence ``seq``) to the dead-letter stream and wait for
         its PubAck; False when it was not stored (logged; the caller retries later).
-        The caller terminates the original (``+TERM``) when it is still delivered."""
+        The caller terminates the original (``+TERM``) when it is still delivered.
+
+        A PubAck that says ``duplicate`` means this message's letter is stored already
+        (the letter names the stream's life, so it is not a letter of the same sequence
+        of a stream deleted since): logged, and finished like a new one.
+        """
+        created = await self._stream_created()
+        if created is None:
+            return False
         headers = dead_letter_headers(
-            msg, stream=self.stream, consumer=self.consumer, seq=seq, attempts=attempts, error=text
-        )
+            msg, stream=self.stream, consumer=self.consumer, seq=seq, attempts=attempts,
+            error=text, created=created,
+        )  # fmt: skip
         try:
-            await publish_dead_letter(
+            stored = await publish_dead_letter(
                 self.conn,
                 self.dlq_subject,
                 msg,
@@ -381,6 +394,19 @@ class Acknowledger:
             self.dead_letter_error = exc
             return False
         self.stats.dead_lettered += 1
+        if stored.duplicate:
+            log.warning(
+                "%s seq %d: its dead letter was stored before (%s seq %d, msg id %s): the "
+                "server de-duplicated this one%s",
+                self.stream, seq, self.options.dead_letter_stream, stored.seq,
+                headers.get(MSG_ID),
+                "" if created else (
+                    "; the stream's creation time is unknown, so a letter of the same "
+                    "sequence of a stream of that name deleted within the dead-letter "
+                    "stream's duplicate window cannot be told from it"
+                ),
+            )  # fmt: skip
+            return True
         log.warning(
             "%s seq %d dead-lettered to %s after %d attempts: %s",
             self.stream,
@@ -390,6 +416,36 @@ class Acknowledger:
             text,
         )
         return True
+
+    async def _stream_created(self) -> str | None:
+        """The stream's creation time for a dead letter ("": unknown), or None when it
+        cannot be read now (the letter waits: logged, ``dead_letter_error``).
+
+        A bound Processor (``bind``: its set-up makes no API calls, and a cross-account
+        import may not reach ``STREAM.INFO``) writes letters without it instead, once
+        the read failed (a warning says what that leaves open).
+        """
+        if self._created is not None:
+            return self._created
+        try:
+            info = await self.conn.stream_info(self.stream)
+        except OncestreamError as exc:
+            if not self.options.bind:
+                log.error(
+                    "dead letter for %s not stored: cannot read the stream's creation time, "
+                    "which the letter names (%s); retrying later", self.stream, exc,
+                )  # fmt: skip
+                self.dead_letter_error = exc
+                return None
+            log.warning(
+                "cannot read stream %s's creation time (%s): its dead letters name no "
+                "life. If the stream is deleted and created again, a letter of its new "
+                "messages may be taken for an old one's (see docs/processing.md, "
+                "'Dead letters across the lives of a stream')", self.stream, exc,
+            )  # fmt: skip
+            info = {}
+        self._created = str(info.get("created") or "")
+        return self._created
 
 
 def _seq(msg: Message) -> int:

@@ -341,8 +341,8 @@ class ConsumerLoop:
         started_ns = time.time_ns() if self._tracer is not None else 0
         by_seq: dict[int, Message] = {}
         extras: list[Message] = []
-        #: Replayed copies for this consumer: their sequence -> the original's.
-        replays: dict[int, int] = {}
+        #: Replayed copies for this consumer: their sequence -> their ledger key.
+        replays: dict[int, LedgerEntry] = {}
         for msg in msgs:
             try:
                 seq = msg.seq
@@ -362,7 +362,7 @@ class ConsumerLoop:
                 if target is None or target[:2] == (self.stream, self.consumer):
                     by_seq[seq] = msg
                     if target is not None:
-                        replays[seq] = target[2]
+                        replays[seq] = replay_entry(*target)
                 else:
                     extras.append(msg)
                     self.stats.replays_skipped += 1
@@ -385,7 +385,7 @@ class ConsumerLoop:
         if replays:  # keyed by the message it replays: applied once, however often replayed
             for i, s in enumerate(seqs):
                 if s in replays:
-                    entries[i] = replay_entry(stream, self.consumer, replays[s])
+                    entries[i] = replays[s]
         acks.begin_batch(ordered, started_ns)
         try:
             while True:

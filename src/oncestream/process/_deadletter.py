@@ -3,50 +3,97 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from .._connection import Connection, translate_error
 from .._errors import OncestreamError
 from .._headers import EXPECTED_STREAM, MSG_ID, MSG_TTL, ROLLUP, writable_headers
 from .._message import Message
 from ._confirmed import publish_confirmed
-from ._replayed import letter_msg_id
+from ._replayed import REPLAY_PREFIX, STREAM_CREATED, letter_msg_id, replay_target
 
-__all__ = ["dead_letter_headers", "publish_dead_letter"]
+__all__ = ["Stored", "dead_letter_headers", "publish_dead_letter"]
 
 log = logging.getLogger(__name__)
 
+ORIGINAL_ID = "Oncestream-Msg-Id"
 #: Headers of the original message that must not be replayed on the DLQ publish (the
-#: write-time checks Nats-Expected-*/Nats-Batch-* are not in ``Message.headers`` at all).
-_DROP = (MSG_ID, MSG_TTL, ROLLUP)
+#: write-time checks Nats-Expected-*/Nats-Batch-* are not in ``Message.headers`` at all),
+#: and the letter's own, which a replayed copy that failed again carries from its letter.
+_DROP = frozenset(
+    name.lower()
+    for name in (
+        MSG_ID, MSG_TTL, ROLLUP, ORIGINAL_ID, STREAM_CREATED, "Oncestream-Stream",
+        "Oncestream-Consumer", "Oncestream-Sequence", "Oncestream-Subject",
+        "Oncestream-Attempts", "Oncestream-Error",
+    )
+)  # fmt: skip
+_REPLAY_OF = "Oncestream-Replay-Of"
 
 
 def dead_letter_headers(
-    msg: Message, *, stream: str, consumer: str, seq: int, attempts: int, error: str
+    msg: Message,
+    *,
+    stream: str,
+    consumer: str,
+    seq: int,
+    attempts: int,
+    error: str,
+    created: str = "",
 ) -> dict[str, str]:
     """The headers of a dead letter: the original ones plus where and why it failed.
+
+    ``created`` is the stream's creation time (its life; "" when unknown). A replayed
+    copy for ``consumer`` that failed again is recorded as the message it replays
+    (its stream, sequence, life and msg id, from the copy's ``Oncestream-Replay-*``
+    headers), so its replay is claimed under the first copy's ledger key; its msg id
+    names the copy (``seq``), which differs from the first letter's.
 
     Headers the server stamped on the original (``Nats-Stream-Source`` on a message of a
     sourced stream...) are not sent: the server refuses them (``_headers.writable_headers``).
     """
-    headers = {k: v for k, v in writable_headers(msg.headers or {}).items() if k not in _DROP}
-    original_id = msg.msg_id
+    own = msg.headers or {}
+    headers = {
+        k: v
+        for k, v in writable_headers(own).items()
+        if k.lower() not in _DROP and not k.startswith(REPLAY_PREFIX)
+    }
+    target = replay_target(msg.raw_headers)
+    # A replayed copy's own msg id is the replay's (replay:<dlq>:<seq>); the original's
+    # is its Oncestream-Msg-Id.
+    original_id = own.get(ORIGINAL_ID) if _REPLAY_OF in own else msg.msg_id
+    origin = (stream, seq, created)
+    if target is not None and target[:2] == (stream, consumer):
+        origin = (target.stream, target.seq, target.created)
     if original_id:
-        headers["Oncestream-Msg-Id"] = original_id
+        headers[ORIGINAL_ID] = original_id
     headers.update(
         {
-            "Oncestream-Stream": stream,
+            "Oncestream-Stream": origin[0],
             "Oncestream-Consumer": consumer,
-            "Oncestream-Sequence": str(seq),
+            "Oncestream-Sequence": str(origin[1]),
             "Oncestream-Subject": msg.subject,
             "Oncestream-Attempts": str(attempts),
             # One line, bounded: headers are not a place for a traceback.
             "Oncestream-Error": " ".join(error.split())[:1000] or "error",
             # Deterministic id: a retried dead-letter publish is de-duplicated; the
-            # letter of another consumer that gives up on the message is not.
-            MSG_ID: letter_msg_id(stream, consumer, seq),
+            # letter of another consumer, or of the seq of a stream created again, is not.
+            MSG_ID: letter_msg_id(stream, consumer, seq, created),
         }
     )
+    if origin[2]:
+        headers[STREAM_CREATED] = origin[2]
     return headers
+
+
+@dataclass(frozen=True)
+class Stored:
+    """Where a dead letter is: its sequence in the dead-letter stream, and whether the
+    server found it there already (``duplicate``: a letter with its msg id was stored
+    within the stream's duplicate window)."""
+
+    seq: int
+    duplicate: bool = False
 
 
 async def publish_dead_letter(
@@ -58,8 +105,8 @@ async def publish_dead_letter(
     timeout: float = 2.0,
     attempts: int = 5,
     expected_stream: str | None = None,
-) -> int:
-    """Publish one dead letter and wait for its PubAck; return its sequence in the DLQ stream.
+) -> Stored:
+    """Publish one dead letter and wait for its PubAck; where it is in the DLQ stream.
 
     With ``expected_stream`` (the dead-letter stream) it carries ``Nats-Expected-Stream``:
     a dead-letter subject that another stream captures is refused, not stored there.
@@ -89,4 +136,4 @@ async def publish_dead_letter(
         timeout=timeout,
         attempts=attempts,
     )
-    return int(ack.get("seq", 0))
+    return Stored(int(ack.get("seq", 0)), bool(ack.get("duplicate")))

@@ -74,8 +74,10 @@ class ProcessorOptions:
             unless ``bind``); None keeps retrying failed messages with the last delay.
         dead_letter_subject: subject for dead letters (default ``<dead_letter_stream>.<stream>``).
         filter_subject: consumer filter (validated against an existing consumer).
-        bind: use the consumer as it is: no STREAM/CONSUMER API calls at all (for
-            cross-account setups that only import ``CONSUMER.MSG.NEXT`` and acks).
+        bind: use the consumer as it is: no STREAM/CONSUMER API calls (for
+            cross-account setups that only import ``CONSUMER.MSG.NEXT`` and acks),
+            but one ``STREAM.INFO`` at the first dead letter (without it, letters
+            name no stream life: docs/processing.md).
         create: create the consumer when it does not exist.
         double_ack: confirm the ack of each batch's last message with the server.
         double_ack_timeout: seconds per confirmation attempt.

@@ -14,7 +14,11 @@ The copy names the consumer whose letter it is (``Oncestream-Replay-For``,
 that consumer applies it once, every other consumer of the stream acks it
 without applying it. A letter written before letters were per consumer
 (``Nats-Msg-Id`` ``dlq:<stream>:<seq>``) is replayed without them: every consumer
-applies its copy, as then.
+applies its copy, as then. A consumer's letter is replayed only when that consumer
+exists on its stream and takes the subject the copy is stored under (one
+``CONSUMER.LIST`` per stream); otherwise no one would apply the copy, and the letter
+is kept (:attr:`ReplayReport.kept`) unless ``as_consumer`` names the consumer that
+took over.
 
 Exactly once, across crashes and re-runs: each republish carries the
 deterministic ``Nats-Msg-Id`` ``replay:<dead-letter stream>:<seq>`` and an
@@ -64,7 +68,7 @@ from datetime import UTC, datetime
 from .._connection import Connection, translate_error
 from .._errors import ConfigError, ErrCode, StreamMismatch, StreamNotFound
 from .._headers import EXPECTED_STREAM, MSG_ID, SCHEDULE, SCHEDULE_TARGET, writable_headers
-from .._names import subject_matches
+from .._names import check_consumer_name, check_stream_name, subject_matches
 from .._options import parse_time
 from ..publish._internal import REPLAY_OF
 from ..read import iter_messages
@@ -73,11 +77,20 @@ from ..streams import (
     StoredMessage,
     delete_message,
     last_message,
+    list_consumers,
     require_server,
     stream_info,
 )
 from ._confirmed import publish_confirmed
-from ._replayed import REPLAY_FOR, REPLAY_SEQUENCE, REPLAY_STREAM, letter_msg_id
+from ._replayed import (
+    REPLAY_CREATED,
+    REPLAY_FOR,
+    REPLAY_SEQUENCE,
+    REPLAY_STREAM,
+    STREAM_CREATED,
+    is_consumer_letter,
+)
+from ._setup import consumer_filters
 
 __all__ = [
     "DeadLetter",
@@ -112,6 +125,10 @@ class DeadLetter:
         per_consumer: the letter is ``consumer``'s own (its ``Nats-Msg-Id`` names the
             consumer): its replay is applied by that consumer only. False for a letter
             written before letters were per consumer: every consumer applies its replay.
+        stream_created: the creation time of the stream the message was in (its life:
+            a stream deleted and created again numbers other messages from 1), or None
+            (a letter written before letters named it, or by a Processor that could
+            not read it).
     """
 
     dlq_stream: str
@@ -128,6 +145,7 @@ class DeadLetter:
     headers: dict[str, list[str]]
     data: bytes
     per_consumer: bool = False
+    stream_created: str | None = None
 
     @classmethod
     def from_message(cls, msg: StoredMessage) -> DeadLetter:
@@ -135,9 +153,7 @@ class DeadLetter:
         stream = msg.header("Oncestream-Stream") or ""
         sequence = int(msg.header("Oncestream-Sequence") or 0)
         consumer = msg.header("Oncestream-Consumer") or ""
-        own = bool(stream and consumer and sequence > 0) and (
-            msg.header(MSG_ID) == letter_msg_id(stream, consumer, sequence)
-        )
+        own = sequence > 0 and is_consumer_letter(msg.header(MSG_ID), stream, consumer)
         return cls(
             dlq_stream=msg.stream,
             dlq_subject=msg.subject,
@@ -153,6 +169,7 @@ class DeadLetter:
             headers=msg.headers,
             data=msg.data,
             per_consumer=own,
+            stream_created=msg.header(STREAM_CREATED) or None,
         )
 
     @property
@@ -169,9 +186,11 @@ class DeadLetter:
         """Where a scheduled replay of this dead letter stores its schedule message."""
         return f"{SCHEDULE_PREFIX}.{self.stream}.{self.dlq_stream}.{self.seq}"
 
-    def replay_headers(self) -> dict[str, str]:
+    def replay_headers(self, for_consumer: str | None = None) -> dict[str, str]:
         """The original headers (first values) plus the replay id and origin, and for a
-        consumer's own letter the consumer, stream and sequence the copy is for.
+        consumer's own letter the consumer, stream, sequence and stream life the copy is
+        for. ``for_consumer``: the copy is for that consumer instead (a consumer renamed),
+        also the copy of a letter written before letters were per consumer.
 
         Headers the server stamped on the dead letter or its original (``Nats-Stream-Source``,
         ``Nats-Scheduler``...) are not sent (``_headers.writable_headers``).
@@ -184,10 +203,12 @@ class DeadLetter:
         if self.msg_id:
             headers["Oncestream-Msg-Id"] = self.msg_id
         headers[REPLAY_OF] = self.replay_of
-        if self.per_consumer:
-            headers[REPLAY_FOR] = self.consumer
+        if self.per_consumer or for_consumer:
+            headers[REPLAY_FOR] = for_consumer or self.consumer
             headers[REPLAY_STREAM] = self.stream
             headers[REPLAY_SEQUENCE] = str(self.sequence)
+            if self.stream_created:
+                headers[REPLAY_CREATED] = self.stream_created
         headers[MSG_ID] = self.replay_id
         return headers
 
@@ -196,13 +217,25 @@ class DeadLetter:
 class ReplayReport:
     """What :func:`replay_dead_letters` did, by dead-letter sequence.
 
-    ``scheduled_at``: the time the server publishes them (a scheduled replay), or None.
+    Attributes:
+        replayed: republished (or scheduled) and deleted.
+        already_replayed: found republished by an earlier run that stopped before
+            deleting them; deleted.
+        deleted_by_another: deleted by another replay of the dead-letter stream running
+            at the same time (done: replayed once, by whichever run).
+        kept: not replayed, kept in the dead-letter stream: why, and what to do (the
+            consumer the copy would be for no longer exists or no longer takes its
+            subject, so no one would apply it).
+        selected: how many letters were selected.
+        scheduled_at: the time the server publishes them (a scheduled replay), or None.
     """
 
     replayed: list[int] = field(default_factory=list)
     already_replayed: list[int] = field(default_factory=list)
     selected: int = 0
     scheduled_at: datetime | None = None
+    deleted_by_another: list[int] = field(default_factory=list)
+    kept: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -268,10 +301,32 @@ async def list_dead_letters(
 
     Raises:
         StreamNotFound: naming ``dlq_stream``.
+        ConfigError: ``dlq_stream`` or ``consumer`` is not a valid name (``consumer``
+            is one consumer's name: no wildcards, not empty).
     """
+    _check_names(dlq_stream, consumer)
     await stream_info(conn, dlq_stream)
     letters, _ = await _scan(conn, dlq_stream, first or 1, last)
     return _select(letters, first=first, last=last, subject=subject, error=error, consumer=consumer)
+
+
+def _check_names(dlq_stream: str, consumer: str | None, as_consumer: str | None = None) -> None:
+    """Refuse a bad dead-letter stream or consumer name before anything is asked.
+
+    Raises:
+        ConfigError: naming the value and the rule.
+    """
+    check_stream_name(dlq_stream, "dead-letter stream")
+    if consumer is not None:
+        check_consumer_name(consumer, "consumer")
+    if as_consumer is not None:
+        check_consumer_name(as_consumer, "as_consumer")
+        if consumer is None:
+            raise ConfigError(
+                f"as_consumer={as_consumer!r} needs consumer= too: the consumer whose "
+                "letters are replayed for it (e.g. consumer='billing', "
+                "as_consumer='billing_v2')"
+            )
 
 
 async def _publish(
@@ -368,6 +423,56 @@ async def _check_target(conn: Connection, letter: DeadLetter, subject: str) -> N
         )
 
 
+def _takes(filters: tuple[str, ...], subject: str) -> bool:
+    """Whether a consumer with ``filters`` (none: every subject) takes ``subject``."""
+    return not filters or any(subject_matches(f, subject) for f in filters)
+
+
+class _Consumers:
+    """The consumers of each stream, read once per replay (``CONSUMER.LIST``)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._filters: dict[str, dict[str, tuple[str, ...]]] = {}
+
+    async def of(self, stream: str) -> dict[str, tuple[str, ...]]:
+        """Consumer name -> its filter subjects (empty: every subject) on ``stream``."""
+        if stream not in self._filters:
+            infos = await list_consumers(self.conn, stream)
+            self._filters[stream] = {
+                str(info.get("name")): consumer_filters(info.get("config") or {}) for info in infos
+            }
+        return self._filters[stream]
+
+    async def refusal(self, letter: DeadLetter, consumer: str, stored: str) -> str | None:
+        """Why no one would apply ``letter``'s copy for ``consumer`` (stored under
+        ``stored``), or None: the consumer exists on the letter's stream and takes it."""
+        consumers = await self.of(letter.stream)
+        filters = consumers.get(consumer)
+        if filters is not None and _takes(filters, stored):
+            return None
+        takers = sorted(name for name, its in consumers.items() if _takes(its, stored))
+        why = (
+            f"consumer {letter.stream}/{consumer} does not exist any more"
+            if filters is None
+            else f"consumer {letter.stream}/{consumer} does not take {stored!r} any more "
+            f"(its filters: {' '.join(filters)})"
+        )
+        now = (
+            f"consumers of {letter.stream} that take it now: {', '.join(takers)}"
+            if takers
+            else f"no consumer of {letter.stream} takes it now"
+        )
+        return (
+            f"{letter.dlq_stream} seq {letter.seq} (the letter of {letter.stream} seq "
+            f"{letter.sequence} of consumer {letter.consumer}) was kept: {why}, and its copy "
+            f"would be applied by no one ({now}). Replay it for the consumer that now "
+            f"applies those messages in its place (`dlq replay {letter.dlq_stream} --seq "
+            f"{letter.seq} --consumer {letter.consumer} --as-consumer NAME`), or publish the "
+            "message again"
+        )
+
+
 async def _check_schedules(conn: Connection, letter: DeadLetter) -> None:
     """Refuse a scheduled replay the server or the original stream cannot do."""
     require_server(conn, SCHEDULES_SINCE, "scheduled replay (message schedules)")
@@ -392,9 +497,13 @@ async def _check_schedules(conn: Connection, letter: DeadLetter) -> None:
 
 
 async def _republish(
-    conn: Connection, letter: DeadLetter, at: datetime | None, target: _Target | None = None
+    conn: Connection,
+    letter: DeadLetter,
+    at: datetime | None,
+    target: _Target | None = None,
+    for_consumer: str | None = None,
 ) -> dict[str, object]:
-    headers = {**letter.replay_headers(), EXPECTED_STREAM: letter.stream}
+    headers = {**letter.replay_headers(for_consumer), EXPECTED_STREAM: letter.stream}
     subject = target.subject if target is not None else letter.subject
     if at is not None:
         headers[SCHEDULE] = f"@at {at.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
@@ -418,14 +527,23 @@ async def replay_dead_letters(
     error: str | None = None,
     consumer: str | None = None,
     at: datetime | None = None,
+    as_consumer: str | None = None,
 ) -> ReplayReport:
     """Republish the selected dead letters to their original subjects, exactly once, and
     delete each from ``dlq_stream`` once its republish is acknowledged.
 
     Each copy is applied by the consumer whose letter it is, once (see the module
-    docs); select one consumer's letters with ``consumer``.
+    docs); select one consumer's letters with ``consumer``. A letter whose consumer
+    no longer exists on its stream, or no longer takes the letter's subject (its
+    filter changed, or the stream was partitioned anew), is kept and reported in
+    :attr:`ReplayReport.kept`: its copy would be applied by no one.
 
     Args:
+        as_consumer: replay ``consumer``'s selected letters for this consumer instead
+            (a consumer renamed: ``consumer="billing", as_consumer="billing_v2"``): the
+            copies are applied by ``as_consumer`` only, once (also the copies of letters
+            written before letters were per consumer). It must exist and take each
+            letter's subject, or the letter is kept.
         at: schedule the republish for this time on the server (nats-server 2.12+
             message schedules; see the module docs) instead of publishing now: an
             aware datetime (a naive one is refused, as every time without a zone).
@@ -435,12 +553,15 @@ async def replay_dead_letters(
         StreamMismatch: a dead letter's subject is not in its original stream any more
             (moved to another stream, or the stream is gone); the message names the
             subject and the streams. Nothing is replayed to another stream.
-        ConfigError: a message in the selection is not a dead letter written by
-            oncestream; with ``at``: the server or the stream cannot schedule
-            (the message says how to enable it), or ``at`` has no time zone.
+        ConfigError: ``dlq_stream``, ``consumer`` or ``as_consumer`` is not a valid
+            name, or ``as_consumer`` without ``consumer``; a message in the selection
+            is not a dead letter written by oncestream; with ``at``: the server or the
+            stream cannot schedule (the message says how to enable it), or ``at`` has
+            no time zone.
         PublishFailed / JetStreamError: a republish failed (what was done so far stays
             done; a re-run continues without duplicates).
     """
+    _check_names(dlq_stream, consumer, as_consumer)
     if at is not None:
         at = parse_time("at", at, ago=False)
     await stream_info(conn, dlq_stream)
@@ -457,6 +578,7 @@ async def replay_dead_letters(
     checked: set[tuple[str, str]] = set()
     layouts: dict[str, Partitioning | None] = {}
     targets: dict[int, _Target] = {}
+    consumers = _Consumers(conn)
     for letter in chosen:  # every check before the first replay
         if not letter.stream or not letter.subject:
             raise ConfigError(
@@ -470,11 +592,18 @@ async def replay_dead_letters(
             if at is not None:
                 await _check_schedules(conn, letter)
             checked.add((letter.stream, target.subject))
+        if letter.per_consumer or as_consumer:
+            why = await consumers.refusal(letter, as_consumer or letter.consumer, target.stored)
+            if why is not None:
+                report.kept[letter.seq] = why  # the caller reports it (CLI: exit 1)
+                log.debug("%s", why)
     for letter in chosen:
+        if letter.seq in report.kept:
+            continue
         marker = markers.get(letter.seq)
         target = targets[letter.seq]
         if marker is not None and await _already_in_target(conn, letter, marker.after, target):
-            report.already_replayed.append(letter.seq)
+            done = report.already_replayed
         else:
             if marker is None:
                 info = await stream_info(conn, letter.stream)
@@ -491,9 +620,18 @@ async def replay_dead_letters(
                     },
                 )
                 marker = _Marker(int(str(ack.get("seq", 0))), after)
-            await _republish(conn, letter, at, target)
-            report.replayed.append(letter.seq)
-        await delete_message(conn, dlq_stream, letter.seq)
+            await _republish(conn, letter, at, target, as_consumer)
+            done = report.replayed
+        if not await delete_message(conn, dlq_stream, letter.seq):
+            # Another replay of this stream ran at the same time and deleted it after
+            # republishing it: the copies carry the same msg id, so it is replayed once.
+            done = report.deleted_by_another
+            log.warning(
+                "%s seq %d was deleted by another replay running at the same time (it "
+                "replayed it); run one replay of a dead-letter stream at a time",
+                dlq_stream, letter.seq,
+            )  # fmt: skip
+        done.append(letter.seq)
         await delete_message(conn, dlq_stream, marker.seq)
         when = f" scheduled for {at.isoformat()}" if at is not None else ""
         log.info("replayed %s seq %d to %s%s", dlq_stream, letter.seq, target.subject, when)

@@ -321,8 +321,10 @@ async def delete_message(conn: Connection, stream: str, seq: int) -> bool:
     except MessageNotFound:
         return False
     except JetStreamError as exc:
-        # No message at that sequence (deleted, or never stored).
-        if exc.err_code == ErrCode.STREAM_MSG_DELETE_FAILED:
+        # No message at that sequence (deleted, or never stored): nats-server answers
+        # 10043 ("sequence N not found") when nothing was removed, 10057 when the store
+        # says there is no message there.
+        if exc.err_code in (ErrCode.STREAM_MSG_DELETE_FAILED, ErrCode.SEQUENCE_NOT_FOUND):
             return False
         raise
     return True
