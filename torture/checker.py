@@ -260,13 +260,14 @@ def dead_letter_check(
 ) -> tuple[dict[str, list[str]], list[str]]:
     """The dead-letter stream and the replays against the failing keys.
 
-    Every processor's handler fails the same keys, and a dead letter's msg id is
-    ``dlq:<stream>:<seq>`` whichever consumer sends it, so the stream holds exactly one
-    dead letter per failing key that arrived (the first consumer's; the others' are
-    de-duplicated). With ``replay`` every dead letter was replayed: none is left, and
-    each failing key has exactly one replayed copy in the processed stream, which
-    every consumer applies. Returns ``({"dlq": [problem...]}, [replay problem...])``,
-    each problem ``"<what>:<key>"``.
+    Every processor's handler fails the same keys, and each consumer that gives up on a
+    message writes its own dead letter (msg id ``dlq:<stream>:<consumer>:<seq>:<life>``):
+    so per database (``lite``: SQLite; ``pg``, or its partitions' ``pg-p<N>``:
+    PostgreSQL) the stream holds exactly one dead letter per failing key that arrived.
+    With ``replay`` every dead letter was replayed: none is left, and each failing key
+    has one replayed copy per database in the processed stream, which only the named
+    consumer applies. Returns ``({"dlq": [problem...]}, [replay problem...])``, each
+    problem ``"<what>:<key>"`` (``@<database>`` where one is meant).
     """
     if mode == "none":
         return {}, []
@@ -278,14 +279,21 @@ def dead_letter_check(
         if state.get("dlq_unreadable") or arrived:
             problems["dlq"] = [f"unreadable:{len(arrived)} failing keys unchecked"]
         return problems, []
-    held: Counter[str] = Counter()
-    for counts in letters.values():
-        held.update(counts)
+    databases = sorted(state["effects"])
+    held: dict[str, Counter[str]] = {db: Counter() for db in databases}
+    found: list[str] = []
+    for consumer, counts in letters.items():
+        db = _database_of(consumer)
+        if db not in held:
+            found += [f"unexpected-consumer:{k}@{consumer}" for k in sorted(counts)]
+            continue
+        held[db].update(counts)
     owed = set() if mode == "replay" else arrived
-    found = [f"missing:{k}" for k in sorted(owed - held.keys())]
-    found += [f"twice:{k}" for k, n in sorted(held.items()) if n > 1 and k in owed]
-    found += [f"not-replayed:{k}" for k in sorted(held.keys() - owed) if k in failing]
-    found += [f"unexpected:{k}" for k in sorted(held.keys() - failing)]
+    for db in databases:
+        found += [f"missing:{k}@{db}" for k in sorted(owed - held[db].keys())]
+        found += [f"twice:{k}@{db}" for k, n in sorted(held[db].items()) if n > 1 and k in owed]
+        found += [f"not-replayed:{k}@{db}" for k in sorted(held[db].keys() - owed) if k in failing]
+        found += [f"unexpected:{k}@{db}" for k in sorted(held[db].keys() - failing)]
     if mode == "keep":
         for db, effects in sorted(state["effects"].items()):
             found += [f"applied:{k}@{db}" for k in sorted(arrived & effects.keys())]
@@ -294,10 +302,21 @@ def dead_letter_check(
     replay_problems: list[str] = []
     if mode == "replay":
         copies: dict[str, int] = state.get("replays") or {}
-        replay_problems += [f"missing:{k}" for k in sorted(arrived - copies.keys())]
-        replay_problems += [f"twice:{k}" for k, n in sorted(copies.items()) if n > 1]
+        want = len(databases)  # one copy per consumer's letter
+        replay_problems += [f"missing:{k}" for k in sorted(arrived) if copies.get(k, 0) < want]
+        replay_problems += [f"twice:{k}" for k, n in sorted(copies.items()) if n > want]
         replay_problems += [f"unexpected:{k}" for k in sorted(copies.keys() - failing)]
     return problems, replay_problems
+
+
+def _database_of(consumer: str) -> str:
+    """The database whose effects a consumer's processor writes: ``lite`` SQLite, the
+    PostgreSQL pair's ``pg`` and the group's ``pg-p<N>`` PostgreSQL."""
+    if consumer == "lite":
+        return "sqlite"
+    if consumer == "pg" or consumer.startswith("pg-p"):
+        return "postgres"
+    return consumer
 
 
 def reader_mismatch(reads: dict[str, dict[str, Any]]) -> dict[str, int]:

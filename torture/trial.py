@@ -355,9 +355,8 @@ class Trial:
 
     def replay_argv(self) -> list[str]:
         """``oncestream dlq replay --all``: every dead letter, as an operator replays them
-        once the handler is fixed. Every consumer failed each of them (one shared handler),
-        and the stream holds one dead letter per message whichever consumer sent it; every
-        consumer receives the replayed copy and applies it once."""
+        once the handler is fixed. Every consumer failed each of them (one shared handler)
+        and wrote its own letter; each letter's copy is applied once, by its consumer only."""
         assert self.topo is not None
         target = self.topo.processor_target()
         argv = [str(Path(sys.executable).parent / "oncestream"), "dlq", "replay", DLQ,

@@ -77,11 +77,12 @@ def test_the_stack_faults_cover_every_kind_ten_times_in_100_trials() -> None:
 def _state(mode: str, failing: list[str], **changes: Any) -> dict[str, Any]:
     ones = dict.fromkeys(KEYS, 1)
     applied = {k: 1 for k in KEYS if mode == "replay" or k not in failing}
-    # One dead letter per message, whichever consumer gave up first (its msg id is
-    # dlq:<stream>:<seq>); none left once replayed.
+    # One dead letter per message and consumer (its msg id names the consumer): the
+    # SQLite processor's (lite) and the PostgreSQL pair's (pg); none left once replayed.
     letters: dict[str, dict[str, int]] = {}
     if mode == "keep":
         letters["pg"] = dict.fromkeys(failing, 1)
+        letters["lite"] = dict.fromkeys(failing, 1)
     state: dict[str, Any] = {
         "index": 0,
         "seed": 1,
@@ -99,7 +100,7 @@ def _state(mode: str, failing: list[str], **changes: Any) -> dict[str, Any]:
         "options": {"dead_letters": mode, "fail_share": 0.1},
         "failing": failing,
         "dead_letters": letters,
-        "replays": dict.fromkeys(failing, 1) if mode == "replay" else {},
+        "replays": dict.fromkeys(failing, 2) if mode == "replay" else {},  # a copy per letter
         "faults": [],
         "worker_failures": [],
         "unfinished": [],
@@ -117,11 +118,19 @@ def test_dead_letters_kept_once_and_not_applied_are_clean() -> None:
 
 def test_a_dead_letter_missing_twice_or_applied_is_a_violation() -> None:
     state = _state("keep", ["sess-1", "cli-0"])
-    state["dead_letters"] = {"pg": {"sess-1": 1}, "lite": {"sess-1": 1, "sess-0": 1}}
+    state["dead_letters"] = {
+        "pg-p1": {"sess-1": 1, "cli-0": 1},  # a partition's consumer writes PostgreSQL's
+        "lite": {"sess-1": 2, "sess-0": 1},
+    }
     state["effects"]["postgres"]["cli-0"] = 1  # applied although it failed
     result = check([], state)
     assert result["dead_letters"] == {
-        "dlq": ["missing:cli-0", "twice:sess-1", "unexpected:sess-0", "applied:cli-0@postgres"]
+        "dlq": [
+            "missing:cli-0@sqlite",
+            "twice:sess-1@sqlite",
+            "unexpected:sess-0@sqlite",
+            "applied:cli-0@postgres",
+        ]
     }
     assert _nonzero(result) == {"dead_letters": 4}
 
@@ -129,13 +138,13 @@ def test_a_dead_letter_missing_twice_or_applied_is_a_violation() -> None:
 def test_a_replayed_key_is_replayed_once_and_applied_once() -> None:
     result = check([], _state("replay", ["sess-1"]))
     assert _nonzero(result) == {}
-    twice = _state("replay", ["sess-1"], replays={"sess-1": 2})
+    twice = _state("replay", ["sess-1"], replays={"sess-1": 3})
     assert check([], twice)["replays"] == ["twice:sess-1"]
-    left = _state("replay", ["sess-1"], replays={})
+    left = _state("replay", ["sess-1"], replays={"sess-1": 1})  # lite's copy only
     left["dead_letters"]["pg"] = {"sess-1": 1}
     result = check([], left)
     assert result["replays"] == ["missing:sess-1"]
-    assert result["dead_letters"] == {"dlq": ["not-replayed:sess-1"]}
+    assert result["dead_letters"] == {"dlq": ["not-replayed:sess-1@postgres"]}
 
 
 def test_a_lost_record_of_the_publishers_own_stream_is_found_there() -> None:
