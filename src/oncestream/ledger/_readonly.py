@@ -14,16 +14,29 @@ from ._sqlite import OLD_TABLE, RUNS, write_problem
 
 __all__ = ["check_ledger_target", "read_applied_count", "read_horizons"]
 
-_COUNT = "SELECT count(*) FROM oncestream_applied WHERE stream = "
+#: The stream's own rows and its replayed dead letters' (their keys are
+#: ``<stream>.replay.<consumer>...``: no stream's name has a dot, so no other stream's).
+_OF_STREAM = "(stream = {p} OR substr(stream, 1, {p}) = {p})"
+_COUNT = "SELECT count(*) FROM oncestream_applied WHERE " + _OF_STREAM.format(p="%s")
 #: SQLite: the runs, plus the rows of a ledger no newer oncestream has opened yet.
 _SQLITE_COUNT = (
-    f"SELECT (SELECT coalesce(sum(last_seq - first_seq + 1), 0) FROM {RUNS} WHERE stream = ?)"
-    f" + (SELECT count(*) FROM {OLD_TABLE} WHERE stream = ?)"
+    "SELECT (SELECT coalesce(sum(last_seq - first_seq + 1), 0) FROM "
+    + RUNS
+    + " WHERE "
+    + _OF_STREAM.format(p="?")
+    + f") + (SELECT count(*) FROM {OLD_TABLE} WHERE stream = ?)"
 )
 
 
+def _of_stream(stream: str) -> tuple[str, int, str]:
+    """The parameters of :data:`_OF_STREAM` for ``stream``."""
+    prefix = f"{stream}.replay."
+    return stream, len(prefix), prefix
+
+
 def read_applied_count(url: str, stream: str) -> int:
-    """Rows the ledger at ``url`` records for ``stream``; the ledger is opened read-only.
+    """Messages the ledger at ``url`` records as applied from ``stream``, replayed dead
+    letters' copies included; the ledger is opened read-only.
 
     Raises:
         ConfigError: no ledger there (no such file, or no ledger table), or a bad URL.
@@ -47,9 +60,10 @@ def read_applied_count(url: str, stream: str) -> int:
                     for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")
                 }
                 if RUNS in tables:
-                    row = con.execute(_SQLITE_COUNT, (stream, stream)).fetchone()
+                    row = con.execute(_SQLITE_COUNT, (*_of_stream(stream), stream)).fetchone()
                 else:  # written by an oncestream before runs (or not a ledger: raises)
-                    row = con.execute(_COUNT + "?", (stream,)).fetchone()
+                    old = "SELECT count(*) FROM oncestream_applied WHERE stream = ?"
+                    row = con.execute(old, (stream,)).fetchone()
             finally:
                 con.close()
         except sqlite3.DatabaseError as exc:
@@ -68,7 +82,7 @@ def read_applied_count(url: str, stream: str) -> int:
     try:
         with psycopg.connect(dsn.url, autocommit=True, connect_timeout=5) as pg:
             pg.execute("SET default_transaction_read_only = on")
-            row = pg.execute(_COUNT + "%s", (stream,)).fetchone()
+            row = pg.execute(_COUNT, _of_stream(stream)).fetchone()
     except psycopg.errors.UndefinedTable:
         raise ConfigError(f"no ledger in {shown} (no oncestream_applied table)") from None
     except psycopg.Error as exc:
