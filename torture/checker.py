@@ -283,7 +283,7 @@ def dead_letter_check(
     held: dict[str, Counter[str]] = {db: Counter() for db in databases}
     found: list[str] = []
     for consumer, counts in letters.items():
-        db = _database_of(consumer)
+        db = database_of(consumer)
         if db not in held:
             found += [f"unexpected-consumer:{k}@{consumer}" for k in sorted(counts)]
             continue
@@ -309,7 +309,7 @@ def dead_letter_check(
     return problems, replay_problems
 
 
-def _database_of(consumer: str) -> str:
+def database_of(consumer: str) -> str:
     """The database whose effects a consumer's processor writes: ``lite`` SQLite, the
     PostgreSQL pair's ``pg`` and the group's ``pg-p<N>`` PostgreSQL."""
     if consumer == "lite":
