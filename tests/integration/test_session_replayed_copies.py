@@ -221,3 +221,104 @@ async def test_copies_on_a_partitioned_stream_are_read_back_under_the_stored_sub
     assert len({m.subject for m in stored}) == 1  # one partition
     records, copies = _records_and_copies(stored, subject=stored[0].subject)
     assert (records, copies) == (list(range(1, 11)), [b"copy", b"copy"])
+
+
+@pytest.mark.parametrize("batch_size", [1, 4], ids=["single", "atomic-batches"])
+@pytest.mark.parametrize("name", ["Oncestream-Replay-Of", "oncestream-replay-for"])
+async def test_a_record_may_not_carry_a_replay_header(
+    conn: Connection, make_stream, batch_size: int, name: str
+) -> None:
+    """A record carrying Oncestream-Replay-Of would be read back as a copy: a restart
+    resumed before it and, past the duplicate window, stored its positions again."""
+    await make_stream(STREAM, ("t.>",), allow_atomic=True)
+    session = _session(conn, batch_size)
+    assert await session.start() is None
+    with pytest.raises(ConfigError, match=f"header '{name}' is not accepted.*dead letter's copy"):
+        await session.publish(1, b"1", headers={name: "upstream:1"})
+    assert await read_back(conn, STREAM) == []  # refused before anything was sent
+    # The session carries on; other headers are fine.
+    assert await session.run(_positions(1, 3)) == 3
+    await session.publish(4, b"4", headers={"Oncestream-Replayed": "no"})
+    await session.close()
+    again = _session(conn, batch_size)
+    assert await again.start() == 4
+    await again.close()
+
+
+@pytest.mark.parametrize("removed_by", ["max_msgs_per_subject", "purge"])
+async def test_copies_without_a_record_behind_them_fail_start(
+    conn: Connection, make_stream, removed_by: str
+) -> None:
+    """Copies evicted the session's records: start() found no record and returned None,
+    and the input was published again from position 1."""
+    limits = {"max_msgs_per_subject": 1} if removed_by == "max_msgs_per_subject" else {}
+    await make_stream(STREAM, ("t.>",), **limits)
+    session = _session(conn)
+    assert await session.start() is None
+    assert await session.run(_positions(1, 5)) == 5
+    await session.close()
+    if removed_by == "purge":
+        await conn.api(f"STREAM.PURGE.{STREAM}", {"filter": SUBJECT})
+    await _copy(conn, 1)  # with max_msgs_per_subject=1 it replaces position 5
+
+    restarted = _session(conn)
+    with pytest.raises(ConfigError, match=r"holds replayed copies.*but no record of this session"):
+        await restarted.start()
+    with pytest.raises(ConfigError, match=r"call ProducerSession\.start"):
+        await restarted.publish(1, b"1")
+    await restarted.close()
+    records, copies = _records_and_copies(await read_back(conn, STREAM))
+    assert copies == [b"copy"]
+    assert records == []  # nothing published again (nor position 5 kept, with the limit)
+
+
+@pytest.mark.parametrize("batch_size", [1, 2], ids=["single", "atomic-batches"])
+async def test_copies_racing_every_resend_give_up_after_8_resends(
+    conn: Connection, make_stream, batch_size: int
+) -> None:
+    """A copy lands right before every send of one record (or batch): both modes re-send
+    8 times after copies, then fail saying so, with the sequence the last send expected."""
+    await make_stream(STREAM, ("t.>",), allow_atomic=True)
+    session = _session(conn, batch_size)
+    assert await session.start() is None
+    await session.run(_positions(1, 2))
+    racing_copies = 0
+    limit = 0
+    if batch_size == 1:
+        owner, attr = session._log.publisher, "publish"
+    else:
+        owner, attr = session._batcher, "send"
+    send = getattr(owner, attr)
+
+    async def racing(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal racing_copies
+        if racing_copies < limit:
+            racing_copies += 1
+            await _copy(conn, 1000 + racing_copies)
+        return await send(*args, **kwargs)
+
+    setattr(owner, attr, racing)
+    limit = 8  # 1 refused send + 8 re-sends after copies: the 9th send is stored
+    assert await session.run(_positions(3, 4)) == 2
+    assert racing_copies == 8
+
+    limit = 8 + 9  # every send of the next record is refused
+    with pytest.raises(WrongLastSequence) as info:
+        await session.run(_positions(5, 6))
+    assert racing_copies == 8 + 9  # the first send and 8 re-sends
+    setattr(owner, attr, send)
+    last = (await conn.stream_info(STREAM))["state"]["last_seq"]
+    text = str(info.value)
+    assert "copies of dead letters (Oncestream-Replay-Of) kept arriving" in text
+    assert "after 8 re-sends after replayed copies" in text
+    assert f"at seq {last - 1}," in text  # the last send expected the copy before the last
+    assert "another producer" not in text
+    await session.close()
+
+    again = _session(conn, batch_size)
+    assert await again.start() == 4
+    assert await again.run(_positions(1, 6)) == 2
+    await again.close()
+    records, copies = _records_and_copies(await read_back(conn, STREAM))
+    assert records == list(range(1, 7))
+    assert len(copies) == 17

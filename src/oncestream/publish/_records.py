@@ -34,11 +34,23 @@ from ..streams import Partitioning, StoredMessage, get_message, last_message
 from ._options import PubAck, PublisherOptions
 from ._publisher import Publisher
 
-__all__ = ["REPLAY_OF", "Refusal", "SubjectLog", "is_replayed", "previous_message", "why_refused"]
+__all__ = [
+    "REPLAYED_RESENDS",
+    "REPLAY_OF",
+    "Refusal",
+    "SubjectLog",
+    "is_replayed",
+    "previous_message",
+    "why_refused",
+]
 
-#: Appends refused while the subject still ends where expected (another write in flight),
-#: or ends in replayed copies stored after it.
+#: Attempts of an append refused while the subject still ends where expected (another
+#: write in flight).
 _IN_FLIGHT_RETRIES = 8
+
+#: Re-sends of an append (or a ProducerSession's atomic batch) refused because replayed
+#: copies of dead letters followed the expected record, before the refusal propagates.
+REPLAYED_RESENDS = 8
 
 #: The header of a dead letter's copy that ``oncestream dlq replay`` republished on the
 #: letter's original subject: on an owner's subject such a copy is not the owner's record.
@@ -130,6 +142,13 @@ class SubjectLog:
     Attributes:
         last_seq: the stream sequence of the subject's last message read, or of the
             last record appended (0: none): what the next exclusive append expects.
+        refused_expected: the sequence the last refused send of :meth:`append`
+            expected (0: none refused yet).
+        replayed_resends: how many times the last :meth:`append` was sent again
+            because replayed copies followed the expected record.
+        refused_by_copies: the last refusal of :meth:`append` propagated because
+            copies kept arriving (:data:`REPLAYED_RESENDS` re-sends), not because of
+            another writer.
     """
 
     def __init__(
@@ -152,6 +171,9 @@ class SubjectLog:
         self.subject = subject
         self.direct = direct
         self.last_seq = 0
+        self.refused_expected = 0
+        self.replayed_resends = 0
+        self.refused_by_copies = False
         #: The subject the records are stored under (read once: a partitioned stream
         #: stores them under ``<partition>.<subject>``).
         self._stored: str | None = None
@@ -254,8 +276,9 @@ class SubjectLog:
                 raised: the PubAck of that record is returned, ``duplicate`` set.
                 A refusal while the subject still ends where expected (a replicated
                 stream refuses while another write to it is in flight: 10164) is
-                asked again, up to 8 times; so is one because replayed copies follow
-                the expected record (``skip_replayed``), after the last copy.
+                asked again, up to 8 attempts; one because replayed copies follow
+                the expected record (``skip_replayed``) is sent again after the last
+                copy, up to 8 times (:attr:`refused_by_copies` then tells this case).
             PublishFailed: no PubAck after every retry.
         """
         expected = self.last_seq
@@ -272,9 +295,12 @@ class SubjectLog:
             )
         in_flight = False  # the last refusal left the subject where it was
         replayed = False  # the last refusal came from replayed copies: append after them
+        in_flight_refusals = 0
+        self.replayed_resends = 0
+        self.refused_by_copies = False
 
         async def once() -> PubAck:
-            nonlocal expected, in_flight, replayed
+            nonlocal expected, in_flight, replayed, in_flight_refusals
             future = await self.publisher.publish(
                 self.subject,
                 data,
@@ -288,6 +314,7 @@ class SubjectLog:
             except WrongLastSequence:
                 # The server checks the expected sequence before de-duplicating: a
                 # re-send of a record already stored lands here, like a rival's write.
+                self.refused_expected = expected
                 why = await why_refused(self, expected, msg_id)
                 if why.stored is not None:  # last_seq: the subject's end, copies after it
                     return PubAck(self.stream, why.stored.seq, True, None)
@@ -295,12 +322,15 @@ class SubjectLog:
                 # A replicated stream refuses (10164) while another write to the subject
                 # is in flight, such as an earlier attempt of this very append: once it
                 # is stored (then found above) or dropped, asking again settles it.
-                in_flight = why.unchanged
+                in_flight = why.unchanged and in_flight_refusals + 1 < _IN_FLIGHT_RETRIES
+                in_flight_refusals += why.unchanged
                 # Copies of dead letters replayed on the subject are no writer's records:
                 # the record goes after them, checked against the last one.
-                replayed = why.replayed
+                replayed = why.replayed and self.replayed_resends < REPLAYED_RESENDS
+                self.refused_by_copies = why.replayed and not replayed
                 if replayed:
                     expected = self.last_seq
+                    self.replayed_resends += 1
                 raise
             self.last_seq = ack.seq
             return ack
@@ -309,7 +339,6 @@ class SubjectLog:
             once,
             budget=None,
             what=f"appending to {self.subject!r}",
-            attempts=_IN_FLIGHT_RETRIES,
             retry_if=lambda exc: isinstance(exc, WrongLastSequence) and (in_flight or replayed),
             delay=lambda attempt: 0.0 if replayed else min(0.05 * 2 ** (attempt + 1), 1.0),
             log_retries=False,

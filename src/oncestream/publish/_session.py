@@ -61,7 +61,7 @@ from ._batch import (
     BatchRecord,
 )
 from ._publisher import PubAck, Publisher, PublisherOptions
-from ._records import SubjectLog, why_refused
+from ._records import REPLAY_OF, REPLAYED_RESENDS, SubjectLog, why_refused
 
 __all__ = ["SOURCE_POS_HEADER", "ProducerSession"]
 
@@ -72,8 +72,9 @@ PRODUCER_HEADER = "Oncestream-Producer"
 
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]+$")
 
-#: Batches sent again because replayed copies of dead letters followed the expected record.
-_REPLAYED_RESENDS = 8
+#: The headers of a dead letter's replayed copy (``Oncestream-Replay-Of``...): a session
+#: reads a message carrying one as a copy, never as its record, so its records may not.
+_REPLAY_PREFIX = "oncestream-replay-"
 
 
 class ProducerSession:
@@ -172,14 +173,17 @@ class ProducerSession:
         times out or finds no leader is retried for ``options.patience`` (ack
         timeout x attempts). Replayed copies of dead letters at the end of the subject (header
         ``Oncestream-Replay-Of``) are read past to the session's last record; the
-        next publish goes after the last copy.
+        next publish goes after the last copy. The subject must keep that record:
+        copies alone (the records removed by ``max_msgs_per_subject`` or a purge)
+        do not tell where the session stopped.
 
         Returns:
             The last stored source position, or None when the subject holds no record.
 
         Raises:
             StreamNotFound: the stream does not exist.
-            ConfigError: the window guard fails, or the last message has no position header.
+            ConfigError: the window guard fails, the last message has no position header,
+                or the subject holds replayed copies but no record of the session.
             OperationTimeout: no answer came for that long.
             JetStreamError: the stream still had no leader then (err_code 10008).
         """
@@ -195,8 +199,20 @@ class ProducerSession:
         await self._publisher.start()
         self._created = str(info.get("created") or "")
         found = await self._log.last()
+        if found is None and self.last_seq:
+            raise ConfigError(
+                f"producer {self.producer_id!r}: {self.subject!r} in stream {self.stream!r} "
+                f"holds replayed copies of dead letters ({REPLAY_OF}, the last at seq "
+                f"{self.last_seq}) but no record of this session: its records were removed "
+                "(by the stream's max_msgs_per_subject, max_age or a purge of the subject), so "
+                "the session cannot tell where it stopped and would publish its input again "
+                "from the beginning. Keep the session's records (no max_msgs_per_subject or "
+                "max_age limit that copies or time can use up, no purge of the subject "
+                "alone), then either restore the last record, or purge the subject "
+                "completely (copies too) or use a new producer_id to start over on purpose"
+            )
         if found is None:
-            self.position = None  # last_seq: 0, or the last of the replayed copies
+            self.position = None  # an empty subject
         else:
             seq = found.seq
             raw = found.header(SOURCE_POS_HEADER)
@@ -236,6 +252,7 @@ class ProducerSession:
             raise ConfigError(f"position must be an int, got {position!r}")
         if headers:
             check_user_headers(headers)
+            _refuse_replay_headers(headers)
         latest = self._buffer[-1][0] if self._buffer else self.position
         if latest is not None and position <= latest:
             self.skipped += 1
@@ -257,7 +274,11 @@ class ProducerSession:
             # The stored state is unknown until start() reads the subject again.
             self._started = False
             if isinstance(exc, WrongLastSequence):
-                raise await self._changed_behind(exc, expected) from exc
+                raise await self._changed_behind(
+                    exc,
+                    self._log.refused_expected or expected,
+                    resends=self._log.replayed_resends if self._log.refused_by_copies else 0,
+                ) from exc
             raise
         self.position = position
         self.published += 1
@@ -288,8 +309,10 @@ class ProducerSession:
                 # The server checks the expected sequence before msg ids: a re-send of a
                 # batch whose earlier attempt committed (ack lost) is refused too.
                 why = await why_refused(self._log, expected, self.msg_id(last_position))
-                if why.stored is None and (not why.replayed or resends == _REPLAYED_RESENDS):
-                    raise await self._changed_behind(exc, expected) from exc
+                if why.stored is None and (not why.replayed or resends == REPLAYED_RESENDS):
+                    raise await self._changed_behind(
+                        exc, expected, resends=resends if why.replayed else 0
+                    ) from exc
                 self._started = True
                 if why.stored is not None:  # last_seq: the subject's end, copies after it
                     seq, duplicate = why.stored.seq, True
@@ -304,13 +327,17 @@ class ProducerSession:
         self.published += len(records)
         return PubAck(self.stream, seq, duplicate, None)
 
-    async def _changed_behind(self, exc: JetStreamError, expected: int) -> WrongLastSequence:
+    async def _changed_behind(
+        self, exc: JetStreamError, expected: int, *, resends: int = 0
+    ) -> WrongLastSequence:
         """Why the subject's last message is not the one this session expects.
 
         The resume point lives in the stream, so the session's only state is where
         its last message is. A stream deleted and re-created under the same name
-        (its creation time changed) makes that position meaningless; otherwise
-        another writer, a second producer with the same id, added to the subject.
+        (its creation time changed) makes that position meaningless; ``resends`` > 0:
+        replayed copies kept arriving after each of that many re-sends (the last one
+        expected ``expected``); otherwise another writer, a second producer with the
+        same id, added to the subject.
         """
         created = ""
         with contextlib.suppress(OncestreamError):  # the zombie message stays true
@@ -321,6 +348,14 @@ class ProducerSession:
                 f"re-created while this session ran (created {self._created} when the session "
                 f"started, {created} now), so what the session stored before is gone with the "
                 "old stream; call start() again to resume from what the new stream holds"
+            )
+        elif resends:
+            text = (
+                f"producer {self.producer_id!r}: replayed copies of dead letters ({REPLAY_OF}) "
+                f"kept arriving on {self.subject!r}: the record was refused after {resends} "
+                "re-sends after replayed copies (the last expected the subject's last message "
+                f"at seq {expected}, and more copies followed it); nothing of this publish is "
+                "stored. Call start() again and publish again, once the replay is over"
             )
         else:
             text = (
@@ -359,3 +394,16 @@ class ProducerSession:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _refuse_replay_headers(headers: Mapping[str, str]) -> None:
+    """Refuse ``Oncestream-Replay-*`` on a session's record (checked before anything is sent)."""
+    for key in headers:
+        if key.lower().startswith(_REPLAY_PREFIX):
+            raise ConfigError(
+                f"header {key!r} is not accepted on a ProducerSession's record: "
+                f"{REPLAY_OF} and the other Oncestream-Replay-* headers mark a dead letter's "
+                "copy that 'oncestream dlq replay' republished, and the session reads a "
+                "message carrying one as such a copy, never as its own record (a restart "
+                "would resume before it and store its positions again); drop it or rename it"
+            )
