@@ -5,8 +5,13 @@ nats-server.
   gone (renamed: billing -> billing_v2) or no longer took its subject (its filter
   edited) was replayed, deleted and reported replayed (exit 0): every consumer acked
   the copy without applying it, and the message was lost. Now it is kept and named
-  (exit 1), and ``--consumer billing --as-consumer billing_v2`` replays it for the
-  consumer that took over.
+  (exit 1), telling to publish the message again: a consumer that takes its subject
+  now may already have applied the original (replaying the letter for it, as an
+  unreleased ``--as-consumer`` did, applied the message twice).
+- ``--consumer`` naming no consumer (no letter names it, no consumer of the letters'
+  streams has it) said nothing: ``ls`` listed nothing, ``replay`` "replayed 0" (exit 0).
+  Now ``ls`` warns (exit 0) and ``replay`` refuses (exit 2), naming the consumers the
+  letters name.
 - Two replays at once: the one that came second to a letter failed with
   ``JetStreamError: sequence N not found (err_code=10043)`` deleting it (exit 1). A
   letter another replay deleted is done: reported as such, nothing replayed twice.
@@ -15,7 +20,6 @@ nats-server.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -60,14 +64,7 @@ def _run(url: str, db: Path, consumer: str, until: Any, *, broken: set[int], **o
     return asyncio.run(main())
 
 
-def _ids(path: Path) -> list[int]:
-    with sqlite3.connect(path) as con:
-        return sorted(row[0] for row in con.execute("SELECT id FROM effects"))
-
-
-def test_a_letter_no_consumer_would_apply_is_kept_or_replayed_for_its_successor(
-    nats_server, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+def test_a_letter_no_consumer_would_apply_is_kept(nats_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     url = nats_server.url
     cli_json(url, "stream", "add", STREAM, "--subjects", "orders.>")
     publish(url, "orders.eu", [b"%d" % i for i in range(5)])  # data 3 at seq 4
@@ -87,28 +84,41 @@ def test_a_letter_no_consumer_would_apply_is_kept_or_replayed_for_its_successor(
     assert (
         f"ORDERS_DLQ seq {billing['seq']} (the letter of ORDERS seq 4 of consumer billing)" in said
     )
-    assert "consumer ORDERS/billing does not exist any more" in said
-    assert "consumers of ORDERS that take it now: billing_v2" in said
-    assert "--consumer billing --as-consumer NAME" in said and "publish the message again" in said
+    assert "consumer ORDERS/billing does not exist," in said and "any more," not in said
+    assert (
+        "consumers of ORDERS that take it now: billing_v2, which may already have applied "
+        "the original" in said
+    )
+    assert "If the message must still be applied, publish the message again" in said
+    assert "--as-consumer" not in said
     assert "consumer ORDERS/shipping does not take 'orders.eu' any more" in said
     assert [x["seq"] for x in cli_json(url, "dlq", "ls", DLQ)] == [billing["seq"], shipping["seq"]]
-
-    replay = cli_json(
-        url, "dlq", "replay", DLQ, "--consumer", "billing", "--as-consumer", "billing_v2", "-f"
-    )
-    assert (replay["replayed"], replay["kept"]) == ([billing["seq"]], {})
-    copy = cli_json(url, "stream", "get", STREAM, "6")
-    assert copy["headers"]["Oncestream-Replay-For"] == ["billing_v2"]
-    stats = _run(url, tmp_path, "billing_v2", lambda s: s.applied, broken=set())
-    assert stats.applied == 1 and _ids(tmp_path / "billing_v2.db") == [3]
-    assert [x["seq"] for x in cli_json(url, "dlq", "ls", DLQ)] == [shipping["seq"]]
+    # The option that replayed a letter for another consumer is gone.
+    gone = cli(url, "dlq", "replay", DLQ, "--consumer", "billing", "--as-consumer", "billing_v2")
+    assert gone.exit_code == 2 and "--as-consumer" in gone.stderr, gone.stderr
 
     # dlq ls says whose copy a letter's replay is (a letter of the consumer's own).
     assert (billing["consumer"], billing["per_consumer"], billing["copy_for"]) == (
         "billing", True, "billing",
     )  # fmt: skip
-    bad = cli(url, "dlq", "replay", DLQ, "--as-consumer", "billing_v2", "--all", "-f")
-    assert bad.exit_code == 2 and "--as-consumer billing_v2 needs --consumer" in bad.stderr
+
+    # A consumer no letter names and no consumer of ORDERS has: said, not "replayed 0".
+    warned = cli(url, "dlq", "ls", DLQ, "--consumer", "nosuch", "--json")
+    assert warned.exit_code == 0 and warned.stdout.strip() == "[]", warned.output
+    named = (
+        "no consumer 'nosuch': no letter in ORDERS_DLQ names it and the streams its letters "
+        "came from (ORDERS) have no consumer of that name; the letters name billing, shipping"
+    )
+    assert "warning: " + named in " ".join(warned.stderr.split()), warned.stderr
+    refused = cli(url, "dlq", "replay", DLQ, "--consumer", "nosuch", "-f")
+    assert refused.exit_code == 2, refused.output  # before: 0, "replayed 0 dead letters"
+    assert f"dlq replay: {named}; nothing was replayed" in " ".join(refused.stderr.split())
+    # A consumer of the stream without letters, or billing (gone, but its letter names
+    # it): nothing to say.
+    for name in ("billing_v2", "billing"):
+        assert cli(url, "dlq", "ls", DLQ, "--consumer", name, "--seq", "99").stderr == ""
+    quiet = cli(url, "dlq", "replay", DLQ, "--consumer", "billing_v2", "-f")
+    assert quiet.exit_code == 0 and "replayed 0 dead letters" in quiet.stdout, quiet.output
 
 
 def test_a_letter_another_replay_deleted_is_done(

@@ -7,14 +7,16 @@ from typing import Annotated, Any
 
 import orjson
 import typer
+from rich.text import Text
 
 from .._connection import connect
 from .._errors import ConfigError, MessageNotFound
 from .._headers import render_block
 from .._options import ConnectOptions, parse_duration, parse_int, parse_time, rfc3339
 from ..process import DeadLetter, list_dead_letters, replay_dead_letters
+from ..process._replay import unknown_consumer
 from ..streams import StoredMessage, get_message, stream_info
-from ._app import app, cli_errors, console, fail, run_async
+from ._app import EXIT_CONFIG, app, cli_errors, console, err_console, fail, run_async
 from ._connect_flags import with_connect_options
 from ._help import new_typer
 from ._name_args import consumer_name, stream_name
@@ -143,16 +145,24 @@ def ls_command(
     *,
     options: ConnectOptions,
 ) -> None:
-    """List dead letters: where they came from, attempts and the last error."""
+    """List dead letters: where they came from, attempts and the last error.
+
+    --consumer NAME that no letter names and no consumer of the letters' streams has
+    is warned about on stderr (exit 0: no letters is the answer).
+    """
     first, last = parse_range(seq)
 
-    async def main() -> list[DeadLetter]:
+    async def main() -> tuple[list[DeadLetter], str | None]:
         async with await connect(options) as conn:
-            return await list_dead_letters(
+            letters = await list_dead_letters(
                 conn, dlq, first=first, last=last, subject=subject, error=error, consumer=consumer
             )
+            why = None if letters or not consumer else await unknown_consumer(conn, dlq, consumer)
+            return letters, why
 
-    letters = run_async(main())
+    letters, why = run_async(main())
+    if why:
+        err_console.print(Text.assemble(("warning:", "bold yellow"), " ", why), highlight=False)
     if as_json:
         print_json([letter_json(x) for x in letters])
     else:
@@ -231,15 +241,6 @@ def replay_command(
         str | None,
         typer.Option("--in", metavar="DURATION", help="Let the server publish them in 10m, 2h..."),
     ] = None,
-    as_consumer: Annotated[
-        str | None,
-        typer.Option(
-            "--as-consumer",
-            metavar="NAME",
-            help="Replay the --consumer's letters for consumer NAME (a renamed consumer).",
-            callback=consumer_name,
-        ),
-    ] = None,
     force: Annotated[bool, typer.Option("--force", "-f", help="Do not ask.")] = False,
     as_json: Json = False,
     *,
@@ -257,9 +258,10 @@ def replay_command(
 
     A letter whose consumer no longer exists on its stream, or no longer takes its
     subject (its filter changed, the stream was partitioned anew), is kept and named
-    (exit 1): no one would apply its copy. --consumer OLD --as-consumer NEW replays
-    OLD's letters for NEW instead (a renamed consumer: NEW applies each once); or
-    publish the message again.
+    (exit 1): no one would apply its copy. Publish the message again if it must
+    still be applied (a consumer that takes its subject now may already have applied
+    the original). --consumer NAME that no letter names and no consumer of the
+    letters' streams has is refused (exit 2).
 
     --at / --in schedule the replay on the server (nats-server 2.12+ message
     schedules): it fires at that time even if no client runs then. The original
@@ -277,22 +279,20 @@ def replay_command(
         raise ConfigError(
             "dlq replay: --all cannot be combined with --seq/--subject/--error/--consumer"
         )
-    if as_consumer and not consumer:
-        raise ConfigError(
-            f"dlq replay: --as-consumer {as_consumer} needs --consumer, the consumer whose "
-            f"letters are replayed for it (--consumer billing --as-consumer {as_consumer})"
-        )
     first, last = parse_range(seq)
     when = replay_time(at, within)
 
-    async def count() -> int:
+    async def count() -> tuple[int, str | None]:
         async with await connect(options) as conn:
             letters = await list_dead_letters(
                 conn, dlq, first=first, last=last, subject=subject, error=error, consumer=consumer
             )
-            return len(letters)
+            why = None if letters or not consumer else await unknown_consumer(conn, dlq, consumer)
+            return len(letters), why
 
-    selected = run_async(count())
+    selected, why = run_async(count())
+    if why:
+        raise fail(f"dlq replay: {why}; nothing was replayed", EXIT_CONFIG)
     if selected:
         later = f" at {rfc3339(when)}" if when else ""
         confirm(
@@ -305,7 +305,7 @@ def replay_command(
         async with await connect(options) as conn:
             report = await replay_dead_letters(
                 conn, dlq, first=first, last=last, subject=subject, error=error,
-                consumer=consumer, at=when, as_consumer=as_consumer,
+                consumer=consumer, at=when,
             )  # fmt: skip
             return {
                 "selected": report.selected,

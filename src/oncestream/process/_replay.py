@@ -17,8 +17,8 @@ without applying it. A letter written before letters were per consumer
 applies its copy, as then. A consumer's letter is replayed only when that consumer
 exists on its stream and takes the subject the copy is stored under (one
 ``CONSUMER.LIST`` per stream); otherwise no one would apply the copy, and the letter
-is kept (:attr:`ReplayReport.kept`) unless ``as_consumer`` names the consumer that
-took over.
+is kept (:attr:`ReplayReport.kept`): publish the message again if it must still be
+applied.
 
 Exactly once, across crashes and re-runs: each republish carries the
 deterministic ``Nats-Msg-Id`` ``replay:<dead-letter stream>:<seq>`` and an
@@ -186,11 +186,10 @@ class DeadLetter:
         """Where a scheduled replay of this dead letter stores its schedule message."""
         return f"{SCHEDULE_PREFIX}.{self.stream}.{self.dlq_stream}.{self.seq}"
 
-    def replay_headers(self, for_consumer: str | None = None) -> dict[str, str]:
+    def replay_headers(self) -> dict[str, str]:
         """The original headers (first values) plus the replay id and origin, and for a
         consumer's own letter the consumer, stream, sequence and stream life the copy is
-        for. ``for_consumer``: the copy is for that consumer instead (a consumer renamed),
-        also the copy of a letter written before letters were per consumer.
+        for.
 
         Headers the server stamped on the dead letter or its original (``Nats-Stream-Source``,
         ``Nats-Scheduler``...) are not sent (``_headers.writable_headers``).
@@ -203,8 +202,8 @@ class DeadLetter:
         if self.msg_id:
             headers["Oncestream-Msg-Id"] = self.msg_id
         headers[REPLAY_OF] = self.replay_of
-        if self.per_consumer or for_consumer:
-            headers[REPLAY_FOR] = for_consumer or self.consumer
+        if self.per_consumer:
+            headers[REPLAY_FOR] = self.consumer
             headers[REPLAY_STREAM] = self.stream
             headers[REPLAY_SEQUENCE] = str(self.sequence)
             if self.stream_created:
@@ -310,7 +309,32 @@ async def list_dead_letters(
     return _select(letters, first=first, last=last, subject=subject, error=error, consumer=consumer)
 
 
-def _check_names(dlq_stream: str, consumer: str | None, as_consumer: str | None = None) -> None:
+async def unknown_consumer(conn: Connection, dlq_stream: str, consumer: str) -> str | None:
+    """Why ``consumer`` selects nothing in ``dlq_stream`` because it names no consumer
+    (a warning naming it and the consumers the letters name), or None: a letter names
+    it, a stream its letters came from has a consumer of that name, or there are no
+    letters (nothing to tell it by).
+    """
+    letters, _ = await _scan(conn, dlq_stream)
+    if not letters or any(letter.consumer == consumer for letter in letters):
+        return None
+    streams = sorted({letter.stream for letter in letters if letter.stream})
+    consumers = _Consumers(conn)
+    for stream in streams:
+        try:
+            if consumer in await consumers.of(stream):
+                return None
+        except StreamNotFound:
+            continue
+    named = sorted({letter.consumer for letter in letters if letter.consumer})
+    return (
+        f"no consumer {consumer!r}: no letter in {dlq_stream} names it and the streams its "
+        f"letters came from ({', '.join(streams) or 'none'}) have no consumer of that name; "
+        f"the letters name {', '.join(named) or 'no consumer'}"
+    )
+
+
+def _check_names(dlq_stream: str, consumer: str | None) -> None:
     """Refuse a bad dead-letter stream or consumer name before anything is asked.
 
     Raises:
@@ -319,14 +343,6 @@ def _check_names(dlq_stream: str, consumer: str | None, as_consumer: str | None 
     check_stream_name(dlq_stream, "dead-letter stream")
     if consumer is not None:
         check_consumer_name(consumer, "consumer")
-    if as_consumer is not None:
-        check_consumer_name(as_consumer, "as_consumer")
-        if consumer is None:
-            raise ConfigError(
-                f"as_consumer={as_consumer!r} needs consumer= too: the consumer whose "
-                "letters are replayed for it (e.g. consumer='billing', "
-                "as_consumer='billing_v2')"
-            )
 
 
 async def _publish(
@@ -444,32 +460,32 @@ class _Consumers:
             }
         return self._filters[stream]
 
-    async def refusal(self, letter: DeadLetter, consumer: str, stored: str) -> str | None:
-        """Why no one would apply ``letter``'s copy for ``consumer`` (stored under
-        ``stored``), or None: the consumer exists on the letter's stream and takes it."""
+    async def refusal(self, letter: DeadLetter, stored: str) -> str | None:
+        """Why no one would apply ``letter``'s copy (stored under ``stored``), or None:
+        its consumer exists on the letter's stream and takes it."""
+        consumer = letter.consumer
         consumers = await self.of(letter.stream)
         filters = consumers.get(consumer)
         if filters is not None and _takes(filters, stored):
             return None
         takers = sorted(name for name, its in consumers.items() if _takes(its, stored))
         why = (
-            f"consumer {letter.stream}/{consumer} does not exist any more"
+            f"consumer {letter.stream}/{consumer} does not exist"
             if filters is None
             else f"consumer {letter.stream}/{consumer} does not take {stored!r} any more "
             f"(its filters: {' '.join(filters)})"
         )
         now = (
-            f"consumers of {letter.stream} that take it now: {', '.join(takers)}"
+            f"consumers of {letter.stream} that take it now: {', '.join(takers)}, which may "
+            "already have applied the original"
             if takers
             else f"no consumer of {letter.stream} takes it now"
         )
         return (
             f"{letter.dlq_stream} seq {letter.seq} (the letter of {letter.stream} seq "
             f"{letter.sequence} of consumer {letter.consumer}) was kept: {why}, and its copy "
-            f"would be applied by no one ({now}). Replay it for the consumer that now "
-            f"applies those messages in its place (`dlq replay {letter.dlq_stream} --seq "
-            f"{letter.seq} --consumer {letter.consumer} --as-consumer NAME`), or publish the "
-            "message again"
+            f"would be applied by no one ({now}). If the message must still be applied, "
+            "publish the message again"
         )
 
 
@@ -501,9 +517,8 @@ async def _republish(
     letter: DeadLetter,
     at: datetime | None,
     target: _Target | None = None,
-    for_consumer: str | None = None,
 ) -> dict[str, object]:
-    headers = {**letter.replay_headers(for_consumer), EXPECTED_STREAM: letter.stream}
+    headers = {**letter.replay_headers(), EXPECTED_STREAM: letter.stream}
     subject = target.subject if target is not None else letter.subject
     if at is not None:
         headers[SCHEDULE] = f"@at {at.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
@@ -527,7 +542,6 @@ async def replay_dead_letters(
     error: str | None = None,
     consumer: str | None = None,
     at: datetime | None = None,
-    as_consumer: str | None = None,
 ) -> ReplayReport:
     """Republish the selected dead letters to their original subjects, exactly once, and
     delete each from ``dlq_stream`` once its republish is acknowledged.
@@ -536,14 +550,10 @@ async def replay_dead_letters(
     docs); select one consumer's letters with ``consumer``. A letter whose consumer
     no longer exists on its stream, or no longer takes the letter's subject (its
     filter changed, or the stream was partitioned anew), is kept and reported in
-    :attr:`ReplayReport.kept`: its copy would be applied by no one.
+    :attr:`ReplayReport.kept`: its copy would be applied by no one. Publish the message
+    again if it must still be applied.
 
     Args:
-        as_consumer: replay ``consumer``'s selected letters for this consumer instead
-            (a consumer renamed: ``consumer="billing", as_consumer="billing_v2"``): the
-            copies are applied by ``as_consumer`` only, once (also the copies of letters
-            written before letters were per consumer). It must exist and take each
-            letter's subject, or the letter is kept.
         at: schedule the republish for this time on the server (nats-server 2.12+
             message schedules; see the module docs) instead of publishing now: an
             aware datetime (a naive one is refused, as every time without a zone).
@@ -553,15 +563,15 @@ async def replay_dead_letters(
         StreamMismatch: a dead letter's subject is not in its original stream any more
             (moved to another stream, or the stream is gone); the message names the
             subject and the streams. Nothing is replayed to another stream.
-        ConfigError: ``dlq_stream``, ``consumer`` or ``as_consumer`` is not a valid
-            name, or ``as_consumer`` without ``consumer``; a message in the selection
+        ConfigError: ``dlq_stream`` or ``consumer`` is not a valid name; a message in
+            the selection
             is not a dead letter written by oncestream; with ``at``: the server or the
             stream cannot schedule (the message says how to enable it), or ``at`` has
             no time zone.
         PublishFailed / JetStreamError: a republish failed (what was done so far stays
             done; a re-run continues without duplicates).
     """
-    _check_names(dlq_stream, consumer, as_consumer)
+    _check_names(dlq_stream, consumer)
     if at is not None:
         at = parse_time("at", at, ago=False)
     await stream_info(conn, dlq_stream)
@@ -592,8 +602,8 @@ async def replay_dead_letters(
             if at is not None:
                 await _check_schedules(conn, letter)
             checked.add((letter.stream, target.subject))
-        if letter.per_consumer or as_consumer:
-            why = await consumers.refusal(letter, as_consumer or letter.consumer, target.stored)
+        if letter.per_consumer:
+            why = await consumers.refusal(letter, target.stored)
             if why is not None:
                 report.kept[letter.seq] = why  # the caller reports it (CLI: exit 1)
                 log.debug("%s", why)
@@ -620,7 +630,7 @@ async def replay_dead_letters(
                     },
                 )
                 marker = _Marker(int(str(ack.get("seq", 0))), after)
-            await _republish(conn, letter, at, target, as_consumer)
+            await _republish(conn, letter, at, target)
             done = report.replayed
         if not await delete_message(conn, dlq_stream, letter.seq):
             # Another replay of this stream ran at the same time and deleted it after
