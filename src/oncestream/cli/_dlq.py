@@ -14,7 +14,7 @@ from .._errors import ConfigError, MessageNotFound
 from .._headers import render_block
 from .._options import ConnectOptions, parse_duration, parse_int, parse_time, rfc3339
 from ..process import DeadLetter, list_dead_letters, replay_dead_letters
-from ..process._replay import unknown_consumer
+from ..process._internal import unknown_consumer
 from ..streams import StoredMessage, get_message, stream_info
 from ._app import EXIT_CONFIG, app, cli_errors, console, err_console, fail, run_async
 from ._connect_flags import with_connect_options
