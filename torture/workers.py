@@ -406,8 +406,7 @@ async def run_processor(cfg: dict[str, Any]) -> int:
         ledger: SQLiteLedger | PostgresLedger
         ledger = PostgresLedger(cfg["ledger"]) if postgres else SQLiteLedger(cfg["ledger"])
         ledger.open()
-        with ledger.transaction() as tx:
-            tx.execute(f"CREATE TABLE IF NOT EXISTS {table} {EFFECTS_COLUMNS}")
+        _create_effects(ledger, table)
         conn = await connect(_connect_options(cfg))
         processor = Processor(
             conn, cfg["stream"], cfg["consumer"], ledger=ledger, options=options, **handlers
@@ -422,6 +421,12 @@ async def run_processor(cfg: dict[str, Any]) -> int:
     await running
     await conn.close()
     return 0
+
+
+def _create_effects(ledger: Any, table: str) -> None:
+    """The effects table in ``ledger``'s database, if it is not there yet."""
+    with ledger.transaction() as tx:
+        tx.execute(f"CREATE TABLE IF NOT EXISTS {table} {EFFECTS_COLUMNS}")
 
 
 #: What a member logs of its partitions (taken, released, rebalanced) into its worker log.
@@ -448,8 +453,7 @@ async def run_member(cfg: dict[str, Any]) -> int:
         ledger = ledger_from_url(url)  # the effects table, once (as run_processor does)
         ledger.open()
         try:
-            with ledger.transaction() as tx:
-                tx.execute(f"CREATE TABLE IF NOT EXISTS {table} {EFFECTS_COLUMNS}")
+            _create_effects(ledger, table)
         finally:
             ledger.close()
         conn = await connect(_connect_options(cfg))
