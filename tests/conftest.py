@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
@@ -23,6 +24,11 @@ from tests._backstop import (  # noqa: F401 - hooks: a test hung past its timeou
     pytest_runtest_teardown,
     pytest_unconfigure,
 )
+
+if importlib.util.find_spec("pyspark") is not None:
+    from tests._spark_start import install as _install_start_retry
+
+    _install_start_retry()
 
 
 @contextmanager

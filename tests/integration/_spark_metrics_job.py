@@ -63,4 +63,7 @@ def main(url: str, source: str, target: str, checkpoint: str, port: int) -> None
 
 
 if __name__ == "__main__":
+    from tests._spark_start import install  # Spark's 10 s connect-back, met by a restart
+
+    install()
     main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))

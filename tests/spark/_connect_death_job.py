@@ -39,4 +39,7 @@ def main(remote: str, retries: str, ready: str, timeout: str = "") -> None:
 
 
 if __name__ == "__main__":
+    from tests._spark_start import install  # Spark's 10 s connect-back, met by a restart
+
+    install()
     main(*sys.argv[1:5])

@@ -71,4 +71,7 @@ def main(url: str, work: str, remote: str) -> None:
 
 
 if __name__ == "__main__":
+    from tests._spark_start import install  # Spark's 10 s connect-back, met by a restart
+
+    install()
     main(sys.argv[1], sys.argv[2], sys.argv[3])

@@ -85,4 +85,7 @@ def main(url: str, work: str, remote: str) -> None:
 
 
 if __name__ == "__main__":
+    from tests._spark_start import install  # Spark's 10 s connect-back, met by a restart
+
+    install()
     main(*sys.argv[1:4])

@@ -112,4 +112,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from tests._spark_start import install  # Spark's 10 s connect-back, met by a restart
+
+    install()
     main()

@@ -127,4 +127,7 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    from tests._spark_start import install  # Spark's 10 s connect-back, met by a restart
+
+    install()
     main(sys.argv[1:])

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from oncestream import ConnectOptions, connect
 from oncestream.server import NatsServer
 from oncestream.streams import StreamSpec, ensure_stream
 from tests import server_configs
-from tests.spark._connect_server import ConnectServer
+from tests.spark._connect_server import ConnectServer, job_env
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -51,7 +50,7 @@ def connect_run(
     server.start()
     try:
         asyncio.run(_publish(server.url))
-        env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
+        env = job_env()
         proc = subprocess.run(
             [
                 sys.executable,

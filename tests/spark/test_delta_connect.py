@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ from deltalake import DeltaTable
 
 from oncestream.server import NatsServer
 from tests import server_configs
-from tests.spark._connect_server import ConnectServer
+from tests.spark._connect_server import ConnectServer, job_env
 from tests.spark.test_connect import ROWS, _publish
 
 pytestmark = pytest.mark.timeout(300)
@@ -45,7 +44,7 @@ def test_delta_under_connect_replays_once_and_needs_its_checkpoint(
         proc = subprocess.run(
             [sys.executable, str(job), server.url, str(tmp_path), remote],
             cwd=tmp_path,
-            env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"),
+            env=job_env(),
             capture_output=True,
             text=True,
             timeout=280,
