@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -275,6 +277,7 @@ async def test_a_stop_before_a_drop_is_settled_fails_a_bound_run(
         await asyncio.Event().wait()  # the stop comes while this drop is being settled
 
     monkeypatch.setattr(DroppedMessages, "_dropped", never_settles)
+    monkeypatch.setattr(maxdeliver_module, "_FINISH_ON_STOP", 0.5)  # the stop waits so long
     ledger = SQLiteLedger(tmp_path / "l.db")
     proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=_opts(bind=True))
     task = asyncio.create_task(proc.run())
@@ -358,6 +361,7 @@ async def test_a_group_member_fails_when_a_released_partition_leaves_a_drop_to_a
         raise OncestreamError("reset refused (as by a server that lost its leader)")
 
     monkeypatch.setattr(DroppedMessages, "_dropped", never_settles)
+    monkeypatch.setattr(maxdeliver_module, "_FINISH_ON_STOP", 0.5)  # the stop waits so long
     monkeypatch.setattr(maxdeliver_module, "reset_consumer", refused)
     member = _group_member(conn, tmp_path, record)
     task = asyncio.create_task(member.run())
@@ -423,6 +427,83 @@ async def test_a_group_member_fails_when_a_partition_fails_with_max_deliver(
         await task
     rows = [effects(tmp_path / f"svc-{p}.db") for p in range(2)]
     assert sum(r[0] for r in rows) == 20 and all(r[0] == r[1] for r in rows), rows
+
+
+class _HeldCommitLedger(SQLiteLedger):
+    """A ledger whose first transaction after the server dropped a message (the drop's:
+    dead letter published, row recorded) commits only once the run is stopping."""
+
+    def __init__(self, path: Path, proc: list[Processor], stopping: threading.Event) -> None:
+        super().__init__(path)
+        self.proc, self.stopping = proc, stopping
+        self.committing = threading.Event()
+
+    def begin(self) -> Any:
+        tx = super().begin()
+        if self.proc and self.proc[0].stats.exhausted and not self.committing.is_set():
+            commit = tx.commit
+
+            def held() -> None:
+                self.committing.set()
+                assert self.stopping.wait(30), "the run never stopped"
+                commit()
+
+            tx.commit = held
+        return tx
+
+
+class _Stopping(logging.Handler):
+    """Sets ``event`` at the drop watcher's stop: it finishes the drop, or gives it up."""
+
+    def __init__(self, event: threading.Event) -> None:
+        super().__init__()
+        self.event = event
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "finishing the drop" in text or "stopped before settling" in text:
+            self.event.set()
+
+
+async def test_a_stop_while_a_dead_letter_commits_finishes_it(
+    conn: Connection, make_stream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """make test run of 2026-11-29: a stop right after the dead letter was published, its
+    ledger row still committing, failed the run with MaxDeliverError naming a reset of a
+    message that was dead-lettered (the drop's settling was cut short). Now the stop lets
+    it finish: the run ends cleanly, seq 7 dead-lettered once, nothing left to reset.
+    Shown failing before the fix (MaxDeliverError: the run stopped before settling)."""
+    await make_stream("JOBS", ("jobs.>",))
+    await make_stream("DLQ", ("DLQ.>",))
+    await _add_consumer(conn, "w", 2)
+    await publish_n(conn, "jobs.x", COUNT, start=1)
+    stopping = threading.Event()
+    holder: list[Processor] = []
+    ledger = _HeldCommitLedger(tmp_path / "l.db", holder, stopping)
+    opts = _opts(bind=True, dead_letter_stream="DLQ")
+    proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=opts)
+    holder.append(proc)
+    watcher = logging.getLogger(maxdeliver_module.__name__)
+    handler, level = _Stopping(stopping), watcher.level
+    watcher.addHandler(handler)
+    watcher.setLevel(logging.INFO)
+    task = asyncio.create_task(proc.run())
+    try:
+        assert await asyncio.to_thread(ledger.committing.wait, 30)
+        assert proc.stats.dead_lettered == 1
+        proc.request_stop()
+        async with asyncio.timeout(60):
+            await task
+    finally:
+        proc.request_stop()
+        stopping.set()
+        watcher.removeHandler(handler)
+        watcher.setLevel(level)
+    assert (proc.stats.applied, proc.stats.dead_lettered) == (COUNT - 1, 1), proc.stats
+    assert await _dead_letters(conn) == [7]
+    assert effects(tmp_path / "l.db") == (COUNT - 1, COUNT - 1)
+    info = await conn.consumer_info("JOBS", "w")
+    assert (info["num_pending"], info["num_ack_pending"]) == (0, 0), info
 
 
 class _MovingLedger(SQLiteLedger):

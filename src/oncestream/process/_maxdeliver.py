@@ -57,6 +57,10 @@ log = logging.getLogger(__name__)
 #: Seconds between two ``CONSUMER.INFO`` reads on failures (a poison flood costs one a second).
 _REFRESH = 1.0
 
+#: Seconds a stop waits for a drop being settled to finish (its dead letter published,
+#: its ledger row committing) before it leaves the drop to the move back.
+_FINISH_ON_STOP = 30.0
+
 
 def advisory_subject(stream: str, consumer: str) -> str:
     """The server's advisory for a message that reached the consumer's ``max_deliver``."""
@@ -276,7 +280,7 @@ class DroppedMessages:
                 seq, deliveries = await self._drops.get()
                 self._settling = seq
                 try:
-                    await self._dropped(conn, seq, deliveries)
+                    await self._finish(asyncio.ensure_future(self._dropped(conn, seq, deliveries)))
                     self._settling = None
                 except OncestreamError as exc:
                     self._settling = None
@@ -300,6 +304,34 @@ class DroppedMessages:
             if self._sub is not None:
                 await self._sub.unsubscribe()
                 self._sub = None
+
+    async def _finish(self, settle: asyncio.Future[None]) -> None:
+        """Await ``settle``; a stop meanwhile lets it finish first (bounded).
+
+        Cut short, a drop whose dead letter is out and whose ledger row is committing
+        would be reported as unsettled (a failed run naming a reset it does not need);
+        finished, it is settled. Raises CancelledError after a stop either way.
+        """
+        try:
+            await asyncio.shield(settle)
+            return
+        except asyncio.CancelledError:
+            pass
+        if not settle.done():
+            log.info(
+                "%s/%s: stopping; finishing the drop of seq %s first",
+                self.stream, self.consumer, self._settling,
+            )  # fmt: skip
+            try:
+                async with asyncio.timeout(_FINISH_ON_STOP):
+                    await asyncio.shield(settle)
+            except (TimeoutError, OncestreamError, OSError):
+                settle.cancel()  # left to _move_back_unsettled: _settling still names it
+                raise asyncio.CancelledError from None
+        elif settle.cancelled() or settle.exception() is not None:
+            raise asyncio.CancelledError  # not settled: _settling still names it
+        self._settling = None  # finished, or done as the stop came
+        raise asyncio.CancelledError
 
     async def _move_back_unsettled(self, conn: Connection) -> None:
         """The run stops with drops not settled (queued, cut short, or failed): move the
