@@ -182,6 +182,9 @@ OTHER_STAGES := test-fallback test-nats test-nats-fallback test-pyspark$(OLDEST_
 	$(MIDDLE_RELEASES:%=test-middle%) test-chaos test-apps
 MIDDLE_STAGES := $(MIDDLE_RELEASES:%=test-pyspark%)
 test: test-services venvs cds lint
+	@# Bytecode for this checkout's sources, once: with PYTHONDONTWRITEBYTECODE set (as on
+	@# CI) every test process, CLI run and Spark worker would compile them again (~0.3 s).
+	$(BIN)/python -m compileall -q -j 2 src tests torture harness >/dev/null
 ifeq ($(TEST_LANES),1)
 	$(PYTHON) scripts/stages.py --timeout $(STAGE_TIMEOUT) --lane "test-main $(OTHER_STAGES)"
 else

@@ -815,6 +815,7 @@ def retry_loops(tree: ast.Module) -> list[str]:
 NOT_RETRY_LOOPS = {
     # Periodic watchers: sleep first, then check; an error skips one round, nothing is redone.
     "oncestream.process._ackall.watch_ack_floor": "a periodic check of the ack floor",
+    "oncestream.process._handedback.watch_forgotten": "a periodic check of the ack floor",
     "oncestream.process._consumerloop._prune_loop": "a periodic pruning round",
     "oncestream.process._registry.watch": "a periodic recheck of the consumer's filters",
     # A takeover: fences once, then resets until that succeeds, holding the pin between

@@ -31,6 +31,7 @@ from ..tracing._internal import Tracer
 from ._ackfrontier import AckFrontier
 from ._bound import BoundConsumer
 from ._deadletter import dead_letter_headers, publish_dead_letter
+from ._handedback import HandedBack
 from ._maxdeliver import DeliveryLimit
 from ._options import ProcessorStats
 
@@ -75,6 +76,8 @@ class Acknowledger:
         buffered: reply subjects of the messages delivered behind the batch in
             flight (the pull's buffer): their ack wait runs as well while that
             batch is applied, so its in-progress acks cover them too.
+        held: where the messages handed back (nak) and not finished since are kept
+            (:mod:`._handedback`; a new one when not given).
 
     Example::
 
@@ -94,6 +97,7 @@ class Acknowledger:
         tracer: Tracer | None = None,
         stopping: Callable[[], bool],
         buffered: Callable[[], list[str]],
+        held: HandedBack | None = None,
     ) -> None:
         self.stream = bound.stream
         self.consumer = bound.consumer
@@ -122,6 +126,8 @@ class Acknowledger:
         self.frontier = frontier
         #: Acks written while the connection was down (what a stop then leaves unsent).
         self.unsent = UnsentAcks()
+        #: The messages handed back and not finished since (the server may forget them).
+        self.held = held if held is not None else HandedBack()
 
     # -- the ack policy ----------------------------------------------------------------
 
@@ -149,6 +155,10 @@ class Acknowledger:
                 second copy of a message, a stored message schedule).
             failures: the messages whose handler failed, with the error.
         """
+        held = self.held
+        if held:
+            held.finished(m.seq for m in done)
+            held.finished(m.seq for m in extras)
         frontier = self.frontier
         if frontier is not None:
             finished = done + _by_seq(extras) if extras else done
@@ -169,6 +179,8 @@ class Acknowledger:
 
     async def give_back(self, msgs: list[Message], extras: list[Message]) -> None:
         """The ledger kept failing: hand ``msgs`` back for a redelivery in a second."""
+        for msg in msgs:
+            self.held.note(msg.seq, msg.metadata.num_delivered)
         await self.nak(msgs, delay=1.0)
         if self.frontier is not None:
             await self._ack_through(self.frontier.settle(_by_seq(extras), msgs))
@@ -176,6 +188,7 @@ class Acknowledger:
     async def dropped(self, seq: int) -> None:
         """``seq`` was settled after the server stopped delivering it (dead-lettered from
         the stream, or found applied): with ack policy ``all`` the ack may move past it."""
+        self.held.finished((seq,))
         reply = self.frontier.dropped(seq) if self.frontier is not None else None
         if reply is not None:
             await self.ack_through(reply)
@@ -328,6 +341,7 @@ class Acknowledger:
         if attempts >= limit.attempts():
             if self.dlq_subject:
                 if await self.dead_letter(msg, seq, attempts, text):
+                    self.held.finished((seq,))
                     if self.frontier is None:
                         await self.send([msg.reply], _TERM)
                     self._trace(msg, "dead_lettered")
@@ -353,6 +367,7 @@ class Acknowledger:
                 attempts,
                 text,
             )
+        self.held.note(seq, attempts)
         await self.nak([msg], opts.backoff[min(attempts, len(opts.backoff)) - 1])
         self._trace(msg, "retried")
         return False

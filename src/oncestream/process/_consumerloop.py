@@ -51,6 +51,7 @@ from ._ackfrontier import AckFrontier
 from ._acking import Acknowledger
 from ._applying import Applier, BatchHandler, Handler
 from ._bound import BoundConsumer
+from ._handedback import watch_forgotten
 from ._ledgercalls import LedgerCalls
 from ._maxdeliver import DeliveryLimit, DroppedMessages
 from ._options import ProcessorOptions, ProcessorStats
@@ -286,6 +287,11 @@ class ConsumerLoop:
         self._parts = parts = _Parts(bound, applier, acks, limit, fence, owner, pins)
         await drops.subscribe()  # before the first pull: no drop goes unseen
         self._tasks.append(asyncio.create_task(drops.watch()))
+        if not opts.bind:  # bind reads no consumer info: a forgotten nak goes unseen
+            forgotten = watch_forgotten(
+                conn, self.stream, self.consumer, acks.held, drops.forgotten
+            )
+            self._tasks.append(asyncio.create_task(forgotten))
         # Ack policy all resets the consumer itself (AckAllOwner.start).
         if not (opts.pinned or opts.bind or opts.ack_all):
             self.stats.reclaimed += await reclaim_at_start(

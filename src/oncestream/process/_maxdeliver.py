@@ -251,7 +251,8 @@ class DroppedMessages:
         self.moved = moved
         self.settled = settled
         self.stream, self.consumer = bound.stream, bound.consumer
-        self._drops: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
+        #: (stream sequence, deliveries, whether the server forgot it handed back).
+        self._drops: asyncio.Queue[tuple[int, int, bool]] = asyncio.Queue()
         self._sub: FrameSubscription | None = None
         #: The sequence this run moved the consumer back to (a drop it could not settle).
         self._moved_back: int | None = None
@@ -277,10 +278,11 @@ class DroppedMessages:
         conn = self.conn
         try:
             while True:
-                seq, deliveries = await self._drops.get()
+                seq, deliveries, forgot = await self._drops.get()
                 self._settling = seq
                 try:
-                    await self._finish(asyncio.ensure_future(self._dropped(conn, seq, deliveries)))
+                    settle = self._dropped(conn, seq, deliveries, forgot=forgot)
+                    await self._finish(asyncio.ensure_future(settle))
                     self._settling = None
                 except OncestreamError as exc:
                     self._settling = None
@@ -338,7 +340,7 @@ class DroppedMessages:
         consumer back to the first of them, which the server no longer holds (a later drop
         may have moved it forward: never past one that came earlier). With ``bind`` the
         log names that first one, as the run's error does."""
-        left = [seq for seq, _ in self._queued()] + self._failed
+        left = [seq for seq, *_ in self._queued()] + self._failed
         if self._settling is not None:
             left.append(self._settling)
             self._settling = None
@@ -415,7 +417,13 @@ class DroppedMessages:
             )
         )
 
-    def _queued(self) -> list[tuple[int, int]]:
+    def forgotten(self, seq: int, attempts: int) -> None:
+        """``seq``, handed back after ``attempts`` failures, is past the consumer's ack
+        floor although this run never finished it (:mod:`._handedback`): settle it as a
+        message the server stopped delivering."""
+        self._drops.put_nowait((seq, attempts, True))
+
+    def _queued(self) -> list[tuple[int, int, bool]]:
         """Every drop waiting in the queue (taken out of it)."""
         taken = []
         while not self._drops.empty():
@@ -431,7 +439,7 @@ class DroppedMessages:
         except (ValueError, KeyError, TypeError):
             log.warning("unreadable max-deliveries advisory: %r", bytes(data)[:200])
             return
-        self._drops.put_nowait((seq, deliveries))
+        self._drops.put_nowait((seq, deliveries, False))
 
     async def _deliver_again(self, conn: Connection, seq: int) -> str:
         """Move the consumer back to ``seq``, a message the server dropped and that could not
@@ -491,19 +499,23 @@ class DroppedMessages:
             "applied are in the ledger: acked, not applied again)"
         )
 
-    async def _dropped(self, conn: Connection, seq: int, deliveries: int) -> None:
-        """Settle one message the server will not deliver again."""
+    async def _dropped(
+        self, conn: Connection, seq: int, deliveries: int, *, forgot: bool = False
+    ) -> None:
+        """Settle one message the server will not deliver again (``forgot``: one this run
+        handed back, which the consumer's ack floor moved past)."""
         self.stats.exhausted += 1
+        if forgot:
+            self.stats.forgotten += 1
+        why = self._why(deliveries, forgot)
         try:
             stored = await get_message(conn, self.stream, seq=seq)
         except MessageNotFound:
             log.error(
-                "%s seq %d reached the consumer's max_deliver (%d deliveries) and is no "
-                "longer in the stream",
-                self.stream,
-                seq,
-                deliveries,
-            )
+                "%s seq %d: the server stopped delivering it %s, and it is no longer in the "
+                "stream",
+                self.stream, seq, why,
+            )  # fmt: skip
             return
         msg = Message(stored.subject, "", stored.data, None, raw_headers=stored.raw_headers)
         target = replay_target(stored.raw_headers)
@@ -520,18 +532,55 @@ class DroppedMessages:
             entry = LedgerEntry(self.stream, seq, key)
         while True:  # bounded by ``moved`` (a row that keeps moving stops the run)
             try:
-                settled = await self._settle(msg, seq, entry, deliveries)
+                settled = await self._settle(msg, seq, entry, deliveries, why, forgot=forgot)
                 break
             except RegistryMoved as moved:  # rolled back: nothing recorded or dead-lettered
                 if not await self.moved(moved, [msg]):
                     return  # refused: the run stops (``moved`` says why); not settled
-        if settled:
+        if settled is None:  # forgotten, and no dead-letter stream: delivered again
+            await self._forgotten_back(conn, seq, deliveries)
+        elif settled:
             await self.acks.dropped(seq)  # with ack policy all the ack may move past it
         self.settled()
 
-    async def _settle(self, msg: Message, seq: int, entry: LedgerEntry, deliveries: int) -> bool:
+    def _why(self, deliveries: int, forgot: bool) -> str:
+        """Why the server stopped delivering a message, for logs, letters and errors."""
+        if forgot:
+            return (
+                f"after {deliveries} failed attempts: consumer {self.stream}/{self.consumer}'s "
+                "ack floor moved past it while it waited for its redelivery (after a server "
+                "restart; nats-io/nats-server#5727)"
+            )
+        return f"after {deliveries} deliveries (consumer {self.stream}/{self.consumer} max_deliver)"
+
+    async def _forgotten_back(self, conn: Connection, seq: int, attempts: int) -> None:
+        """A forgotten message and no dead-letter stream: the consumer is moved back to it
+        and the run fails saying so (it delivers the message again when started again)."""
+        back = await self._deliver_again(conn, seq)
+        self._named.append(seq)
+        self.fail(
+            MaxDeliverError(
+                f"the server stopped delivering {self.stream} seq {seq} "
+                f"{self._why(attempts, True)}; it was not applied. {back}",
+                stream=self.stream,
+                consumer=self.consumer,
+                seqs=(seq,),
+            )
+        )
+
+    async def _settle(
+        self,
+        msg: Message,
+        seq: int,
+        entry: LedgerEntry,
+        deliveries: int,
+        why: str,
+        *,
+        forgot: bool = False,
+    ) -> bool | None:
         """One transaction for a dropped message (stream sequence ``seq``, ledger key
-        ``entry``); True when it is finished.
+        ``entry``, dropped ``why``); True when it is finished, None when it was
+        ``forgot``-ten and there is no dead-letter stream (it must be delivered again).
 
         Raises:
             RegistryMoved: the registry check in the transaction refused it.
@@ -550,26 +599,24 @@ class DroppedMessages:
                 if not fresh[0]:
                     await applier.ledger.call(tx.rollback)
                     log.warning(
-                        "%s seq %d reached the consumer's max_deliver (%d deliveries) after it "
-                        "was applied (its ack came too late): nothing lost",
-                        self.stream,
-                        seq,
-                        deliveries,
-                    )
+                        "%s seq %d: the server stopped delivering it %s, after it was applied "
+                        "(its ack came too late): nothing lost",
+                        self.stream, seq, why,
+                    )  # fmt: skip
                     return True
                 if not self.bound.dlq_subject:
                     await applier.ledger.call(tx.rollback)
+                    if forgot:
+                        return None
                     self._lost(seq, deliveries)
                     return False
                 # Recorded with the dead letter: a copy still buffered is not applied too.
-                text = (
-                    f"MaxDeliverError: the server stopped delivering it after {deliveries} "
-                    f"deliveries (consumer {self.stream}/{self.consumer} max_deliver)"
-                )
+                text = f"MaxDeliverError: the server stopped delivering it {why}"
                 if not await self.acks.dead_letter(msg, seq, deliveries, text):
-                    why = self.acks.dead_letter_error
+                    refused = self.acks.dead_letter_error
                     raise OncestreamError(
-                        "the dead-letter publish was not confirmed" + (f" ({why})" if why else "")
+                        "the dead-letter publish was not confirmed"
+                        + (f" ({refused})" if refused else "")
                     )
                 await applier.ledger.call(tx.commit)
             except BaseException:

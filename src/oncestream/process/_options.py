@@ -300,6 +300,10 @@ class ProcessorStats:
     #: Messages the server stopped delivering at the consumer's ``max_deliver`` (then
     #: dead-lettered from the stream, found applied, or the run failed: never lost silently).
     exhausted: int = 0
+    #: Of ``exhausted``: messages this run handed back (nak) that the consumer's ack floor
+    #: then moved past although they were never finished (seen after a server restart,
+    #: nats-io/nats-server#5727): settled the same way.
+    forgotten: int = 0
     #: Times this instance became the active one of a pinned priority group.
     takeovers: int = 0
     #: Times it stopped being the active one (the pin moved on).
