@@ -42,6 +42,9 @@ MAX_WAIT = 8.0
 #: executor kill waits out a driver restart (20-30 s before executors run tasks again).
 MAX_WAIT_BY_KIND = {
     "consumer-reset": 20.0,
+    # A membership change waits for a stream leader (none after a whole-cluster kill or
+    # a partition: 2 of the 4 skips of the 9372e75 sweep) and a current replacement.
+    "membership": 20.0,
     "executor-kill": 30.0,
     # A Spark fault that waited for a Python worker (a slow driver start: the oldest
     # PySpark) holds the driver into the next one's slot: 3 of one trial's were skipped.

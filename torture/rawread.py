@@ -37,10 +37,11 @@ STREAM_NOT_FOUND = 10059
 #: (EOFError: a server killed mid-read), an error answer, a malformed one.
 _TRANSIENT = (OSError, TimeoutError, RuntimeError, ValueError, EOFError)
 #: Headers oncestream's dead letters and their replays carry (``oncestream dlq``).
-REPLAY_OF, DEAD_LETTER_BY, REPLAY_MARKER = (
+REPLAY_OF, DEAD_LETTER_BY, REPLAY_MARKER, REPLAY_FOR = (
     "Oncestream-Replay-Of",
     "Oncestream-Consumer",
     "Oncestream-Replay-Marker",
+    "Oncestream-Replay-For",
 )
 
 
@@ -86,6 +87,8 @@ class RawRead:
     replays: Counter[str] = field(default_factory=Counter)
     #: dead letters: consumer -> key -> how many
     letters: dict[str, Counter[str]] = field(default_factory=dict)
+    #: replayed copies by the consumer whose letter was replayed (``Oncestream-Replay-For``)
+    replays_for: Counter[str] = field(default_factory=Counter)
     #: every server answered "stream not found" for ``gone_after`` s (see read_raw)
     gone: bool = False
 
@@ -191,6 +194,7 @@ async def _read(url: str, stream: str, domain: str | None) -> RawRead:
     keys: Counter[str] = Counter()
     replays: Counter[str] = Counter()
     letters: dict[str, Counter[str]] = {}
+    replays_for: Counter[str] = Counter()
 
     def visit(_seq: int, key: str, headers: dict[str, str]) -> None:
         if REPLAY_MARKER in headers:
@@ -199,12 +203,21 @@ async def _read(url: str, stream: str, domain: str | None) -> RawRead:
             letters.setdefault(headers[DEAD_LETTER_BY], Counter())[key] += 1
         elif REPLAY_OF in headers:
             replays[key] += 1
+            replays_for[headers.get(REPLAY_FOR, "")] += 1
         else:
             keys[key] += 1
 
     state = await _walk(url, stream, domain, visit)
     first, last = int(state["first_seq"]), int(state["last_seq"])
-    return RawRead(keys, int(state["messages"]), first, last, replays=replays, letters=letters)
+    return RawRead(
+        keys,
+        int(state["messages"]),
+        first,
+        last,
+        replays=replays,
+        letters=letters,
+        replays_for=replays_for,
+    )
 
 
 async def _walk(

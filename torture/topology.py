@@ -276,6 +276,21 @@ class Topology:
         replicas = [str(r.get("name")) for r in cluster.get("replicas") or () if r.get("name")]
         return [str(cluster["leader"]), *replicas]
 
+    def meta_current(self, node: str) -> bool:
+        """Whether the JetStream meta leader counts ``node`` a current peer (its ``/jsz``
+        lists the meta group's replicas): a stream can be placed on it."""
+        for addr in self.addr.values():
+            try:
+                url = f"http://{addr}:{HTTP}/jsz"
+                with urllib.request.urlopen(url, timeout=1.0) as response:
+                    meta = json.loads(response.read()).get("meta_cluster") or {}
+            except (OSError, ValueError):
+                continue
+            for replica in meta.get("replicas") or ():
+                if replica.get("name") == node and replica.get("current"):
+                    return True
+        return False
+
     def meta_leaders(self) -> dict[str, str | None]:
         """Each node's JetStream metadata leader per its ``/jsz`` ("": none; None: no
         answer)."""

@@ -273,6 +273,7 @@ class ConsumerLoop:
             tracer=self._tracer,
             stopping=self.stopping,
             buffered=self._pulls.buffered_replies,
+            record=functools.partial(self._record_dead_letter, applier),
         )
         drops = DroppedMessages(
             bound,
@@ -306,6 +307,13 @@ class ConsumerLoop:
             self._tasks.append(asyncio.create_task(registry.watch(conn, self._fail)))
         running.set()
         await self._loop_batches(pull, parts)
+
+    async def _record_dead_letter(self, applier: Applier, msg: Message) -> None:
+        """The ledger row of a dead-lettered message of the stream (its key as a batch
+        would claim it)."""
+        seq = msg.metadata.stream_seq
+        key = msg_id_key(msg.raw_headers) if self._msg_ids else None
+        await applier.record(LedgerEntry(self.stream, seq, key), msg)
 
     async def _loop_batches(self, pull: MessageStream, parts: _Parts) -> None:
         batch = self.options.batch
