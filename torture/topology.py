@@ -86,6 +86,8 @@ class Topology:
             nodes.append(self.spare)
         #: Nodes whose server was started at least once (the spare only after its start).
         self.started: set[str] = set()
+        #: ``time.monotonic()`` of each node's last (re)start.
+        self.started_at: dict[str, float] = {}
         for node in nodes:
             self.addr[node] = net.add_node(node)
         for node in nodes:
@@ -160,6 +162,7 @@ class Topology:
             assert server.pid is not None
             self.net.track_pid(server.pid)
             self.started.add(node)
+            self.started_at[node] = time.monotonic()
 
     def restart(self, node: str) -> None:
         server = self.servers[node]
@@ -168,6 +171,7 @@ class Topology:
         assert server.pid is not None
         self.net.track_pid(server.pid)
         self.started.add(node)
+        self.started_at[node] = time.monotonic()
 
     def members(self) -> list[str]:
         """The nodes of the cluster (or the trial's servers): every one started so far."""

@@ -77,6 +77,8 @@ TICK = 0.1
 #: consumer-reset: the ack floor a consumer must have passed, and how far back the
 #: reset that does not go to the stream's first sequence moves it.
 RESET_MIN_FLOOR, RESET_BACK = 20, 300
+#: Seconds a node must have been up to take a membership change's replica.
+REPLACEMENT_UP = 5.0
 #: The drain gives up (and the checker counts what is missing) after this long.
 DRAIN_TIMEOUT = 120.0
 #: The drain bound of a trial whose ``truncate-all`` sabotage landed (see _drain_timeout).
@@ -505,10 +507,15 @@ class Trial:
             self._track_servers()
         # A replacement must be a current peer of the meta group before the removal:
         # otherwise the stream stays on two peers (the "peer set did not change" skips).
+        # ... and up for a while: an earlier victim restarted a moment ago was refused
+        # ("no replacement available") although current (its stats not in yet).
         others = [n for n in topo.started if n not in peers and topo.servers[n].pid is not None]
-        current = [n for n in others if await asyncio.to_thread(topo.meta_current, n)]
+        settled = [
+            n for n in others if time.monotonic() - topo.started_at.get(n, 0.0) >= REPLACEMENT_UP
+        ]
+        current = [n for n in settled if await asyncio.to_thread(topo.meta_current, n)]
         if not current:
-            return not_yet(f"no replacement is a current meta peer yet (of {sorted(others)})")
+            return not_yet(f"no replacement up and current for the meta group (of {others})")
         # The victim leading the meta group: its death costs an election (6-8 s here)
         # before STREAM.PEER.REMOVE is answered (2 of the 3 skips of a membership-only
         # run at 8d63283 waited 10 s for it). Longer then, holding the nemesis loop.
