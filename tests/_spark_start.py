@@ -111,4 +111,10 @@ def install() -> None:
         from pyspark.sql.connect.streaming.readwriter import DataStreamWriter as Remote
     except ImportError:  # a venv without Connect's dependencies has no Connect writer
         return
+    except SystemExit:
+        # pyspark-client 4.2 imported in a process whose __main__ has neither __file__
+        # nor __spec__ (an xdist worker) runs its doctest set-up and exits looking for a
+        # SPARK_HOME (tests/thin_client/_versions.py): there the Connect sessions run in
+        # job processes, which install this themselves.
+        return
     _patch(Remote)

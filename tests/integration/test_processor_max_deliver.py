@@ -272,7 +272,9 @@ async def test_a_stop_before_a_drop_is_settled_fails_a_bound_run(
     await publish_n(conn, "jobs.x", COUNT, start=1)
     settling = asyncio.Event()
 
-    async def never_settles(self: DroppedMessages, conn: Connection, seq: int, n: int) -> None:
+    async def never_settles(
+        self: DroppedMessages, conn: Connection, seq: int, n: int, **_: Any
+    ) -> None:
         settling.set()
         await asyncio.Event().wait()  # the stop comes while this drop is being settled
 
@@ -353,7 +355,9 @@ async def test_a_group_member_fails_when_a_released_partition_leaves_a_drop_to_a
     await _group_stream(conn)
     settling = asyncio.Event()
 
-    async def never_settles(self: DroppedMessages, conn: Connection, seq: int, n: int) -> None:
+    async def never_settles(
+        self: DroppedMessages, conn: Connection, seq: int, n: int, **_: Any
+    ) -> None:
         settling.set()
         await asyncio.Event().wait()
 

@@ -72,8 +72,9 @@ _PROCESSOR_COUNTERS = (
     (
         "max_deliver_exhausted",
         "exhausted",
-        "Messages the server stopped delivering at the consumer's max_deliver (then "
-        "dead-lettered from the stream, or found applied, or the run failed).",
+        "Messages the server stopped delivering at the consumer's max_deliver, or handed "
+        "back and then passed by its ack floor (then dead-lettered from the stream, or "
+        "found applied, or the run failed).",
     ),
     ("takeovers", "takeovers", "Times this instance became the active one of a pinned group."),
     ("demotions", "demotions", "Times it stopped being the active one (the pin moved on)."),

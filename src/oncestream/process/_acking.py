@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from .._connection import Connection
 from .._errors import OncestreamError
@@ -34,7 +34,6 @@ from ._deadletter import dead_letter_headers, publish_dead_letter
 from ._handedback import HandedBack
 from ._maxdeliver import DeliveryLimit
 from ._options import ProcessorStats
-from ._replayed import REPLAY_FOR_KEY
 
 __all__ = ["Acknowledger", "UnsentAcks"]
 
@@ -79,8 +78,6 @@ class Acknowledger:
             batch is applied, so its in-progress acks cover them too.
         held: where the messages handed back (nak) and not finished since are kept
             (:mod:`._handedback`; a new one when not given).
-        record: writes the ledger row of a message once it is dead-lettered (None: none
-            is written); a replayed copy gets none, so that its next replay is applied.
 
     Example::
 
@@ -101,7 +98,6 @@ class Acknowledger:
         stopping: Callable[[], bool],
         buffered: Callable[[], list[str]],
         held: HandedBack | None = None,
-        record: Callable[[Message], Awaitable[None]] | None = None,
     ) -> None:
         self.stream = bound.stream
         self.consumer = bound.consumer
@@ -132,7 +128,6 @@ class Acknowledger:
         self.unsent = UnsentAcks()
         #: The messages handed back and not finished since (the server may forget them).
         self.held = held if held is not None else HandedBack()
-        self.record = record
 
     # -- the ack policy ----------------------------------------------------------------
 
@@ -347,7 +342,6 @@ class Acknowledger:
             if self.dlq_subject:
                 if await self.dead_letter(msg, seq, attempts, text):
                     self.held.finished((seq,))
-                    await self._record(msg, seq)
                     if self.frontier is None:
                         await self.send([msg.reply], _TERM)
                     self._trace(msg, "dead_lettered")
@@ -377,20 +371,6 @@ class Acknowledger:
         await self.nak([msg], opts.backoff[min(attempts, len(opts.backoff)) - 1])
         self._trace(msg, "retried")
         return False
-
-    async def _record(self, msg: Message, seq: int) -> None:
-        """The dead-lettered ``msg``'s ledger row; a failure is logged (the letter stands:
-        delivered again, the message is dead-lettered again, which the dead-letter
-        stream's duplicate window de-duplicates)."""
-        record = self.record
-        if record is None or (msg.raw_headers and REPLAY_FOR_KEY in msg.raw_headers):
-            return
-        try:
-            await record(msg)
-        except Exception as exc:
-            log.warning(
-                "%s seq %d dead-lettered; its ledger row not written: %s", self.stream, seq, exc
-            )
 
     def _trace(self, msg: Message, outcome: str) -> None:
         if self.tracer is not None:

@@ -500,28 +500,6 @@ class Applier:
         finally:
             self.stats.observe("handler", time.perf_counter() - began)
 
-    async def record(self, entry: LedgerEntry, msg: Message) -> None:
-        """A ledger row alone for ``msg`` (key ``entry``), finished without its handler
-        (dead-lettered): delivered again (a consumer reset), it is suppressed, not
-        dead-lettered a second time.
-
-        Raises what the transaction raised (a ledger error, the fence's ``Superseded``,
-        the registry check's ``RegistryMoved``).
-        """
-        async with self.lock:
-            await self._call_db(self._record, entry, msg)
-
-    def _record(self, entry: LedgerEntry, msg: Message) -> None:
-        tx = self.ledger.begin()
-        try:
-            if self.fence is not None:
-                self.fence(tx)
-            self.claim(tx, [entry], [msg])
-            self._commit(tx)
-        except BaseException:
-            tx.rollback()
-            raise
-
     def _commit(self, tx: LedgerTx) -> None:
         if not self.stats.observers:
             tx.commit()

@@ -51,7 +51,7 @@ from ._ackfrontier import AckFrontier
 from ._acking import Acknowledger
 from ._applying import Applier, BatchHandler, Handler
 from ._bound import BoundConsumer
-from ._handedback import watch_forgotten
+from ._handedback import HandedBack, watch_forgotten
 from ._ledgercalls import LedgerCalls
 from ._maxdeliver import DeliveryLimit, DroppedMessages
 from ._options import ProcessorOptions, ProcessorStats
@@ -222,6 +222,7 @@ class ConsumerLoop:
         else:
             await registry.register(conn)
         owner = pins = None
+        held = HandedBack()  # shared: a demotion forgets what this instance handed back
         if opts.ack_all and not opts.pinned:
             owner = AckAllOwner(
                 bound,
@@ -246,6 +247,7 @@ class ConsumerLoop:
                 stopping=self.stopping,
                 progress=self._progress.set,
                 frontier=AckFrontier() if opts.ack_all else None,
+                held=held,
             )
             if pins.frontier is not None:
                 active = functools.partial(_is_active, pins)
@@ -273,7 +275,7 @@ class ConsumerLoop:
             tracer=self._tracer,
             stopping=self.stopping,
             buffered=self._pulls.buffered_replies,
-            record=functools.partial(self._record_dead_letter, applier),
+            held=held,
         )
         drops = DroppedMessages(
             bound,
@@ -307,13 +309,6 @@ class ConsumerLoop:
             self._tasks.append(asyncio.create_task(registry.watch(conn, self._fail)))
         running.set()
         await self._loop_batches(pull, parts)
-
-    async def _record_dead_letter(self, applier: Applier, msg: Message) -> None:
-        """The ledger row of a dead-lettered message of the stream (its key as a batch
-        would claim it)."""
-        seq = msg.metadata.stream_seq
-        key = msg_id_key(msg.raw_headers) if self._msg_ids else None
-        await applier.record(LedgerEntry(self.stream, seq, key), msg)
 
     async def _loop_batches(self, pull: MessageStream, parts: _Parts) -> None:
         batch = self.options.batch

@@ -63,6 +63,10 @@ class HandedBack:
             for seq in seqs:
                 held.pop(seq, None)
 
+    def clear(self) -> None:
+        """Forget every one (this instance stopped being the active one)."""
+        self._held.clear()
+
     def forgotten(self, ack_floor: int, read_at: float) -> list[tuple[int, int]]:
         """The handed-back messages the server took as acknowledged: at or below
         ``ack_floor``, read at ``time.monotonic()`` ``read_at``, and handed back before
@@ -100,10 +104,11 @@ async def watch_forgotten(
             continue
         floor = int((info.get("ack_floor") or {}).get("stream_seq") or 0)
         for seq, attempts in held.forgotten(floor, read_at):
-            log.error(
-                "%s/%s: the server stopped delivering seq %d, handed back after %d failed "
-                "attempts: the consumer's ack floor (%d) moved past it (after a server "
-                "restart, nats-io/nats-server#5727); settling it as a dropped message",
-                stream, consumer, seq, attempts, floor,
+            # Another instance of a shared consumer may have applied it: the settling
+            # finds it in the ledger then, and only a message found unfinished is told.
+            log.info(
+                "%s/%s: the ack floor (%d) is past seq %d, handed back after %d failed "
+                "attempts and not finished here: settling it",
+                stream, consumer, floor, seq, attempts,
             )  # fmt: skip
             forgotten(seq, attempts)

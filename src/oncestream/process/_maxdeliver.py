@@ -292,9 +292,9 @@ class DroppedMessages:
                     self._named.append(seq)
                     self.fail(
                         MaxDeliverError(
-                            f"the server stopped delivering {self.stream} seq {seq} after "
-                            f"{deliveries} deliveries (consumer {self.stream}/{self.consumer} "
-                            f"max_deliver) and it could not be dead-lettered: {exc}. {back}",
+                            f"the server stopped delivering {self.stream} seq {seq} "
+                            f"{self._why(deliveries, forgot)} and it could not be "
+                            f"dead-lettered: {exc}. {back}",
                             stream=self.stream,
                             consumer=self.consumer,
                             max_deliver=deliveries,
@@ -503,10 +503,10 @@ class DroppedMessages:
         self, conn: Connection, seq: int, deliveries: int, *, forgot: bool = False
     ) -> None:
         """Settle one message the server will not deliver again (``forgot``: one this run
-        handed back, which the consumer's ack floor moved past)."""
-        self.stats.exhausted += 1
-        if forgot:
-            self.stats.forgotten += 1
+        handed back, which the consumer's ack floor moved past: counted and reported only
+        when it was not finished by another instance meanwhile)."""
+        if not forgot:
+            self.stats.exhausted += 1
         why = self._why(deliveries, forgot)
         try:
             stored = await get_message(conn, self.stream, seq=seq)
@@ -516,6 +516,11 @@ class DroppedMessages:
                 "stream",
                 self.stream, seq, why,
             )  # fmt: skip
+            if forgot:  # never finished, and gone (a purge, the stream's limits)
+                self.stats.exhausted += 1
+                self.stats.forgotten += 1
+            await self.acks.dropped(seq)  # ack policy all: the acks go on past it
+            self.settled()
             return
         msg = Message(stored.subject, "", stored.data, None, raw_headers=stored.raw_headers)
         target = replay_target(stored.raw_headers)
@@ -552,6 +557,14 @@ class DroppedMessages:
                 "restart; nats-io/nats-server#5727)"
             )
         return f"after {deliveries} deliveries (consumer {self.stream}/{self.consumer} max_deliver)"
+
+    def _told_forgotten(self, seq: int, attempts: int) -> None:
+        self.stats.exhausted += 1
+        self.stats.forgotten += 1
+        log.error(
+            "%s/%s: the server stopped delivering seq %d %s; settling it as a dropped message",
+            self.stream, self.consumer, seq, self._why(attempts, True),
+        )  # fmt: skip
 
     async def _forgotten_back(self, conn: Connection, seq: int, attempts: int) -> None:
         """A forgotten message and no dead-letter stream: the consumer is moved back to it
@@ -596,6 +609,12 @@ class DroppedMessages:
                         await applier.ledger.call(tx.rollback)
                         return False
                 fresh = await applier.ledger.call(applier.claim, tx, [entry], [msg])
+                if not fresh[0] and forgot:  # finished by another instance of the consumer
+                    await applier.ledger.call(tx.rollback)
+                    log.debug("%s seq %d was applied by another instance", self.stream, seq)
+                    return True
+                if forgot:
+                    self._told_forgotten(seq, deliveries)
                 if not fresh[0]:
                     await applier.ledger.call(tx.rollback)
                     log.warning(

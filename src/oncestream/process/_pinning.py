@@ -55,6 +55,7 @@ from ..streams import require_server
 from ..streams._internal import RESET_SINCE
 from ._ackfrontier import AckFrontier
 from ._bound import BoundConsumer
+from ._handedback import HandedBack
 from ._ledgercalls import RETRY_DELAY, WAIT_NOTICE, LedgerCalls, is_lock_wait
 from ._options import ProcessorStats
 from ._pulls import Pulls
@@ -232,6 +233,8 @@ class PinnedGroup:
         progress: called when this instance's role changed.
         frontier: ack policy ``all``: what one ack may cover, counted from this
             instance's last takeover (its reset numbers deliveries from 1 again).
+        held: the messages this instance handed back (:mod:`._handedback`), forgotten
+            at a demotion: the new active instance finishes them.
 
     Example::
 
@@ -251,9 +254,11 @@ class PinnedGroup:
         stopping: Callable[[], bool],
         progress: Callable[[], None],
         frontier: AckFrontier | None = None,
+        held: HandedBack | None = None,
     ) -> None:
         assert bound.options.priority_group is not None
         self.frontier = frontier
+        self.held = held
         self.bound = bound
         self.stream, self.consumer = bound.stream, bound.consumer
         self.options = bound.options
@@ -430,4 +435,6 @@ class PinnedGroup:
         self._check = OwnerCheck(self.calls.ledger, self.name, None)
         if self.frontier is not None:  # what it held is the new active instance's now
             self.frontier.restart()
+        if self.held is not None:
+            self.held.clear()
         self.progress()
