@@ -17,40 +17,24 @@ from typing import Any
 
 import pytest
 
-import oncestream.process._handedback as handedback
 import oncestream.process._maxdeliver as maxdeliver_module
 from harness import publish_n
-from oncestream import Connection, MaxDeliverError, Processor, ProcessorOptions, SQLiteLedger
+from oncestream import Connection, MaxDeliverError, Processor, SQLiteLedger
 from oncestream.streams import ResetTarget, reset_consumer
 from tests._support import effects
 from tests.handlers import record, record_unless_7
+from tests.integration.test_processor_forgotten_nak import (  # noqa: F401 - the fixture
+    COUNT,
+    _forgotten_by_the_server,
+    _opts,
+    _quick_check,
+)
 from tests.integration.test_processor_max_deliver import (
     _dead_letters,
     _full_dlq,
     _HeldCommitLedger,
     _Stopping,
 )
-
-COUNT = 10
-
-
-def _opts(**kw: Any) -> ProcessorOptions:
-    base: dict[str, Any] = {"batch": 10, "ack_wait": 5, "expires": 1, "backoff": (60.0,)}
-    base.update(prune_interval=0)
-    base.update(kw)
-    return ProcessorOptions(**base)
-
-
-@pytest.fixture(autouse=True)
-def _quick_check(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(handedback, "FORGOTTEN_CHECK", 0.2)
-
-
-async def _forget_7(conn: Connection, proc: Processor) -> None:
-    await proc.wait_until(lambda s: s.failed >= 1 and s.applied >= COUNT - 1, timeout=20)
-    await reset_consumer(conn, "JOBS", "w", ResetTarget(seq=8))
-    info = await conn.consumer_info("JOBS", "w")
-    assert info["ack_floor"]["stream_seq"] >= 7, info
 
 
 async def test_a_forgotten_nak_with_a_full_dead_letter_stream(
@@ -66,7 +50,7 @@ async def test_a_forgotten_nak_with_a_full_dead_letter_stream(
     proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=opts)
     task = asyncio.create_task(proc.run())
     try:
-        await _forget_7(conn, proc)
+        await _forgotten_by_the_server(conn, proc)
         async with asyncio.timeout(30):
             await asyncio.wait({task})
     finally:
@@ -103,7 +87,7 @@ async def test_a_forgotten_nak_with_ack_policy_all(
     proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=opts)
     task = asyncio.create_task(proc.run())
     try:
-        await _forget_7(conn, proc)
+        await _forgotten_by_the_server(conn, proc)
         await proc.wait_until(lambda s: s.dead_lettered >= 1, timeout=20)
         await publish_n(conn, "jobs.x", 5, start=15)  # 15..19: none fails
         await proc.wait_until(lambda s: s.applied >= COUNT - 1 + 5, timeout=20)
@@ -162,14 +146,7 @@ class _ArmedLedger(_HeldCommitLedger):
     def begin(self) -> Any:
         tx = SQLiteLedger.begin(self)
         if self.armed and not self.committing.is_set():
-            commit = tx.commit
-
-            def held() -> None:
-                self.committing.set()
-                assert self.stopping.wait(30), "the run never stopped"
-                commit()
-
-            tx.commit = held
+            self.hold(tx)
         return tx
 
 

@@ -445,15 +445,19 @@ class _HeldCommitLedger(SQLiteLedger):
     def begin(self) -> Any:
         tx = super().begin()
         if self.proc and self.proc[0].stats.exhausted and not self.committing.is_set():
-            commit = tx.commit
-
-            def held() -> None:
-                self.committing.set()
-                assert self.stopping.wait(30), "the run never stopped"
-                commit()
-
-            tx.commit = held
+            self.hold(tx)
         return tx
+
+    def hold(self, tx: Any) -> None:
+        """``tx``'s commit waits for the stop (``committing`` says it began)."""
+        commit = tx.commit
+
+        def held() -> None:
+            self.committing.set()
+            assert self.stopping.wait(30), "the run never stopped"
+            commit()
+
+        tx.commit = held
 
 
 class _Stopping(logging.Handler):
