@@ -546,11 +546,11 @@ class Trial:
         when the server's answer puts the next delivery at or below the ack floor it had
         (its ledger has no prune horizon: ``prune_interval=0``, so no target is refused)."""
         assert self.topo is not None
-        candidates = [self._reset_target(consumer, turn)]
-        candidates.append(self._reset_target("lite" if consumer == "pg" else "pg", turn))
-        names = [c for c in candidates if c is not None]
-        if not names:
+        first = self._reset_target(consumer, turn)
+        if first is None:
             return Outcome(False, why="no PostgreSQL processors in this run", touched=False)
+        other = self._reset_target("lite" if consumer == "pg" else "pg", turn)
+        names = [first, *([other] if other is not None else [])]
         target = self.topo.processor_target()
         stream = target["stream"]
         short = []

@@ -62,9 +62,9 @@ async def test_a_nak_applied_by_a_competing_instance_is_not_forgotten(  # type: 
         await a.wait_until(lambda s: s.failed >= 1, timeout=20)  # A nak'ed seq 1
         task_b = asyncio.create_task(b.run())
         await b.wait_until(lambda s: s.applied >= 1, timeout=30)  # B got it and applied it
+        await b.wait_caught_up(timeout=30)  # ... and the server took its ack
         info = await conn.consumer_info("JOBS", "w")
         assert info["ack_floor"]["stream_seq"] >= 1, info
-        floor_passed.clear()
         async with asyncio.timeout(10):
             await floor_passed.wait()  # A's watcher read the floor past seq 1
         await asyncio.sleep(0)  # let A's drop watcher take what was queued
