@@ -10,14 +10,12 @@ does: seq 7 nak'ed (long backoff), then a consumer reset forward past it.
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import oncestream.process._maxdeliver as maxdeliver_module
 from harness import publish_n
 from oncestream import Connection, MaxDeliverError, Processor, SQLiteLedger
 from oncestream.streams import ResetTarget, reset_consumer
@@ -33,7 +31,7 @@ from tests.integration.test_processor_max_deliver import (
     _dead_letters,
     _full_dlq,
     _HeldCommitLedger,
-    _Stopping,
+    released_at_stop,
 )
 
 
@@ -162,24 +160,19 @@ async def test_a_stop_while_a_forgotten_nak_is_dead_lettered_finishes_it(
     opts = _opts(dead_letter_stream="DLQ")
     proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=opts)
     holder.append(proc)
-    watcher = logging.getLogger(maxdeliver_module.__name__)
-    handler, level = _Stopping(stopping), watcher.level
-    watcher.addHandler(handler)
-    watcher.setLevel(logging.INFO)
     task = asyncio.create_task(proc.run())
-    try:
-        await proc.wait_until(lambda s: s.failed >= 1 and s.applied >= COUNT - 1, timeout=20)
-        ledger.armed = True
-        await reset_consumer(conn, "JOBS", "w", ResetTarget(end=True))  # past the nak'ed 7
-        assert await asyncio.to_thread(ledger.committing.wait, 30)
-        proc.request_stop()  # the drop watcher's log at the stop releases the commit
-        async with asyncio.timeout(60):
-            await task
-    finally:
-        proc.request_stop()
-        stopping.set()
-        watcher.removeHandler(handler)
-        watcher.setLevel(level)
+    with released_at_stop(stopping):
+        try:
+            await proc.wait_until(lambda s: s.failed >= 1 and s.applied >= COUNT - 1, timeout=20)
+            ledger.armed = True
+            await reset_consumer(conn, "JOBS", "w", ResetTarget(end=True))  # past the nak'ed 7
+            assert await asyncio.to_thread(ledger.committing.wait, 30)
+            proc.request_stop()  # the drop watcher's log at the stop releases the commit
+            async with asyncio.timeout(60):
+                await task
+        finally:
+            proc.request_stop()
+            stopping.set()
     assert (proc.stats.forgotten, proc.stats.dead_lettered) == (1, 1), proc.stats
     assert await _dead_letters(conn) == [7]
     info = await conn.consumer_info("JOBS", "w")

@@ -18,6 +18,8 @@ import json
 import logging
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -473,6 +475,21 @@ class _Stopping(logging.Handler):
             self.event.set()
 
 
+@contextmanager
+def released_at_stop(stopping: threading.Event) -> Iterator[None]:
+    """While inside, the drop watcher's log at a stop sets ``stopping`` (what a held
+    commit waits for)."""
+    watcher = logging.getLogger(maxdeliver_module.__name__)
+    handler, level = _Stopping(stopping), watcher.level
+    watcher.addHandler(handler)
+    watcher.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        watcher.removeHandler(handler)
+        watcher.setLevel(level)
+
+
 async def test_a_stop_while_a_dead_letter_commits_finishes_it(
     conn: Connection, make_stream, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -491,22 +508,17 @@ async def test_a_stop_while_a_dead_letter_commits_finishes_it(
     opts = _opts(bind=True, dead_letter_stream="DLQ")
     proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=opts)
     holder.append(proc)
-    watcher = logging.getLogger(maxdeliver_module.__name__)
-    handler, level = _Stopping(stopping), watcher.level
-    watcher.addHandler(handler)
-    watcher.setLevel(logging.INFO)
     task = asyncio.create_task(proc.run())
-    try:
-        assert await asyncio.to_thread(ledger.committing.wait, 30)
-        assert proc.stats.dead_lettered == 1
-        proc.request_stop()
-        async with asyncio.timeout(60):
-            await task
-    finally:
-        proc.request_stop()
-        stopping.set()
-        watcher.removeHandler(handler)
-        watcher.setLevel(level)
+    with released_at_stop(stopping):
+        try:
+            assert await asyncio.to_thread(ledger.committing.wait, 30)
+            assert proc.stats.dead_lettered == 1
+            proc.request_stop()
+            async with asyncio.timeout(60):
+                await task
+        finally:
+            proc.request_stop()
+            stopping.set()
     assert (proc.stats.applied, proc.stats.dead_lettered) == (COUNT - 1, 1), proc.stats
     assert await _dead_letters(conn) == [7]
     assert effects(tmp_path / "l.db") == (COUNT - 1, COUNT - 1)
