@@ -132,3 +132,42 @@ def test_no_test_skips_itself_on_an_import() -> None:
         if "importorskip(" in p.read_text(encoding="utf-8") and p.name != "test_public_api.py"
     ]
     assert offenders == []
+
+
+def test_the_package_loads_its_components_on_first_use() -> None:
+    """``import oncestream`` (and the Spark data source's module, which a Spark worker
+    unpickles) loads neither nats-py nor the Processor nor a ledger; a name does when
+    first used, and ``oncestream.<component>`` still works after a bare import."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, oncestream, oncestream.spark._datasource\n"
+        "heavy = ('nats', 'pyarrow', 'oncestream.process', 'oncestream.ledger',"
+        " 'oncestream.audit', 'oncestream.publish', 'oncestream.read')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+        "oncestream.Processor\n"
+        "print('oncestream.process' in sys.modules, oncestream.ledger.__name__)\n"
+        "import oncestream.audit\n"
+        "print(type(oncestream.audit).__name__)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.splitlines()
+    # The submodule imported before the name was used: ``audit`` is still the function.
+    assert out == ["[]", "True oncestream.ledger", "function"]
+
+
+def test_every_lazy_name_is_public_and_found_where_it_is_said_to_be() -> None:
+    lazy = oncestream._LAZY
+    assert set(lazy) <= set(oncestream.__all__)
+    assert set(oncestream.__all__) - set(lazy) - {"__version__"} == set(_errors.__all__) & set(
+        oncestream.__all__
+    )
+    for name, module in lazy.items():
+        assert getattr(importlib.import_module(module, "oncestream"), name) is getattr(
+            oncestream, name
+        )
+    assert set(oncestream.__all__) <= set(dir(oncestream))
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        oncestream.Nope  # noqa: B018
