@@ -10,7 +10,11 @@ for a Python data source (by module: ``create_data_source``, ``plan_data_source_
 ``python_streaming_source_runner``, ...), this driver and the server.
 
 Options: ``--mode lineage`` (the bench's query) or ``msgid`` (a ``msg_id`` column
-instead of ``stream`` + ``sequence``); ``--batched`` creates the output stream with
+instead of ``stream`` + ``sequence``); the pipeline's two halves alone, each a streaming
+query of the same micro-batches: ``--mode read`` (the same source and columns into
+Spark's ``noop`` sink) and ``--mode write`` (the same columns, read from Parquet files
+of the same rows, 2 files per micro-batch, into the same sink), with ``--ids`` and
+``--subject`` for their columns; ``--batched`` creates the output stream with
 ``allow_batched``; ``--py-spy DIR`` records each Python worker with py-spy
 (collapsed stacks, one file per process); ``--jfr FILE`` records the JVM with Java
 Flight Recorder; ``--conf k=v`` adds Spark settings; ``--cold`` skips the warm-up
@@ -69,8 +73,27 @@ async def _setup(url: str, n: int, batched: bool) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("n", type=float)
-    parser.add_argument("--mode", choices=("lineage", "msgid"), default="lineage")
+    parser.add_argument(
+        "--mode",
+        choices=("lineage", "msgid", "read", "write", "batch-read", "batch-write"),
+        default="lineage",
+    )
+    parser.add_argument(
+        "--ids",
+        choices=("lineage", "msgid"),
+        default="",
+        help="read/write modes: the id columns (default lineage: stream + sequence)",
+    )
+    parser.add_argument(
+        "--subject",
+        choices=("column", "option"),
+        default="column",
+        help="the output subject as a column (default) or as the sink's option",
+    )
     parser.add_argument("--batched", action="store_true")
+    parser.add_argument(
+        "--batches", type=int, default=10, help="micro-batches of the streaming source (10)"
+    )
     parser.add_argument("--py-spy", dest="pyspy", default="")
     parser.add_argument("--jfr", default="")
     parser.add_argument("--perf", default="", help="perf record of the JVM (frame pointers)")
@@ -93,25 +116,66 @@ def main() -> None:
         spark = local_session("profile-pipeline", conf=conf)
         spark.sparkContext.setLogLevel("ERROR")
 
+        files = {}
+        if args.mode in (
+            "write",
+            "batch-write",
+        ):  # the source's rows, as Parquet: 20 files, 2 per micro-batch
+            files = {
+                name: _parquet(spark, name, size)
+                for name, size in (("WARMIN", n // 10), ("SCALE", n))
+            }
+
         def run(stream: str, out: str) -> Any:
-            src = (
-                spark.readStream.format("jetstream")
-                .options(servers=url, stream=stream, startingOffsets="earliest")
-                .option("maxMessagesPerTrigger", str(max(1, n // 10)))
-                .load()
-            )
-            subject = f"'{out.lower()}.x' AS subject"
-            if args.mode == "lineage":
-                df = src.selectExpr(subject, "data", "stream", "sequence")
-            else:
-                df = src.selectExpr(
-                    subject, "data", "concat(stream, ':', cast(sequence as string)) AS msg_id"
+            if args.mode == "batch-read":  # the same source and columns, as one batch read
+                spark.read.format("jetstream").options(
+                    servers=url, stream=stream, startingOffsets="earliest"
+                ).load().selectExpr("data", "stream", "sequence").write.format("noop").mode(
+                    "overwrite"
+                ).save()
+                return None
+            if args.mode == "batch-write":  # the same rows and sink, as one batch write
+                cols = [] if args.subject == "option" else [f"'{out.lower()}.x' AS subject"]
+                ids = (
+                    ["concat(stream, ':', cast(sequence as string)) AS msg_id"]
+                    if args.ids == "msgid"
+                    else ["stream", "sequence"]
                 )
+                w = spark.read.parquet(files[stream]).selectExpr(*cols, "data", *ids).write
+                w = w.format("jetstream").option("servers", url).option("stream", out)
+                if args.subject == "option":
+                    w = w.option("subject", f"{out.lower()}.x")
+                w.mode("append").save()
+                return None
+            if args.mode == "write":
+                src = (
+                    spark.readStream.schema(spark.read.parquet(files[stream]).schema)
+                    .option("maxFilesPerTrigger", "2")
+                    .parquet(files[stream])
+                )
+            else:
+                src = (
+                    spark.readStream.format("jetstream")
+                    .options(servers=url, stream=stream, startingOffsets="earliest")
+                    .option("maxMessagesPerTrigger", str(max(1, n // args.batches)))
+                    .load()
+                )
+            subject = [f"'{out.lower()}.x' AS subject"] if args.subject == "column" else []
+            if args.mode == "msgid" or args.ids == "msgid":
+                df = src.selectExpr(
+                    *subject, "data", "concat(stream, ':', cast(sequence as string)) AS msg_id"
+                )
+            else:
+                df = src.selectExpr(*subject, "data", "stream", "sequence")
+            writer = (
+                df.writeStream.format("noop")
+                if args.mode == "read"
+                else df.writeStream.format("jetstream").option("servers", url).option("stream", out)
+            )
+            if args.subject == "option" and args.mode != "read":
+                writer = writer.option("subject", f"{out.lower()}.x")
             query = (
-                df.writeStream.format("jetstream")
-                .option("servers", url)
-                .option("stream", out)
-                .option("checkpointLocation", tempfile.mkdtemp(prefix="profile-pipeline-"))
+                writer.option("checkpointLocation", tempfile.mkdtemp(prefix="profile-pipeline-"))
                 .trigger(availableNow=True)
                 .start()
             )
@@ -148,7 +212,7 @@ def main() -> None:
             proc.send_signal(signal.SIGINT)
         for proc in spies:
             proc.wait(timeout=60)
-        batches = len(query.recentProgress)
+        batches = len(query.recentProgress) if query is not None else 0
         spark.stop()
     per: dict[str, list[float]] = {}
     for used, cmd in sampler.processes().values():
@@ -175,6 +239,20 @@ def main() -> None:
         Path(args.json).write_text(
             json.dumps({"n": n, "wall": wall, "load": load, "mode": args.mode, "rows": rows})
         )
+
+
+def _parquet(spark: Any, stream: str, n: int) -> str:
+    """``n`` rows shaped as the source's (``data`` 128 bytes, ``stream``, ``sequence``)
+    in 20 Parquet files; returns their directory."""
+    from pyspark.sql import functions as F
+
+    path = tempfile.mkdtemp(prefix=f"profile-pipeline-{stream.lower()}-")
+    spark.range(1, n + 1, numPartitions=20).select(
+        F.expr("cast(lpad(cast(id as string), 128, 'x') as binary)").alias("data"),
+        F.lit(stream).alias("stream"),
+        F.col("id").alias("sequence"),
+    ).write.mode("overwrite").parquet(path)
+    return path
 
 
 def _children() -> list[tuple[int, str]]:
