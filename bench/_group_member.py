@@ -5,7 +5,9 @@ HANDLER is ``message`` (``INSERT`` per message, bench_process.insert_row) or
 ``batch`` (one ``executemany`` per transaction, bench_process.insert_rows). Prints
 ``READY`` once joined; stops on SIGTERM. With GROUP_MEMBER_PROFILE=PREFIX the member
 runs under cProfile and writes PREFIX-NAME-HANDLER.prof when it stops. GROUP_MEMBER_OPTIONS
-(JSON) adds ProcessorOptions fields (``{"ack_policy": "all"}``); with GROUP_MEMBER_STATS=FILE
+(JSON) adds ProcessorOptions fields (``{"ack_policy": "all"}``); GROUP_MEMBER_RUNS_ONE_BY_ONE=1
+binds a claim's runs one by one, as before ``json_each`` claims (an A/B of that change);
+with GROUP_MEMBER_STATS=FILE
 the member writes its Processors' batch and pull counts there (JSON) when it stops.
 """
 
@@ -39,7 +41,11 @@ def _ledger(folder: str):  # type: ignore[no-untyped-def]
         path = Path(folder) / f"p{partition}.db"
         with sqlite3.connect(path, timeout=30) as con:
             con.execute("CREATE TABLE IF NOT EXISTS effects (id INTEGER PRIMARY KEY, body BLOB)")
-        return SQLiteLedger(path)
+        ledger = SQLiteLedger(path)
+        if os.environ.get("GROUP_MEMBER_RUNS_ONE_BY_ONE"):  # A/B: no json_each claims
+            ledger.open()
+            ledger.json_each = False
+        return ledger
 
     return ledger
 

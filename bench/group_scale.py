@@ -5,8 +5,9 @@ stream (8 partitions by key, N messages of 128 B over 1,000 keys). Each case run
 a new group (fresh consumers from the first message, fresh SQLite ledgers, one
 per partition) of member processes (bench/_group_member.py) and measures how fast
 the group applies the stream: the messages left (the partitions' consumers'
-pending + awaiting ack) are sampled every 0.2 s, and the rate is taken between
-80% and 20% left, past the start (members joining, first takeovers) and the tail.
+pending + awaiting ack) are sampled every 0.05 s, and the rate is taken between
+80% and 20% left (each crossing interpolated between its two samples), past the
+start (members joining, first takeovers) and the tail.
 
 - **capped**: each member in its own cgroup v1 folder with ``cpu.cfs_quota_us`` =
   GROUP_SCALE_SHARE x period (default 0.2 core), a per-message handler: the
@@ -15,7 +16,11 @@ pending + awaiting ack) are sampled every 0.2 s, and the rate is taken between
   1, 2 and 4; the best is compared with nats.go's jetstream ``Consume`` + ack
   (bench/peers/natsgo, explicit acks, one consumer, no ledger) on the same stream in
   the same run, the bar 1.0; and nats.go with one filtered consumer per partition
-  (what the layout costs nats-server, whoever consumes it).
+  (what the layout costs nats-server, whoever consumes it). The uncapped cases and
+  nats.go run GROUP_SCALE_ROUNDS times, interleaved (each round: every member count,
+  then nats.go); each reports the median of its rounds and the ratio is of medians
+  (at 400,000 messages one round takes 1-2 s, and single rounds of one run were
+  0.77x-1.18x apart).
 
 The members' consumers use explicit acks, the Processor's default;
 ``GROUP_MEMBER_OPTIONS='{"ack_policy": "all"}'`` runs them with one ack per batch
@@ -25,6 +30,7 @@ nats.go reference is built by bench/peers/run.py's steps when missing).
 Env: GROUP_SCALE_N (400000), GROUP_SCALE_SHARE (0.2; 0 leaves the capped cases out),
 GROUP_SCALE_MEMBERS (1,2,4), GROUP_SCALE_BATCH (the capped cases', 1000),
 GROUP_SCALE_UNCAPPED_BATCH (the uncapped ones', the Processor's default),
+GROUP_SCALE_ROUNDS (3),
 GROUP_MEMBER_OPTIONS (JSON: more ProcessorOptions of every member, e.g. ``{"ack_policy": "all"}``).
 Output: bench/results/group-scale-<time>.json and .md.
 """
@@ -65,6 +71,9 @@ LAYOUT = Partitioning(subjects="gs.*", partitions=PARTITIONS, key=(1,))
 N = int(float(os.environ.get("GROUP_SCALE_N", "400000")))
 SHARE = float(os.environ.get("GROUP_SCALE_SHARE", "0.2"))
 COUNTS = tuple(int(c) for c in os.environ.get("GROUP_SCALE_MEMBERS", "1,2,4").split(","))
+ROUNDS = int(os.environ.get("GROUP_SCALE_ROUNDS", "3"))
+#: Seconds between two samples of the messages left.
+SAMPLE = 0.05
 BATCH = os.environ.get("GROUP_SCALE_BATCH", "1000")
 #: The uncapped members' batch: the Processor's default unless given (the bar is what a
 #: user gets; 1000 cost the uncapped group 30-40% of its rate, bench/results
@@ -140,7 +149,7 @@ async def _run_group(
                 samples.append((time.monotonic() - began, left, cpu_seconds(server_pid), cpu))
                 if left == 0:
                     break
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(SAMPLE)
         if samples[-1][1]:
             raise RuntimeError(f"{members} members ({kind}): {samples[-1][1]} left at the deadline")
     finally:
@@ -153,8 +162,7 @@ async def _run_group(
                 proc.kill()
                 proc.wait()
         shutil.rmtree(work, ignore_errors=True)
-    at80 = next(s for s in samples if s[1] <= 0.8 * N)
-    at20 = next(s for s in samples if s[1] <= 0.2 * N)
+    at80, at20 = _crossing(samples, 0.8 * N), _crossing(samples, 0.2 * N)
     done = at80[1] - at20[1]
     return {
         "members": members,
@@ -166,6 +174,25 @@ async def _run_group(
         "server_us_per_msg": round((at20[2] - at80[2]) * 1e6 / max(done, 1), 2),
         "members_us_per_msg": round((at20[3] - at80[3]) * 1e6 / max(done, 1), 2),
     }
+
+
+def _crossing(
+    samples: list[tuple[float, int, float, float]], level: float
+) -> tuple[float, float, float, float]:
+    """The sample where the messages left reach ``level``, interpolated linearly between
+    the last sample above it and the first at or below it (time and CPU alike)."""
+    index = next(i for i, s in enumerate(samples) if s[1] <= level)
+    if index == 0 or samples[index][1] == level:
+        return tuple(float(x) for x in samples[index])  # type: ignore[return-value]
+    above, below = samples[index - 1], samples[index]
+    part = (above[1] - level) / (above[1] - below[1])
+    return tuple(a + (b - a) * part for a, b in zip(above, below, strict=True))  # type: ignore[return-value]
+
+
+def _median_row(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round of median rate, with every round's rate beside it."""
+    ordered = sorted(rounds, key=lambda r: r["rate"])
+    return {**ordered[len(ordered) // 2], "rounds": [r["rate"] for r in rounds]}
 
 
 def _spawn(command: list[str], share: float | None, caps: CpuCaps | None) -> subprocess.Popen[str]:
@@ -239,11 +266,22 @@ async def main() -> None:
                 )
                 results["capped"].append(row)
                 print(f"capped {SHARE:g} core x {members}: {_line(row)}", flush=True)
-        for members in COUNTS:
-            row = await _run_group(server.pid, server.url, sizes, members, "batch", None, None)
-            results["uncapped"].append(row)
-            print(f"uncapped x {members} (batch handler): {_line(row)}", flush=True)
-        results["natsgo"] = _natsgo(server.url, server.pid)
+        uncapped: dict[int, list[dict[str, Any]]] = {members: [] for members in COUNTS}
+        natsgo: list[dict[str, Any]] = []
+        for round_ in range(ROUNDS):
+            for members in COUNTS:
+                row = await _run_group(server.pid, server.url, sizes, members, "batch", None, None)
+                uncapped[members].append(row)
+                print(
+                    f"round {round_ + 1}: uncapped x {members} (batch handler): {_line(row)}",
+                    flush=True,
+                )
+            reference = _natsgo(server.url, server.pid)
+            if reference is not None:
+                natsgo.append(reference)
+                print(f"round {round_ + 1}: nats.go {reference['rate']:.0f} msg/s", flush=True)
+        results["uncapped"] = [_median_row(rows) for rows in uncapped.values()]
+        results["natsgo"] = _median_row(natsgo) if natsgo else None
         # The same client on the group's layout: one filtered consumer per partition,
         # what nats-server's filtering costs whoever consumes the partitions.
         filters = tuple(LAYOUT.filter_for(p) for p in range(PARTITIONS))
@@ -288,6 +326,7 @@ async def main() -> None:
         "cpu_share": SHARE,
         "batch": int(BATCH),
         "uncapped_batch": int(UNCAPPED_BATCH),
+        "rounds": ROUNDS,
         "member_options": OPTIONS,
         **results,
         "best_uncapped_vs_natsgo": ratio,
@@ -322,24 +361,29 @@ def _markdown(record: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        f"| uncapped, batch handler, ack policy {OPTIONS.get('ack_policy', 'explicit')} | msg/s "
-        "| server CPU us/msg | client CPU us/msg |",
-        "|---|---|---|---|",
+        f"| uncapped, batch handler, ack policy {OPTIONS.get('ack_policy', 'explicit')} "
+        f"| msg/s (median of {record.get('rounds', 1)}) | server CPU us/msg | client CPU us/msg "
+        "| each round's msg/s |",
+        "|---|---|---|---|---|",
     ]
     for row in record["uncapped"]:
         lines.append(
             f"| {row['members']} members | {row['rate']:,.0f} | {row['server_us_per_msg']} "
-            f"| {row['members_us_per_msg']} |"
+            f"| {row['members_us_per_msg']} | {_rounds(row)} |"
         )
     for go in (record["natsgo"], record.get("natsgo_partitions")):
         if go:
             lines.append(
                 f"| {go['case']} | {go['rate']:,.0f} | "
-                f"{go['server_us_per_msg']} | {go['client_us_per_msg']} |"
+                f"{go['server_us_per_msg']} | {go['client_us_per_msg']} | {_rounds(go)} |"
             )
     if record["natsgo"]:
         lines.append(f"\nbest group / nats.go: {record['best_uncapped_vs_natsgo']}")
     return "\n".join(lines) + "\n"
+
+
+def _rounds(row: dict[str, Any]) -> str:
+    return ", ".join(f"{rate:,.0f}" for rate in row.get("rounds", ()))
 
 
 def _git(*args: str) -> str:

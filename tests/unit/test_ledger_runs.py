@@ -74,6 +74,33 @@ def test_random_claims_agree_with_a_set(tmp_path: Path) -> None:
         assert ledger.applied_count("S") == len(seen)
 
 
+@pytest.mark.parametrize("json_each", [True, False], ids=["json_each", "executemany"])
+def test_a_partitions_sparse_batches_agree_with_a_set(tmp_path: Path, json_each: bool) -> None:
+    """A group member's batch: one partition's sequences, the others' between them (most
+    runs one sequence long, some longer), redelivered in part; claimed with one JSON
+    array per batch where SQLite has ``json_each``, run by run where it does not."""
+    rng = random.Random(49)
+    seen: set[int] = set()
+    with SQLiteLedger(tmp_path / "l.db") as ledger:
+        assert ledger.connection is not None and ledger.json_each  # this SQLite has it
+        ledger.json_each = json_each
+        seq = 0
+        for _ in range(40):
+            batch = []
+            for _ in range(rng.randrange(1, 500)):
+                seq += rng.choice((1, 1, 2, 5, 8, 13))
+                batch.append(seq)
+            again = rng.sample(sorted(seen), min(len(seen), rng.randrange(0, 30)))
+            seqs = sorted(set(batch) | set(again))
+            assert _claim(ledger, *seqs) == [s not in seen for s in seqs]
+            seen.update(seqs)
+        assert ledger.applied_count("S") == len(seen)
+        assert all(ledger.is_applied(LedgerEntry("S", s)) for s in seen)
+        assert not any(
+            ledger.is_applied(LedgerEntry("S", s)) for s in range(1, seq) if s not in seen
+        )
+
+
 def _old_ledger(path: Path, seqs: list[int]) -> None:
     """A ledger as oncestream wrote it before runs: a row per sequence."""
     con = sqlite3.connect(path)
