@@ -237,7 +237,17 @@ def main() -> None:
                 print(f"    pid {pid:>7d} {used:6.2f}s  {cmd[:150]}")
     if args.json:
         Path(args.json).write_text(
-            json.dumps({"n": n, "wall": wall, "load": load, "mode": args.mode, "rows": rows})
+            json.dumps(
+                {
+                    "n": n,
+                    "wall": wall,
+                    "load": load,
+                    "mode": args.mode,
+                    "argv": sys.argv[1:],
+                    "commit": _commit(),
+                    "rows": rows,
+                }
+            )
         )
 
 
@@ -253,6 +263,19 @@ def _parquet(spark: Any, stream: str, n: int) -> str:
         F.col("id").alias("sequence"),
     ).write.mode("overwrite").parquet(path)
     return path
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
 
 
 def _children() -> list[tuple[int, str]]:
