@@ -18,10 +18,11 @@ ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "from oncestream.cli import main; main()"]
 
 
-async def _worker(url: str, ledger: str) -> asyncio.subprocess.Process:
+async def _worker(url: str, ledger: str, *, verbose: bool = False) -> asyncio.subprocess.Process:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return await asyncio.create_subprocess_exec(
-        *CLI, "process", "--handler", "tests.handlers:record", "--stream", "JOBS",
+        *CLI, *(["--verbose"] if verbose else []),
+        "process", "--handler", "tests.handlers:record", "--stream", "JOBS",
         "--consumer", "svc", "--ledger", ledger, "--standby", "--takeover-after", "2s",
         "--progress", "0", "--server", url,
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -42,6 +43,41 @@ async def _line(proc: asyncio.subprocess.Process, needle: str, timeout: float) -
             f"no {needle!r} within {timeout:g}s; the worker wrote:\n{''.join(seen[-40:])}"
         ) from None
     raise AssertionError(f"no {needle!r} before the worker's stderr ended:\n{''.join(seen[-40:])}")
+
+
+class _Lines:
+    """Every line a worker writes to stderr, read as it is written: a debug log left in
+    a pipe nobody reads would block the worker once the pipe is full."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stderr is not None
+        self.lines: list[str] = []
+        self.changed = asyncio.Event()
+        self.task = asyncio.create_task(self._read(proc.stderr))
+
+    async def _read(self, stream: asyncio.StreamReader) -> None:
+        while line := (await stream.readline()).decode():
+            self.lines.append(line)
+            self.changed.set()
+        self.changed.set()
+
+    async def wait_for(self, needle: str, timeout: float) -> str:
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    found = next((line for line in self.lines if needle in line), None)
+                    if found is not None:
+                        return found
+                    if self.task.done():
+                        break
+                    self.changed.clear()
+                    await self.changed.wait()
+        except TimeoutError:
+            raise AssertionError(
+                f"no {needle!r} within {timeout:g}s; the worker wrote:\n"
+                + "".join(self.lines[-60:])
+            ) from None
+        raise AssertionError(f"no {needle!r} before stderr ended:\n{''.join(self.lines[-60:])}")
 
 
 async def _stop(proc: asyncio.subprocess.Process) -> int:
@@ -67,7 +103,10 @@ async def test_standby_worker_takes_over_after_sigkill(
     try:
         await publish_n(conn, "jobs.x", 100)
         await _line(first, "now the active one", 30)
-        second = await _worker(nats_server.url, ledger)
+        # Debug logging: if the takeover is late again (CI, under load: twice so far),
+        # the failure shows what the standby did meanwhile.
+        second = await _worker(nats_server.url, ledger, verbose=True)
+        standby = _Lines(second)
         info = await conn.consumer_info("JOBS", "svc")
         for _ in range(200):  # until the standby's pull request waits on the server
             if info["num_waiting"] >= 2:
@@ -77,7 +116,7 @@ async def test_standby_worker_takes_over_after_sigkill(
         first.kill()
         await first.wait()
         await publish_n(conn, "jobs.x", 100, start=100)
-        await _line(second, "now the active one", 20)
+        await standby.wait_for("now the active one", 20)
         for _ in range(400):
             info = await conn.consumer_info("JOBS", "svc")
             if info["num_pending"] == 0 and info["num_ack_pending"] == 0:
