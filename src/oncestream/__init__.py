@@ -9,14 +9,14 @@ Modules whose name starts with an underscore are private and may change.
 
 Importing the package is cheap: each name below loads its component when it is
 first used (PEP 562), so a process that needs one part (a Spark worker
-unpickling the data source, the CLI printing its help) does not pay for the
-rest (nats-py, the Processor, the ledgers).
+unpickling the data source) does not pay for the rest (nats-py, the
+Processor, the ledgers).
 """
 
 import sys as _sys
 import types as _types
+import typing as _typing
 from importlib import import_module as _import_module
-from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._errors import (
     AuthenticationError,
@@ -45,7 +45,7 @@ from ._errors import (
     WrongLastSequence,
 )
 
-if _TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from ._connection import Connection, connect
     from ._message import Message, MessageMetadata
     from ._options import ConnectOptions
@@ -130,7 +130,7 @@ _LAZY = {
 #: of the names above used to load most of them). Not ``audit``: that name is the
 #: function, as it always was (see :class:`_Package`).
 _COMPONENTS = frozenset(
-    {"ledger", "load", "process", "publish", "read", "server", "spark", "streams"}
+    {"ledger", "load", "process", "publish", "read", "server", "spark", "streams", "tracing"}
 )
 
 
@@ -148,23 +148,31 @@ class _Package(_types.ModuleType):
             return
         super().__setattr__(name, value)
 
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        # By reference, as pickle and cloudpickle take a plain module: cloudpickle knows
+        # only the exact module type, and a Spark UDF naming ``oncestream`` pickles it.
+        return _import_module, (self.__name__,)
+
 
 _sys.modules[__name__].__class__ = _Package
 
 
-def __getattr__(name: str) -> object:
-    if name in _COMPONENTS:
-        return _import_module(f".{name}", __name__)
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'oncestream' has no attribute {name!r}")
-    value = getattr(_import_module(module, __name__), name)
-    globals()[name] = value  # found directly from now on
-    return value
+# Hidden from type checkers: with a module ``__getattr__`` in sight, a misspelt name
+# is an ``object`` to them instead of an error (the names are declared above).
+if not _typing.TYPE_CHECKING:
 
+    def __getattr__(name: str) -> object:
+        if name in _COMPONENTS:
+            return _import_module(f".{name}", __name__)
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module 'oncestream' has no attribute {name!r}")
+        value = getattr(_import_module(module, __name__), name)
+        globals()[name] = value  # found directly from now on
+        return value
 
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY, *_COMPONENTS})
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_LAZY, *_COMPONENTS})
 
 
 __all__ = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import pytest
 
@@ -171,3 +172,45 @@ def test_every_lazy_name_is_public_and_found_where_it_is_said_to_be() -> None:
     assert set(oncestream.__all__) <= set(dir(oncestream))
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         oncestream.Nope  # noqa: B018
+
+
+def test_a_function_naming_the_package_pickles_for_spark() -> None:
+    """A Spark UDF or ``foreachBatch`` function whose body names ``oncestream`` is
+    cloudpickled with the package in its globals: the package pickles by reference,
+    as a plain module does, and the function runs in a fresh process."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, oncestream\n"
+        "from pyspark import cloudpickle\n"
+        "def udf(x):\n"
+        "    return oncestream.lineage_id('S', x), type(oncestream.audit).__name__\n"
+        "sys.stdout.buffer.write(cloudpickle.dumps((udf, oncestream)))\n"
+    )
+    data = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, check=True, timeout=60
+    ).stdout
+    load = (
+        "import pickle, sys; f, m = pickle.loads(sys.stdin.buffer.read()); print(f(7), m.__name__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", load], input=data, capture_output=True, check=True, timeout=60
+    ).stdout.decode()
+    assert out.strip() == "('S:7', 'function') oncestream"
+
+
+def test_a_misspelt_name_is_a_type_error(tmp_path: Path) -> None:
+    """Type checkers see the package's names, not a catch-all ``__getattr__``."""
+    import subprocess
+    import sys
+
+    user = tmp_path / "user.py"
+    user.write_text("import oncestream\nfrom oncestream import Processor\n\noncestream.Procesor\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"),
+         "--follow-imports=silent", str(user)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout
+    assert 'has no attribute "Procesor"; maybe "Processor"?' in result.stdout
