@@ -89,8 +89,8 @@ def resolve(
 
     ``peers``: the stream's peer set, leader first (default: c1..c3), since a
     membership change moves it. Among the followers, the first (rotated by ``turn``)
-    whose resources are free, so a second fault on "a follower" picks the other one
-    instead of waiting.
+    whose resources and server are free, so a second fault on "a follower" picks the
+    other one instead of waiting.
     """
     roles = target.split("|")
     if not {"leader", "follower"} & set(roles):
@@ -105,7 +105,9 @@ def resolve(
     options = []
     for follower in followers:
         options.append("|".join(leader if r == "leader" else follower for r in roles))
-    free = [o for o in options if not holds(kind, o) & busy]
+    # Free: neither what the fault would hold nor the node's server taken by another
+    # fault (a cut or a slowdown of a node killed by a membership change cannot land).
+    free = [o for o in options if not (holds(kind, o) | {f"srv:{n}" for n in o.split("|")}) & busy]
     return (free or options)[0]
 
 

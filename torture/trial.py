@@ -77,6 +77,16 @@ TICK = 0.1
 #: consumer-reset: the ack floor a consumer must have passed, and how far back the
 #: reset that does not go to the stream's first sequence moves it.
 RESET_MIN_FLOOR, RESET_BACK = 20, 300
+
+
+def _breaks_quorum(kind: str, held: set[str]) -> bool:
+    """Whether a fault stops a server or cuts one off (a degrade slows its links, and
+    holds them only so that no cut overlaps it: a quorum survives it)."""
+    if kind in ("degrade", "degrade-pair"):
+        return False
+    return any(h.split(":", 1)[0] in ("srv", "link", "cut") for h in held)
+
+
 #: Seconds a node must have been up to take a membership change's replica.
 REPLACEMENT_UP = 5.0
 #: The drain gives up (and the checker counts what is missing) after this long.
@@ -180,6 +190,8 @@ class Trial:
         self.history = self.dir / "history.jsonl"
         self.workers: dict[str, Worker] = {}
         self.busy: set[str] = set()
+        #: The active faults: (ends, fault, target, log entry, held, outcome).
+        self._active: list[Any] = []
         self.fault_log: list[dict[str, Any]] = []
         self.topo: Topology | None = None
         self.net: Net | None = None
@@ -500,7 +512,11 @@ class Trial:
         # times out (the "peer set did not change" skip of trial 1 at 1305b40, c3 removed
         # while c2 was paused). Wait for those faults to heal; none starts meanwhile, as
         # this call holds the nemesis loop until the removal is answered.
-        others = sorted(h for h in self.busy if h.split(":", 1)[0] in ("srv", "link", "cut"))
+        others = sorted(
+            f"{fault.kind}:{target}"
+            for _, fault, target, _, held, _ in self._active
+            if fault.kind != "membership" and _breaks_quorum(fault.kind, held)
+        )
         if others:
             return not_yet(f"another server fault is active ({', '.join(others)})")
         peers = await topo.peers_now()
@@ -661,6 +677,10 @@ class Trial:
         unknown or whose precondition does not hold yet retries every 0.5 s, and is
         skipped (with the last reason) after :func:`max_wait` s; one whose effect was
         not seen is healed at once and skipped."""
+        # A due membership change waits for every other server fault to heal (a quorum
+        # for the meta group); others do not start meanwhile, or it could wait out its
+        # whole 20 s behind them (1 of 6 in a membership run at c7f075b).
+        membership_due = any(f.kind == "membership" and f.start <= now for f in pending)
         for fault in [f for f in pending if f.start <= now]:
             if self._retry_at.get(fault, 0.0) > now:
                 continue
@@ -672,6 +692,8 @@ class Trial:
                 why = "no stream leader known"
             elif held & self.busy:
                 why = f"target busy ({', '.join(sorted(held & self.busy))})"
+            elif membership_due and fault.kind != "membership" and _breaks_quorum(fault.kind, held):
+                why = "a membership change is due"
             else:
                 size = self._server_log_size(fault, target)
                 outcome = await self._apply(fault, target)
@@ -832,6 +854,7 @@ class Trial:
                 worker.start()
         pending = list(self.faults)
         active: list[Any] = []
+        self._active = active  # the membership change's precondition reads it
         watch = asyncio.create_task(self._watch_leader()) if self.topo.clustered else None
         # The drain's look (several requests, slow while a server is down) runs in the
         # background, so faults keep starting and healing on time; only a look begun
