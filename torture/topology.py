@@ -280,6 +280,23 @@ class Topology:
         replicas = [str(r.get("name")) for r in cluster.get("replicas") or () if r.get("name")]
         return [str(cluster["leader"]), *replicas]
 
+    async def stream_behind(self) -> list[str] | None:
+        """The stream's replicas that are not current (offline, or catching up after a
+        restart, a truncation or a lost page cache); None when no leader answers."""
+        try:
+            async with await connect(self.connect_options(self.producer_target())) as conn:
+                info = await conn.stream_info(STREAM)
+        except Exception:
+            return None
+        cluster = info.get("cluster") or {}
+        if not cluster.get("leader"):
+            return None
+        return sorted(
+            str(r.get("name"))
+            for r in cluster.get("replicas") or ()
+            if r.get("offline") or not r.get("current")
+        )
+
     def meta_current(self, node: str) -> bool:
         """Whether the JetStream meta leader counts ``node`` a current peer (its ``/jsz``
         lists the meta group's replicas): a stream can be placed on it."""

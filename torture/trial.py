@@ -525,6 +525,14 @@ class Trial:
         down = [n for n in peers if topo.servers[n].pid is None]
         if down:
             return not_yet(f"stream peers down: {down}")
+        # The peers that stay must hold the stream whole: removing one while another is
+        # still catching up (restarted after a truncation or a lost page cache) leaves
+        # no complete replica but the leader, and a cut then left the stream without a
+        # leader for good (trial 4 of a seed-62 run at 9484596: c3 truncated, c1's page
+        # cache lost, then c1 removed).
+        behind = await topo.stream_behind()
+        if behind is None or [n for n in behind if n != victim]:
+            return not_yet(f"stream replicas not current: {behind}")
         spare = topo.spare
         if spare is not None and spare not in topo.started:
             await asyncio.to_thread(topo.restart, spare)  # the fresh node joins the cluster
