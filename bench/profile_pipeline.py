@@ -117,14 +117,27 @@ def main() -> None:
         spark.sparkContext.setLogLevel("ERROR")
 
         files = {}
-        if args.mode in (
-            "write",
-            "batch-write",
-        ):  # the source's rows, as Parquet: 20 files, 2 per micro-batch
+        if args.mode in ("write", "batch-write"):  # the source's rows, as Parquet: 20 files
             files = {
                 name: _parquet(spark, name, size)
                 for name, size in (("WARMIN", n // 10), ("SCALE", n))
             }
+        ids = (
+            ["concat(stream, ':', cast(sequence as string)) AS msg_id"]
+            if args.mode == "msgid" or args.ids == "msgid"
+            else ["stream", "sequence"]
+        )
+
+        def columns(out: str) -> list[str]:
+            """What reaches the sink: the subject (a column, or none), data, the ids."""
+            subject = [f"'{out.lower()}.x' AS subject"] if args.subject == "column" else []
+            return [*subject, "data", *ids]
+
+        def sink_options(out: str) -> dict[str, str]:
+            options = {"servers": url, "stream": out}
+            if args.subject == "option":
+                options["subject"] = f"{out.lower()}.x"
+            return options
 
         def run(stream: str, out: str) -> Any:
             if args.mode == "batch-read":  # the same source and columns, as one batch read
@@ -135,19 +148,11 @@ def main() -> None:
                 ).save()
                 return None
             if args.mode == "batch-write":  # the same rows and sink, as one batch write
-                cols = [] if args.subject == "option" else [f"'{out.lower()}.x' AS subject"]
-                ids = (
-                    ["concat(stream, ':', cast(sequence as string)) AS msg_id"]
-                    if args.ids == "msgid"
-                    else ["stream", "sequence"]
-                )
-                w = spark.read.parquet(files[stream]).selectExpr(*cols, "data", *ids).write
-                w = w.format("jetstream").option("servers", url).option("stream", out)
-                if args.subject == "option":
-                    w = w.option("subject", f"{out.lower()}.x")
-                w.mode("append").save()
+                spark.read.parquet(files[stream]).selectExpr(*columns(out)).write.format(
+                    "jetstream"
+                ).options(**sink_options(out)).mode("append").save()
                 return None
-            if args.mode == "write":
+            if args.mode == "write":  # 2 files per micro-batch
                 src = (
                     spark.readStream.schema(spark.read.parquet(files[stream]).schema)
                     .option("maxFilesPerTrigger", "2")
@@ -160,20 +165,12 @@ def main() -> None:
                     .option("maxMessagesPerTrigger", str(max(1, n // args.batches)))
                     .load()
                 )
-            subject = [f"'{out.lower()}.x' AS subject"] if args.subject == "column" else []
-            if args.mode == "msgid" or args.ids == "msgid":
-                df = src.selectExpr(
-                    *subject, "data", "concat(stream, ':', cast(sequence as string)) AS msg_id"
-                )
-            else:
-                df = src.selectExpr(*subject, "data", "stream", "sequence")
+            df = src.selectExpr(*columns(out))
             writer = (
                 df.writeStream.format("noop")
                 if args.mode == "read"
-                else df.writeStream.format("jetstream").option("servers", url).option("stream", out)
+                else df.writeStream.format("jetstream").options(**sink_options(out))
             )
-            if args.subject == "option" and args.mode != "read":
-                writer = writer.option("subject", f"{out.lower()}.x")
             query = (
                 writer.option("checkpointLocation", tempfile.mkdtemp(prefix="profile-pipeline-"))
                 .trigger(availableNow=True)
