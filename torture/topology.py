@@ -258,39 +258,46 @@ class Topology:
 
     async def peers_now(self) -> list[str]:
         """The stream's peers, its leader first ([]: unknown, or no leader)."""
+        return self.peers_of(await self.stream_cluster())
+
+    async def stream_cluster(self) -> dict[str, Any]:
+        """``STREAM.INFO``'s cluster block of the producers' stream ({}: unknown, or no
+        leader)."""
         if not self.clustered:
-            return []
+            return {}
         try:
             async with await connect(self.connect_options(self.producer_target())) as conn:
-                return await self.stream_peers(conn)
+                return await self._cluster(conn)
         except Exception:
-            return []
+            return {}
 
-    @staticmethod
-    async def stream_peers(conn: Any) -> list[str]:
+    @classmethod
+    async def stream_peers(cls, conn: Any) -> list[str]:
         """``STREAM.INFO``'s peer set of the producers' stream: its leader, then each
         replica ([] without a leader)."""
+        return cls.peers_of(await cls._cluster(conn))
+
+    @staticmethod
+    async def _cluster(conn: Any) -> dict[str, Any]:
         try:
             info = await conn.stream_info(STREAM)
         except Exception:
-            return []
-        cluster = info.get("cluster") or {}
-        if not cluster.get("leader"):
+            return {}
+        cluster: dict[str, Any] = info.get("cluster") or {}
+        return cluster if cluster.get("leader") else {}
+
+    @staticmethod
+    def peers_of(cluster: dict[str, Any]) -> list[str]:
+        """A cluster block's leader, then each replica ([] without a leader)."""
+        if not cluster:
             return []
         replicas = [str(r.get("name")) for r in cluster.get("replicas") or () if r.get("name")]
         return [str(cluster["leader"]), *replicas]
 
-    async def stream_behind(self) -> list[str] | None:
-        """The stream's replicas that are not current (offline, or catching up after a
-        restart, a truncation or a lost page cache); None when no leader answers."""
-        try:
-            async with await connect(self.connect_options(self.producer_target())) as conn:
-                info = await conn.stream_info(STREAM)
-        except Exception:
-            return None
-        cluster = info.get("cluster") or {}
-        if not cluster.get("leader"):
-            return None
+    @staticmethod
+    def behind_of(cluster: dict[str, Any]) -> list[str]:
+        """A cluster block's replicas that are not current (offline, or catching up after
+        a restart, a truncation or a lost page cache)."""
         return sorted(
             str(r.get("name"))
             for r in cluster.get("replicas") or ()

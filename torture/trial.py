@@ -515,11 +515,12 @@ class Trial:
         others = sorted(
             f"{fault.kind}:{target}"
             for _, fault, target, _, held, _ in self._active
-            if fault.kind != "membership" and _breaks_quorum(fault.kind, held)
+            if _breaks_quorum(fault.kind, held)
         )
         if others:
             return not_yet(f"another server fault is active ({', '.join(others)})")
-        peers = await topo.peers_now()
+        cluster = await topo.stream_cluster()
+        peers = topo.peers_of(cluster)
         if len(peers) < 3 or victim not in peers:
             return not_yet(f"stream peers {peers}: {victim} is not one of three")
         down = [n for n in peers if topo.servers[n].pid is None]
@@ -530,8 +531,8 @@ class Trial:
         # no complete replica but the leader, and a cut then left the stream without a
         # leader for good (trial 4 of a seed-62 run at 9484596: c3 truncated, c1's page
         # cache lost, then c1 removed).
-        behind = await topo.stream_behind()
-        if behind is None or [n for n in behind if n != victim]:
+        behind = [n for n in topo.behind_of(cluster) if n != victim]
+        if behind:
             return not_yet(f"stream replicas not current: {behind}")
         spare = topo.spare
         if spare is not None and spare not in topo.started:
@@ -861,8 +862,7 @@ class Trial:
             if not worker.alive():  # the Spark driver is up already
                 worker.start()
         pending = list(self.faults)
-        active: list[Any] = []
-        self._active = active  # the membership change's precondition reads it
+        active = self._active  # the membership change's precondition reads it too
         watch = asyncio.create_task(self._watch_leader()) if self.topo.clustered else None
         # The drain's look (several requests, slow while a server is down) runs in the
         # background, so faults keep starting and healing on time; only a look begun
