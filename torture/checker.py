@@ -44,14 +44,14 @@ about the input, not only about what a history line says was acknowledged:
 
 A trial whose settings allow acknowledged writes to be lost (nats-server's default
 ``sync_interval`` and a fault that drops what was not fsynced: ``os-crash``,
-``power-loss``) and that did lose some (or a whole stream) has ``limit`` set: what it
-measured is reported per setting as the server's measured limit, every kind of it, not
-counted as oncestream's violation (:func:`allowed_loss`). Every kind, because a store that
-lost acknowledged writes misleads what runs on it: a resumed ``ProducerSession`` stores
-its records again under new sequences (``duplicated``, ``applied_twice``), a consumer
-finds its stream or its position gone (``worker_failures``). Such a trial's counts are
-listed per kind in the summary's ``measured_limits``. A crash that lost nothing leaves
-every violation counted.
+``power-loss``) and that did lose some (or a whole stream, or a stream went back:
+:func:`rewound`) has ``limit`` set: what it measured is reported per setting as the
+server's measured limit, every kind of it, not counted as oncestream's violation
+(:func:`allowed_loss`). Every kind, because a store that lost acknowledged writes
+misleads what runs on it: a resumed ``ProducerSession`` stores its records again under
+new sequences (``duplicated``, ``applied_twice``), a consumer finds its stream or its
+position gone (``worker_failures``). Such a trial's counts are listed per kind in the
+summary's ``measured_limits``. A crash that lost nothing leaves every violation counted.
 
 Every stream count the checks use is the independent reader's.
 """
@@ -123,6 +123,29 @@ def _not_found(read: dict[str, Any]) -> bool:
     errors = [str(e) for e in (read.get("unreadable") or {}).get("errors") or []]
     found = [e for e in errors if "ConnectionRefusedError" not in e]
     return bool(found) and all("10059" in e for e in found)
+
+
+def rewound(history: list[dict[str, Any]], home: dict[str, str]) -> dict[str, list[int]]:
+    """Per stream, the sequences the server acknowledged for two different records.
+
+    A stream that hands out a sequence a second time went back: the writes it had
+    acknowledged at those sequences are gone from it, although their records may have
+    been stored again (a resumed ``ProducerSession`` re-sends from what the stream
+    holds). Seen after an OS crash with the default sync: a replica whose unsynced raft
+    log was dropped voted for a leader that lacked the last ~2,200 acknowledged writes
+    (seed 62, trial 4, at 9484596), and the stream was then unreadable, so ``lost``
+    could not show it. A duplicate's ack repeats its own record's sequence: not counted.
+    """
+    keys: dict[str, dict[int, set[str]]] = {}
+    for h in history:
+        stream = home.get(h["process"])
+        seq = h.get("seq")
+        # 0: a fast-ingest batch answers once per flow window, not per message.
+        if h["op"] != "ack" or stream is None or not isinstance(seq, int) or seq <= 0:
+            continue
+        keys.setdefault(stream, {}).setdefault(seq, set()).add(h["key"])
+    found = {s: sorted(q for q, k in seqs.items() if len(k) > 1) for s, seqs in keys.items()}
+    return {s: seqs for s, seqs in sorted(found.items()) if seqs}
 
 
 def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any]:
@@ -204,7 +227,13 @@ def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any
     # measured limit: a crash the default sync allows, landed without loss, leaves every
     # violation counted.
     gone = any(r.get("gone") or _not_found(r) for r in reads.values())
-    limit = allowed_loss(state) if lost or gone else None
+    went_back = rewound(history, home)
+    notes += [
+        f"stream {s}: {len(q)} sequences acknowledged for two different records "
+        f"({q[0]}..{q[-1]}): it went back, losing the writes it had acknowledged there"
+        for s, q in went_back.items()
+    ]
+    limit = allowed_loss(state) if lost or gone or went_back else None
     return {
         "index": state["index"],
         "kind": state["kind"],
@@ -237,6 +266,7 @@ def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any
         "replays": replays,
         "options": options,
         "sync": state.get("sync"),
+        "rewound": went_back,
         "limit": limit,
         "reruns": state.get("reruns") or {},
         "harness_failures": state.get("harness_failures") or [],

@@ -181,6 +181,9 @@ def durability(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def _limit_row(r: dict[str, Any]) -> dict[str, Any]:
     counts = {k: v for k, v in violations(r).items() if v}
+    went_back = sum(len(q) for q in (r.get("rewound") or {}).values())
+    if went_back:
+        counts["rewound"] = went_back
     return {"trial": r["index"], "setting": setting(r), "why": r["limit"], **counts}
 
 

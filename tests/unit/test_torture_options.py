@@ -207,6 +207,35 @@ def test_a_crash_that_lost_nothing_leaves_every_violation_counted() -> None:
     assert check([], state)["limit"] is None
 
 
+def test_a_stream_that_went_back_is_the_settings_limit_even_when_unreadable() -> None:
+    """Seed 62, trial 4: after an OS crash with the default sync a leader without the
+    last acknowledged writes took over (new records were acknowledged at their
+    sequences), then the stream stayed leaderless, so nothing showed as ``lost``."""
+    crash = [{"kind": "os-crash", "resolved": "c1"}]
+    state = _state("none", [], sync="default", kind="cluster", faults=crash)
+    state["effects"]["sqlite"].pop("sess-2")  # what the stall left unapplied
+    history = [
+        {"mono": 0.0, "process": "sess", "op": "ack", "key": "sess-0", "seq": 1},
+        {"mono": 0.1, "process": "sess", "op": "ack", "key": "sess-1", "seq": 2},
+        {"mono": 0.2, "process": "sess", "op": "ack", "key": "sess-1", "seq": 2},  # a dup
+        {"mono": 0.3, "process": "cli", "op": "ack", "key": "cli-0", "seq": 3},
+        {"mono": 0.4, "process": "pub", "op": "ack", "key": "pub-0", "seq": 3},  # stream TP
+        {"mono": 0.5, "process": "pub", "op": "ack", "key": "pub-1", "seq": 0},  # batch
+        {"mono": 0.6, "process": "pub", "op": "ack", "key": "pub-0", "seq": 0},
+        {"mono": 9.0, "process": "sess", "op": "ack", "key": "sess-2", "seq": 2},  # went back
+    ]
+    result = check(history, state)
+    assert result["rewound"] == {"T": [2]}
+    assert result["limit"] == "sync_interval default (2 min) and os-crash"
+    assert result["lost"] == []
+    assert summarize([result], seed=1)["violations"] == {}
+    # With sync always nothing excuses it: the effect it left missing counts.
+    always = check(history, dict(state, sync="always", kind="cluster-sync"))
+    assert always["rewound"] == {"T": [2]} and always["limit"] is None
+    assert violations(always)["missing_effects"] == 1
+    assert check(history[:-1], state)["rewound"] == {}
+
+
 def test_a_harness_crash_is_a_reported_trial_failure(tmp_path: Any) -> None:
     args = parse(["--trials", "1", "--spark-every", "0", "--out", str(tmp_path)])
     plan = trial_plan(args, 0)
