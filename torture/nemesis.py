@@ -45,6 +45,10 @@ MAX_WAIT_BY_KIND = {
     # A membership change waits for a stream leader (none after a whole-cluster kill or
     # a partition: 2 of the 4 skips of the 9372e75 sweep) and a current replacement.
     "membership": 20.0,
+    # A fault of every node waits for every server fault active when it is due (each
+    # holds its node until healed: a restart after a truncation or an OS crash).
+    "cluster-kill": 20.0,
+    "power-loss": 20.0,
     "executor-kill": 30.0,
     # A Spark fault that waited for a Python worker (a slow driver start: the oldest
     # PySpark) holds the driver into the next one's slot: 3 of one trial's were skipped.

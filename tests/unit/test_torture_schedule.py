@@ -11,10 +11,11 @@ from pathlib import Path
 
 from torture.__main__ import ordinal
 from torture.faults import holds, resolve
-from torture.nemesis import CONSUMER_RESET, PRODUCERS, fault_menu, menu_kinds, schedule
+from torture.nemesis import CONSUMER_RESET, PRODUCERS, fault_menu, max_wait, menu_kinds, schedule
 from torture.netns import class_packets, drop_bytecode
 from torture.spark import describe_mode, spark_mode
 from torture.topology import KINDS
+from torture.trial import _held_back
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -173,3 +174,25 @@ def test_spark_choices_follow_the_spark_trials_ordinal() -> None:
                                             False, True]  # fmt: skip
     assert [m["ingest"] for m in seen[:4]] == ["auto", "auto", "atomic", "atomic"]
     assert describe_mode(spark_mode(3, 1, True)) == "connect/atomic/headers"
+
+
+def test_a_due_membership_change_or_fault_of_every_node_holds_back_server_faults() -> None:
+    """A due membership change needs a quorum, a due fault of every node needs every
+    server free: faults that would take them wait (and start their own wait again once
+    released), others go ahead; the reserving faults do not hold each other back."""
+
+    def why(kind: str, target: str, *, membership: bool = False, whole: bool = False) -> str | None:
+        return _held_back(kind, holds(kind, target), membership, whole)
+
+    assert why("server-kill", "c1", membership=True) == "a membership change is due"
+    assert why("partition", "c2", membership=True) == "a membership change is due"
+    assert why("degrade", "c2", membership=True) is None  # a quorum survives it
+    for kind in ("server-pause", "bitflip", "truncate", "os-crash", "disk-full"):
+        assert why(kind, "c3", whole=True) == "a fault of every node is due"
+    for kind in ("partition", "degrade", "partition-pair", "pg-kill", "kill"):
+        assert why(kind, "c1|c2" if kind.endswith("-pair") else "c1", whole=True) is None
+    for kind, target in (("membership", "c1"), ("cluster-kill", "all"), ("power-loss", "all")):
+        assert why(kind, target, membership=True, whole=True) is None
+    assert why("server-kill", "c1") is None
+    # The reserving faults wait long enough for the faults active when they fall due.
+    assert min(max_wait(k) for k in ("membership", "cluster-kill", "power-loss")) >= 20
