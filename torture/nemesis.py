@@ -34,8 +34,10 @@ CONSUMERS = ("lite", "pg")
 #: A processor's consumer moved back mid-run (``CONSUMER.RESET``): redeliveries the
 #: ledger must suppress.
 CONSUMER_RESET = "consumer-reset"
-#: Seconds a fault may wait past its start for a busy target or a precondition.
-MAX_WAIT = 8.0
+#: Seconds a fault may wait past its start for a busy target or a precondition (8 s
+#: until 2026-11-30: 6 of 280 faults of the first 35 trials of seed 52 at 89c1ba0 ran
+#: out of it behind overlapping faults of their target).
+MAX_WAIT = 12.0
 #: ... for a consumer reset, whose precondition (the consumer acked past its target,
 #: its leader reachable) waits out a whole-cluster kill: ~6.5 s to heal and the
 #: consumer's re-creation after it (7 of the 8 skips of the 699c4cf campaign). An
@@ -43,8 +45,10 @@ MAX_WAIT = 8.0
 MAX_WAIT_BY_KIND = {
     "consumer-reset": 20.0,
     # A membership change waits for a stream leader (none after a whole-cluster kill or
-    # a partition: 2 of the 4 skips of the 9372e75 sweep) and a current replacement.
-    "membership": 20.0,
+    # a partition: 2 of the 4 skips of the 9372e75 sweep), a current replacement and
+    # replicas that are current (one still catching up after a cluster-kill 20 s on:
+    # seed 52, trial 31 at 89c1ba0).
+    "membership": 30.0,
     # A fault of every node waits for every server fault active when it is due (each
     # holds its node until healed: a restart after a truncation or an OS crash).
     "cluster-kill": 20.0,
