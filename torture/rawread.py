@@ -91,6 +91,9 @@ class RawRead:
     replays_for: Counter[str] = field(default_factory=Counter)
     #: every server answered "stream not found" for ``gone_after`` s (see read_raw)
     gone: bool = False
+    #: a key stored more than once: each copy's sequence and the time the server gave it
+    #: (RFC 3339; a clustered stream's leader stamps a message as it proposes it)
+    copies: dict[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)
 
 
 class Unreadable(RuntimeError):
@@ -195,8 +198,10 @@ async def _read(url: str, stream: str, domain: str | None) -> RawRead:
     replays: Counter[str] = Counter()
     letters: dict[str, Counter[str]] = {}
     replays_for: Counter[str] = Counter()
+    times: dict[int, str] = {}
+    seqs: dict[str, list[int]] = {}
 
-    def visit(_seq: int, key: str, headers: dict[str, str]) -> None:
+    def visit(seq: int, key: str, headers: dict[str, str]) -> None:
         if REPLAY_MARKER in headers:
             return  # the replay's own bookkeeping in the dead-letter stream
         if DEAD_LETTER_BY in headers:
@@ -206,9 +211,15 @@ async def _read(url: str, stream: str, domain: str | None) -> RawRead:
             replays_for[headers.get(REPLAY_FOR, "")] += 1
         else:
             keys[key] += 1
+            seqs.setdefault(key, []).append(seq)
 
-    state = await _walk(url, stream, domain, visit)
+    state = await _walk(url, stream, domain, visit, times)
     first, last = int(state["first_seq"]), int(state["last_seq"])
+    copies = {
+        k: tuple((q, times.get(q, "")) for q in found)
+        for k, found in seqs.items()
+        if len(found) > 1
+    }
     return RawRead(
         keys,
         int(state["messages"]),
@@ -217,14 +228,20 @@ async def _read(url: str, stream: str, domain: str | None) -> RawRead:
         replays=replays,
         letters=letters,
         replays_for=replays_for,
+        copies=copies,
     )
 
 
 async def _walk(
-    url: str, stream: str, domain: str | None, visit: Callable[[int, str, dict[str, str]], object]
+    url: str,
+    stream: str,
+    domain: str | None,
+    visit: Callable[[int, str, dict[str, str]], object],
+    times: dict[int, str] | None = None,
 ) -> dict[str, Any]:
     """``visit(seq, key, headers)`` for every stored message of ``stream``; its
-    ``STREAM.INFO`` state."""
+    ``STREAM.INFO`` state. ``times``, when given, gets each message's server time by
+    sequence."""
     prefix = api(domain)
     async with RawClient(url, timeout=10.0) as raw:
         info = await _request(raw, f"{prefix}.STREAM.INFO.{stream}", {})
@@ -255,6 +272,8 @@ async def _walk(
                 raise RuntimeError(f"asked for seq {seq}, got {message['seq']}")
             hdrs = base64.b64decode(message.get("hdrs") or "")
             headers = parse_headers(hdrs) if hdrs else {}
+            if times is not None:
+                times[seq] = str(message.get("time", ""))
             visit(seq, record_key(base64.b64decode(message.get("data") or "")), headers)
     return state
 

@@ -1246,6 +1246,8 @@ class Trial:
         read: dict[str, Any] = {"raw": dict(raw.keys), "messages": raw.messages}
         read["raw_replays"] = dict(raw.replays)
         read["letters"] = {c: dict(keys) for c, keys in raw.letters.items()}
+        if raw.copies:
+            read["copies"] = {k: [list(c) for c in found] for k, found in raw.copies.items()}
         if raw.errors:
             read |= {"waited_s": raw.waited_s, "failed_reads": len(raw.errors)}
             read["last_error"] = raw.errors[-1]

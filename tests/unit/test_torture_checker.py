@@ -269,3 +269,30 @@ def test_a_fault_on_a_postgres_processor_without_postgres_is_skipped(tmp_path: P
     for kind, target in (("kill", "pg2"), ("pause", "pg1"), ("consumer-reset", "pg")):
         outcome = asyncio.run(trial._apply(Fault(1.0, 1.0, kind, target), target))
         assert not outcome.landed and not outcome.retry and not outcome.touched, outcome
+
+
+async def test_a_key_stored_twice_is_reported_with_each_copys_sequence_and_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seed 52, trial 15: a re-send held by a paused server reached the leader 4.86 s
+    after the first copy, past the 4 s window; the report shows when each copy came."""
+    import torture.rawread as rawread
+
+    stored = [(5, "pub-0", "2026-11-30T07:38:10.491Z"), (6, "pub-1", "2026-11-30T07:38:10.5Z"),
+              (9, "pub-0", "2026-11-30T07:38:15.351000001Z")]  # fmt: skip
+
+    async def walk(url: str, stream: str, domain: Any, visit: Any, times: Any = None) -> Any:
+        for seq, key, at in stored:
+            times[seq] = at
+            visit(seq, key, {})
+        return {"messages": 3, "first_seq": 5, "last_seq": 9}
+
+    monkeypatch.setattr(rawread, "_walk", walk)
+    raw = await rawread._read("nats://x", "T", None)
+    assert raw.copies == {"pub-0": ((5, stored[0][2]), (9, stored[2][2]))}
+    state = _state(**_stored(dict.fromkeys(KEYS, 1) | {"pub-0": 2}))
+    copies = {k: [list(c) for c in v] for k, v in raw.copies.items()}
+    state["reads"]["T"]["copies"] = copies
+    result = check(_history(KEYS), state)
+    assert _nonzero(result) == {"duplicated": 1}
+    assert any("pub-0 stored 2 times" in n and "4.860 s apart" in n for n in result["notes"])
