@@ -135,8 +135,11 @@ class PublisherOptions:
     def retry_horizon(self) -> float:
         """Longest time after a message's first send at which it can still be sent again.
 
-        ``max_attempts * ack_timeout`` plus every backoff delay: a duplicate
-        window at least this long de-duplicates every retry.
+        ``max_attempts * ack_timeout`` plus every backoff delay. A duplicate window
+        at least this long de-duplicates every retry that reaches the stream leader
+        without delay; the server counts the window from the first copy's arrival, so a
+        re-send held on its way (a paused server between client and leader) needs the
+        window to be longer by that delay (docs/publishing.md, "Window guard").
         """
         delays = sum(self.backoff(attempt) for attempt in range(2, self.max_attempts + 1))
         return self.max_attempts * self.ack_timeout + delays
