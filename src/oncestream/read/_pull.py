@@ -119,6 +119,8 @@ class MessageStream:
         pin_id: with ``PullOptions.pinned``, the pin the server gave this client
             (None: not pinned, a standby).
         pins_lost: "423" answers: the pin moved to another client.
+        requests_lost: requests that ended without a 408 (past their ``expires``
+            plus two heartbeats); what they still owed was asked for again.
     """
 
     def __init__(
