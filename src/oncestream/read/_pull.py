@@ -19,7 +19,9 @@ subscription so the server can deliver while the caller works:
   backoff; after 5 in a row the stream asks ``CONSUMER.INFO``, and only a
   confirmed missing consumer (:class:`ConsumerNotFound`) or stream
   (:class:`StreamNotFound`) ends the iteration;
-- after a reconnect every outstanding request is assumed lost and re-issued;
+- after a reconnect every outstanding request is assumed lost and re-issued,
+  and so is what a request still owes past its ``expires`` plus two heartbeats
+  (the server ended it without a 408);
 - in a priority group (``PullOptions.group``) every request names the group;
   with the ``pinned_client`` policy the stream keeps the ``Nats-Pin-Id`` the
   server puts on the messages it delivers to the pinned client, sends it with
