@@ -96,3 +96,69 @@ def test_a_bound_processor_never_asks_consumer_info() -> None:
     assert ProcessorOptions(bind=True).pull_options().confirm_missing is False
     assert ProcessorOptions().pull_options().confirm_missing is True
     assert ProcessorOptions(unavailable_timeout="1m").pull_options().unavailable_timeout == 60
+
+
+class _Publishes:
+    """A connection that takes pull requests and sends nothing back."""
+
+    prefix, nc = "$JS.API", None
+
+    def __init__(self) -> None:
+        self.requests: list[bytes] = []
+
+    async def publish(self, subject: str, data: bytes, reply: str = "") -> None:
+        self.requests.append(data)
+
+
+def _deliver(stream: MessageStream, n: int) -> None:
+    for _ in range(n):
+        stream._on_frame(b"t.a", b"$JS.ACK.S.c.1.1.1.0.0", b"x", None)
+
+
+async def test_a_request_that_ends_without_a_408_is_asked_for_again() -> None:
+    """Seed 52, trial 73: a request of 8,000 got 7 messages and ended without a 408;
+    7,993 stayed "outstanding", above the refill threshold, and the member pulled
+    only what its pin refresh asked for until the trial's drain timed out."""
+    conn = _Publishes()
+    stream = MessageStream(conn, "S", "c", PullOptions(batch=100, expires="5s"))  # type: ignore[arg-type]
+    await stream._pull()
+    _deliver(stream, 7)
+    assert stream._pending_msgs == 93
+    ends = time.monotonic() + 5 + 2 * stream.options.heartbeat
+    stream._forget_ended_requests(ends - 0.1)  # still running: nothing changes
+    assert stream._pending_msgs == 93 and not stream._repull_needed
+    stream._forget_ended_requests(ends + 0.1)
+    assert stream._pending_msgs == 0 and stream._repull_needed and stream.requests_lost == 1
+    await stream._maybe_refill()
+    assert len(conn.requests) == 2 and b'"batch":100' in conn.requests[1]
+
+
+async def test_requests_the_server_ended_or_served_are_not_lost() -> None:
+    conn = _Publishes()
+    stream = MessageStream(conn, "S", "c", PullOptions(batch=100, expires="5s"))  # type: ignore[arg-type]
+    await stream._pull()  # served in full
+    _deliver(stream, 100)
+    await stream._pull()  # ended by a 408 naming its unused part
+    _deliver(stream, 30)
+    stream._on_status({"Status": "408", "Nats-Pending-Messages": "70", "Nats-Pending-Bytes": "0"})
+    await stream._pull()  # still running when the others would have ended
+    _deliver(stream, 10)
+    later = time.monotonic() + 5 + 2 * stream.options.heartbeat + 0.1
+    stream._forget_ended_requests(later - 0.2)
+    assert stream._pending_msgs == 90 and stream.requests_lost == 0
+    # Only the running one remains; past its end what it owed is released.
+    stream._forget_ended_requests(later + 1)
+    assert stream._pending_msgs == 0 and stream.requests_lost == 1
+
+
+async def test_only_what_the_ended_requests_owed_is_released() -> None:
+    conn = _Publishes()
+    stream = MessageStream(conn, "S", "c", PullOptions(batch=100, expires="5s"))  # type: ignore[arg-type]
+    await stream._pull()
+    _deliver(stream, 60)  # the first request: 40 still owed
+    first_ends = time.monotonic() + 5 + 2 * stream.options.heartbeat
+    stream._requests.append((first_ends + 60, stream._asked + 50))  # a later one of 50
+    stream._asked += 50
+    stream._pending_msgs += 50
+    stream._forget_ended_requests(first_ends + 1)
+    assert stream._pending_msgs == 50 and stream.requests_lost == 1
