@@ -54,3 +54,22 @@ def test_rendered_config_passes_server_check(tmp_path: Path) -> None:
     server = NatsServer(server_configs.jetstream(tmp_path, domain="hub"), work_dir=tmp_path)
     server.check_config()
     assert 'domain: "hub"' in server.config_file.read_text()
+
+
+def test_env_reaches_the_server_process_and_bad_names_are_refused(tmp_path: Path) -> None:
+    """The Go runtime's heap settings have no config key: ``env`` sets them for the
+    server process alone (this process's environment is left as it was)."""
+    env = {"GOMEMLIMIT": "1GiB", "GOGC": "off"}
+    server = NatsServer(server_configs.jetstream(tmp_path), work_dir=tmp_path, env=env).start()
+    try:
+        seen = Path(f"/proc/{server.pid}/environ").read_bytes().split(b"\0")
+        assert {b"GOMEMLIMIT=1GiB", b"GOGC=off"} <= set(seen)
+        assert "GOMEMLIMIT" not in os.environ
+    finally:
+        server.close()
+    for bad in ({"": "x"}, {"A=B": "x"}, {"A\0": "x"}):
+        with pytest.raises(ConfigError, match="env name"):
+            NatsServer(work_dir=tmp_path, env=bad)
+    with pytest.raises(ConfigError, match="env SECRET: the value") as caught:
+        NatsServer(work_dir=tmp_path, env={"SECRET": "hunter2\0"})
+    assert "hunter2" not in str(caught.value)

@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -77,6 +78,17 @@ def find_nats_server() -> str:
     )
 
 
+def _checked_env(env: Mapping[str, str]) -> dict[str, str]:
+    for name, value in env.items():
+        if not isinstance(name, str) or not name or "=" in name or "\0" in name:
+            raise ConfigError(
+                f"env name {name!r} is not allowed: a non-empty string without '=' or NUL"
+            )
+        if not isinstance(value, str) or "\0" in value:
+            raise ConfigError(f"env {name}: the value must be a string without NUL")
+    return dict(env)
+
+
 class NatsServer:
     """A nats-server process on loopback with its own config file and store.
 
@@ -89,6 +101,13 @@ class NatsServer:
         command_prefix: argv prepended to the server's command line, e.g.
             ``("ip", "netns", "exec", "ns1")``; it must exec the server so the
             tracked PID stays the server's own.
+        env: environment variables set for the server process on top of this
+            process's own, e.g. ``{"GOMEMLIMIT": "1GiB", "GOGC": "off"}`` (the Go
+            runtime's heap settings; nats-server has no config key for them).
+
+    Raises:
+        ConfigError: an ``env`` name that is empty or holds ``=`` or a NUL, or a
+            value that holds a NUL.
 
     On Linux the server process is killed with the process that started it,
     whatever ends that one (a signal, a crash: no ``atexit`` runs then), also
@@ -108,8 +127,10 @@ class NatsServer:
         work_dir: str | os.PathLike[str] | None = None,
         ready_timeout: float = 20.0,
         command_prefix: tuple[str, ...] = (),
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.command_prefix = tuple(command_prefix)
+        self.env = _checked_env(env or {})
         self._owns_dir = work_dir is None
         self.work_dir = private_dir(work_dir or tempfile.mkdtemp(prefix="oncestream-nats-"))
         if config is None:
@@ -199,6 +220,7 @@ class NatsServer:
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            env={**os.environ, **self.env} if self.env else None,
         )
         self._proc = proc
         _LIVE[proc.pid] = proc
