@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 
 from .._errors import ConfigError, ServerError
 from .._private import private_dir, write_private
@@ -78,15 +78,46 @@ def find_nats_server() -> str:
     )
 
 
-def _checked_env(env: Mapping[str, str]) -> dict[str, str]:
-    for name, value in env.items():
-        if not isinstance(name, str) or not name or "=" in name or "\0" in name:
+#: A variable name every shell passes on (dash, the launcher's /bin/sh here, drops the
+#: others from the environment without a word).
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Linux's limit on one ``NAME=value`` string (MAX_ARG_STRLEN).
+_ENV_ENTRY_MAX = 131071
+
+
+def _checked_env(env: object) -> Mapping[str, str]:
+    """``env`` copied, then checked; read-only. A value is never quoted (it may be a
+    secret), nor a name's part after ``=`` (a whole ``NAME=value`` passed as a name)."""
+    if not isinstance(env, Mapping):
+        raise ConfigError(f"env must be a mapping of names to values, not {type(env).__name__}")
+    checked = dict(env)
+    for name, value in checked.items():
+        shown = (
+            repr(name.split("=", 1)[0] + "=..." if "=" in name else name)[:80]
+            if isinstance(name, str)
+            else f"of type {type(name).__name__}"
+        )
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
             raise ConfigError(
-                f"env name {name!r} is not allowed: a non-empty string without '=' or NUL"
+                f"env name {shown} is not allowed: letters, digits and '_', not starting "
+                "with a digit"
             )
-        if not isinstance(value, str) or "\0" in value:
-            raise ConfigError(f"env {name}: the value must be a string without NUL")
-    return dict(env)
+        if not isinstance(value, str):
+            raise ConfigError(f"env {name}: the value must be a string, not {type(value).__name__}")
+        if "\0" in value:
+            raise ConfigError(f"env {name}: the value must not hold a NUL")
+        try:
+            size = len(name) + 1 + len(value.encode())
+        except UnicodeEncodeError:
+            raise ConfigError(
+                f"env {name}: the value is not valid text (a lone surrogate)"
+            ) from None
+        if size > _ENV_ENTRY_MAX:
+            raise ConfigError(
+                f"env {name}: {size} bytes with its name, more than the {_ENV_ENTRY_MAX} "
+                "Linux passes in one variable"
+            )
+    return MappingProxyType(checked)
 
 
 class NatsServer:
@@ -106,8 +137,9 @@ class NatsServer:
             runtime's heap settings; nats-server has no config key for them).
 
     Raises:
-        ConfigError: an ``env`` name that is empty or holds ``=`` or a NUL, or a
-            value that holds a NUL.
+        ConfigError: ``env`` not a mapping of str to str, a name other than letters,
+            digits and ``_`` (not starting with a digit), a value holding a NUL or
+            longer than Linux passes (128 KiB with its name).
 
     On Linux the server process is killed with the process that started it,
     whatever ends that one (a signal, a crash: no ``atexit`` runs then), also
@@ -130,7 +162,7 @@ class NatsServer:
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.command_prefix = tuple(command_prefix)
-        self.env = _checked_env(env or {})
+        self.env = _checked_env({} if env is None else env)
         self._owns_dir = work_dir is None
         self.work_dir = private_dir(work_dir or tempfile.mkdtemp(prefix="oncestream-nats-"))
         if config is None:
@@ -194,6 +226,7 @@ class NatsServer:
             text=True,
             timeout=30,
             check=False,
+            env={**os.environ, **self.env} if self.env else None,
         )
         if result.returncode != 0:
             raise ConfigError(
