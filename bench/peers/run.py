@@ -13,7 +13,9 @@ tree and of the server (sampled every 100 ms). CPU: Python/Spark cases measure
 their timed part from inside (bench/_cpu.py); Go and Java tools are measured
 whole (their start-up included: ~1-2 CPU s for a JVM tool).
 
-Env / flags: PEERS_N (``1e6``), PEERS_PATHS (all), PEERS_LABEL. Output: one rich
+Env / flags: PEERS_N (``1e6``), PEERS_PATHS (all), PEERS_LABEL, PEERS_SERVER_HEAP
+(``1GiB``: rows of the publish, Spark write and pipeline paths whose nats-server runs
+with the Kafka broker's heap, see SERVER_HEAP; empty: none). Output: one rich
 table, bench/results/peers-*.json, docs/img/peers.png.
 """
 
@@ -51,6 +53,13 @@ PATHS = ("publish", "consume", "spark-read", "spark-write", "pipeline")
 ONCESTREAM = "oncestream"
 #: The rows on the settings before 0.2.0 (streams without allow_batched), for comparison.
 PRE_CHANGE = "pre-change oncestream"
+#: The heap the Kafka broker gets (``-Xms1g -Xmx1g``, its start script's default), given
+#: to nats-server for the rows that name it: Go collects when the heap reaches the
+#: limit instead of each time it doubles (GOGC=100, the default: 1.8 µs of the
+#: server's 9.9 per message in the pipeline's profile). PEERS_SERVER_HEAP="" drops them.
+SERVER_HEAP = os.environ.get("PEERS_SERVER_HEAP", "1GiB")
+HEAP_ENV = {"GOMEMLIMIT": SERVER_HEAP, "GOGC": "off"}
+HEAP_ROWS = f", server heap {SERVER_HEAP} (GOMEMLIMIT, GOGC=off)"
 
 
 def _go_env() -> dict[str, str]:
@@ -117,6 +126,8 @@ class Case:
     #: The stream's allow_batched (None: as oncestream creates streams, on where the
     #: server takes fast-ingest batches; False: the settings before 0.2.0).
     batched: bool | None = None
+    #: Environment of the nats-server (its Go runtime's heap settings, HEAP_ENV).
+    server_env: dict[str, str] | None = None
 
 
 def _case_json(out: str) -> dict[str, Any]:
@@ -275,6 +286,22 @@ def cases() -> list[Case]:
             _case_json,
             inner_cpu=True,
         ),
+        *(
+            [
+                Case(
+                    "publish",
+                    f"oncestream Publisher (msg ids){HEAP_ROWS}",
+                    "nats",
+                    False,
+                    _py("publisher"),
+                    _case_json,
+                    inner_cpu=True,
+                    server_env=HEAP_ENV,
+                )
+            ]
+            if SERVER_HEAP
+            else []
+        ),
         Case(
             "publish",
             f"{PRE_CHANGE} Publisher (msg ids, no allow_batched)",
@@ -349,6 +376,19 @@ def cases() -> list[Case]:
         out.append(
             Case(path, "oncestream jetstream", "nats", fill, _py(path), _case_json, inner_cpu=True)
         )
+        if path != "spark-read" and SERVER_HEAP:
+            out.append(
+                Case(
+                    path,
+                    f"oncestream jetstream{HEAP_ROWS}",
+                    "nats",
+                    fill,
+                    _py(path),
+                    _case_json,
+                    inner_cpu=True,
+                    server_env=HEAP_ENV,
+                )
+            )
         if path != "spark-read":  # reading does not depend on allow_batched
             out.append(
                 Case(
@@ -395,7 +435,7 @@ def _fill(case: Case, target: str, n: int) -> None:
 
 def measure(case: Case, n: int) -> dict[str, Any]:
     record: dict[str, Any] = {"path": case.path, "system": case.system, "n": n}
-    server: Any = KafkaBroker() if case.server == "kafka" else NatsServer()
+    server: Any = KafkaBroker() if case.server == "kafka" else NatsServer(env=case.server_env)
     try:
         server.start()
         target = server.bootstrap if case.server == "kafka" else server.url

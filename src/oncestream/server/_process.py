@@ -21,9 +21,10 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 
 from .._errors import ConfigError, ServerError
 from .._private import private_dir, write_private
@@ -77,6 +78,48 @@ def find_nats_server() -> str:
     )
 
 
+#: A variable name every shell passes on (dash, the launcher's /bin/sh here, drops the
+#: others from the environment without a word).
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Linux's limit on one ``NAME=value`` string (MAX_ARG_STRLEN).
+_ENV_ENTRY_MAX = 131071
+
+
+def _checked_env(env: object) -> Mapping[str, str]:
+    """``env`` copied, then checked; read-only. A value is never quoted (it may be a
+    secret), nor a name's part after ``=`` (a whole ``NAME=value`` passed as a name)."""
+    if not isinstance(env, Mapping):
+        raise ConfigError(f"env must be a mapping of names to values, not {type(env).__name__}")
+    checked = dict(env)
+    for name, value in checked.items():
+        shown = (
+            repr(name.split("=", 1)[0] + "=..." if "=" in name else name)[:80]
+            if isinstance(name, str)
+            else f"of type {type(name).__name__}"
+        )
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise ConfigError(
+                f"env name {shown} is not allowed: letters, digits and '_', not starting "
+                "with a digit"
+            )
+        if not isinstance(value, str):
+            raise ConfigError(f"env {name}: the value must be a string, not {type(value).__name__}")
+        if "\0" in value:
+            raise ConfigError(f"env {name}: the value must not hold a NUL")
+        try:
+            size = len(name) + 1 + len(value.encode())
+        except UnicodeEncodeError:
+            raise ConfigError(
+                f"env {name}: the value is not valid text (a lone surrogate)"
+            ) from None
+        if size > _ENV_ENTRY_MAX:
+            raise ConfigError(
+                f"env {name}: {size} bytes with its name, more than the {_ENV_ENTRY_MAX} "
+                "Linux passes in one variable"
+            )
+    return MappingProxyType(checked)
+
+
 class NatsServer:
     """A nats-server process on loopback with its own config file and store.
 
@@ -89,6 +132,14 @@ class NatsServer:
         command_prefix: argv prepended to the server's command line, e.g.
             ``("ip", "netns", "exec", "ns1")``; it must exec the server so the
             tracked PID stays the server's own.
+        env: environment variables set for the server process on top of this
+            process's own, e.g. ``{"GOMEMLIMIT": "1GiB", "GOGC": "off"}`` (the Go
+            runtime's heap settings; nats-server has no config key for them).
+
+    Raises:
+        ConfigError: ``env`` not a mapping of str to str, a name other than letters,
+            digits and ``_`` (not starting with a digit), a value holding a NUL or
+            longer than Linux passes (128 KiB with its name).
 
     On Linux the server process is killed with the process that started it,
     whatever ends that one (a signal, a crash: no ``atexit`` runs then), also
@@ -108,8 +159,10 @@ class NatsServer:
         work_dir: str | os.PathLike[str] | None = None,
         ready_timeout: float = 20.0,
         command_prefix: tuple[str, ...] = (),
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.command_prefix = tuple(command_prefix)
+        self.env = _checked_env({} if env is None else env)
         self._owns_dir = work_dir is None
         self.work_dir = private_dir(work_dir or tempfile.mkdtemp(prefix="oncestream-nats-"))
         if config is None:
@@ -173,6 +226,7 @@ class NatsServer:
             text=True,
             timeout=30,
             check=False,
+            env={**os.environ, **self.env} if self.env else None,
         )
         if result.returncode != 0:
             raise ConfigError(
@@ -199,6 +253,7 @@ class NatsServer:
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            env={**os.environ, **self.env} if self.env else None,
         )
         self._proc = proc
         _LIVE[proc.pid] = proc
