@@ -78,3 +78,53 @@ def test_progress_record_round_trip_and_key() -> None:
     assert PublishProgress.from_json(record.to_json()) == record
     assert progress_key("T", "/f") != progress_key("T", "/g") != progress_key("U", "/f")
     assert len(progress_key("T", "/f")) == 32
+
+
+class _HeldLog:
+    """A progress subject whose last record is at ``seq``: every append is refused
+    (10164: another write to the subject in flight), and the subject stays there."""
+
+    def __init__(self, seq: int, moved_to: int | None = None) -> None:
+        self.last_seq = self.refused_expected = seq
+        self.moved_to = moved_to
+
+    async def append(self, data: bytes, *, msg_id: str) -> None:
+        from oncestream import WrongLastSequence
+
+        self.refused_expected = self.last_seq
+        if self.moved_to is not None:
+            self.last_seq = self.moved_to
+        raise WrongLastSequence("wrong last sequence", code=400, err_code=10071)
+
+
+def _progress(run: str) -> PublishProgress:
+    return PublishProgress(
+        stream="ORDERS", stream_created="2026-01-01T00:00:00Z", file="/data/orders.jsonl",
+        sha256="0" * 64, size=100, subject="orders.x", ids="field:id", line=3, scan_from=3,
+        reserved=13, done=False, run=run,
+    )  # fmt: skip
+
+
+async def test_a_progress_write_held_in_flight_is_a_failure_to_retry_not_a_rival() -> None:
+    """Seed 52, trial 95: the run's own progress write sat uncommitted (the progress
+    stream without a quorum) and every re-send was refused while the subject still
+    ended at the record the run had read; it exited 2, "another publish ... wrote
+    progress", with no other publish running."""
+    from types import SimpleNamespace
+
+    from oncestream import OncestreamError
+    from oncestream.load._progress import ConcurrentRun, ProgressStore
+
+    store = ProgressStore(SimpleNamespace(prefix="$JS.API", nc=None), "P", "k")  # type: ignore[arg-type]
+    store._log = _HeldLog(7)  # type: ignore[assignment]
+    with pytest.raises(OncestreamError, match="not confirmed: the server still holds") as held:
+        await store.write(_progress("b"))
+    assert not isinstance(held.value, (ConcurrentRun, ConfigError))  # exit 1, not 2
+
+    async def rival() -> PublishProgress:
+        return _progress("a")
+
+    store._log = _HeldLog(7, moved_to=8)  # type: ignore[assignment]
+    store.last = rival  # type: ignore[method-assign]
+    with pytest.raises(ConcurrentRun, match="another publish"):
+        await store.write(_progress("b"))
