@@ -204,7 +204,8 @@ class Trial:
         self._retry_at: dict[Fault, float] = {}
         self._waiting: dict[Fault, str] = {}
         #: When a fault's wait (:func:`max_wait`) began: its start, or the last time a
-        #: due membership change held it back (that wait is the membership change's).
+        #: due fault that reserves the servers held it back (that wait is the other's:
+        #: :func:`_held_back`).
         self._wait_from: dict[Fault, float] = {}
         self._leader: str | None = None
         self._peers: list[str] = []
@@ -716,14 +717,15 @@ class Trial:
         # A due membership change waits for every other server fault to heal (a quorum
         # for the meta group); others do not start meanwhile, or it could wait out its
         # whole 20 s behind them (1 of 6 in a membership run at c7f075b).
-        due = {f.kind for f in pending if f.start <= now}
+        due_faults = [f for f in pending if f.start <= now]
+        due = {f.kind for f in due_faults}
         membership_due = "membership" in due
         # Likewise a due fault of every node waits for the server faults already active
         # and no new one takes a node meanwhile: 2 of 4 cluster-kills and 1 of 2 power
         # losses of a seed-62 run at 9484596 ran out of their wait, each node taken in
         # turn.
         whole_due = bool(due & set(WHOLE_CLUSTER))
-        for fault in [f for f in pending if f.start <= now]:
+        for fault in due_faults:
             if self._retry_at.get(fault, 0.0) > now:
                 continue
             turn = self.faults.index(fault)

@@ -449,12 +449,14 @@ class MessageStream:
         self._asked += want
         # Past its expiry plus two heartbeats, a request the server did not end with a
         # 408 is gone all the same.
-        ends = time.monotonic() + self.options.expires + 2 * self.options.heartbeat
-        self._requests.append((ends, self._asked))
+        now = time.monotonic()
+        self._requests.append(
+            (now + self.options.expires + 2 * self.options.heartbeat, self._asked)
+        )
         if self.options.max_bytes:
             self._pending_bytes = self.options.max_bytes
         self.pulls += 1
-        self._last_pull = time.monotonic()
+        self._last_pull = now
         try:
             await self.conn.publish(self._next_subject, orjson.dumps(request), reply=self._inbox)
         except Exception as exc:

@@ -92,12 +92,12 @@ def _checked_env(env: object) -> Mapping[str, str]:
         raise ConfigError(f"env must be a mapping of names to values, not {type(env).__name__}")
     checked = dict(env)
     for name, value in checked.items():
-        shown = (
-            repr(name.split("=", 1)[0] + "=..." if "=" in name else name)[:80]
-            if isinstance(name, str)
-            else f"of type {type(name).__name__}"
-        )
         if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            shown = (
+                repr(name.split("=", 1)[0] + "=..." if "=" in name else name)[:80]
+                if isinstance(name, str)
+                else f"of type {type(name).__name__}"
+            )
             raise ConfigError(
                 f"env name {shown} is not allowed: letters, digits and '_', not starting "
                 "with a digit"
@@ -203,6 +203,11 @@ class NatsServer:
         """JetStream store directory, if JetStream is on."""
         return self.config.jetstream.store_dir if self.config.jetstream else None
 
+    def _child_env(self) -> dict[str, str] | None:
+        """The server process's environment: this process's with :attr:`env` on top
+        (None, inherited as it is, without one)."""
+        return {**os.environ, **self.env} if self.env else None
+
     def running(self) -> bool:
         """True while the process is alive (also while paused)."""
         return self._proc is not None and self._proc.poll() is None
@@ -226,7 +231,7 @@ class NatsServer:
             text=True,
             timeout=30,
             check=False,
-            env={**os.environ, **self.env} if self.env else None,
+            env=self._child_env(),
         )
         if result.returncode != 0:
             raise ConfigError(
@@ -253,7 +258,7 @@ class NatsServer:
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            env={**os.environ, **self.env} if self.env else None,
+            env=self._child_env(),
         )
         self._proc = proc
         _LIVE[proc.pid] = proc
