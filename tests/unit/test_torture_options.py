@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from torture.__main__ import harness_failure, parse, trial_plan
-from torture.checker import allowed_loss, check, spark_check, violations
+from torture.checker import CLI_HORIZON, CLI_WINDOW, allowed_loss, check, spark_check, violations
 from torture.nemesis import STACK_FAULTS, menu_kinds, schedule, stack_menu
-from torture.options import SPARK_VALUES, VALUES, TrialOptions, draw, failing_key
-from torture.report import by_option, durability, summarize
+from torture.options import SHORT_WINDOW, SPARK_VALUES, VALUES, TrialOptions, draw, failing_key
+from torture.report import _durability_table, by_option, durability, summarize
+
+from oncestream.publish import PublisherOptions
 
 KEYS = ["sess-0", "sess-1", "sess-2", "cli-0", "cli-1"]
 
@@ -140,6 +143,9 @@ def test_a_replayed_key_is_replayed_once_and_applied_once() -> None:
     assert _nonzero(result) == {}
     twice = _state("replay", ["sess-1"], replays={"sess-1": 3})
     assert check([], twice)["replays"] == ["twice:sess-1"]
+    reset = [{"kind": "consumer-reset", "resolved": "all"}]
+    twice_reset = _state("replay", ["sess-1"], replays={"sess-1": 3}, faults=reset)
+    assert check([], twice_reset)["replays"] == ["twice:sess-1"]  # replay adds no copy
     left = _state("replay", ["sess-1"], replays={"sess-1": 1})  # lite's copy only
     left["dead_letters"]["pg"] = {"sess-1": 1}
     result = check([], left)
@@ -153,6 +159,49 @@ def test_a_lost_record_of_the_publishers_own_stream_is_found_there() -> None:
     result = check(history, state)
     assert result["lost"] == ["pub-1"] and result["unstored"] == ["pub-1"]
     assert result["missing_effects"] == {"sqlite": [], "postgres": []}
+
+
+def _held(gap: float, fault: str = "server-pause", length: float = 4.8, key: str = "cli-1"):  # type: ignore[no-untyped-def]
+    """A short-window trial where ``key`` reached the leader twice, ``gap`` s apart, with a
+    ``fault`` of ``length`` s running between the copies (finding 25's shape)."""
+    first = datetime(2026, 11, 30, 7, 38, 10, tzinfo=UTC)
+    second = first + timedelta(seconds=gap)
+    copies = {key: [[4879, first.isoformat()], [5110, second.isoformat()]]}
+    start = first.timestamp() + 0.5
+    fault = {"kind": fault, "resolved": "c2", "wall_start": start, "wall_end": start + length}
+    streams = {"T": {**dict.fromkeys(KEYS, 1), key: 2}, "TP": {"pub-0": 1, "pub-1": 1}}
+    twice = {k: (2 if k == key else 1) for k in KEYS}
+    read = {"copies": copies, "independent_only": True}
+    return _state(
+        "none", [], options={"window": "short"}, faults=[fault], streams=streams,
+        reads={"T": read}, effects={"sqlite": twice, "postgres": twice},
+    )  # fmt: skip
+
+
+def test_a_cli_resend_held_past_the_short_window_is_the_windows_limit() -> None:
+    assert (CLI_WINDOW, CLI_HORIZON) == (SHORT_WINDOW, 3.3)
+    horizon = PublisherOptions(stream="T", ack_timeout=1, max_attempts=3).retry_horizon
+    assert horizon == pytest.approx(CLI_HORIZON, abs=0.05)  # trial.py's CLI flags
+    result = check([], _held(4.86))
+    assert _nonzero(result) == {}
+    assert list(result["held_resends"]) == ["cli-1"]
+    assert "held by server-pause of c2" in result["held_resends"]["cli-1"]
+    summary = summarize([result], seed=1)
+    assert summary["violations"] == {} and summary["held_resends"][0]["key"] == "cli-1"
+    assert summary["durability"]  # the report's table, with the window's line under it
+    assert any("trial 0 cli-1" in line for line in _durability_table(summary))
+    # The same copies are a violation without the evidence: inside the window, too far
+    # apart for the horizon and the hold, no holding fault, not the CLI's, a default window.
+    not_held = [
+        _held(3.5),
+        _held(9.5),
+        _held(4.86, fault="kill"),
+        _held(4.86, key="sess-1"),
+    ]
+    default = _held(4.86)
+    default["options"] = {"window": "default"}
+    for state in [*not_held, default]:
+        assert _nonzero(check([], state)) == {"duplicated": 1, "applied_twice": 2}
 
 
 def test_spark_outputs_hold_a_replayed_key_twice() -> None:

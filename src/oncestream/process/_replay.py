@@ -30,6 +30,19 @@ still present (a crash between republish and delete) looks for the
 trusting the duplicate window, which may have expired. Run one replay of a
 dead-letter stream at a time.
 
+A consumer's letter is not republished when the target stream already holds a
+copy of its message for that consumer (the same ``Oncestream-Replay-For``,
+``-Replay-Stream``, ``-Replay-Sequence`` and ``-Replay-Stream-Created``) stored
+after the message whose failure wrote the letter (the sequence in the letter's
+``Nats-Msg-Id``: the original's, or a copy's that failed in turn). The message
+was then dead-lettered again after an earlier letter of it was replayed (the
+consumer moved back past it, and the dead-letter stream's duplicate window had
+passed or its de-duplication was rebuilt without the deleted first letter): the
+later copy is its attempt. Such a letter is deleted and reported as
+:attr:`ReplayReport.already_replayed`. A copy that failed, with no copy after it,
+is replayed again as before. The target stream's messages on the copy's subject
+after the oldest selected original are read once per replay for this.
+
 Each republish carries ``Nats-Expected-Stream: <original stream>``: when the
 subject moved to another stream since the message died, the replay is refused
 (:class:`~oncestream.StreamMismatch`, naming the subject and both streams)
@@ -88,7 +101,9 @@ from ._replayed import (
     REPLAY_SEQUENCE,
     REPLAY_STREAM,
     STREAM_CREATED,
+    ReplayTarget,
     is_consumer_letter,
+    replay_target,
 )
 from ._setup import consumer_filters
 
@@ -178,6 +193,24 @@ class DeadLetter:
         return f"replay:{self.dlq_stream}:{self.seq}"
 
     @property
+    def identity(self) -> ReplayTarget | None:
+        """What a copy of this letter is for (None: a letter written before letters were
+        per consumer, which every consumer applies)."""
+        if not self.per_consumer:
+            return None
+        return ReplayTarget(self.stream, self.consumer, self.sequence, self.stream_created or "")
+
+    @property
+    def failed_seq(self) -> int:
+        """The sequence of the stored message whose failure wrote this letter: the
+        original's, or that of a replayed copy that failed in turn (its ``Nats-Msg-Id``,
+        ``dlq:<stream>:<consumer>:<seq>[:<life>]``, names it)."""
+        prefix = f"dlq:{self.stream}:{self.consumer}:"
+        own = (self.headers.get(MSG_ID) or [""])[0]
+        seq = own[len(prefix) :].split(":")[0] if own.startswith(prefix) else ""
+        return int(seq) if seq.isdigit() else self.sequence
+
+    @property
     def replay_of(self) -> str:
         return f"{self.dlq_stream}:{self.seq}"
 
@@ -219,7 +252,8 @@ class ReplayReport:
     Attributes:
         replayed: republished (or scheduled) and deleted.
         already_replayed: found republished by an earlier run that stopped before
-            deleting them; deleted.
+            deleting them, or letters of a message whose earlier letter for the same
+            consumer was replayed (its copy is in the target stream); deleted.
         deleted_by_another: deleted by another replay of the dead-letter stream running
             at the same time (done: replayed once, by whichever run).
         kept: not replayed, kept in the dead-letter stream: why, and what to do (the
@@ -411,6 +445,55 @@ async def _already_in_target(
     return False
 
 
+class _Copies:
+    """The replayed copies already in the target streams: what each is for, read once per
+    stored subject from the oldest selected original on (a copy follows its original)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.start: dict[tuple[str, str], int] = {}
+        #: (stream, stored subject) -> what a copy is for -> the last copy's sequence
+        self._held: dict[tuple[str, str], dict[ReplayTarget, int]] = {}
+
+    def want(self, letter: DeadLetter, target: _Target) -> None:
+        """Note that ``letter``'s copy would go to ``target`` (before the first read)."""
+        if letter.identity is not None:
+            key = (letter.stream, target.stored)
+            self.start[key] = min(self.start.get(key, letter.sequence), letter.sequence)
+
+    async def holds(self, letter: DeadLetter, target: _Target) -> bool:
+        """Whether the target stream holds a copy of ``letter``'s message for its consumer
+        stored after the message whose failure wrote the letter."""
+        identity = letter.identity
+        if identity is None:
+            return False
+        key = (letter.stream, target.stored)
+        if key not in self._held:
+            self._held[key] = await self._read(letter.stream, target.stored, self.start[key])
+        return self._held[key].get(identity, 0) > letter.failed_seq
+
+    def add(self, letter: DeadLetter, target: _Target, seq: int) -> None:
+        """Record the copy this replay just stored at ``seq`` (a second letter of the same
+        message in this selection is then not republished)."""
+        if letter.identity is not None:
+            held = self._held.setdefault((letter.stream, target.stored), {})
+            held[letter.identity] = max(held.get(letter.identity, 0), seq)
+
+    async def _read(self, stream: str, stored: str, after: int) -> dict[ReplayTarget, int]:
+        held: dict[ReplayTarget, int] = {}
+        subjects = [stored]
+        config = (await stream_info(self.conn, stream)).get("config", {})
+        if config.get("allow_msg_schedules"):  # a scheduled copy not yet fired
+            subjects.append(f"{SCHEDULE_PREFIX}.{stream}.>")
+        for subject in subjects:
+            start = after + 1 if subject == stored else 1
+            async for msg in iter_messages(self.conn, stream, start_seq=start, subject=subject):
+                found = replay_target(msg.raw_headers)
+                if found is not None:
+                    held[found] = max(held.get(found, 0), msg.seq)
+        return held
+
+
 async def _holders(conn: Connection, subject: str) -> list[str]:
     reply = await conn.api("STREAM.NAMES", {"subject": subject})
     return [str(name) for name in reply.get("streams") or ()]
@@ -589,6 +672,7 @@ async def replay_dead_letters(
     layouts: dict[str, Partitioning | None] = {}
     targets: dict[int, _Target] = {}
     consumers = _Consumers(conn)
+    copies = _Copies(conn)
     for letter in chosen:  # every check before the first replay
         if not letter.stream or not letter.subject:
             raise ConfigError(
@@ -597,6 +681,7 @@ async def replay_dead_letters(
         if letter.stream not in layouts:
             layouts[letter.stream] = await _layout(conn, letter.stream)
         target = targets[letter.seq] = _Target.of(letter, layouts[letter.stream])
+        copies.want(letter, target)
         if (letter.stream, target.subject) not in checked:
             await _check_target(conn, letter, target.subject)
             if at is not None:
@@ -612,7 +697,9 @@ async def replay_dead_letters(
             continue
         marker = markers.get(letter.seq)
         target = targets[letter.seq]
-        if marker is not None and await _already_in_target(conn, letter, marker.after, target):
+        if await copies.holds(letter, target) or (
+            marker is not None and await _already_in_target(conn, letter, marker.after, target)
+        ):
             done = report.already_replayed
         else:
             if marker is None:
@@ -630,7 +717,8 @@ async def replay_dead_letters(
                     },
                 )
                 marker = _Marker(int(str(ack.get("seq", 0))), after)
-            await _republish(conn, letter, at, target)
+            ack = await _republish(conn, letter, at, target)
+            copies.add(letter, target, int(str(ack.get("seq", 0))))
             done = report.replayed
         if not await delete_message(conn, dlq_stream, letter.seq):
             # Another replay of this stream ran at the same time and deleted it after
@@ -642,7 +730,8 @@ async def replay_dead_letters(
                 dlq_stream, letter.seq,
             )  # fmt: skip
         done.append(letter.seq)
-        await delete_message(conn, dlq_stream, marker.seq)
+        if marker is not None:
+            await delete_message(conn, dlq_stream, marker.seq)
         when = f" scheduled for {at.isoformat()}" if at is not None else ""
         log.info("replayed %s seq %d to %s%s", dlq_stream, letter.seq, target.subject, when)
     return report
