@@ -151,3 +151,40 @@ async def test_a_copy_that_fails_again_is_dead_lettered_as_the_original(
     stats = await _run(url, ledger, lambda s: s.applied + s.suppressed >= 2, set())
     assert (stats.applied, stats.suppressed) == (1, 1)  # before: (2, 0)
     assert _ids(ledger) == [0, 1, 2, 3, 4]
+
+
+async def test_a_second_letter_from_an_earlier_life_finds_the_copy_of_this_life(
+    nats_server, conn: Connection, make_stream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """A letter of the old stream's seq 4, replayed after the stream was created again
+    (its copy is the new stream's seq 1), and a second letter of it (the same message
+    dead-lettered again past the window): the second is deleted as already replayed. A
+    replay that read the copies from the original's sequence on missed the copy at seq 1
+    and replayed it a second time."""
+    url, ledger = nats_server.url, tmp_path / "billing.db"
+    window = 0.1  # the server's least
+    await make_stream(DLQ, (f"{DLQ}.>",), duplicate_window=window)
+    await make_stream(STREAM, ("orders.>",))
+    await publish_n(conn, SUBJECT, 5)
+    await _run(url, ledger, lambda s: s.applied >= 4 and s.dead_lettered, {3})
+    (first,) = await list_dead_letters(conn, DLQ)
+    stored = await get_message(conn, DLQ, seq=first.seq)
+    await conn.api(f"STREAM.DELETE.{STREAM}", {})
+    await make_stream(STREAM, ("orders.>",))
+    ledger = tmp_path / "billing-new.db"  # a new ledger for the new stream, as documented
+    await _run(url, ledger, lambda s: True, set())  # the consumer of the new stream
+    assert (await replay_dead_letters(conn, DLQ)).replayed == [first.seq]
+    # The letter again, byte for byte as the Processor writes it when the message fails
+    # again, once the window has passed (a time the server keeps, no event to await:
+    # bounded retries while the server still calls it a duplicate).
+    headers = {k: v[0] for k, v in stored.headers.items()}
+    for _ in range(100):
+        ack = await _publish(conn, first.dlq_subject, stored.data, headers)
+        if not ack.get("duplicate"):
+            break
+        await asyncio.sleep(window / 2)
+    (second,) = await list_dead_letters(conn, DLQ)
+    assert second.seq != first.seq and second.failed_at == first.failed_at
+    report = await replay_dead_letters(conn, DLQ)
+    assert (report.replayed, report.already_replayed) == ([], [second.seq]), report
+    assert (await conn.stream_info(STREAM))["state"]["messages"] == 1  # the one copy

@@ -74,6 +74,17 @@ def test_a_consumers_own_letter_is_replayed_for_that_consumer() -> None:
         assert _letter(msg_id).per_consumer, msg_id
 
 
+def test_a_letter_names_the_message_whose_failure_wrote_it_when_its_id_names_a_life() -> None:
+    """``failed_at``: what ``dlq replay`` compares a later copy against; without a life
+    (or with a foreign id) it is None and the letter is replayed as before."""
+    life = "202611291000005"
+    assert _letter(f"dlq:ORDERS:billing:57:{life}", created=CREATED).failed_at == (57, life)
+    for msg_id in ("dlq:ORDERS:billing:42", "dlq:ORDERS:42", "dlq:ORDERS:billing:x:1", "x",
+                   f"dlq:ORDERS:other:42:{life}", f"dlq:ORDERS:billing:42:{life}:9"):  # fmt: skip
+        assert _letter(msg_id, created=CREATED).failed_at is None, msg_id
+    assert _letter("dlq:ORDERS:billing:42").identity == ("ORDERS", "billing", 42, "")
+
+
 def test_an_old_letter_or_a_foreign_id_is_replayed_for_every_consumer() -> None:
     for msg_id in ("dlq:ORDERS:42", "dlq:ORDERS:other:42", "dlq:ORDERS:billing", "x"):
         letter = _letter(msg_id)

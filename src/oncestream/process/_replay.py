@@ -33,8 +33,9 @@ dead-letter stream at a time.
 A consumer's letter is not republished when the target stream already holds a
 copy of its message for that consumer (the same ``Oncestream-Replay-For``,
 ``-Replay-Stream``, ``-Replay-Sequence`` and ``-Replay-Stream-Created``) stored
-after the message whose failure wrote the letter (the sequence in the letter's
-``Nats-Msg-Id``: the original's, or a copy's that failed in turn). The message
+after the message whose failure wrote the letter (the sequence and the stream's
+life in the letter's ``Nats-Msg-Id``: the original's, or a copy's that failed in
+turn; a letter whose msg id names no life is replayed as before). The message
 was then dead-lettered again after an earlier letter of it was replayed (the
 consumer moved back past it, and the dead-letter stream's duplicate window had
 passed or its de-duplication was rebuilt without the deleted first letter): the
@@ -103,6 +104,7 @@ from ._replayed import (
     STREAM_CREATED,
     ReplayTarget,
     is_consumer_letter,
+    life_token,
     replay_target,
 )
 from ._setup import consumer_filters
@@ -201,14 +203,18 @@ class DeadLetter:
         return ReplayTarget(self.stream, self.consumer, self.sequence, self.stream_created or "")
 
     @property
-    def failed_seq(self) -> int:
-        """The sequence of the stored message whose failure wrote this letter: the
-        original's, or that of a replayed copy that failed in turn (its ``Nats-Msg-Id``,
-        ``dlq:<stream>:<consumer>:<seq>[:<life>]``, names it)."""
+    def failed_at(self) -> tuple[int, str] | None:
+        """The stored message whose failure wrote this letter, as its ``Nats-Msg-Id``
+        (``dlq:<stream>:<consumer>:<seq>:<life>``) names it: its sequence (the original's,
+        or that of a replayed copy that failed in turn) and the stream's life then (the
+        digits of its creation time). None: the msg id names no life (the Processor could
+        not read it), so no later copy can be told apart from an earlier life's."""
         prefix = f"dlq:{self.stream}:{self.consumer}:"
         own = (self.headers.get(MSG_ID) or [""])[0]
-        seq = own[len(prefix) :].split(":")[0] if own.startswith(prefix) else ""
-        return int(seq) if seq.isdigit() else self.sequence
+        parts = own[len(prefix) :].split(":") if own.startswith(prefix) else []
+        if len(parts) != 2 or not parts[0].isdigit() or not parts[1].isdigit():
+            return None
+        return int(parts[0]), parts[1]
 
     @property
     def replay_of(self) -> str:
@@ -447,51 +453,62 @@ async def _already_in_target(
 
 class _Copies:
     """The replayed copies already in the target streams: what each is for, read once per
-    stored subject from the oldest selected original on (a copy follows its original)."""
+    stored subject (from the oldest message a selected letter failed at, in the stream's
+    present life; from its start when a letter failed in an earlier life)."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self.start: dict[tuple[str, str], int] = {}
-        #: (stream, stored subject) -> what a copy is for -> the last copy's sequence
-        self._held: dict[tuple[str, str], dict[ReplayTarget, int]] = {}
+        self._wanted: dict[tuple[str, str], list[DeadLetter]] = {}
+        #: (stream, stored subject) -> the stream's present life, and what a copy is for
+        #: -> the last copy's sequence
+        self._held: dict[tuple[str, str], tuple[str, dict[ReplayTarget, int]]] = {}
 
     def want(self, letter: DeadLetter, target: _Target) -> None:
         """Note that ``letter``'s copy would go to ``target`` (before the first read)."""
-        if letter.identity is not None:
-            key = (letter.stream, target.stored)
-            self.start[key] = min(self.start.get(key, letter.sequence), letter.sequence)
+        if letter.identity is not None and letter.identity.created and letter.failed_at:
+            self._wanted.setdefault((letter.stream, target.stored), []).append(letter)
 
     async def holds(self, letter: DeadLetter, target: _Target) -> bool:
         """Whether the target stream holds a copy of ``letter``'s message for its consumer
-        stored after the message whose failure wrote the letter."""
-        identity = letter.identity
-        if identity is None:
+        stored after the message whose failure wrote the letter (False when that cannot
+        be told: the letter or its failure names no life)."""
+        identity, failed = letter.identity, letter.failed_at
+        if identity is None or not identity.created or failed is None:
             return False
         key = (letter.stream, target.stored)
         if key not in self._held:
-            self._held[key] = await self._read(letter.stream, target.stored, self.start[key])
-        return self._held[key].get(identity, 0) > letter.failed_seq
+            self._held[key] = await self._read(letter.stream, target.stored, self._wanted[key])
+        life, held = self._held[key]
+        last = held.get(identity, 0)
+        # Failed in an earlier life of the stream: every copy of this life came after it.
+        return last > failed[0] if failed[1] == life else last > 0
 
     def add(self, letter: DeadLetter, target: _Target, seq: int) -> None:
         """Record the copy this replay just stored at ``seq`` (a second letter of the same
         message in this selection is then not republished)."""
-        if letter.identity is not None:
-            held = self._held.setdefault((letter.stream, target.stored), {})
+        key = (letter.stream, target.stored)
+        if letter.identity is not None and key in self._held:
+            held = self._held[key][1]
             held[letter.identity] = max(held.get(letter.identity, 0), seq)
 
-    async def _read(self, stream: str, stored: str, after: int) -> dict[ReplayTarget, int]:
-        held: dict[ReplayTarget, int] = {}
+    async def _read(
+        self, stream: str, stored: str, letters: list[DeadLetter]
+    ) -> tuple[str, dict[ReplayTarget, int]]:
+        info = await stream_info(self.conn, stream)
+        life = life_token(str(info.get("created") or ""))
+        failed = [f for f in (x.failed_at for x in letters) if f is not None]
+        after = min((seq if at == life else 0) for seq, at in failed) if failed else 0
         subjects = [stored]
-        config = (await stream_info(self.conn, stream)).get("config", {})
-        if config.get("allow_msg_schedules"):  # a scheduled copy not yet fired
+        if info.get("config", {}).get("allow_msg_schedules"):  # a scheduled copy not yet fired
             subjects.append(f"{SCHEDULE_PREFIX}.{stream}.>")
+        held: dict[ReplayTarget, int] = {}
         for subject in subjects:
             start = after + 1 if subject == stored else 1
             async for msg in iter_messages(self.conn, stream, start_seq=start, subject=subject):
                 found = replay_target(msg.raw_headers)
                 if found is not None:
                     held[found] = max(held.get(found, 0), msg.seq)
-        return held
+        return life, held
 
 
 async def _holders(conn: Connection, subject: str) -> list[str]:
