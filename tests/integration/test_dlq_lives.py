@@ -28,7 +28,7 @@ import pytest
 from harness import publish_n
 from oncestream import Connection, ConnectOptions, Processor, ProcessorOptions, SQLiteLedger
 from oncestream.process import list_dead_letters, replay_dead_letters
-from oncestream.process._replay import _publish
+from oncestream.process._replay import _publish, failed_at
 from oncestream.process._replayed import life_token
 from oncestream.streams import get_message
 from tests.handlers import record
@@ -184,7 +184,7 @@ async def test_a_second_letter_from_an_earlier_life_finds_the_copy_of_this_life(
             break
         await asyncio.sleep(window / 2)
     (second,) = await list_dead_letters(conn, DLQ)
-    assert second.seq != first.seq and second.failed_at == first.failed_at
+    assert second.seq != first.seq and failed_at(second) == failed_at(first)
     report = await replay_dead_letters(conn, DLQ)
     assert (report.replayed, report.already_replayed) == ([], [second.seq]), report
     assert (await conn.stream_info(STREAM))["state"]["messages"] == 1  # the one copy

@@ -23,7 +23,7 @@ from oncestream.process._bound import BoundConsumer
 from oncestream.process._deadletter import dead_letter_headers
 from oncestream.process._ledgercalls import LedgerCalls
 from oncestream.process._options import ProcessorOptions, ProcessorStats
-from oncestream.process._replay import DeadLetter, _Target
+from oncestream.process._replay import DeadLetter, _Target, failed_at, letter_identity
 from oncestream.process._replayed import letter_msg_id, replay_entry, replay_target
 from oncestream.process._setup import dead_letter_stream_config
 from oncestream.streams import Partitioning, StoredMessage
@@ -78,11 +78,11 @@ def test_a_letter_names_the_message_whose_failure_wrote_it_when_its_id_names_a_l
     """``failed_at``: what ``dlq replay`` compares a later copy against; without a life
     (or with a foreign id) it is None and the letter is replayed as before."""
     life = "202611291000005"
-    assert _letter(f"dlq:ORDERS:billing:57:{life}", created=CREATED).failed_at == (57, life)
+    assert failed_at(_letter(f"dlq:ORDERS:billing:57:{life}", created=CREATED)) == (57, life)
     for msg_id in ("dlq:ORDERS:billing:42", "dlq:ORDERS:42", "dlq:ORDERS:billing:x:1", "x",
                    f"dlq:ORDERS:other:42:{life}", f"dlq:ORDERS:billing:42:{life}:9"):  # fmt: skip
-        assert _letter(msg_id, created=CREATED).failed_at is None, msg_id
-    assert _letter("dlq:ORDERS:billing:42").identity == ("ORDERS", "billing", 42, "")
+        assert failed_at(_letter(msg_id, created=CREATED)) is None, msg_id
+    assert letter_identity(_letter("dlq:ORDERS:billing:42")) == ("ORDERS", "billing", 42, "")
 
 
 def test_an_old_letter_or_a_foreign_id_is_replayed_for_every_consumer() -> None:

@@ -195,28 +195,6 @@ class DeadLetter:
         return f"replay:{self.dlq_stream}:{self.seq}"
 
     @property
-    def identity(self) -> ReplayTarget | None:
-        """What a copy of this letter is for (None: a letter written before letters were
-        per consumer, which every consumer applies)."""
-        if not self.per_consumer:
-            return None
-        return ReplayTarget(self.stream, self.consumer, self.sequence, self.stream_created or "")
-
-    @property
-    def failed_at(self) -> tuple[int, str] | None:
-        """The stored message whose failure wrote this letter, as its ``Nats-Msg-Id``
-        (``dlq:<stream>:<consumer>:<seq>:<life>``) names it: its sequence (the original's,
-        or that of a replayed copy that failed in turn) and the stream's life then (the
-        digits of its creation time). None: the msg id names no life (the Processor could
-        not read it), so no later copy can be told apart from an earlier life's."""
-        prefix = f"dlq:{self.stream}:{self.consumer}:"
-        own = (self.headers.get(MSG_ID) or [""])[0]
-        parts = own[len(prefix) :].split(":") if own.startswith(prefix) else []
-        if len(parts) != 2 or not parts[0].isdigit() or not parts[1].isdigit():
-            return None
-        return int(parts[0]), parts[1]
-
-    @property
     def replay_of(self) -> str:
         return f"{self.dlq_stream}:{self.seq}"
 
@@ -249,6 +227,30 @@ class DeadLetter:
                 headers[REPLAY_CREATED] = self.stream_created
         headers[MSG_ID] = self.replay_id
         return headers
+
+
+def letter_identity(letter: DeadLetter) -> ReplayTarget | None:
+    """What a copy of ``letter`` is for (None: a letter written before letters were per
+    consumer, which every consumer applies)."""
+    if not letter.per_consumer:
+        return None
+    return ReplayTarget(
+        letter.stream, letter.consumer, letter.sequence, letter.stream_created or ""
+    )
+
+
+def failed_at(letter: DeadLetter) -> tuple[int, str] | None:
+    """The stored message whose failure wrote ``letter``, as its ``Nats-Msg-Id``
+    (``dlq:<stream>:<consumer>:<seq>:<life>``) names it: its sequence (the original's, or
+    that of a replayed copy that failed in turn) and the stream's life then (the digits
+    of its creation time). None: the msg id names no life (the Processor could not read
+    it), so no later copy can be told apart from an earlier life's."""
+    prefix = f"dlq:{letter.stream}:{letter.consumer}:"
+    own = (letter.headers.get(MSG_ID) or [""])[0]
+    parts = own[len(prefix) :].split(":") if own.startswith(prefix) else []
+    if len(parts) != 2 or not parts[0].isdigit() or not parts[1].isdigit():
+        return None
+    return int(parts[0]), parts[1]
 
 
 @dataclass
@@ -465,14 +467,15 @@ class _Copies:
 
     def want(self, letter: DeadLetter, target: _Target) -> None:
         """Note that ``letter``'s copy would go to ``target`` (before the first read)."""
-        if letter.identity is not None and letter.identity.created and letter.failed_at:
+        identity = letter_identity(letter)
+        if identity is not None and identity.created and failed_at(letter):
             self._wanted.setdefault((letter.stream, target.stored), []).append(letter)
 
     async def holds(self, letter: DeadLetter, target: _Target) -> bool:
         """Whether the target stream holds a copy of ``letter``'s message for its consumer
         stored after the message whose failure wrote the letter (False when that cannot
         be told: the letter or its failure names no life)."""
-        identity, failed = letter.identity, letter.failed_at
+        identity, failed = letter_identity(letter), failed_at(letter)
         if identity is None or not identity.created or failed is None:
             return False
         key = (letter.stream, target.stored)
@@ -487,16 +490,17 @@ class _Copies:
         """Record the copy this replay just stored at ``seq`` (a second letter of the same
         message in this selection is then not republished)."""
         key = (letter.stream, target.stored)
-        if letter.identity is not None and key in self._held:
+        identity = letter_identity(letter)
+        if identity is not None and key in self._held:
             held = self._held[key][1]
-            held[letter.identity] = max(held.get(letter.identity, 0), seq)
+            held[identity] = max(held.get(identity, 0), seq)
 
     async def _read(
         self, stream: str, stored: str, letters: list[DeadLetter]
     ) -> tuple[str, dict[ReplayTarget, int]]:
         info = await stream_info(self.conn, stream)
         life = life_token(str(info.get("created") or ""))
-        failed = [f for f in (x.failed_at for x in letters) if f is not None]
+        failed = [f for f in map(failed_at, letters) if f is not None]
         after = min((seq if at == life else 0) for seq, at in failed) if failed else 0
         subjects = [stored]
         if info.get("config", {}).get("allow_msg_schedules"):  # a scheduled copy not yet fired
