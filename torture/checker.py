@@ -170,19 +170,22 @@ HOLDING = ("server-pause", "partition", "degrade", "partition-pair", "degrade-pa
 
 def held_resends(
     state: dict[str, Any], reads: dict[str, dict[str, Any]], expected: dict[str, str]
-) -> dict[str, str]:
-    """The CLI's records stored twice because a re-send, sent within its retry horizon, was
-    held on its way until the stream's short window had passed (key -> why).
+) -> dict[str, dict[str, str]]:
+    """The CLI's records stored twice by a re-send that a fault held on its way until the
+    stream's short window had passed: stream -> key -> why.
 
     nats-server ages a msg id from the first copy's arrival at the leader; the Publisher's
     window guard bounds when a re-send is sent, not when it arrives (docs/publishing.md,
     "Window guard"; docs/guarantees.md finding 25). The 4 s window the harness draws is
     shorter than the horizon plus the longest hold, which the docs say to avoid: such a
     copy is the window setting's measured limit, not counted as ``duplicated`` or
-    ``applied_twice``. Only when the evidence says so: the key is the CLI's, stored
-    exactly twice, the copies reached the leader more than the window apart but no more
-    than the horizon plus a holding fault's length (and 1 s) apart, and that fault ran
-    between them.
+    ``applied_twice``. Only on this evidence: the key is the CLI's, stored exactly
+    twice; its copies reached the leader more than the window and no more than the
+    horizon plus a holding fault's length (and 1 s) apart; that fault began less than
+    the horizon after the first copy, and the second came within 2 s of its heal (what
+    a paused server or a cut link held is delivered then; 0.5 s before it: the heal is
+    stamped once it is confirmed); and no run of the CLI
+    started between the copies (a re-run's re-send would not be a held one).
     """
     if (state.get("options") or {}).get("window") != "short":
         return {}
@@ -191,8 +194,9 @@ def held_resends(
         for f in state.get("faults") or ()
         if f.get("kind") in HOLDING and not f.get("skipped") and "wall_end" in f
     ]
-    out: dict[str, str] = {}
-    for read in reads.values():
+    starts = [float(t) for t in (state.get("starts") or {}).get("cli") or ()]
+    out: dict[str, dict[str, str]] = {}
+    for stream, read in reads.items():
         for key, copies in (read.get("copies") or {}).items():
             if expected.get(key) != "cli" or len(copies) != 2:
                 continue
@@ -203,17 +207,22 @@ def held_resends(
             except ValueError:
                 continue
             gap = second - first
-            held = [f for f in holding if f["wall_start"] <= second and f["wall_end"] >= first]
-            if gap <= CLI_WINDOW or not held:
+            if gap <= CLI_WINDOW or any(first < t < second for t in starts):
                 continue
-            longest = max(held, key=lambda f: f["wall_end"] - f["wall_start"])
-            length = longest["wall_end"] - longest["wall_start"]
-            if gap <= CLI_HORIZON + length + 1.0:
-                out[key] = (
-                    f"copies {gap:.2f} s apart at the leader against a {CLI_WINDOW:g} s window "
-                    f"and a {CLI_HORIZON:g} s horizon: held by {longest['kind']} of "
-                    f"{longest.get('resolved')} ({length:.1f} s)"
-                )
+            for f in holding:
+                length = f["wall_end"] - f["wall_start"]
+                if (
+                    first - length <= f["wall_start"] <= first + CLI_HORIZON
+                    and -0.5 <= second - f["wall_end"] <= 2.0
+                    and gap <= CLI_HORIZON + length + 1.0
+                ):
+                    out.setdefault(stream, {})[key] = (
+                        f"copies {gap:.2f} s apart at the leader against a {CLI_WINDOW:g} s "
+                        f"window and a {CLI_HORIZON:g} s horizon: held by {f['kind']} of "
+                        f"{f.get('resolved')} ({length:.1f} s, the second copy "
+                        f"{second - f['wall_end']:.2f} s after its heal)"
+                    )
+                    break
     return out
 
 
@@ -232,10 +241,11 @@ def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any
     stored_by = {p: streams[home[p]] for p in readable}
     stored = streams.get(PRODUCED)
     duplicated: set[str] = set()
-    for counts in streams.values():
-        duplicated |= {k for k, n in counts.items() if n > 1}
-    held = held_resends(state, reads, expected)
-    duplicated -= held.keys()
+    held_by_stream = held_resends(state, reads, expected)
+    for stream, counts in streams.items():
+        excused = held_by_stream.get(stream, {})
+        duplicated |= {k for k, n in counts.items() if n > 1 and not (n == 2 and k in excused)}
+    held = {k: why for found in held_by_stream.values() for k, why in found.items()}
     # Leaf trials: stored at the leaf but not at the hub after the drain.
     at_hub = streams.get(SOURCED)
     missing_at_hub = set() if at_hub is None or stored is None else stored.keys() - at_hub.keys()
@@ -248,7 +258,9 @@ def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any
     # applied, once, like any other key.
     owed = processed - failing if mode == "keep" else processed
     for db, effects in state["effects"].items():
-        applied_twice[db] = sorted(k for k, n in effects.items() if n > 1 and k not in held)
+        applied_twice[db] = sorted(
+            k for k, n in effects.items() if n > 1 and not (n == 2 and k in held)
+        )
         missing[db] = sorted(owed - effects.keys())
     dead, replays = dead_letter_check(state, failing, mode)
     stored_keys = {k for c in streams.values() for k in c}

@@ -325,11 +325,15 @@ class Worker:
         #: The environment the process starts with (None: the harness's).
         self.env: dict[str, str] | None = None
         self.reruns = 0
+        #: When each run started (wall clock): the checker's evidence of which run of the
+        #: CLI sent a record stored twice (checker.held_resends).
+        self.starts: list[float] = []
         self._accounted = False  # the current run's exit is accounted
         self._log_from = 0
 
     def start(self) -> None:
         self._accounted = False
+        self.starts.append(time.time())
         # A torture.workers process starts with SIGTERM blocked (the mask is inherited)
         # and unblocks it once its handler is installed: a SIGTERM that arrives while
         # it is still starting (a stop right after a restart) waits for the handler

@@ -1324,6 +1324,7 @@ class Trial:
             "dlq_unreadable": "unreadable" in (reads.get(DLQ) or {}),
             "replays": (reads.get(self.topo.processor_target()["stream"]) or {}).get("raw_replays"),
             "reruns": {n: w.reruns for n, w in self.workers.items() if w.reruns},
+            "starts": {n: w.starts for n, w in self.workers.items() if n == "cli"},
             "reads": reads,
             "effects": {db: dict(Counter(r[0] for r in e)) for db, e in rows.items()},
             "pg_active": _switches(rows.get("postgres", []), self.partitioning),

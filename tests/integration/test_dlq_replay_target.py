@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from datetime import UTC, datetime
@@ -12,6 +13,7 @@ import pytest
 
 from oncestream import Connection, StreamMismatch
 from oncestream.process._replay import _publish, _republish, list_dead_letters
+from oncestream.process._replayed import life_token
 from tests.integration._cli import cli, cli_json, publish, with_conn
 
 
@@ -176,3 +178,39 @@ def test_scheduled_replay_refused_without_schedules(nats_server) -> None:  # typ
     ):
         result = cli(url, "dlq", "replay", "T_DLQ", "--all", "--force", *args)
         assert result.exit_code == 2 and said in result.stderr, (args, result.stderr)
+
+
+def test_a_second_letter_of_a_message_whose_replay_is_scheduled_is_not_replayed(
+    nats_server,
+) -> None:  # type: ignore[no-untyped-def]
+    """docs/processing.md ("A dead-lettered message delivered again"): a scheduled replay
+    not yet fired is a copy still to come; a second letter of the message (the first's
+    bytes, past the window) is deleted as already replayed, no second schedule stored."""
+    url = nats_server.url
+    cli_json(url, "stream", "add", "S", "--subjects", "s.>,oncestream.schedule.S.>",
+             "--allow-msg-schedules")  # fmt: skip
+    cli_json(url, "stream", "add", "S_DLQ", "--subjects", "S_DLQ.>", "--dupe-window", "100ms")
+    cli_json(url, "consumer", "add", "S", "c")
+    publish(url, "s.x", [b"payload"])
+    created = cli_json(url, "stream", "info", "S")["created"]
+    letter = {
+        "Oncestream-Stream": "S", "Oncestream-Sequence": "1", "Oncestream-Subject": "s.x",
+        "Oncestream-Consumer": "c", "Oncestream-Attempts": "5", "Oncestream-Error": "boom",
+        "Oncestream-Stream-Created": created, "Nats-Msg-Id": f"dlq:S:c:1:{life_token(created)}",
+    }  # fmt: skip
+
+    async def write_letter(conn: Connection) -> None:
+        for _ in range(100):  # bounded: the 100 ms window passes (a time, not an event)
+            if not (await _publish(conn, "S_DLQ.S", b"payload", letter)).get("duplicate"):
+                return
+            await asyncio.sleep(0.05)
+
+    with_conn(url, write_letter)
+    assert cli_json(url, "dlq", "replay", "S_DLQ", "--all", "--force", "--in", "1h")[
+        "replayed"
+    ] == [1]
+    with_conn(url, write_letter)
+    (second,) = cli_json(url, "dlq", "ls", "S_DLQ")
+    report = cli_json(url, "dlq", "replay", "S_DLQ", "--all", "--force", "--in", "1h")
+    assert (report["replayed"], report["already_replayed"]) == ([], [second["seq"]]), report
+    assert _messages(url, "S") == 2  # the original and the one schedule

@@ -679,3 +679,47 @@ async def test_a_bound_processor_names_the_reset_for_a_refused_dead_letter(
     await task
     assert await _dead_letters(conn) == [7]
     assert effects(tmp_path / "l.db") == (COUNT - 1, COUNT - 1)
+
+
+async def test_a_dropped_replayed_copy_leaves_its_letter_replayable(
+    conn: Connection, make_stream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """docs/processing.md: the server drops seq 7, then its replayed copy (bind=True: the
+    advisory settles both). The copy's letter names the message; replayed once the
+    handler is fixed, its copy is applied. Before, the dropped copy's key was recorded
+    with its letter, and the next copy was suppressed: never applied."""
+    from oncestream.process import replay_dead_letters
+
+    await make_stream("JOBS", ("jobs.>",))
+    await make_stream("DLQ", ("DLQ.>",))
+    await _add_consumer(conn, "w", 2)
+    await publish_n(conn, "jobs.x", COUNT, start=1)
+    db = tmp_path / "l.db"
+    broken = {7}
+
+    def handler(msg: Any, tx: Any) -> None:
+        if int(msg.data) in broken:
+            raise ValueError("refusing 7")
+        record(msg, tx)
+
+    async def run_until(done: Any) -> Processor:
+        opts = _opts(bind=True, dead_letter_stream="DLQ")
+        proc = Processor(conn, "JOBS", "w", handler, ledger=SQLiteLedger(db), options=opts)
+        task = asyncio.create_task(proc.run())
+        try:
+            await proc.wait_until(done, timeout=30)
+        finally:
+            proc.request_stop()
+        await task
+        return proc
+
+    first = await run_until(lambda s: s.dead_lettered >= 1 and s.applied >= COUNT - 1)
+    assert first.stats.exhausted == 1
+    assert len((await replay_dead_letters(conn, "DLQ")).replayed) == 1  # the copy: seq 11
+    copy = await run_until(lambda s: s.dead_lettered >= 1)
+    assert (copy.stats.exhausted, copy.stats.applied) == (1, 0), copy.stats
+    broken.clear()  # the handler is fixed
+    assert len((await replay_dead_letters(conn, "DLQ")).replayed) == 1  # seq 12
+    fixed = await run_until(lambda s: s.applied + s.suppressed >= 1)
+    assert (fixed.stats.applied, fixed.stats.suppressed) == (1, 0), fixed.stats
+    assert effects(db) == (COUNT, COUNT)

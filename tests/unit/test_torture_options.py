@@ -15,7 +15,7 @@ from torture.__main__ import harness_failure, parse, trial_plan
 from torture.checker import CLI_HORIZON, CLI_WINDOW, allowed_loss, check, spark_check, violations
 from torture.nemesis import STACK_FAULTS, menu_kinds, schedule, stack_menu
 from torture.options import SHORT_WINDOW, SPARK_VALUES, VALUES, TrialOptions, draw, failing_key
-from torture.report import _durability_table, by_option, durability, summarize
+from torture.report import _held_lines, by_option, durability, summarize
 
 from oncestream.publish import PublisherOptions
 
@@ -167,14 +167,14 @@ def _held(gap: float, fault: str = "server-pause", length: float = 4.8, key: str
     first = datetime(2026, 11, 30, 7, 38, 10, tzinfo=UTC)
     second = first + timedelta(seconds=gap)
     copies = {key: [[4879, first.isoformat()], [5110, second.isoformat()]]}
-    start = first.timestamp() + 0.5
+    start = first.timestamp() + 0.1  # paused just after the first copy reached the leader
     fault = {"kind": fault, "resolved": "c2", "wall_start": start, "wall_end": start + length}
     streams = {"T": {**dict.fromkeys(KEYS, 1), key: 2}, "TP": {"pub-0": 1, "pub-1": 1}}
     twice = {k: (2 if k == key else 1) for k in KEYS}
     read = {"copies": copies, "independent_only": True}
     return _state(
         "none", [], options={"window": "short"}, faults=[fault], streams=streams,
-        reads={"T": read}, effects={"sqlite": twice, "postgres": twice},
+        reads={"T": read}, effects={"sqlite": twice, "postgres": dict(twice)},
     )  # fmt: skip
 
 
@@ -188,8 +188,7 @@ def test_a_cli_resend_held_past_the_short_window_is_the_windows_limit() -> None:
     assert "held by server-pause of c2" in result["held_resends"]["cli-1"]
     summary = summarize([result], seed=1)
     assert summary["violations"] == {} and summary["held_resends"][0]["key"] == "cli-1"
-    assert summary["durability"]  # the report's table, with the window's line under it
-    assert any("trial 0 cli-1" in line for line in _durability_table(summary))
+    assert any("trial 0 cli-1" in line for line in _held_lines(summary))
     # The same copies are a violation without the evidence: inside the window, too far
     # apart for the horizon and the hold, no holding fault, not the CLI's, a default window.
     not_held = [
@@ -200,8 +199,13 @@ def test_a_cli_resend_held_past_the_short_window_is_the_windows_limit() -> None:
     ]
     default = _held(4.86)
     default["options"] = {"window": "default"}
-    for state in [*not_held, default]:
+    rerun = _held(4.86)  # a run of the CLI started between the copies: its re-send
+    rerun["starts"] = {"cli": [rerun["faults"][0]["wall_end"] - 0.2]}
+    for state in [*not_held, default, rerun]:
         assert _nonzero(check([], state)) == {"duplicated": 1, "applied_twice": 2}
+    thrice = _held(4.86)  # applied three times: not what a held re-send does
+    thrice["effects"]["sqlite"]["cli-1"] = 3
+    assert _nonzero(check([], thrice)) == {"applied_twice": 1}
 
 
 def test_spark_outputs_hold_a_replayed_key_twice() -> None:

@@ -31,6 +31,7 @@ from ..tracing._internal import Tracer
 from ._ackfrontier import AckFrontier
 from ._bound import BoundConsumer
 from ._deadletter import dead_letter_headers, publish_dead_letter
+from ._deadrecord import LetterRecorder
 from ._handedback import HandedBack
 from ._maxdeliver import DeliveryLimit
 from ._options import ProcessorStats
@@ -78,6 +79,8 @@ class Acknowledger:
             batch is applied, so its in-progress acks cover them too.
         held: where the messages handed back (nak) and not finished since are kept
             (:mod:`._handedback`; a new one when not given).
+        recorder: dead-letters a failed message with its ledger key claimed in the same
+            transaction (:mod:`._deadrecord`); None: the letter alone.
 
     Example::
 
@@ -98,6 +101,7 @@ class Acknowledger:
         stopping: Callable[[], bool],
         buffered: Callable[[], list[str]],
         held: HandedBack | None = None,
+        recorder: LetterRecorder | None = None,
     ) -> None:
         self.stream = bound.stream
         self.consumer = bound.consumer
@@ -128,6 +132,8 @@ class Acknowledger:
         self.unsent = UnsentAcks()
         #: The messages handed back and not finished since (the server may forget them).
         self.held = held if held is not None else HandedBack()
+        #: Dead-letters a failed message with its ledger row (None: the letter alone).
+        self.recorder = recorder
 
     # -- the ack policy ----------------------------------------------------------------
 
@@ -340,7 +346,12 @@ class Acknowledger:
             raise stop
         if attempts >= limit.attempts():
             if self.dlq_subject:
-                if await self.dead_letter(msg, seq, attempts, text):
+                recorder = self.recorder
+                if await (
+                    recorder(msg, seq, attempts, text, self.dead_letter)
+                    if recorder is not None
+                    else self.dead_letter(msg, seq, attempts, text)
+                ):
                     self.held.finished((seq,))
                     if self.frontier is None:
                         await self.send([msg.reply], _TERM)

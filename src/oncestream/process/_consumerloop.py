@@ -51,6 +51,7 @@ from ._ackfrontier import AckFrontier
 from ._acking import Acknowledger
 from ._applying import Applier, BatchHandler, Handler
 from ._bound import BoundConsumer
+from ._deadrecord import LetterRecorder
 from ._handedback import HandedBack, watch_forgotten
 from ._ledgercalls import LedgerCalls
 from ._maxdeliver import DeliveryLimit, DroppedMessages
@@ -276,6 +277,7 @@ class ConsumerLoop:
             stopping=self.stopping,
             buffered=self._pulls.buffered_replies,
             held=held,
+            recorder=LetterRecorder(applier),
         )
         drops = DroppedMessages(
             bound,

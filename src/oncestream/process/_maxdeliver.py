@@ -637,7 +637,10 @@ class DroppedMessages:
                         "the dead-letter publish was not confirmed"
                         + (f" ({refused})" if refused else "")
                     )
-                await applier.ledger.call(tx.commit)
+                # A replayed copy's key is the message's: recorded, the next replay of its
+                # letter (which names the message) would be suppressed, never applied.
+                own = entry.stream == self.stream
+                await applier.ledger.call(tx.commit if own else tx.rollback)
             except BaseException:
                 tx.rollback()
                 raise

@@ -30,19 +30,19 @@ still present (a crash between republish and delete) looks for the
 trusting the duplicate window, which may have expired. Run one replay of a
 dead-letter stream at a time.
 
-A consumer's letter is not republished when the target stream already holds a
-copy of its message for that consumer (the same ``Oncestream-Replay-For``,
-``-Replay-Stream``, ``-Replay-Sequence`` and ``-Replay-Stream-Created``) stored
-after the message whose failure wrote the letter (the sequence and the stream's
-life in the letter's ``Nats-Msg-Id``: the original's, or a copy's that failed in
-turn; a letter whose msg id names no life is replayed as before). The message
-was then dead-lettered again after an earlier letter of it was replayed (the
-consumer moved back past it, and the dead-letter stream's duplicate window had
-passed or its de-duplication was rebuilt without the deleted first letter): the
-later copy is its attempt. Such a letter is deleted and reported as
-:attr:`ReplayReport.already_replayed`. A copy that failed, with no copy after it,
-is replayed again as before. The target stream's messages on the copy's subject
-after the oldest selected original are read once per replay for this.
+A consumer's letter is not republished while a copy of its message for that
+consumer is still to come: one stored after the message whose failure wrote the
+letter (the sequence in the letter's ``Nats-Msg-Id``, the original's or a copy's
+that failed in turn) and above the consumer's ack floor (the same
+``Oncestream-Replay-For``, ``-Replay-Stream``, ``-Replay-Sequence`` and
+``-Replay-Stream-Created``), or a scheduled replay of it not yet fired. Such a
+second letter of a message (an earlier release dead-lettered a message again
+after a consumer moved back past it) is deleted and reported as
+:attr:`ReplayReport.already_replayed`. A copy at or below the ack floor may have
+been applied or skipped, so the letter is replayed then (the copies share a
+ledger key: applied once), as is a letter whose msg id names no life. The target
+stream's messages on the copy's subject are read once per stream, subject and
+replay, from the oldest such failure on.
 
 Each republish carries ``Nats-Expected-Stream: <original stream>``: when the
 subject moved to another stream since the message died, the replay is refused
@@ -80,7 +80,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from .._connection import Connection, translate_error
-from .._errors import ConfigError, ErrCode, StreamMismatch, StreamNotFound
+from .._errors import ConfigError, ConsumerNotFound, ErrCode, StreamMismatch, StreamNotFound
 from .._headers import EXPECTED_STREAM, MSG_ID, SCHEDULE, SCHEDULE_TARGET, writable_headers
 from .._names import check_consumer_name, check_stream_name, subject_matches
 from .._options import parse_time
@@ -89,6 +89,7 @@ from ..read import iter_messages
 from ..streams import (
     Partitioning,
     StoredMessage,
+    consumer_info,
     delete_message,
     last_message,
     list_consumers,
@@ -104,7 +105,6 @@ from ._replayed import (
     STREAM_CREATED,
     ReplayTarget,
     is_consumer_letter,
-    life_token,
     replay_target,
 )
 from ._setup import consumer_filters
@@ -454,16 +454,20 @@ async def _already_in_target(
 
 
 class _Copies:
-    """The replayed copies already in the target streams: what each is for, read once per
-    stored subject (from the oldest message a selected letter failed at, in the stream's
-    present life; from its start when a letter failed in an earlier life)."""
+    """The replayed copies in the target streams that their consumers are still to receive.
+
+    Read once per stream and stored subject, from the oldest message a selected letter
+    failed at; the consumers' ack floors once per replay.
+    """
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self._wanted: dict[tuple[str, str], list[DeadLetter]] = {}
-        #: (stream, stored subject) -> the stream's present life, and what a copy is for
-        #: -> the last copy's sequence
-        self._held: dict[tuple[str, str], tuple[str, dict[ReplayTarget, int]]] = {}
+        #: (stream, stored subject) -> what a copy is for -> the last copy's sequence
+        self._held: dict[tuple[str, str], dict[ReplayTarget, int]] = {}
+        #: stream -> what a schedule not yet fired is for (its copy comes at the end)
+        self._scheduled: dict[str, set[ReplayTarget]] = {}
+        self._floors: dict[tuple[str, str], int] = {}
 
     def want(self, letter: DeadLetter, target: _Target) -> None:
         """Note that ``letter``'s copy would go to ``target`` (before the first read)."""
@@ -472,19 +476,26 @@ class _Copies:
             self._wanted.setdefault((letter.stream, target.stored), []).append(letter)
 
     async def holds(self, letter: DeadLetter, target: _Target) -> bool:
-        """Whether the target stream holds a copy of ``letter``'s message for its consumer
-        stored after the message whose failure wrote the letter (False when that cannot
-        be told: the letter or its failure names no life)."""
+        """Whether ``letter``'s consumer is still to receive a copy of its message.
+
+        That is a copy stored after the message whose failure wrote the letter and above
+        the consumer's ack floor, or a scheduled replay not yet fired. False when it cannot
+        be told (the letter names no life) or the copy may be past (at or below the ack
+        floor: applied, or skipped by a reset forward): the letter is then replayed.
+        """
         identity, failed = letter_identity(letter), failed_at(letter)
         if identity is None or not identity.created or failed is None:
             return False
         key = (letter.stream, target.stored)
         if key not in self._held:
             self._held[key] = await self._read(letter.stream, target.stored, self._wanted[key])
-        life, held = self._held[key]
-        last = held.get(identity, 0)
-        # Failed in an earlier life of the stream: every copy of this life came after it.
-        return last > failed[0] if failed[1] == life else last > 0
+        if identity in self._scheduled.get(letter.stream, ()):
+            return True
+        last = self._held[key].get(identity, 0)
+        # Sequences, not the stream's life: nats-server has rewritten a stream's creation
+        # time without re-creating it (nats-io/nats-server#8449, #8470). Of a stream that
+        # was created again this may replay a letter whose copy is there: applied once.
+        return last > failed[0] and last > await self._floor(letter.stream, letter.consumer)
 
     def add(self, letter: DeadLetter, target: _Target, seq: int) -> None:
         """Record the copy this replay just stored at ``seq`` (a second letter of the same
@@ -492,27 +503,39 @@ class _Copies:
         key = (letter.stream, target.stored)
         identity = letter_identity(letter)
         if identity is not None and key in self._held:
-            held = self._held[key][1]
+            held = self._held[key]
             held[identity] = max(held.get(identity, 0), seq)
+
+    async def _floor(self, stream: str, consumer: str) -> int:
+        if (stream, consumer) not in self._floors:
+            try:
+                info = await consumer_info(self.conn, stream, consumer)
+            except ConsumerNotFound:  # no one receives the copy: replay (or keep) the letter
+                info = {"ack_floor": {"stream_seq": 1 << 62}}
+            floor = info.get("ack_floor") or {}
+            self._floors[(stream, consumer)] = int(floor.get("stream_seq") or 0)
+        return self._floors[(stream, consumer)]
 
     async def _read(
         self, stream: str, stored: str, letters: list[DeadLetter]
-    ) -> tuple[str, dict[ReplayTarget, int]]:
-        info = await stream_info(self.conn, stream)
-        life = life_token(str(info.get("created") or ""))
-        failed = [f for f in map(failed_at, letters) if f is not None]
-        after = min((seq if at == life else 0) for seq, at in failed) if failed else 0
-        subjects = [stored]
-        if info.get("config", {}).get("allow_msg_schedules"):  # a scheduled copy not yet fired
-            subjects.append(f"{SCHEDULE_PREFIX}.{stream}.>")
+    ) -> dict[ReplayTarget, int]:
+        failed = [f[0] for f in map(failed_at, letters) if f is not None]
         held: dict[ReplayTarget, int] = {}
-        for subject in subjects:
-            start = after + 1 if subject == stored else 1
-            async for msg in iter_messages(self.conn, stream, start_seq=start, subject=subject):
-                found = replay_target(msg.raw_headers)
-                if found is not None:
-                    held[found] = max(held.get(found, 0), msg.seq)
-        return life, held
+        start = min(failed) + 1 if failed else 1
+        async for msg in iter_messages(self.conn, stream, start_seq=start, subject=stored):
+            found = replay_target(msg.raw_headers)
+            if found is not None:
+                held[found] = max(held.get(found, 0), msg.seq)
+        if stream not in self._scheduled:
+            self._scheduled[stream] = set()
+            config = (await stream_info(self.conn, stream)).get("config", {})
+            if config.get("allow_msg_schedules"):
+                pattern = f"{SCHEDULE_PREFIX}.{stream}.>"
+                async for msg in iter_messages(self.conn, stream, subject=pattern):
+                    found = replay_target(msg.raw_headers)
+                    if found is not None:
+                        self._scheduled[stream].add(found)
+        return held
 
 
 async def _holders(conn: Connection, subject: str) -> list[str]:

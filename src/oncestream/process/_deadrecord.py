@@ -1,0 +1,94 @@
+"""A failed message's dead letter, written with its ledger row.
+
+A message the handler gave up on is settled by its dead letter: the Processor claims
+the message's ledger key in a transaction that commits only once the letter's PubAck
+came. Delivered again later (a ``consumer reset`` back past it, or a takeover that
+reset the consumer to an older ack floor) it is then suppressed, not handled again:
+its letter is the one way to apply it (``oncestream dlq replay``), and the replayed
+copy is applied under a key of its own (:mod:`._replayed`). So the message is applied
+once even when its handler was fixed in between (before, the original was applied a
+second time next to its copy: docs/guarantees.md, finding 28), and it is not
+dead-lettered a second time (finding 24).
+
+A replayed copy for this consumer that fails is not recorded: its letter names the
+original, and the next replay's copy must still be applied under that key.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from .._headers import msg_id_key
+from .._message import Message
+from ..ledger import LedgerEntry, LedgerTx
+from ._applying import Applier, RegistryMoved
+from ._pinning import Superseded
+from ._replayed import REPLAY_FOR_KEY
+
+__all__ = ["LetterRecorder", "Publish"]
+
+log = logging.getLogger(__name__)
+
+#: Stores a message's dead letter: ``(msg, seq, attempts, error text) -> stored``.
+Publish = Callable[[Message, int, int, str], Awaitable[bool]]
+
+
+class LetterRecorder:
+    """Dead-letters a failed message with its ledger key claimed in the same transaction.
+
+    Args:
+        applier: the ledger, its lock, the fence and the claim of the Processor.
+
+    Example::
+
+        recorder = LetterRecorder(applier)
+        finished = await recorder(msg, seq, attempts, "ValueError: boom", acks.dead_letter)
+    """
+
+    def __init__(self, applier: Applier) -> None:
+        self.applier = applier
+        self.stream = applier.stream
+
+    async def __call__(
+        self, msg: Message, seq: int, attempts: int, text: str, publish: Publish
+    ) -> bool:
+        """Dead-letter ``msg`` (stream sequence ``seq``) with ``publish`` (which stores the
+        letter and waits for its PubAck); True when it is finished.
+
+        False: not now (the letter was not stored, a standby's fence refused it, or the
+        registry row moved): the caller hands the message back, as for a failed publish.
+        """
+        if msg.raw_headers and REPLAY_FOR_KEY in msg.raw_headers:
+            return await publish(msg, seq, attempts, text)
+        applier = self.applier
+        key = msg_id_key(msg.raw_headers) if applier.ledger.key == "msg_id" else None
+        entry = LedgerEntry(self.stream, seq, key)
+        async with applier.lock:
+            tx = await applier.ledger.call(applier.ledger.begin, undo=_rollback)
+            try:
+                if applier.fence is not None:
+                    await applier.ledger.call(applier.fence, tx)
+                fresh = await applier.ledger.call(applier.claim, tx, [entry], [msg])
+                if not fresh[0]:  # applied meanwhile (another instance): finished
+                    await applier.ledger.call(tx.rollback)
+                    log.info("%s seq %d was applied by another instance", self.stream, seq)
+                    return True
+                if not await publish(msg, seq, attempts, text):
+                    await applier.ledger.call(tx.rollback)
+                    return False
+                await applier.ledger.call(tx.commit)
+            except (Superseded, RegistryMoved) as exc:
+                # A standby (the active instance settles it), or the registry row moved
+                # (the next batch's transaction deals with it): handed back.
+                await applier.ledger.call(tx.rollback)
+                log.info("%s seq %d not dead-lettered now: %s", self.stream, seq, exc)
+                return False
+            except BaseException:
+                tx.rollback()
+                raise
+        return True
+
+
+def _rollback(tx: LedgerTx) -> None:
+    tx.rollback()
