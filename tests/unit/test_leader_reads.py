@@ -18,7 +18,7 @@ from oncestream._retry import Unavailable
 from oncestream.load._input import SubjectTemplate
 from oncestream.load._plan import check_target
 from oncestream.publish import _duplicates
-from oncestream.read import _range
+from oncestream.read import _ids
 
 
 def _info(last: int, leader: str | None, replicas: int = 3) -> dict[str, Any]:
@@ -115,9 +115,9 @@ async def test_stored_ids_confirms_an_early_end_with_the_leader(
     # Any direct read may be served by a mirror with mirror_direct, whatever the replicas;
     # only a consumer on a single-replica stream reads the one store there is.
     _Reader.made.clear()
-    monkeypatch.setattr(_range, "RangeReader", _Reader)
+    monkeypatch.setattr(_ids, "RangeReader", _Reader)
     info = _info(10, leader=None if replicas == 1 else "n1", replicas=replicas)
     info["config"]["allow_direct"] = direct
-    assert await _range.stored_ids(_Conn(info), "S", 0) == set()  # type: ignore[arg-type]
+    assert await _ids.stored_ids(_Conn(info), "S", 0) == set()  # type: ignore[arg-type]
     (kwargs,) = _Reader.made
     assert kwargs["replicated"] is confirms

@@ -8,9 +8,10 @@ Example::
         print(msg.seq, msg.subject, msg.data)
 """
 
+from ._ids import stored_ids
 from ._options import PullOptions
 from ._pull import MessageStream, pull_messages
-from ._range import RangeReader, StreamRecord, iter_messages, read_stream, stored_ids
+from ._range import RangeReader, StreamRecord, iter_messages, read_stream
 from ._start import StartPosition
 
 __all__ = [

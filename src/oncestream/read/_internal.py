@@ -4,12 +4,12 @@ Internal: for other oncestream components, may change without notice. Users
 import the public face (``oncestream.read``); see docs/architecture.md.
 """
 
+from ._ids import locate_ids
 from ._options import check_group_name
 from ._range import (
     RANGE_CONSUMER_PREFIX,
     count_sequences,
     delete_consumer_later,
-    locate_ids,
     nth_sequence,
 )
 

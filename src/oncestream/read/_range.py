@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -42,7 +42,7 @@ from .._headers import SEQUENCE, SUBJECT, TIME_STAMP, direct_value, msg_id_key, 
 from .._message import ack_layout
 from .._nats import FrameSink, FrameSubscription, status_code
 from .._options import parse_duration, server_time
-from .._retry import Unavailable, leader_stream_info, retrying, stream_missing
+from .._retry import Unavailable, retrying, stream_missing
 from ..streams import StoredMessage
 
 __all__ = [
@@ -51,10 +51,8 @@ __all__ = [
     "StreamRecord",
     "delete_consumer_later",
     "iter_messages",
-    "locate_ids",
     "nth_sequence",
     "read_stream",
-    "stored_ids",
 ]
 
 log = logging.getLogger(__name__)
@@ -94,7 +92,10 @@ class RangeReader:
     follower that has not applied the newest messages yet and would end the
     range early; so when a replicated range runs dry before ``last``, the
     stream leader is asked (``STREAM.MSG.GET`` with ``next_by_subj``) whether a
-    matching message is left, and if so the read continues after a retry.
+    matching message is left, and if so the read continues after a retry. A
+    direct get of an unfiltered range also checks each jump in its sequences
+    with the leader: a replica missing a message in the middle of its store
+    would otherwise step over it as over a deleted one (:meth:`_check_holes`).
 
     Args:
         conn: an open connection.
@@ -311,6 +312,8 @@ class RangeReader:
             self._pending = None
             self._check_status(chunk)
             seen = self._trim(chunk)
+            if self.direct and self.replicated and not self.subjects:
+                await self._check_holes(chunk)
             if seen is None and self.replicated:
                 await self._confirm_end()
             self._remaining -= len(chunk.datas)
@@ -329,6 +332,39 @@ class RangeReader:
             await self._release(request)
             if chunk.datas:
                 return chunk
+
+    async def _check_holes(self, chunk: FrameSink) -> None:
+        """Raise Unavailable if the replica that answered skipped a message the leader holds.
+
+        A direct get steps over a sequence its replica does not hold as over a deleted
+        one, and any current replica may answer. nats-server has left a replica with a
+        message missing in the middle of its store (a block file cut short, rebuilt on
+        restart: raft's catch-up only refills past the replica's last sequence), which
+        then answered reads without it (the fault campaign, finding 29). So each jump in
+        the sequences of an unfiltered read is checked with the leader
+        (``STREAM.MSG.GET``, which only the leader answers): a jump over deleted
+        messages costs one request, an append-only stream none. The read is retried
+        from the chunk's first sequence (another replica may answer), within the
+        retry budget.
+        """
+        expected = self._next_seq
+        for index in range(len(chunk.datas)):
+            seq = self._seq(chunk, index)
+            if seq > expected:
+                try:
+                    reply = await self.conn.api(
+                        f"STREAM.MSG.GET.{self.stream}", {"seq": expected, "next_by_subj": ">"}
+                    )
+                    held = int(reply["message"]["seq"])
+                except MessageNotFound:
+                    held = seq
+                if held < seq:
+                    raise Unavailable(
+                        f"reading stream {self.stream!r}: the replica serving the read skipped "
+                        f"sequence {held}, which the stream leader holds (a replica missing a "
+                        "message; the read is retried)"
+                    )
+            expected = seq + 1
 
     async def _confirm_end(self) -> None:
         """Raise Unavailable if the leader holds a matching message in ``[_next_seq, last]``."""
@@ -649,124 +685,3 @@ async def iter_messages(
                 async with asyncio.timeout(poll):
                     await stop.wait()
         info = await conn.stream_info(stream)
-
-
-async def stored_ids(
-    conn: Connection,
-    stream: str,
-    after: int,
-    until: int | None = None,
-    *,
-    retry_timeout: float = 0.0,
-    budget_source: str = "the caller's retry budget",
-) -> set[str]:
-    """The msg ids ``stream`` holds at sequences ``after+1 .. until`` (default: its end).
-
-    Ids are :func:`~oncestream._headers.msg_id_key` keys (the server's reading).
-    The range reader reads headers only where it uses a consumer; a stream with
-    ``allow_direct`` is read with batched direct gets.
-
-    The stream's end is the leader's, and the range is read to it: a replica of
-    a stream without a leader answers ``STREAM.INFO`` with its own state, and a
-    direct get may be served by a replica behind the leader or, on any stream, by
-    a mirror with ``mirror_direct``; each may lack what the leader stored last
-    (and a caller that finds ids absent sends them again).
-
-    Args:
-        retry_timeout: seconds to ride out a transient failure (an election, a paused
-            leader) of the stream lookup and of each read (0: none).
-        budget_source: what sets ``retry_timeout``, named when it runs out.
-
-    Raises:
-        StreamNotFound: the stream does not exist.
-        Unavailable: the stream had no leader for ``retry_timeout``.
-    """
-    info = await retrying(
-        lambda: leader_stream_info(conn, stream),
-        budget=retry_timeout,
-        what=f"STREAM.INFO {stream}",
-        budget_source=budget_source,
-    )
-    last = int(info["state"].get("last_seq", 0))
-    if until is not None:
-        last = min(last, until)
-    ids: set[str] = set()
-    if last <= after:
-        return ids
-    direct = bool(info["config"].get("allow_direct"))
-    reader = RangeReader(
-        conn,
-        stream,
-        after + 1,
-        last,
-        direct=direct,
-        headers_only=not direct,
-        retry_timeout=retry_timeout,
-        # A replica behind the leader, or a mirror with mirror_direct (it answers its
-        # origin's direct gets, whatever the origin's replicas), may serve the read and
-        # end it early: ids missed so would count as absent. The leader is asked only
-        # when a read runs dry before the end, so a complete read costs nothing more.
-        replicated=direct or int(info["config"].get("num_replicas") or 1) > 1,
-        budget_source=budget_source,
-    )
-    try:
-        while (chunk := await reader.next_chunk()) is not None:
-            for raw in chunk.headers:
-                key = msg_id_key(raw)
-                if key is not None:
-                    ids.add(key)
-    finally:
-        await reader.close()
-    log.info("stream %s: %d msg ids after sequence %d (read to %d)", stream, len(ids), after, last)
-    return ids
-
-
-async def locate_ids(
-    conn: Connection,
-    stream: str,
-    wanted: Collection[str],
-    first: int,
-    last: int,
-    *,
-    direct: bool,
-    replicated: bool = False,
-    retry_timeout: float = 0.0,
-) -> dict[str, int]:
-    """Where ``stream`` holds the msg ids ``wanted`` at sequences ``first..last``: id -> sequence.
-
-    Reads in order, pages about the size of ``wanted``, and stops as soon as every
-    wanted id was seen, so ids stored together cost about their own number of
-    messages wherever they lie in the range. An id stored more than once maps to
-    its first sequence in the range. Ids are compared as
-    :func:`~oncestream._headers.msg_id_key` keys. ``direct``: the stream has
-    ``allow_direct`` (batched direct gets; else a headers-only consumer);
-    ``replicated`` and ``retry_timeout`` as for :class:`RangeReader`.
-
-    Raises:
-        StreamNotFound: the stream does not exist.
-    """
-    left = set(wanted)
-    found: dict[str, int] = {}
-    if not left or last < first:
-        return found
-    reader = RangeReader(
-        conn,
-        stream,
-        first,
-        last,
-        direct=direct,
-        batch=max(256, min(len(left), 4096)),
-        headers_only=not direct,
-        replicated=replicated,
-        retry_timeout=retry_timeout,
-    )
-    try:
-        while left and (chunk := await reader.next_chunk()) is not None:
-            for index, raw in enumerate(chunk.headers):
-                key = msg_id_key(raw)
-                if key is not None and key in left:
-                    left.discard(key)
-                    found[key] = reader.sequence(chunk, index)
-    finally:
-        await reader.close()
-    return found
