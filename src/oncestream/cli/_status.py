@@ -73,8 +73,9 @@ def status_command(
     ledger: str | None = typer.Option(
         None,
         "--ledger",
-        help="Ledger URL (read-only, never created): adds what it recorded as applied "
-        "for STREAM (sqlite:///path.db or postgresql://user@host/db).",
+        help="Ledger URL (read-only, never created): adds what it recorded as settled "
+        "(applied or dead-lettered) for STREAM (sqlite:///path.db or "
+        "postgresql://user@host/db).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
     watch: bool = typer.Option(

@@ -35,8 +35,8 @@ def _of_stream(stream: str) -> tuple[str, int, str]:
 
 
 def read_applied_count(url: str, stream: str) -> int:
-    """Messages the ledger at ``url`` records as applied from ``stream``, replayed dead
-    letters' copies included; the ledger is opened read-only.
+    """Messages the ledger at ``url`` records as settled from ``stream``: applied or
+    dead-lettered, replayed dead letters' copies included; opened read-only.
 
     Raises:
         ConfigError: no ledger there (no such file, or no ledger table), or a bad URL.
