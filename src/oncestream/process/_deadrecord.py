@@ -12,6 +12,11 @@ dead-lettered a second time (finding 24).
 
 A replayed copy for this consumer that fails is not recorded: its letter names the
 original, and the next replay's copy must still be applied under that key.
+
+Not closed: a crash between the letter's PubAck and the commit leaves the letter without
+the row. Delivered again within the dead-letter stream's duplicate window, the message
+fails again (its letter de-duplicated) and is recorded; but if its handler was fixed
+meanwhile it is applied, and a replay of the letter applies its copy as well.
 """
 
 from __future__ import annotations
@@ -70,9 +75,15 @@ class LetterRecorder:
                 if applier.fence is not None:
                     await applier.ledger.call(applier.fence, tx)
                 fresh = await applier.ledger.call(applier.claim, tx, [entry], [msg])
-                if not fresh[0]:  # applied meanwhile (another instance): finished
+                if not fresh[0]:  # settled meanwhile, or its msg id was (key="msg_id")
                     await applier.ledger.call(tx.rollback)
-                    log.info("%s seq %d was applied by another instance", self.stream, seq)
+                    applier.stats.suppressed += 1
+                    log.info(
+                        "%s seq %d: its ledger key is recorded already (applied or "
+                        "dead-lettered by another instance, or another message with its "
+                        "msg id): finished without a letter",
+                        self.stream, seq,
+                    )  # fmt: skip
                     return True
                 if not await publish(msg, seq, attempts, text):
                     await applier.ledger.call(tx.rollback)
