@@ -22,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -44,9 +45,11 @@ __all__ = [
     "why_refused",
 ]
 
-#: Attempts of an append refused while the subject still ends where expected (another
-#: write in flight).
-_IN_FLIGHT_RETRIES = 8
+#: Seconds an append refused while the subject still ends where expected (another write
+#: in flight) keeps asking, at least: a leader without quorum holds the write "in process"
+#: until it commits or the leader steps down (the fault campaign's trial 21: 11 s). The
+#: publisher's retry horizon when longer.
+IN_FLIGHT_PATIENCE = 15.0
 
 #: Re-sends of an append (or a ProducerSession's atomic batch) refused because replayed
 #: copies of dead letters followed the expected record, before the refusal propagates.
@@ -149,6 +152,9 @@ class SubjectLog:
         refused_by_copies: the last refusal of :meth:`append` propagated because
             copies kept arriving (:data:`REPLAYED_RESENDS` re-sends), not because of
             another writer.
+        refused_in_flight: the last refusal of :meth:`append` propagated while the
+            subject still ended where expected: a write to it stayed in flight (no
+            quorum) for the whole patience, not another writer's record.
     """
 
     def __init__(
@@ -174,6 +180,7 @@ class SubjectLog:
         self.refused_expected = 0
         self.replayed_resends = 0
         self.refused_by_copies = False
+        self.refused_in_flight = False
         #: The subject the records are stored under (read once: a partitioned stream
         #: stores them under ``<partition>.<subject>``).
         self._stored: str | None = None
@@ -276,7 +283,9 @@ class SubjectLog:
                 raised: the PubAck of that record is returned, ``duplicate`` set.
                 A refusal while the subject still ends where expected (a replicated
                 stream refuses while another write to it is in flight: 10164) is
-                asked again, up to 8 attempts; one because replayed copies follow
+                asked again for :data:`IN_FLIGHT_PATIENCE` seconds or the publisher's
+                retry horizon, the longer (then :attr:`refused_in_flight` tells this
+                case); one because replayed copies follow
                 the expected record (``skip_replayed``) is sent again after the last
                 copy, up to 8 times (:attr:`refused_by_copies` then tells this case).
             PublishFailed: no PubAck after every retry.
@@ -295,12 +304,14 @@ class SubjectLog:
             )
         in_flight = False  # the last refusal left the subject where it was
         replayed = False  # the last refusal came from replayed copies: append after them
-        in_flight_refusals = 0
+        in_flight_since: float | None = None
+        patience = max(IN_FLIGHT_PATIENCE, self.publisher.options.retry_horizon)
         self.replayed_resends = 0
         self.refused_by_copies = False
+        self.refused_in_flight = False
 
         async def once() -> PubAck:
-            nonlocal expected, in_flight, replayed, in_flight_refusals
+            nonlocal expected, in_flight, replayed, in_flight_since
             future = await self.publisher.publish(
                 self.subject,
                 data,
@@ -322,8 +333,14 @@ class SubjectLog:
                 # A replicated stream refuses (10164) while another write to the subject
                 # is in flight, such as an earlier attempt of this very append: once it
                 # is stored (then found above) or dropped, asking again settles it.
-                in_flight = why.unchanged and in_flight_refusals + 1 < _IN_FLIGHT_RETRIES
-                in_flight_refusals += why.unchanged
+                if why.unchanged and in_flight_since is None:
+                    in_flight_since = time.monotonic()
+                in_flight = (
+                    why.unchanged
+                    and in_flight_since is not None
+                    and time.monotonic() - in_flight_since < patience
+                )
+                self.refused_in_flight = why.unchanged and not in_flight
                 # Copies of dead letters replayed on the subject are no writer's records:
                 # the record goes after them, checked against the last one.
                 replayed = why.replayed and self.replayed_resends < REPLAYED_RESENDS
