@@ -39,3 +39,15 @@ def slow_record(msg: Any, tx: Any) -> None:
     """:func:`record`, 20 ms per message (a consumer that is still busy for a while)."""
     time.sleep(0.02)
     record(msg, tx)
+
+
+def record_unless_broken(broken: set[int]) -> Any:
+    """Like :func:`record`, but fails for the ids in ``broken`` while they are there (a
+    handler fixed by emptying the set)."""
+
+    def handle(msg: Any, tx: Any) -> None:
+        if int(msg.data) in broken:
+            raise ValueError(f"refusing {int(msg.data)}")
+        record(msg, tx)
+
+    return handle

@@ -23,7 +23,7 @@ from oncestream.process._replayed import REPLAY_FOR
 from oncestream.read import iter_messages
 from oncestream.streams import ResetTarget, get_message, reset_consumer
 from tests._support import effects
-from tests.handlers import record, record_unless_7
+from tests.handlers import record, record_unless_7, record_unless_broken
 from tests.integration.test_processor_max_deliver import _dead_letters
 
 COUNT = 10
@@ -64,11 +64,15 @@ def _record_unless_original_7(msg: Any, tx: Any) -> None:
 _OPTS: dict[str, Any] = {"batch": 10, "ack_wait": 5, "expires": 1, "backoff": (0.05,)}
 
 
-async def _run_until(conn: Connection, db: Path, done: Any, reset: bool = False) -> Processor:
+async def _run_until(
+    conn: Connection,
+    db: Path,
+    done: Any,
+    reset: bool = False,
+    handler: Any = _record_unless_original_7,
+) -> Processor:
     options = ProcessorOptions(**_OPTS, max_deliver=2, dead_letter_stream="DLQ")
-    proc = Processor(
-        conn, "JOBS", "w", _record_unless_original_7, ledger=SQLiteLedger(db), options=options
-    )
+    proc = Processor(conn, "JOBS", "w", handler, ledger=SQLiteLedger(db), options=options)
     task = asyncio.create_task(proc.run())
     try:
         if reset:
@@ -132,27 +136,11 @@ async def test_a_replayed_message_delivered_again_after_its_fix_is_not_applied_a
     await make_stream("DLQ", ("DLQ.>",))
     await publish_n(conn, "jobs.x", COUNT, start=1)
     db = tmp_path / "l.db"
-    options = ProcessorOptions(**_OPTS, max_deliver=2, dead_letter_stream="DLQ")
     broken = {7}
+    handler = record_unless_broken(broken)
 
-    def handler(msg: Any, tx: Any) -> None:
-        if int(msg.data) in broken:
-            raise ValueError("refusing 7")
-        record(msg, tx)
-
-    async def run_until(done: Any, reset: bool = False) -> Processor:
-        proc = Processor(conn, "JOBS", "w", handler, ledger=SQLiteLedger(db), options=options)
-        task = asyncio.create_task(proc.run())
-        try:
-            if reset:
-                await proc.wait_running()
-                await reset_consumer(conn, "JOBS", "w", ResetTarget(start=True))
-            await proc.wait_until(done)
-        finally:
-            proc.request_stop()
-        async with asyncio.timeout(30):
-            await task
-        return proc
+    def run_until(done: Any, reset: bool = False) -> Any:
+        return _run_until(conn, db, done, reset, handler)
 
     await run_until(lambda s: s.dead_lettered >= 1 and s.applied >= COUNT - 1)
     (letter,) = await list_dead_letters(conn, "DLQ")

@@ -48,7 +48,7 @@ from oncestream.streams import (
     update_consumer,
 )
 from tests._support import effects
-from tests.handlers import record, record_unless_7
+from tests.handlers import record, record_unless_7, record_unless_broken
 
 #: Messages 1..10; the handler fails on 7, every time.
 COUNT = 10
@@ -696,11 +696,7 @@ async def test_a_dropped_replayed_copy_leaves_its_letter_replayable(
     await publish_n(conn, "jobs.x", COUNT, start=1)
     db = tmp_path / "l.db"
     broken = {7}
-
-    def handler(msg: Any, tx: Any) -> None:
-        if int(msg.data) in broken:
-            raise ValueError("refusing 7")
-        record(msg, tx)
+    handler = record_unless_broken(broken)
 
     async def run_until(done: Any) -> Processor:
         opts = _opts(bind=True, dead_letter_stream="DLQ")

@@ -3,7 +3,7 @@ expects: a write to the subject in flight (its leader without quorum), likely th
 session's own earlier attempt. The campaign's finding 30 reported that as "another
 producer with the same id is writing"; it is a failed publish (retry after
 ``start()``), not another writer. The wait itself against a real cluster:
-tests/chaos/test_cluster.py ``test_a_write_in_flight_is_waited_out_longer_than_eight_refusals``.
+tests/chaos/test_cluster.py ``test_exclusive_append_waits_out_a_write_in_flight``.
 A single server never refuses so, so the refusal is injected at the send.
 """
 
