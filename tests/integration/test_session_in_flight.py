@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-import oncestream.publish._session as session_module
 from oncestream import Connection, PublishFailed, WrongLastSequence
 from oncestream.publish import ProducerSession, PublisherOptions
 
@@ -27,7 +26,6 @@ async def test_a_write_in_flight_past_the_patience_fails_the_publish_not_as_a_ri
     conn: Connection, make_stream, monkeypatch: pytest.MonkeyPatch, batch_size: int
 ) -> None:
     await make_stream("S", ("s.>",), allow_atomic=True)
-    monkeypatch.setattr(session_module, "IN_FLIGHT_PATIENCE", 0.3)
     options = PublisherOptions(ack_timeout=0.1, max_attempts=1)
     session = ProducerSession(
         conn, stream="S", subject_prefix="s.src", producer_id="p", options=options,
@@ -48,5 +46,5 @@ async def test_a_write_in_flight_past_the_patience_fails_the_publish_not_as_a_ri
         monkeypatch.setattr(session._batcher, "send", refuse)
     with pytest.raises(PublishFailed, match="still ended where this session expected"):
         await session.run([(1, b"one")])
-    assert refusals >= (1 if batch_size == 1 else 2)  # the batch path asks again itself
+    assert refusals == 1
     await session.close()

@@ -77,7 +77,6 @@ class LetterRecorder:
                 fresh = await applier.ledger.call(applier.claim, tx, [entry], [msg])
                 if not fresh[0]:  # settled meanwhile, or its msg id was (key="msg_id")
                     await applier.ledger.call(tx.rollback)
-                    applier.stats.suppressed += 1
                     log.info(
                         "%s seq %d: its ledger key is recorded already (applied or "
                         "dead-lettered by another instance, or another message with its "

@@ -45,11 +45,9 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import re
-import time
 from collections.abc import AsyncIterable, Iterable, Mapping
 from dataclasses import replace
 
@@ -70,7 +68,7 @@ from ._batch import (
     BatchRecord,
 )
 from ._publisher import PubAck, Publisher, PublisherOptions
-from ._records import IN_FLIGHT_PATIENCE, REPLAY_OF, REPLAYED_RESENDS, SubjectLog, why_refused
+from ._records import REPLAY_OF, REPLAYED_RESENDS, SubjectLog, why_refused
 
 __all__ = ["SOURCE_POS_HEADER", "ProducerSession"]
 
@@ -306,8 +304,6 @@ class ProducerSession:
         last_position = records[-1][0]
         duplicate = False
         resends = 0
-        in_flight_since: float | None = None
-        in_flight_asks = 0
         while True:
             expected = self.last_seq
             try:
@@ -322,16 +318,10 @@ class ProducerSession:
                 # The server checks the expected sequence before msg ids: a re-send of a
                 # batch whose earlier attempt committed (ack lost) is refused too.
                 why = await why_refused(self._log, expected, self.msg_id(last_position))
-                if why.unchanged and isinstance(exc, WrongLastSequence):  # a write in flight
-                    if in_flight_since is None:
-                        in_flight_since = time.monotonic()
-                    waited = time.monotonic() - in_flight_since
-                    if waited >= max(IN_FLIGHT_PATIENCE, self.options.retry_horizon):
-                        raise self._held_in_flight(last_position, exc) from exc
-                    self._started = True
-                    await asyncio.sleep(min(0.1 * 2**in_flight_asks, 1.0))
-                    in_flight_asks += 1
-                    continue
+                if why.unchanged and isinstance(exc, WrongLastSequence):
+                    # A write to the subject in flight (its leader without quorum), not
+                    # another writer's record: the batch is not known stored.
+                    raise self._held_in_flight(last_position, exc) from exc
                 if why.stored is None and (not why.replayed or resends == REPLAYED_RESENDS):
                     raise await self._changed_behind(
                         exc, expected, resends=resends if why.replayed else 0
@@ -351,14 +341,15 @@ class ProducerSession:
         return PubAck(self.stream, seq, duplicate, None)
 
     def _held_in_flight(self, position: int, exc: JetStreamError) -> PublishFailed:
-        """The subject still ends where this session expects, but every append was refused
-        for the whole patience: a write to it stayed in flight (its leader without
-        quorum), likely this session's own earlier attempt. Not another writer's record:
-        the publish failed (``start()`` reads what is stored, then publish again)."""
+        """The subject still ends where this session expects, but the append was refused
+        (one record: for the whole patience of :class:`SubjectLog`): a write to it in
+        flight (its leader without quorum), likely this session's own earlier attempt.
+        Not another writer's record: the publish failed (``start()`` reads what is
+        stored, then publish again)."""
         return PublishFailed(
             f"producer {self.producer_id!r}: position {position} on {self.subject!r} was "
-            f"refused for {max(IN_FLIGHT_PATIENCE, self.options.retry_horizon):g} s while the "
-            f"subject still ended where this session expected (err_code {exc.err_code}: a "
+            f"refused while the subject still ended where this session expected "
+            f"(err_code {exc.err_code}: a "
             "write to it in flight, its leader without a quorum); it may be stored once the "
             "stream has a quorum again. Call start() again (it reads what is stored) and "
             "publish again",
