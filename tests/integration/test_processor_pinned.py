@@ -400,3 +400,34 @@ def test_postgres_ends_a_frozen_owners_transaction_and_the_takeover_goes_through
         assert previous == "pin-a" and busy >= 1
         with pytest.raises(LedgerError):
             tx.commit()
+
+
+async def test_only_the_active_instance_prunes(
+    conn: Connection, options, make_stream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """docs/processing.md: a standby does not prune (it knows nothing of the messages the
+    active instance handed back: finding 31); once it takes over, it does."""
+    await make_stream("JOBS", ("jobs.>",))
+    db = tmp_path / "l.db"
+    a = Processor(
+        conn, "JOBS", "w", record, ledger=SQLiteLedger(db),
+        options=_opts(priority_group="g", pinned_ttl=2),
+    )  # fmt: skip
+    task_a = await _start(a)
+    await publish_n(conn, "jobs.x", 100)
+    await a.wait_until(lambda s: s.applied == 100)
+    pruning = _opts(priority_group="g", pinned_ttl=2, prune_interval=0.1, prune_grace=0.1)
+    async with await connect(options) as conn_b:
+        b = Processor(conn_b, "JOBS", "w", record, ledger=SQLiteLedger(db), options=pruning)
+        task_b = await _start(b)
+        # 10+ prune rounds of the standby: none prunes (a round that did would wake this).
+        with pytest.raises(OperationTimeout):
+            await b.wait_until(lambda s: s.pruned > 0, timeout=1.5)
+        assert b.active_pin is None
+        await a.stop()
+        await task_a
+        await publish_n(conn, "jobs.x", 100, start=100)  # a pin is given with messages
+        await b.wait_until(lambda s: s.takeovers == 1 and s.pruned >= 100, timeout=20)
+        await b.stop()
+        await task_b
+    assert effects(db) == (200, 200)

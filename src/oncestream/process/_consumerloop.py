@@ -480,8 +480,15 @@ class ConsumerLoop:
                 filters = consumer_filters(info.get("config") or {})
                 if not await self._registry.recheck(conn, filters, self._fail):
                     return  # the filter edited to overlap a neighbour
+                if parts.pins is not None and not _is_active(parts.pins):
+                    continue  # the active instance prunes: only it knows what it handed back
                 floor = int(info.get("ack_floor", {}).get("stream_seq", 0))
                 up_to = self._floors.prunable(floor, time.monotonic(), filters)
+                # Never over a message handed back and not finished: if the server forgot
+                # it (its ack floor moved past it), its settling must find it unapplied.
+                held = parts.acks.held.lowest()
+                if held:
+                    up_to = min(up_to, held - 1)
                 up_to, others = await self._registry.limit(conn, floor, up_to)
                 if up_to:
                     # The span deleted joins every registered consumer's prune horizon.

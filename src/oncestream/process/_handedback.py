@@ -12,6 +12,11 @@ message is settled as one the server stopped delivering
 (:class:`._maxdeliver.DroppedMessages`: dead-lettered, or the run fails naming the
 consumer reset that delivers it again).
 
+Ledger pruning stays below the lowest of them, until it is settled: pruning follows the
+consumer's ack floor, and a horizon over a forgotten message would make its settling
+find it "applied" and finish it without a letter (the campaign of 2026-11-30, trials
+44, 59 and 81: docs/guarantees.md, finding 31).
+
 Only what this run handed back is known: a message a killed instance nak'ed and the
 server then forgot is not found (nor is one with ``bind=True``, which reads no
 consumer info).
@@ -42,15 +47,18 @@ class HandedBack:
 
         held = HandedBack()
         held.note(7, attempts=2)        # nak'ed after its 2nd failure
+        held.lowest()                   # 7: pruning stays below it
         held.finished([7])              # applied or dead-lettered after all
         held.forgotten(ack_floor=9, read_at=time.monotonic())  # [] now
     """
 
     def __init__(self) -> None:
         self._held: dict[int, tuple[int, float]] = {}
+        #: Forgotten by the server and being settled: still not finished.
+        self._settling: set[int] = set()
 
     def __len__(self) -> int:
-        return len(self._held)
+        return len(self._held) + len(self._settling)
 
     def note(self, seq: int, attempts: int) -> None:
         """``seq`` was handed back after ``attempts`` deliveries."""
@@ -58,19 +66,28 @@ class HandedBack:
 
     def finished(self, seqs: Iterable[int]) -> None:
         """These were applied, found applied, or dead-lettered."""
-        held = self._held
-        if held:
+        held, settling = self._held, self._settling
+        if held or settling:
             for seq in seqs:
                 held.pop(seq, None)
+                settling.discard(seq)
+
+    def lowest(self) -> int:
+        """The lowest sequence handed back and not finished, forgotten ones being settled
+        included (0: none). Pruning stays below it: a prune horizon over it would make
+        its settling find it "applied" once the server forgot it (see :meth:`forgotten`)."""
+        return min((*self._held, *self._settling), default=0)
 
     def clear(self) -> None:
         """Forget every one (this instance stopped being the active one)."""
         self._held.clear()
+        self._settling.clear()
 
     def forgotten(self, ack_floor: int, read_at: float) -> list[tuple[int, int]]:
         """The handed-back messages the server took as acknowledged: at or below
         ``ack_floor``, read at ``time.monotonic()`` ``read_at``, and handed back before
-        that (a later one was still pending then), with their attempts; no longer held.
+        that (a later one was still pending then), with their attempts; no longer held,
+        but kept below pruning (:meth:`lowest`) until :meth:`finished`.
         """
         gone = sorted(
             (seq, attempts)
@@ -79,6 +96,7 @@ class HandedBack:
         )
         for seq, _ in gone:
             del self._held[seq]
+            self._settling.add(seq)
         return gone
 
 
