@@ -80,7 +80,8 @@ FALLBACK_TESTS := tests/integration/test_nats_adapter.py tests/integration/test_
 # The releases between the oldest and the newest run, in make test, the part of those
 # that meets what differs between releases (MIDDLE_TESTS, MIDDLE_SELECT): the version
 # flags and read limits (test_compat), a driver killed mid-stream (the source), a driver
-# killed before Spark's commit (the sink), and foreachBatch's crash after the commit on
+# killed before Spark's commit (the sink), a first batch's checkpoint leftover (4.1 added
+# the check that refuses it), and foreachBatch's crash after the commit on
 # SQLite (which query a batch belongs to is read from Spark), on classic Spark; Connect
 # on 4.2 runs through the thin client's server (test-client). `make test-pysparks` runs
 # them the oldest's full set.
@@ -94,7 +95,8 @@ MIDDLE_SKIP := and not postgres
 # through the thin client.
 OLDEST_SKIP := and not (foreach_batch and (postgres or not crash_after_commit))
 MIDDLE_TESTS := tests/spark/test_compat.py tests/spark/test_source_kill.py \
-	tests/spark/test_sink_kill.py tests/spark/test_foreach_batch.py
+	tests/spark/test_sink_kill.py tests/spark/test_foreach_batch.py \
+	tests/spark/test_checkpoint_leftovers.py
 MIDDLE_SELECT := not connect and not fast and not atomic and not postgres \
 	and not (foreach_batch and not crash_after_commit)
 SPARK_RELEASE_TESTS := tests/spark/test_compat.py tests/spark/test_source_kill.py \
