@@ -21,8 +21,9 @@ meanwhile it is applied, and a replay of the letter applies its copy as well.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from .._headers import msg_id_key
 from .._message import Message
@@ -31,7 +32,7 @@ from ._applying import Applier, RegistryMoved
 from ._pinning import Superseded
 from ._replayed import REPLAY_FOR_KEY
 
-__all__ = ["LetterRecorder", "Publish"]
+__all__ = ["Claimed", "LetterRecorder", "Publish", "claiming"]
 
 log = logging.getLogger(__name__)
 
@@ -68,15 +69,9 @@ class LetterRecorder:
             return await publish(msg, seq, attempts, text)
         applier = self.applier
         key = msg_id_key(msg.raw_headers) if applier.ledger.key == "msg_id" else None
-        entry = LedgerEntry(self.stream, seq, key)
-        async with applier.lock:
-            tx = await applier.ledger.call(applier.ledger.begin, undo=_rollback)
-            try:
-                if applier.fence is not None:
-                    await applier.ledger.call(applier.fence, tx)
-                fresh = await applier.ledger.call(applier.claim, tx, [entry], [msg])
-                if not fresh[0]:  # settled meanwhile, or its msg id was (key="msg_id")
-                    await applier.ledger.call(tx.rollback)
+        try:
+            async with claiming(applier, LedgerEntry(self.stream, seq, key), msg) as claimed:
+                if not claimed.fresh:  # settled meanwhile, or its msg id was (key="msg_id")
                     log.info(
                         "%s seq %d: its ledger key is recorded already (applied or "
                         "dead-lettered by another instance, or another message with its "
@@ -85,19 +80,66 @@ class LetterRecorder:
                     )  # fmt: skip
                     return True
                 if not await publish(msg, seq, attempts, text):
-                    await applier.ledger.call(tx.rollback)
                     return False
-                await applier.ledger.call(tx.commit)
-            except (Superseded, RegistryMoved) as exc:
-                # A standby (the active instance settles it), or the registry row moved
-                # (the next batch's transaction deals with it): handed back.
-                await applier.ledger.call(tx.rollback)
-                log.info("%s seq %d not dead-lettered now: %s", self.stream, seq, exc)
-                return False
-            except BaseException:
-                tx.rollback()
-                raise
+                await claimed.commit()
+        except (Superseded, RegistryMoved) as exc:
+            # A standby (the active instance settles it), or the registry row moved
+            # (the next batch's transaction deals with it): handed back.
+            log.info("%s seq %d not dead-lettered now: %s", self.stream, seq, exc)
+            return False
         return True
+
+
+class Claimed:
+    """The transaction of :func:`claiming`: whether its key was ``fresh``, and its commit."""
+
+    def __init__(self, applier: Applier, tx: LedgerTx, *, fresh: bool) -> None:
+        self._applier = applier
+        self._tx = tx
+        #: The key was not recorded yet (False: applied or dead-lettered already).
+        self.fresh = fresh
+        self.committed = False
+
+    async def commit(self) -> None:
+        """Commit the claim (after the letter's PubAck)."""
+        await self._applier.ledger.call(self._tx.commit)
+        self.committed = True
+
+
+@contextlib.asynccontextmanager
+async def claiming(applier: Applier, entry: LedgerEntry, msg: Message) -> AsyncIterator[Claimed]:
+    """A dead letter's ledger transaction: under the applier's lock, begun, fenced, and
+    ``entry`` claimed; rolled back on the way out unless the body committed it.
+
+    Used by :class:`LetterRecorder` and by the settling of a message the server dropped
+    (:mod:`._maxdeliver`), which both record a key with its letter.
+
+    Raises:
+        Superseded: the fence refused (a standby); RegistryMoved: the registry row
+            moved. Either after the rollback.
+
+    Example::
+
+        async with claiming(applier, entry, msg) as claimed:
+            if claimed.fresh and await publish(msg, seq, attempts, text):
+                await claimed.commit()
+    """
+    async with applier.lock:
+        tx = await applier.ledger.call(applier.ledger.begin, undo=_rollback)
+        try:
+            if applier.fence is not None:
+                await applier.ledger.call(applier.fence, tx)
+            fresh = await applier.ledger.call(applier.claim, tx, [entry], [msg])
+            claimed = Claimed(applier, tx, fresh=fresh[0])
+            yield claimed
+            if not claimed.committed:
+                await applier.ledger.call(tx.rollback)
+        except (Superseded, RegistryMoved):
+            await applier.ledger.call(tx.rollback)
+            raise
+        except BaseException:
+            tx.rollback()
+            raise
 
 
 def _rollback(tx: LedgerTx) -> None:

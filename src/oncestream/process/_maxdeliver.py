@@ -42,10 +42,11 @@ from .._errors import MaxDeliverError, MessageNotFound, OncestreamError
 from .._headers import msg_id_key
 from .._message import Message
 from .._nats import FrameSubscription
-from ..ledger import LedgerEntry, LedgerTx
+from ..ledger import LedgerEntry
 from ..streams import ResetTarget, get_message, reset_consumer
 from ._applying import Applier, RegistryMoved
 from ._bound import BoundConsumer
+from ._deadrecord import claiming
 from ._options import ProcessorOptions, ProcessorStats
 from ._pinning import Superseded
 from ._replayed import replay_entry, replay_target
@@ -598,25 +599,14 @@ class DroppedMessages:
         Raises:
             RegistryMoved: the registry check in the transaction refused it.
         """
-        applier = self.applier
-        async with applier.lock:
-            tx = await applier.ledger.call(applier.ledger.begin, undo=_rollback)
-            try:
-                if applier.fence is not None:
-                    try:
-                        await applier.ledger.call(applier.fence, tx)
-                    except Superseded:  # a standby: the active instance settles it
-                        await applier.ledger.call(tx.rollback)
-                        return False
-                fresh = await applier.ledger.call(applier.claim, tx, [entry], [msg])
-                if not fresh[0] and forgot:  # finished by another instance of the consumer
-                    await applier.ledger.call(tx.rollback)
+        try:
+            async with claiming(self.applier, entry, msg) as claimed:
+                if not claimed.fresh and forgot:  # finished by another instance of it
                     log.debug("%s seq %d was applied by another instance", self.stream, seq)
                     return True
                 if forgot:
                     self._told_forgotten(seq, deliveries)
-                if not fresh[0]:
-                    await applier.ledger.call(tx.rollback)
+                if not claimed.fresh:
                     log.warning(
                         "%s seq %d: the server stopped delivering it %s, after it was applied "
                         "(its ack came too late): nothing lost",
@@ -624,7 +614,6 @@ class DroppedMessages:
                     )  # fmt: skip
                     return True
                 if not self.bound.dlq_subject:
-                    await applier.ledger.call(tx.rollback)
                     if forgot:
                         return None
                     self._lost(seq, deliveries)
@@ -639,11 +628,10 @@ class DroppedMessages:
                     )
                 # A replayed copy's key is the message's: recorded, the next replay of its
                 # letter (which names the message) would be suppressed, never applied.
-                own = entry.stream == self.stream
-                await applier.ledger.call(tx.commit if own else tx.rollback)
-            except BaseException:
-                tx.rollback()
-                raise
+                if entry.stream == self.stream:
+                    await claimed.commit()
+        except Superseded:  # a standby: the active instance settles it
+            return False
         return True
 
     def _lost(self, seq: int, deliveries: int) -> None:
@@ -680,7 +668,3 @@ class DroppedMessages:
                 seqs=tuple(seqs),
             )
         )
-
-
-def _rollback(tx: LedgerTx) -> None:
-    tx.rollback()
