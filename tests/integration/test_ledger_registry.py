@@ -336,3 +336,18 @@ async def test_an_idle_disjoint_neighbour_does_not_hold_pruning(
     us = await _run(conn, make(), lambda s: s.applied >= 5, consumer="us", filter_subject="pr.us")
     assert us.applied == 5 and us.suppressed == 0, us
     assert effects() == list(range(1, 26))
+
+
+def test_the_handed_back_record_outlives_the_instance(ledger_and_effects) -> None:  # type: ignore[no-untyped-def]
+    """docs/processing.md: what an instance handed back is read by the next one (per
+    stream and consumer; a finished message leaves the record)."""
+    make, _effects = ledger_and_effects
+    with make() as ledger:
+        assert ledger.handed_back("S", "c") == {}
+        ledger.record_handed_back("S", "c", {7: 1, 9: 2}, [])
+        ledger.record_handed_back("S", "d", {7: 5}, [])
+        ledger.record_handed_back("S", "c", {9: 3}, [7])
+    with make() as ledger:
+        assert ledger.handed_back("S", "c") == {9: 3}
+        assert ledger.handed_back("S", "d") == {7: 5}
+        assert ledger.handed_back("T", "c") == {}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from oncestream.process._handedback import HandedBack
+from oncestream import LedgerError
+from oncestream.process._handedback import HandedBack, HandedBackRecord
 
 
 def test_only_unfinished_messages_at_or_below_the_floor_are_forgotten() -> None:
@@ -48,3 +49,71 @@ def test_pruning_stays_below_a_forgotten_message_until_it_is_settled() -> None:
     assert held.lowest() == 12
     held.clear()
     assert (held.lowest(), len(held)) == (0, 0)
+
+
+def test_the_record_is_loaded_and_kept_in_step() -> None:
+    """Finding 32: the ledger's record of the handed-back list, read by the next instance."""
+    held = HandedBack()
+    assert not held.loaded
+    held.note(9, attempts=1)
+    held.load({7: 3, 9: 1})  # an earlier instance's 7; this one's 9 is kept as it is
+    assert held.loaded and held.lowest() == 7 and len(held) == 2
+    assert held.changes() == ({}, [])  # the record holds both already
+    held.note(12, attempts=2)
+    held.note(9, attempts=2)
+    assert held.changes() == ({9: 2, 12: 2}, [])
+    held.recorded({9: 2, 12: 2}, [])
+    assert held.forgotten(ack_floor=10, read_at=time.monotonic() + 1) == [(7, 3), (9, 2)]
+    assert held.changes() == ({}, [])  # being settled: stays recorded
+    held.finished([7, 12])
+    assert held.changes() == ({}, [7, 12])
+    held.recorded({}, [7, 12])
+    held.clear()  # demoted: the record stays for the next active instance
+    assert not held.loaded and held.changes() == ({}, [])
+
+
+async def test_the_record_is_kept_by_the_active_instance_only() -> None:
+    written: list[tuple[dict[int, int], list[int]]] = []
+    active = [False]
+    stored = {7: 3}
+
+    async def read() -> dict[int, int]:
+        return dict(stored)
+
+    async def write(noted: dict[int, int], finished: list[int]) -> None:
+        written.append((noted, finished))
+
+    held = HandedBack()
+    record = HandedBackRecord(read, write, lambda: active[0])
+    await record.sync(held)
+    assert not held.loaded and written == []  # a standby neither reads nor writes
+    active[0] = True
+    await record.sync(held)
+    assert held.loaded and held.lowest() == 7 and written == []
+    held.finished([7])
+    held.note(8, attempts=1)
+    await record.sync(held)
+    assert written == [({8: 1}, [7])]
+    await record.sync(held)
+    assert len(written) == 1  # nothing changed since
+
+
+async def test_a_failing_record_is_tried_again() -> None:
+    calls = 0
+
+    async def read() -> dict[int, int]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise LedgerError("database is locked")
+        return {}
+
+    async def write(noted: dict[int, int], finished: list[int]) -> None:
+        raise AssertionError("nothing to write")
+
+    held = HandedBack()
+    record = HandedBackRecord(read, write, lambda: True)
+    await record.sync(held)  # logged, not raised
+    assert not held.loaded
+    await record.sync(held)
+    assert held.loaded

@@ -46,6 +46,7 @@ from .._names import subject_matches, subjects_overlap
 from ._worker import LedgerWorker
 
 __all__ = [
+    "HANDED_BACK",
     "HORIZONS",
     "REGISTRY",
     "Horizon",
@@ -92,6 +93,11 @@ class Horizon(NamedTuple):
         """``filters`` as stored (sorted, space separated: subjects hold no spaces)."""
         return " ".join(sorted(set(filters)))
 
+
+#: Messages a Processor handed back (nak'ed after a failed attempt) and had not finished
+#: when it last recorded them, per (stream, consumer, seq), with the attempts so far: the
+#: instance that runs the consumer next reads them (docs/processing.md, "handed back").
+HANDED_BACK = "oncestream_handed_back"
 
 #: Who uses the ledger: per (stream, consumer), its filters, the stream's creation time
 #: and the consumer's last known ack floor.
@@ -425,6 +431,19 @@ class Ledger(abc.ABC):
     def record_floors(self, stream: str, floors: dict[str, int]) -> None:
         """Record the ack floors read from the server for registered consumers of ``stream``."""
         return None  # ledgers without a registry keep none
+
+    def handed_back(self, stream: str, consumer: str) -> dict[int, int]:
+        """The messages recorded as handed back by ``consumer`` of ``stream`` and not
+        finished: ``{seq: attempts}`` (outside any transaction). Ledgers without the
+        table keep none."""
+        return {}
+
+    def record_handed_back(
+        self, stream: str, consumer: str, noted: dict[int, int], finished: Sequence[int]
+    ) -> None:
+        """In one transaction of its own: record ``noted`` (``{seq: attempts}``) as handed
+        back by ``consumer`` of ``stream``, and forget ``finished``."""
+        return None  # ledgers without the table keep none
 
     def __enter__(self) -> Ledger:
         self.open()

@@ -14,6 +14,7 @@ from .._dsn import postgres_url
 from .._errors import ConfigError, LedgerError
 from .._private import redact_url, scrub, split_url, url_secrets
 from ._base import (
+    HANDED_BACK,
     HORIZONS,
     REGISTRY,
     Horizon,
@@ -47,6 +48,9 @@ _SCHEMA = (
     " stream TEXT NOT NULL, consumer TEXT NOT NULL, filters TEXT NOT NULL,"
     " stream_created TEXT NOT NULL, ack_floor BIGINT NOT NULL,"
     " registered_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (stream, consumer))",
+    f"CREATE TABLE IF NOT EXISTS {HANDED_BACK} ("
+    " stream TEXT NOT NULL, consumer TEXT NOT NULL, seq BIGINT NOT NULL,"
+    " attempts BIGINT NOT NULL, PRIMARY KEY (stream, consumer, seq))",
 )
 _REGISTRATIONS = (
     f"SELECT stream, consumer, filters, stream_created, ack_floor FROM {REGISTRY}"
@@ -497,6 +501,39 @@ class PostgresLedger(Ledger):
             con.commit()
 
         self._session("record the ack floors", work)
+
+    def handed_back(self, stream: str, consumer: str) -> dict[int, int]:
+        def work(con: Any) -> dict[int, int]:
+            with con.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT seq, attempts FROM {HANDED_BACK} WHERE stream = %s AND consumer = %s",
+                    (stream, consumer),
+                )
+                return {int(seq): int(attempts) for seq, attempts in cursor.fetchall()}
+
+        return self._session("read the handed-back messages", work)
+
+    def record_handed_back(
+        self, stream: str, consumer: str, noted: dict[int, int], finished: Sequence[int]
+    ) -> None:
+        def work(con: Any) -> None:
+            with con.cursor() as cursor:
+                if noted:
+                    cursor.executemany(
+                        f"INSERT INTO {HANDED_BACK} (stream, consumer, seq, attempts)"
+                        " VALUES (%s, %s, %s, %s) ON CONFLICT (stream, consumer, seq)"
+                        " DO UPDATE SET attempts = EXCLUDED.attempts",
+                        [(stream, consumer, seq, n) for seq, n in noted.items()],
+                    )
+                if finished:
+                    cursor.executemany(
+                        f"DELETE FROM {HANDED_BACK}"
+                        " WHERE stream = %s AND consumer = %s AND seq = %s",
+                        [(stream, consumer, seq) for seq in finished],
+                    )
+            con.commit()
+
+        self._session("record the handed-back messages", work)
 
     def prune(
         self,

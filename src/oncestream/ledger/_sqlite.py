@@ -14,6 +14,7 @@ import orjson
 
 from .._errors import ConfigError, LedgerError, LedgerUnusable
 from ._base import (
+    HANDED_BACK,
     HORIZONS,
     REGISTRY,
     Horizon,
@@ -65,6 +66,9 @@ _SCHEMA = (
     " stream TEXT NOT NULL, consumer TEXT NOT NULL, filters TEXT NOT NULL,"
     " stream_created TEXT NOT NULL, ack_floor INTEGER NOT NULL, registered_at REAL NOT NULL,"
     " PRIMARY KEY (stream, consumer)) WITHOUT ROWID",
+    f"CREATE TABLE IF NOT EXISTS {HANDED_BACK} ("
+    " stream TEXT NOT NULL, consumer TEXT NOT NULL, seq INTEGER NOT NULL,"
+    " attempts INTEGER NOT NULL, PRIMARY KEY (stream, consumer, seq)) WITHOUT ROWID",
 )
 _MIGRATE = (
     f"CREATE TABLE IF NOT EXISTS {OLD_TABLE} ("
@@ -538,6 +542,41 @@ class SQLiteLedger(Ledger):
             )
         except sqlite3.Error as exc:
             raise self.failure("record the ack floors", exc) from exc
+
+    def handed_back(self, stream: str, consumer: str) -> dict[int, int]:
+        try:
+            rows = self.connection.execute(
+                f"SELECT seq, attempts FROM {HANDED_BACK} WHERE stream = ? AND consumer = ?",
+                (stream, consumer),
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise self.failure("read the handed-back messages", exc) from exc
+        return {int(seq): int(attempts) for seq, attempts in rows}
+
+    def record_handed_back(
+        self, stream: str, consumer: str, noted: dict[int, int], finished: Sequence[int]
+    ) -> None:
+        con = self.connection
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                con.executemany(
+                    f"INSERT INTO {HANDED_BACK} (stream, consumer, seq, attempts)"
+                    " VALUES (?, ?, ?, ?) ON CONFLICT (stream, consumer, seq)"
+                    " DO UPDATE SET attempts = excluded.attempts",
+                    [(stream, consumer, seq, n) for seq, n in noted.items()],
+                )
+                con.executemany(
+                    f"DELETE FROM {HANDED_BACK} WHERE stream = ? AND consumer = ? AND seq = ?",
+                    [(stream, consumer, seq) for seq in finished],
+                )
+                con.execute("COMMIT")
+            except BaseException:
+                if con.in_transaction:
+                    con.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise self.failure("record the handed-back messages", exc) from exc
 
     def prune(
         self,

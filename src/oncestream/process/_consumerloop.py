@@ -52,7 +52,7 @@ from ._acking import Acknowledger
 from ._applying import Applier, BatchHandler, Handler
 from ._bound import BoundConsumer
 from ._deadrecord import LetterRecorder
-from ._handedback import HandedBack, watch_forgotten
+from ._handedback import HandedBack, HandedBackRecord, watch_forgotten
 from ._ledgercalls import LedgerCalls
 from ._maxdeliver import DeliveryLimit, DroppedMessages
 from ._options import ProcessorOptions, ProcessorStats
@@ -152,6 +152,8 @@ class ConsumerLoop:
         self._fatal: OncestreamError | None = None
         #: Built once the consumer is bound (:meth:`run`).
         self._parts: _Parts | None = None
+        #: The ledger's record of what this instance handed back (None: bind, or not begun).
+        self._record: HandedBackRecord | None = None
 
     # -- what the owner reads -------------------------------------------------------
 
@@ -293,8 +295,14 @@ class ConsumerLoop:
         await drops.subscribe()  # before the first pull: no drop goes unseen
         self._tasks.append(asyncio.create_task(drops.watch()))
         if not opts.bind:  # bind reads no consumer info: a forgotten nak goes unseen
+            self._record = self._handed_back_record(pins)
             forgotten = watch_forgotten(
-                conn, self.stream, self.consumer, acks.held, drops.forgotten
+                conn,
+                self.stream,
+                self.consumer,
+                acks.held,
+                drops.forgotten,
+                self._record,
             )
             self._tasks.append(asyncio.create_task(forgotten))
         # Ack policy all resets the consumer itself (AckAllOwner.start).
@@ -468,6 +476,20 @@ class ConsumerLoop:
         await reanchor(parts.bound, self.conn, self._pulls, pins.frontier, parts.acks,
                        self.stats, stopping=self.stopping, pin=pins.active_pin)  # fmt: skip
 
+    def _handed_back_record(self, pins: PinnedGroup | None) -> HandedBackRecord:
+        """The ledger's record of what the active instance handed back (_handedback)."""
+        calls, ledger, stream, consumer = self.calls, self.calls.ledger, self.stream, self.consumer
+
+        async def read() -> dict[int, int]:
+            recorded: dict[int, int] = await calls.db(ledger.handed_back, stream, consumer)
+            return recorded
+
+        async def write(noted: dict[int, int], finished: list[int]) -> None:
+            await calls.db(ledger.record_handed_back, stream, consumer, noted, finished)
+
+        active = functools.partial(_is_active, pins) if pins is not None else _always
+        return HandedBackRecord(read, write, active)
+
     async def _prune_loop(self, parts: _Parts) -> None:
         conn, opts = self.conn, self.options
         while True:
@@ -482,6 +504,8 @@ class ConsumerLoop:
                     return  # the filter edited to overlap a neighbour
                 if parts.pins is not None and not _is_active(parts.pins):
                     continue  # the active instance prunes: only it knows what it handed back
+                if not parts.acks.held.loaded:
+                    continue  # what an earlier instance handed back is not read yet
                 floor = int(info.get("ack_floor", {}).get("stream_seq", 0))
                 up_to = self._floors.prunable(floor, time.monotonic(), filters)
                 # Never over a message handed back and not finished: if the server forgot
@@ -513,6 +537,8 @@ class ConsumerLoop:
         if parts is not None:
             self.conn.remove_reconnect_listener(parts.acks.unsent.reconnected)
             await parts.acks.drain()
+            if self._record is not None:  # the next instance finds this one's naks
+                await self._record.sync(parts.acks.held)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -541,3 +567,7 @@ class ConsumerLoop:
 
 def _is_active(pins: PinnedGroup) -> bool:
     return pins.active_pin is not None
+
+
+def _always() -> bool:
+    return True

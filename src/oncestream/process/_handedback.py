@@ -17,9 +17,13 @@ consumer's ack floor, and a horizon over a forgotten message would make its sett
 find it "applied" and finish it without a letter (the campaign of 2026-11-30, trials
 44, 59 and 81: docs/guarantees.md, finding 31).
 
-Only what this run handed back is known: a message a killed instance nak'ed and the
-server then forgot is not found (nor is one with ``bind=True``, which reads no
-consumer info).
+The list is recorded in the ledger (table ``oncestream_handed_back``, written every
+:data:`FORGOTTEN_CHECK` seconds by :class:`HandedBackRecord`), and the instance that
+runs the consumer next (a restart, a standby's takeover) reads it before it prunes:
+a message an instance nak'ed, that the server then forgot while that instance was
+killed, stopped or demoted, is still found (the campaign of 2026-11-30, trial 36:
+docs/guarantees.md, finding 32). Not found: one nak'ed in the last seconds before a
+kill (not recorded yet), and any with ``bind=True``, which reads no consumer info.
 """
 
 from __future__ import annotations
@@ -27,12 +31,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from .._connection import Connection
 from .._errors import OncestreamError
 
-__all__ = ["FORGOTTEN_CHECK", "HandedBack", "watch_forgotten"]
+__all__ = ["FORGOTTEN_CHECK", "HandedBack", "HandedBackRecord", "watch_forgotten"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,10 @@ class HandedBack:
         self._held: dict[int, tuple[int, float]] = {}
         #: Forgotten by the server and being settled: still not finished.
         self._settling: set[int] = set()
+        #: What the ledger holds of this list, as far as this instance knows: ``{seq: attempts}``.
+        self._recorded: dict[int, int] = {}
+        #: The ledger's record was read (see :meth:`load`): pruning waits for it.
+        self.loaded = False
 
     def __len__(self) -> int:
         return len(self._held) + len(self._settling)
@@ -79,9 +87,42 @@ class HandedBack:
         return min((*self._held, *self._settling), default=0)
 
     def clear(self) -> None:
-        """Forget every one (this instance stopped being the active one)."""
+        """Forget every one (this instance stopped being the active one): the ledger's
+        record stays for the next active instance, which reads it again."""
         self._held.clear()
         self._settling.clear()
+        self._recorded.clear()
+        self.loaded = False
+
+    def load(self, recorded: dict[int, int]) -> None:
+        """Take the ledger's record (``{seq: attempts}``, written by an earlier instance
+        or this one) as handed back, as of now; those finished since are settled as
+        found applied or dead-lettered."""
+        now = time.monotonic()
+        for seq, attempts in recorded.items():
+            if seq not in self._held and seq not in self._settling:
+                self._held[seq] = (attempts, now)
+        self._recorded.update(recorded)
+        self.loaded = True
+
+    def changes(self) -> tuple[dict[int, int], list[int]]:
+        """What the ledger's record lacks (``{seq: attempts}``) and what it holds that is
+        finished (sequences): written by :meth:`HandedBackRecord.sync`, then
+        :meth:`recorded`."""
+        recorded = self._recorded
+        noted = {
+            seq: attempts
+            for seq, (attempts, _since) in self._held.items()
+            if recorded.get(seq) != attempts
+        }
+        finished = [seq for seq in recorded if seq not in self._held and seq not in self._settling]
+        return noted, finished
+
+    def recorded(self, noted: dict[int, int], finished: Iterable[int]) -> None:
+        """The ledger now holds ``noted`` and no longer ``finished``."""
+        self._recorded.update(noted)
+        for seq in finished:
+            self._recorded.pop(seq, None)
 
     def forgotten(self, ack_floor: int, read_at: float) -> list[tuple[int, int]]:
         """The handed-back messages the server took as acknowledged: at or below
@@ -100,17 +141,62 @@ class HandedBack:
         return gone
 
 
+class HandedBackRecord:
+    """The ledger's record of a :class:`HandedBack` list, kept by the active instance.
+
+    Args:
+        read: reads the record (``Ledger.handed_back`` of the stream and consumer).
+        write: writes ``(noted, finished)`` (``Ledger.record_handed_back``).
+        active: whether this instance applies now (a pinned standby neither reads nor
+            writes: the active instance owns the record).
+
+    Example::
+
+        record = HandedBackRecord(read, write, lambda: True)
+        await record.sync(held)   # read once, then write what changed
+    """
+
+    def __init__(
+        self,
+        read: Callable[[], Awaitable[dict[int, int]]],
+        write: Callable[[dict[int, int], list[int]], Awaitable[None]],
+        active: Callable[[], bool],
+    ) -> None:
+        self._read = read
+        self._write = write
+        self._active = active
+
+    async def sync(self, held: HandedBack) -> None:
+        """Read the record into ``held`` if it was not yet, then write what changed (best
+        effort: a ledger that fails now is tried next time, logged at debug)."""
+        if not self._active():
+            return
+        try:
+            if not held.loaded:
+                held.load(await self._read())
+            noted, finished = held.changes()
+            if noted or finished:
+                await self._write(noted, finished)
+                held.recorded(noted, finished)
+        except (OncestreamError, OSError) as exc:
+            log.debug("handed-back messages not recorded now: %s", exc)
+
+
 async def watch_forgotten(
     conn: Connection,
     stream: str,
     consumer: str,
     held: HandedBack,
     forgotten: Callable[[int, int], None],
+    record: HandedBackRecord | None = None,
 ) -> None:
-    """Run until cancelled: while messages are handed back, read the consumer's ack
-    floor every :data:`FORGOTTEN_CHECK` seconds and call ``forgotten(seq, attempts)``
-    for each one it passed (best effort: a read that fails is tried next time)."""
+    """Run until cancelled: keep ``record`` (read at once, then written every
+    :data:`FORGOTTEN_CHECK` seconds) and, while messages are handed back, read the
+    consumer's ack floor as often and call ``forgotten(seq, attempts)`` for each one it
+    passed (best effort: a read that fails is tried next time)."""
     while True:
+        if record is not None:
+            await record.sync(held)
         await asyncio.sleep(FORGOTTEN_CHECK)
         if not held:
             continue
