@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 from pathlib import Path
 from typing import Any
 
-from oncestream import ConnectOptions, Processor, ProcessorOptions, SQLiteLedger
+import oncestream.process._handedback as handedback
+from oncestream import ConnectOptions, OperationTimeout, Processor, ProcessorOptions, SQLiteLedger
 from oncestream.streams import ResetTarget, reset_consumer
 from tests.integration._cli import cli, cli_json, publish, with_conn
 
@@ -166,3 +168,61 @@ def test_consumer_edit(nats_server) -> None:  # type: ignore[no-untyped-def]
         json.loads(cli(url, "consumer", "info", "E", "c", "--json").stdout)["config"]["max_deliver"]
         == 8
     )
+
+
+def _run_failing_7(url: str, db: Path, until: Any, watch: float = 0.0) -> Any:
+    """A Processor that fails seq 7 (a 60 s backoff, no dead-letter stream) until stopped;
+    with ``watch``, it runs that long more unless it finds a forgotten message first."""
+
+    def handle(msg: Any, tx: Any) -> None:
+        if msg.metadata.stream_seq == 7:
+            raise ValueError("poison")
+        tx.execute("CREATE TABLE IF NOT EXISTS effects (id INTEGER NOT NULL)")
+        tx.execute("INSERT INTO effects (id) VALUES (?)", (int(msg.data),))
+
+    async def main() -> Any:
+        processor = Processor(
+            ConnectOptions(servers=(url,)), "P", "billing", handle,
+            ledger=SQLiteLedger(str(db)), options=ProcessorOptions(batch=10, backoff=(60.0,)),
+        )  # fmt: skip
+        task = asyncio.create_task(processor.run())
+        await processor.wait_until(until, 30)
+        if watch:  # several checks of the handed-back record (FORGOTTEN_CHECK patched)
+            with contextlib.suppress(OperationTimeout):
+                await processor.wait_until(lambda s: s.forgotten > 0, watch)
+        await processor.stop()
+        return await task
+
+    return asyncio.run(main())
+
+
+def test_a_reset_forward_with_the_ledger_skips_a_handed_back_message(
+    nats_server, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """docs/processing.md: a failed message the Processor handed back and a reset forward
+    skips on purpose is dropped from the ledger's record with --ledger (the next run
+    skips it); without, the next run would take it as forgotten by the server."""
+    monkeypatch.setattr(handedback, "FORGOTTEN_CHECK", 0.2)
+    url, db = nats_server.url, tmp_path / "effects.db"
+    cli_json(url, "stream", "add", "P", "--subjects", "p.>")
+    publish(url, "p.x", [b"%d" % i for i in range(1, 11)])
+    first = _run_failing_7(url, db, lambda s: s.failed >= 1 and s.applied >= 9)
+    assert (first.applied, first.failed) == (9, 1)
+    with SQLiteLedger(str(db)) as ledger:
+        assert ledger.handed_back("P", "billing") == {7: 1}
+    planned = cli_json(
+        url, "consumer", "reset", "P", "billing", "--to-seq", "8", "--ledger", str(db), "--dry-run"
+    )
+    assert planned["handed_back_skipped"] == [7]
+    with SQLiteLedger(str(db)) as ledger:
+        assert ledger.handed_back("P", "billing") == {7: 1}  # a dry run changes nothing
+    done = cli(
+        url, "consumer", "reset", "P", "billing", "--to-seq", "8", "--ledger", str(db), "--force"
+    )
+    assert done.exit_code == 0, done.output
+    assert "handed back seq 7" in done.output and "skips them" in done.output
+    with SQLiteLedger(str(db)) as ledger:
+        assert ledger.handed_back("P", "billing") == {}
+    publish(url, "p.x", [b"11"])
+    again = _run_failing_7(url, db, lambda s: s.applied >= 1, watch=1.5)
+    assert (again.applied, again.failed, again.forgotten, again.exhausted) == (1, 0, 0, 0)

@@ -9,7 +9,7 @@ import typer
 from .._connection import connect
 from .._errors import ConfigError
 from .._options import ConnectOptions, parse_time
-from ..ledger import Horizon
+from ..ledger import Horizon, ledger_from_url
 from ..ledger._internal import read_horizons
 from ..streams import ConsumerReset, ResetTarget, reset_consumer
 from ._app import cli_errors, console, err_console, run_async
@@ -57,7 +57,36 @@ def _pruned_note(stream: str, name: str, span: tuple[int, int]) -> str:
     )
 
 
-def _as_json(done: ConsumerReset, pruned: tuple[int, int] | None = None) -> dict[str, Any]:
+def _handed_back_below(url: str, stream: str, name: str, seq: int, *, drop: bool) -> list[int]:
+    """The messages the ledger records as handed back by the Processor (nak'ed after a
+    failed attempt) below ``seq``; with ``drop``, removed from the record. A reset forward
+    past them is a deliberate skip: left in the record, the next run would take them as
+    dropped by the server and dead-letter them (or, without a dead-letter stream, move
+    the consumer back to them)."""
+    with ledger_from_url(url) as ledger:
+        below = sorted(s for s in ledger.handed_back(stream, name) if s < seq)
+        if drop and below:
+            ledger.record_handed_back(stream, name, {}, below)
+    return below
+
+
+def _skipped_note(stream: str, name: str, seqs: list[int], *, dry_run: bool) -> str:
+    shown = ", ".join(map(str, seqs[:10])) + (
+        f" and {len(seqs) - 10} more" if len(seqs) > 10 else ""
+    )
+    verb = "would be" if dry_run else "were"
+    return (
+        f"the Processor of {stream}/{name} had handed back seq {shown} (failed, waiting for "
+        f"a redelivery): they {verb} dropped from the ledger's record, so its next run "
+        "skips them (without the reset's --ledger it would dead-letter them)"
+    )
+
+
+def _as_json(
+    done: ConsumerReset,
+    pruned: tuple[int, int] | None = None,
+    skipped: list[int] | None = None,
+) -> dict[str, Any]:
     return {
         "stream": done.stream,
         "consumer": done.consumer,
@@ -69,6 +98,7 @@ def _as_json(done: ConsumerReset, pruned: tuple[int, int] | None = None) -> dict
         "before": _state(done.before),
         "after": _state(done.after),
         "ledger_pruned": list(pruned) if pruned else None,
+        "handed_back_skipped": skipped,
     }
 
 
@@ -107,7 +137,8 @@ def reset_command(
             "--ledger",
             metavar="URL",
             help="The Processor's ledger: say which of the messages delivered again it has "
-            "pruned (they count as done: acked, not applied again).",
+            "pruned (they count as done: acked, not applied again), and drop the failed "
+            "messages it handed back that a reset forward skips from its record.",
         ),
     ] = None,
     as_json: Json = False,
@@ -125,7 +156,10 @@ def reset_command(
     --to-seq past the stream's end is clamped to the end (last sequence + 1) and
     says so, as Kafka's reset does. With --ledger it also says which of them the
     ledger has pruned: those count as done too (its prune horizon), even one that
-    was never applied.
+    was never applied; and the failed messages the Processor handed back that the
+    reset skips are dropped from the ledger's record of them, so that its next run
+    skips them too (without --ledger it takes them as dropped by the server and
+    dead-letters them).
     """
     given = [
         flag
@@ -157,8 +191,15 @@ def reset_command(
     if pruned and not as_json:
         err_console.print(f"note: {_pruned_note(stream, name, pruned)}", markup=False)
     if dry_run:
+        skipped = (
+            _handed_back_below(ledger, stream, name, planned.seq, drop=False) if ledger else None
+        )
+        if skipped and not as_json:
+            err_console.print(
+                f"note: {_skipped_note(stream, name, skipped, dry_run=True)}", markup=False
+            )
         if as_json:
-            print_json(_as_json(planned, pruned))
+            print_json(_as_json(planned, pruned, skipped))
             return
         state = _state(planned.before)
         console.print(
@@ -184,8 +225,13 @@ def reset_command(
             return await reset_consumer(conn, stream, name, target)
 
     done = run_async(main())
+    skipped = _handed_back_below(ledger, stream, name, done.seq, drop=True) if ledger else None
+    if skipped and not as_json:
+        err_console.print(
+            f"note: {_skipped_note(stream, name, skipped, dry_run=False)}", markup=False
+        )
     if as_json:
-        print_json(_as_json(done, pruned))
+        print_json(_as_json(done, pruned, skipped))
         return
     after = _state(done.after)
     console.print(
