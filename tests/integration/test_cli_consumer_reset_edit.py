@@ -9,8 +9,19 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import psycopg
+import pytest
+
 import oncestream.process._handedback as handedback
-from oncestream import ConnectOptions, OperationTimeout, Processor, ProcessorOptions, SQLiteLedger
+from oncestream import (
+    ConnectOptions,
+    OperationTimeout,
+    PostgresLedger,
+    Processor,
+    ProcessorOptions,
+    SQLiteLedger,
+)
+from oncestream.ledger._internal import read_handed_back
 from oncestream.streams import ResetTarget, reset_consumer
 from tests.integration._cli import cli, cli_json, publish, with_conn
 
@@ -170,9 +181,13 @@ def test_consumer_edit(nats_server) -> None:  # type: ignore[no-untyped-def]
     )
 
 
-def _run_failing_7(url: str, db: Path, until: Any, watch: float = 0.0) -> Any:
+def _run_failing_7(
+    url: str, db: Path, until: Any, watch: float = 0.0, record: list[int] | None = None
+) -> Any:
     """A Processor that fails seq 7 (a 60 s backoff, no dead-letter stream) until stopped;
-    with ``watch``, it runs that long more unless it finds a forgotten message first."""
+    with ``record``, it stops once the ledger's record of handed-back messages is that
+    (bounded); with ``watch``, it runs that long more unless it finds a forgotten
+    message first."""
 
     def handle(msg: Any, tx: Any) -> None:
         if msg.metadata.stream_seq == 7:
@@ -187,6 +202,10 @@ def _run_failing_7(url: str, db: Path, until: Any, watch: float = 0.0) -> Any:
         )  # fmt: skip
         task = asyncio.create_task(processor.run())
         await processor.wait_until(until, 30)
+        for _ in range(100 if record is not None else 0):  # written in the background
+            if read_handed_back(str(db), "P", "billing") == record:
+                break
+            await asyncio.sleep(0.05)
         if watch:  # several checks of the handed-back record (FORGOTTEN_CHECK patched)
             with contextlib.suppress(OperationTimeout):
                 await processor.wait_until(lambda s: s.forgotten > 0, watch)
@@ -203,26 +222,85 @@ def test_a_reset_forward_with_the_ledger_skips_a_handed_back_message(
     skips on purpose is dropped from the ledger's record with --ledger (the next run
     skips it); without, the next run would take it as forgotten by the server."""
     monkeypatch.setattr(handedback, "FORGOTTEN_CHECK", 0.2)
+    monkeypatch.setattr(handedback, "RECORD_INTERVAL", 0.2)
     url, db = nats_server.url, tmp_path / "effects.db"
     cli_json(url, "stream", "add", "P", "--subjects", "p.>")
     publish(url, "p.x", [b"%d" % i for i in range(1, 11)])
-    first = _run_failing_7(url, db, lambda s: s.failed >= 1 and s.applied >= 9)
+    first = _run_failing_7(url, db, lambda s: s.failed >= 1 and s.applied >= 9, record=[7])
     assert (first.applied, first.failed) == (9, 1)
-    with SQLiteLedger(str(db)) as ledger:
-        assert ledger.handed_back("P", "billing") == {7: 1}
+    assert read_handed_back(str(db), "P", "billing") == [7]
+    tables = _tables(db)
     planned = cli_json(
         url, "consumer", "reset", "P", "billing", "--to-seq", "8", "--ledger", str(db), "--dry-run"
     )
     assert planned["handed_back_skipped"] == [7]
-    with SQLiteLedger(str(db)) as ledger:
-        assert ledger.handed_back("P", "billing") == {7: 1}  # a dry run changes nothing
+    assert read_handed_back(str(db), "P", "billing") == [7]  # a dry run changes nothing
+    assert _tables(db) == tables
     done = cli(
         url, "consumer", "reset", "P", "billing", "--to-seq", "8", "--ledger", str(db), "--force"
     )
     assert done.exit_code == 0, done.output
     assert "handed back seq 7" in done.output and "skips them" in done.output
-    with SQLiteLedger(str(db)) as ledger:
-        assert ledger.handed_back("P", "billing") == {}
+    assert read_handed_back(str(db), "P", "billing") == []
     publish(url, "p.x", [b"11"])
     again = _run_failing_7(url, db, lambda s: s.applied >= 1, watch=1.5)
     assert (again.applied, again.failed, again.forgotten, again.exhausted) == (1, 0, 0, 0)
+
+
+def _tables(db: Path) -> list[str]:
+    con = sqlite3.connect(db)
+    try:
+        return sorted(r[0] for r in con.execute("SELECT name FROM sqlite_master"))
+    finally:
+        con.close()
+
+
+def test_a_consumer_created_again_does_not_inherit_the_record(
+    nats_server, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """docs/processing.md: the record belongs to the consumer's life. A consumer deleted and
+    created again under its name (here with deliver policy new, which the server never
+    resets to an old sequence) starts with none: before, the old seq 7 was taken as
+    forgotten, the move back to it was refused and every run failed."""
+    monkeypatch.setattr(handedback, "FORGOTTEN_CHECK", 0.2)
+    monkeypatch.setattr(handedback, "RECORD_INTERVAL", 0.2)
+    url, db = nats_server.url, tmp_path / "effects.db"
+    cli_json(url, "stream", "add", "P", "--subjects", "p.>")
+    publish(url, "p.x", [b"%d" % i for i in range(1, 11)])
+    _run_failing_7(url, db, lambda s: s.failed >= 1 and s.applied >= 9, record=[7])
+    assert cli(url, "consumer", "rm", "P", "billing", "--force").exit_code == 0
+    cli_json(url, "consumer", "add", "P", "billing", "--deliver", "new")
+    publish(url, "p.x", [b"11"])
+    again = _run_failing_7(url, db, lambda s: s.applied >= 1, watch=1.5)
+    assert (again.applied, again.forgotten, again.exhausted) == (1, 0, 0)
+
+
+@pytest.mark.postgres
+def test_a_reset_whose_ledger_role_may_not_drop_changes_nothing(
+    nats_server, postgres_server, postgres_url, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """A role that may only read the ledger: the dry run reads (creates nothing), the reset
+    that would skip a recorded handed-back message fails (exit 1) before it moves the
+    consumer, saying what to do, and never prints the password."""
+    url = nats_server.url
+    cli_json(url, "stream", "add", "P", "--subjects", "p.>")
+    publish(url, "p.x", [b"%d" % i for i in range(1, 11)])
+    with PostgresLedger(postgres_url) as ledger:
+        ledger.record_handed_back("P", "billing", "life", {3: 1}, [])
+    cli_json(url, "consumer", "add", "P", "billing")
+    role = postgres_server.password_role("reader", "Sup3rSecretPw")
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("GRANT USAGE ON SCHEMA public TO reader")
+        admin.execute("GRANT SELECT ON ALL TABLES IN SCHEMA public TO reader")
+    reader = role.replace("reader@", "reader:Sup3rSecretPw@").rsplit("/", 1)[0]
+    reader += "/" + postgres_url.rsplit("/", 1)[1]
+    args = ("consumer", "reset", "P", "billing", "--to-seq", "5", "--ledger", reader, "--force")
+    planned = cli_json(url, *args, "--dry-run")
+    assert planned["handed_back_skipped"] == [3]
+    refused = cli(url, *args)
+    text = refused.output + refused.stderr
+    assert refused.exit_code == 1, text
+    assert "The reset was not made" in text and "permission denied" in text
+    assert "Sup3rSecretPw" not in text
+    assert int(cli_json(url, "consumer", "info", "P", "billing")["num_pending"]) == 10
+    assert read_handed_back(postgres_url, "P", "billing") == [3]

@@ -340,14 +340,21 @@ async def test_an_idle_disjoint_neighbour_does_not_hold_pruning(
 
 def test_the_handed_back_record_outlives_the_instance(ledger_and_effects) -> None:  # type: ignore[no-untyped-def]
     """docs/processing.md: what an instance handed back is read by the next one (per
-    stream and consumer; a finished message leaves the record)."""
+    stream, consumer and the consumer's life; a finished message leaves the record)."""
     make, _effects = ledger_and_effects
     with make() as ledger:
-        assert ledger.handed_back("S", "c") == {}
-        ledger.record_handed_back("S", "c", {7: 1, 9: 2}, [])
-        ledger.record_handed_back("S", "d", {7: 5}, [])
-        ledger.record_handed_back("S", "c", {9: 3}, [7])
+        assert ledger.handed_back("S", "c", "L1") == {}
+        ledger.record_handed_back("S", "c", "L1", {7: 1, 9: 2}, [])
+        ledger.record_handed_back("S", "d", "L1", {7: 5}, [])
+        ledger.record_handed_back("S", "c", "L1", {9: 3}, [7])
     with make() as ledger:
-        assert ledger.handed_back("S", "c") == {9: 3}
-        assert ledger.handed_back("S", "d") == {7: 5}
-        assert ledger.handed_back("T", "c") == {}
+        assert ledger.handed_back("S", "c", "L1") == {9: 3}
+        assert ledger.handed_back("S", "d", "L1") == {7: 5}
+        assert ledger.handed_back("T", "c", "L1") == {}
+        # The consumer deleted and created again: its old life's rows are not read, and
+        # go with the new life's first write.
+        assert ledger.handed_back("S", "c", "L2") == {}
+        ledger.record_handed_back("S", "c", "L2", {4: 1}, [])
+        assert ledger.handed_back("S", "c", "L1") == {}
+        assert ledger.handed_back("S", "c", "L2") == {4: 1}
+        assert ledger.handed_back("S", "d", "L1") == {7: 5}

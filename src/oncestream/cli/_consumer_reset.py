@@ -7,10 +7,10 @@ from typing import Annotated, Any
 import typer
 
 from .._connection import connect
-from .._errors import ConfigError
+from .._errors import ConfigError, LedgerError
 from .._options import ConnectOptions, parse_time
-from ..ledger import Horizon, ledger_from_url
-from ..ledger._internal import read_horizons
+from ..ledger import Horizon
+from ..ledger._internal import drop_handed_back, read_handed_back, read_horizons
 from ..streams import ConsumerReset, ResetTarget, reset_consumer
 from ._app import cli_errors, console, err_console, run_async
 from ._connect_flags import with_connect_options
@@ -57,17 +57,12 @@ def _pruned_note(stream: str, name: str, span: tuple[int, int]) -> str:
     )
 
 
-def _handed_back_below(url: str, stream: str, name: str, seq: int, *, drop: bool) -> list[int]:
+def _handed_back_below(url: str, stream: str, name: str, seq: int) -> list[int]:
     """The messages the ledger records as handed back by the Processor (nak'ed after a
-    failed attempt) below ``seq``; with ``drop``, removed from the record. A reset forward
-    past them is a deliberate skip: left in the record, the next run would take them as
-    dropped by the server and dead-letter them (or, without a dead-letter stream, move
-    the consumer back to them)."""
-    with ledger_from_url(url) as ledger:
-        below = sorted(s for s in ledger.handed_back(stream, name) if s < seq)
-        if drop and below:
-            ledger.record_handed_back(stream, name, {}, below)
-    return below
+    failed attempt) below ``seq`` (read-only). A reset forward past them is a deliberate
+    skip: left in the record, the next run would take them as dropped by the server and
+    dead-letter them (or, without a dead-letter stream, move the consumer back to them)."""
+    return [s for s in read_handed_back(url, stream, name) if s < seq]
 
 
 def _skipped_note(stream: str, name: str, seqs: list[int], *, dry_run: bool) -> str:
@@ -191,9 +186,7 @@ def reset_command(
     if pruned and not as_json:
         err_console.print(f"note: {_pruned_note(stream, name, pruned)}", markup=False)
     if dry_run:
-        skipped = (
-            _handed_back_below(ledger, stream, name, planned.seq, drop=False) if ledger else None
-        )
+        skipped = _handed_back_below(ledger, stream, name, planned.seq) if ledger else None
         if skipped and not as_json:
             err_console.print(
                 f"note: {_skipped_note(stream, name, skipped, dry_run=True)}", markup=False
@@ -224,8 +217,21 @@ def reset_command(
             # The target again: --to-end / --to-time move with the stream meanwhile.
             return await reset_consumer(conn, stream, name, target)
 
+    skipped = None
+    if ledger:
+        # Dropped before the reset: a failure then changes nothing, and a message left
+        # out of the record while the server still holds it is just delivered again.
+        skipped = _handed_back_below(ledger, stream, name, planned.seq)
+        try:
+            drop_handed_back(ledger, stream, name, skipped)
+        except LedgerError as exc:
+            raise LedgerError(
+                f"{exc}. The reset was not made: the Processor had handed back seq "
+                f"{', '.join(map(str, skipped[:10]))} below the target, which the reset skips; "
+                "give --ledger a role that may delete from oncestream_handed_back, or reset "
+                "without --ledger (the Processor's next run then dead-letters them)"
+            ) from exc
     done = run_async(main())
-    skipped = _handed_back_below(ledger, stream, name, done.seq, drop=True) if ledger else None
     if skipped and not as_json:
         err_console.print(
             f"note: {_skipped_note(stream, name, skipped, dry_run=False)}", markup=False

@@ -432,17 +432,24 @@ class Ledger(abc.ABC):
         """Record the ack floors read from the server for registered consumers of ``stream``."""
         return None  # ledgers without a registry keep none
 
-    def handed_back(self, stream: str, consumer: str) -> dict[int, int]:
+    def handed_back(self, stream: str, consumer: str, life: str) -> dict[int, int]:
         """The messages recorded as handed back by ``consumer`` of ``stream`` and not
-        finished: ``{seq: attempts}`` (outside any transaction). Ledgers without the
-        table keep none."""
+        finished: ``{seq: attempts}`` (outside any transaction), of the consumer's
+        ``life`` only (its creation time: a consumer deleted and created again under its
+        name starts with none). Ledgers without the table keep none."""
         return {}
 
     def record_handed_back(
-        self, stream: str, consumer: str, noted: dict[int, int], finished: Sequence[int]
+        self,
+        stream: str,
+        consumer: str,
+        life: str,
+        noted: dict[int, int],
+        finished: Sequence[int],
     ) -> None:
         """In one transaction of its own: record ``noted`` (``{seq: attempts}``) as handed
-        back by ``consumer`` of ``stream``, and forget ``finished``."""
+        back by ``consumer`` of ``stream`` in its ``life``, forget ``finished``, and the
+        rows of the consumer's other lives."""
         return None  # ledgers without the table keep none
 
     def __enter__(self) -> Ledger:

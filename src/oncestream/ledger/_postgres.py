@@ -50,7 +50,7 @@ _SCHEMA = (
     " registered_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (stream, consumer))",
     f"CREATE TABLE IF NOT EXISTS {HANDED_BACK} ("
     " stream TEXT NOT NULL, consumer TEXT NOT NULL, seq BIGINT NOT NULL,"
-    " attempts BIGINT NOT NULL, PRIMARY KEY (stream, consumer, seq))",
+    " life TEXT NOT NULL, attempts BIGINT NOT NULL, PRIMARY KEY (stream, consumer, seq))",
 )
 _REGISTRATIONS = (
     f"SELECT stream, consumer, filters, stream_created, ack_floor FROM {REGISTRY}"
@@ -502,28 +502,38 @@ class PostgresLedger(Ledger):
 
         self._session("record the ack floors", work)
 
-    def handed_back(self, stream: str, consumer: str) -> dict[int, int]:
+    def handed_back(self, stream: str, consumer: str, life: str) -> dict[int, int]:
         def work(con: Any) -> dict[int, int]:
             with con.cursor() as cursor:
                 cursor.execute(
-                    f"SELECT seq, attempts FROM {HANDED_BACK} WHERE stream = %s AND consumer = %s",
-                    (stream, consumer),
+                    f"SELECT seq, attempts FROM {HANDED_BACK}"
+                    " WHERE stream = %s AND consumer = %s AND life = %s",
+                    (stream, consumer, life),
                 )
                 return {int(seq): int(attempts) for seq, attempts in cursor.fetchall()}
 
         return self._session("read the handed-back messages", work)
 
     def record_handed_back(
-        self, stream: str, consumer: str, noted: dict[int, int], finished: Sequence[int]
+        self,
+        stream: str,
+        consumer: str,
+        life: str,
+        noted: dict[int, int],
+        finished: Sequence[int],
     ) -> None:
         def work(con: Any) -> None:
             with con.cursor() as cursor:
+                cursor.execute(
+                    f"DELETE FROM {HANDED_BACK} WHERE stream = %s AND consumer = %s AND life <> %s",
+                    (stream, consumer, life),
+                )
                 if noted:
                     cursor.executemany(
-                        f"INSERT INTO {HANDED_BACK} (stream, consumer, seq, attempts)"
-                        " VALUES (%s, %s, %s, %s) ON CONFLICT (stream, consumer, seq)"
-                        " DO UPDATE SET attempts = EXCLUDED.attempts",
-                        [(stream, consumer, seq, n) for seq, n in noted.items()],
+                        f"INSERT INTO {HANDED_BACK} (stream, consumer, seq, life, attempts)"
+                        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (stream, consumer, seq)"
+                        " DO UPDATE SET attempts = EXCLUDED.attempts, life = EXCLUDED.life",
+                        [(stream, consumer, seq, life, n) for seq, n in noted.items()],
                     )
                 if finished:
                     cursor.executemany(

@@ -68,7 +68,8 @@ _SCHEMA = (
     " PRIMARY KEY (stream, consumer)) WITHOUT ROWID",
     f"CREATE TABLE IF NOT EXISTS {HANDED_BACK} ("
     " stream TEXT NOT NULL, consumer TEXT NOT NULL, seq INTEGER NOT NULL,"
-    " attempts INTEGER NOT NULL, PRIMARY KEY (stream, consumer, seq)) WITHOUT ROWID",
+    " life TEXT NOT NULL, attempts INTEGER NOT NULL, PRIMARY KEY (stream, consumer, seq))"
+    " WITHOUT ROWID",
 )
 _MIGRATE = (
     f"CREATE TABLE IF NOT EXISTS {OLD_TABLE} ("
@@ -543,28 +544,38 @@ class SQLiteLedger(Ledger):
         except sqlite3.Error as exc:
             raise self.failure("record the ack floors", exc) from exc
 
-    def handed_back(self, stream: str, consumer: str) -> dict[int, int]:
+    def handed_back(self, stream: str, consumer: str, life: str) -> dict[int, int]:
         try:
             rows = self.connection.execute(
-                f"SELECT seq, attempts FROM {HANDED_BACK} WHERE stream = ? AND consumer = ?",
-                (stream, consumer),
+                f"SELECT seq, attempts FROM {HANDED_BACK}"
+                " WHERE stream = ? AND consumer = ? AND life = ?",
+                (stream, consumer, life),
             ).fetchall()
         except sqlite3.Error as exc:
             raise self.failure("read the handed-back messages", exc) from exc
         return {int(seq): int(attempts) for seq, attempts in rows}
 
     def record_handed_back(
-        self, stream: str, consumer: str, noted: dict[int, int], finished: Sequence[int]
+        self,
+        stream: str,
+        consumer: str,
+        life: str,
+        noted: dict[int, int],
+        finished: Sequence[int],
     ) -> None:
         con = self.connection
         try:
             con.execute("BEGIN IMMEDIATE")
             try:
+                con.execute(
+                    f"DELETE FROM {HANDED_BACK} WHERE stream = ? AND consumer = ? AND life <> ?",
+                    (stream, consumer, life),
+                )
                 con.executemany(
-                    f"INSERT INTO {HANDED_BACK} (stream, consumer, seq, attempts)"
-                    " VALUES (?, ?, ?, ?) ON CONFLICT (stream, consumer, seq)"
-                    " DO UPDATE SET attempts = excluded.attempts",
-                    [(stream, consumer, seq, n) for seq, n in noted.items()],
+                    f"INSERT INTO {HANDED_BACK} (stream, consumer, seq, life, attempts)"
+                    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (stream, consumer, seq)"
+                    " DO UPDATE SET attempts = excluded.attempts, life = excluded.life",
+                    [(stream, consumer, seq, life, n) for seq, n in noted.items()],
                 )
                 con.executemany(
                     f"DELETE FROM {HANDED_BACK} WHERE stream = ? AND consumer = ? AND seq = ?",

@@ -152,8 +152,6 @@ class ConsumerLoop:
         self._fatal: OncestreamError | None = None
         #: Built once the consumer is bound (:meth:`run`).
         self._parts: _Parts | None = None
-        #: The ledger's record of what this instance handed back (None: bind, or not begun).
-        self._record: HandedBackRecord | None = None
 
     # -- what the owner reads -------------------------------------------------------
 
@@ -295,14 +293,13 @@ class ConsumerLoop:
         await drops.subscribe()  # before the first pull: no drop goes unseen
         self._tasks.append(asyncio.create_task(drops.watch()))
         if not opts.bind:  # bind reads no consumer info: a forgotten nak goes unseen
-            self._record = self._handed_back_record(pins)
             forgotten = watch_forgotten(
                 conn,
                 self.stream,
                 self.consumer,
                 acks.held,
                 drops.forgotten,
-                self._record,
+                self._handed_back_record(pins),
             )
             self._tasks.append(asyncio.create_task(forgotten))
         # Ack policy all resets the consumer itself (AckAllOwner.start).
@@ -477,15 +474,21 @@ class ConsumerLoop:
                        self.stats, stopping=self.stopping, pin=pins.active_pin)  # fmt: skip
 
     def _handed_back_record(self, pins: PinnedGroup | None) -> HandedBackRecord:
-        """The ledger's record of what the active instance handed back (_handedback)."""
-        calls, ledger, stream, consumer = self.calls, self.calls.ledger, self.stream, self.consumer
+        """The ledger's record of what the active instance handed back (_handedback), of
+        the consumer's present life (its creation time: one deleted and created again
+        under its name starts with an empty record)."""
+        conn, calls, ledger = self.conn, self.calls, self.calls.ledger
+        stream, consumer = self.stream, self.consumer
+        life = ""
 
         async def read() -> dict[int, int]:
-            recorded: dict[int, int] = await calls.db(ledger.handed_back, stream, consumer)
+            nonlocal life
+            life = str((await conn.consumer_info(stream, consumer)).get("created") or "")
+            recorded: dict[int, int] = await calls.db(ledger.handed_back, stream, consumer, life)
             return recorded
 
         async def write(noted: dict[int, int], finished: list[int]) -> None:
-            await calls.db(ledger.record_handed_back, stream, consumer, noted, finished)
+            await calls.db(ledger.record_handed_back, stream, consumer, life, noted, finished)
 
         active = functools.partial(_is_active, pins) if pins is not None else _always
         return HandedBackRecord(read, write, active)
@@ -537,8 +540,6 @@ class ConsumerLoop:
         if parts is not None:
             self.conn.remove_reconnect_listener(parts.acks.unsent.reconnected)
             await parts.acks.drain()
-            if self._record is not None:  # the next instance finds this one's naks
-                await self._record.sync(parts.acks.held)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

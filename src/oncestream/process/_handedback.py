@@ -17,13 +17,14 @@ consumer's ack floor, and a horizon over a forgotten message would make its sett
 find it "applied" and finish it without a letter (the campaign of 2026-11-30, trials
 44, 59 and 81: docs/guarantees.md, finding 31).
 
-The list is recorded in the ledger (table ``oncestream_handed_back``, written every
-:data:`FORGOTTEN_CHECK` seconds by :class:`HandedBackRecord`), and the instance that
+The list is recorded in the ledger (table ``oncestream_handed_back``, written within
+:data:`RECORD_INTERVAL` of a change by :class:`HandedBackRecord`), and the instance that
 runs the consumer next (a restart, a standby's takeover) reads it before it prunes:
 a message an instance nak'ed, that the server then forgot while that instance was
 killed, stopped or demoted, is still found (the campaign of 2026-11-30, trial 36:
-docs/guarantees.md, finding 32). Not found: one nak'ed in the last seconds before a
-kill (not recorded yet), and any with ``bind=True``, which reads no consumer info.
+docs/guarantees.md, finding 32). Not found: one nak'ed within that second before a
+stop or a kill (not recorded yet; a stop does not wait for the ledger, which may be
+what hangs), and any with ``bind=True``, which reads no consumer info.
 """
 
 from __future__ import annotations
@@ -36,12 +37,22 @@ from collections.abc import Awaitable, Callable, Iterable
 from .._connection import Connection
 from .._errors import OncestreamError
 
-__all__ = ["FORGOTTEN_CHECK", "HandedBack", "HandedBackRecord", "watch_forgotten"]
+__all__ = [
+    "FORGOTTEN_CHECK",
+    "RECORD_INTERVAL",
+    "HandedBack",
+    "HandedBackRecord",
+    "watch_forgotten",
+]
 
 log = logging.getLogger(__name__)
 
 #: Seconds between two reads of the consumer's ack floor while messages are handed back.
 FORGOTTEN_CHECK = 5.0
+
+#: Seconds at most between a change of the handed-back list and its record in the ledger
+#: (one small transaction per round with a change: a poison flood costs one a second).
+RECORD_INTERVAL = 1.0
 
 
 class HandedBack:
@@ -190,16 +201,20 @@ async def watch_forgotten(
     forgotten: Callable[[int, int], None],
     record: HandedBackRecord | None = None,
 ) -> None:
-    """Run until cancelled: keep ``record`` (read at once, then written every
-    :data:`FORGOTTEN_CHECK` seconds) and, while messages are handed back, read the
-    consumer's ack floor as often and call ``forgotten(seq, attempts)`` for each one it
-    passed (best effort: a read that fails is tried next time)."""
+    """Run until cancelled: keep ``record`` (read at once, then written within
+    :data:`RECORD_INTERVAL` of a change) and, while messages are handed back, read the
+    consumer's ack floor every :data:`FORGOTTEN_CHECK` seconds and call
+    ``forgotten(seq, attempts)`` for each one it passed (best effort: a read that fails
+    is tried next time)."""
+    checked = time.monotonic()
     while True:
         if record is not None:
             await record.sync(held)
-        await asyncio.sleep(FORGOTTEN_CHECK)
-        if not held:
+        tick = FORGOTTEN_CHECK if record is None else min(RECORD_INTERVAL, FORGOTTEN_CHECK)
+        await asyncio.sleep(tick)
+        if not held or time.monotonic() - checked < FORGOTTEN_CHECK - 0.01:
             continue
+        checked = time.monotonic()
         read_at = time.monotonic()
         try:
             info = await conn.consumer_info(stream, consumer)
