@@ -12,7 +12,7 @@ from .._dsn import parse_dsn
 from .._errors import LedgerError
 from .._private import redact_url, scrub
 from ._base import HANDED_BACK
-from ._readonly import read_applied_count
+from ._readonly import read_rows
 
 __all__ = ["drop_handed_back", "read_handed_back"]
 
@@ -26,34 +26,8 @@ def read_handed_back(url: str, stream: str, consumer: str) -> list[int]:
         ConfigError: no ledger there (no such file, or not a ledger), or a bad URL.
         LedgerError: the database could not be reached or read.
     """
-    read_applied_count(url, stream)  # the same checks: a ledger, readable, at that URL
     query = f"SELECT seq FROM {HANDED_BACK} WHERE stream = {{p}} AND consumer = {{p}} ORDER BY seq"
-    dsn = parse_dsn(url, "--ledger")
-    if dsn.kind == "sqlite":
-        assert dsn.path is not None
-        try:
-            con = sqlite3.connect(f"file:{quote(os.path.abspath(dsn.path))}?mode=ro", uri=True)
-            try:
-                rows = con.execute(query.format(p="?"), (stream, consumer)).fetchall()
-            finally:
-                con.close()
-        except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc):
-                return []
-            raise LedgerError(f"cannot read the ledger {dsn.path}: {exc}") from exc
-        return [int(seq) for (seq,) in rows]
-    import psycopg
-
-    try:
-        with psycopg.connect(dsn.url, autocommit=True, connect_timeout=5) as pg:
-            pg.execute("SET default_transaction_read_only = on")
-            rows = pg.execute(query.format(p="%s"), (stream, consumer)).fetchall()
-    except psycopg.errors.UndefinedTable:
-        return []
-    except psycopg.Error as exc:
-        reason = scrub(" ".join(str(exc).split()), dsn.secrets())
-        raise LedgerError(f"cannot read the ledger {redact_url(url.strip())}: {reason}") from None
-    return [int(seq) for (seq,) in rows]
+    return [int(seq) for (seq,) in read_rows(url, stream, query, (stream, consumer))]
 
 
 def drop_handed_back(url: str, stream: str, consumer: str, seqs: Sequence[int]) -> None:

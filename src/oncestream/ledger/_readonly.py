@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from typing import Any
 from urllib.parse import quote
 
 from .._dsn import parse_dsn
@@ -12,7 +13,7 @@ from .._private import redact_url, scrub
 from ._base import HORIZONS, Horizon
 from ._sqlite import OLD_TABLE, RUNS, write_problem
 
-__all__ = ["check_ledger_target", "read_applied_count", "read_horizons"]
+__all__ = ["check_ledger_target", "read_applied_count", "read_horizons", "read_rows"]
 
 #: The stream's own rows and its replayed dead letters' (their keys are
 #: ``<stream>.replay.<consumer>...``: no stream's name has a dot, so no other stream's).
@@ -101,35 +102,50 @@ def read_horizons(url: str, stream: str, consumer: str) -> list[Horizon]:
         ConfigError: no ledger there (no such file, or not a ledger), or a bad URL.
         LedgerError: the database could not be reached or read.
     """
+    query = (
+        f"SELECT first_seq, last_seq, filters FROM {HORIZONS}"
+        " WHERE stream = {p} AND consumer = {p}"
+    )
+    rows = read_rows(url, stream, query, (stream, consumer))
+    return [Horizon(int(first), int(last), tuple(filters.split())) for first, last, filters in rows]
+
+
+def read_rows(
+    url: str, stream: str, query: str, params: tuple[object, ...]
+) -> list[tuple[Any, ...]]:
+    """The rows of ``query`` (``{p}`` for each placeholder) on the ledger at ``url``,
+    opened read-only once :func:`read_applied_count` found a ledger of ``stream`` there;
+    none when the query's table does not exist (a ledger written before it).
+
+    Raises:
+        ConfigError: no ledger there (no such file, or not a ledger), or a bad URL.
+        LedgerError: the database could not be reached or read.
+    """
     read_applied_count(url, stream)  # the same checks: a ledger, readable, at that URL
     dsn = parse_dsn(url, "--ledger")
-    shown = redact_url(url.strip())
-    query = f"SELECT first_seq, last_seq, filters FROM {HORIZONS} WHERE stream = "
     if dsn.kind == "sqlite":
         assert dsn.path is not None
         try:
             con = sqlite3.connect(f"file:{quote(os.path.abspath(dsn.path))}?mode=ro", uri=True)
             try:
-                rows = con.execute(query + "? AND consumer = ?", (stream, consumer)).fetchall()
+                return list(con.execute(query.format(p="?"), params).fetchall())
             finally:
                 con.close()
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
                 return []
             raise LedgerError(f"cannot read the ledger {dsn.path}: {exc}") from exc
-    else:
-        import psycopg
+    import psycopg
 
-        try:
-            with psycopg.connect(dsn.url, autocommit=True, connect_timeout=5) as pg:
-                pg.execute("SET default_transaction_read_only = on")
-                rows = pg.execute(query + "%s AND consumer = %s", (stream, consumer)).fetchall()
-        except psycopg.errors.UndefinedTable:
-            return []
-        except psycopg.Error as exc:
-            reason = scrub(" ".join(str(exc).split()), dsn.secrets())
-            raise LedgerError(f"cannot read the ledger {shown}: {reason}") from None
-    return [Horizon(int(first), int(last), tuple(filters.split())) for first, last, filters in rows]
+    try:
+        with psycopg.connect(dsn.url, autocommit=True, connect_timeout=5) as pg:
+            pg.execute("SET default_transaction_read_only = on")
+            return list(pg.execute(query.format(p="%s"), params).fetchall())
+    except psycopg.errors.UndefinedTable:
+        return []
+    except psycopg.Error as exc:
+        reason = scrub(" ".join(str(exc).split()), dsn.secrets())
+        raise LedgerError(f"cannot read the ledger {redact_url(url.strip())}: {reason}") from None
 
 
 def check_ledger_target(url: str) -> None:
