@@ -6,7 +6,7 @@ import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -507,8 +507,7 @@ class SQLiteLedger(Ledger):
     def register(self, mine: Registration, check: Callable[[list[Registration]], None]) -> None:
         con = self.connection
         try:
-            con.execute("BEGIN IMMEDIATE")
-            try:
+            with _immediate(con):
                 check(_registrations(con, mine.stream))
                 con.execute(
                     _REGISTER,
@@ -521,11 +520,6 @@ class SQLiteLedger(Ledger):
                         time.time(),
                     ),
                 )
-                con.execute("COMMIT")
-            except BaseException:
-                if con.in_transaction:
-                    con.execute("ROLLBACK")
-                raise
         except sqlite3.Error as exc:
             raise self.failure("register the consumer", exc) from exc
 
@@ -565,8 +559,7 @@ class SQLiteLedger(Ledger):
     ) -> None:
         con = self.connection
         try:
-            con.execute("BEGIN IMMEDIATE")
-            try:
+            with _immediate(con):
                 con.execute(
                     f"DELETE FROM {HANDED_BACK} WHERE stream = ? AND consumer = ? AND life <> ?",
                     (stream, consumer, life),
@@ -581,11 +574,6 @@ class SQLiteLedger(Ledger):
                     f"DELETE FROM {HANDED_BACK} WHERE stream = ? AND consumer = ? AND seq = ?",
                     [(stream, consumer, seq) for seq in finished],
                 )
-                con.execute("COMMIT")
-            except BaseException:
-                if con.in_transaction:
-                    con.execute("ROLLBACK")
-                raise
         except sqlite3.Error as exc:
             raise self.failure("record the handed-back messages", exc) from exc
 
@@ -671,3 +659,17 @@ def write_problem(path: str) -> str | None:
             f"{os.path.basename(path)}-wal and -shm files beside the ledger"
         )
     return None
+
+
+@contextlib.contextmanager
+def _immediate(con: sqlite3.Connection) -> Iterator[None]:
+    """A write transaction of its own (``BEGIN IMMEDIATE``): committed at the end, rolled
+    back on any exception (the commit's own included)."""
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        con.execute("COMMIT")
+    except BaseException:
+        if con.in_transaction:
+            con.execute("ROLLBACK")
+        raise
