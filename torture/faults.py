@@ -128,6 +128,11 @@ class Outcome:
     touched: bool = True
 
 
+#: The start of a skip reason for a fault whose target an earlier fault took for good, in a
+#: trial that reports the loss as a measured limit: counted apart, not as a skip.
+NOT_APPLICABLE = "not applicable:"
+
+
 def not_yet(why: str) -> Outcome:
     return Outcome(False, why=why, retry=True, touched=False)
 

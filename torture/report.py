@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .checker import load_history, violations
+from .faults import NOT_APPLICABLE
 from .nemesis import fault_menu
 from .spark import KINDS as SPARK_KINDS
 
@@ -117,20 +118,35 @@ def landing(results: list[dict[str, Any]], by_target: bool = False) -> dict[str,
 
     landed = Counter(k for r in results for f in r["faults"] if (k := key(f)))
     reasons: dict[str, Counter[str]] = {}
+    # A fault whose target an earlier fault took for good (a membership change after the
+    # stream was lost) cannot land: apart, only where the trial reports that loss as a
+    # measured limit (checker.allowed_loss); anywhere else it is a skip like any other.
+    moot: Counter[str] = Counter()
     for r in results:
         for s in r.get("skipped", ()):
-            if k := key(s):
+            if not (k := key(s)):
+                continue
+            if r.get("limit") and s["why"].startswith(NOT_APPLICABLE):
+                moot[k] += 1
+            else:
                 reasons.setdefault(k, Counter())[_reason(s["why"])] += 1
     out = {}
-    for kind in sorted(landed.keys() | reasons.keys()):
+    for kind in sorted(landed.keys() | reasons.keys() | moot.keys()):
         skipped = sum(reasons.get(kind, Counter()).values())
+        tried = landed[kind] + skipped
         out[kind] = {
             "landed": landed[kind],
             "skipped": skipped,
-            "landed_pct": round(100.0 * landed[kind] / (landed[kind] + skipped), 1),
+            # None: never tried (each one not applicable), so no share to give.
+            "landed_pct": round(100.0 * landed[kind] / tried, 1) if tried else None,
             "reasons": dict(reasons.get(kind, Counter()).most_common()),
+            "not_applicable": moot[kind],
         }
     return out
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else str(share)
 
 
 def _reason(why: str) -> str:
@@ -144,7 +160,7 @@ def landing_warnings(per_kind: dict[str, dict[str, Any]]) -> list[str]:
         f"attempts (< {LANDING_MIN:.0%})"
         for k, row in per_kind.items()
         if row["landed"] + row["skipped"] >= LANDING_MIN_TRIES
-        and row["landed_pct"] < LANDING_MIN * 100
+        and (row["landed_pct"] or 0.0) < LANDING_MIN * 100
     ]
 
 
@@ -338,10 +354,16 @@ def _markdown(summary: dict[str, Any], results: list[dict[str, Any]], plots: lis
         "answer across a cut, packets through the shaping classes both ways, ENOSPC); "
         "one that did not is *skipped*, with the reason, and not counted as injected.",
         "",
-        "| fault kind | landed | skipped | landed % | why skipped |",
-        "|---|---|---|---|---|",
+        "A fault whose target an earlier fault took for good, in a trial that reports the "
+        "loss as a measured limit (a membership change after a power loss under the "
+        "default sync took the stream), is *not applicable*: counted apart, not in the "
+        "landed share.",
+        "",
+        "| fault kind | landed | skipped | landed % | not applicable | why skipped |",
+        "|---|---|---|---|---|---|",
         *[
-            f"| {k} | {row['landed']} | {row['skipped']} | {row['landed_pct']} | "
+            f"| {k} | {row['landed']} | {row['skipped']} | {_pct(row['landed_pct'])} | "
+            f"{row.get('not_applicable', 0)} | "
             + "; ".join(f"{why} ({n})" for why, n in row["reasons"].items())
             + " |"
             for k, row in summary["landing"].items()

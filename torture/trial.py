@@ -44,7 +44,7 @@ from . import postgres as pgpart
 from . import spark as sparkpart
 from . import storefaults
 from .checker import database_of
-from .faults import Outcome, fill, not_yet
+from .faults import NOT_APPLICABLE, Outcome, fill, not_yet
 from .nemesis import (
     CONSUMER_RESET,
     PROCESSORS,
@@ -142,6 +142,13 @@ LOST_PAGE_CACHE = storefaults.CRASH_KINDS
 GONE_AFTER = 15.0
 #: Seconds of "not found" that confirm, at the final read, a stream the drain took for gone.
 GONE_CONFIRM = 1.0
+#: Why a membership change did not start in a trial whose stream a lost page cache took
+#: (:meth:`Trial.stream_gone`): the report counts it apart, as not applicable, in a trial
+#: reporting that loss as a measured limit (:func:`torture.report.landing`).
+STREAM_LOST = (
+    f"{NOT_APPLICABLE} the stream is gone (an OS crash under the default sync took it: "
+    "a measured limit)"
+)
 
 
 def leader_count(info: dict[str, Any]) -> int:
@@ -550,6 +557,9 @@ class Trial:
         cluster = await topo.stream_cluster()
         peers = topo.peers_of(cluster)
         if len(peers) < 3 or victim not in peers:
+            await self.message_count(topo.producer_target(), STREAM)  # notes a "not found"
+            if self.stream_gone(STREAM):  # no stream left to change the peers of
+                return Outcome(False, why=STREAM_LOST, retry=False, touched=False)
             return not_yet(f"stream peers {peers}: {victim} is not one of three")
         down = [n for n in peers if topo.servers[n].pid is None]
         if down:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from torture.checker import check, expected_keys, violations
 from torture.report import landing, landing_warnings, summarize
+from torture.trial import STREAM_LOST
 
 KEYS = ["pub-0", "pub-1", "pub-2", "sess-0", "sess-1"]
 
@@ -203,6 +204,7 @@ def test_the_report_counts_landed_and_skipped_faults_per_kind_with_reasons() -> 
         "skipped": 1,
         "landed_pct": 66.7,
         "reasons": {"the producer had finished its input": 1},
+        "not_applicable": 0,
     }
     assert per["partition"]["landed"] == 0 and per["partition"]["landed_pct"] == 0.0
     summary = summarize([result], seed=7)
@@ -217,6 +219,7 @@ def test_the_report_counts_landed_and_skipped_faults_per_kind_with_reasons() -> 
         "skipped": 1,
         "landed_pct": 0.0,
         "reasons": {"the producer had finished its input": 1},
+        "not_applicable": 0,
     }
     assert summary["landing_workers"]["kill:pub"]["landed"] == 1
     assert "partition:s1" not in summary["landing_workers"]
@@ -224,6 +227,31 @@ def test_the_report_counts_landed_and_skipped_faults_per_kind_with_reasons() -> 
     broken = check(_history(KEYS), _state(**_stored({k: 1 for k in KEYS if k != "pub-0"})))
     broken["wall_s"] = 1.0
     assert summarize([result, broken], seed=7)["violations"] == {"lost": 1, "unstored": 1}
+
+
+def test_a_membership_change_after_the_stream_was_lost_is_apart_only_in_a_limit_trial() -> None:
+    """A membership change that found no stream (an OS crash under the default sync took
+    it) is not applicable where the trial reports that loss as a measured limit, and a
+    plain skip anywhere else: the landed share cannot be bought with the reason alone."""
+    lost = {"kind": "membership", "target": "c2", "skipped": True, "why": STREAM_LOST}
+    landed = {"kind": "membership", "target": "c3", "resolved": "c3"}
+    limited = {"faults": [landed], "skipped": [lost], "limit": "sync_interval default"}
+    counted = {"faults": [landed], "skipped": [lost], "limit": None}
+    assert landing([limited])["membership"] == {
+        "landed": 1,
+        "skipped": 0,
+        "landed_pct": 100.0,
+        "reasons": {},
+        "not_applicable": 1,
+    }
+    assert landing([counted])["membership"]["landed_pct"] == 50.0
+    assert landing([counted])["membership"]["not_applicable"] == 0
+    only = landing([{"faults": [], "skipped": [lost], "limit": "x"}])["membership"]
+    assert only["landed"] == only["skipped"] == 0 and only["not_applicable"] == 1
+    assert only["landed_pct"] is None
+    assert landing_warnings(landing([counted] * 5)) == [
+        "fault kind membership landed 50.0 % of 10 attempts (< 90%)"
+    ]
 
 
 def test_a_kind_landing_in_fewer_than_90_percent_of_its_attempts_is_warned() -> None:
