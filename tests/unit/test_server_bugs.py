@@ -55,6 +55,11 @@ def _fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
             ["2.12.13", "2.12.15", "2.14.3", "2.14.5", "2.15.1"],
         ),
         ("sync-blocks-pending-writes", ["2.12.0", "2.12.2"], ["2.11.12", "2.12.3", "2.14.0"]),
+        (
+            "rejected-consumer-create-deletes-state",
+            ["2.10.0", "2.11.9", "2.12.0", "2.12.15", "2.14.0", "2.14.5"],
+            ["2.9.25", "2.15.0", "2.15.1"],
+        ),
     ],
 )
 def test_which_releases_have_each_bug(key: str, affected: list[str], clean: list[str]) -> None:
@@ -85,14 +90,22 @@ def test_the_fix_names_each_release_line() -> None:
 def test_scope_clustered_and_replicated() -> None:
     keys = lambda **kw: [b.key for b in known_bugs((2, 14, 0), **kw)]  # noqa: E731
     # Unknown deployment: what may apply (doctor) vs what does (start-up checks).
-    assert keys() == ["dedupe-leader-change", "atomic-eob-max-size"]
-    assert keys(assume=False) == ["atomic-eob-max-size"]
-    assert keys(cluster=True, replicas=1) == ["atomic-eob-max-size"]
-    assert keys(cluster=False, replicas=3) == ["dedupe-leader-change", "atomic-eob-max-size"]
+    rejected = "rejected-consumer-create-deletes-state"
+    assert keys() == ["dedupe-leader-change", "atomic-eob-max-size", rejected]
+    assert keys(assume=False) == ["atomic-eob-max-size", rejected]
+    assert keys(cluster=True, replicas=1) == ["atomic-eob-max-size", rejected]
+    assert keys(cluster=False, replicas=3) == [
+        "dedupe-leader-change",
+        "atomic-eob-max-size",
+        rejected,
+    ]
     created = lambda **kw: [b.key for b in known_bugs((2, 12, 14), **kw)]  # noqa: E731
-    assert created(cluster=False) == []
-    assert created(cluster=True, replicas=1) == ["idempotent-create-created"]
-    assert created(cluster=None, replicas=3, assume=False) == ["idempotent-create-created"]
+    assert created(cluster=False) == [rejected]
+    assert created(cluster=True, replicas=1) == ["idempotent-create-created", rejected]
+    assert created(cluster=None, replicas=3, assume=False) == [
+        "idempotent-create-created",
+        rejected,
+    ]
     assert known_bugs((2, 15, 1)) == []
 
 

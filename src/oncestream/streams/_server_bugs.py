@@ -180,6 +180,34 @@ SERVER_BUGS: tuple[ServerBug, ...] = (
         uses=("publish", "create"),
         reference="https://github.com/nats-io/nats-server/pull/7594",
     ),
+    ServerBug(
+        key="rejected-consumer-create-deletes-state",
+        # addConsumerWithAssignmentAndMode (server/consumer.go) ran its name-exists check
+        # after ConsumerStore() had opened the existing durable's folder, and the rejected
+        # create's teardown (deleteWithoutAdvisory) removed it: v2.10.0 ... v2.12.15 and
+        # v2.14.0 ... v2.14.5 (the newest tags read); fixed on main for 2.15.0 (1787eee,
+        # #8491). Every API create names the consumer in its config (jsConsumerCreateRequest
+        # sets Config.Name; processClusterCreateConsumer passes the assignment's config), so
+        # the early exists-check, under the same stream lock, answers a second create
+        # first: the fix's own test calls the function with a name apart from the config.
+        affected=(((2, 10, 0), (2, 12, 15)), ((2, 14, 0), (2, 14, 5))),
+        fixed=((2, 15, 0),),
+        breaks=(
+            "a consumer create that is rejected because a durable of that name exists can "
+            "delete the existing consumer's state on disk when it reaches the server's late "
+            "name check: after the next restart that consumer is gone or starts again from "
+            "its first message"
+        ),
+        touches=(
+            "nothing: every create through the JetStream API (oncestream's, the CLI's) names "
+            "the consumer in its config, so the server's early check, under the same lock, "
+            "refuses or returns the existing consumer before the deleting path"
+        ),
+        scope="any",
+        severity="none",
+        uses=(),
+        reference="https://github.com/nats-io/nats-server/pull/8491",
+    ),
 )
 
 
