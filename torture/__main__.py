@@ -46,6 +46,10 @@ from .trial import SABOTAGE, Trial, planned_faults
 
 RESULTS = Path(__file__).resolve().parent / "results"
 EXIT_HARNESS, EXIT_INTERRUPTED = 2, 130
+#: Seconds a trial may run before the harness takes it for hung: cancelled (its clean-up
+#: runs), then reported as the harness's failure in that trial. The longest trial of the
+#: a7bda06 campaign took 375 s (a Spark trial whose streams a power loss took).
+TRIAL_DEADLINE = 1200.0
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -398,10 +402,14 @@ def _run(
                 result = check(history, state)
             except KeyboardInterrupt:
                 raise
-            except Exception as exc:  # the harness failed in this trial: a reported failure
+            except (Exception, SystemExit) as exc:  # the harness failed in this trial
                 result = harness_failure(plan, out, exc)
             result["wall_s"] = round(time.monotonic() - started, 1)
             results.append(result)
+            # Each verdict is on disk as soon as it is known: a harness killed outright
+            # (SIGKILL, out of memory) loses no trial that ended.
+            with (out / "results.jsonl").open("a") as done:
+                done.write(json.dumps(result) + "\n")
             print(json.dumps(_trial_line(plan, result)), flush=True)
     finally:
         if template is not None:
@@ -437,8 +445,22 @@ def _trial(
         stack_faults=plan["stack_faults"],
     )
     assert trial.faults == plan["faults"]
-    state = asyncio.run(trial.run())
+    state = asyncio.run(_bounded(trial.run(), TRIAL_DEADLINE, i))
     return state, load_history(trial.history)
+
+
+async def _bounded(run: Any, deadline: float, index: int) -> dict[str, Any]:
+    """``run`` awaited for ``deadline`` s at most; a hung trial is cancelled (its clean-up
+    runs) and raises :class:`TrialHung`, which the caller reports as a harness failure."""
+    try:
+        async with asyncio.timeout(deadline):  # no task of its own: a ^C reaches the trial
+            return dict(await run)
+    except TimeoutError as exc:
+        raise TrialHung(f"trial {index} ran past its {deadline:g} s deadline") from exc
+
+
+class TrialHung(RuntimeError):
+    """A trial ran past :data:`TRIAL_DEADLINE`."""
 
 
 def harness_failure(plan: dict[str, Any], out: Path, exc: BaseException) -> dict[str, Any]:

@@ -315,12 +315,47 @@ def write(
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     summary = summarize(results, seed, run_id, fault_kinds, extra)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    shutil.copyfile(out / "summary.json", out.parent / "latest.json")
-    plots = _plots(out, results)
-    (out / "report.md").write_text(_markdown(summary, results, plots))
+    _write_summary(out, summary)
+    # The verdict is written: a plot or the report's text failing must not take it back
+    # (the harness's crash path would overwrite latest.json with "crashed").
+    try:
+        plots = _plots(out, results)
+    except Exception as exc:
+        plots = []
+        summary["report_errors"] = [f"plots: {type(exc).__name__}: {exc}"[:500]]
+        _write_summary(out, summary)
+    try:
+        text = _markdown(summary, results, plots)
+    except Exception as exc:
+        summary.setdefault("report_errors", []).append(
+            f"report.md: {type(exc).__name__}: {exc}"[:500]
+        )
+        _write_summary(out, summary)
+        text = _bare_markdown(summary)
+    (out / "report.md").write_text(text)
     return summary
+
+
+def _write_summary(out: Path, summary: dict[str, Any]) -> None:
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    shutil.copyfile(out / "summary.json", out.parent / "latest.json")
+
+
+def _bare_markdown(summary: dict[str, Any]) -> str:
+    """The verdict alone, for when the full report could not be written."""
+    violations = summary["violations"]
+    verdict = ", ".join(f"{k} {v}" for k, v in violations.items()) or "no violations"
+    return "\n".join(
+        [
+            f"# Torture campaign, seed {summary['seed']}",
+            "",
+            f"{summary['trials']} trials: {verdict}.",
+            "",
+            "The full report failed: " + "; ".join(summary.get("report_errors", [])),
+            "",
+        ]
+    )
 
 
 def _markdown(summary: dict[str, Any], results: list[dict[str, Any]], plots: list[str]) -> str:

@@ -6,6 +6,7 @@ crash (latest.json says so; never an old verdict) or Spark trials without Java.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ class _Trial:
 
     stored: dict[str, int] = dict.fromkeys(KEYS, 1)
     crash = False
+    exit_in_trial = False
+    hang = False
 
     def __init__(self, **kw: Any) -> None:
         self.kw = kw
@@ -40,6 +43,13 @@ class _Trial:
     async def run(self) -> dict[str, Any]:
         if self.crash:
             raise RuntimeError("the harness tripped over itself")
+        if self.exit_in_trial:
+            raise SystemExit(3)
+        if self.hang:
+            try:
+                await asyncio.Event().wait()  # never set: a trial that never ends
+            finally:
+                (self.kw["out"] / f"cleaned-{self.kw['index']}").touch()
         self.dir.mkdir(parents=True)
         lines = [{"mono": 0.0, "process": "nemesis", "op": "trial", "key": "single"}]
         lines += [
@@ -115,6 +125,54 @@ def test_a_harness_crash_in_a_trial_is_that_trials_reported_failure(
     assert "VIOLATIONS: harness_failures=2" in capsys.readouterr().out
     report = next(tmp_path.glob("*/report.md")).read_text()
     assert "## Harness failures" in report and "the harness tripped over itself" in report
+
+
+def test_a_trial_that_exits_or_hangs_is_a_reported_failure_and_cleans_up(
+    fake: type[_Trial], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SystemExit inside a trial and a trial past its deadline (cancelled: its clean-up
+    runs) are the harness's failures in those trials; the campaign still ends with a
+    verdict, and each trial's result is on disk (results.jsonl) as soon as it ends."""
+    monkeypatch.setattr(torture_main, "TRIAL_DEADLINE", 0.2)
+    fake.exit_in_trial = True
+    code, latest = _run(tmp_path)
+    assert code == 1 and latest["status"] == "done"
+    assert latest["violations"] == {"harness_failures": 1}
+    assert "SystemExit" in latest["harness_failures"][0]["traceback"]
+    fake.exit_in_trial, fake.hang = False, True
+    code, latest = _run(tmp_path, "--trials", "2")
+    assert code == 1 and latest["violations"] == {"harness_failures": 2}
+    assert "ran past its 0.2 s deadline" in latest["harness_failures"][0]["error"]
+    assert sorted(p.name for p in tmp_path.glob("*/cleaned-*")) == ["cleaned-0", "cleaned-1"]
+    done = [json.loads(line) for f in tmp_path.glob("*/results.jsonl") for line in f.open()]
+    hung = [r["index"] for r in done if "deadline" in r["harness_failures"][0]["error"]]
+    assert hung == [0, 1] and len(done) == 3
+
+
+def test_a_report_that_fails_after_the_verdict_keeps_it(
+    fake: type[_Trial],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A plot or the report's text failing leaves the verdict written, and the exit code it
+    gives (not the harness crash's 2)."""
+
+    def broken(*_: Any) -> None:
+        raise RuntimeError("matplotlib fell over")
+
+    monkeypatch.setattr(torture_main.report, "_plots", broken)
+    monkeypatch.setattr(torture_main.report, "_markdown", broken)
+    fake.stored = {"pub-0": 1, "sess-0": 1}
+    code, latest = _run(tmp_path)
+    assert code == 1, capsys.readouterr()
+    assert latest["status"] == "done" and latest["violations"] == {"lost": 1, "unstored": 1}
+    assert latest["report_errors"] == [
+        "plots: RuntimeError: matplotlib fell over",
+        "report.md: RuntimeError: matplotlib fell over",
+    ]
+    report = next(tmp_path.glob("*/report.md")).read_text()
+    assert "1 trials: lost 1, unstored 1." in report and "matplotlib fell over" in report
 
 
 def test_a_harness_crash_outside_the_trials_exits_2_and_says_so_in_latest_json(
