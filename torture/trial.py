@@ -121,6 +121,7 @@ BROKEN_DRAIN = 15.0
 #: way only the checker's real checks can notice.
 SABOTAGE = (
     "drop-acked",
+    "store-twice",
     "apply-twice",
     "skip-position",
     "drop-row",
@@ -128,6 +129,8 @@ SABOTAGE = (
     "drop-pg-effect",
     "truncate-all",
 )
+#: The modes that break the producers' stream once half of the run is over.
+STREAM_SABOTAGE = ("drop-acked", "store-twice")
 CLI_INPUT = "cli-input.jsonl"
 #: The dead-letter stream of trials whose handlers fail for a share of the keys.
 DLQ = "DLQ"
@@ -814,12 +817,14 @@ class Trial:
 
     def _sabotage_tick(self, now: float) -> None:
         """``drop-acked``: once half of the run is over, delete one acknowledged message
-        of the producers' stream behind the system's back (``STREAM.MSG.DELETE``), in the
-        background (a server under a fault may not answer for a while)."""
-        if self.sabotage != "drop-acked" or self._sabotaged or now < self.duration / 2:
+        of the producers' stream behind the system's back (``STREAM.MSG.DELETE``);
+        ``store-twice``: publish a copy of one under a msg id of its own (what a replica
+        that lost its de-duplication state could let through); in the background (a
+        server under a fault may not answer for a while)."""
+        if self.sabotage not in STREAM_SABOTAGE or self._sabotaged or now < self.duration / 2:
             return
         if self._sabotage_task is None or self._sabotage_task.done():
-            self._sabotage_task = asyncio.create_task(self._drop_acked())
+            self._sabotage_task = asyncio.create_task(self._break_acked())
 
     def _drain_timeout(self) -> float:
         """:data:`DRAIN_TIMEOUT`, but :data:`BROKEN_DRAIN` once ``truncate-all`` cut every
@@ -831,11 +836,12 @@ class Trial:
         return BROKEN_DRAIN if broken else DRAIN_TIMEOUT
 
     def _sabotage_due(self) -> bool:
-        """``drop-acked`` has not landed yet: the drain waits for it (up to its timeout);
-        a negative control that ends before its sabotage lands proves nothing."""
-        return self.sabotage == "drop-acked" and not self._sabotaged
+        """``drop-acked`` or ``store-twice`` has not landed yet: the drain waits for it (up
+        to its timeout); a negative control that ends before its sabotage lands proves
+        nothing."""
+        return self.sabotage in STREAM_SABOTAGE and not self._sabotaged
 
-    async def _drop_acked(self) -> None:
+    async def _break_acked(self) -> None:
         acked = [
             h
             for h in _read_history(self.history)
@@ -853,11 +859,38 @@ class Trial:
             seq = (
                 await seq_of(target["servers"], stream, victim["key"], domain=target["domain"]) or 0
             )
-        if seq and await delete_msg(target["servers"], stream, seq, domain=target["domain"]):
+        if not seq:
+            await asyncio.sleep(0.5)
+        elif self.sabotage == "store-twice":
+            copied = await self._copy_msg(target, stream, seq, victim["key"])
+            if copied:
+                self._sabotaged = True
+                self._note("sabotage", victim["key"], f"store-twice (seq {seq} as seq {copied})")
+            else:
+                await asyncio.sleep(0.5)
+        elif await delete_msg(target["servers"], stream, seq, domain=target["domain"]):
             self._sabotaged = True
             self._note("sabotage", victim["key"], f"drop-acked (seq {seq})")
         else:
             await asyncio.sleep(0.5)
+
+    async def _copy_msg(self, target: dict[str, Any], stream: str, seq: int, key: str) -> int:
+        """Store message ``seq`` of ``stream`` again under a msg id no producer uses; the
+        copy's sequence, or 0 when a server did not answer."""
+        assert self.topo is not None
+        try:
+            async with asyncio.timeout(5):
+                async with await connect(self.topo.connect_options(target)) as conn:
+                    js = conn.nc.jetstream(domain=target.get("domain"))
+                    msg = await js.get_msg(stream, seq)
+                    ack = await js.publish(
+                        str(msg.subject),
+                        msg.data or b"",
+                        headers={"Nats-Msg-Id": f"sabotage:{key}"},
+                    )
+        except Exception:  # a server under a fault: the next tick tries again
+            return 0
+        return int(ack.seq) if not ack.duplicate else 0
 
     # -- run ---------------------------------------------------------------------------
 

@@ -5,6 +5,8 @@ one short trial (a single server; drop-row also runs the Spark job), and the run
 must exit 1 naming the violation in its output and in ``latest.json``:
 
 * ``drop-acked``: one acknowledged message deleted from the stream (``lost``);
+* ``store-twice``: one acknowledged message stored again under a msg id of its own
+  (``duplicated``: what a replica that lost its de-duplication state could let through);
 * ``apply-twice``: one effect applied a second time (``applied_twice``);
 * ``skip-position``: the ``ProducerSession`` skips one position when it resumes
   after a kill (``unstored``): nothing was acked for it, so the old check, which
@@ -78,6 +80,7 @@ def _runnable() -> None:
     ("mode", "violation", "spark_every", "faults", "extra"),
     [
         ("drop-acked", "lost", "0", "3", ["--no-postgres"]),
+        ("store-twice", "duplicated", "0", "3", ["--no-postgres"]),
         ("apply-twice", "applied_twice", "0", "3", ["--no-postgres"]),
         ("skip-position", "unstored", "0", "0", ["--no-postgres"]),
         ("drop-row", "spark_missing", "1", "3", ["--no-postgres", "--option", "spark_out=sqlite",
