@@ -407,6 +407,7 @@ def read_limit_stage(spark: Any, url: str, stream: str, work: str) -> dict[str, 
     return {"stage": "run", "error": None if error is None else str(error), "batches": batches}
 
 
+from tests.spark._leftover_job import checkpoint_leftover  # noqa: E402
 from tests.spark._replay_jobs import replay_sink  # noqa: E402
 
 JOBS: dict[str, Callable[..., Any]] = {
@@ -425,6 +426,7 @@ JOBS: dict[str, Callable[..., Any]] = {
         local_session_refused,
         read_limit_stage,
         replay_sink,
+        checkpoint_leftover,
     )
 }
 
