@@ -350,7 +350,7 @@ def _campaign(args: argparse.Namespace, plans: list[dict[str, Any]], argv: list[
                                      "trials_done": 0})  # fmt: skip
             print(f"interrupted ({exc}) before a trial ended; nothing concluded")
         return EXIT_INTERRUPTED
-    except Exception as exc:
+    except BaseException as exc:  # a crash outside the trials: no verdict, and it says so
         error = "".join(traceback.format_exception(exc))
         _write_status(args.out, {"status": "crashed", "error": error, **about,
                                  "trials_done": len(results)})  # fmt: skip
@@ -402,14 +402,17 @@ def _run(
                 result = check(history, state)
             except KeyboardInterrupt:
                 raise
-            except (Exception, SystemExit) as exc:  # the harness failed in this trial
-                result = harness_failure(plan, out, exc)
+            except BaseException as exc:  # the harness failed in this trial (SystemExit, a
+                result = _failed(plan, out, exc)  # stray CancelledError too): reported
             result["wall_s"] = round(time.monotonic() - started, 1)
             results.append(result)
             # Each verdict is on disk as soon as it is known: a harness killed outright
             # (SIGKILL, out of memory) loses no trial that ended.
-            with (out / "results.jsonl").open("a") as done:
-                done.write(json.dumps(result) + "\n")
+            try:
+                with (out / "results.jsonl").open("a") as done:
+                    done.write(json.dumps(result) + "\n")
+            except OSError as exc:  # the verdicts are still in memory, for the report
+                print(f"warning: results.jsonl not written: {exc}", file=sys.stderr)
             print(json.dumps(_trial_line(plan, result)), flush=True)
     finally:
         if template is not None:
@@ -452,15 +455,30 @@ def _trial(
 async def _bounded(run: Any, deadline: float, index: int) -> dict[str, Any]:
     """``run`` awaited for ``deadline`` s at most; a hung trial is cancelled (its clean-up
     runs) and raises :class:`TrialHung`, which the caller reports as a harness failure."""
+    # No task of its own (asyncio.timeout, not wait_for): a ^C reaches the trial as is.
+    bound = asyncio.timeout(deadline)
     try:
-        async with asyncio.timeout(deadline):  # no task of its own: a ^C reaches the trial
+        async with bound:
             return dict(await run)
     except TimeoutError as exc:
-        raise TrialHung(f"trial {index} ran past its {deadline:g} s deadline") from exc
+        if bound.expired():  # the deadline's, not one raised inside the trial
+            raise TrialHung(f"trial {index} ran past its {deadline:g} s deadline") from exc
+        raise
 
 
 class TrialHung(RuntimeError):
     """A trial ran past :data:`TRIAL_DEADLINE`."""
+
+
+def _failed(plan: dict[str, Any], out: Path, exc: BaseException) -> dict[str, Any]:
+    """:func:`harness_failure`, or, when writing that failure fails too, a bare one: the
+    trial is still reported."""
+    try:
+        return harness_failure(plan, out, exc)
+    except Exception as again:
+        failure = {"error": f"{type(exc).__name__} (its report failed: {type(again).__name__})",
+                   "traceback": "", "logs": {}}  # fmt: skip
+        return _failure_result(plan, failure)
 
 
 def harness_failure(plan: dict[str, Any], out: Path, exc: BaseException) -> dict[str, Any]:
@@ -478,6 +496,10 @@ def harness_failure(plan: dict[str, Any], out: Path, exc: BaseException) -> dict
     print(f"trial {plan['index']}: the harness failed: {type(exc).__name__}: {exc}",
           file=sys.stderr)  # fmt: skip
     failure = {"error": error.splitlines()[-1][:500], "traceback": error[-4000:], "logs": logs}
+    return _failure_result(plan, failure)
+
+
+def _failure_result(plan: dict[str, Any], failure: dict[str, Any]) -> dict[str, Any]:
     return {
         "index": plan["index"],
         "kind": plan["kind"],

@@ -337,6 +337,9 @@ def check(history: list[dict[str, Any]], state: dict[str, Any]) -> dict[str, Any
         ),
         "missing_at_hub": sorted(missing_at_hub),
         "duplicated": sorted(duplicated),
+        # Streams every server called "not found" at the final read (a lost page cache
+        # took them): what a fault that needs the stream could not act on.
+        "gone_streams": sorted(s for s, r in reads.items() if r.get("gone") or _not_found(r)),
         "held_resends": held,
         "applied_twice": applied_twice,
         "missing_effects": missing,

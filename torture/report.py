@@ -12,6 +12,7 @@ from .checker import load_history, violations
 from .faults import NOT_APPLICABLE
 from .nemesis import fault_menu
 from .spark import KINDS as SPARK_KINDS
+from .topology import STREAM
 
 __all__ = ["KEYS", "violations", "write"]
 
@@ -120,13 +121,14 @@ def landing(results: list[dict[str, Any]], by_target: bool = False) -> dict[str,
     reasons: dict[str, Counter[str]] = {}
     # A fault whose target an earlier fault took for good (a membership change after the
     # stream was lost) cannot land: apart, only where the trial reports that loss as a
-    # measured limit (checker.allowed_loss); anywhere else it is a skip like any other.
+    # measured limit (checker.allowed_loss) and its final read found the stream gone;
+    # anywhere else it is a skip like any other.
     moot: Counter[str] = Counter()
     for r in results:
         for s in r.get("skipped", ()):
             if not (k := key(s)):
                 continue
-            if r.get("limit") and s["why"].startswith(NOT_APPLICABLE):
+            if s["why"].startswith(NOT_APPLICABLE) and _moot(r):
                 moot[k] += 1
             else:
                 reasons.setdefault(k, Counter())[_reason(s["why"])] += 1
@@ -143,6 +145,12 @@ def landing(results: list[dict[str, Any]], by_target: bool = False) -> dict[str,
             "not_applicable": moot[kind],
         }
     return out
+
+
+def _moot(result: dict[str, Any]) -> bool:
+    """Whether a trial reports the loss of the stream a membership change needs as a
+    measured limit, the final read confirming it gone (not one "not found" on the way)."""
+    return bool(result.get("limit")) and STREAM in result.get("gone_streams", ())
 
 
 def _pct(share: float | None) -> str:
@@ -323,18 +331,28 @@ def write(
         plots = _plots(out, results)
     except Exception as exc:
         plots = []
-        summary["report_errors"] = [f"plots: {type(exc).__name__}: {exc}"[:500]]
+        summary["report_errors"] = [_error("plots", exc)]
         _write_summary(out, summary)
     try:
         text = _markdown(summary, results, plots)
     except Exception as exc:
-        summary.setdefault("report_errors", []).append(
-            f"report.md: {type(exc).__name__}: {exc}"[:500]
-        )
+        summary.setdefault("report_errors", []).append(_error("report.md", exc))
         _write_summary(out, summary)
         text = _bare_markdown(summary)
-    (out / "report.md").write_text(text)
+    try:
+        (out / "report.md").write_text(text)
+    except OSError as exc:
+        summary.setdefault("report_errors", []).append(_error("report.md", exc))
+        _write_summary(out, summary)
     return summary
+
+
+def _error(what: str, exc: BaseException) -> str:
+    try:
+        told = str(exc)
+    except Exception:  # an exception whose text itself fails
+        told = "(its text failed)"
+    return f"{what}: {type(exc).__name__}: {told}"[:500]
 
 
 def _write_summary(out: Path, summary: dict[str, Any]) -> None:

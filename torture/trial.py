@@ -883,10 +883,11 @@ class Trial:
                 async with await connect(self.topo.connect_options(target)) as conn:
                     js = conn.nc.jetstream(domain=target.get("domain"))
                     msg = await js.get_msg(stream, seq)
+                    # The Publisher's own subject: a partitioned stream stores the message
+                    # under its mapped one (<partition>.t.pub), which it does not capture.
+                    subject = f"{PUB_SUBJECT if stream == PUB_STREAM else SUBJECT}.pub"
                     ack = await js.publish(
-                        str(msg.subject),
-                        msg.data or b"",
-                        headers={"Nats-Msg-Id": f"sabotage:{key}"},
+                        subject, msg.data or b"", headers={"Nats-Msg-Id": f"sabotage:{key}"}
                     )
         except Exception:  # a server under a fault: the next tick tries again
             return 0

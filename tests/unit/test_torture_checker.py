@@ -235,8 +235,16 @@ def test_a_membership_change_after_the_stream_was_lost_is_apart_only_in_a_limit_
     plain skip anywhere else: the landed share cannot be bought with the reason alone."""
     lost = {"kind": "membership", "target": "c2", "skipped": True, "why": STREAM_LOST}
     landed = {"kind": "membership", "target": "c3", "resolved": "c3"}
-    limited = {"faults": [landed], "skipped": [lost], "limit": "sync_interval default"}
-    counted = {"faults": [landed], "skipped": [lost], "limit": None}
+    limited = {
+        "faults": [landed],
+        "skipped": [lost],
+        "limit": "sync_interval default",
+        "gone_streams": ["T"],
+    }
+    counted = {"faults": [landed], "skipped": [lost], "limit": None, "gone_streams": ["T"]}
+    # A limit trial whose final read found the stream (one "not found" on the way only).
+    readable = {**limited, "gone_streams": ["TP"]}
+    assert landing([readable])["membership"]["skipped"] == 1
     assert landing([limited])["membership"] == {
         "landed": 1,
         "skipped": 0,
@@ -246,7 +254,8 @@ def test_a_membership_change_after_the_stream_was_lost_is_apart_only_in_a_limit_
     }
     assert landing([counted])["membership"]["landed_pct"] == 50.0
     assert landing([counted])["membership"]["not_applicable"] == 0
-    only = landing([{"faults": [], "skipped": [lost], "limit": "x"}])["membership"]
+    only = landing([{"faults": [], "skipped": [lost], "limit": "x", "gone_streams": ["T"]}])
+    only = only["membership"]
     assert only["landed"] == only["skipped"] == 0 and only["not_applicable"] == 1
     assert only["landed_pct"] is None
     assert landing_warnings(landing([counted] * 5)) == [

@@ -25,6 +25,7 @@ class _Trial:
     crash = False
     exit_in_trial = False
     hang = False
+    raises: BaseException | None = None
 
     def __init__(self, **kw: Any) -> None:
         self.kw = kw
@@ -45,6 +46,8 @@ class _Trial:
             raise RuntimeError("the harness tripped over itself")
         if self.exit_in_trial:
             raise SystemExit(3)
+        if self.raises is not None:
+            raise self.raises
         if self.hang:
             try:
                 await asyncio.Event().wait()  # never set: a trial that never ends
@@ -147,6 +150,25 @@ def test_a_trial_that_exits_or_hangs_is_a_reported_failure_and_cleans_up(
     done = [json.loads(line) for f in tmp_path.glob("*/results.jsonl") for line in f.open()]
     hung = [r["index"] for r in done if "deadline" in r["harness_failures"][0]["error"]]
     assert hung == [0, 1] and len(done) == 3
+
+
+@pytest.mark.parametrize(
+    ("raised", "reported"),
+    [
+        (asyncio.CancelledError(), "CancelledError"),
+        (TimeoutError("connect timed out"), "TimeoutError: connect timed out"),
+    ],
+)
+def test_a_stray_cancel_or_a_trials_own_timeout_is_that_trials_failure(
+    fake: type[_Trial], tmp_path: Path, raised: BaseException, reported: str
+) -> None:
+    """A CancelledError (a BaseException) is reported, not escaped; a TimeoutError the
+    trial raised itself is not taken for the deadline."""
+    fake.raises = raised
+    code, latest = _run(tmp_path)
+    assert code == 1 and latest["status"] == "done"
+    (failure,) = latest["harness_failures"]
+    assert reported in failure["error"] and "deadline" not in failure["error"]
 
 
 def test_a_report_that_fails_after_the_verdict_keeps_it(
