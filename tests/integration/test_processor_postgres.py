@@ -14,6 +14,7 @@ from harness import publish_n
 from oncestream import ConnectOptions, PostgresLedger, Processor, ProcessorOptions, connect
 from tests.handlers import record
 from tests.integration._registry_support import edit_filter
+from tests.integration.test_processor_max_deliver import _dead_letters
 
 pytestmark = pytest.mark.postgres
 
@@ -254,3 +255,67 @@ async def test_a_filter_edit_while_the_ledger_is_unreachable_is_ridden_out(  # t
         proc.request_stop()
         await task
     assert _effects(postgres_url) == (20, 20)
+
+
+async def test_a_dead_letter_while_the_ledger_is_unreachable_is_ridden_out(  # type: ignore[no-untyped-def]
+    conn, make_stream, postgres_server, postgres_url: str
+) -> None:
+    """The database goes away between a failed message's last attempt and its dead
+    letter's ledger claim (the session ended, no new one allowed: PostgreSQL killed at that
+    moment, as in trial 70 of the 2026-11-30 campaign): the message is handed back, and
+    dead-lettered once the database is back; the Processor keeps running. Before, the
+    claim's ``LedgerError`` ended the Processor."""
+    await make_stream("DLJ", ("dlj.>",))
+    await make_stream("DLQ", ("DLQ.>",))
+    ledger = PostgresLedger(postgres_url)
+    ledger.open()  # its tables, for the trigger below
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("CREATE TABLE effects (id BIGINT NOT NULL)")
+        admin.execute("CREATE TABLE armed (on_seq BIGINT NOT NULL)")
+        # The claim of an armed sequence ends its own session, as a kill would.
+        admin.execute(
+            "CREATE FUNCTION cut() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " IF EXISTS (SELECT 1 FROM armed WHERE on_seq = NEW.seq) THEN"
+            " PERFORM pg_terminate_backend(pg_backend_pid()); END IF; RETURN NEW; END $$"
+        )
+        admin.execute(
+            "CREATE TRIGGER cut BEFORE INSERT ON oncestream_applied"
+            " FOR EACH ROW EXECUTE FUNCTION cut()"
+        )
+
+    cuts: list[int] = []
+
+    def fail_7(msg: Any, tx: Any) -> None:
+        if int(msg.data) != 7:
+            record(msg, tx)
+            return
+        if msg.metadata.num_delivered == 2 and not cuts:  # its last attempt: the claim next
+            cuts.append(msg.metadata.stream_seq)
+            with psycopg.connect(postgres_url, autocommit=True) as admin:
+                admin.execute("INSERT INTO armed VALUES (%s)", (msg.metadata.stream_seq,))
+            _allow_connections(postgres_server.url, postgres_url, False)
+        raise ValueError("refusing 7")
+
+    opts = ProcessorOptions(
+        batch=10, ack_wait=5, expires=1, backoff=(0.05,), max_deliver=2,
+        dead_letter_stream="DLQ", prune_interval=0,
+    )  # fmt: skip
+    proc = Processor(conn, "DLJ", "w", fail_7, ledger=ledger, options=opts)
+    task = await _started(proc)
+    try:
+        try:
+            await publish_n(conn, "dlj.x", 20, start=1)
+            await proc.wait_until(lambda s: s.ledger_errors >= 1 or task.done(), timeout=20)
+            assert not task.done(), task.exception()
+            assert proc.stats.dead_lettered == 0 and cuts
+        finally:
+            _allow_connections(postgres_server.url, postgres_url, True)
+            with psycopg.connect(postgres_url, autocommit=True) as admin:
+                admin.execute("DELETE FROM armed")
+        await proc.wait_until(lambda s: s.dead_lettered == 1 and s.applied == 19, timeout=30)
+        assert not task.done()
+    finally:
+        proc.request_stop()
+        await task
+    assert await _dead_letters(conn) == [7]
+    assert _effects(postgres_url) == (19, 19)

@@ -25,6 +25,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from .._errors import LedgerError, LedgerUnusable
 from .._headers import msg_id_key
 from .._message import Message
 from ..ledger import LedgerEntry, LedgerTx
@@ -62,8 +63,12 @@ class LetterRecorder:
         """Dead-letter ``msg`` (stream sequence ``seq``) with ``publish`` (which stores the
         letter and waits for its PubAck); True when it is finished.
 
-        False: not now (the letter was not stored, a standby's fence refused it, or the
-        registry row moved): the caller hands the message back, as for a failed publish.
+        False: not now (the letter was not stored, a standby's fence refused it, the
+        registry row moved, or the ledger failed): the caller hands the message back, as
+        for a failed publish.
+
+        Raises:
+            LedgerUnusable: the ledger cannot be used until someone fixes it.
         """
         if msg.raw_headers and REPLAY_FOR_KEY in msg.raw_headers:
             return await publish(msg, seq, attempts, text)
@@ -86,6 +91,16 @@ class LetterRecorder:
             # A standby (the active instance settles it), or the registry row moved
             # (the next batch's transaction deals with it): handed back.
             log.info("%s seq %d not dead-lettered now: %s", self.stream, seq, exc)
+            return False
+        except LedgerUnusable:
+            raise  # retrying cannot help: the Processor stops, as a batch's failure stops it
+        except LedgerError as exc:
+            # The database unreachable now (PostgreSQL restarted or killed): handed back
+            # like a letter that was not stored. Its next delivery, or the settling of a
+            # message the server dropped at its last one, dead-letters it then; a letter
+            # stored before the failed commit is de-duplicated by its msg id.
+            applier.stats.ledger_errors += 1
+            log.warning("%s seq %d not dead-lettered now: %s", self.stream, seq, exc)
             return False
         return True
 
