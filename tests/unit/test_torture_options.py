@@ -341,6 +341,33 @@ def test_bit_flips_and_truncation_change_the_file(tmp_path: Any) -> None:
     assert size == 4096 and keep < size and files[1].stat().st_size == keep
 
 
+def test_a_folder_the_server_removes_during_the_walk_is_skipped(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store is walked while its server runs: a raft group's folder that vanishes
+    between being listed and being read is passed over (trial 97 of the 55b19a7 campaign:
+    ``Path.glob`` raised FileNotFoundError, a harness failure)."""
+    import os
+    from pathlib import Path
+
+    from torture.storefaults import stream_files
+
+    msgs = Path(tmp_path) / "jetstream" / "$G" / "streams" / "T" / "msgs"
+    msgs.mkdir(parents=True)
+    (msgs / "1.blk").write_bytes(b"x")
+    gone = Path(tmp_path) / "jetstream" / "$SYS" / "_js_" / "S-R3F-x" / "__msgs__"
+    gone.mkdir(parents=True)
+    scandir = os.scandir
+
+    def vanishing(path: Any = ".") -> Any:
+        if str(path).endswith("__msgs__"):
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", vanishing)
+    assert [f.name for f in stream_files(Path(tmp_path), "T")] == ["1.blk"]
+
+
 async def test_a_stream_every_server_says_is_not_found_is_gone_only_after_a_crash(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
