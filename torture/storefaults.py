@@ -60,9 +60,9 @@ def stream_files(store: Path, stream: str, *, suffix: str = ".blk") -> list[Path
     found = []
     for root, _dirs, files in os.walk(store):
         folder = Path(root)
-        if folder.name == "msgs" and folder.parent.name == stream:
-            if folder.parent.parent.name == "streams":
-                found += [folder / f for f in files if f.endswith(suffix)]
+        parent = folder.parent
+        if (folder.name, parent.name, parent.parent.name) == ("msgs", stream, "streams"):
+            found += [folder / f for f in files if f.endswith(suffix)]
     return sorted(p for p in found if p.is_file())
 
 
