@@ -153,6 +153,12 @@ def _moot(result: dict[str, Any]) -> bool:
     return bool(result.get("limit")) and STREAM in result.get("gone_streams", ())
 
 
+def _count(value: Any) -> str:
+    """A total as the table shows it: a list (the harness failures, each with its
+    traceback, which the report gives in a section of its own) by its length."""
+    return str(len(value)) if isinstance(value, list) else str(value)
+
+
 def _pct(share: float | None) -> str:
     return "-" if share is None else str(share)
 
@@ -392,7 +398,7 @@ def _markdown(summary: dict[str, Any], results: list[dict[str, Any]], plots: lis
         "| trials | input records | acked | " + " | ".join(KEYS) + " |",
         "|---|---|---|" + "---|" * len(KEYS),
         f"| {summary['trials']} | {summary['records']} | {summary['acked']} | "
-        + " | ".join(str(summary[k]) for k in KEYS)
+        + " | ".join(_count(summary[k]) for k in KEYS)
         + " |",
         "",
         f"{summary['trials']} trials in {summary['wall_s']} s; "

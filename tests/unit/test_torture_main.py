@@ -128,6 +128,8 @@ def test_a_harness_crash_in_a_trial_is_that_trials_reported_failure(
     assert "VIOLATIONS: harness_failures=2" in capsys.readouterr().out
     report = next(tmp_path.glob("*/report.md")).read_text()
     assert "## Harness failures" in report and "the harness tripped over itself" in report
+    totals = report.split("|---|", 1)[1].splitlines()[1]
+    assert totals.endswith("| 2 |") and "Traceback" not in totals  # a count, not the list
 
 
 def test_a_trial_that_exits_or_hangs_is_a_reported_failure_and_cleans_up(
