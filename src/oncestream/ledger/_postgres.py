@@ -103,10 +103,22 @@ def _abandon(con: Any) -> None:
             con.close()
 
 
-def _send_cancel(request: Any) -> None:
-    """Send a cancel request (a failure leaves the statement to end by itself)."""
+#: Seconds a cancel request may take before it is given up (the statement then ends by
+#: itself, or with its connection).
+CANCEL_TIMEOUT = 10.0
+
+
+def _send_cancel(con: Any) -> None:
+    """Send a cancel request for ``con``'s running statement (a failure leaves the statement
+    to end by itself).
+
+    ``cancel_safe`` (libpq 17+, which the binary wheel ships) waits in ``select`` and lets
+    the other threads run; libpq's older ``PQcancel`` held the GIL while it waited for the
+    postmaster, so a paused or cut-off PostgreSQL froze every thread of the process, the
+    event loop's too, until it answered.
+    """
     with contextlib.suppress(Exception):
-        request.cancel()
+        con.cancel_safe(timeout=CANCEL_TIMEOUT)
 
 
 def _psycopg() -> Any:
@@ -370,13 +382,10 @@ class PostgresLedger(Ledger):
         con = self._con
         if con is None or con.closed:
             return
-        try:
-            request = con.pgconn.get_cancel()  # a copy of what it needs: no I/O, no shared state
-        except Exception:  # the connection is already broken: nothing runs on it
-            return
         # Sending it connects to the server: off the caller's thread (an event loop's).
+        # psycopg's cancel is made to be called from another thread than the statement's.
         threading.Thread(
-            target=_send_cancel, args=(request,), name="oncestream-ledger-cancel", daemon=True
+            target=_send_cancel, args=(con,), name="oncestream-ledger-cancel", daemon=True
         ).start()
 
     def is_transient(self, exc: BaseException) -> bool:

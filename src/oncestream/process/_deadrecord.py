@@ -56,6 +56,7 @@ class LetterRecorder:
     def __init__(self, applier: Applier) -> None:
         self.applier = applier
         self.stream = applier.stream
+        self.stats = applier.stats  # the Processor's counters (``ledger_errors``)
 
     async def __call__(
         self, msg: Message, seq: int, attempts: int, text: str, publish: Publish
@@ -99,7 +100,7 @@ class LetterRecorder:
             # like a letter that was not stored. Its next delivery, or the settling of a
             # message the server dropped at its last one, dead-letters it then; a letter
             # stored before the failed commit is de-duplicated by its msg id.
-            applier.stats.ledger_errors += 1
+            self.stats.ledger_errors += 1
             log.warning("%s seq %d not dead-lettered now: %s", self.stream, seq, exc)
             return False
         return True
