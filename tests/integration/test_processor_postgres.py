@@ -319,3 +319,72 @@ async def test_a_dead_letter_while_the_ledger_is_unreachable_is_ridden_out(  # t
         await task
     assert await _dead_letters(conn) == [7]
     assert _effects(postgres_url) == (19, 19)
+
+
+async def test_a_drop_whose_settling_meets_the_unreachable_ledger_is_settled_later(  # type: ignore[no-untyped-def]
+    conn, make_stream, postgres_server, postgres_url: str
+) -> None:
+    """The consumer's own ``max_deliver`` (3, the Processor's 2: the last delivery spare)
+    and the database away for 3 s from the dead letter's claim on: the claim hands the
+    message back, its last delivery fails in the batch, the server drops it, and its
+    settling meets the same outage. It is settled once the database answers; the
+    Processor keeps running. Before, the settling's ``LedgerError`` ended the run with a
+    ``MaxDeliverError`` telling to make room in the dead-letter stream, the consumer moved
+    back."""
+    await make_stream("DLJ", ("dlj.>",))
+    await make_stream("DLQ", ("DLQ.>",))
+    config = {"durable_name": "w", "ack_policy": "explicit", "max_deliver": 3}
+    await conn.api("CONSUMER.CREATE.DLJ.w", {"stream_name": "DLJ", "config": config})
+    ledger = PostgresLedger(postgres_url)
+    ledger.open()
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("CREATE TABLE effects (id BIGINT NOT NULL)")
+        admin.execute("CREATE TABLE armed (on_seq BIGINT NOT NULL)")
+        admin.execute(
+            "CREATE FUNCTION cut() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " IF EXISTS (SELECT 1 FROM armed WHERE on_seq = NEW.seq) THEN"
+            " PERFORM pg_terminate_backend(pg_backend_pid()); END IF; RETURN NEW; END $$"
+        )
+        admin.execute(
+            "CREATE TRIGGER cut BEFORE INSERT ON oncestream_applied"
+            " FOR EACH ROW EXECUTE FUNCTION cut()"
+        )
+    cuts: list[int] = []
+
+    def fail_7(msg: Any, tx: Any) -> None:
+        if int(msg.data) != 7:
+            record(msg, tx)
+            return
+        if msg.metadata.num_delivered == 2 and not cuts:
+            cuts.append(msg.metadata.stream_seq)
+            with psycopg.connect(postgres_url, autocommit=True) as admin:
+                admin.execute("INSERT INTO armed VALUES (%s)", (msg.metadata.stream_seq,))
+            _allow_connections(postgres_server.url, postgres_url, False)
+        raise ValueError("refusing 7")
+
+    opts = ProcessorOptions(
+        batch=10, ack_wait=5, expires=1, backoff=(0.05,), max_deliver=2,
+        dead_letter_stream="DLQ", prune_interval=0,
+    )  # fmt: skip
+    proc = Processor(conn, "DLJ", "w", fail_7, ledger=ledger, options=opts)
+    task = await _started(proc)
+    try:
+        try:
+            await publish_n(conn, "dlj.x", 20, start=1)
+            deadline = time.monotonic() + 20  # no event for a drop: a bounded poll
+            while proc.stats.exhausted < 1 and not task.done():
+                assert time.monotonic() < deadline, proc.stats
+                await asyncio.sleep(0.05)
+            done, _ = await asyncio.wait({task}, timeout=3)  # the outage goes on
+            assert not done, task.exception()
+        finally:
+            _allow_connections(postgres_server.url, postgres_url, True)
+            with psycopg.connect(postgres_url, autocommit=True) as admin:
+                admin.execute("DELETE FROM armed")
+        await proc.wait_until(lambda s: s.dead_lettered == 1 and s.applied == 19, timeout=30)
+        assert not task.done() and proc.stats.exhausted == 1
+    finally:
+        proc.request_stop()
+        await task
+    assert await _dead_letters(conn) == [7]
+    assert _effects(postgres_url) == (19, 19)

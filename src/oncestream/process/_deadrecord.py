@@ -13,8 +13,8 @@ dead-lettered a second time (finding 24).
 A replayed copy for this consumer that fails is not recorded: its letter names the
 original, and the next replay's copy must still be applied under that key.
 
-Not closed: a crash between the letter's PubAck and the commit leaves the letter without
-the row. Delivered again within the dead-letter stream's duplicate window, the message
+Not closed: a crash, or a ledger failure handed back (the database unreachable), between
+the letter's PubAck and the commit leaves the letter without the row. Delivered again within the dead-letter stream's duplicate window, the message
 fails again (its letter de-duplicated) and is recorded; but if its handler was fixed
 meanwhile it is applied, and a replay of the letter applies its copy as well.
 """

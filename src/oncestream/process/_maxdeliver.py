@@ -38,7 +38,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from .._connection import Connection
-from .._errors import MaxDeliverError, MessageNotFound, OncestreamError
+from .._errors import (
+    LedgerError,
+    LedgerUnusable,
+    MaxDeliverError,
+    MessageNotFound,
+    OncestreamError,
+)
 from .._headers import msg_id_key
 from .._message import Message
 from .._nats import FrameSubscription
@@ -57,6 +63,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two ``CONSUMER.INFO`` reads on failures (a poison flood costs one a second).
 _REFRESH = 1.0
+#: Seconds before a dropped message whose settling the ledger failed is settled again.
+_LEDGER_RETRY = 1.0
 
 #: Seconds a stop waits for a drop being settled to finish (its dead letter published,
 #: its ledger row committing) before it leaves the drop to the move back.
@@ -254,6 +262,8 @@ class DroppedMessages:
         self.stream, self.consumer = bound.stream, bound.consumer
         #: (stream sequence, deliveries, whether the server forgot it handed back).
         self._drops: asyncio.Queue[tuple[int, int, bool]] = asyncio.Queue()
+        #: The drops counted in ``exhausted`` (a settling the ledger failed is retried).
+        self._counted: set[int] = set()
         self._sub: FrameSubscription | None = None
         #: The sequence this run moved the consumer back to (a drop it could not settle).
         self._moved_back: int | None = None
@@ -286,6 +296,19 @@ class DroppedMessages:
                     await self._finish(asyncio.ensure_future(settle))
                     self._settling = None
                 except OncestreamError as exc:
+                    if isinstance(exc, LedgerError) and not isinstance(exc, LedgerUnusable):
+                        # The database unreachable now (PostgreSQL restarted or killed):
+                        # settled again once it answers. Still named by _settling
+                        # meanwhile, so a stop moves the consumer back to it.
+                        self.stats.ledger_errors += 1
+                        log.warning(
+                            "%s seq %d dropped by the server: not settled now (%s); "
+                            "trying again in %g s", self.stream, seq, exc, _LEDGER_RETRY,
+                        )  # fmt: skip
+                        await asyncio.sleep(_LEDGER_RETRY)
+                        self._drops.put_nowait((seq, deliveries, forgot))
+                        self._settling = None
+                        continue
                     self._settling = None
                     self._failed.append(seq)
                     log.error("%s seq %d dropped by the server: %s", self.stream, seq, exc)
@@ -506,7 +529,8 @@ class DroppedMessages:
         """Settle one message the server will not deliver again (``forgot``: one this run
         handed back, which the consumer's ack floor moved past: counted and reported only
         when it was not finished by another instance meanwhile)."""
-        if not forgot:
+        if not forgot and seq not in self._counted:  # once, however often it is retried
+            self._counted.add(seq)
             self.stats.exhausted += 1
         why = self._why(deliveries, forgot)
         try:
