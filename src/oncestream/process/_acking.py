@@ -419,10 +419,7 @@ class Acknowledger:
             )
             self.dead_letter_error = exc
             return False
-        # A duplicate is a letter stored and counted before (a commit that failed after
-        # its PubAck, handed back): counted once.
-        if not stored.duplicate:
-            self.stats.dead_lettered += 1
+        self.stats.dead_lettered += 1
         if stored.duplicate:
             log.warning(
                 "%s seq %d: its dead letter was stored before (%s seq %d, msg id %s): the "

@@ -14,9 +14,10 @@ A replayed copy for this consumer that fails is not recorded: its letter names t
 original, and the next replay's copy must still be applied under that key.
 
 Not closed: a crash, or a ledger failure handed back (the database unreachable), between
-the letter's PubAck and the commit leaves the letter without the row. Delivered again within the dead-letter stream's duplicate window, the message
-fails again (its letter de-duplicated) and is recorded; but if its handler was fixed
-meanwhile it is applied, and a replay of the letter applies its copy as well.
+the letter's PubAck and the commit leaves the letter without the row. Delivered again
+within the dead-letter stream's duplicate window, the message fails again (its letter
+de-duplicated) and is recorded; but if its handler was fixed meanwhile (or succeeds this
+time) it is applied, and a replay of the letter applies its copy as well.
 """
 
 from __future__ import annotations

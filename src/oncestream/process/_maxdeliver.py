@@ -264,6 +264,8 @@ class DroppedMessages:
         self._drops: asyncio.Queue[tuple[int, int, bool]] = asyncio.Queue()
         #: The drops counted in ``exhausted`` (a settling the ledger failed is retried).
         self._counted: set[int] = set()
+        #: Drops whose settling the ledger failed, to be queued again (:meth:`_later`).
+        self._pausing: set[tuple[int, int, bool]] = set()
         self._sub: FrameSubscription | None = None
         #: The sequence this run moved the consumer back to (a drop it could not settle).
         self._moved_back: int | None = None
@@ -298,15 +300,14 @@ class DroppedMessages:
                 except OncestreamError as exc:
                     if isinstance(exc, LedgerError) and not isinstance(exc, LedgerUnusable):
                         # The database unreachable now (PostgreSQL restarted or killed):
-                        # settled again once it answers. Still named by _settling
-                        # meanwhile, so a stop moves the consumer back to it.
+                        # settled again once it answers (queued again after a pause, in
+                        # which a stop moves the consumer back to it).
                         self.stats.ledger_errors += 1
                         log.warning(
                             "%s seq %d dropped by the server: not settled now (%s); "
                             "trying again in %g s", self.stream, seq, exc, _LEDGER_RETRY,
                         )  # fmt: skip
-                        await asyncio.sleep(_LEDGER_RETRY)
-                        self._drops.put_nowait((seq, deliveries, forgot))
+                        self._later((seq, deliveries, forgot))
                         self._settling = None
                         continue
                     self._settling = None
@@ -359,12 +360,26 @@ class DroppedMessages:
         self._settling = None  # finished, or done as the stop came
         raise asyncio.CancelledError
 
+    def _later(self, drop: tuple[int, int, bool]) -> None:
+        """Queue ``drop`` again in :data:`_LEDGER_RETRY` s; until then it counts as
+        unsettled (a stop moves the consumer back to it)."""
+        self._pausing.add(drop)
+
+        def again() -> None:
+            if drop in self._pausing:
+                self._pausing.discard(drop)
+                self._drops.put_nowait(drop)
+
+        asyncio.get_running_loop().call_later(_LEDGER_RETRY, again)
+
     async def _move_back_unsettled(self, conn: Connection) -> None:
         """The run stops with drops not settled (queued, cut short, or failed): move the
         consumer back to the first of them, which the server no longer holds (a later drop
         may have moved it forward: never past one that came earlier). With ``bind`` the
         log names that first one, as the run's error does."""
         left = [seq for seq, *_ in self._queued()] + self._failed
+        left += [seq for seq, *_ in self._pausing]
+        self._pausing.clear()  # a stop: not queued again
         if self._settling is not None:
             left.append(self._settling)
             self._settling = None
