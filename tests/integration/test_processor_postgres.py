@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -257,6 +258,56 @@ async def test_a_filter_edit_while_the_ledger_is_unreachable_is_ridden_out(  # t
     assert _effects(postgres_url) == (20, 20)
 
 
+#: A dead letter after 2 attempts, retried at once: the failing message's claim comes soon.
+_CUT_OPTIONS = ProcessorOptions(
+    batch=10, ack_wait=5, expires=1, backoff=(0.05,), max_deliver=2,
+    dead_letter_stream="DLQ", prune_interval=0,
+)  # fmt: skip
+
+
+def _cut_at_last_attempt(
+    server_url: str, url: str
+) -> tuple[PostgresLedger, Callable[[Any, Any], None], list[int]]:
+    """A ledger, a handler and the sequences it cut: the handler records every message but
+    7, which fails; at 7's last attempt it arms a trigger that ends the session of the
+    dead letter's claim of it (as a kill would) and refuses new sessions (the database
+    unreachable) until :func:`_heal_cut`."""
+    ledger = PostgresLedger(url)
+    ledger.open()  # its tables, for the trigger below
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("CREATE TABLE effects (id BIGINT NOT NULL)")
+        admin.execute("CREATE TABLE armed (on_seq BIGINT NOT NULL)")
+        admin.execute(
+            "CREATE FUNCTION cut() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " IF EXISTS (SELECT 1 FROM armed WHERE on_seq = NEW.seq) THEN"
+            " PERFORM pg_terminate_backend(pg_backend_pid()); END IF; RETURN NEW; END $$"
+        )
+        admin.execute(
+            "CREATE TRIGGER cut BEFORE INSERT ON oncestream_applied"
+            " FOR EACH ROW EXECUTE FUNCTION cut()"
+        )
+    cuts: list[int] = []
+
+    def fail_7(msg: Any, tx: Any) -> None:
+        if int(msg.data) != 7:
+            record(msg, tx)
+            return
+        if msg.metadata.num_delivered == 2 and not cuts:  # its last attempt: the claim next
+            cuts.append(msg.metadata.stream_seq)
+            with psycopg.connect(url, autocommit=True) as admin:
+                admin.execute("INSERT INTO armed VALUES (%s)", (msg.metadata.stream_seq,))
+            _allow_connections(server_url, url, False)
+        raise ValueError("refusing 7")
+
+    return ledger, fail_7, cuts
+
+
+def _heal_cut(server_url: str, url: str) -> None:
+    _allow_connections(server_url, url, True)
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("DELETE FROM armed")
+
+
 async def test_a_dead_letter_while_the_ledger_is_unreachable_is_ridden_out(  # type: ignore[no-untyped-def]
     conn, make_stream, postgres_server, postgres_url: str
 ) -> None:
@@ -267,40 +318,8 @@ async def test_a_dead_letter_while_the_ledger_is_unreachable_is_ridden_out(  # t
     claim's ``LedgerError`` ended the Processor."""
     await make_stream("DLJ", ("dlj.>",))
     await make_stream("DLQ", ("DLQ.>",))
-    ledger = PostgresLedger(postgres_url)
-    ledger.open()  # its tables, for the trigger below
-    with psycopg.connect(postgres_url, autocommit=True) as admin:
-        admin.execute("CREATE TABLE effects (id BIGINT NOT NULL)")
-        admin.execute("CREATE TABLE armed (on_seq BIGINT NOT NULL)")
-        # The claim of an armed sequence ends its own session, as a kill would.
-        admin.execute(
-            "CREATE FUNCTION cut() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-            " IF EXISTS (SELECT 1 FROM armed WHERE on_seq = NEW.seq) THEN"
-            " PERFORM pg_terminate_backend(pg_backend_pid()); END IF; RETURN NEW; END $$"
-        )
-        admin.execute(
-            "CREATE TRIGGER cut BEFORE INSERT ON oncestream_applied"
-            " FOR EACH ROW EXECUTE FUNCTION cut()"
-        )
-
-    cuts: list[int] = []
-
-    def fail_7(msg: Any, tx: Any) -> None:
-        if int(msg.data) != 7:
-            record(msg, tx)
-            return
-        if msg.metadata.num_delivered == 2 and not cuts:  # its last attempt: the claim next
-            cuts.append(msg.metadata.stream_seq)
-            with psycopg.connect(postgres_url, autocommit=True) as admin:
-                admin.execute("INSERT INTO armed VALUES (%s)", (msg.metadata.stream_seq,))
-            _allow_connections(postgres_server.url, postgres_url, False)
-        raise ValueError("refusing 7")
-
-    opts = ProcessorOptions(
-        batch=10, ack_wait=5, expires=1, backoff=(0.05,), max_deliver=2,
-        dead_letter_stream="DLQ", prune_interval=0,
-    )  # fmt: skip
-    proc = Processor(conn, "DLJ", "w", fail_7, ledger=ledger, options=opts)
+    ledger, fail_7, cuts = _cut_at_last_attempt(postgres_server.url, postgres_url)
+    proc = Processor(conn, "DLJ", "w", fail_7, ledger=ledger, options=_CUT_OPTIONS)
     task = await _started(proc)
     try:
         try:
@@ -309,9 +328,7 @@ async def test_a_dead_letter_while_the_ledger_is_unreachable_is_ridden_out(  # t
             assert not task.done(), task.exception()
             assert proc.stats.dead_lettered == 0 and cuts
         finally:
-            _allow_connections(postgres_server.url, postgres_url, True)
-            with psycopg.connect(postgres_url, autocommit=True) as admin:
-                admin.execute("DELETE FROM armed")
+            _heal_cut(postgres_server.url, postgres_url)
         await proc.wait_until(lambda s: s.dead_lettered == 1 and s.applied == 19, timeout=30)
         assert not task.done()
     finally:
@@ -335,38 +352,8 @@ async def test_a_drop_whose_settling_meets_the_unreachable_ledger_is_settled_lat
     await make_stream("DLQ", ("DLQ.>",))
     config = {"durable_name": "w", "ack_policy": "explicit", "max_deliver": 3}
     await conn.api("CONSUMER.CREATE.DLJ.w", {"stream_name": "DLJ", "config": config})
-    ledger = PostgresLedger(postgres_url)
-    ledger.open()
-    with psycopg.connect(postgres_url, autocommit=True) as admin:
-        admin.execute("CREATE TABLE effects (id BIGINT NOT NULL)")
-        admin.execute("CREATE TABLE armed (on_seq BIGINT NOT NULL)")
-        admin.execute(
-            "CREATE FUNCTION cut() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-            " IF EXISTS (SELECT 1 FROM armed WHERE on_seq = NEW.seq) THEN"
-            " PERFORM pg_terminate_backend(pg_backend_pid()); END IF; RETURN NEW; END $$"
-        )
-        admin.execute(
-            "CREATE TRIGGER cut BEFORE INSERT ON oncestream_applied"
-            " FOR EACH ROW EXECUTE FUNCTION cut()"
-        )
-    cuts: list[int] = []
-
-    def fail_7(msg: Any, tx: Any) -> None:
-        if int(msg.data) != 7:
-            record(msg, tx)
-            return
-        if msg.metadata.num_delivered == 2 and not cuts:
-            cuts.append(msg.metadata.stream_seq)
-            with psycopg.connect(postgres_url, autocommit=True) as admin:
-                admin.execute("INSERT INTO armed VALUES (%s)", (msg.metadata.stream_seq,))
-            _allow_connections(postgres_server.url, postgres_url, False)
-        raise ValueError("refusing 7")
-
-    opts = ProcessorOptions(
-        batch=10, ack_wait=5, expires=1, backoff=(0.05,), max_deliver=2,
-        dead_letter_stream="DLQ", prune_interval=0,
-    )  # fmt: skip
-    proc = Processor(conn, "DLJ", "w", fail_7, ledger=ledger, options=opts)
+    ledger, fail_7, _ = _cut_at_last_attempt(postgres_server.url, postgres_url)
+    proc = Processor(conn, "DLJ", "w", fail_7, ledger=ledger, options=_CUT_OPTIONS)
     task = await _started(proc)
     try:
         try:
@@ -378,9 +365,7 @@ async def test_a_drop_whose_settling_meets_the_unreachable_ledger_is_settled_lat
             done, _ = await asyncio.wait({task}, timeout=3)  # the outage goes on
             assert not done, task.exception()
         finally:
-            _allow_connections(postgres_server.url, postgres_url, True)
-            with psycopg.connect(postgres_url, autocommit=True) as admin:
-                admin.execute("DELETE FROM armed")
+            _heal_cut(postgres_server.url, postgres_url)
         await proc.wait_until(lambda s: s.dead_lettered == 1 and s.applied == 19, timeout=30)
         assert not task.done() and proc.stats.exhausted == 1
     finally:

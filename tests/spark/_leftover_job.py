@@ -16,6 +16,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from tests.spark._helpers import source_options
+
 DOC = Path(__file__).resolve().parents[2] / "docs" / "spark-source.md"
 
 
@@ -35,9 +37,7 @@ def documented_function() -> Any:
 def _start(spark: Any, url: str, stream: str, out: Path, checkpoint: Path) -> Any:
     return (
         spark.readStream.format("jetstream")
-        .option("servers", url)
-        .option("stream", stream)
-        .option("startingOffsets", "earliest")
+        .options(**source_options(url, stream, startingOffsets="earliest"))
         .load()
         .select("sequence")
         .writeStream.format("parquet")
