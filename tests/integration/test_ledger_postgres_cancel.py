@@ -73,3 +73,28 @@ def test_an_interrupt_while_postgresql_does_not_answer_does_not_freeze_the_proce
             child.kill()  # by PID
             child.wait(10)
         server.stop()
+
+
+def test_an_interrupt_cancels_the_running_statement(postgres_url: str) -> None:
+    """What the cancel is for: the statement running on the ledger's connection ends."""
+    import threading
+    import time
+
+    import psycopg
+
+    from oncestream.ledger import PostgresLedger
+
+    ledger = PostgresLedger(postgres_url)
+    ledger.open()
+    con = ledger.connection
+    timer = threading.Timer(0.5, ledger.interrupt)
+    started = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            con.execute("SELECT pg_sleep(30)")
+    finally:
+        timer.cancel()
+        con.rollback()
+        ledger.close()
+    assert time.monotonic() - started < 10

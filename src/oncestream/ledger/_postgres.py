@@ -108,17 +108,26 @@ def _abandon(con: Any) -> None:
 CANCEL_TIMEOUT = 10.0
 
 
-def _send_cancel(con: Any) -> None:
-    """Send a cancel request for ``con``'s running statement (a failure leaves the statement
-    to end by itself).
+def _send_cancel(request: Any) -> None:
+    """Send a cancel request (a failure leaves the statement to end by itself).
 
-    ``cancel_safe`` (libpq 17+, which the binary wheel ships) waits in ``select`` and lets
-    the other threads run; libpq's older ``PQcancel`` held the GIL while it waited for the
-    postmaster, so a paused or cut-off PostgreSQL froze every thread of the process, the
-    event loop's too, until it answered.
+    ``request`` is libpq 17's cancel connection (``PGcancelConn``, which the binary wheel
+    ships): it waits in ``select`` and lets the other threads run. The older ``PGcancel``
+    (``PQcancel``) holds the GIL while it waits for the postmaster, so a paused or cut-off
+    PostgreSQL freezes every thread of the process, the event loop's too, until it answers:
+    used only where libpq is older.
     """
     with contextlib.suppress(Exception):
-        con.cancel_safe(timeout=CANCEL_TIMEOUT)
+        if not hasattr(request, "start"):
+            request.cancel()
+            return
+        from psycopg import generators, waiting
+
+        request.start()
+        try:
+            waiting.wait_conn(generators.cancel(request), interval=0.1, timeout=CANCEL_TIMEOUT)
+        finally:
+            request.finish()
 
 
 def _psycopg() -> Any:
@@ -382,10 +391,17 @@ class PostgresLedger(Ledger):
         con = self._con
         if con is None or con.closed:
             return
+        try:
+            # A copy of what it needs, made here: no I/O, and nothing the cancel thread
+            # shares with the connection (which may be closed while it runs).
+            pgconn = con.pgconn
+            safe = _psycopg().capabilities.has_cancel_safe()
+            request = pgconn.cancel_conn() if safe else pgconn.get_cancel()
+        except Exception:  # the connection is already broken: nothing runs on it
+            return
         # Sending it connects to the server: off the caller's thread (an event loop's).
-        # psycopg's cancel is made to be called from another thread than the statement's.
         threading.Thread(
-            target=_send_cancel, args=(con,), name="oncestream-ledger-cancel", daemon=True
+            target=_send_cancel, args=(request,), name="oncestream-ledger-cancel", daemon=True
         ).start()
 
     def is_transient(self, exc: BaseException) -> bool:
