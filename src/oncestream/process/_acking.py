@@ -31,7 +31,7 @@ from ..tracing._internal import Tracer
 from ._ackfrontier import AckFrontier
 from ._bound import BoundConsumer
 from ._deadletter import dead_letter_headers, publish_dead_letter
-from ._deadrecord import LetterRecorder
+from ._deadrecord import LetterRecorder, LetterStored
 from ._handedback import HandedBack
 from ._maxdeliver import DeliveryLimit
 from ._options import ProcessorStats
@@ -325,26 +325,31 @@ class Acknowledger:
             ``+TERM`` would ack every message below it as well, so the batch's ack
             covers it once everything below it is finished.
 
+        ``error`` is :class:`LetterStored` for a message whose letter is stored and whose
+        ledger row is owed (the handler was not called): only the row is committed.
+
         Raises:
             MaxDeliverError: the consumer has a ``max_deliver`` now and no dead-letter
                 stream is configured (``msg`` is nak'ed first while it has deliveries
                 left, and left to the server otherwise).
         """
-        self.stats.failed += 1
         metadata = msg.metadata
         attempts, seq = metadata.num_delivered, metadata.stream_seq
         text = f"{type(error).__name__}: {error}"
         opts = self.options
         limit = self.limit
-        await limit.refresh()  # lowered under this Processor? (at most once a second)
-        stop = limit.failing(seq, attempts)
-        if stop is not None:
-            if attempts < limit.consumer_max:
-                await self.nak([msg], opts.backoff[min(attempts, len(opts.backoff)) - 1])
-            # At its last delivery a nak would drop it at once; left alone it is
-            # delivered again after the ack wait if the limit is lifted by then.
-            raise stop
-        if attempts >= limit.attempts():
+        owed = isinstance(error, LetterStored)
+        if not owed:  # counted, and checked against the limit, when its handler failed
+            self.stats.failed += 1
+            await limit.refresh()  # lowered under this Processor? (at most once a second)
+            stop = limit.failing(seq, attempts)
+            if stop is not None:
+                if attempts < limit.consumer_max:
+                    await self.nak([msg], opts.backoff[min(attempts, len(opts.backoff)) - 1])
+                # At its last delivery a nak would drop it at once; left alone it is
+                # delivered again after the ack wait if the limit is lifted by then.
+                raise stop
+        if owed or attempts >= limit.attempts():
             if self.dlq_subject:
                 recorder = self.recorder
                 if await (

@@ -51,7 +51,7 @@ from ._ackfrontier import AckFrontier
 from ._acking import Acknowledger
 from ._applying import Applier, BatchHandler, Handler
 from ._bound import BoundConsumer
-from ._deadrecord import LetterRecorder
+from ._deadrecord import LetterRecorder, LetterStored, Unrecorded
 from ._handedback import HandedBack, HandedBackRecord, watch_forgotten
 from ._ledgercalls import LedgerCalls
 from ._maxdeliver import DeliveryLimit, DroppedMessages
@@ -86,6 +86,8 @@ class _Parts:
     owner: AckAllOwner | None
     #: A pinned priority group's takeovers (None: not pinned).
     pins: PinnedGroup | None
+    #: The letters stored whose ledger row is owed (their handler is not called again).
+    unrecorded: Unrecorded
 
 
 class ConsumerLoop:
@@ -267,6 +269,7 @@ class ConsumerLoop:
             tracer=self._tracer,
         )
         limit = DeliveryLimit(bound, conn)
+        unrecorded = Unrecorded()
         acks = self._acknowledger_type(
             bound,
             conn,
@@ -277,7 +280,7 @@ class ConsumerLoop:
             stopping=self.stopping,
             buffered=self._pulls.buffered_replies,
             held=held,
-            recorder=LetterRecorder(applier),
+            recorder=LetterRecorder(applier, unrecorded),
         )
         drops = DroppedMessages(
             bound,
@@ -288,8 +291,9 @@ class ConsumerLoop:
             fail=self._fail,
             moved=lambda moved, msgs: registry.moved(conn, moved, msgs, self._fail),
             settled=self._progress.set,
+            unrecorded=unrecorded,
         )
-        self._parts = parts = _Parts(bound, applier, acks, limit, fence, owner, pins)
+        self._parts = parts = _Parts(bound, applier, acks, limit, fence, owner, pins, unrecorded)
         await drops.subscribe()  # before the first pull: no drop goes unseen
         self._tasks.append(asyncio.create_task(drops.watch()))
         if not opts.bind:  # bind reads no consumer info: a forgotten nak goes unseen
@@ -357,6 +361,9 @@ class ConsumerLoop:
         started_ns = time.time_ns() if self._tracer is not None else 0
         by_seq: dict[int, Message] = {}
         extras: list[Message] = []
+        #: Delivered again with their letter stored and their row owed: not handled.
+        owed: dict[int, Message] = {}
+        unrecorded = parts.unrecorded
         #: Replayed copies for this consumer: their sequence -> their ledger key.
         replays: dict[int, LedgerEntry] = {}
         for msg in msgs:
@@ -365,8 +372,10 @@ class ConsumerLoop:
             except JetStreamError:
                 log.error("dropping a message with a non-JetStream reply subject %r", msg.reply)
                 continue
-            if seq in by_seq:
+            if seq in by_seq or seq in owed:
                 extras.append(msg)  # the same message delivered twice in one batch
+            elif unrecorded and seq in unrecorded:
+                owed[seq] = msg
             elif msg.raw_headers and _SCHEDULE in msg.raw_headers:
                 # A stored message schedule (e.g. `dlq replay --in`): the server publishes
                 # the message it schedules when it fires; the schedule itself is not data.
@@ -402,6 +411,13 @@ class ConsumerLoop:
             for i, s in enumerate(seqs):
                 if s in replays:
                     entries[i] = replays[s]
+        lettered: list[tuple[Message, BaseException]] = [
+            (owed[s], LetterStored()) for s in sorted(owed)
+        ]
+        if lettered and not ordered:  # nothing for the handler: no batch transaction
+            await acks.settle([], extras, lettered)
+            self._progress.set()
+            return
         acks.begin_batch(ordered, started_ns)
         try:
             while True:
@@ -429,9 +445,11 @@ class ConsumerLoop:
         finally:
             acks.end_batch()
         if outcome is None:  # the ledger kept failing
-            await acks.give_back(ordered, extras)
+            await acks.give_back(ordered + [m for m, _ in lettered], extras)
             return
         done, failures = outcome
+        if lettered:
+            failures = failures + lettered
         self.stats.batches += 1
         registry.applied()  # a row that moved was absorbed: count again
         await acks.settle(done, extras, failures)

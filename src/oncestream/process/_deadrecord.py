@@ -13,11 +13,17 @@ dead-lettered a second time (finding 24).
 A replayed copy for this consumer that fails is not recorded: its letter names the
 original, and the next replay's copy must still be applied under that key.
 
-Not closed: a crash, or a ledger failure handed back (the database unreachable), between
-the letter's PubAck and the commit leaves the letter without the row. Delivered again
-within the dead-letter stream's duplicate window, the message fails again (its letter
-de-duplicated) and is recorded; but if its handler was fixed meanwhile (or succeeds this
-time) it is applied, and a replay of the letter applies its copy as well.
+A ledger failure handed back (the database unreachable) between the letter's PubAck
+and the commit is remembered (:class:`Unrecorded`): the message's next delivery, or the
+settling of a message the server dropped at its last one, is not handed to the handler
+and its letter is not published again; only its row is committed, and it is finished
+as a dead letter. So the letter stays its one way in, and it is counted once.
+
+Not closed: a crash (or a stop, which does not wait for the database) in that window
+forgets what :class:`Unrecorded` holds. Delivered again within the dead-letter stream's
+duplicate window, the message fails again (its letter de-duplicated) and is recorded;
+but if its handler was fixed meanwhile (or succeeds this time) it is applied, and a
+replay of the letter applies its copy as well.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from ._applying import Applier, RegistryMoved
 from ._pinning import Superseded
 from ._replayed import REPLAY_FOR_KEY
 
-__all__ = ["Claimed", "LetterRecorder", "Publish", "claiming"]
+__all__ = ["Claimed", "LetterRecorder", "LetterStored", "Publish", "Unrecorded", "claiming"]
 
 log = logging.getLogger(__name__)
 
@@ -42,20 +48,64 @@ log = logging.getLogger(__name__)
 Publish = Callable[[Message, int, int, str], Awaitable[bool]]
 
 
+class Unrecorded:
+    """The stream sequences whose dead letter was stored and whose ledger row was not
+    committed (the database failed in between): owed their row, not a handler call.
+
+    Shared by :class:`LetterRecorder` and the settling of dropped messages
+    (:mod:`._maxdeliver`); kept in memory only (see the module's "Not closed").
+
+    Example::
+
+        unrecorded = Unrecorded()
+        unrecorded.stored(7)
+        assert 7 in unrecorded
+        unrecorded.recorded(7)
+    """
+
+    def __init__(self) -> None:
+        self._seqs: set[int] = set()
+
+    def __contains__(self, seq: object) -> bool:
+        return seq in self._seqs
+
+    def __len__(self) -> int:
+        return len(self._seqs)
+
+    def stored(self, seq: int) -> None:
+        """``seq``'s letter is stored (its PubAck came); its row is not committed yet."""
+        self._seqs.add(seq)
+
+    def recorded(self, seq: int) -> None:
+        """``seq``'s row is committed, or found recorded: nothing is owed."""
+        self._seqs.discard(seq)
+
+
+class LetterStored(Exception):
+    """Stands for the handler's error of a message delivered again whose letter is stored
+    and whose ledger row is owed (:class:`Unrecorded`): the handler was not called."""
+
+    def __init__(self) -> None:
+        super().__init__("its dead letter is stored; its ledger row was not committed")
+
+
 class LetterRecorder:
     """Dead-letters a failed message with its ledger key claimed in the same transaction.
 
     Args:
         applier: the ledger, its lock, the fence and the claim of the Processor.
+        unrecorded: the letters stored whose row is owed (shared with the settling of
+            dropped messages; a new one when not given).
 
     Example::
 
-        recorder = LetterRecorder(applier)
+        recorder = LetterRecorder(applier, Unrecorded())
         finished = await recorder(msg, seq, attempts, "ValueError: boom", acks.dead_letter)
     """
 
-    def __init__(self, applier: Applier) -> None:
+    def __init__(self, applier: Applier, unrecorded: Unrecorded | None = None) -> None:
         self.applier = applier
+        self.unrecorded = unrecorded if unrecorded is not None else Unrecorded()
         self.stream = applier.stream
         self.stats = applier.stats  # the Processor's counters (``ledger_errors``)
 
@@ -67,7 +117,8 @@ class LetterRecorder:
 
         False: not now (the letter was not stored, a standby's fence refused it, the
         registry row moved, or the ledger failed): the caller hands the message back, as
-        for a failed publish.
+        for a failed publish. A letter stored before the ledger failed is remembered: the
+        next call for ``seq`` commits its row without publishing it again.
 
         Raises:
             LedgerUnusable: the ledger cannot be used until someone fixes it.
@@ -76,9 +127,11 @@ class LetterRecorder:
             return await publish(msg, seq, attempts, text)
         applier = self.applier
         key = msg_id_key(msg.raw_headers) if applier.ledger.key == "msg_id" else None
+        unrecorded = self.unrecorded
         try:
             async with claiming(applier, LedgerEntry(self.stream, seq, key), msg) as claimed:
                 if not claimed.fresh:  # settled meanwhile, or its msg id was (key="msg_id")
+                    unrecorded.recorded(seq)
                     log.info(
                         "%s seq %d: its ledger key is recorded already (applied or "
                         "dead-lettered by another instance, or another message with its "
@@ -86,9 +139,12 @@ class LetterRecorder:
                         self.stream, seq,
                     )  # fmt: skip
                     return True
-                if not await publish(msg, seq, attempts, text):
-                    return False
+                if seq not in unrecorded:
+                    if not await publish(msg, seq, attempts, text):
+                        return False
+                    unrecorded.stored(seq)
                 await claimed.commit()
+                unrecorded.recorded(seq)
         except (Superseded, RegistryMoved) as exc:
             # A standby (the active instance settles it), or the registry row moved
             # (the next batch's transaction deals with it): handed back.
@@ -100,7 +156,7 @@ class LetterRecorder:
             # The database unreachable now (PostgreSQL restarted or killed): handed back
             # like a letter that was not stored. Its next delivery, or the settling of a
             # message the server dropped at its last one, dead-letters it then; a letter
-            # stored before the failed commit is de-duplicated by its msg id.
+            # stored before the failed commit is in ``unrecorded``: only its row is owed.
             self.stats.ledger_errors += 1
             log.warning("%s seq %d not dead-lettered now: %s", self.stream, seq, exc)
             return False

@@ -52,7 +52,7 @@ from ..ledger import LedgerEntry
 from ..streams import ResetTarget, get_message, reset_consumer
 from ._applying import Applier, RegistryMoved
 from ._bound import BoundConsumer
-from ._deadrecord import claiming
+from ._deadrecord import Unrecorded, claiming
 from ._options import ProcessorOptions, ProcessorStats
 from ._pinning import Superseded
 from ._replayed import replay_entry, replay_target
@@ -237,6 +237,9 @@ class DroppedMessages:
             again (the registry's re-check; it stops the run when it returns False).
         settled: called after each drop is settled (the run's progress: what
             ``Processor.wait_until`` re-checks on).
+        unrecorded: the letters stored whose ledger row is owed, shared with the
+            acknowledging part's recorder (a new one when not given): such a drop's
+            row is committed without its letter published again.
     """
 
     def __init__(
@@ -250,8 +253,10 @@ class DroppedMessages:
         fail: Callable[[MaxDeliverError], None],
         moved: Callable[[RegistryMoved, list[Message]], Awaitable[bool]],
         settled: Callable[[], None] = lambda: None,
+        unrecorded: Unrecorded | None = None,
     ) -> None:
         self.bound = bound
+        self.unrecorded = unrecorded if unrecorded is not None else Unrecorded()
         self.conn = conn
         self.stats = stats
         self.applier = applier
@@ -646,6 +651,7 @@ class DroppedMessages:
                 if forgot:
                     self._told_forgotten(seq, deliveries)
                 if not claimed.fresh:
+                    self.unrecorded.recorded(seq)
                     log.warning(
                         "%s seq %d: the server stopped delivering it %s, after it was applied "
                         "(its ack came too late): nothing lost",
@@ -659,7 +665,11 @@ class DroppedMessages:
                     return False
                 # Recorded with the dead letter: a copy still buffered is not applied too.
                 text = f"MaxDeliverError: the server stopped delivering it {why}"
-                if not await self.acks.dead_letter(msg, seq, deliveries, text):
+                unrecorded = self.unrecorded
+                own = entry.stream == self.stream
+                # A letter stored before a failed commit is not published again.
+                published = own and seq in unrecorded
+                if not published and not await self.acks.dead_letter(msg, seq, deliveries, text):
                     refused = self.acks.dead_letter_error
                     raise OncestreamError(
                         "the dead-letter publish was not confirmed"
@@ -667,8 +677,10 @@ class DroppedMessages:
                     )
                 # A replayed copy's key is the message's: recorded, the next replay of its
                 # letter (which names the message) would be suppressed, never applied.
-                if entry.stream == self.stream:
+                if own:
+                    unrecorded.stored(seq)
                     await claimed.commit()
+                    unrecorded.recorded(seq)
         except Superseded:  # a standby: the active instance settles it
             return False
         return True
