@@ -1,10 +1,13 @@
 """A dead letter stored whose ledger commit is lost (the database failing between the
-letter's PubAck and the commit): the message is not handed to its handler again, its
-letter is not published again, and the letter stays its one way in."""
+letter's PubAck and the commit): the commit is tried again in place, the message is not
+handed to a handler again (this instance's or another's), its letter is not published
+again, and the letter stays its one way in."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import time
 from typing import Any
 
 import psycopg
@@ -15,7 +18,13 @@ from oncestream import PostgresLedger, Processor, ProcessorOptions
 from oncestream.process import replay_dead_letters
 from tests.handlers import record
 from tests.integration.test_processor_max_deliver import _dead_letters
-from tests.integration.test_processor_postgres import _effects, _started
+from tests.integration.test_processor_postgres import (
+    _CUT_OPTIONS,
+    _cut_at_last_attempt,
+    _effects,
+    _heal_cut,
+    _started,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -26,26 +35,35 @@ _OPTIONS = ProcessorOptions(
     dead_letter_stream="DLQ", prune_interval=0,
 )  # fmt: skip
 DLQ_WINDOW = 0.1
+#: Commits of the letter's row lost: the first, then two retries in place.
+LOST = 3
 
 
-def _lose_commits(url: str, times: int) -> None:
-    """A trigger that fails, ``times`` times, the commit of a transaction inserting the
-    ledger row of the sequence the ``armed`` table names (a database lost between the
-    statement and the commit; the sequence ``fired`` is not rolled back)."""
+def _lose_commits(url: str) -> None:
+    """A trigger that fails the commit of a transaction inserting the ledger row of a
+    sequence :func:`_arm` names, as many times as it says (a database lost between the
+    statement and the commit; the per-sequence counter is not rolled back)."""
     with psycopg.connect(url, autocommit=True) as admin:
-        admin.execute("CREATE TABLE effects (id BIGINT NOT NULL)")
-        admin.execute("CREATE TABLE armed (on_seq BIGINT NOT NULL)")
-        admin.execute("CREATE SEQUENCE fired")
+        admin.execute("CREATE TABLE IF NOT EXISTS effects (id BIGINT NOT NULL)")
+        admin.execute("CREATE TABLE lose_armed (on_seq BIGINT PRIMARY KEY, times INT)")
         admin.execute(
             "CREATE FUNCTION lose() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-            " IF EXISTS (SELECT 1 FROM armed WHERE on_seq = NEW.seq)"
-            f" AND nextval('fired') <= {times} THEN"
+            " IF EXISTS (SELECT 1 FROM lose_armed WHERE on_seq = NEW.seq)"
+            " AND nextval(('lost_' || NEW.seq)::regclass)"
+            " <= (SELECT times FROM lose_armed WHERE on_seq = NEW.seq) THEN"
             " RAISE EXCEPTION 'the commit is lost'; END IF; RETURN NULL; END $$"
         )
         admin.execute(
             "CREATE CONSTRAINT TRIGGER lose AFTER INSERT ON oncestream_applied"
             " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION lose()"
         )
+
+
+def _arm(url: str, seq: int, times: int) -> None:
+    """Lose the next ``times`` commits of seq ``seq``'s ledger row."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f"CREATE SEQUENCE IF NOT EXISTS lost_{seq}")
+        admin.execute("INSERT INTO lose_armed VALUES (%s, %s) ON CONFLICT DO NOTHING", (seq, times))
 
 
 def _recorded(url: str, seq: int) -> bool:
@@ -74,9 +92,8 @@ class _Handler:
             record(msg, tx)
             return
         delivered = msg.metadata.num_delivered
-        if delivered == 2 and delivered not in self.deliveries_of_7:  # the claim comes next
-            with psycopg.connect(self.url, autocommit=True) as admin:
-                admin.execute("INSERT INTO armed VALUES (%s)", (msg.metadata.stream_seq,))
+        if delivered == 2:  # its last attempt: the letter's claim comes next
+            _arm(self.url, msg.metadata.stream_seq, LOST)
         self.deliveries_of_7.add(delivered)
         if delivered >= 3 and self.fixed:  # a flaky handler, or one fixed meanwhile
             record(msg, tx)
@@ -85,42 +102,33 @@ class _Handler:
 
 
 @pytest.mark.parametrize(
-    ("redelivered", "ack_policy"),
-    [
-        ("handler-fixed", "explicit"),
-        ("handler-failing", "explicit"),
-        ("dropped", "explicit"),
-        ("handler-fixed", "all"),
-    ],
+    ("handler", "ack_policy"),
+    [("handler-fixed", "explicit"), ("handler-failing", "explicit"), ("handler-fixed", "all")],
 )
 async def test_a_letter_whose_commit_is_lost_is_recorded_not_handled_again(  # type: ignore[no-untyped-def]
-    conn, make_stream, postgres_url: str, redelivered: str, ack_policy: str
+    conn, make_stream, postgres_url: str, handler: str, ack_policy: str
 ) -> None:
-    """7's letter is stored and the commit of its ledger row fails. Its next delivery
-    (or, ``dropped``: the consumer's own ``max_deliver`` is 3, the commit is lost at that
-    delivery too, the server drops it and the Processor settles it) only commits the
-    row: the handler is not called for 7 again, whether it would succeed
+    """7's letter is stored and the commit of its ledger row fails three times: the
+    Processor keeps 7 in progress and commits the row at its third retry. The handler
+    is not called for 7 again, whether it would succeed at a later delivery
     (``handler-fixed``) or fail (``handler-failing``), and no second letter is published
     past the short duplicate window. A replay of the one letter then applies 7 once.
-    Before, a handler that succeeded applied 7 and the replay applied it a second time;
-    one that failed stored a second letter. With ack policy ``all`` the one ack covers 7
-    once its row is committed."""
+    Before, 7 was handed back: a handler that succeeded applied 7 and the replay applied
+    it a second time; one that failed stored a second letter. With ack policy ``all``
+    the one ack covers 7 once its row is committed."""
     opts = dataclasses.replace(_OPTIONS, ack_policy=ack_policy)
     await make_stream("DLJ", ("dlj.>",))
     await make_stream("DLQ", ("DLQ.>",), duplicate_window=DLQ_WINDOW)
-    if redelivered == "dropped":  # its third delivery's commit is lost too: then dropped
-        config = {"durable_name": "w", "ack_policy": "explicit", "max_deliver": 3}
-        await conn.api("CONSUMER.CREATE.DLJ.w", {"stream_name": "DLJ", "config": config})
     ledger = PostgresLedger(postgres_url)
     ledger.open()  # its tables, for the trigger
-    _lose_commits(postgres_url, 2 if redelivered == "dropped" else 1)
-    handler = _Handler(postgres_url, fixed=redelivered == "handler-fixed")
-    proc = Processor(conn, "DLJ", "w", handler, ledger=ledger, options=opts)
+    _lose_commits(postgres_url)
+    fail_7 = _Handler(postgres_url, fixed=handler == "handler-fixed")
+    proc = Processor(conn, "DLJ", "w", fail_7, ledger=ledger, options=opts)
     task = await _started(proc)
     try:
         await publish_n(conn, "dlj.x", 20, start=1)
         await proc.wait_until(
-            lambda s: s.ledger_errors >= 1 and s.applied >= 19 and _recorded(postgres_url, 7),
+            lambda s: s.ledger_errors >= LOST and s.applied >= 19 and _recorded(postgres_url, 7),
             timeout=30,
         )
         assert not task.done(), task.exception()
@@ -128,16 +136,16 @@ async def test_a_letter_whose_commit_is_lost_is_recorded_not_handled_again(  # t
         proc.request_stop()
         await task
     assert proc.stats.applied == 19
-    assert handler.deliveries_of_7 == {1, 2}
+    assert fail_7.deliveries_of_7 == {1, 2}
     assert proc.stats.dead_lettered == 1
-    assert proc.stats.exhausted == (1 if redelivered == "dropped" else 0)
+    assert proc.stats.ledger_errors == LOST
     assert await _dead_letters(conn) == [7]
     assert _effects(postgres_url) == (19, 19)
 
-    handler.repaired = True
+    fail_7.repaired = True
     report = await replay_dead_letters(conn, "DLQ")
     assert len(report.replayed) == 1
-    again = Processor(conn, "DLJ", "w", handler, ledger=PostgresLedger(postgres_url), options=opts)
+    again = Processor(conn, "DLJ", "w", fail_7, ledger=PostgresLedger(postgres_url), options=opts)
     task = await _started(again)
     try:
         await again.wait_until(lambda s: s.applied == 1, timeout=30)
@@ -145,3 +153,107 @@ async def test_a_letter_whose_commit_is_lost_is_recorded_not_handled_again(  # t
         again.request_stop()
         await task
     assert _effects(postgres_url) == (20, 20)
+
+
+#: Every third message of 30 fails twice, then would succeed (a handler fixed meanwhile).
+POISON = frozenset(range(3, 31, 3))
+
+
+async def test_no_instance_sharing_the_consumer_handles_a_letter_whose_commit_is_lost(  # type: ignore[no-untyped-def]
+    conn, make_stream, postgres_url: str
+) -> None:
+    """Two Processors share one durable consumer (explicit acks, one PostgreSQL ledger);
+    the commit of each poison message's letter row is lost once. The instance that
+    stored the letter commits the row in place: neither instance calls a handler for a
+    poison message again, each has one letter, and after the replay every message is
+    applied once. Before (a break test), the message was handed back and the other
+    instance, which did not know the letter, applied it."""
+    await make_stream("DLJ", ("dlj.>",))
+    await make_stream("DLQ", ("DLQ.>",), duplicate_window=DLQ_WINDOW)
+    ledger = PostgresLedger(postgres_url)
+    ledger.open()
+    _lose_commits(postgres_url)
+    late: list[tuple[int, int]] = []
+    repaired: list[bool] = []
+
+    def handler(msg: Any, tx: Any) -> None:
+        n, delivered = int(msg.data), msg.metadata.num_delivered
+        if n not in POISON or repaired:
+            record(msg, tx)
+            return
+        if delivered == 2:
+            _arm(postgres_url, msg.metadata.stream_seq, 1)
+        if delivered >= 3:  # only after the letter: must not happen
+            late.append((n, delivered))
+            record(msg, tx)
+            return
+        raise ValueError("poison")
+
+    a = Processor(conn, "DLJ", "w", handler, ledger=ledger, options=_OPTIONS)
+    b = Processor(conn, "DLJ", "w", handler, ledger=PostgresLedger(postgres_url), options=_OPTIONS)
+    tasks = [await _started(a), await _started(b)]
+    try:
+        await publish_n(conn, "dlj.x", 30, start=1)
+        deadline = time.monotonic() + 30  # two instances, no shared event: a bounded poll
+        while not all(_recorded(postgres_url, seq) for seq in range(1, 31)):
+            assert time.monotonic() < deadline and not any(t.done() for t in tasks)
+            await asyncio.sleep(0.1)
+    finally:
+        a.request_stop()
+        b.request_stop()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert not [r for r in results if isinstance(r, BaseException)], results
+    assert late == []
+    assert sorted(await _dead_letters(conn)) == sorted(POISON)
+    assert a.stats.dead_lettered + b.stats.dead_lettered == len(POISON)
+    assert a.stats.ledger_errors + b.stats.ledger_errors == len(POISON)
+    assert _effects(postgres_url) == (20, 20)
+
+    repaired.append(True)
+    assert len((await replay_dead_letters(conn, "DLQ")).replayed) == len(POISON)
+    again = Processor(
+        conn, "DLJ", "w", handler, ledger=PostgresLedger(postgres_url), options=_OPTIONS
+    )
+    task = await _started(again)
+    try:
+        await again.wait_until(lambda s: s.applied == len(POISON), timeout=30)
+    finally:
+        again.request_stop()
+        await task
+    assert _effects(postgres_url) == (30, 30)
+
+
+async def test_a_dropped_message_whose_letter_commit_is_lost_gets_one_letter(  # type: ignore[no-untyped-def]
+    conn, make_stream, postgres_server, postgres_url: str
+) -> None:
+    """The consumer's own ``max_deliver`` (3, the Processor's 2) and the database away from
+    7's dead-letter claim on: the server drops 7, and its settling, once the database
+    answers, stores the letter and loses the row's commit. The settling tried again a
+    second later commits the row without publishing the letter again: one letter past a
+    short duplicate window. Before, each retry published the letter again."""
+    await make_stream("DLJ", ("dlj.>",))
+    await make_stream("DLQ", ("DLQ.>",), duplicate_window=DLQ_WINDOW)
+    config = {"durable_name": "w", "ack_policy": "explicit", "max_deliver": 3}
+    await conn.api("CONSUMER.CREATE.DLJ.w", {"stream_name": "DLJ", "config": config})
+    ledger, fail_7, _ = _cut_at_last_attempt(postgres_server.url, postgres_url)
+    _lose_commits(postgres_url)
+    _arm(postgres_url, 7, 1)  # the first commit of 7's row that reaches the database
+    proc = Processor(conn, "DLJ", "w", fail_7, ledger=ledger, options=_CUT_OPTIONS)
+    task = await _started(proc)
+    try:
+        try:
+            await publish_n(conn, "dlj.x", 20, start=1)
+            deadline = time.monotonic() + 20  # no event for a drop: a bounded poll
+            while proc.stats.exhausted < 1 and not task.done():
+                assert time.monotonic() < deadline, proc.stats
+                await asyncio.sleep(0.05)
+        finally:
+            _heal_cut(postgres_server.url, postgres_url)
+        await proc.wait_until(lambda s: s.applied == 19 and _recorded(postgres_url, 7), timeout=30)
+        assert not task.done()
+    finally:
+        proc.request_stop()
+        await task
+    assert proc.stats.exhausted == 1 and proc.stats.dead_lettered == 1
+    assert await _dead_letters(conn) == [7]
+    assert _effects(postgres_url) == (19, 19)

@@ -44,6 +44,8 @@ _ACK = b"+ACK"
 _WPI = b"+WPI"
 _TERM = b"+TERM"
 _NAK = b"-NAK"
+#: Seconds between two commits of a stored letter's ledger row while the ledger fails.
+_OWED_RETRY = 1.0
 #: Double-ack confirmations outstanding at once (they overlap the next batches).
 _MAX_CONFIRMING = 4
 
@@ -353,7 +355,7 @@ class Acknowledger:
             if self.dlq_subject:
                 recorder = self.recorder
                 if await (
-                    recorder(msg, seq, attempts, text, self.dead_letter)
+                    self._recorded(recorder, msg, seq, attempts, text)
                     if recorder is not None
                     else self.dead_letter(msg, seq, attempts, text)
                 ):
@@ -387,6 +389,28 @@ class Acknowledger:
         await self.nak([msg], opts.backoff[min(attempts, len(opts.backoff)) - 1])
         self._trace(msg, "retried")
         return False
+
+    async def _recorded(
+        self, recorder: LetterRecorder, msg: Message, seq: int, attempts: int, text: str
+    ) -> bool:
+        """Dead-letter ``msg`` with its ledger row (:class:`LetterRecorder`); True when finished.
+
+        A letter stored whose row could not be committed (the database failing) is kept
+        here, in progress, and its commit tried again every second until it succeeds or
+        the Processor stops: handed back, another instance sharing the consumer (or a
+        message with its msg id) would be handled while the letter waits for a replay.
+        Meanwhile nothing else is applied here; the ledger is failing anyway. Any other
+        refusal (a standby's fence, the registry row moved) hands it back; delivered
+        here again it only has its row committed (:class:`~._deadrecord.Unrecorded`).
+        """
+        finished = await recorder(msg, seq, attempts, text, self.dead_letter)
+        pause = min(_OWED_RETRY, self.ack_wait / 3)
+        while not finished and recorder.commit_failed and not self.stopping():
+            await self.send([msg.reply], _WPI)
+            self.stats.in_progress_acks += 1
+            await asyncio.sleep(pause)
+            finished = await recorder(msg, seq, attempts, text, self.dead_letter)
+        return finished
 
     def _trace(self, msg: Message, outcome: str) -> None:
         if self.tracer is not None:

@@ -13,17 +13,21 @@ dead-lettered a second time (finding 24).
 A replayed copy for this consumer that fails is not recorded: its letter names the
 original, and the next replay's copy must still be applied under that key.
 
-A ledger failure handed back (the database unreachable) between the letter's PubAck
-and the commit is remembered (:class:`Unrecorded`): the message's next delivery, or the
-settling of a message the server dropped at its last one, is not handed to the handler
-and its letter is not published again; only its row is committed, and it is finished
-as a dead letter. So the letter stays its one way in, and it is counted once.
+A ledger failure (the database unreachable) between the letter's PubAck and the commit
+is ridden out where it happened: the Acknowledger keeps the message in progress and
+tries the commit again every second, so neither another instance sharing the consumer
+nor (ledger key ``msg_id``) a later message with its msg id here handles it meanwhile.
+The stored letter is remembered (:class:`Unrecorded`): if the message comes back
+anyway (handed back after a standby's fence refused, or the registry row moved), or the
+server dropped it and its settling meets the failure, only its row is committed; the
+handler is not called and the letter is not published again. So the letter stays its
+one way in, and it is counted once.
 
-Not closed: a crash (or a stop, which does not wait for the database) in that window
-forgets what :class:`Unrecorded` holds. Delivered again within the dead-letter stream's
-duplicate window, the message fails again (its letter de-duplicated) and is recorded;
-but if its handler was fixed meanwhile (or succeeds this time) it is applied, and a
-replay of the letter applies its copy as well.
+Not closed: a crash, a stop (which does not wait for the database) or a takeover in
+that window forgets what :class:`Unrecorded` holds. Delivered again within the
+dead-letter stream's duplicate window, the message fails again (its letter
+de-duplicated) and is recorded; but if its handler was fixed meanwhile (or succeeds
+this time) it is applied, and a replay of the letter applies its copy as well.
 """
 
 from __future__ import annotations
@@ -106,6 +110,9 @@ class LetterRecorder:
     def __init__(self, applier: Applier, unrecorded: Unrecorded | None = None) -> None:
         self.applier = applier
         self.unrecorded = unrecorded if unrecorded is not None else Unrecorded()
+        #: The last call stored the letter and then failed to commit its row (the
+        #: database failing): trying the commit again is what is left to do.
+        self.commit_failed = False
         self.stream = applier.stream
         self.stats = applier.stats  # the Processor's counters (``ledger_errors``)
 
@@ -128,6 +135,7 @@ class LetterRecorder:
         applier = self.applier
         key = msg_id_key(msg.raw_headers) if applier.ledger.key == "msg_id" else None
         unrecorded = self.unrecorded
+        self.commit_failed = False
         try:
             async with claiming(applier, LedgerEntry(self.stream, seq, key), msg) as claimed:
                 if not claimed.fresh:  # settled meanwhile, or its msg id was (key="msg_id")
@@ -158,6 +166,7 @@ class LetterRecorder:
             # message the server dropped at its last one, dead-letters it then; a letter
             # stored before the failed commit is in ``unrecorded``: only its row is owed.
             self.stats.ledger_errors += 1
+            self.commit_failed = seq in unrecorded
             log.warning("%s seq %d not dead-lettered now: %s", self.stream, seq, exc)
             return False
         return True
