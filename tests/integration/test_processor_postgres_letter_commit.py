@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from harness import publish_n
-from oncestream import PostgresLedger, Processor, ProcessorOptions
+from oncestream import PostgresLedger, Processor, ProcessorOptions, connect
 from oncestream.process import replay_dead_letters
 from tests.handlers import record
 from tests.integration.test_processor_max_deliver import _dead_letters
@@ -45,12 +45,13 @@ def _lose_commits(url: str) -> None:
     statement and the commit; the per-sequence counter is not rolled back)."""
     with psycopg.connect(url, autocommit=True) as admin:
         admin.execute("CREATE TABLE IF NOT EXISTS effects (id BIGINT NOT NULL)")
-        admin.execute("CREATE TABLE lose_armed (on_seq BIGINT PRIMARY KEY, times INT)")
+        admin.execute("CREATE TABLE lose_armed (on_seq BIGINT PRIMARY KEY, times INT, hang FLOAT)")
         admin.execute(
-            "CREATE FUNCTION lose() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-            " IF EXISTS (SELECT 1 FROM lose_armed WHERE on_seq = NEW.seq)"
-            " AND nextval(('lost_' || NEW.seq)::regclass)"
-            " <= (SELECT times FROM lose_armed WHERE on_seq = NEW.seq) THEN"
+            "CREATE FUNCTION lose() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " DECLARE armed lose_armed; BEGIN"
+            " SELECT * INTO armed FROM lose_armed WHERE on_seq = NEW.seq;"
+            " IF FOUND AND nextval(('lost_' || NEW.seq)::regclass) <= armed.times THEN"
+            " PERFORM pg_sleep(armed.hang);"
             " RAISE EXCEPTION 'the commit is lost'; END IF; RETURN NULL; END $$"
         )
         admin.execute(
@@ -59,11 +60,15 @@ def _lose_commits(url: str) -> None:
         )
 
 
-def _arm(url: str, seq: int, times: int) -> None:
-    """Lose the next ``times`` commits of seq ``seq``'s ledger row."""
+def _arm(url: str, seq: int, times: int, hang: float = 0.0) -> None:
+    """Lose the next ``times`` commits of seq ``seq``'s ledger row, each after ``hang``
+    seconds (a database that hangs, failing over, before it fails)."""
     with psycopg.connect(url, autocommit=True) as admin:
         admin.execute(f"CREATE SEQUENCE IF NOT EXISTS lost_{seq}")
-        admin.execute("INSERT INTO lose_armed VALUES (%s, %s) ON CONFLICT DO NOTHING", (seq, times))
+        admin.execute(
+            "INSERT INTO lose_armed VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+            (seq, times, hang),
+        )
 
 
 def _recorded(url: str, seq: int) -> bool:
@@ -221,6 +226,53 @@ async def test_no_instance_sharing_the_consumer_handles_a_letter_whose_commit_is
         again.request_stop()
         await task
     assert _effects(postgres_url) == (30, 30)
+
+
+async def test_a_letter_commit_that_hangs_past_the_ack_wait_keeps_the_message(  # type: ignore[no-untyped-def]
+    conn, options, make_stream, postgres_url: str
+) -> None:
+    """A Processor (ack wait 1 s, one attempt) stores the letter of message 1, whose row's
+    first commit hangs 4 s and then fails. The Processor keeps the message in progress
+    while the commit hangs: the server delivers it no second time (a watcher of every
+    inbox sees each delivery), so no other Processor sharing the consumer could handle
+    it while its letter waits for a replay. Before (a break test), in-progress acks went
+    out only between the tries, and another Processor applied the message."""
+    await make_stream("DLJ", ("dlj.>",))
+    await make_stream("DLQ", ("DLQ.>",), duplicate_window=DLQ_WINDOW)
+    PostgresLedger(postgres_url).open()
+    _lose_commits(postgres_url)
+    _arm(postgres_url, 1, 1, hang=4.0)
+    deliveries: list[int] = []  # of message 1 (stream seq 1): the delivery count of each
+
+    def watch(subject: bytes, reply: bytes, data: Any, headers: bytes | None) -> None:
+        tokens = reply.split(b".")  # $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>...
+        if reply.startswith(b"$JS.ACK.DLJ.") and int(tokens[-4]) == 1:
+            deliveries.append(int(tokens[-5]))
+
+    def handler(msg: Any, tx: Any) -> None:
+        if int(msg.data) == 1:
+            raise ValueError("poison")
+        record(msg, tx)
+
+    opts = dataclasses.replace(_OPTIONS, ack_wait=1, max_deliver=1)
+    async with await connect(options) as watcher:
+        await watcher.subscribe_frames("_INBOX.>", watch)
+        proc = Processor(
+            conn, "DLJ", "w", handler, ledger=PostgresLedger(postgres_url), options=opts
+        )
+        task = await _started(proc)
+        try:
+            await publish_n(conn, "dlj.x", 20, start=1)
+            await proc.wait_until(
+                lambda s: s.applied == 19 and _recorded(postgres_url, 1), timeout=30
+            )
+        finally:
+            proc.request_stop()
+            await task
+    assert proc.stats.ledger_errors == 1  # the hung commit, then one more try
+    assert deliveries == [1]
+    assert await _dead_letters(conn) == [1]
+    assert _effects(postgres_url) == (19, 19)
 
 
 async def test_a_dropped_message_whose_letter_commit_is_lost_gets_one_letter(  # type: ignore[no-untyped-def]

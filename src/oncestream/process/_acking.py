@@ -16,10 +16,11 @@ keep the server from redelivering it and the messages buffered behind it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from .._connection import Connection
 from .._errors import OncestreamError
@@ -403,14 +404,37 @@ class Acknowledger:
         refusal (a standby's fence, the registry row moved) hands it back; delivered
         here again it only has its row committed (:class:`~._deadrecord.Unrecorded`).
         """
-        finished = await recorder(msg, seq, attempts, text, self.dead_letter)
         pause = min(_OWED_RETRY, self.ack_wait / 3)
+        record = recorder(msg, seq, attempts, text, self.dead_letter)
+        finished = await self._in_progress(msg.reply, record, pause)
         while not finished and recorder.commit_failed and not self.stopping():
             await self.send([msg.reply], _WPI)
             self.stats.in_progress_acks += 1
             await asyncio.sleep(pause)
-            finished = await recorder(msg, seq, attempts, text, self.dead_letter)
+            record = recorder(msg, seq, attempts, text, self.dead_letter)
+            finished = await self._in_progress(msg.reply, record, pause)
         return finished
+
+    async def _in_progress(self, reply: str, call: Awaitable[bool], every: float) -> bool:
+        """Await ``call``, sending ``reply`` an in-progress ack every ``every`` seconds while
+        it runs: a ledger call that hangs (a database failing over) must not let the ack
+        wait run out, or another instance gets the message while its letter is stored."""
+        task = asyncio.ensure_future(call)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=every)
+                if done:
+                    return task.result()
+                try:
+                    await self.send([reply], _WPI)
+                    self.stats.in_progress_acks += 1
+                except Exception as exc:  # best effort: the connection may be down
+                    log.debug("in-progress ack of %s not sent: %s", reply, exc)
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     def _trace(self, msg: Message, outcome: str) -> None:
         if self.tracer is not None:
