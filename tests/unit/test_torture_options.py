@@ -385,3 +385,24 @@ async def test_a_stream_every_server_says_is_not_found_is_gone_only_after_a_cras
     assert read.gone and read.messages == 0 and not read.keys
     with pytest.raises(rawread.Unreadable):  # without a crash: unreadable, never "gone"
         await rawread.read_raw(servers, "T", wait=0.2)
+
+
+def test_a_stream_is_gone_when_the_servers_not_recovering_say_not_found() -> None:
+    """``_not_found``: "not found" from every server that could answer makes the stream
+    gone; a server refusing the connection or still without JetStream (10008) does not
+    count either way, and nothing but those answers is never "gone"."""
+    from torture.checker import _not_found
+
+    missing = "nats://a:4222: RuntimeError: STREAM.INFO T: {'code': 404, 'err_code': 10059}"
+    recovering = "nats://b:4222: RuntimeError: seq 1: {'code': 503, 'err_code': 10008}"
+    refused = "nats://c:4222: ConnectionRefusedError: [Errno 111] Connect call failed"
+    timeout = "nats://b:4222: TimeoutError: STREAM.INFO T"
+
+    def read(*errors: str) -> dict[str, Any]:
+        return {"unreadable": {"errors": list(errors)}}
+
+    assert _not_found(read(missing, recovering, missing, refused))
+    assert _not_found(read(missing, refused))
+    assert not _not_found(read(recovering, refused))
+    assert not _not_found(read(missing, timeout))
+    assert not _not_found(read())
