@@ -116,6 +116,10 @@ def allowed_loss(state: dict[str, Any]) -> str | None:
     return f"sync_interval default (2 min) and {', '.join(crashes)}"
 
 
+#: A server's answer while its JetStream is not available yet (10008).
+_RECOVERING = "'err_code': 10008"
+
+
 def _not_found(read: dict[str, Any]) -> bool:
     """Whether every server that answered for an unreadable stream said "stream not
     found" (10059), the others refusing the connection (a node not running, such as a
@@ -125,7 +129,7 @@ def _not_found(read: dict[str, Any]) -> bool:
     Seen at 379b920 (seed 53, trial 1): after a default-sync power loss two servers
     said 10059 and the third, killed by a bit flip during the drain, 10008."""
     errors = [str(e) for e in (read.get("unreadable") or {}).get("errors") or []]
-    found = [e for e in errors if "ConnectionRefusedError" not in e and "10008" not in e]
+    found = [e for e in errors if "ConnectionRefusedError" not in e and _RECOVERING not in e]
     return bool(found) and all("10059" in e for e in found)
 
 

@@ -16,7 +16,6 @@ keep the server from redelivering it and the messages buffered behind it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
@@ -320,7 +319,8 @@ class Acknowledger:
     # -- failures
 
     async def failed(self, msg: Message, error: BaseException) -> bool:
-        """The handler failed for ``msg``: nak it with backoff, or dead-letter it.
+        """``msg`` failed (its handler, or it is owed its row): nak it with backoff, or
+        dead-letter it.
 
         Returns:
             True when it was dead-lettered (finished), False when it will come again.
@@ -397,19 +397,20 @@ class Acknowledger:
         """Dead-letter ``msg`` with its ledger row (:class:`LetterRecorder`); True when finished.
 
         A letter stored whose row could not be committed (the database failing) is kept
-        here, in progress, and its commit tried again every second until it succeeds or
-        the Processor stops: handed back, another instance sharing the consumer (or a
-        message with its msg id) would be handled while the letter waits for a replay.
-        Meanwhile nothing else is applied here; the ledger is failing anyway. Any other
-        refusal (a standby's fence, the registry row moved) hands it back; delivered
-        here again it only has its row committed (:class:`~._deadrecord.Unrecorded`).
+        here, in progress (also while a try runs), and its commit tried again every second
+        (a third of the ack wait if that is shorter) until it succeeds or the Processor
+        stops (after the try under way; then it is handed back). Handed back at once,
+        another instance sharing the consumer (or a message with its msg id) would be
+        handled while the letter waits for a replay. Meanwhile nothing else is applied
+        here; the ledger is failing anyway. Any other refusal (a standby's fence, the
+        registry row moved) hands it back; delivered here again it only has its row
+        committed (:class:`~._deadrecord.Unrecorded`).
         """
         pause = min(_OWED_RETRY, self.ack_wait / 3)
         record = recorder(msg, seq, attempts, text, self.dead_letter)
         finished = await self._in_progress(msg.reply, record, pause)
         while not finished and recorder.commit_failed and not self.stopping():
-            await self.send([msg.reply], _WPI)
-            self.stats.in_progress_acks += 1
+            await self._still_working(msg.reply)
             await asyncio.sleep(pause)
             record = recorder(msg, seq, attempts, text, self.dead_letter)
             finished = await self._in_progress(msg.reply, record, pause)
@@ -425,16 +426,22 @@ class Acknowledger:
                 done, _ = await asyncio.wait({task}, timeout=every)
                 if done:
                     return task.result()
-                try:
-                    await self.send([reply], _WPI)
-                    self.stats.in_progress_acks += 1
-                except Exception as exc:  # best effort: the connection may be down
-                    log.debug("in-progress ack of %s not sent: %s", reply, exc)
+                await self._still_working(reply)
         finally:
             if not task.done():
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                # The try's own error must not replace the cancellation being raised.
+                await asyncio.gather(task, return_exceptions=True)
+
+    async def _still_working(self, reply: str) -> None:
+        """One in-progress ack, best effort: the connection may be down (then the ack
+        wait may run out; the server delivers the message again, which the ledger
+        suppresses once its row is committed)."""
+        try:
+            await self.send([reply], _WPI)
+            self.stats.in_progress_acks += 1
+        except Exception as exc:
+            log.debug("in-progress ack of %s not sent: %s", reply, exc)
 
     def _trace(self, msg: Message, outcome: str) -> None:
         if self.tracer is not None:

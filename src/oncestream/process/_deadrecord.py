@@ -15,19 +15,21 @@ original, and the next replay's copy must still be applied under that key.
 
 A ledger failure (the database unreachable) between the letter's PubAck and the commit
 is ridden out where it happened: the Acknowledger keeps the message in progress and
-tries the commit again every second, so neither another instance sharing the consumer
-nor (ledger key ``msg_id``) a later message with its msg id here handles it meanwhile.
-The stored letter is remembered (:class:`Unrecorded`): if the message comes back
+tries the commit again every second (a third of the ack wait if that is shorter), so
+neither another instance sharing the consumer nor (ledger key ``msg_id``) a later
+message with its msg id here handles it meanwhile. The stored letter is remembered (:class:`Unrecorded`): if the message comes back
 anyway (handed back after a standby's fence refused, or the registry row moved), or the
 server dropped it and its settling meets the failure, only its row is committed; the
 handler is not called and the letter is not published again. So the letter stays its
 one way in, and it is counted once.
 
-Not closed: a crash, a stop (which does not wait for the database) or a takeover in
-that window forgets what :class:`Unrecorded` holds. Delivered again within the
-dead-letter stream's duplicate window, the message fails again (its letter
-de-duplicated) and is recorded; but if its handler was fixed meanwhile (or succeeds
-this time) it is applied, and a replay of the letter applies its copy as well.
+Not closed: a crash, a stop (which ends the tries after the one under way and hands the
+message back) or a takeover in that window forgets what :class:`Unrecorded` holds, and
+a registry row that moved meanwhile (a consumer filter edited) hands the message back
+to whichever instance pulls it next. Delivered again within the dead-letter stream's
+duplicate window, the message fails again (its letter de-duplicated) and is recorded;
+but if its handler was fixed meanwhile (or succeeds this time) it is applied, and a
+replay of the letter applies its copy as well.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from .._errors import LedgerError, LedgerUnusable
 from .._headers import msg_id_key
+from .._logthrottle import LogThrottle
 from .._message import Message
 from ..ledger import LedgerEntry, LedgerTx
 from ._applying import Applier, RegistryMoved
@@ -113,6 +116,8 @@ class LetterRecorder:
         #: The last call stored the letter and then failed to commit its row (the
         #: database failing): trying the commit again is what is left to do.
         self.commit_failed = False
+        # A long outage retries every second: its first lines, then a summary.
+        self._outage_log = LogThrottle(log)
         self.stream = applier.stream
         self.stats = applier.stats  # the Processor's counters (``ledger_errors``)
 
@@ -123,9 +128,10 @@ class LetterRecorder:
         letter and waits for its PubAck); True when it is finished.
 
         False: not now (the letter was not stored, a standby's fence refused it, the
-        registry row moved, or the ledger failed): the caller hands the message back, as
-        for a failed publish. A letter stored before the ledger failed is remembered: the
-        next call for ``seq`` commits its row without publishing it again.
+        registry row moved, or the ledger failed). With :attr:`commit_failed` the letter
+        is stored and only its row is owed: the caller tries again (the next call for
+        ``seq`` commits the row without publishing the letter again); otherwise it hands
+        the message back, as for a failed publish.
 
         Raises:
             LedgerUnusable: the ledger cannot be used until someone fixes it.
@@ -161,13 +167,20 @@ class LetterRecorder:
         except LedgerUnusable:
             raise  # retrying cannot help: the Processor stops, as a batch's failure stops it
         except LedgerError as exc:
-            # The database unreachable now (PostgreSQL restarted or killed): handed back
-            # like a letter that was not stored. Its next delivery, or the settling of a
-            # message the server dropped at its last one, dead-letters it then; a letter
-            # stored before the failed commit is in ``unrecorded``: only its row is owed.
+            # The database unreachable now (PostgreSQL restarted or killed). Before the
+            # letter: handed back like a letter that was not stored, dead-lettered at its
+            # next delivery (or the settling of its drop). After it: the letter is in
+            # ``unrecorded`` and the caller keeps trying the commit.
             self.stats.ledger_errors += 1
             self.commit_failed = seq in unrecorded
-            log.warning("%s seq %d not dead-lettered now: %s", self.stream, seq, exc)
+            what = (
+                "dead letter stored, its ledger row not committed; trying again"
+                if self.commit_failed
+                else "not dead-lettered now"
+            )
+            self._outage_log.log(
+                logging.WARNING, f"{what}: {exc}", "%s seq %d %s: %s", self.stream, seq, what, exc
+            )
             return False
         return True
 

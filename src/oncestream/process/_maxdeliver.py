@@ -648,7 +648,8 @@ class DroppedMessages:
                 if not claimed.fresh and forgot:  # finished by another instance of it
                     log.debug("%s seq %d was applied by another instance", self.stream, seq)
                     return True
-                if forgot:
+                if forgot and seq not in self._counted:  # once, however often it is retried
+                    self._counted.add(seq)
                     self._told_forgotten(seq, deliveries)
                 if not claimed.fresh:
                     self.unrecorded.recorded(seq)
