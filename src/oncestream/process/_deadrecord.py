@@ -17,11 +17,11 @@ A ledger failure (the database unreachable) between the letter's PubAck and the 
 is ridden out where it happened: the Acknowledger keeps the message in progress and
 tries the commit again every second (a third of the ack wait if that is shorter), so
 neither another instance sharing the consumer nor (ledger key ``msg_id``) a later
-message with its msg id here handles it meanwhile. The stored letter is remembered (:class:`Unrecorded`): if the message comes back
-anyway (handed back after a standby's fence refused, or the registry row moved), or the
-server dropped it and its settling meets the failure, only its row is committed; the
-handler is not called and the letter is not published again. So the letter stays its
-one way in, and it is counted once.
+message with its msg id here handles it meanwhile. The stored letter is remembered
+(:class:`Unrecorded`): if the message comes back anyway (handed back after a standby's
+fence refused, or the registry row moved), or the server dropped it and its settling
+meets the failure, only its row is committed; the handler is not called and the letter
+is not published again. So the letter stays its one way in, and it is counted once.
 
 Not closed: a crash, a stop (which ends the tries after the one under way and hands the
 message back) or a takeover in that window forgets what :class:`Unrecorded` holds, and
