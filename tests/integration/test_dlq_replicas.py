@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from nats.js.errors import NoStreamResponseError
 
 from oncestream import Connection, Processor, ProcessorOptions, SQLiteLedger, connect
 from oncestream.server import Cluster
@@ -24,6 +25,18 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield topology
     finally:
         topology.down()
+
+
+async def _publish_once_led(conn: Connection, subject: str, data: bytes) -> None:
+    """Publish to a replicated stream just created: until its leader is elected the
+    server has no responder for the subject (a bounded poll: no event says "elected")."""
+    for _ in range(100):
+        try:
+            await conn.nc.jetstream().publish(subject, data)
+            return
+        except NoStreamResponseError:
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"no stream answered on {subject} for 10 s")
 
 
 async def _dead_letter_one(conn: Connection, stream: str, dlq: str, db: Path) -> None:
@@ -43,7 +56,7 @@ async def test_the_dead_letter_stream_has_the_replicas_of_the_consumed_stream(
 ) -> None:
     async with await connect(cluster.options()) as conn:
         await ensure_stream(conn, StreamSpec(name="ORDERS", subjects=("orders.>",), replicas=3))
-        await conn.nc.jetstream().publish("orders.eu", b"1")
+        await _publish_once_led(conn, "orders.eu", b"1")
         await _dead_letter_one(conn, "ORDERS", "ORDERS_DLQ", tmp_path / "a.db")
         info = await conn.stream_info("ORDERS_DLQ")
         assert info["config"]["num_replicas"] == 3
@@ -53,7 +66,7 @@ async def test_the_dead_letter_stream_has_the_replicas_of_the_consumed_stream(
         # Created by the user with one replica: used, never changed.
         await ensure_stream(conn, StreamSpec(name="MINE", subjects=("MINE.>",), replicas=1))
         await ensure_stream(conn, StreamSpec(name="PAYS", subjects=("pays.>",), replicas=3))
-        await conn.nc.jetstream().publish("pays.eu", b"2")
+        await _publish_once_led(conn, "pays.eu", b"2")
         await _dead_letter_one(conn, "PAYS", "MINE", tmp_path / "b.db")
         mine = await conn.stream_info("MINE")
         assert mine["config"]["num_replicas"] == 1 and mine["state"]["messages"] == 1
