@@ -64,10 +64,9 @@ class Unrecorded:
 
     Example::
 
-        unrecorded = Unrecorded()
-        unrecorded.stored(7)
-        assert 7 in unrecorded
-        unrecorded.recorded(7)
+        async with claiming(applier, entry, msg) as claimed:
+            if claimed.fresh and await unrecorded.settle(seq, letter, claimed):
+                ...  # the letter is stored once and the row committed
     """
 
     def __init__(self) -> None:
@@ -79,9 +78,23 @@ class Unrecorded:
     def __len__(self) -> int:
         return len(self._seqs)
 
-    def stored(self, seq: int) -> None:
-        """``seq``'s letter is stored (its PubAck came); its row is not committed yet."""
-        self._seqs.add(seq)
+    async def settle(
+        self, seq: int, letter: Callable[[], Awaitable[bool]], claimed: Claimed
+    ) -> bool:
+        """Store ``seq``'s letter with ``letter`` (which waits for its PubAck) unless it is
+        stored already, then commit ``claimed``; False when the letter was not stored.
+
+        Raises:
+            LedgerError: the commit failed; ``seq`` stays owed its row, and the next
+                call commits it without storing the letter again.
+        """
+        if seq not in self._seqs:
+            if not await letter():
+                return False
+            self._seqs.add(seq)
+        await claimed.commit()
+        self._seqs.discard(seq)
+        return True
 
     def recorded(self, seq: int) -> None:
         """``seq``'s row is committed, or found recorded: nothing is owed."""
@@ -153,12 +166,10 @@ class LetterRecorder:
                         self.stream, seq,
                     )  # fmt: skip
                     return True
-                if seq not in unrecorded:
-                    if not await publish(msg, seq, attempts, text):
-                        return False
-                    unrecorded.stored(seq)
-                await claimed.commit()
-                unrecorded.recorded(seq)
+                if not await unrecorded.settle(
+                    seq, lambda: publish(msg, seq, attempts, text), claimed
+                ):
+                    return False
         except (Superseded, RegistryMoved) as exc:
             # A standby (the active instance settles it), or the registry row moved
             # (the next batch's transaction deals with it): handed back.

@@ -666,22 +666,23 @@ class DroppedMessages:
                     return False
                 # Recorded with the dead letter: a copy still buffered is not applied too.
                 text = f"MaxDeliverError: the server stopped delivering it {why}"
-                unrecorded = self.unrecorded
-                own = entry.stream == self.stream
-                # A letter stored before a failed commit is not published again.
-                published = own and seq in unrecorded
-                if not published and not await self.acks.dead_letter(msg, seq, deliveries, text):
+
+                def letter() -> Awaitable[bool]:
+                    return self.acks.dead_letter(msg, seq, deliveries, text)
+
+                # A replayed copy's key is the message's: recorded, the next replay of its
+                # letter (which names the message) would be suppressed, never applied. A
+                # letter stored before a failed commit is not published again.
+                if entry.stream == self.stream:
+                    stored = await self.unrecorded.settle(seq, letter, claimed)
+                else:
+                    stored = await letter()
+                if not stored:
                     refused = self.acks.dead_letter_error
                     raise OncestreamError(
                         "the dead-letter publish was not confirmed"
                         + (f" ({refused})" if refused else "")
                     )
-                # A replayed copy's key is the message's: recorded, the next replay of its
-                # letter (which names the message) would be suppressed, never applied.
-                if own:
-                    unrecorded.stored(seq)
-                    await claimed.commit()
-                    unrecorded.recorded(seq)
         except Superseded:  # a standby: the active instance settles it
             return False
         return True
