@@ -302,6 +302,22 @@ def _cut_at_last_attempt(
     return ledger, fail_7, cuts
 
 
+async def _limited_consumer(conn: Any) -> None:
+    """Consumer DLJ/w with its own ``max_deliver`` 3 (the Processor's 2: the last delivery
+    spare, after which the server drops the message)."""
+    config = {"durable_name": "w", "ack_policy": "explicit", "max_deliver": 3}
+    await conn.api("CONSUMER.CREATE.DLJ.w", {"stream_name": "DLJ", "config": config})
+
+
+async def _until_dropped(proc: Processor, task: asyncio.Task[Any]) -> None:
+    """Until the server dropped a message of ``proc``'s (``exhausted``); no event marks a
+    drop, so a poll bounded at 20 s, which fails if ``task`` ends first."""
+    deadline = time.monotonic() + 20
+    while proc.stats.exhausted < 1 and not task.done():
+        assert time.monotonic() < deadline, proc.stats
+        await asyncio.sleep(0.05)
+
+
 def _heal_cut(server_url: str, url: str) -> None:
     _allow_connections(server_url, url, True)
     with psycopg.connect(url, autocommit=True) as admin:
@@ -350,18 +366,14 @@ async def test_a_drop_whose_settling_meets_the_unreachable_ledger_is_settled_lat
     back."""
     await make_stream("DLJ", ("dlj.>",))
     await make_stream("DLQ", ("DLQ.>",))
-    config = {"durable_name": "w", "ack_policy": "explicit", "max_deliver": 3}
-    await conn.api("CONSUMER.CREATE.DLJ.w", {"stream_name": "DLJ", "config": config})
+    await _limited_consumer(conn)
     ledger, fail_7, _ = _cut_at_last_attempt(postgres_server.url, postgres_url)
     proc = Processor(conn, "DLJ", "w", fail_7, ledger=ledger, options=_CUT_OPTIONS)
     task = await _started(proc)
     try:
         try:
             await publish_n(conn, "dlj.x", 20, start=1)
-            deadline = time.monotonic() + 20  # no event for a drop: a bounded poll
-            while proc.stats.exhausted < 1 and not task.done():
-                assert time.monotonic() < deadline, proc.stats
-                await asyncio.sleep(0.05)
+            await _until_dropped(proc, task)
             done, _ = await asyncio.wait({task}, timeout=3)  # the outage goes on
             assert not done, task.exception()
         finally:

@@ -23,7 +23,9 @@ from tests.integration.test_processor_postgres import (
     _cut_at_last_attempt,
     _effects,
     _heal_cut,
+    _limited_consumer,
     _started,
+    _until_dropped,
 )
 
 pytestmark = pytest.mark.postgres
@@ -285,8 +287,7 @@ async def test_a_dropped_message_whose_letter_commit_is_lost_gets_one_letter(  #
     short duplicate window. Before, each retry published the letter again."""
     await make_stream("DLJ", ("dlj.>",))
     await make_stream("DLQ", ("DLQ.>",), duplicate_window=DLQ_WINDOW)
-    config = {"durable_name": "w", "ack_policy": "explicit", "max_deliver": 3}
-    await conn.api("CONSUMER.CREATE.DLJ.w", {"stream_name": "DLJ", "config": config})
+    await _limited_consumer(conn)
     ledger, fail_7, _ = _cut_at_last_attempt(postgres_server.url, postgres_url)
     _lose_commits(postgres_url)
     _arm(postgres_url, 7, 1)  # the first commit of 7's row that reaches the database
@@ -295,10 +296,7 @@ async def test_a_dropped_message_whose_letter_commit_is_lost_gets_one_letter(  #
     try:
         try:
             await publish_n(conn, "dlj.x", 20, start=1)
-            deadline = time.monotonic() + 20  # no event for a drop: a bounded poll
-            while proc.stats.exhausted < 1 and not task.done():
-                assert time.monotonic() < deadline, proc.stats
-                await asyncio.sleep(0.05)
+            await _until_dropped(proc, task)
         finally:
             _heal_cut(postgres_server.url, postgres_url)
         await proc.wait_until(lambda s: s.applied == 19 and _recorded(postgres_url, 7), timeout=30)
