@@ -30,7 +30,7 @@ nats.go reference is built by bench/peers/run.py's steps when missing).
 Env: GROUP_SCALE_N (400000), GROUP_SCALE_SHARE (0.2; 0 leaves the capped cases out),
 GROUP_SCALE_MEMBERS (1,2,4), GROUP_SCALE_BATCH (the capped cases', 1000),
 GROUP_SCALE_UNCAPPED_BATCH (the uncapped ones', the Processor's default),
-GROUP_SCALE_ROUNDS (3),
+GROUP_SCALE_ROUNDS (3), GROUP_SCALE_PARTITIONS (8), GROUP_SCALE_KEYS (1000),
 GROUP_MEMBER_OPTIONS (JSON: more ProcessorOptions of every member, e.g. ``{"ack_policy": "all"}``).
 Output: bench/results/group-scale-<time>.json and .md.
 """
@@ -66,7 +66,9 @@ ROOT = HERE.parent
 RESULTS = HERE / "results"
 #: nats.go's jetstream reference, as bench-peers builds it (bench/peers/natsgo).
 NATSGO = PEERS / "bin" / "natsgo"
-STREAM, PARTITIONS, KEYS = "GS", 8, 1000
+STREAM = "GS"
+PARTITIONS = int(os.environ.get("GROUP_SCALE_PARTITIONS", "8"))
+KEYS = int(os.environ.get("GROUP_SCALE_KEYS", "1000"))
 LAYOUT = Partitioning(subjects="gs.*", partitions=PARTITIONS, key=(1,))
 N = int(float(os.environ.get("GROUP_SCALE_N", "400000")))
 SHARE = float(os.environ.get("GROUP_SCALE_SHARE", "0.2"))
