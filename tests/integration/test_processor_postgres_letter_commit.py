@@ -13,10 +13,14 @@ from typing import Any
 import psycopg
 import pytest
 
+import oncestream.process._handedback as handedback
 from harness import publish_n
 from oncestream import PostgresLedger, Processor, ProcessorOptions, connect
 from oncestream.process import replay_dead_letters
-from tests.handlers import record
+from oncestream.streams import ResetTarget, reset_consumer
+from tests.handlers import record, record_unless_7
+from tests.integration.test_processor_forgotten_nak import COUNT as FORGOTTEN_COUNT
+from tests.integration.test_processor_forgotten_nak import _opts as _forgotten_opts
 from tests.integration.test_processor_max_deliver import _dead_letters
 from tests.integration.test_processor_postgres import (
     _CUT_OPTIONS,
@@ -73,11 +77,11 @@ def _arm(url: str, seq: int, times: int, hang: float = 0.0) -> None:
         )
 
 
-def _recorded(url: str, seq: int) -> bool:
-    """Whether the ledger row of DLJ seq ``seq`` is committed."""
+def _recorded(url: str, seq: int, stream: str = "DLJ") -> bool:
+    """Whether the ledger row of ``stream`` seq ``seq`` is committed."""
     with psycopg.connect(url, autocommit=True) as admin:
         row = admin.execute(
-            "SELECT 1 FROM oncestream_applied WHERE stream = 'DLJ' AND seq = %s", (seq,)
+            "SELECT 1 FROM oncestream_applied WHERE stream = %s AND seq = %s", (stream, seq)
         ).fetchone()
     return row is not None
 
@@ -307,3 +311,43 @@ async def test_a_dropped_message_whose_letter_commit_is_lost_gets_one_letter(  #
     assert proc.stats.exhausted == 1 and proc.stats.dead_lettered == 1
     assert await _dead_letters(conn) == [7]
     assert _effects(postgres_url) == (19, 19)
+
+
+async def test_a_forgotten_message_whose_letter_commit_is_lost_is_counted_once(  # type: ignore[no-untyped-def]
+    conn, make_stream, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """7 is handed back and the server forgets it (its ack floor moved past the nak,
+    nats-server#5727): the Processor settles it as dropped. The commit of its letter's
+    row is lost once, so the settling runs again a second later. 7 is counted once as
+    forgotten and once as exhausted, with one letter past a short duplicate window.
+    Before, the retry counted it a second time."""
+    monkeypatch.setattr(handedback, "FORGOTTEN_CHECK", 0.2)
+    await make_stream("JOBS", ("jobs.>",))
+    await make_stream("DLQ", ("DLQ.>",), duplicate_window=DLQ_WINDOW)
+    await publish_n(conn, "jobs.x", FORGOTTEN_COUNT, start=1)
+    ledger = PostgresLedger(postgres_url)
+    ledger.open()  # its tables, for the trigger
+    _lose_commits(postgres_url)
+    opts = _forgotten_opts(dead_letter_stream="DLQ")
+    proc = Processor(conn, "JOBS", "w", record_unless_7, ledger=ledger, options=opts)
+    task = await _started(proc)
+    try:
+        await proc.wait_until(
+            lambda s: s.failed >= 1 and s.applied >= FORGOTTEN_COUNT - 1, timeout=20
+        )
+        _arm(postgres_url, 7, 1)  # the next commit of 7's row: its letter's
+        await reset_consumer(conn, "JOBS", "w", ResetTarget(seq=8))  # the floor past 7
+        await proc.wait_until(
+            lambda s: s.dead_lettered >= 1 and s.ledger_errors >= 1
+            and _recorded(postgres_url, 7, stream="JOBS"),
+            timeout=30,
+        )  # fmt: skip
+        assert not task.done(), task.exception()
+    finally:
+        proc.request_stop()
+        await task
+    stats = proc.stats
+    assert (stats.forgotten, stats.exhausted, stats.dead_lettered) == (1, 1, 1), stats
+    assert stats.ledger_errors == 1, stats
+    assert await _dead_letters(conn) == [7]
+    assert _effects(postgres_url) == (FORGOTTEN_COUNT - 1, FORGOTTEN_COUNT - 1)
