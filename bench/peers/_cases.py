@@ -24,6 +24,10 @@ Cases (the same query for both formats; only the format's options differ):
 
 ``--pre-change``: the jetstream cases on the settings before issue 40: the streams they
 create without ``allow_batched`` (the sink then waits for a PubAck per row).
+
+Env: ``PEERS_OUT_WINDOW`` (seconds): the pipeline's output stream's ``duplicate_window``
+(the server's 120 s default otherwise); the sink's exactly once does not rest on it,
+its retry horizon (27.3 s by default) bounds it from below.
 """
 
 from __future__ import annotations
@@ -197,9 +201,11 @@ def pipeline(args: argparse.Namespace) -> dict[str, Any]:
                 .option("topic", out_name.lower())
             )
         else:
+            window = os.environ.get("PEERS_OUT_WINDOW")
             spec = StreamSpec(
-                name=out_name, subjects=(f"{out_name.lower()}.>",), allow_batched=batched
-            )
+                name=out_name, subjects=(f"{out_name.lower()}.>",), allow_batched=batched,
+                **({"duplicate_window": float(window)} if window else {}),
+            )  # fmt: skip
             asyncio.run(_ensure(args.target, spec))
             # One output subject, named as an option (as Kafka's case names its topic).
             out = (

@@ -13,7 +13,10 @@ tree and of the server (sampled every 100 ms). CPU: Python/Spark cases measure
 their timed part from inside (bench/_cpu.py); Go and Java tools are measured
 whole (their start-up included: ~1-2 CPU s for a JVM tool).
 
-Env / flags: PEERS_N (``1e6``), PEERS_PATHS (all), PEERS_LABEL, PEERS_SERVER_HEAP
+Env / flags: PEERS_N (``1e6``), PEERS_PATHS (all), PEERS_SKIP (rows whose system
+contains any of these comma-separated words are left out, e.g. ``cold,pre-change``),
+PEERS_OUT_WINDOW (the pipeline's output stream's duplicate window, bench/peers/_cases.py),
+PEERS_LABEL, PEERS_SERVER_HEAP
 (``1GiB``: rows of the publish, Spark write and pipeline paths whose nats-server runs
 with the Kafka broker's heap, see SERVER_HEAP; empty: none). Output: one rich
 table, bench/results/peers-*.json, docs/img/peers.png.
@@ -564,11 +567,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--n", default=os.environ.get("PEERS_N", "1e6"))
     parser.add_argument("--paths", default=os.environ.get("PEERS_PATHS", ",".join(PATHS)))
+    parser.add_argument("--skip", default=os.environ.get("PEERS_SKIP", ""))
     parser.add_argument("--label", default=os.environ.get("PEERS_LABEL", ""))
     parser.add_argument("--plot", default=str(ROOT / "docs" / "img" / "peers.png"))
     args = parser.parse_args()
     n = int(float(args.n))
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    skip = [w.strip() for w in args.skip.split(",") if w.strip()]
     started = time.monotonic()
     took = install()
     print(
@@ -580,6 +585,8 @@ def main() -> int:
         "n": n,
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "label": args.label,
+        "skipped": skip,
+        "out_window": os.environ.get("PEERS_OUT_WINDOW") or None,
         "cpus": os.cpu_count(),
         "loadavg_before": os.getloadavg(),
         "install_seconds": took,
@@ -587,7 +594,8 @@ def main() -> int:
         "kafka": install_kafka().name,
     }
     records = []
-    for case in [c for c in cases() if c.path in paths]:
+    chosen = [c for c in cases() if c.path in paths and not any(w in c.system for w in skip)]
+    for case in chosen:
         print(f"  {case.path}: {case.system}", flush=True)
         rec = measure(case, n)
         if "error" in rec:
