@@ -140,3 +140,47 @@ def test_a_stop_names_the_first_unsettled_drop_failed_ones_included(
         asyncio.run(main())
     assert "--to-seq 10`" in caplog.text, caplog.text
     assert "[10, 17, 24]" in caplog.text, caplog.text
+
+
+@pytest.mark.parametrize(
+    "error",
+    ["timeout", "cluster-not-available"],
+)
+def test_a_drop_whose_settling_meets_a_transient_error_is_settled_later_not_failed(
+    error: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading the dropped message timed out (its stream between leaders after a cluster
+    restart; campaign seed 52, trial 15): the drop is queued again, as after a database
+    error, instead of ending the run with a MaxDeliverError."""
+    import oncestream.process._maxdeliver as maxdeliver
+    from oncestream import JetStreamError, OperationTimeout
+
+    monkeypatch.setattr(maxdeliver, "_LEDGER_RETRY", 0.01)
+    transient = {
+        "timeout": OperationTimeout("$JS.API.STREAM.MSG.GET.S: timed out"),
+        "cluster-not-available": JetStreamError("unavailable", code=503, err_code=10008),
+    }[error]
+    failed: list[Any] = []
+    calls: list[int] = []
+
+    async def main() -> None:
+        drops = _dropped(bind=False)
+        drops.fail = failed.append
+        settled = asyncio.Event()
+
+        async def dropped(_conn: Any, seq: int, _deliveries: int, *, forgot: bool) -> None:
+            calls.append(seq)
+            if len(calls) == 1:
+                raise transient
+            settled.set()
+
+        drops._dropped = dropped
+        watch = asyncio.create_task(drops.watch())
+        drops._drops.put_nowait((7, 3, False))
+        await asyncio.wait_for(settled.wait(), timeout=5)
+        watch.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await watch
+
+    asyncio.run(main())
+    assert calls == [7, 7] and failed == []

@@ -48,6 +48,7 @@ from .._errors import (
 from .._headers import msg_id_key
 from .._message import Message
 from .._nats import FrameSubscription
+from .._retry import is_transient
 from ..ledger import LedgerEntry
 from ..streams import ResetTarget, get_message, reset_consumer
 from ._applying import Applier, RegistryMoved
@@ -303,11 +304,14 @@ class DroppedMessages:
                     await self._finish(asyncio.ensure_future(settle))
                     self._settling = None
                 except OncestreamError as exc:
-                    if isinstance(exc, LedgerError) and not isinstance(exc, LedgerUnusable):
-                        # The database unreachable now (PostgreSQL restarted or killed):
-                        # settled again once it answers (queued again after a pause, in
-                        # which a stop moves the consumer back to it).
-                        self.stats.ledger_errors += 1
+                    database = isinstance(exc, LedgerError) and not isinstance(exc, LedgerUnusable)
+                    if database or is_transient(exc):
+                        # The database unreachable now (PostgreSQL restarted or killed), or
+                        # the stream (between leaders after a cluster restart: its message
+                        # read timed out): settled again once it answers (queued again
+                        # after a pause, in which a stop moves the consumer back to it).
+                        if database:
+                            self.stats.ledger_errors += 1
                         log.warning(
                             "%s seq %d dropped by the server: not settled now (%s); "
                             "trying again in %g s", self.stream, seq, exc, _LEDGER_RETRY,

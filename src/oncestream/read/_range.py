@@ -564,9 +564,10 @@ async def read_stream(
     Raises:
         StreamNotFound: when the stream does not exist.
         JetStreamError: when direct get is disabled on the stream.
-        OperationTimeout: no answer for ``timeout`` seconds.
+        OperationTimeout: no answer for ``timeout`` seconds (:class:`Unavailable`:
+            the stream had no leader for that long).
     """
-    info = await conn.stream_info(stream)
+    info = await led_stream_info(conn, stream, timeout)
     if not info["config"].get("allow_direct"):
         raise JetStreamError(
             f"stream {stream!r} does not allow direct get; the audit needs allow_direct=true",
@@ -596,6 +597,54 @@ async def read_stream(
             yield [_record(d, h) for d, h in zip(chunk.datas, chunk.headers, strict=True) if h]
     finally:
         await reader.close()
+
+
+# --------------------------------------------------------------------------- bounds
+
+
+def leaderless(info: dict[str, Any]) -> bool:
+    """Whether a ``STREAM.INFO`` answer came from a replicated stream without a leader.
+
+    While a replicated stream has no leader, each of its servers answers
+    ``STREAM.INFO`` with its own state (nats-server ``jsStreamInfoRequest``, a
+    member of a leaderless group): a replica restarted from an emptied or cut store
+    reports fewer messages than the stream holds. Its ``cluster`` section then
+    names no leader.
+    """
+    replicas = int((info.get("config") or {}).get("num_replicas") or 1)
+    cluster = info.get("cluster")
+    return replicas > 1 and isinstance(cluster, dict) and not cluster.get("leader")
+
+
+async def led_stream_info(conn: Connection, stream: str, patience: float) -> dict[str, Any]:
+    """``STREAM.INFO`` answered by the stream's leader, waiting up to ``patience`` s for one.
+
+    A read bounded by a leaderless replica's state would end early and say nothing
+    (seen in the fault campaign: ``dlq replay`` replayed 0 of 94 dead letters right
+    after a whole-cluster restart, answered by a replica whose store had been wiped).
+
+    Raises:
+        StreamNotFound: the stream does not exist.
+        Unavailable: no leader answered within ``patience`` seconds (retry later).
+    """
+
+    async def once() -> dict[str, Any]:
+        info = await conn.stream_info(stream)
+        if leaderless(info):
+            last = (info.get("state") or {}).get("last_seq", 0)
+            raise Unavailable(
+                f"stream {stream!r} has no leader: the replica that answered reports "
+                f"last_seq {last}, which may be behind, so it is not read now"
+            )
+        return info
+
+    return await retrying(
+        once,
+        budget=patience,
+        what=f"STREAM.INFO {stream}",
+        budget_source="the read's patience",
+        retry_if=lambda exc: isinstance(exc, OperationTimeout),
+    )
 
 
 # --------------------------------------------------------------------------- messages
@@ -640,6 +689,7 @@ async def iter_messages(
     stop: asyncio.Event | None = None,
     poll: float = 0.25,
     batch: int = 256,
+    patience: float = 30.0,
 ) -> AsyncIterator[StoredMessage]:
     """Stored messages in sequence order, without a durable consumer: the range reader's chunks.
 
@@ -647,17 +697,20 @@ async def iter_messages(
     gets (no server state); any other with a short-lived ordered consumer that
     is deleted afterwards. Gaps (deleted messages) are skipped. With
     ``follow`` it waits for new messages (checking every ``poll`` seconds)
-    until ``stop`` is set.
+    until ``stop`` is set. The range to read comes from the stream's leader: while
+    a replicated stream has none, it waits up to ``patience`` seconds for one at the
+    start (following, it keeps the last range and waits for new messages).
 
     Raises:
         StreamNotFound: the stream does not exist (any more).
+        Unavailable: the stream had no leader for ``patience`` seconds.
 
     Example::
 
         async for msg in iter_messages(conn, "ORDERS", subject="orders.eu", end_seq=100):
             print(msg.seq, msg.subject, msg.data)
     """
-    info = await conn.stream_info(stream)
+    info = await led_stream_info(conn, stream, patience)
     direct = bool(info["config"].get("allow_direct"))
     filters = (subject,) if subject else ()
     next_seq = max(start_seq, 1)
@@ -684,4 +737,6 @@ async def iter_messages(
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(poll):
                     await stop.wait()
-        info = await conn.stream_info(stream)
+        fresh = await conn.stream_info(stream)
+        if not leaderless(fresh):  # a replica's own state may be behind: keep the last bounds
+            info = fresh
