@@ -15,6 +15,7 @@ from .._connection import Connection, connect
 from .._errors import ConfigError, StreamNotFound
 from .._options import ConnectOptions, parse_int, parse_time, rfc3339
 from ..read import iter_messages
+from ..read._internal import led_stream_info
 from ..streams import Partitioning, StoredMessage, stream_info
 from ..streams._internal import seq_at_time
 from ._app import app, cli_errors, run_async
@@ -22,6 +23,8 @@ from ._connect_flags import with_connect_options
 from ._name_args import stream_name, subject_filter
 
 PREVIEW = 200
+#: Seconds `tail` waits for the stream's leader before it gives up (exit 1: run it again).
+LEADER_PATIENCE = 30.0
 
 
 def preview(data: bytes, limit: int = PREVIEW) -> str:
@@ -85,7 +88,9 @@ async def resolve_start(conn: Connection, stream: str, start: str, subject: str 
         ConfigError: the value is none of these.
         StreamNotFound: naming the stream.
     """
-    info = await stream_info(conn, stream)
+    # The leader's bounds: a replica answering while the stream has none may be behind,
+    # and `last:N` counted from its last_seq would print far more than N.
+    info = await led_stream_info(conn, stream, LEADER_PATIENCE)
     state = info.get("state", {})
     first, last = int(state.get("first_seq", 1) or 1), int(state.get("last_seq", 0))
     text = start.strip()

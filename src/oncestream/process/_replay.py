@@ -86,6 +86,7 @@ from .._names import check_consumer_name, check_stream_name, subject_matches
 from .._options import parse_time
 from ..publish._internal import REPLAY_OF
 from ..read import iter_messages
+from ..read._internal import led_stream_info
 from ..streams import (
     Partitioning,
     StoredMessage,
@@ -118,6 +119,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: Seconds a replay or a listing waits for the dead-letter stream's leader (a replica's
+#: own state, answering while it has none, may be behind: read/_range.led_stream_info).
+LEADER_PATIENCE = 30.0
 
 MARKER = "Oncestream-Replay-Marker"
 MARKER_AFTER = "Oncestream-Replay-After"
@@ -346,7 +351,7 @@ async def list_dead_letters(
             is one consumer's name: no wildcards, not empty).
     """
     _check_names(dlq_stream, consumer)
-    await stream_info(conn, dlq_stream)
+    await led_stream_info(conn, dlq_stream, LEADER_PATIENCE)
     letters, _ = await _scan(conn, dlq_stream, first or 1, last)
     return _select(letters, first=first, last=last, subject=subject, error=error, consumer=consumer)
 
@@ -701,7 +706,7 @@ async def replay_dead_letters(
     _check_names(dlq_stream, consumer)
     if at is not None:
         at = parse_time("at", at, ago=False)
-    await stream_info(conn, dlq_stream)
+    await led_stream_info(conn, dlq_stream, LEADER_PATIENCE)
     letters, markers = await _scan(conn, dlq_stream)
     present = {letter.seq for letter in letters}
     for seq, stale in list(markers.items()):

@@ -10,6 +10,7 @@ from ._range import (
     RANGE_CONSUMER_PREFIX,
     count_sequences,
     delete_consumer_later,
+    led_stream_info,
     nth_sequence,
 )
 
@@ -18,6 +19,7 @@ __all__ = [
     "check_group_name",
     "count_sequences",
     "delete_consumer_later",
+    "led_stream_info",
     "locate_ids",
     "nth_sequence",
 ]

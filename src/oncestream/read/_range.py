@@ -42,7 +42,7 @@ from .._headers import SEQUENCE, SUBJECT, TIME_STAMP, direct_value, msg_id_key, 
 from .._message import ack_layout
 from .._nats import FrameSink, FrameSubscription, status_code
 from .._options import parse_duration, server_time
-from .._retry import Unavailable, retrying, stream_missing
+from .._retry import Unavailable, is_transient, retrying, stream_missing
 from ..streams import StoredMessage
 
 __all__ = [
@@ -616,6 +616,19 @@ def leaderless(info: dict[str, Any]) -> bool:
     return replicas > 1 and isinstance(cluster, dict) and not cluster.get("leader")
 
 
+async def _latest(conn: Connection, stream: str, info: dict[str, Any]) -> dict[str, Any]:
+    """A followed stream's newest bounds: the leader's answer, else ``info`` (the last ones)
+    when there is no answer now or a replica answered with its own state (a leader
+    election); the caller polls again."""
+    try:
+        fresh = await conn.stream_info(stream)
+    except OncestreamError as exc:
+        if not is_transient(exc):
+            raise
+        return info
+    return info if leaderless(fresh) else fresh
+
+
 async def led_stream_info(conn: Connection, stream: str, patience: float) -> dict[str, Any]:
     """``STREAM.INFO`` answered by the stream's leader, waiting up to ``patience`` s for one.
 
@@ -623,9 +636,14 @@ async def led_stream_info(conn: Connection, stream: str, patience: float) -> dic
     (seen in the fault campaign: ``dlq replay`` replayed 0 of 94 dead letters right
     after a whole-cluster restart, answered by a replica whose store had been wiped).
 
+    No answer, or a transient one (no meta leader, the stream offline), is waited
+    out the same way.
+
     Raises:
         StreamNotFound: the stream does not exist.
-        Unavailable: no leader answered within ``patience`` seconds (retry later).
+        Unavailable: no leader answered within ``patience`` seconds (retry later);
+            or the last transient error met, with a note on how long it was retried.
+        ValueError: ``patience`` is negative or NaN.
     """
 
     async def once() -> dict[str, Any]:
@@ -643,7 +661,6 @@ async def led_stream_info(conn: Connection, stream: str, patience: float) -> dic
         budget=patience,
         what=f"STREAM.INFO {stream}",
         budget_source="the read's patience",
-        retry_if=lambda exc: isinstance(exc, OperationTimeout),
     )
 
 
@@ -737,6 +754,4 @@ async def iter_messages(
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(poll):
                     await stop.wait()
-        fresh = await conn.stream_info(stream)
-        if not leaderless(fresh):  # a replica's own state may be behind: keep the last bounds
-            info = fresh
+        info = await _latest(conn, stream, info)
