@@ -170,10 +170,25 @@ async def leader_stream_info(conn: Connection, stream: str) -> dict[str, Any]:
         StreamNotFound: the stream does not exist.
     """
     info = await conn.stream_info(stream)
-    cluster = info.get("cluster")
-    if isinstance(cluster, dict) and not cluster.get("leader"):
-        raise Unavailable(f"stream {stream!r} has no leader (an election is in progress)")
+    if leaderless(info):
+        last = (info.get("state") or {}).get("last_seq", 0)
+        raise Unavailable(
+            f"stream {stream!r} has no leader (an election is in progress): the replica "
+            f"that answered reports last_seq {last}, which may be behind"
+        )
     return info
+
+
+def leaderless(info: dict[str, Any]) -> bool:
+    """Whether a ``STREAM.INFO`` answer came from a clustered stream without a leader.
+
+    While a replicated stream has no leader, each of its servers answers with its own
+    state (nats-server ``jsStreamInfoRequest``, a member of a leaderless group): a
+    replica restarted from an emptied or cut store reports fewer messages than the
+    stream holds. Its ``cluster`` section then names no leader.
+    """
+    cluster = info.get("cluster")
+    return isinstance(cluster, dict) and not cluster.get("leader")
 
 
 async def stream_missing(conn: Connection, stream: str) -> StreamNotFound | None:

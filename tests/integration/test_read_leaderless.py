@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from oncestream import ConnectOptions, JetStreamError, OperationTimeout, connect
+from oncestream._retry import leaderless
 from oncestream.read import iter_messages, read_stream
-from oncestream.read._range import leaderless
 from oncestream.server import Cluster
 from oncestream.streams import StreamSpec, ensure_stream
 from tests.integration.test_atomic_publisher import until

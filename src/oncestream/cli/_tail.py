@@ -15,7 +15,7 @@ from .._connection import Connection, connect
 from .._errors import ConfigError, StreamNotFound
 from .._options import ConnectOptions, parse_int, parse_time, rfc3339
 from ..read import iter_messages
-from ..read._internal import led_stream_info
+from ..read._internal import LEADER_PATIENCE, led_stream_info
 from ..streams import Partitioning, StoredMessage, stream_info
 from ..streams._internal import seq_at_time
 from ._app import app, cli_errors, run_async
@@ -23,8 +23,6 @@ from ._connect_flags import with_connect_options
 from ._name_args import stream_name, subject_filter
 
 PREVIEW = 200
-#: Seconds `tail` waits for the stream's leader before it gives up (exit 1: run it again).
-LEADER_PATIENCE = 30.0
 
 
 def preview(data: bytes, limit: int = PREVIEW) -> str:

@@ -86,7 +86,7 @@ from .._names import check_consumer_name, check_stream_name, subject_matches
 from .._options import parse_time
 from ..publish._internal import REPLAY_OF
 from ..read import iter_messages
-from ..read._internal import led_stream_info
+from ..read._internal import LEADER_PATIENCE, led_stream_info
 from ..streams import (
     Partitioning,
     StoredMessage,
@@ -119,10 +119,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: Seconds a replay or a listing waits for the dead-letter stream's leader (a replica's
-#: own state, answering while it has none, may be behind: read/_range.led_stream_info).
-LEADER_PATIENCE = 30.0
 
 MARKER = "Oncestream-Replay-Marker"
 MARKER_AFTER = "Oncestream-Replay-After"

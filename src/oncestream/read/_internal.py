@@ -7,6 +7,7 @@ import the public face (``oncestream.read``); see docs/architecture.md.
 from ._ids import locate_ids
 from ._options import check_group_name
 from ._range import (
+    LEADER_PATIENCE,
     RANGE_CONSUMER_PREFIX,
     count_sequences,
     delete_consumer_later,
@@ -15,6 +16,7 @@ from ._range import (
 )
 
 __all__ = [
+    "LEADER_PATIENCE",
     "RANGE_CONSUMER_PREFIX",
     "check_group_name",
     "count_sequences",

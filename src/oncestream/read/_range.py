@@ -42,7 +42,7 @@ from .._headers import SEQUENCE, SUBJECT, TIME_STAMP, direct_value, msg_id_key, 
 from .._message import ack_layout
 from .._nats import FrameSink, FrameSubscription, status_code
 from .._options import parse_duration, server_time
-from .._retry import Unavailable, is_transient, retrying, stream_missing
+from .._retry import Unavailable, is_transient, leader_stream_info, retrying, stream_missing
 from ..streams import StoredMessage
 
 __all__ = [
@@ -602,18 +602,9 @@ async def read_stream(
 # --------------------------------------------------------------------------- bounds
 
 
-def leaderless(info: dict[str, Any]) -> bool:
-    """Whether a ``STREAM.INFO`` answer came from a replicated stream without a leader.
-
-    While a replicated stream has no leader, each of its servers answers
-    ``STREAM.INFO`` with its own state (nats-server ``jsStreamInfoRequest``, a
-    member of a leaderless group): a replica restarted from an emptied or cut store
-    reports fewer messages than the stream holds. Its ``cluster`` section then
-    names no leader.
-    """
-    replicas = int((info.get("config") or {}).get("num_replicas") or 1)
-    cluster = info.get("cluster")
-    return replicas > 1 and isinstance(cluster, dict) and not cluster.get("leader")
+#: Seconds a read waits for a replicated stream's leader by default (``iter_messages``,
+#: ``dlq replay`` and ``dlq ls``, ``tail``).
+LEADER_PATIENCE = 30.0
 
 
 async def _latest(conn: Connection, stream: str, info: dict[str, Any]) -> dict[str, Any]:
@@ -621,12 +612,11 @@ async def _latest(conn: Connection, stream: str, info: dict[str, Any]) -> dict[s
     when there is no answer now or a replica answered with its own state (a leader
     election); the caller polls again."""
     try:
-        fresh = await conn.stream_info(stream)
-    except OncestreamError as exc:
+        return await leader_stream_info(conn, stream)
+    except OncestreamError as exc:  # Unavailable for a replica's own state
         if not is_transient(exc):
             raise
         return info
-    return info if leaderless(fresh) else fresh
 
 
 async def led_stream_info(conn: Connection, stream: str, patience: float) -> dict[str, Any]:
@@ -645,19 +635,8 @@ async def led_stream_info(conn: Connection, stream: str, patience: float) -> dic
             or the last transient error met, with a note on how long it was retried.
         ValueError: ``patience`` is negative or NaN.
     """
-
-    async def once() -> dict[str, Any]:
-        info = await conn.stream_info(stream)
-        if leaderless(info):
-            last = (info.get("state") or {}).get("last_seq", 0)
-            raise Unavailable(
-                f"stream {stream!r} has no leader: the replica that answered reports "
-                f"last_seq {last}, which may be behind, so it is not read now"
-            )
-        return info
-
     return await retrying(
-        once,
+        lambda: leader_stream_info(conn, stream),
         budget=patience,
         what=f"STREAM.INFO {stream}",
         budget_source="the read's patience",
@@ -706,7 +685,7 @@ async def iter_messages(
     stop: asyncio.Event | None = None,
     poll: float = 0.25,
     batch: int = 256,
-    patience: float = 30.0,
+    patience: float = LEADER_PATIENCE,
 ) -> AsyncIterator[StoredMessage]:
     """Stored messages in sequence order, without a durable consumer: the range reader's chunks.
 
